@@ -1,0 +1,381 @@
+"""The build pipeline: discover -> convert -> render -> encode -> commit."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .convert import ConverterSet, MissingConverter
+from .device import choose_precision, default_batch_size, detect_capabilities
+from .discover import IMAGE, MARKDOWN, OFFICE, SourceFile, discover
+from .encode import ByaldiEncoder, PageEncoder
+from .errors import DocumentError, ExitCode, IndexProblem
+from .models import DEFAULT_MODEL, ModelRef, resolve_model
+from .render import image_file_pages, iter_pdf_pages
+from .store import DocumentEntry, IndexStore, Manifest
+from .terminal import ProgressSink
+
+
+@dataclass
+class BuildOptions:
+    model: str | None = None  # None: the model the index was built with, else the default
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int | None = None
+    rebuild: bool = False
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    convert_timeout_s: float = 120.0
+    commit_every_pages: int = 1000
+    commit_every_s: float = 600.0
+    wait_s: float = 0.0
+
+
+@dataclass
+class Failure:
+    path: str
+    stage: str  # discover, convert, render, encode
+    reason: str
+    environment: bool = False  # a missing converter or tool, not the document's fault
+
+
+@dataclass
+class BuildReport:
+    index: str
+    source: str
+    generation: int | None = None
+    documents_seen: int = 0
+    indexed: int = 0
+    unchanged: int = 0
+    reused: int = 0  # renamed or duplicate content: vectors reused, nothing embedded
+    removed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    pages_embedded: int = 0
+    pages_total: int = 0
+    model_calls: int = 0
+    committed: bool = False
+    model: dict | None = None
+    precision: dict | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    skipped_files: list[dict] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if any(f.environment for f in self.failures):
+            return ExitCode.ENVIRONMENT
+        return ExitCode.PARTIAL if self.failures else ExitCode.OK
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["exit_code"] = int(self.exit_code)
+        return data
+
+
+Log = Callable[[str], None]
+
+
+class _Timer:
+    def __init__(self, report: BuildReport) -> None:
+        self.report = report
+
+    def add(self, stage: str, start: float) -> None:
+        self.report.stage_seconds[stage] = round(self.report.stage_seconds.get(stage, 0.0) + time.perf_counter() - start, 3)
+
+
+def _make_encoder(model: ModelRef, options: BuildOptions) -> PageEncoder:
+    caps = detect_capabilities()
+    precision = choose_precision(caps, options.device, options.dtype)
+    batch = options.batch_size or default_batch_size(precision, caps)
+    return ByaldiEncoder(model, precision, batch)
+
+
+def build_index(
+    docs: Path,
+    store: IndexStore,
+    options: BuildOptions | None = None,
+    progress: ProgressSink | None = None,
+    log: Log = lambda message: None,
+    encoder_factory: Callable[[ModelRef, BuildOptions], PageEncoder] = _make_encoder,
+) -> BuildReport:
+    """Bring the index in `store` up to date with the folder `docs`."""
+    options = options or BuildOptions()
+    report = BuildReport(index=str(store.root), source=str(Path(docs).resolve()))
+    timer = _Timer(report)
+
+    started = time.perf_counter()
+    found = discover(Path(docs), options.include, options.exclude)
+    timer.add("discover", started)
+    report.documents_seen = len(found.files)
+    report.skipped = len(found.skipped)
+    report.skipped_files = [{"path": str(p), "reason": why} for p, why in found.skipped]
+
+    with store.lock(options.wait_s):
+        old = store.read_manifest()
+        model_name = options.model or (old.model["id"] if old else DEFAULT_MODEL)
+        model = resolve_model(model_name)
+        report.model = model.to_dict()
+        if old and not options.rebuild and old.model["fingerprint"] != model.fingerprint:
+            raise IndexProblem(
+                f"{store.root} was built with {old.model['id']} ({old.model['fingerprint']}); "
+                f"{model.id} is a different model.",
+                hint="Use --rebuild to embed everything again with the new model, or another --name.",
+            )
+        base = None if (old is None or options.rebuild) else old
+        plan = _plan(found.files, found.root, base)
+        report.unchanged, report.reused, report.removed = len(plan.unchanged), len(plan.reused), len(plan.removed)
+
+        if not plan.to_embed and not plan.changes_catalog:
+            report.pages_total = base.page_count if base else 0
+            report.generation = base.generation if base else None
+            log("Index is up to date: no document changed, no model work done.")
+            return report
+
+        pipeline = _Pipeline(store, options, report, timer, progress, log)
+        pipeline.run(model, old, base, plan, encoder_factory)
+    return report
+
+
+@dataclass
+class _Plan:
+    unchanged: list[DocumentEntry]
+    reused: list[DocumentEntry]  # same bytes already embedded under another path
+    to_embed: list[SourceFile]
+    removed: list[DocumentEntry]
+    kept_outside: list[DocumentEntry]  # documents from other folders, untouched
+
+    @property
+    def changes_catalog(self) -> bool:
+        return bool(self.reused or self.removed)
+
+
+def _plan(files: list[SourceFile], root: Path, base: Manifest | None) -> _Plan:
+    old_docs = base.documents if base else []
+    by_path = {d.path: d for d in old_docs}
+    by_sha = {}
+    for doc in old_docs:
+        by_sha.setdefault(doc.sha256, doc)
+    prefix = str(root).rstrip("/") + "/"
+    seen = {str(f.path) for f in files}
+    plan = _Plan([], [], [], [], [])
+    for doc in old_docs:
+        if not doc.path.startswith(prefix):
+            plan.kept_outside.append(doc)
+        elif doc.path not in seen:
+            plan.removed.append(doc)
+    for source in files:
+        old = by_path.get(str(source.path))
+        if old and old.sha256 == source.sha256:
+            plan.unchanged.append(old)
+        elif source.sha256 in by_sha:
+            twin = by_sha[source.sha256]
+            plan.reused.append(replace(twin, path=str(source.path), size=source.size, mtime=source.mtime))
+        else:
+            plan.to_embed.append(source)
+            if old:
+                plan.removed.append(old)
+    return plan
+
+
+class _Pipeline:
+    """Converts, renders and embeds the planned documents, committing in batches."""
+
+    def __init__(self, store, options, report, timer, progress, log) -> None:
+        self.store: IndexStore = store
+        self.options: BuildOptions = options
+        self.report: BuildReport = report
+        self.timer: _Timer = timer
+        self.progress = progress
+        self.log: Log = log
+
+    def run(self, model: ModelRef, old: Manifest | None, base: Manifest | None, plan: _Plan, encoder_factory) -> None:
+        generation = (old.generation if old else 0) + 1
+        documents = plan.kept_outside + plan.unchanged + plan.reused
+        segments = dict(base.segments) if base else {}
+        settings = dict(base.settings) if base else {}
+        encoder: PageEncoder | None = None
+        if plan.to_embed:
+            started = time.perf_counter()
+            encoder = encoder_factory(model, self.options)
+            self.timer.add("load_model", started)
+            self.report.precision = encoder.precision.to_dict()
+            for warning in encoder.precision.warnings:
+                self.log(f"warning: {warning}")
+            settings = {
+                "device": encoder.precision.device,
+                "dtype": encoder.precision.dtype,
+                "autocast": encoder.precision.autocast,
+                "batch_size": getattr(encoder, "batch_size", None),
+                "render_size": list(encoder.render_size) if encoder.render_size else None,
+                "dim": encoder.dim,
+                "vector_dtype": "float16",
+            }
+        model_info = {**model.to_dict(), "dim": settings.get("dim")}
+
+        def commit(done: list[tuple[SourceFile, list[np.ndarray], str | None, str | None]]) -> None:
+            nonlocal generation
+            started = time.perf_counter()
+            if done:
+                segment = self.store.write_segment([v for _, vectors, _, _ in done for v in vectors])
+                segments[segment.id] = segment
+                first = 0
+                for source, vectors, converter, pdf in done:
+                    documents.append(
+                        DocumentEntry(
+                            path=str(source.path), sha256=source.sha256, size=source.size, mtime=source.mtime,
+                            kind=source.kind, pages=len(vectors), segment=segment.id, first_page=first,
+                            converter=converter, pdf=pdf,
+                        )
+                    )
+                    first += len(vectors)
+            live = {d.segment for d in documents}
+            manifest = Manifest(
+                generation=generation,
+                model=model_info,
+                settings=settings,
+                documents=sorted(documents, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
+                segments={k: v for k, v in segments.items() if k in live},
+                failures=[asdict(f) for f in self.report.failures],
+            )
+            self.store.commit(manifest)
+            self.report.generation = generation
+            self.report.committed = True
+            self.report.pages_total = manifest.page_count
+            generation += 1
+            self.timer.add("commit", started)
+
+        if encoder is None:
+            commit([])
+            return
+        with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging:
+            converters = ConverterSet.detect(self.options.convert_timeout_s)
+            try:
+                self._embed_all(plan.to_embed, encoder, converters, Path(staging), commit)
+            finally:
+                converters.close()
+        self.report.model_calls = encoder.forward_calls
+
+    def _embed_all(self, sources, encoder: PageEncoder, converters: ConverterSet, staging: Path, commit) -> None:
+        """Pages from consecutive documents share forward passes; documents commit once all their pages are in."""
+        progress = self.progress
+        if progress:
+            progress.add_task("documents", len(sources))
+            progress.add_task("pages", None)
+        batch_size = max(1, int(getattr(encoder, "batch_size", 4) or 4))
+        states: dict[int, _DocState] = {}
+        buffer: list[tuple[int, object]] = []  # (document number, page image)
+        done: list = []
+        pending_pages = 0
+        last_commit = time.monotonic()
+
+        def fail(number: int, exc: DocumentError) -> None:
+            state = states.pop(number)
+            buffer[:] = [item for item in buffer if item[0] != number]
+            self.report.failed += 1
+            self.report.failures.append(
+                Failure(str(state.source.path), exc.stage, exc.reason, isinstance(exc, MissingConverter))
+            )
+            self.log(f"failed: {state.source.path} [{exc.stage}] {exc.reason}")
+            if progress:
+                progress.advance("documents")
+
+        def flush() -> None:
+            if not buffer:
+                return
+            owners = [number for number, _ in buffer]
+            started = time.perf_counter()
+            try:
+                vectors = encoder.encode_pages([image for _, image in buffer])
+            except RuntimeError as exc:
+                buffer.clear()
+                error = DocumentError("encode", " ".join(str(exc).split())[:300])
+                for number in dict.fromkeys(owners):
+                    fail(number, error)
+                return
+            self.timer.add("encode", started)
+            buffer.clear()
+            for number, vector in zip(owners, vectors):
+                states[number].vectors.append(vector)
+            if progress:
+                progress.advance("pages", len(owners))
+
+        def finish_ready() -> None:
+            nonlocal pending_pages, done, last_commit
+            for number in [n for n, st in states.items() if st.complete]:
+                state = states.pop(number)
+                if state.converter:
+                    state.pdf_rel = self.store.store_pdf(state.source.sha256, state.pdf)
+                done.append((state.source, state.vectors, state.converter, state.pdf_rel))
+                pending_pages += len(state.vectors)
+                self.report.indexed += 1
+                self.report.pages_embedded += len(state.vectors)
+                if progress:
+                    progress.advance("documents")
+            due = pending_pages >= self.options.commit_every_pages or (
+                done and time.monotonic() - last_commit >= self.options.commit_every_s
+            )
+            if due:
+                commit(done)
+                done, pending_pages, last_commit = [], 0, time.monotonic()
+
+        for number, source in enumerate(sources):
+            state = states[number] = _DocState(source)
+            try:
+                pages = self._open_pages(state, encoder, converters, staging / f"doc-{number}")
+                while True:
+                    started = time.perf_counter()
+                    page = next(pages, None)
+                    self.timer.add("render", started)
+                    if page is None:
+                        break
+                    state.expected += 1
+                    buffer.append((number, page))
+                    if len(buffer) >= batch_size:
+                        flush()
+                        if number not in states:  # the forward pass failed for this document
+                            break
+            except DocumentError as exc:
+                fail(number, exc)
+                continue
+            if number in states:
+                state.rendered = True
+                finish_ready()
+        flush()
+        finish_ready()
+        commit(done)
+
+    def _open_pages(self, state: "_DocState", encoder: PageEncoder, converters: ConverterSet, workdir: Path):
+        source = state.source
+        if source.size == 0:
+            raise DocumentError("discover", "the file is empty (0 bytes)")
+        if source.kind == IMAGE:
+            return iter(image_file_pages(source.path, encoder.render_size))
+        state.pdf = source.path
+        if source.kind in (OFFICE, MARKDOWN):
+            started = time.perf_counter()
+            converter = converters.for_suffix(source.suffix)
+            state.pdf = converter.convert(source.path, workdir)
+            state.converter = converter.name
+            self.timer.add("convert", started)
+        return iter_pdf_pages(state.pdf, encoder.render_size, chunk=16)
+
+
+@dataclass
+class _DocState:
+    source: SourceFile
+    vectors: list = field(default_factory=list)
+    expected: int = 0
+    rendered: bool = False
+    converter: str | None = None
+    pdf: Path | None = None
+    pdf_rel: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.rendered and len(self.vectors) == self.expected

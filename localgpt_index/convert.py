@@ -1,0 +1,219 @@
+"""Turn office, text, HTML and Markdown files into PDF, in a staging folder.
+
+Nothing is written next to the user's files: each input is copied into the
+staging folder under a plain name first, which also keeps odd file names away
+from the converters.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from .errors import DocumentError
+
+LIBREOFFICE_INSTALL_HINT = (
+    "install LibreOffice (Debian/Ubuntu: apt-get install libreoffice-writer-nogui "
+    "libreoffice-calc-nogui libreoffice-impress-nogui; macOS: brew install --cask libreoffice)"
+)
+
+OFFICE_SUFFIXES = frozenset(
+    {".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".xlsx", ".xls", ".ods", ".html", ".htm", ".txt", ".md", ".markdown"}
+)
+
+
+class MissingConverter(DocumentError):
+    """No converter for this type is installed: an environment problem, not the document's."""
+
+    def __init__(self, suffix: str) -> None:
+        super().__init__("convert", f"no converter for {suffix} files: {LIBREOFFICE_INSTALL_HINT}")
+
+
+class Converter(ABC):
+    """Converts some document types to PDF."""
+
+    name: str
+    suffixes: frozenset[str]
+
+    @abstractmethod
+    def convert(self, source: Path, workdir: Path) -> Path:
+        """Write a PDF for `source` inside `workdir` and return its path; raise DocumentError."""
+
+    def version(self) -> str | None:
+        return None
+
+
+def _stage_copy(source: Path, workdir: Path, suffix: str) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    staged = workdir / f"document{suffix}"
+    try:
+        shutil.copyfile(source, staged)
+    except OSError as exc:
+        raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
+    return staged
+
+
+def find_soffice() -> str | None:
+    for name in ("soffice", "libreoffice"):
+        found = shutil.which(name)
+        if found:
+            return found
+    mac = "/Applications/LibreOffice.app/Contents/MacOS/soffice"
+    return mac if os.path.exists(mac) else None
+
+
+class LibreOfficeConverter(Converter):
+    """LibreOffice headless, with its own profile so it never meets a running instance."""
+
+    name = "libreoffice"
+    suffixes = OFFICE_SUFFIXES - {".md", ".markdown"}
+
+    def __init__(self, binary: str, timeout_s: float = 120.0, profile_dir: Path | None = None) -> None:
+        self.binary = binary
+        self.timeout_s = timeout_s
+        self._own_profile = profile_dir is None
+        self.profile_dir = Path(profile_dir or tempfile.mkdtemp(prefix="lgpt-lo-profile-"))
+
+    def close(self) -> None:
+        if self._own_profile:
+            shutil.rmtree(self.profile_dir, ignore_errors=True)
+
+    def version(self) -> str | None:
+        try:
+            out = subprocess.run([self.binary, "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() or None
+
+    def convert(self, source: Path, workdir: Path) -> Path:
+        suffix = source.suffix.lower()
+        staged = _stage_copy(source, workdir, suffix)
+        return self.convert_staged(staged, suffix)
+
+    def convert_staged(self, staged: Path, suffix: str) -> Path:
+        outdir = staged.parent / "out"
+        outdir.mkdir(exist_ok=True)
+        target = "pdf"
+        cmd = [self.binary, f"-env:UserInstallation={self.profile_dir.resolve().as_uri()}"]
+        cmd += ["--headless", "--invisible", "--nologo", "--nodefault", "--nolockcheck", "--norestore"]
+        if suffix in (".html", ".htm"):
+            # Open HTML in Writer, not Writer/Web, so the PDF export filter applies.
+            cmd += ["--infilter=HTML (StarWriter)"]
+            target = "pdf:writer_pdf_Export"
+        elif suffix == ".txt":
+            cmd += ["--infilter=Text (encoded):UTF8,LF,,,"]
+        cmd += ["--convert-to", target, "--outdir", str(outdir), str(staged)]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            output, _ = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise DocumentError("convert", f"LibreOffice did not finish within {self.timeout_s:g} s and was stopped")
+        pdf = outdir / (staged.stem + ".pdf")
+        if not pdf.exists() or pdf.stat().st_size == 0:
+            said = " ".join(output.decode("utf-8", "replace").split())[-300:]
+            raise DocumentError("convert", f"LibreOffice could not convert it (exit {proc.returncode}): {said or 'no output'}")
+        return pdf
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+class MarkdownConverter(Converter):
+    """Markdown -> HTML (markdown-it, CommonMark with tables) -> PDF through LibreOffice."""
+
+    name = "markdown+libreoffice"
+    suffixes = frozenset({".md", ".markdown"})
+
+    def __init__(self, office: LibreOfficeConverter) -> None:
+        self.office = office
+
+    def convert(self, source: Path, workdir: Path) -> Path:
+        from markdown_it import MarkdownIt
+
+        try:
+            text = source.read_bytes().decode("utf-8", "replace")
+        except OSError as exc:
+            raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
+        body = MarkdownIt("commonmark").enable("table").render(text)
+        workdir.mkdir(parents=True, exist_ok=True)
+        staged = workdir / "document.html"
+        staged.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{body}</body></html>', "utf-8")
+        return self.office.convert_staged(staged, ".html")
+
+
+def word_is_installed() -> bool:
+    """docx2pdf drives Microsoft Word, which exists only on Windows and macOS."""
+    if sys.platform == "darwin":
+        return os.path.exists("/Applications/Microsoft Word.app")
+    if sys.platform == "win32":
+        try:
+            import winreg
+
+            winreg.OpenKey(winreg.HKEY_CLASSES_ROOT, r"Word.Application").Close()
+            return True
+        except OSError:
+            return False
+    return False
+
+
+class Docx2PdfConverter(Converter):
+    """Microsoft Word through docx2pdf: the most faithful rendering of .docx where Word exists."""
+
+    name = "docx2pdf"
+    suffixes = frozenset({".docx"})
+
+    def convert(self, source: Path, workdir: Path) -> Path:
+        from docx2pdf import convert as word_convert
+
+        staged = _stage_copy(source, workdir, ".docx")
+        pdf = staged.with_suffix(".pdf")
+        try:
+            word_convert(str(staged), str(pdf))
+        except Exception as exc:  # Word automation raises anything
+            raise DocumentError("convert", f"Microsoft Word could not convert it: {exc}") from exc
+        if not pdf.exists() or pdf.stat().st_size == 0:
+            raise DocumentError("convert", "Microsoft Word wrote no PDF")
+        return pdf
+
+
+class ConverterSet:
+    """The converters found on this machine, picked by file type."""
+
+    def __init__(self, converters: list[Converter]) -> None:
+        self.converters = converters
+
+    @classmethod
+    def detect(cls, timeout_s: float = 120.0) -> "ConverterSet":
+        found: list[Converter] = []
+        if word_is_installed():
+            found.append(Docx2PdfConverter())
+        soffice = find_soffice()
+        if soffice:
+            office = LibreOfficeConverter(soffice, timeout_s=timeout_s)
+            found += [office, MarkdownConverter(office)]
+        return cls(found)
+
+    def for_suffix(self, suffix: str) -> Converter:
+        for converter in self.converters:
+            if suffix in converter.suffixes:
+                return converter
+        raise MissingConverter(suffix)
+
+    def close(self) -> None:
+        for converter in self.converters:
+            if isinstance(converter, LibreOfficeConverter):
+                converter.close()

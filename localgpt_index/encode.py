@@ -1,0 +1,152 @@
+"""Page and query encoders: a model loaded through byaldi, run in batches under autocast."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .device import Precision
+from .errors import EnvironmentMissing
+from .models import ModelRef
+
+
+@dataclass(frozen=True)
+class DtypeFix:
+    """A parameter or buffer group that was not in the chosen dtype/device, and was aligned."""
+
+    module: str
+    found: str
+    aligned_to: str
+    count: int
+
+
+class PageEncoder(ABC):
+    """Turns page images and query texts into multi-vectors (tokens x dim)."""
+
+    model: ModelRef
+    precision: Precision
+    dim: int
+    forward_calls: int = 0
+
+    @property
+    @abstractmethod
+    def render_size(self) -> tuple[int, int] | None:
+        """(width, height) the model consumes, or None for dynamic resolution."""
+
+    @abstractmethod
+    def encode_pages(self, images: Sequence) -> list[np.ndarray]:
+        """One float16 array (tokens, dim) per image, unit-norm rows."""
+
+    @abstractmethod
+    def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """One float32 array (tokens, dim) per query."""
+
+
+def audit_dtypes(module, dtype, device) -> list[DtypeFix]:
+    """Cast every floating parameter and buffer not in `dtype`/`device`; report what moved, per top-level sub-module."""
+    import torch
+
+    counts: dict[tuple[str, str], int] = {}
+    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, tensor in named:
+            if not torch.is_floating_point(tensor):
+                continue
+            if tensor.dtype == dtype and tensor.device == device:
+                continue
+            found = f"{str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
+            owner = ".".join(name.split(".")[:3])
+            counts[(owner, found)] = counts.get((owner, found), 0) + 1
+            tensor.data = tensor.data.to(device=device, dtype=dtype)
+    target = f"{str(dtype).replace('torch.', '')} on {device}"
+    return [DtypeFix(owner, found, target, n) for (owner, found), n in sorted(counts.items())]
+
+
+@contextmanager
+def _byaldi_visible_path(model: ModelRef) -> Iterator[str]:
+    """byaldi only loads paths whose name contains "colpali" or "colqwen2"; link others under such a name."""
+    if model.family in model.path.lower():
+        yield model.path
+        return
+    with tempfile.TemporaryDirectory(prefix="lgpt-model-") as tmp:
+        link = Path(tmp) / model.family
+        os.symlink(model.path, link)
+        yield str(link)
+
+
+class ByaldiEncoder(PageEncoder):
+    """A ColPali-family model loaded with byaldi's RAGMultiModalModel.from_pretrained."""
+
+    def __init__(self, model: ModelRef, precision: Precision, batch_size: int) -> None:
+        import torch
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            from byaldi import RAGMultiModalModel
+        except ImportError as exc:  # pragma: no cover - a broken install
+            raise EnvironmentMissing(f"byaldi cannot be imported: {exc}") from exc
+
+        self.model = model
+        self.precision = precision
+        self.batch_size = batch_size
+        self.forward_calls = 0
+        self._torch_dtype = precision.torch_dtype()
+        self._device = torch.device(precision.device)
+        byaldi_device = "cuda" if precision.device == "cuda:0" else precision.device
+        with _byaldi_visible_path(model) as path:
+            rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
+        # byaldi hard-codes bfloat16 weights; the probe decides instead.
+        self.net = rag.model.model.to(device=self._device, dtype=self._torch_dtype).eval()
+        self.processor = rag.model.processor
+        self.dtype_fixes: list[DtypeFix] = audit_dtypes(self.net, self._torch_dtype, self._device)
+        self.dim = int(getattr(self.net, "dim", 128))
+
+    @property
+    def render_size(self) -> tuple[int, int] | None:
+        size = getattr(self.processor.image_processor, "size", None) or {}
+        if self.model.family == "colpali" and "height" in size and "width" in size:
+            return (int(size["width"]), int(size["height"]))
+        return None
+
+    def _forward(self, batch) -> list[np.ndarray]:
+        import torch
+
+        inputs = {}
+        for key, value in batch.items():
+            if key == "labels":  # training targets: only cost a loss computation
+                continue
+            if torch.is_floating_point(value):
+                value = value.to(self._torch_dtype)  # cast at the model boundary
+            inputs[key] = value.to(self._device)
+        autocast = torch.autocast(
+            device_type=self.precision.device_type, dtype=self._torch_dtype, enabled=self.precision.autocast
+        )
+        with torch.inference_mode(), autocast:
+            out = self.net(**inputs)
+        self.forward_calls += 1
+        mask = inputs["attention_mask"].bool().cpu()
+        out = out.float().cpu()
+        return [out[i][mask[i]].numpy() for i in range(out.shape[0])]
+
+    def encode_pages(self, images: Sequence) -> list[np.ndarray]:
+        vectors: list[np.ndarray] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = list(images[start : start + self.batch_size])
+            batch = self.processor.process_images(chunk)
+            vectors += [v.astype(np.float16) for v in self._forward(batch)]
+        return vectors
+
+    def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        vectors: list[np.ndarray] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.processor.process_queries(list(texts[start : start + self.batch_size]))
+            vectors += self._forward(batch)
+        return vectors

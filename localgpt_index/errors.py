@@ -1,0 +1,51 @@
+"""Exceptions that carry the exit code the CLI returns for them."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILURE = 1  # nothing changed
+    USAGE = 2
+    PARTIAL = 3  # committed, but some documents failed
+    ENVIRONMENT = 4  # a missing piece: model, converter, device
+
+
+class LgptError(Exception):
+    """An error with a message meant for the user, not a traceback."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(LgptError):
+    exit_code = ExitCode.USAGE
+
+
+class EnvironmentMissing(LgptError):
+    """The model, a converter or a device is not available here."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class IndexProblem(LgptError):
+    """The index is missing, damaged or incompatible."""
+
+
+class IndexBusy(LgptError):
+    """Another writer holds the index lock."""
+
+
+class DocumentError(Exception):
+    """One document failed at one stage; the build goes on without it."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"{stage}: {reason}")
+        self.stage = stage
+        self.reason = reason

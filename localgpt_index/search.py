@@ -1,0 +1,107 @@
+"""Open an index and answer queries: encode, score with exact MaxSim, rank."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .device import choose_precision, default_batch_size, detect_capabilities
+from .encode import ByaldiEncoder, PageEncoder
+from .errors import IndexProblem
+from .models import resolve_model
+from .score import maxsim
+from .store import DocumentEntry, IndexStore, Manifest, index_path
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    rank: int
+    score: float
+    path: str
+    page: int  # 1-based
+    sha256: str
+    kind: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Index:
+    """A read-only view of one committed generation of an index."""
+
+    def __init__(self, store: IndexStore, manifest: Manifest) -> None:
+        self.store = store
+        self.manifest = manifest
+        self._encoder: PageEncoder | None = None
+
+    @property
+    def documents(self) -> list[DocumentEntry]:
+        return self.manifest.documents
+
+    @property
+    def page_count(self) -> int:
+        return self.manifest.page_count
+
+    def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> PageEncoder:
+        """Load the model the index was built with; another model is refused."""
+        ref = resolve_model(model or self.manifest.model["id"])
+        if ref.fingerprint != self.manifest.model["fingerprint"]:
+            raise IndexProblem(
+                f"{self.store.root} was built with {self.manifest.model['id']} "
+                f"({self.manifest.model['fingerprint']}), not {ref.id} ({ref.fingerprint}); "
+                "its vectors cannot be compared with another model's.",
+                hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
+            )
+        caps = detect_capabilities()
+        precision = choose_precision(caps, device, dtype)
+        self._encoder = ByaldiEncoder(ref, precision, default_batch_size(precision, caps))
+        return self._encoder
+
+    def search(self, queries: str | Sequence[str], k: int = 5) -> list[list[SearchHit]]:
+        """Top-k pages for each query (all queries are encoded in one batch)."""
+        texts = [queries] if isinstance(queries, str) else list(queries)
+        encoder = self._encoder or self.load_encoder()
+        return self.search_vectors(encoder.encode_queries(texts), k, device=encoder.precision.device)
+
+    def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu") -> list[list[SearchHit]]:
+        """Rank every page for already-encoded queries; ties go to the earlier path, then the earlier page."""
+        docs = self.manifest.documents
+        if not docs or not query_vectors:
+            return [[] for _ in query_vectors]
+        score_parts, doc_parts, page_parts = [], [], []
+        by_segment: dict[str, list[int]] = {}
+        for number, doc in enumerate(docs):
+            by_segment.setdefault(doc.segment, []).append(number)
+        for segment_id, numbers in by_segment.items():
+            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
+            pages = np.concatenate([np.arange(docs[n].first_page, docs[n].first_page + docs[n].pages) for n in numbers])
+            score_parts.append(maxsim(query_vectors, vectors, offsets, pages, device=device))
+            doc_parts.append(np.repeat(numbers, [docs[n].pages for n in numbers]))
+            page_parts.append(np.concatenate([np.arange(1, docs[n].pages + 1) for n in numbers]))
+        scores = np.concatenate(score_parts, axis=1)
+        doc_of = np.concatenate(doc_parts)
+        page_of = np.concatenate(page_parts)
+        results = []
+        for row in scores:
+            order = np.lexsort((page_of, doc_of, -row))[:k]
+            results.append(
+                [
+                    SearchHit(rank, float(row[i]), docs[doc_of[i]].path, int(page_of[i]), docs[doc_of[i]].sha256, docs[doc_of[i]].kind)
+                    for rank, i in enumerate(order, 1)
+                ]
+            )
+        return results
+
+
+def open_index(index_dir: str | Path | None = None, name: str | None = None) -> Index:
+    """Open the current generation of an index (default ./.lgpt-index/default)."""
+    store = IndexStore(index_path(index_dir, name))
+    manifest = store.read_manifest()
+    if manifest is None:
+        raise IndexProblem(
+            f"no index at {store.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
+        )
+    return Index(store, manifest)

@@ -1,0 +1,312 @@
+"""The index on disk: immutable segments of vectors, and generations that name them.
+
+Layout of one index (`<index-dir>/<name>/`):
+
+    HEAD                      {"generation": N, "manifest": "gen-0000000N.json", "sha256": ...}
+    gen-0000000N.json         the manifest: model, settings, documents, segments, failures
+    segments/<id>.vectors.npy float16 (rows, dim): every page's token vectors, back to back
+    segments/<id>.offsets.npy int64 (pages + 1): page p owns rows offsets[p]:offsets[p+1]
+    pdf/<sha256>.pdf          the PDF a converted document was rendered from
+    lock                      an OS-level lock held by the one writer
+
+A commit writes new files only, then replaces HEAD with an atomic rename
+(fsync of the file before and of the directory after). Readers follow HEAD, so
+they see the old generation or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from . import __version__
+from .errors import IndexBusy, IndexProblem
+
+FORMAT = "lgpt-index/1"
+DEFAULT_INDEX_DIR = ".lgpt-index"
+DEFAULT_INDEX_NAME = "default"
+
+
+@dataclass
+class DocumentEntry:
+    path: str  # absolute source path (undecodable bytes kept as surrogate escapes)
+    sha256: str
+    size: int
+    mtime: float
+    kind: str
+    pages: int
+    segment: str
+    first_page: int  # index of its first page inside the segment
+    converter: str | None = None
+    pdf: str | None = None  # PDF inside the index, for converted documents
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class SegmentEntry:
+    id: str
+    pages: int
+    rows: int
+    dim: int
+    vectors_bytes: int
+    vectors_sha256: str
+    offsets_sha256: str
+
+
+@dataclass
+class Manifest:
+    generation: int
+    model: dict
+    settings: dict
+    documents: list[DocumentEntry] = field(default_factory=list)
+    segments: dict[str, SegmentEntry] = field(default_factory=dict)
+    failures: list[dict] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    tool_version: str = __version__
+    format: str = FORMAT
+
+    @property
+    def page_count(self) -> int:
+        return sum(d.pages for d in self.documents)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["segments"] = {k: asdict(v) for k, v in self.segments.items()}
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Manifest":
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            raise IndexProblem(f"unknown index format {data.get('format')!r} (this tool reads {FORMAT}).")
+        data["documents"] = [DocumentEntry(**d) for d in data["documents"]]
+        data["segments"] = {k: SegmentEntry(**v) for k, v in data["segments"].items()}
+        return cls(**data)
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_path(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
+    """Where an index lives: option, else $LGPT_INDEX_DIR, else ./.lgpt-index; then the name."""
+    base = Path(index_dir or os.environ.get("LGPT_INDEX_DIR") or DEFAULT_INDEX_DIR)
+    name = name or os.environ.get("LGPT_INDEX_NAME") or DEFAULT_INDEX_NAME
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        from .errors import UsageError
+
+        raise UsageError(f"index name {name!r}: use letters, digits, '-' and '_' only.")
+    return base / name
+
+
+class IndexStore:
+    """One named index on disk."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._mmaps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def segments_dir(self) -> Path:
+        return self.root / "segments"
+
+    def exists(self) -> bool:
+        return (self.root / "HEAD").exists()
+
+    # reading
+
+    def read_manifest(self) -> Manifest | None:
+        head_path = self.root / "HEAD"
+        if not head_path.exists():
+            return None
+        try:
+            head = json.loads(head_path.read_text())
+            raw = (self.root / head["manifest"]).read_bytes()
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexProblem(f"{self.root}: the index pointer or manifest is unreadable ({exc}).") from exc
+        if _sha256_bytes(raw) != head.get("sha256"):
+            raise IndexProblem(f"{self.root / head['manifest']}: checksum mismatch; the manifest is damaged.")
+        return Manifest.from_json(raw.decode())
+
+    def segment_arrays(self, segment: SegmentEntry) -> tuple[np.ndarray, np.ndarray]:
+        """The vectors (memory-mapped, float16) and offsets of a segment, checked against the manifest."""
+        if segment.id in self._mmaps:
+            return self._mmaps[segment.id]
+        vec_path = self.segments_dir / f"{segment.id}.vectors.npy"
+        off_path = self.segments_dir / f"{segment.id}.offsets.npy"
+        try:
+            offsets_raw = off_path.read_bytes()
+            if _sha256_bytes(offsets_raw) != segment.offsets_sha256:
+                raise IndexProblem(f"{off_path}: checksum mismatch; the segment offsets are damaged.")
+            offsets = np.load(off_path)
+            if vec_path.stat().st_size != segment.vectors_bytes:
+                raise IndexProblem(
+                    f"{vec_path}: {vec_path.stat().st_size} bytes, the manifest says {segment.vectors_bytes}; the file is damaged."
+                )
+            vectors = np.load(vec_path, mmap_mode="r")
+        except OSError as exc:
+            raise IndexProblem(f"segment {segment.id}: {exc.strerror or exc}.") from exc
+        except ValueError as exc:
+            raise IndexProblem(f"segment {segment.id}: unreadable array ({exc}).") from exc
+        if (
+            vectors.dtype != np.float16
+            or vectors.shape != (segment.rows, segment.dim)
+            or offsets.shape != (segment.pages + 1,)
+            or offsets[0] != 0
+            or offsets[-1] != segment.rows
+            or np.any(np.diff(offsets) <= 0)
+        ):
+            raise IndexProblem(f"segment {segment.id}: shapes do not match the manifest; the index is damaged.")
+        self._mmaps[segment.id] = (vectors, offsets)
+        return vectors, offsets
+
+    # writing (callers hold the lock)
+
+    @contextmanager
+    def lock(self, wait_s: float = 0.0) -> Iterator[None]:
+        """The single-writer lock: an OS lock, so a killed writer never leaves it behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / "lock"
+        handle = open(path, "a+")
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                try:
+                    _try_lock(handle)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise
+                    if time.monotonic() >= deadline:
+                        handle.seek(0)
+                        holder = handle.read().strip() or "another process"
+                        raise IndexBusy(
+                            f"{self.root} is being written by {holder}.",
+                            hint="Wait for it to finish, or pass --wait SECONDS.",
+                        ) from None
+                    time.sleep(0.2)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {os.uname().nodename if hasattr(os, 'uname') else 'this machine'}")
+            handle.flush()
+            yield
+        finally:
+            handle.close()  # closing releases the lock
+
+    def write_segment(self, page_vectors: list[np.ndarray]) -> SegmentEntry:
+        """Write one segment holding `page_vectors` in order; files are fsynced before this returns."""
+        self.segments_dir.mkdir(parents=True, exist_ok=True)
+        seg_id = f"seg-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        lengths = np.array([len(v) for v in page_vectors], dtype=np.int64)
+        offsets = np.zeros(len(page_vectors) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        dim = int(page_vectors[0].shape[1])
+        vec_path = self.segments_dir / f"{seg_id}.vectors.npy"
+        off_path = self.segments_dir / f"{seg_id}.offsets.npy"
+        out = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float16, shape=(int(offsets[-1]), dim))
+        for vectors, start in zip(page_vectors, offsets[:-1]):
+            out[start : start + len(vectors)] = vectors
+        out.flush()
+        del out
+        with open(vec_path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        with open(off_path, "wb") as handle:
+            np.save(handle, offsets)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _fsync_dir(self.segments_dir)
+        return SegmentEntry(
+            id=seg_id,
+            pages=len(page_vectors),
+            rows=int(offsets[-1]),
+            dim=dim,
+            vectors_bytes=vec_path.stat().st_size,
+            vectors_sha256=sha256_path(vec_path),
+            offsets_sha256=sha256_path(off_path),
+        )
+
+    def store_pdf(self, sha256: str, pdf: Path) -> str:
+        """Keep a converted PDF, named by the source's sha256; returns its path inside the index."""
+        rel = f"pdf/{sha256}.pdf"
+        target = self.root / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            shutil.copyfile(pdf, tmp)
+            os.replace(tmp, target)
+        return rel
+
+    def commit(self, manifest: Manifest) -> None:
+        """Make `manifest` the current generation, atomically, then drop what nothing names."""
+        name = f"gen-{manifest.generation:08d}.json"
+        raw = manifest.to_json().encode()
+        _write_atomic(self.root / name, raw)
+        head = {"format": FORMAT, "generation": manifest.generation, "manifest": name, "sha256": _sha256_bytes(raw)}
+        _write_atomic(self.root / "HEAD", json.dumps(head).encode())
+        self._collect_garbage(manifest, name)
+
+    def _collect_garbage(self, manifest: Manifest, current: str) -> None:
+        live_segments = {s for s in manifest.segments}
+        live_pdfs = {d.pdf for d in manifest.documents if d.pdf}
+        for path in self.root.glob("gen-*.json"):
+            if path.name != current:
+                path.unlink(missing_ok=True)
+        if self.segments_dir.exists():
+            for path in self.segments_dir.iterdir():
+                if path.name.split(".")[0] not in live_segments:
+                    path.unlink(missing_ok=True)
+        pdf_dir = self.root / "pdf"
+        if pdf_dir.exists():
+            for path in pdf_dir.iterdir():
+                if f"pdf/{path.name}" not in live_pdfs:
+                    path.unlink(missing_ok=True)
+
+
+def _try_lock(handle) -> None:
+    if os.name == "nt":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
