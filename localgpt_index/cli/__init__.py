@@ -1,0 +1,43 @@
+"""The `lgpt-index` command: a thin Click layer over the library.
+
+Each command lives in its own module and imports heavy things (torch, byaldi)
+inside its body, so `--help` answers at once.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+
+EXIT_CODES = """\b
+Exit codes:
+  0  success
+  1  failure; the index is unchanged
+  2  usage error
+  3  committed, but some documents failed
+  4  a missing piece of the environment (model, converter, device)"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
+@click.version_option(__version__, prog_name="lgpt-index")
+def main() -> None:
+    """Index folders of documents for visual retrieval with ColPali-family models.
+
+    \b
+      lgpt-index build ./docs                 index (or update the index of) a folder
+      lgpt-index query "what was Q3 revenue?" the pages that answer best
+      lgpt-index status                       what the index holds
+    """
+
+
+def _register() -> None:
+    from .build import build
+    from .query import query
+    from .status import status
+
+    for command in (build, query, status):
+        main.add_command(command)
+
+
+_register()

@@ -1,0 +1,63 @@
+"""lgpt-index build"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .options import index_options, make_terminal, model_options, output_options, print_json, report_errors
+
+
+@click.command()
+@click.argument("docs", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "-m", default=None, metavar="ID|PATH",
+              help="Hub id or local folder of a ColPali/ColQwen2 model. [default: the index's model, else vidore/colpali-v1.3]")
+@model_options
+@click.option("--batch-size", type=click.IntRange(1), default=None, help="Pages per forward pass. [default: by device]")
+@click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation.")
+@click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
+@click.option("--convert-timeout", type=float, default=120.0, show_default=True, help="Seconds one conversion may take.")
+@click.option("--commit-every", type=click.IntRange(1), default=1000, show_default=True, help="Commit after this many new pages.")
+@click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for another writer to finish.")
+@index_options
+@output_options
+@report_errors
+def build(docs, model, device, dtype, batch_size, rebuild, include, exclude, convert_timeout, commit_every, wait_s,
+          index_dir, name, as_json, quiet, verbose) -> None:
+    """Index the documents under DOCS (or bring the index up to date with it)."""
+    from ..build import BuildOptions, build_index
+    from ..store import IndexStore, index_path
+
+    terminal = make_terminal(quiet, verbose)
+    store = IndexStore(index_path(index_dir, name))
+    options = BuildOptions(
+        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, include=include,
+        exclude=exclude, convert_timeout_s=convert_timeout, commit_every_pages=commit_every, wait_s=wait_s,
+    )
+    with terminal.progress() as progress:
+        report = build_index(docs, store, options, progress=progress, log=terminal.info)
+    if as_json:
+        print_json(report.to_dict())
+    _summarise(terminal, report)
+    sys.exit(int(report.exit_code))
+
+
+def _summarise(terminal, report) -> None:
+    from ..checkpoints import is_random_checkpoint
+
+    if report.model and is_random_checkpoint(report.model["path"]):
+        terminal.warn(f"{report.model['id']} is a random-weight test checkpoint: its vectors carry no meaning.")
+    for skipped in report.skipped_files:
+        terminal.detail(f"skipped: {skipped['path']} ({skipped['reason']})")
+    if report.precision:
+        p = report.precision
+        terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {'on' if p['autocast'] else 'off'}): {p['reason']}")
+    terminal.info(
+        f"{report.indexed} indexed, {report.unchanged} unchanged, {report.reused} reused, {report.removed} removed, "
+        f"{report.failed} failed, {report.skipped} skipped; {report.pages_embedded} pages embedded, "
+        f"{report.pages_total} in the index ({report.index})"
+    )
+    for failure in report.failures:
+        terminal.error(f"{failure.path}: {failure.stage}: {failure.reason}")

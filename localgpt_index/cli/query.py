@@ -1,0 +1,64 @@
+"""lgpt-index query"""
+
+from __future__ import annotations
+
+import click
+
+from .options import index_options, make_terminal, model_options, output_options, print_json, report_errors
+
+QUERY_SCHEMA_VERSION = 1
+
+
+@click.command()
+@click.argument("text", nargs=-1, required=True)
+@click.option("-k", "top_k", type=click.IntRange(1), default=5, show_default=True, help="Pages to return per query.")
+@click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
+@model_options
+@index_options
+@output_options
+@report_errors
+def query(text, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
+    """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
+    from ..search import open_index
+
+    terminal = make_terminal(quiet, verbose)
+    index = open_index(index_dir, name)
+    encoder = index.load_encoder(model, device, dtype)
+    from ..checkpoints import is_random_checkpoint
+
+    if is_random_checkpoint(encoder.model.path):
+        terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
+    terminal.detail(f"model {index.manifest.model['id']} on {encoder.precision.device} in {encoder.precision.dtype}")
+    results = index.search(list(text), k=top_k)
+    if as_json:
+        queries = [{"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(text, results)]
+        document = {
+            "version": QUERY_SCHEMA_VERSION,
+            "index": str(index.store.root),
+            "model": index.manifest.model["id"],
+            "k": top_k,
+            "queries": queries,
+        }
+        if len(queries) == 1:
+            document.update(queries[0])
+        print_json(document)
+        return
+    _print_tables(text, results)
+
+
+def _print_tables(texts, results) -> None:
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout, highlight=False)
+    for text, hits in zip(texts, results):
+        table = Table(title=text, title_justify="left")
+        table.add_column("#", justify="right")
+        table.add_column("score", justify="right")
+        table.add_column("page", justify="right")
+        table.add_column("document", overflow="fold")
+        for hit in hits:
+            table.add_row(str(hit.rank), f"{hit.score:.3f}", str(hit.page), hit.path)
+        console.print(table)
