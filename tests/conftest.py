@@ -1,0 +1,72 @@
+"""Shared fixtures: an isolated environment, a tiny self-made ColPali, a mixed corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from docgen import make_corpus  # noqa: E402
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    """No hub, no user cache, no inherited index settings, a scratch working folder."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from localgpt_index.checkpoints import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("models") / "tiny-colpali", "tiny")
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    root = tmp_path_factory.mktemp("corpus") / "docs"
+    return root, make_corpus(root)
+
+
+def copy_tree(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target, symlinks=True)
+    return target
+
+
+def load_schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def validate(document: dict, schema_name: str) -> None:
+    import jsonschema
+
+    jsonschema.validate(document, load_schema(schema_name))
+
+
+def poppler_page_count(pdf: Path) -> int:
+    out = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
+    return int(next(line.split()[-1] for line in out.splitlines() if line.startswith("Pages:")))
+
+
+def run_cli(*args: str, env: dict | None = None):
+    """Run the real CLI in-process; stdout and stderr kept apart."""
+    from click.testing import CliRunner
+
+    from localgpt_index.cli import main
+
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return result

@@ -1,0 +1,92 @@
+"""Make real documents of every supported kind, for tests and the bundled examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def make_pdf(path: Path, pages: list[str]) -> Path:
+    from reportlab.lib.pagesizes import letter
+    from reportlab.pdfgen import canvas
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    c = canvas.Canvas(str(path), pagesize=letter)
+    for i, text in enumerate(pages, 1):
+        c.setFont("Helvetica-Bold", 28)
+        c.drawString(72, 700, text)
+        c.setFont("Helvetica", 12)
+        for line in range(20):
+            c.drawString(72, 650 - 18 * line, f"Page {i}, line {line + 1}: {text.lower()} details and figures.")
+        c.rect(72, 120, 200 + 30 * i, 60, fill=1)
+        c.showPage()
+    c.save()
+    return path
+
+
+def make_docx(path: Path, paragraphs: list[str], page_breaks: int = 0) -> Path:
+    import docx
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = docx.Document()
+    document.add_heading(paragraphs[0], 0)
+    for text in paragraphs[1:]:
+        document.add_paragraph(text)
+    for i in range(page_breaks):
+        document.add_page_break()
+        document.add_paragraph(f"Continued on page {i + 2}.")
+    document.save(str(path))
+    return path
+
+
+def make_pptx(path: Path, titles: list[str]) -> Path:
+    from pptx import Presentation
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deck = Presentation()
+    for title in titles:
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = f"Key points about {title.lower()}"
+    deck.save(str(path))
+    return path
+
+
+def make_xlsx(path: Path, rows: list[tuple]) -> Path:
+    from openpyxl import Workbook
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    book = Workbook()
+    sheet = book.active
+    sheet.title = "Revenue"
+    for row in rows:
+        sheet.append(list(row))
+    book.save(str(path))
+    return path
+
+
+def make_png(path: Path, text: str, size: tuple[int, int] = (640, 480)) -> Path:
+    from PIL import Image, ImageDraw
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((20, 20, size[0] - 20, 120), fill=(30, 90, 200))
+    draw.text((40, 60), text, fill="white")
+    draw.ellipse((200, 200, 400, 400), outline="black", width=6)
+    image.save(path)
+    return path
+
+
+def make_corpus(root: Path) -> dict[str, Path]:
+    """A small mixed folder with nested sub-folders; returns the files by role."""
+    files = {
+        "pdf": make_pdf(root / "reports" / "annual-report.pdf", ["Annual report 2024", "Revenue by quarter", "Outlook"]),
+        "docx": make_docx(root / "reports" / "memo.docx", ["Quarterly memo", "Q3 revenue grew 12 percent.", "Costs were flat."], page_breaks=1),
+        "pptx": make_pptx(root / "slides" / "deck.pptx", ["Market overview", "Customers", "Next steps"]),
+        "xlsx": make_xlsx(root / "data" / "numbers" / "revenue.xlsx", [("Quarter", "Revenue"), ("Q1", 100), ("Q2", 120), ("Q3", 134), ("Q4", 150)]),
+        "md": root / "notes" / "readme.md",
+        "png": make_png(root / "scans" / "receipt.png", "Invoice total: 42.00"),
+    }
+    files["md"].parent.mkdir(parents=True, exist_ok=True)
+    files["md"].write_text("# Meeting notes\n\n- revenue review\n- hiring plan\n\n| item | owner |\n|---|---|\n| budget | ana |\n")
+    return files

@@ -1,0 +1,69 @@
+"""Start-up cost, offline behaviour, missing converters: the CLI's contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import copy_tree, run_cli
+
+
+def test_help_does_not_import_torch_or_byaldi():
+    code = (
+        "import sys; from click.testing import CliRunner; from localgpt_index.cli import main;"
+        "r = CliRunner().invoke(main, ['build', '--help']); assert r.exit_code == 0, r.output;"
+        "r = CliRunner().invoke(main, ['query', '--help']); assert r.exit_code == 0, r.output;"
+        "heavy = [m for m in ('torch', 'byaldi', 'transformers', 'numpy') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_help_lists_exit_codes():
+    result = run_cli("--help")
+    assert "Exit codes" in result.stdout and "4  a missing piece" in result.stdout
+
+
+def test_offline_model_missing_is_exit_4_with_instructions(corpus, tmp_path):
+    root, _ = corpus
+    result = run_cli("build", str(root), "--index-dir", str(tmp_path / "idx"))
+    assert result.exit_code == 4
+    assert "vidore/colpali-v1.3" in result.stderr and "hf download vidore/colpali-v1.3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "idx" / "default" / "HEAD").exists()
+
+
+def test_query_without_index_fails_clearly(tmp_path):
+    result = run_cli("query", "anything", "--index-dir", str(tmp_path / "none"))
+    assert result.exit_code == 1 and "no index at" in result.stderr
+
+
+def test_impossible_device_is_refused(corpus, tiny_model, tmp_path):
+    root, _ = corpus
+    result = run_cli("build", str(root), "--model", str(tiny_model), "--device", "cuda:3", "--index-dir", str(tmp_path / "i"))
+    assert result.exit_code == 4 and "cuda:3" in result.stderr
+
+
+def test_no_libreoffice_names_what_to_install_and_indexes_the_rest(corpus, tiny_model, tmp_path):
+    """PATH holds poppler but no LibreOffice: office files fail with exit 4, PDFs and images are indexed."""
+    root, _ = corpus
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("pdftoppm", "pdfinfo"):
+        os.symlink(f"/usr/bin/{tool}", bin_dir / tool)
+    docs = copy_tree(root, tmp_path / "docs")
+    result = run_cli(
+        "build", str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "idx"), "--json",
+        env={"PATH": str(bin_dir)},
+    )
+    assert result.exit_code == 4, result.stderr
+    report = json.loads(result.stdout)
+    assert report["indexed"] == 2  # the PDF and the PNG
+    failed = {Path(f["path"]).name: f for f in report["failures"]}
+    assert set(failed) == {"memo.docx", "deck.pptx", "revenue.xlsx", "readme.md"}
+    assert all(f["stage"] == "convert" and "LibreOffice" in f["reason"] and f["environment"] for f in failed.values())
+    assert "memo.docx" in result.stderr and "apt-get install libreoffice" in result.stderr

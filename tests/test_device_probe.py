@@ -1,0 +1,79 @@
+"""The precision policy, row by row, on simulated hardware."""
+
+from __future__ import annotations
+
+import pytest
+
+from localgpt_index.device import Capabilities, CudaDevice, choose_precision, default_batch_size
+from localgpt_index.errors import EnvironmentMissing, UsageError
+
+GIB = 2**30
+T4 = CudaDevice(0, "Tesla T4", (7, 5), 16 * GIB)
+A100 = CudaDevice(0, "NVIDIA A100", (8, 0), 80 * GIB)
+H100 = CudaDevice(0, "NVIDIA H100", (9, 0), 80 * GIB)
+
+
+@pytest.mark.parametrize(
+    "caps, device, dtype, autocast",
+    [
+        (Capabilities(cuda=(T4,)), "cuda:0", "float16", True),
+        (Capabilities(cuda=(A100,)), "cuda:0", "bfloat16", True),
+        (Capabilities(cuda=(H100,)), "cuda:0", "bfloat16", True),
+        (Capabilities(mps=True), "mps", "float16", True),
+        (Capabilities(), "cpu", "float32", False),
+    ],
+    ids=["T4-7.5", "A100-8.0", "H100-9.0", "MPS", "CPU"],
+)
+def test_auto_policy(caps, device, dtype, autocast):
+    precision = choose_precision(caps)
+    assert (precision.device, precision.dtype, precision.autocast) == (device, dtype, autocast)
+    assert precision.reason
+
+
+def test_t4_never_gets_bfloat16_even_though_torch_says_it_is_supported(monkeypatch):
+    import torch
+
+    # On a T4 torch.cuda.is_bf16_supported() is True through emulation; the probe must not ask it.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    precision = choose_precision(Capabilities(cuda=(T4,)))
+    assert precision.dtype == "float16"
+    assert "no native bfloat16" in precision.reason
+
+
+def test_user_override_of_bfloat16_on_t4_warns():
+    precision = choose_precision(Capabilities(cuda=(T4,)), dtype="bfloat16")
+    assert precision.dtype == "bfloat16" and precision.autocast
+    assert any("emulated" in w for w in precision.warnings)
+
+
+def test_cpu_dtype_override_turns_autocast_on():
+    precision = choose_precision(Capabilities(cuda=(H100,)), device="cpu", dtype="bfloat16")
+    assert (precision.device, precision.dtype, precision.autocast) == ("cpu", "bfloat16", True)
+
+
+@pytest.mark.parametrize(
+    "caps, device, error",
+    [
+        (Capabilities(), "cuda", EnvironmentMissing),
+        (Capabilities(cuda=(T4,)), "cuda:1", EnvironmentMissing),
+        (Capabilities(), "mps", EnvironmentMissing),
+        (Capabilities(), "tpu", UsageError),
+        (Capabilities(cuda=(T4,)), "cuda:x", UsageError),
+    ],
+)
+def test_impossible_devices_are_refused(caps, device, error):
+    with pytest.raises(error) as info:
+        choose_precision(caps, device=device)
+    assert device in info.value.message
+
+
+def test_unknown_dtype_is_a_usage_error():
+    with pytest.raises(UsageError):
+        choose_precision(Capabilities(), dtype="int8")
+
+
+def test_batch_size_scales_with_gpu_memory():
+    small = CudaDevice(0, "small", (8, 6), 8 * GIB)
+    assert default_batch_size(choose_precision(Capabilities(cuda=(small,))), Capabilities(cuda=(small,))) == 4
+    assert default_batch_size(choose_precision(Capabilities(cuda=(H100,))), Capabilities(cuda=(H100,))) == 40
+    assert default_batch_size(choose_precision(Capabilities()), Capabilities()) == 4

@@ -1,0 +1,90 @@
+"""The byaldi loading path and the autocast context, observed inside the forward pass."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+
+from localgpt_index.device import Capabilities, choose_precision
+from localgpt_index.encode import ByaldiEncoder
+from localgpt_index.models import resolve_model
+
+
+def _encoder(model_dir, dtype: str, batch_size: int = 3) -> ByaldiEncoder:
+    precision = choose_precision(Capabilities(), device="cpu", dtype=dtype)
+    return ByaldiEncoder(resolve_model(str(model_dir)), precision, batch_size)
+
+
+def _observe_autocast(encoder: ByaldiEncoder) -> list[tuple[bool, object, object]]:
+    import torch
+
+    seen = []
+
+    def hook(module, args, kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), kwargs["pixel_values"].dtype
+                     if "pixel_values" in kwargs else None))
+
+    encoder.net.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+@pytest.mark.parametrize("dtype, autocast", [("bfloat16", True), ("float32", False)])
+def test_autocast_is_entered_with_the_probed_dtype(tiny_model, dtype, autocast):
+    import torch
+
+    encoder = _encoder(tiny_model, dtype)
+    seen = _observe_autocast(encoder)
+    pages = [Image.new("RGB", (80, 100), c) for c in ("white", "black", "red", "blue", "green")]
+    vectors = encoder.encode_pages(pages)
+
+    assert encoder.forward_calls == 2  # batch size 3: two forward passes, not five
+    assert len(seen) == 2
+    for enabled, autocast_dtype, pixel_dtype in seen:
+        assert enabled is autocast
+        if autocast:
+            assert autocast_dtype == getattr(torch, dtype)
+        assert pixel_dtype == getattr(torch, dtype)  # inputs cast at the model boundary
+    assert {p.dtype for p in encoder.net.parameters()} == {getattr(torch, dtype)}
+    assert len(vectors) == 5 and all(v.dtype.name == "float16" and v.shape == (29, 128) for v in vectors)
+
+
+def test_loaded_through_byaldi_with_colpali_engine_classes(tiny_model, monkeypatch):
+    import byaldi
+    from colpali_engine.models import ColPali, ColPaliProcessor
+
+    calls = []
+    original = byaldi.RAGMultiModalModel.from_pretrained.__func__
+
+    def spy(cls, path, **kwargs):
+        calls.append((path, kwargs))
+        return original(cls, path, **kwargs)
+
+    monkeypatch.setattr(byaldi.RAGMultiModalModel, "from_pretrained", classmethod(spy))
+    encoder = _encoder(tiny_model, "float32")
+    assert calls and calls[0][1]["device"] == "cpu"
+    assert isinstance(encoder.net, ColPali) and isinstance(encoder.processor, ColPaliProcessor)
+    assert encoder.render_size == (56, 56)
+
+
+def test_folder_without_colpali_in_its_name_still_loads(tiny_model, tmp_path):
+    import shutil
+
+    plain = shutil.copytree(tiny_model, tmp_path / "my-model")
+    encoder = _encoder(plain, "float32")
+    query = encoder.encode_queries(["what was q3 revenue?"])[0]
+    assert query.shape[1] == 128
+    assert abs(float((query[0] ** 2).sum()) - 1.0) < 1e-3  # unit-norm rows
+
+
+def test_query_vectors_match_byaldi_encode_query(tiny_model):
+    """Our query path gives byaldi's own vectors (same model, float32)."""
+    import numpy as np
+    import torch
+    from byaldi import RAGMultiModalModel
+
+    encoder = _encoder(tiny_model, "float32")
+    rag = RAGMultiModalModel.from_pretrained(str(tiny_model), device="cpu", verbose=0)
+    rag.model.model = rag.model.model.to(torch.float32)
+    theirs = rag.model.encode_query("quarterly revenue").float().numpy()[0]
+    ours = encoder.encode_queries(["quarterly revenue"])[0]
+    np.testing.assert_allclose(ours, theirs[: len(ours)], atol=1e-5)
