@@ -8,13 +8,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from .convert import ConverterSet, MissingConverter
 from .device import choose_precision, default_batch_size, detect_capabilities
 from .discover import IMAGE, MARKDOWN, OFFICE, SourceFile, discover
 from .encode import ByaldiEncoder, PageEncoder
 from .errors import DocumentError, ExitCode, IndexProblem
+from .failpoints import failpoint
 from .models import DEFAULT_MODEL, ModelRef, resolve_model
 from .render import image_file_pages, iter_pdf_pages
 from .store import DocumentEntry, IndexStore, Manifest
@@ -218,22 +217,23 @@ class _Pipeline:
             }
         model_info = {**model.to_dict(), "dim": settings.get("dim")}
 
-        def commit(done: list[tuple[SourceFile, list[np.ndarray], str | None, str | None]]) -> None:
+        def commit(done: list[_DocState]) -> None:
             nonlocal generation
             started = time.perf_counter()
             if done:
-                segment = self.store.write_segment([v for _, vectors, _, _ in done for v in vectors])
+                segment = self.store.write_segment([v for state in done for v in state.vectors])
                 segments[segment.id] = segment
                 first = 0
-                for source, vectors, converter, pdf in done:
+                for state in done:
+                    source = state.source
                     documents.append(
                         DocumentEntry(
                             path=str(source.path), sha256=source.sha256, size=source.size, mtime=source.mtime,
-                            kind=source.kind, pages=len(vectors), segment=segment.id, first_page=first,
-                            converter=converter, pdf=pdf,
+                            kind=source.kind, pages=len(state.vectors), segment=segment.id, first_page=first,
+                            converter=state.converter, pdf=state.pdf_rel, pdf_sha256=state.pdf_sha256,
                         )
                     )
-                    first += len(vectors)
+                    first += len(state.vectors)
             live = {d.segment for d in documents}
             manifest = Manifest(
                 generation=generation,
@@ -302,6 +302,7 @@ class _Pipeline:
             buffer.clear()
             for number, vector in zip(owners, vectors):
                 states[number].vectors.append(vector)
+            failpoint("encode")
             if progress:
                 progress.advance("pages", len(owners))
 
@@ -310,15 +311,17 @@ class _Pipeline:
             for number in [n for n, st in states.items() if st.complete]:
                 state = states.pop(number)
                 if state.converter:
-                    state.pdf_rel = self.store.store_pdf(state.source.sha256, state.pdf)
-                done.append((state.source, state.vectors, state.converter, state.pdf_rel))
+                    state.pdf_rel, state.pdf_sha256 = self.store.store_pdf(state.source.sha256, state.pdf)
+                done.append(state)
                 pending_pages += len(state.vectors)
                 self.report.indexed += 1
                 self.report.pages_embedded += len(state.vectors)
                 if progress:
                     progress.advance("documents")
-            due = pending_pages >= self.options.commit_every_pages or (
-                done and time.monotonic() - last_commit >= self.options.commit_every_s
+            # A rebuild commits once, at the end: the old generation answers until then.
+            due = not self.options.rebuild and (
+                pending_pages >= self.options.commit_every_pages
+                or (done and time.monotonic() - last_commit >= self.options.commit_every_s)
             )
             if due:
                 commit(done)
@@ -375,6 +378,7 @@ class _DocState:
     converter: str | None = None
     pdf: Path | None = None
     pdf_rel: str | None = None
+    pdf_sha256: str | None = None
 
     @property
     def complete(self) -> bool:

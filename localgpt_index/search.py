@@ -13,7 +13,7 @@ from .encode import ByaldiEncoder, PageEncoder
 from .errors import IndexProblem
 from .models import resolve_model
 from .score import maxsim
-from .store import DocumentEntry, IndexStore, Manifest, index_path
+from .store import DocumentEntry, IndexStore, Manifest, MissingIndexFile, index_path
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,25 @@ class Index:
 
 
 def open_index(index_dir: str | Path | None = None, name: str | None = None) -> Index:
-    """Open the current generation of an index (default ./.lgpt-index/default)."""
-    store = IndexStore(index_path(index_dir, name))
-    manifest = store.read_manifest()
-    if manifest is None:
-        raise IndexProblem(
-            f"no index at {store.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
-        )
-    return Index(store, manifest)
+    """Open the current generation of an index (default ./.lgpt-index/default).
+
+    Every segment is checked (sizes, offsets, checksums) here, so a damaged
+    index fails now with a clear message instead of answering wrongly later.
+    """
+    root = index_path(index_dir, name)
+    for attempt in range(3):
+        store = IndexStore(root)
+        manifest = store.read_manifest()
+        if manifest is None:
+            raise IndexProblem(
+                f"no index at {store.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
+            )
+        try:
+            for segment in manifest.segments.values():
+                store.segment_arrays(segment)
+        except MissingIndexFile:
+            if attempt == 2:
+                raise
+            continue  # a writer committed and collected meanwhile: follow the new HEAD
+        return Index(store, manifest)
+    raise AssertionError("unreachable")

@@ -32,8 +32,14 @@ import numpy as np
 
 from . import __version__
 from .errors import IndexBusy, IndexProblem
+from .failpoints import failpoint
+
+
+class MissingIndexFile(IndexProblem):
+    """A file the manifest names is gone (damage, or a writer collected it under a slow reader)."""
 
 FORMAT = "lgpt-index/1"
+CRC_BLOCK = 64 << 20
 DEFAULT_INDEX_DIR = ".lgpt-index"
 DEFAULT_INDEX_NAME = "default"
 
@@ -50,6 +56,7 @@ class DocumentEntry:
     first_page: int  # index of its first page inside the segment
     converter: str | None = None
     pdf: str | None = None  # PDF inside the index, for converted documents
+    pdf_sha256: str | None = None
     metadata: dict = field(default_factory=dict)
 
 
@@ -62,6 +69,7 @@ class SegmentEntry:
     vectors_bytes: int
     vectors_sha256: str
     offsets_sha256: str
+    vectors_crc32: list[int] = field(default_factory=list)  # one per CRC_BLOCK bytes, checked on open
 
 
 @dataclass
@@ -127,6 +135,22 @@ def sha256_path(path: Path) -> str:
     return digest.hexdigest()
 
 
+def crc32_blocks(path: Path) -> list[int]:
+    """CRC-32 of each CRC_BLOCK-byte block, computed in threads (zlib releases the GIL)."""
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = path.stat().st_size
+
+    def one(start: int) -> int:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            return zlib.crc32(handle.read(CRC_BLOCK))
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, range(0, max(size, 1), CRC_BLOCK)))
+
+
 def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
     """Where an index lives: option, else $LGPT_INDEX_DIR, else ./.lgpt-index; then the name."""
     base = Path(index_dir or os.environ.get("LGPT_INDEX_DIR") or DEFAULT_INDEX_DIR)
@@ -182,7 +206,11 @@ class IndexStore:
                 raise IndexProblem(
                     f"{vec_path}: {vec_path.stat().st_size} bytes, the manifest says {segment.vectors_bytes}; the file is damaged."
                 )
+            if segment.vectors_crc32 and crc32_blocks(vec_path) != segment.vectors_crc32:
+                raise IndexProblem(f"{vec_path}: checksum mismatch; the vectors are damaged.")
             vectors = np.load(vec_path, mmap_mode="r")
+        except FileNotFoundError as exc:
+            raise MissingIndexFile(f"segment {segment.id}: {exc.filename} is missing.") from exc
         except OSError as exc:
             raise IndexProblem(f"segment {segment.id}: {exc.strerror or exc}.") from exc
         except ValueError as exc:
@@ -198,6 +226,38 @@ class IndexStore:
             raise IndexProblem(f"segment {segment.id}: shapes do not match the manifest; the index is damaged.")
         self._mmaps[segment.id] = (vectors, offsets)
         return vectors, offsets
+
+    def verify(self) -> list[str]:
+        """Check everything against the manifest, full checksums included; returns the problems found."""
+        try:
+            manifest = self.read_manifest()
+        except IndexProblem as exc:
+            return [exc.message]
+        if manifest is None:
+            return [f"no index at {self.root}."]
+        problems: list[str] = []
+        for segment in manifest.segments.values():
+            try:
+                self.segment_arrays(segment)
+            except IndexProblem as exc:
+                problems.append(exc.message)
+                continue
+            vec_path = self.segments_dir / f"{segment.id}.vectors.npy"
+            if sha256_path(vec_path) != segment.vectors_sha256:
+                problems.append(f"{vec_path}: sha256 mismatch; the vectors are damaged.")
+        for doc in manifest.documents:
+            segment = manifest.segments.get(doc.segment)
+            if segment is None:
+                problems.append(f"{doc.path}: its segment {doc.segment} is not in the manifest.")
+            elif doc.pages < 1 or doc.first_page < 0 or doc.first_page + doc.pages > segment.pages:
+                problems.append(f"{doc.path}: pages {doc.first_page}..{doc.first_page + doc.pages} lie outside segment {doc.segment}.")
+            if doc.pdf:
+                pdf = self.root / doc.pdf
+                if not pdf.exists():
+                    problems.append(f"{pdf}: missing (the converted PDF of {doc.path}).")
+                elif doc.pdf_sha256 and sha256_path(pdf) != doc.pdf_sha256:
+                    problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
+        return problems
 
     # writing (callers hold the lock)
 
@@ -243,8 +303,11 @@ class IndexStore:
         vec_path = self.segments_dir / f"{seg_id}.vectors.npy"
         off_path = self.segments_dir / f"{seg_id}.offsets.npy"
         out = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float16, shape=(int(offsets[-1]), dim))
-        for vectors, start in zip(page_vectors, offsets[:-1]):
+        for number, (vectors, start) in enumerate(zip(page_vectors, offsets[:-1])):
             out[start : start + len(vectors)] = vectors
+            if number == len(page_vectors) // 2:
+                out.flush()
+                failpoint("write-vectors")
         out.flush()
         del out
         with open(vec_path, "rb+") as handle:
@@ -262,43 +325,55 @@ class IndexStore:
             vectors_bytes=vec_path.stat().st_size,
             vectors_sha256=sha256_path(vec_path),
             offsets_sha256=sha256_path(off_path),
+            vectors_crc32=crc32_blocks(vec_path),
         )
 
-    def store_pdf(self, sha256: str, pdf: Path) -> str:
-        """Keep a converted PDF, named by the source's sha256; returns its path inside the index."""
+    def store_pdf(self, sha256: str, pdf: Path) -> tuple[str, str]:
+        """Keep a converted PDF, named by the source's sha256; returns its path inside the index and its own sha256."""
         rel = f"pdf/{sha256}.pdf"
         target = self.root / rel
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp")
-            shutil.copyfile(pdf, tmp)
-            os.replace(tmp, target)
-        return rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        shutil.copyfile(pdf, tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        return rel, sha256_path(target)
 
     def commit(self, manifest: Manifest) -> None:
-        """Make `manifest` the current generation, atomically, then drop what nothing names."""
+        """Make `manifest` the current generation, atomically, then drop what nothing names.
+
+        The previous generation's files are kept one more commit, so a reader that
+        read the old HEAD a moment ago can still open what it names.
+        """
+        try:
+            previous = self.read_manifest()
+        except IndexProblem:
+            previous = None
         name = f"gen-{manifest.generation:08d}.json"
         raw = manifest.to_json().encode()
         _write_atomic(self.root / name, raw)
+        failpoint("before-head")
         head = {"format": FORMAT, "generation": manifest.generation, "manifest": name, "sha256": _sha256_bytes(raw)}
         _write_atomic(self.root / "HEAD", json.dumps(head).encode())
-        self._collect_garbage(manifest, name)
+        failpoint("after-head")
+        self._collect_garbage([m for m in (manifest, previous) if m is not None])
 
-    def _collect_garbage(self, manifest: Manifest, current: str) -> None:
-        live_segments = {s for s in manifest.segments}
-        live_pdfs = {d.pdf for d in manifest.documents if d.pdf}
-        for path in self.root.glob("gen-*.json"):
-            if path.name != current:
+    def _collect_garbage(self, keep: list[Manifest]) -> None:
+        live_manifests = {f"gen-{m.generation:08d}.json" for m in keep}
+        live_segments = {s for m in keep for s in m.segments}
+        live_pdfs = {d.pdf.split("/")[-1] for m in keep for d in m.documents if d.pdf}
+        for path in self.root.iterdir():
+            if path.is_file() and (
+                (path.name.startswith("gen-") and path.name not in live_manifests) or path.name.endswith(".tmp")
+            ):
                 path.unlink(missing_ok=True)
-        if self.segments_dir.exists():
-            for path in self.segments_dir.iterdir():
-                if path.name.split(".")[0] not in live_segments:
-                    path.unlink(missing_ok=True)
-        pdf_dir = self.root / "pdf"
-        if pdf_dir.exists():
-            for path in pdf_dir.iterdir():
-                if f"pdf/{path.name}" not in live_pdfs:
-                    path.unlink(missing_ok=True)
+        for folder, live in ((self.segments_dir, live_segments), (self.root / "pdf", live_pdfs)):
+            if folder.exists():
+                for path in folder.iterdir():
+                    key = path.name.split(".")[0] if folder == self.segments_dir else path.name
+                    if key not in live:
+                        path.unlink(missing_ok=True)
 
 
 def _try_lock(handle) -> None:
