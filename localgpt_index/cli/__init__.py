@@ -28,15 +28,19 @@ def main() -> None:
       lgpt-index build ./docs                 index (or update the index of) a folder
       lgpt-index query "what was Q3 revenue?" the pages that answer best
       lgpt-index status                       what the index holds
+      lgpt-index remove PATH...               drop documents from the index
+      lgpt-index verify                       check the index, every checksum
     """
 
 
 def _register() -> None:
     from .build import build
     from .query import query
+    from .remove import remove
     from .status import status
+    from .verify import verify
 
-    for command in (build, query, status):
+    for command in (build, query, status, remove, verify):
         main.add_command(command)
 
 
