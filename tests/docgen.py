@@ -10,7 +10,7 @@ def make_pdf(path: Path, pages: list[str]) -> Path:
     from reportlab.pdfgen import canvas
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    c = canvas.Canvas(str(path), pagesize=letter)
+    c = canvas.Canvas(str(path), pagesize=letter, invariant=1)  # same bytes every time
     for i, text in enumerate(pages, 1):
         c.setFont("Helvetica-Bold", 28)
         c.drawString(72, 700, text)

@@ -1,0 +1,254 @@
+"""Atomic commits under kill -9, incremental and resumable builds, locking, removal, corruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from docgen import make_pdf, make_png
+
+QUERIES = ["quarterly revenue", "invoice total", "market outlook"]
+
+
+def _make_docs(folder: Path, names: list[str], start: int = 0) -> list[Path]:
+    made = []
+    for i, name in enumerate(names, start):
+        if name.endswith(".png"):
+            made.append(make_png(folder / name, f"Image {name}", size=(300 + 20 * i, 400)))
+        else:
+            made.append(make_pdf(folder / name, [f"{name} page {p}" for p in range(1, 2 + i % 3)]))
+    return made
+
+
+BASE = ["a-report.pdf", "b-scan.png", "c-notes.pdf"]
+EXTRA = ["d-deck.pdf", "e-photo.png", "f-summary.pdf", "g-appendix.pdf"]
+
+
+def _cli(*args: str, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True, env=full_env, timeout=300, **popen
+    )
+
+
+def _results(index_dir: Path) -> list:
+    out = run_cli("query", *QUERIES, "-k", "20", "--index-dir", str(index_dir), "--json")
+    assert out.exit_code == 0, out.stderr
+    return [[(h["path"], h["page"], round(h["score"], 4)) for h in q["results"]] for q in json.loads(out.stdout)["queries"]]
+
+
+def _verify_ok(index_dir: Path) -> None:
+    out = run_cli("verify", "--index-dir", str(index_dir), "--json")
+    assert out.exit_code == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["ok"] is True
+
+
+@pytest.fixture(scope="module")
+def scenario(tiny_model, tmp_path_factory):
+    """A folder indexed with BASE (generation 1), EXTRA then added; reference results for both states."""
+    work = tmp_path_factory.mktemp("trust")
+    docs = work / "docs"
+    _make_docs(docs, BASE)
+    base_index = work / "base-index"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    args = ["--model", str(tiny_model), "--batch-size", "1"]
+    assert run_cli("build", str(docs), *args, "--index-dir", str(base_index)).exit_code == 0
+    before = _results(base_index)
+    _make_docs(docs, EXTRA, start=len(BASE))
+    full_index = work / "full-index"
+    assert run_cli("build", str(docs), *args, "--index-dir", str(full_index)).exit_code == 0
+    after = _results(full_index)
+    assert before != after
+    return {"work": work, "docs": docs, "base_index": base_index, "before": before, "after": after, "args": args}
+
+
+def _fresh_copy(scenario, tmp_path) -> Path:
+    index_dir = tmp_path / "index"
+    shutil.copytree(scenario["base_index"], index_dir)
+    return index_dir
+
+
+@pytest.mark.parametrize("point", ["write-vectors", "before-head"])
+def test_kill_before_the_switch_leaves_the_old_generation(scenario, tmp_path, point):
+    index_dir = _fresh_copy(scenario, tmp_path)
+    killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir),
+                  env={"LGPT_FAILPOINT": point})
+    assert killed.returncode == -9, killed.stderr
+    _verify_ok(index_dir)
+    assert _results(index_dir) == scenario["before"]
+    # the next build cleans up the orphans and finishes the job
+    assert run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1").exit_code == 0
+    assert _results(index_dir) == scenario["after"]
+    segments = {p.name.split(".")[0] for p in (index_dir / "default" / "segments").iterdir()}
+    manifests = sorted(p.name for p in (index_dir / "default").glob("gen-*.json"))
+    assert len(manifests) == 2 and len(segments) == 2  # current and previous generation only
+
+
+def test_kill_right_after_the_switch_is_the_new_generation(scenario, tmp_path):
+    index_dir = _fresh_copy(scenario, tmp_path)
+    killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir),
+                  env={"LGPT_FAILPOINT": "after-head"})
+    assert killed.returncode == -9
+    _verify_ok(index_dir)
+    assert _results(index_dir) == scenario["after"]
+    again = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--json")
+    assert json.loads(again.stdout)["model_calls"] == 0
+
+
+def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
+    index_dir = _fresh_copy(scenario, tmp_path)
+    killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--commit-every", "1", "--index-dir",
+                  str(index_dir), env={"LGPT_FAILPOINT": "encode:5"})
+    assert killed.returncode == -9
+    _verify_ok(index_dir)
+    status = json.loads(run_cli("status", "--index-dir", str(index_dir), "--json").stdout)
+    committed_extra = status["documents"] - len(BASE)
+    assert 1 <= committed_extra < len(EXTRA)  # some batches committed, not all
+    resumed = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1", "--json")
+    report = json.loads(resumed.stdout)
+    assert report["unchanged"] == len(BASE) + committed_extra
+    assert report["indexed"] == len(EXTRA) - committed_extra
+    assert report["pages_embedded"] == report["model_calls"] == report["pages_total"] - status["pages"]
+    assert _results(index_dir) == scenario["after"]
+
+
+def test_incremental_change_delete_rename(tiny_model, tmp_path):
+    docs = tmp_path / "docs"
+    files = _make_docs(docs, BASE + EXTRA)
+    common = ["--index-dir", str(tmp_path / "idx"), "--json"]
+    first = json.loads(run_cli("build", str(docs), "--model", str(tiny_model), *common).stdout)
+    assert first["indexed"] == 7
+
+    make_pdf(files[0], ["a changed report", "with", "three pages"])  # new bytes
+    files[1].unlink()  # deleted
+    files[2].rename(docs / "c-renamed.pdf")  # same bytes, new name
+    report = json.loads(run_cli("build", str(docs), *common).stdout)
+    assert (report["indexed"], report["removed"], report["reused"]) == (1, 3, 1)  # removed: changed, deleted, renamed
+    assert report["pages_embedded"] == 3 and report["model_calls"] >= 1
+    paths = {Path(d["path"]).name for d in _catalog(tmp_path / "idx")}
+    assert "b-scan.png" not in paths and "c-renamed.pdf" in paths and "c-notes.pdf" not in paths
+    assert report["pages_total"] == sum(d["pages"] for d in _catalog(tmp_path / "idx"))
+
+    results = run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json")
+    hits = json.loads(results.stdout)["results"]
+    assert not any(h["path"].endswith(("b-scan.png", "c-notes.pdf")) for h in hits)
+    assert sum(h["path"].endswith("a-report.pdf") for h in hits) == 3
+
+
+def _catalog(index_dir: Path) -> list[dict]:
+    from localgpt_index.search import open_index
+
+    return [vars(d) for d in open_index(index_dir).documents]
+
+
+def test_rebuild_keeps_the_old_generation_until_it_commits(scenario, tmp_path):
+    index_dir = _fresh_copy(scenario, tmp_path)
+    killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
+                  "--index-dir", str(index_dir), env={"LGPT_FAILPOINT": "encode:6"})
+    assert killed.returncode == -9
+    assert _results(index_dir) == scenario["before"]  # no partial commit of a rebuild
+    report = json.loads(run_cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
+                                "--index-dir", str(index_dir), "--json").stdout)
+    assert report["indexed"] == len(BASE + EXTRA) and report["generation"] == 2
+    assert _results(index_dir) == scenario["after"]
+
+
+def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
+    index_dir = _fresh_copy(scenario, tmp_path)
+    args = ["build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir)]
+    procs = [subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = sorted((p.wait(timeout=300), p.stderr.read()) for p in procs)
+    assert [code for code, _ in outcomes] == [0, 1], outcomes
+    assert "is being written by pid" in outcomes[1][1]
+    assert _results(index_dir) == scenario["after"]
+
+
+def test_lock_wait_and_stale_lock(scenario, tmp_path):
+    from localgpt_index.store import IndexStore
+
+    index_dir = _fresh_copy(scenario, tmp_path)
+    store = IndexStore(index_dir / "default")
+    with store.lock():
+        busy = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir))
+        assert busy.exit_code == 1 and f"pid {os.getpid()}" in busy.stderr and "--wait" in busy.stderr
+        # queries never block on a writer
+        assert _results(index_dir) == scenario["before"]
+    # a writer killed while holding the lock leaves nothing that blocks
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time; from localgpt_index.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
+        "cm = s.lock(); cm.__enter__(); print('locked', flush=True); time.sleep(60)") % store.root],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    releaser = threading.Timer(1.5, holder.kill)
+    releaser.start()
+    started = time.monotonic()
+    waited = run_cli("build", str(scenario["docs"]), "--batch-size", "1", "--wait", "60", "--index-dir", str(index_dir))
+    assert waited.exit_code == 0, waited.stderr
+    assert time.monotonic() - started >= 1.0
+    holder.wait()
+
+
+def test_remove_documents(scenario, tmp_path):
+    index_dir = _fresh_copy(scenario, tmp_path)
+    target = scenario["docs"] / "b-scan.png"
+    out = run_cli("remove", str(target), "--index-dir", str(index_dir), "--json")
+    assert out.exit_code == 0 and json.loads(out.stdout)["removed"] == [str(target)]
+    assert target.exists()  # the file itself is untouched
+    paths = {h[0] for q in _results(index_dir) for h in q}
+    assert str(target) not in paths and len(paths) == 2
+    missing = run_cli("remove", str(tmp_path / "nope.pdf"), "--index-dir", str(index_dir))
+    assert missing.exit_code == 1 and "not in the index" in missing.stderr
+    _verify_ok(index_dir)
+
+
+def _flip(path: Path, offset_from_end: int = 10) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) - offset_from_end] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 2)])
+
+
+@pytest.mark.parametrize("damage", [_flip, _truncate], ids=["flip", "truncate"])
+@pytest.mark.parametrize("kind", ["HEAD", "manifest", "vectors", "offsets", "pdf"])
+def test_damaged_files_are_detected(office_index, tmp_path, kind, damage):
+    damaged = tmp_path / "index"
+    shutil.copytree(office_index, damaged)
+    root = damaged / "default"
+    target = {
+        "HEAD": root / "HEAD",
+        "manifest": next(root.glob("gen-*.json")),
+        "vectors": next(root.glob("segments/*.vectors.npy")),
+        "offsets": next(root.glob("segments/*.offsets.npy")),
+        "pdf": next(root.glob("pdf/*.pdf")),
+    }[kind]
+    damage(target)
+    checked = run_cli("verify", "--index-dir", str(damaged))
+    assert checked.exit_code == 1
+    assert "damaged" in checked.stderr or "unreadable" in checked.stderr, checked.stderr
+    if kind != "pdf":  # the PDFs are for page images; answers come from the vectors
+        queried = run_cli("query", "revenue", "--index-dir", str(damaged), "--json")
+        assert queried.exit_code == 1 and queried.stdout == ""
+        assert "Traceback" not in queried.stderr
+
+
+@pytest.fixture(scope="module")
+def office_index(tiny_model, corpus, tmp_path_factory) -> Path:
+    """An index with converted documents, so that it holds stored PDFs too."""
+    root, _ = corpus
+    index_dir = tmp_path_factory.mktemp("office-index")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    assert run_cli("build", str(root), "--model", str(tiny_model), "--index-dir", str(index_dir)).exit_code == 0
+    return index_dir
