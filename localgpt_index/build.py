@@ -62,6 +62,7 @@ class BuildReport:
     model: dict | None = None
     precision: dict | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    dtype_fixes: list[dict] = field(default_factory=list)  # what the precision guard aligned
     failures: list[Failure] = field(default_factory=list)
     skipped_files: list[dict] = field(default_factory=list)
 
@@ -260,6 +261,7 @@ class _Pipeline:
             finally:
                 converters.close()
         self.report.model_calls = encoder.forward_calls
+        self.report.dtype_fixes = [fix.to_dict() for fix in getattr(encoder, "dtype_fixes", [])]
 
     def _embed_all(self, sources, encoder: PageEncoder, converters: ConverterSet, staging: Path, commit) -> None:
         """Pages from consecutive documents share forward passes; documents commit once all their pages are in."""

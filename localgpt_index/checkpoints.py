@@ -81,8 +81,17 @@ def is_random_checkpoint(folder: str | Path) -> bool:
     return marker.exists() and json.loads(marker.read_text()).get("random_weights", False)
 
 
-def make_checkpoint(out_dir: Path, spec: CheckpointSpec | str = "tiny", seed: int = 0) -> Path:
+def make_checkpoint(
+    out_dir: Path,
+    spec: CheckpointSpec | str = "tiny",
+    seed: int = 0,
+    dtype: str = "float32",
+    module_dtypes: dict[str, str] | None = None,
+) -> Path:
     """Write a random ColPali checkpoint (model + processor) to `out_dir`.
+
+    `dtype` is the storage dtype; `module_dtypes` stores some top-level modules in
+    another one ({"vision_tower": "float32"}), as mixed-precision checkpoints do.
 
     byaldi only accepts paths containing "colpali", so callers should pick a
     folder name that does (the loader in this package also copes without).
@@ -149,7 +158,12 @@ def make_checkpoint(out_dir: Path, spec: CheckpointSpec | str = "tiny", seed: in
     )
     config.text_config.tie_word_embeddings = False
     torch.manual_seed(seed)
-    model = ColPali(config).to(torch.float32).eval()
+    model = ColPali(config).to(getattr(torch, dtype)).eval()
+    config.dtype = dtype
+    for name, module_dtype in (module_dtypes or {}).items():
+        getattr(model.model.model, name).to(getattr(torch, module_dtype))
+        if name == "vision_tower":
+            config.vision_config.dtype = module_dtype
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     (out_dir / "lgpt_checkpoint.json").write_text(

@@ -6,7 +6,6 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -14,17 +13,8 @@ import numpy as np
 
 from .device import Precision
 from .errors import EnvironmentMissing
+from .guard import DtypeFix, ModuleTracker, audit_checkpoint, audit_live, translate_error
 from .models import ModelRef
-
-
-@dataclass(frozen=True)
-class DtypeFix:
-    """A parameter or buffer group that was not in the chosen dtype/device, and was aligned."""
-
-    module: str
-    found: str
-    aligned_to: str
-    count: int
 
 
 class PageEncoder(ABC):
@@ -47,25 +37,6 @@ class PageEncoder(ABC):
     @abstractmethod
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One float32 array (tokens, dim) per query."""
-
-
-def audit_dtypes(module, dtype, device) -> list[DtypeFix]:
-    """Cast every floating parameter and buffer not in `dtype`/`device`; report what moved, per top-level sub-module."""
-    import torch
-
-    counts: dict[tuple[str, str], int] = {}
-    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
-        for name, tensor in named:
-            if not torch.is_floating_point(tensor):
-                continue
-            if tensor.dtype == dtype and tensor.device == device:
-                continue
-            found = f"{str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
-            owner = ".".join(name.split(".")[:3])
-            counts[(owner, found)] = counts.get((owner, found), 0) + 1
-            tensor.data = tensor.data.to(device=device, dtype=dtype)
-    target = f"{str(dtype).replace('torch.', '')} on {device}"
-    return [DtypeFix(owner, found, target, n) for (owner, found), n in sorted(counts.items())]
 
 
 @contextmanager
@@ -103,10 +74,14 @@ class ByaldiEncoder(PageEncoder):
         byaldi_device = "cuda" if precision.device == "cuda:0" else precision.device
         with _byaldi_visible_path(model) as path:
             rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
-        # byaldi hard-codes bfloat16 weights; the probe decides instead.
-        self.net = rag.model.model.to(device=self._device, dtype=self._torch_dtype).eval()
+        self.net = rag.model.model.eval()
         self.processor = rag.model.processor
-        self.dtype_fixes: list[DtypeFix] = audit_dtypes(self.net, self._torch_dtype, self._device)
+        # byaldi hard-codes bfloat16 weights; the probe decides instead. The audit
+        # casts what is off, tensor by tensor, and keeps a record of it.
+        self.dtype_fixes: list[DtypeFix] = audit_checkpoint(model.path, precision.dtype)
+        self.dtype_fixes += audit_live(self.net, self._torch_dtype, self._device, "load")
+        self._audits_due = 1  # once more after the first batch: catches modules changed after loading
+        self._tracker = ModuleTracker(self.net)
         self.dim = int(getattr(self.net, "dim", 128))
 
     @property
@@ -129,9 +104,18 @@ class ByaldiEncoder(PageEncoder):
         autocast = torch.autocast(
             device_type=self.precision.device_type, dtype=self._torch_dtype, enabled=self.precision.autocast
         )
-        with torch.inference_mode(), autocast:
-            out = self.net(**inputs)
+        try:
+            with torch.inference_mode(), autocast, self._tracker.running():
+                out = self.net(**inputs)
+        except RuntimeError as exc:
+            translated = translate_error(exc, self._tracker.innermost, self.precision.dtype)
+            if translated is None:
+                raise
+            raise translated from exc
         self.forward_calls += 1
+        if self._audits_due:
+            self._audits_due -= 1
+            self.dtype_fixes += audit_live(self.net, self._torch_dtype, self._device, "first-batch")
         mask = inputs["attention_mask"].bool().cpu()
         out = out.float().cpu()
         return [out[i][mask[i]].numpy() for i in range(out.shape[0])]

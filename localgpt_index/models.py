@@ -76,7 +76,11 @@ def offline_hint(model_id: str) -> str:
     )
 
 
-def resolve_model(model: str) -> ModelRef:
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def resolve_model(model: str, allow_download: bool = True) -> ModelRef:
     """Resolve a hub id or a local folder; raise EnvironmentMissing when the weights are not here."""
     folder = Path(model).expanduser()
     if folder.is_dir():
@@ -85,16 +89,16 @@ def resolve_model(model: str) -> ModelRef:
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise UsageError(f"--model {model}: no such folder.")
 
-    snapshot = _hub_snapshot(model)
+    snapshot = _hub_snapshot(model, allow_download)
     adapter = snapshot / "adapter_config.json"
     if adapter.exists():
         base = json.loads(adapter.read_text()).get("base_model_name_or_path")
         if base and not Path(base).is_dir():
-            _hub_snapshot(base)  # the base weights must be here too
+            _hub_snapshot(base, allow_download)  # the base weights must be here too
     return ModelRef(model, str(snapshot), _family(snapshot, model), snapshot.name, f"hub:{model}@{snapshot.name}")
 
 
-def _hub_snapshot(model_id: str) -> Path:
+def _hub_snapshot(model_id: str, allow_download: bool = True) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -104,9 +108,10 @@ def _hub_snapshot(model_id: str) -> Path:
         pass
     except Exception as exc:  # a malformed id and the like
         raise UsageError(f"--model {model_id}: {exc}") from exc
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+    if not allow_download or hub_offline():
         raise EnvironmentMissing(
-            f"model {model_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set.",
+            f"model {model_id} is not in the local Hugging Face cache"
+            + (" and HF_HUB_OFFLINE is set." if hub_offline() else "."),
             hint=offline_hint(model_id),
         )
     try:

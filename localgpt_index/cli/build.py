@@ -56,6 +56,10 @@ def _summarise(terminal, report) -> None:
     if report.precision:
         p = report.precision
         terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {'on' if p['autocast'] else 'off'}): {p['reason']}")
+    for fix in report.dtype_fixes:
+        terminal.detail(
+            f"aligned [{fix['stage']}] {fix['module']}: {fix['count']} tensors {fix['found']} -> {fix['aligned_to']}"
+        )
     terminal.info(
         f"{report.indexed} indexed, {report.unchanged} unchanged, {report.reused} reused, {report.removed} removed, "
         f"{report.failed} failed, {report.skipped} skipped; {report.pages_embedded} pages embedded, "
