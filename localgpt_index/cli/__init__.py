@@ -30,17 +30,19 @@ def main() -> None:
       lgpt-index status                       what the index holds
       lgpt-index remove PATH...               drop documents from the index
       lgpt-index verify                       check the index, every checksum
+      lgpt-index doctor [--model M]           what this machine has and lacks
     """
 
 
 def _register() -> None:
     from .build import build
+    from .doctor import doctor
     from .query import query
     from .remove import remove
     from .status import status
     from .verify import verify
 
-    for command in (build, query, status, remove, verify):
+    for command in (build, query, status, remove, verify, doctor):
         main.add_command(command)
 
 

@@ -1,0 +1,80 @@
+"""lgpt-index doctor"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import ExitCode
+from .options import model_options, output_options, print_json, report_errors
+
+
+@click.command()
+@click.option("--model", "-m", default=None, metavar="ID|PATH",
+              help="Also load this checkpoint, audit its dtypes and run one page through it.")
+@model_options
+@output_options
+@report_errors
+def doctor(model, device, dtype, as_json, quiet, verbose) -> None:
+    """Check this machine: packages, devices, the precision the probe picks, converters, the model.
+
+    Exits 4 when something `build` needs is missing, and names it.
+    """
+    from ..doctor import diagnose
+
+    report = diagnose(model, device, dtype)
+    if report["model"]["smoke_test"] and not report["model"]["smoke_test"]["ok"]:
+        report["missing"].append(f"model {report['model']['id']} does not run: {report['model']['smoke_test']['error']}")
+        report["ok"] = False
+    if as_json:
+        print_json(report)
+    else:
+        _print(report)
+    sys.exit(int(ExitCode.OK if report["ok"] else ExitCode.ENVIRONMENT))
+
+
+def _print(report: dict) -> None:
+    echo = click.echo
+    echo(f"platform     {report['platform']}, Python {report['python']}")
+    echo("packages     " + ", ".join(f"{k} {v or 'MISSING'}" for k, v in report["packages"].items()))
+    devices = report["devices"]
+    for gpu in devices["cuda"]:
+        echo(f"cuda:{gpu['index']}       {gpu['name']}, compute capability {gpu['compute_capability']}, "
+             f"{gpu['memory_gib']} GiB, native bfloat16: {'yes' if gpu['native_bf16'] else 'no'}")
+    if not devices["cuda"]:
+        echo("cuda         none")
+    echo(f"mps          {'yes' if devices['mps'] else 'no'}")
+    echo(f"cpu          {devices['cpu']['cores']} cores, {devices['cpu']['machine']}")
+    probe = report["probe"]
+    if "error" in probe:
+        echo(f"probe        ERROR: {probe['error']}")
+    else:
+        echo(f"probe        {probe['device']}, {probe['dtype']}, autocast {'on' if probe['autocast'] else 'off'}: {probe['reason']}")
+        for warning in probe["warnings"]:
+            echo(f"             warning: {warning}")
+    conv = report["converters"]
+    lo = conv["libreoffice"]
+    echo(f"libreoffice  {lo['version'] + ' at ' + lo['path'] if lo['path'] else 'not found'}")
+    echo(f"word         {'yes (docx2pdf)' if conv['word'] else 'no'}")
+    pop = conv["poppler"]
+    echo(f"poppler      {(pop['version'] or '?') + ' at ' + pop['path'] if pop['path'] else 'not found'}")
+    cache = report["model_cache"]
+    echo(f"model cache  {cache['hub_cache']}{' (HF_HUB_OFFLINE)' if cache['offline'] else ''}")
+    model = report["model"]
+    echo(f"model        {model['id']}: {'available at ' + model['path'] if model['available'] else 'NOT AVAILABLE'}")
+    if model["declared_dtypes"]:
+        echo("  declared   " + ", ".join(f"{k}={v}" for k, v in model["declared_dtypes"].items()))
+    for group, counts in model["stored_dtypes"].items():
+        echo(f"  stored     {group}: " + ", ".join(f"{n} {d}" for d, n in counts.items()))
+    for fix in model["audit"]:
+        echo(f"  aligned    [{fix['stage']}] {fix['module']}: {fix['count']} tensors {fix['found']} -> {fix['aligned_to']}")
+    if model["smoke_test"]:
+        smoke = model["smoke_test"]
+        echo(f"  smoke test {'ok' if smoke['ok'] else 'FAILED: ' + smoke['error']}")
+    if report["missing"]:
+        echo("missing:")
+        for item in report["missing"]:
+            echo(f"  - {item}")
+    else:
+        echo("ok: everything build needs is here")

@@ -1,0 +1,154 @@
+"""What this machine has and lacks for building an index, in one report."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+from .convert import find_soffice, word_is_installed
+from .errors import LgptError
+from .models import DEFAULT_MODEL, hub_offline, resolve_model
+
+PACKAGES = ("torch", "torchvision", "transformers", "colpali-engine", "byaldi", "pdf2image", "docx2pdf", "huggingface-hub")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _tool_version(cmd: list[str], pattern: str) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(pattern, out.stdout + out.stderr)
+    return match.group(1) if match else (out.stdout + out.stderr).strip()[:80] or None
+
+
+def _converters() -> dict:
+    soffice = find_soffice()
+    pdftoppm = shutil.which("pdftoppm")
+    pdfinfo = shutil.which("pdfinfo")
+    return {
+        "libreoffice": {
+            "path": soffice,
+            "version": _tool_version([soffice, "--version"], r"LibreOffice ([\d.]+)") if soffice else None,
+        },
+        "word": word_is_installed(),
+        "poppler": {
+            "path": pdftoppm,
+            "pdfinfo": pdfinfo,
+            "version": _tool_version([pdftoppm, "-v"], r"version ([\d.]+)") if pdftoppm else None,
+        },
+    }
+
+
+def _devices() -> dict:
+    from .device import detect_capabilities
+
+    caps = detect_capabilities()
+    return {
+        "cuda": [
+            {
+                "index": gpu.index,
+                "name": gpu.name,
+                "compute_capability": f"{gpu.capability[0]}.{gpu.capability[1]}",
+                "memory_gib": round(gpu.memory_bytes / 2**30, 1),
+                "native_bf16": gpu.native_bf16,
+            }
+            for gpu in caps.cuda
+        ],
+        "mps": caps.mps,
+        "cpu": {"cores": os.cpu_count(), "machine": platform.machine()},
+    }, caps
+
+
+def _cache() -> dict:
+    from huggingface_hub import constants
+
+    return {"hf_home": constants.HF_HOME, "hub_cache": constants.HF_HUB_CACHE, "offline": hub_offline()}
+
+
+def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto") -> dict:
+    """Everything `build` depends on; `missing` lists what it lacks here."""
+    from .device import choose_precision
+
+    missing: list[str] = []
+    devices, caps = _devices()
+    try:
+        precision = choose_precision(caps, device, dtype)
+        probe = {**precision.to_dict(), "warnings": list(precision.warnings)}
+    except LgptError as exc:
+        precision = None
+        probe = {"error": exc.message}
+        missing.append(f"device: {exc.message}")
+    converters = _converters()
+    if not converters["poppler"]["path"] or not converters["poppler"]["pdfinfo"]:
+        missing.append("poppler (pdftoppm, pdfinfo): apt-get install poppler-utils / brew install poppler")
+    if not converters["libreoffice"]["path"] and not converters["word"]:
+        missing.append("LibreOffice, to convert office, HTML, text and Markdown files: apt-get install "
+                       "libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui")
+
+    model_report = _model_report(model or DEFAULT_MODEL, precision, load=model is not None)
+    if not model_report["available"]:
+        missing.append(f"model {model_report['id']}: {model_report['error']}")
+
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": {name: _version(name) for name in PACKAGES},
+        "devices": devices,
+        "probe": probe,
+        "converters": converters,
+        "model_cache": _cache(),
+        "model": model_report,
+        "missing": missing,
+        "ok": not missing,
+    }
+
+
+def _model_report(model: str, precision, load: bool) -> dict:
+    from .guard import declared_dtypes, stored_dtypes
+
+    report: dict = {"id": model, "available": False, "path": None, "revision": None, "error": None,
+                    "declared_dtypes": {}, "stored_dtypes": {}, "audit": [], "smoke_test": None}
+    try:
+        ref = resolve_model(model, allow_download=False)
+    except LgptError as exc:
+        report["error"] = exc.message + (f" {exc.hint}" if exc.hint else "")
+        return report
+    report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family)
+    report["declared_dtypes"] = declared_dtypes(ref.path)
+    report["stored_dtypes"] = {group: dict(counter) for group, counter in stored_dtypes(ref.path).items()}
+    if load and precision is not None:
+        report["audit"], report["smoke_test"] = _load_and_audit(ref, precision)
+    return report
+
+
+def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
+    """Load through the real path (byaldi), run one page and one query, return the audit."""
+    import time
+
+    from PIL import Image
+
+    from .encode import ByaldiEncoder
+
+    started = time.perf_counter()
+    encoder = ByaldiEncoder(ref, precision, batch_size=1)
+    loaded = time.perf_counter()
+    try:
+        page = encoder.encode_pages([Image.new("RGB", encoder.render_size or (448, 448), "white")])[0]
+        query = encoder.encode_queries(["doctor"])[0]
+        smoke = {"ok": True, "load_s": round(loaded - started, 2), "page_vectors": list(page.shape),
+                 "query_vectors": list(query.shape)}
+    except LgptError as exc:
+        smoke = {"ok": False, "error": exc.message, "hint": exc.hint}
+    return [fix.to_dict() for fix in encoder.dtype_fixes], smoke
