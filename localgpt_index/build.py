@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -10,12 +11,12 @@ from typing import Callable
 
 from .convert import ConverterSet, MissingConverter
 from .device import choose_precision, default_batch_size, detect_capabilities
-from .discover import IMAGE, MARKDOWN, OFFICE, SourceFile, discover
+from .discover import SourceFile, discover
 from .encode import ByaldiEncoder, PageEncoder
 from .errors import DocumentError, ExitCode, IndexProblem
 from .failpoints import failpoint
 from .models import DEFAULT_MODEL, ModelRef, resolve_model
-from .render import image_file_pages, iter_pdf_pages
+from .pipeline import PageFeed
 from .store import DocumentEntry, IndexStore, Manifest
 from .terminal import ProgressSink
 
@@ -30,6 +31,7 @@ class BuildOptions:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     convert_timeout_s: float = 120.0
+    convert_workers: int = 2  # conversions running side by side, ahead of the model
     commit_every_pages: int = 1000
     commit_every_s: float = 600.0
     wait_s: float = 0.0
@@ -82,11 +84,18 @@ Log = Callable[[str], None]
 
 
 class _Timer:
+    """Seconds spent per stage. Stages that run in parallel threads add up their busy time."""
+
     def __init__(self, report: BuildReport) -> None:
         self.report = report
+        self._lock = threading.Lock()
 
     def add(self, stage: str, start: float) -> None:
-        self.report.stage_seconds[stage] = round(self.report.stage_seconds.get(stage, 0.0) + time.perf_counter() - start, 3)
+        self.add_seconds(stage, time.perf_counter() - start)
+
+    def add_seconds(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self.report.stage_seconds[stage] = round(self.report.stage_seconds.get(stage, 0.0) + seconds, 3)
 
 
 def _make_encoder(model: ModelRef, options: BuildOptions) -> PageEncoder:
@@ -276,8 +285,11 @@ class _Pipeline:
         pending_pages = 0
         last_commit = time.monotonic()
 
+        gone: set[int] = set()  # failed documents: their remaining events are ignored
+
         def fail(number: int, exc: DocumentError) -> None:
             state = states.pop(number)
+            gone.add(number)
             buffer[:] = [item for item in buffer if item[0] != number]
             self.report.failed += 1
             self.report.failures.append(
@@ -329,46 +341,30 @@ class _Pipeline:
                 commit(done)
                 done, pending_pages, last_commit = [], 0, time.monotonic()
 
-        for number, source in enumerate(sources):
-            state = states[number] = _DocState(source)
-            try:
-                pages = self._open_pages(state, encoder, converters, staging / f"doc-{number}")
-                while True:
-                    started = time.perf_counter()
-                    page = next(pages, None)
-                    self.timer.add("render", started)
-                    if page is None:
-                        break
-                    state.expected += 1
-                    buffer.append((number, page))
-                    if len(buffer) >= batch_size:
-                        flush()
-                        if number not in states:  # the forward pass failed for this document
-                            break
-            except DocumentError as exc:
-                fail(number, exc)
+        feed = PageFeed(
+            sources, converters, staging, encoder.render_size, queue_pages=2 * batch_size,
+            convert_workers=self.options.convert_workers, timings=self.timer.add_seconds,
+        )
+        for event in feed:
+            number = event.number
+            if number in gone:
                 continue
-            if number in states:
+            state = states.setdefault(number, _DocState(sources[number]))
+            if event.kind == "error":
+                fail(number, event.error)
+            elif event.kind == "page":
+                state.expected += 1
+                buffer.append((number, event.image))
+                if len(buffer) >= batch_size:
+                    flush()
+            else:  # "end": every page of the document is in the buffer or encoded
                 state.rendered = True
+                state.converter = event.document.converter
+                state.pdf = event.document.pdf
                 finish_ready()
         flush()
         finish_ready()
         commit(done)
-
-    def _open_pages(self, state: "_DocState", encoder: PageEncoder, converters: ConverterSet, workdir: Path):
-        source = state.source
-        if source.size == 0:
-            raise DocumentError("discover", "the file is empty (0 bytes)")
-        if source.kind == IMAGE:
-            return iter(image_file_pages(source.path, encoder.render_size))
-        state.pdf = source.path
-        if source.kind in (OFFICE, MARKDOWN):
-            started = time.perf_counter()
-            converter = converters.for_suffix(source.suffix)
-            state.pdf = converter.convert(source.path, workdir)
-            state.converter = converter.name
-            self.timer.add("convert", started)
-        return iter_pdf_pages(state.pdf, encoder.render_size, chunk=16)
 
 
 @dataclass

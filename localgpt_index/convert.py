@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -69,20 +70,33 @@ def find_soffice() -> str | None:
 
 
 class LibreOfficeConverter(Converter):
-    """LibreOffice headless, with its own profile so it never meets a running instance."""
+    """LibreOffice headless, with a profile of its own per thread, so that conversions can run
+    side by side and never meet a LibreOffice the user has open."""
 
     name = "libreoffice"
     suffixes = OFFICE_SUFFIXES - {".md", ".markdown"}
 
-    def __init__(self, binary: str, timeout_s: float = 120.0, profile_dir: Path | None = None) -> None:
+    def __init__(self, binary: str, timeout_s: float = 120.0) -> None:
         self.binary = binary
         self.timeout_s = timeout_s
-        self._own_profile = profile_dir is None
-        self.profile_dir = Path(profile_dir or tempfile.mkdtemp(prefix="lgpt-lo-profile-"))
+        self._local = threading.local()
+        self._profiles: list[Path] = []
+        self._lock = threading.Lock()
+
+    @property
+    def profile_dir(self) -> Path:
+        profile = getattr(self._local, "profile", None)
+        if profile is None:
+            profile = self._local.profile = Path(tempfile.mkdtemp(prefix="lgpt-lo-profile-"))
+            with self._lock:
+                self._profiles.append(profile)
+        return profile
 
     def close(self) -> None:
-        if self._own_profile:
-            shutil.rmtree(self.profile_dir, ignore_errors=True)
+        with self._lock:
+            for profile in self._profiles:
+                shutil.rmtree(profile, ignore_errors=True)
+            self._profiles.clear()
 
     def version(self) -> str | None:
         try:

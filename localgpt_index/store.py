@@ -39,7 +39,7 @@ class MissingIndexFile(IndexProblem):
     """A file the manifest names is gone (damage, or a writer collected it under a slow reader)."""
 
 FORMAT = "lgpt-index/1"
-CRC_BLOCK = 64 << 20
+CHECK_BLOCK = 64 << 20
 DEFAULT_INDEX_DIR = ".lgpt-index"
 DEFAULT_INDEX_NAME = "default"
 
@@ -69,7 +69,7 @@ class SegmentEntry:
     vectors_bytes: int
     vectors_sha256: str
     offsets_sha256: str
-    vectors_crc32: list[int] = field(default_factory=list)  # one per CRC_BLOCK bytes, checked on open
+    vectors_sum64: list[int] = field(default_factory=list)  # one per CHECK_BLOCK bytes, checked on open
 
 
 @dataclass
@@ -135,20 +135,22 @@ def sha256_path(path: Path) -> str:
     return digest.hexdigest()
 
 
-def crc32_blocks(path: Path) -> list[int]:
-    """CRC-32 of each CRC_BLOCK-byte block, computed in threads (zlib releases the GIL)."""
-    import zlib
-    from concurrent.futures import ThreadPoolExecutor
+def block_sums(path: Path) -> list[int]:
+    """Per CHECK_BLOCK bytes, the wrapping 64-bit sum of the block read as little-endian uint64.
 
-    size = path.stat().st_size
-
-    def one(start: int) -> int:
-        with open(path, "rb") as handle:
-            handle.seek(start)
-            return zlib.crc32(handle.read(CRC_BLOCK))
-
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, range(0, max(size, 1), CRC_BLOCK)))
+    Any flipped byte or lost tail changes it, and it runs at memory speed (a CRC
+    would cost a second per few GB), so every open can afford it.
+    """
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    sums = []
+    for start in range(0, max(len(data), 1), CHECK_BLOCK):
+        block = data[start : start + CHECK_BLOCK]
+        whole = len(block) // 8 * 8
+        total = int(np.add.reduce(block[:whole].view("<u8"), dtype=np.uint64)) if whole else 0
+        total += int(block[whole:].astype(np.uint64).sum()) << 1  # tail bytes, weighted apart from words
+        sums.append(total % (1 << 64))
+    del data
+    return sums
 
 
 def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
@@ -206,7 +208,7 @@ class IndexStore:
                 raise IndexProblem(
                     f"{vec_path}: {vec_path.stat().st_size} bytes, the manifest says {segment.vectors_bytes}; the file is damaged."
                 )
-            if segment.vectors_crc32 and crc32_blocks(vec_path) != segment.vectors_crc32:
+            if segment.vectors_sum64 and block_sums(vec_path) != segment.vectors_sum64:
                 raise IndexProblem(f"{vec_path}: checksum mismatch; the vectors are damaged.")
             vectors = np.load(vec_path, mmap_mode="r")
         except FileNotFoundError as exc:
@@ -263,34 +265,34 @@ class IndexStore:
 
     @contextmanager
     def lock(self, wait_s: float = 0.0) -> Iterator[None]:
-        """The single-writer lock: an OS lock, so a killed writer never leaves it behind."""
+        """The single-writer lock: an OS lock, so a killed writer never leaves it behind.
+
+        The holder writes one fixed-width record ("pid N on HOST") at the start of the
+        lock file with a single write, so a contender reads a whole record, never half.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / "lock"
-        handle = open(path, "a+")
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + wait_s
         try:
             while True:
                 try:
-                    _try_lock(handle)
+                    _try_lock(fd)
                     break
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                         raise
                     if time.monotonic() >= deadline:
-                        handle.seek(0)
-                        holder = handle.read().strip() or "another process"
                         raise IndexBusy(
-                            f"{self.root} is being written by {holder}.",
+                            f"{self.root} is being written by {_lock_holder(fd)}.",
                             hint="Wait for it to finish, or pass --wait SECONDS.",
                         ) from None
                     time.sleep(0.2)
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()} on {os.uname().nodename if hasattr(os, 'uname') else 'this machine'}")
-            handle.flush()
+            host = os.uname().nodename if hasattr(os, "uname") else "this machine"
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, f"pid {os.getpid()} on {host}".ljust(_LOCK_RECORD)[:_LOCK_RECORD].encode())
             yield
         finally:
-            handle.close()  # closing releases the lock
+            os.close(fd)  # closing releases the lock
 
     def write_segment(self, page_vectors: list[np.ndarray]) -> SegmentEntry:
         """Write one segment holding `page_vectors` in order; files are fsynced before this returns."""
@@ -325,7 +327,7 @@ class IndexStore:
             vectors_bytes=vec_path.stat().st_size,
             vectors_sha256=sha256_path(vec_path),
             offsets_sha256=sha256_path(off_path),
-            vectors_crc32=crc32_blocks(vec_path),
+            vectors_sum64=block_sums(vec_path),
         )
 
     def store_pdf(self, sha256: str, pdf: Path) -> tuple[str, str]:
@@ -376,12 +378,39 @@ class IndexStore:
                         path.unlink(missing_ok=True)
 
 
-def _try_lock(handle) -> None:
+_LOCK_RECORD = 128
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the lock, from its record; a record of a process that is gone is the previous
+    holder's, so read again while the new holder is writing its own."""
+    record = ""
+    for _ in range(20):
+        os.lseek(fd, 0, os.SEEK_SET)
+        record = os.read(fd, _LOCK_RECORD).decode(errors="replace").strip()
+        parts = record.split()
+        if len(parts) >= 2 and parts[0] == "pid" and parts[1].isdigit() and _alive(int(parts[1])):
+            return record
+        time.sleep(0.05)
+    return record or "another process"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _try_lock(fd: int) -> None:
     if os.name == "nt":  # pragma: no cover - exercised on Windows only
         import msvcrt
 
-        msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
     else:
         import fcntl
 
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
