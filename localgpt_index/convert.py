@@ -37,27 +37,42 @@ class MissingConverter(DocumentError):
 
 
 class Converter(ABC):
-    """Converts some document types to PDF."""
+    """Converts some document types to PDF.
+
+    Work happens in two steps: `stage` puts the input into a work folder under a
+    plain name; `convert_staged` converts staged files, several at once where the
+    converter can (`batch_key` says which files may share one run).
+    """
 
     name: str
     suffixes: frozenset[str]
 
+    def batch_key(self, suffix: str) -> str | None:
+        """Files with the same key may be converted in one run; None: one at a time."""
+        return None
+
+    def stage(self, source: Path, workdir: Path, stem: str) -> Path:
+        workdir.mkdir(parents=True, exist_ok=True)
+        staged = workdir / f"{stem}{source.suffix.lower()}"
+        try:
+            shutil.copyfile(source, staged)
+        except OSError as exc:
+            raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
+        return staged
+
     @abstractmethod
+    def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
+        """PDFs for staged files (all in one folder, one batch key), or the error of each."""
+
     def convert(self, source: Path, workdir: Path) -> Path:
         """Write a PDF for `source` inside `workdir` and return its path; raise DocumentError."""
+        result = self.convert_staged([self.stage(source, workdir, "document")])[0]
+        if isinstance(result, DocumentError):
+            raise result
+        return result
 
     def version(self) -> str | None:
         return None
-
-
-def _stage_copy(source: Path, workdir: Path, suffix: str) -> Path:
-    workdir.mkdir(parents=True, exist_ok=True)
-    staged = workdir / f"document{suffix}"
-    try:
-        shutil.copyfile(source, staged)
-    except OSError as exc:
-        raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
-    return staged
 
 
 def find_soffice() -> str | None:
@@ -105,37 +120,54 @@ class LibreOfficeConverter(Converter):
             return None
         return out.stdout.strip() or None
 
-    def convert(self, source: Path, workdir: Path) -> Path:
-        suffix = source.suffix.lower()
-        staged = _stage_copy(source, workdir, suffix)
-        return self.convert_staged(staged, suffix)
+    def batch_key(self, suffix: str) -> str | None:
+        # One run applies one import filter to all its files.
+        return {".html": "html", ".htm": "html", ".txt": "text"}.get(suffix, "office")
 
-    def convert_staged(self, staged: Path, suffix: str) -> Path:
-        outdir = staged.parent / "out"
+    def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
+        """One LibreOffice run for all of `staged` (its start-up is most of the cost of a small
+        file). If the run times out or misses a file, those files are converted one by one,
+        so that each gets its own timeout and its own error."""
+        outdir = staged[0].parent / "out"
         outdir.mkdir(exist_ok=True)
+        key = self.batch_key(staged[0].suffix.lower())
         target = "pdf"
         cmd = [self.binary, f"-env:UserInstallation={self.profile_dir.resolve().as_uri()}"]
         cmd += ["--headless", "--invisible", "--nologo", "--nodefault", "--nolockcheck", "--norestore"]
-        if suffix in (".html", ".htm"):
+        if key == "html":
             # Open HTML in Writer, not Writer/Web, so the PDF export filter applies.
             cmd += ["--infilter=HTML (StarWriter)"]
             target = "pdf:writer_pdf_Export"
-        elif suffix == ".txt":
+        elif key == "text":
             cmd += ["--infilter=Text (encoded):UTF8,LF,,,"]
-        cmd += ["--convert-to", target, "--outdir", str(outdir), str(staged)]
+        cmd += ["--convert-to", target, "--outdir", str(outdir), *map(str, staged)]
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
         try:
             output, _ = proc.communicate(timeout=self.timeout_s)
+            said = " ".join(output.decode("utf-8", "replace").split())[-300:]
+            timed_out = False
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raise DocumentError("convert", f"LibreOffice did not finish within {self.timeout_s:g} s and was stopped")
-        pdf = outdir / (staged.stem + ".pdf")
-        if not pdf.exists() or pdf.stat().st_size == 0:
-            said = " ".join(output.decode("utf-8", "replace").split())[-300:]
-            raise DocumentError("convert", f"LibreOffice could not convert it (exit {proc.returncode}): {said or 'no output'}")
-        return pdf
+            said, timed_out = "", True
+        results: list[Path | DocumentError] = []
+        for path in staged:
+            pdf = outdir / (path.stem + ".pdf")
+            if pdf.exists() and pdf.stat().st_size > 0:
+                results.append(pdf)
+            elif len(staged) > 1:
+                pdf.unlink(missing_ok=True)
+                results.append(self.convert_staged([path])[0])
+            elif timed_out:
+                results.append(
+                    DocumentError("convert", f"LibreOffice did not finish within {self.timeout_s:g} s and was stopped")
+                )
+            else:
+                results.append(
+                    DocumentError("convert", f"LibreOffice could not convert it (exit {proc.returncode}): {said or 'no output'}")
+                )
+        return results
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -155,7 +187,10 @@ class MarkdownConverter(Converter):
     def __init__(self, office: LibreOfficeConverter) -> None:
         self.office = office
 
-    def convert(self, source: Path, workdir: Path) -> Path:
+    def batch_key(self, suffix: str) -> str | None:
+        return "html"
+
+    def stage(self, source: Path, workdir: Path, stem: str) -> Path:
         from markdown_it import MarkdownIt
 
         try:
@@ -164,9 +199,12 @@ class MarkdownConverter(Converter):
             raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
         body = MarkdownIt("commonmark").enable("table").render(text)
         workdir.mkdir(parents=True, exist_ok=True)
-        staged = workdir / "document.html"
+        staged = workdir / f"{stem}.html"
         staged.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{body}</body></html>', "utf-8")
-        return self.office.convert_staged(staged, ".html")
+        return staged
+
+    def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
+        return self.office.convert_staged(staged)
 
 
 def word_is_installed() -> bool:
@@ -190,18 +228,20 @@ class Docx2PdfConverter(Converter):
     name = "docx2pdf"
     suffixes = frozenset({".docx"})
 
-    def convert(self, source: Path, workdir: Path) -> Path:
+    def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
         from docx2pdf import convert as word_convert
 
-        staged = _stage_copy(source, workdir, ".docx")
-        pdf = staged.with_suffix(".pdf")
-        try:
-            word_convert(str(staged), str(pdf))
-        except Exception as exc:  # Word automation raises anything
-            raise DocumentError("convert", f"Microsoft Word could not convert it: {exc}") from exc
-        if not pdf.exists() or pdf.stat().st_size == 0:
-            raise DocumentError("convert", "Microsoft Word wrote no PDF")
-        return pdf
+        results: list[Path | DocumentError] = []
+        for path in staged:
+            pdf = path.with_suffix(".pdf")
+            try:
+                word_convert(str(path), str(pdf))
+            except Exception as exc:  # Word automation raises anything
+                results.append(DocumentError("convert", f"Microsoft Word could not convert it: {exc}"))
+                continue
+            ok = pdf.exists() and pdf.stat().st_size > 0
+            results.append(pdf if ok else DocumentError("convert", "Microsoft Word wrote no PDF"))
+        return results
 
 
 class ConverterSet:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
+from PIL import Image
 
 from .device import Precision
 from .errors import EnvironmentMissing
@@ -30,9 +31,13 @@ class PageEncoder(ABC):
     def render_size(self) -> tuple[int, int] | None:
         """(width, height) the model consumes, or None for dynamic resolution."""
 
+    def prepare_page(self, image):
+        """Work on one page that may run in another thread before encode_pages (default: none)."""
+        return image
+
     @abstractmethod
-    def encode_pages(self, images: Sequence) -> list[np.ndarray]:
-        """One float16 array (tokens, dim) per image, unit-norm rows."""
+    def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
+        """One float16 array (tokens, dim) per page (an image, or what prepare_page made of it)."""
 
     @abstractmethod
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -82,6 +87,7 @@ class ByaldiEncoder(PageEncoder):
         self.dtype_fixes += audit_live(self.net, self._torch_dtype, self._device, "load")
         self._audits_due = 1  # once more after the first batch: catches modules changed after loading
         self._tracker = ModuleTracker(self.net)
+        self._page_text: dict | None = None
         self.dim = int(getattr(self.net, "dim", 128))
 
     @property
@@ -101,6 +107,9 @@ class ByaldiEncoder(PageEncoder):
             if torch.is_floating_point(value):
                 value = value.to(self._torch_dtype)  # cast at the model boundary
             inputs[key] = value.to(self._device)
+        # ColPali reads the last hidden states only; without this the LM head turns every
+        # token into vocabulary logits (about 1 TFLOP per page on the real model) for nothing.
+        inputs["logits_to_keep"] = 1
         autocast = torch.autocast(
             device_type=self.precision.device_type, dtype=self._torch_dtype, enabled=self.precision.autocast
         )
@@ -120,11 +129,42 @@ class ByaldiEncoder(PageEncoder):
         out = out.float().cpu()
         return [out[i][mask[i]].numpy() for i in range(out.shape[0])]
 
-    def encode_pages(self, images: Sequence) -> list[np.ndarray]:
+    def prepare_page(self, image):
+        """Per-page preprocessing that can run off the model thread (the build's render thread
+        calls it): ColPali's pixel values. Other families keep the image for their processor."""
+        if self.model.family != "colpali":
+            return image
+        import torch
+
+        rgb = image.convert("RGB")
+        # A page rendered at the model's size needs no resize (the result is identical).
+        resize = self.render_size is None or rgb.size != self.render_size
+        pixels = self.processor.image_processor([rgb], return_tensors="pt", do_resize=resize)["pixel_values"]
+        return torch.as_tensor(pixels[0])
+
+    def process_pages(self, pages: list) -> dict:
+        """The processor's output for a batch of pages (images, or prepare_page's results).
+
+        For ColPali the text half (the fixed prompt with its image tokens) is the same for
+        every page, so it is tokenized once and reused; only pixels are processed per page.
+        tests/test_encoder.py checks this against processor.process_images.
+        """
+        import torch
+
+        if self.model.family != "colpali":
+            return self.processor.process_images(pages)
+        if self._page_text is None:
+            blank = self.processor.process_images([Image.new("RGB", self.render_size or (448, 448), "white")])
+            self._page_text = {k: v for k, v in blank.items() if k not in ("pixel_values", "labels")}
+        pixels = [p if isinstance(p, torch.Tensor) else self.prepare_page(p) for p in pages]
+        batch = {k: v.expand(len(pages), -1) for k, v in self._page_text.items()}
+        batch["pixel_values"] = torch.stack(pixels)
+        return batch
+
+    def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
         vectors: list[np.ndarray] = []
-        for start in range(0, len(images), self.batch_size):
-            chunk = list(images[start : start + self.batch_size])
-            batch = self.processor.process_images(chunk)
+        for start in range(0, len(pages), self.batch_size):
+            batch = self.process_pages(list(pages[start : start + self.batch_size]))
             vectors += [v.astype(np.float16) for v in self._forward(batch)]
         return vectors
 

@@ -88,3 +88,16 @@ def test_query_vectors_match_byaldi_encode_query(tiny_model):
     theirs = rag.model.encode_query("quarterly revenue").float().numpy()[0]
     ours = encoder.encode_queries(["quarterly revenue"])[0]
     np.testing.assert_allclose(ours, theirs[: len(ours)], atol=1e-5)
+
+
+def test_page_batches_equal_the_processor_output(tiny_model):
+    """The cached prompt tokens plus per-page pixels are exactly what process_images gives."""
+    import torch
+
+    encoder = _encoder(tiny_model, "float32")
+    pages = [Image.new("RGB", size, color) for size, color in (((80, 100), "white"), ((300, 200), "red"), ((56, 56), "blue"))]
+    theirs = encoder.processor.process_images(pages)
+    for ours in (encoder.process_pages(pages), encoder.process_pages([encoder.prepare_page(p) for p in pages])):
+        assert set(ours) == set(theirs) - {"labels"}  # training targets, never fed to the model
+        for key, value in ours.items():
+            assert torch.equal(value, theirs[key]), key

@@ -103,6 +103,15 @@ def test_query_several_texts_and_table_output(built):
     assert table.stdout.count("│") >= 3 * 4 and not ANSI.search(table.stdout)
 
 
+def test_queries_file_and_missing_query(built, tmp_path):
+    queries = tmp_path / "queries.txt"
+    queries.write_text("revenue\n\ninvoice total\n")
+    result = run_cli("query", "first", "--queries-file", str(queries), "-k", "1", "--index-dir", str(built["index_dir"]), "--json")
+    assert [q["query"] for q in json.loads(result.stdout)["queries"]] == ["first", "revenue", "invoice total"]
+    empty = run_cli("query", "--index-dir", str(built["index_dir"]))
+    assert empty.exit_code == 2 and "no query" in empty.stderr
+
+
 def test_status_json(built):
     result = run_cli("status", "--index-dir", str(built["index_dir"]), "--json")
     assert result.exit_code == 0, result.stderr

@@ -19,13 +19,14 @@ from .options import index_options, make_terminal, model_options, output_options
 @click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
 @click.option("--convert-timeout", type=float, default=120.0, show_default=True, help="Seconds one conversion may take.")
+@click.option("--workers", type=click.IntRange(1), default=2, show_default=True, help="Conversions run side by side, ahead of the model.")
 @click.option("--commit-every", type=click.IntRange(1), default=1000, show_default=True, help="Commit after this many new pages.")
 @click.option("--commit-interval", type=click.FloatRange(0), default=600.0, show_default=True, help="Commit at least this often, in seconds.")
 @click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options
 @output_options
 @report_errors
-def build(docs, model, device, dtype, batch_size, rebuild, include, exclude, convert_timeout, commit_every, commit_interval, wait_s,
+def build(docs, model, device, dtype, batch_size, rebuild, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
           index_dir, name, as_json, quiet, verbose) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
@@ -35,7 +36,7 @@ def build(docs, model, device, dtype, batch_size, rebuild, include, exclude, con
     store = IndexStore(index_path(index_dir, name))
     options = BuildOptions(
         model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, include=include,
-        exclude=exclude, convert_timeout_s=convert_timeout, commit_every_pages=commit_every,
+        exclude=exclude, convert_timeout_s=convert_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s,
     )
     with terminal.progress() as progress:

@@ -10,16 +10,23 @@ QUERY_SCHEMA_VERSION = 1
 
 
 @click.command()
-@click.argument("text", nargs=-1, required=True)
+@click.argument("text", nargs=-1)
+@click.option("--queries-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="More queries, one per line ('-' for stdin); all are encoded in one batch.")
 @click.option("-k", "top_k", type=click.IntRange(1), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
 @model_options
 @index_options
 @output_options
 @report_errors
-def query(text, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
+def query(text, queries_file, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
+    from ..errors import UsageError
     from ..search import open_index
+
+    text = list(text) + ([line.strip() for line in queries_file if line.strip()] if queries_file else [])
+    if not text:
+        raise UsageError("no query: give TEXT or --queries-file.")
 
     terminal = make_terminal(quiet, verbose)
     index = open_index(index_dir, name)
