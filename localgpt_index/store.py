@@ -26,7 +26,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -294,20 +294,28 @@ class IndexStore:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def write_segment(self, page_vectors: list[np.ndarray]) -> SegmentEntry:
-        """Write one segment holding `page_vectors` in order; files are fsynced before this returns."""
+    def write_segment(
+        self, page_vectors: Iterable[np.ndarray], lengths: Sequence[int] | None = None, dim: int | None = None
+    ) -> SegmentEntry:
+        """Write one segment holding `page_vectors` in order; files are fsynced before this returns.
+
+        With `lengths` and `dim` given, `page_vectors` may be a generator: nothing is held
+        in memory but the page being written.
+        """
+        if lengths is None or dim is None:
+            page_vectors = list(page_vectors)
+            lengths = [len(v) for v in page_vectors]
+            dim = int(page_vectors[0].shape[1])
         self.segments_dir.mkdir(parents=True, exist_ok=True)
         seg_id = f"seg-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
-        lengths = np.array([len(v) for v in page_vectors], dtype=np.int64)
-        offsets = np.zeros(len(page_vectors) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        dim = int(page_vectors[0].shape[1])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
         vec_path = self.segments_dir / f"{seg_id}.vectors.npy"
         off_path = self.segments_dir / f"{seg_id}.offsets.npy"
         out = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float16, shape=(int(offsets[-1]), dim))
         for number, (vectors, start) in enumerate(zip(page_vectors, offsets[:-1])):
             out[start : start + len(vectors)] = vectors
-            if number == len(page_vectors) // 2:
+            if number == len(lengths) // 2:
                 out.flush()
                 failpoint("write-vectors")
         out.flush()
@@ -321,7 +329,7 @@ class IndexStore:
         _fsync_dir(self.segments_dir)
         return SegmentEntry(
             id=seg_id,
-            pages=len(page_vectors),
+            pages=len(lengths),
             rows=int(offsets[-1]),
             dim=dim,
             vectors_bytes=vec_path.stat().st_size,
