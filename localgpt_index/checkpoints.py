@@ -40,6 +40,7 @@ class CheckpointSpec:
     text_intermediate: int
     head_dim: int
     vocab_size: int = 2048
+    vision_intermediate: int | None = None  # default: twice vision_hidden
 
 
 SPECS: dict[str, CheckpointSpec] = {
@@ -48,6 +49,9 @@ SPECS: dict[str, CheckpointSpec] = {
     # Real geometry: 448 px, patch 14, 1024 image tokens, 128-d output; one narrow layer
     # each side, so that the CPU spends its time where a pipeline does, not in the model.
     "bench": CheckpointSpec("bench", 448, 14, 32, 1, 1, 64, 1, 1, 128, 32),
+    # vidore/colpali-v1.3's architecture (PaliGemma-3B at 448 px: SigLIP So400m/14 and
+    # Gemma-2B): the same FLOPs per page as the real model, for GPU throughput.
+    "full": CheckpointSpec("full", 448, 14, 1152, 27, 16, 2048, 18, 8, 16384, 256, 257216, 4304),
 }
 
 
@@ -88,6 +92,7 @@ def make_checkpoint(
     seed: int = 0,
     dtype: str = "float32",
     module_dtypes: dict[str, str] | None = None,
+    device: str = "cpu",
 ) -> Path:
     """Write a random ColPali checkpoint (model + processor) to `out_dir`.
 
@@ -129,7 +134,7 @@ def make_checkpoint(
         vision_config={
             "model_type": "siglip_vision_model",
             "hidden_size": spec.vision_hidden,
-            "intermediate_size": spec.vision_hidden * 2,
+            "intermediate_size": spec.vision_intermediate or spec.vision_hidden * 2,
             "num_hidden_layers": spec.vision_layers,
             "num_attention_heads": spec.vision_heads,
             "image_size": spec.image_size,
@@ -159,7 +164,8 @@ def make_checkpoint(
     )
     config.text_config.tie_word_embeddings = False
     torch.manual_seed(seed)
-    model = ColPali(config).to(getattr(torch, dtype)).eval()
+    with torch.device(device):  # "cuda" initialises a full-size model in seconds
+        model = ColPali(config).to(getattr(torch, dtype)).eval()
     config.dtype = dtype
     for name, module_dtype in (module_dtypes or {}).items():
         getattr(model.model.model, name).to(getattr(torch, module_dtype))

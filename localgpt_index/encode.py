@@ -59,7 +59,8 @@ def _byaldi_visible_path(model: ModelRef) -> Iterator[str]:
 class ByaldiEncoder(PageEncoder):
     """A ColPali-family model loaded with byaldi's RAGMultiModalModel.from_pretrained."""
 
-    def __init__(self, model: ModelRef, precision: Precision, batch_size: int) -> None:
+    def __init__(self, model: ModelRef, precision: Precision, batch_size: int, rag=None) -> None:
+        """Load `model` through byaldi, or adopt `rag`, a RAGMultiModalModel already loaded from it."""
         import torch
         from transformers.utils import logging as hf_logging
 
@@ -76,9 +77,10 @@ class ByaldiEncoder(PageEncoder):
         self.forward_calls = 0
         self._torch_dtype = precision.torch_dtype()
         self._device = torch.device(precision.device)
-        byaldi_device = "cuda" if precision.device == "cuda:0" else precision.device
-        with _byaldi_visible_path(model) as path:
-            rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
+        if rag is None:
+            byaldi_device = "cuda" if precision.device == "cuda:0" else precision.device
+            with _byaldi_visible_path(model) as path:
+                rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
         self.net = rag.model.model.eval()
         self.processor = rag.model.processor
         # byaldi hard-codes bfloat16 weights; the probe decides instead. The audit

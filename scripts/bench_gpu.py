@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""GPU throughput of the encoder: a full-size ColPali with random weights, in bfloat16.
+
+The checkpoint is built here from vidore/colpali-v1.3's architecture (PaliGemma-3B
+at 448 px: SigLIP So400m/14 and Gemma-2B; same layers and widths, so the same
+FLOPs per page) and loaded through byaldi, as a real one would be. Nothing is
+downloaded. It prints pages/s of the lgpt-index encoder at several batch sizes
+and of byaldi's own one-page path (RAGMultiModalModel's _add_to_index, inside
+autocast), and the share of the GPU's bf16 peak reached: against the datasheet
+(989 TFLOP/s dense for H100/H200 SXM) and against a matrix product measured in
+the same run.
+
+    python scripts/bench_gpu.py                               # on a CUDA machine
+    python scripts/bench_gpu.py --spec bench --device cpu --dtype float32 --batch-sizes 2 4 --pages 8   # smoke test
+
+Pages are preprocessed before timing (in a build that runs in the render thread);
+the timed part is the batch assembly, the forward pass and copying vectors back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATASHEET_BF16_TFLOPS = 989.0
+
+
+def flops_per_page(config, image_tokens: int, text_tokens: int) -> float:
+    """Multiply-adds x 2 of one page's forward pass (the LM head is skipped by the encoder)."""
+    v, t = config.vision_config, config.text_config
+    dv, iv, tv = v.hidden_size, v.intermediate_size, image_tokens
+    vision = v.num_hidden_layers * (2 * tv * (4 * dv * dv + 2 * dv * iv) + 4 * tv * tv * dv)
+    vision += 2 * tv * (3 * v.patch_size**2) * dv  # patch embedding
+    projector = 2 * tv * dv * t.hidden_size
+    dt, it, n = t.hidden_size, t.intermediate_size, text_tokens
+    q = t.num_attention_heads * t.head_dim
+    kv = t.num_key_value_heads * t.head_dim
+    text = t.num_hidden_layers * (2 * n * (dt * q + 2 * dt * kv + q * dt + 3 * dt * it) + 4 * n * n * q)
+    return vision + projector + text + 2 * n * dt * 128
+
+
+def measured_peak_tflops(device: str) -> float | None:
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    return 10 * 2 * 8192**3 / (time.perf_counter() - started) / 1e12
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", default="full")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--pages", type=int, default=192, help="pages timed per batch size")
+    parser.add_argument("--byaldi-pages", type=int, default=24)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import numpy as np
+    import torch
+    from byaldi import RAGMultiModalModel
+    from PIL import Image
+
+    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.device import choose_precision, detect_capabilities
+    from localgpt_index.encode import ByaldiEncoder
+    from localgpt_index.models import resolve_model
+
+    caps = detect_capabilities()
+    precision = choose_precision(caps, args.device, args.dtype)
+    gpu = caps.cuda[0].name if caps.cuda else "no GPU"
+    print(f"device {precision.device} ({gpu}), {precision.dtype}, autocast {'on' if precision.autocast else 'off'}; "
+          f"torch {torch.__version__}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="lgpt-bench-gpu-") as tmp:
+        started = time.perf_counter()
+        init_device = "cuda" if precision.device_type == "cuda" else "cpu"
+        path = make_checkpoint(Path(tmp) / f"{args.spec}-colpali", args.spec, dtype=args.dtype, device=init_device)
+        if init_device == "cuda":
+            torch.cuda.empty_cache()
+        print(f"checkpoint {args.spec} written in {time.perf_counter() - started:.1f} s", flush=True)
+        started = time.perf_counter()
+        rag = RAGMultiModalModel.from_pretrained(str(path), device="cuda" if init_device == "cuda" else "cpu", verbose=0)
+        encoder = ByaldiEncoder(resolve_model(str(path)), precision, args.batch_sizes[0], rag=rag)
+        params = sum(p.numel() for p in encoder.net.parameters())
+        print(f"loaded through byaldi in {time.perf_counter() - started:.1f} s: {params / 1e9:.2f} B parameters", flush=True)
+
+        rng = np.random.default_rng(0)
+        size = encoder.render_size
+        images = [Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)) for _ in range(8)]
+        prepared = [encoder.prepare_page(images[i % 8]) for i in range(max(args.batch_sizes))]
+        text_tokens = encoder.process_pages(prepared[:1])["input_ids"].shape[1]
+        flops = flops_per_page(encoder.net.config, (size[0] // 14) ** 2, text_tokens)
+        peak = measured_peak_tflops(precision.device)
+        print(f"{flops / 1e12:.2f} TFLOP per page ({text_tokens} tokens); matrix-product peak measured here: "
+              + (f"{peak:.0f} TFLOP/s" if peak else "n/a"), flush=True)
+
+        rows = []
+        for batch in args.batch_sizes:
+            encoder.batch_size = batch
+            pages = [prepared[i % len(prepared)] for i in range(batch)]
+            encoder.encode_pages(pages)  # warm-up
+            if precision.device_type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            sync(precision.device)
+            started = time.perf_counter()
+            done = 0
+            while done < args.pages:
+                encoder.encode_pages(pages)
+                done += batch
+            sync(precision.device)
+            rate = done / (time.perf_counter() - started)
+            memory = torch.cuda.max_memory_allocated() / 2**30 if precision.device_type == "cuda" else float("nan")
+            rows.append((batch, rate, memory))
+            achieved = rate * flops / 1e12
+            print(f"lgpt-index encoder, batch {batch:3d}: {rate:8.1f} pages/s, {achieved:6.0f} TFLOP/s = "
+                  f"{achieved / DATASHEET_BF16_TFLOPS:6.1%} of datasheet bf16 peak"
+                  + (f", {achieved / peak:6.1%} of measured" if peak else "")
+                  + f"; peak GPU memory {memory:.1f} GiB", flush=True)
+
+        rag.model.index_name = "bench"
+        autocast = torch.autocast(precision.device_type, dtype=precision.torch_dtype(), enabled=precision.autocast)
+        with autocast:
+            rag.model._add_to_index(images[0], False, doc_id=0, page_id=1)  # warm-up
+            sync(precision.device)
+            started = time.perf_counter()
+            for page in range(args.byaldi_pages):
+                rag.model._add_to_index(images[page % 8], False, doc_id=1, page_id=page + 1)
+            sync(precision.device)
+        byaldi_rate = args.byaldi_pages / (time.perf_counter() - started)
+        print(f"byaldi one page per forward (_add_to_index, autocast): {byaldi_rate:8.1f} pages/s", flush=True)
+        best = max(rows, key=lambda r: r[1])
+        print(f"best: batch {best[0]}, {best[1]:.1f} pages/s = {best[1] / byaldi_rate:.1f}x byaldi; "
+              f"target 80 pages/s on one H200: {'met' if best[1] >= 80 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
