@@ -34,6 +34,7 @@ class BuildOptions:
     exclude: tuple[str, ...] = ()
     convert_timeout_s: float = 120.0
     convert_workers: int = 2  # conversions running side by side, ahead of the model
+    compile: bool = False  # torch.compile the model: faster on a GPU after a one-time compilation
     commit_every_pages: int = 1000
     commit_every_s: float = 600.0
     wait_s: float = 0.0
@@ -104,7 +105,7 @@ def _make_encoder(model: ModelRef, options: BuildOptions) -> PageEncoder:
     caps = detect_capabilities()
     precision = choose_precision(caps, options.device, options.dtype)
     batch = options.batch_size or default_batch_size(precision, caps)
-    return ByaldiEncoder(model, precision, batch)
+    return ByaldiEncoder(model, precision, batch, compile=options.compile)
 
 
 def build_index(

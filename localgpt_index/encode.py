@@ -59,8 +59,13 @@ def _byaldi_visible_path(model: ModelRef) -> Iterator[str]:
 class ByaldiEncoder(PageEncoder):
     """A ColPali-family model loaded with byaldi's RAGMultiModalModel.from_pretrained."""
 
-    def __init__(self, model: ModelRef, precision: Precision, batch_size: int, rag=None) -> None:
-        """Load `model` through byaldi, or adopt `rag`, a RAGMultiModalModel already loaded from it."""
+    def __init__(self, model: ModelRef, precision: Precision, batch_size: int, rag=None, compile: bool = False) -> None:
+        """Load `model` through byaldi, or adopt `rag`, a RAGMultiModalModel already loaded from it.
+
+        `compile` runs the vision tower and the language model through torch.compile: their
+        many small element-wise kernels (norms, casts, activations) get fused, at the cost
+        of a compilation on the first batch of each size. Errors then name no module.
+        """
         import torch
         from transformers.utils import logging as hf_logging
 
@@ -88,7 +93,12 @@ class ByaldiEncoder(PageEncoder):
         self.dtype_fixes: list[DtypeFix] = audit_checkpoint(model.path, precision.dtype)
         self.dtype_fixes += audit_live(self.net, self._torch_dtype, self._device, "load")
         self._audits_due = 1  # once more after the first batch: catches modules changed after loading
-        self._tracker = ModuleTracker(self.net)
+        self.compiled = compile
+        if compile:
+            inner = self.net.model.model
+            inner.vision_tower.compile(dynamic=False)
+            inner.language_model.compile(dynamic=False)
+        self._tracker = ModuleTracker(None if compile else self.net)
         self._page_text: dict | None = None
         self.dim = int(getattr(self.net, "dim", 128))
 
@@ -166,8 +176,13 @@ class ByaldiEncoder(PageEncoder):
     def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
         vectors: list[np.ndarray] = []
         for start in range(0, len(pages), self.batch_size):
-            batch = self.process_pages(list(pages[start : start + self.batch_size]))
-            vectors += [v.astype(np.float16) for v in self._forward(batch)]
+            chunk = list(pages[start : start + self.batch_size])
+            count = len(chunk)
+            if self.compiled and count < self.batch_size:
+                # a new shape would cost a new compilation (tens of seconds): pad instead
+                chunk += [chunk[-1]] * (self.batch_size - count)
+            batch = self.process_pages(chunk)
+            vectors += [v.astype(np.float16) for v in self._forward(batch)[:count]]
         return vectors
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:

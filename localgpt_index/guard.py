@@ -125,9 +125,10 @@ class ModuleTracker:
     """Knows which module is running, so an error inside a forward pass can name it."""
 
     def __init__(self, model) -> None:
+        """Hooks on every sub-module of `model`; None tracks nothing (a compiled model)."""
         self.stack: list[str] = []
         self._handles = []
-        for name, module in model.named_modules():
+        for name, module in model.named_modules() if model is not None else ():
             if not name:
                 continue
             self._handles.append(module.register_forward_pre_hook(self._enter(name)))

@@ -75,5 +75,5 @@ def test_unknown_dtype_is_a_usage_error():
 def test_batch_size_scales_with_gpu_memory():
     small = CudaDevice(0, "small", (8, 6), 8 * GIB)
     assert default_batch_size(choose_precision(Capabilities(cuda=(small,))), Capabilities(cuda=(small,))) == 4
-    assert default_batch_size(choose_precision(Capabilities(cuda=(H100,))), Capabilities(cuda=(H100,))) == 40
+    assert default_batch_size(choose_precision(Capabilities(cuda=(H100,))), Capabilities(cuda=(H100,))) == 32
     assert default_batch_size(choose_precision(Capabilities()), Capabilities()) == 4

@@ -101,3 +101,19 @@ def test_page_batches_equal_the_processor_output(tiny_model):
         assert set(ours) == set(theirs) - {"labels"}  # training targets, never fed to the model
         for key, value in ours.items():
             assert torch.equal(value, theirs[key]), key
+
+
+def test_compiled_encoder_matches_eager_and_keeps_one_shape(tiny_model):
+    """build --compile: same vectors as eager; a short last batch is padded, not recompiled."""
+    import numpy as np
+
+    eager = _encoder(tiny_model, "float32")
+    pages = [Image.new("RGB", (60, 80), c) for c in ("white", "black", "red", "blue", "green")]
+    expected = eager.encode_pages(pages)
+    compiled = ByaldiEncoder(resolve_model(str(tiny_model)), eager.precision, batch_size=3, compile=True)
+    shapes = []
+    compiled.net.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["pixel_values"].shape)), with_kwargs=True)
+    got = compiled.encode_pages(pages)
+    assert len(got) == 5 and shapes == [(3, 3, 56, 56), (3, 3, 56, 56)]
+    for a, b in zip(expected, got):
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), atol=2e-3)

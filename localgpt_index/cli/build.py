@@ -16,6 +16,8 @@ from .options import index_options, make_terminal, model_options, output_options
 @model_options
 @click.option("--batch-size", type=click.IntRange(1), default=None, help="Pages per forward pass. [default: by device]")
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation.")
+@click.option("--compile", "compile_model", is_flag=True,
+              help="torch.compile the model: about 30 % more pages/s on a GPU, after a compilation of about a minute.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
 @click.option("--convert-timeout", type=float, default=120.0, show_default=True, help="Seconds one conversion may take.")
@@ -26,7 +28,7 @@ from .options import index_options, make_terminal, model_options, output_options
 @index_options
 @output_options
 @report_errors
-def build(docs, model, device, dtype, batch_size, rebuild, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
+def build(docs, model, device, dtype, batch_size, rebuild, compile_model, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
           index_dir, name, as_json, quiet, verbose) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
@@ -35,7 +37,7 @@ def build(docs, model, device, dtype, batch_size, rebuild, include, exclude, con
     terminal = make_terminal(quiet, verbose)
     store = IndexStore(index_path(index_dir, name))
     options = BuildOptions(
-        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, include=include,
+        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, compile=compile_model, include=include,
         exclude=exclude, convert_timeout_s=convert_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s,
     )
