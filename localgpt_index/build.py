@@ -35,6 +35,7 @@ class BuildOptions:
     convert_timeout_s: float = 120.0
     convert_workers: int = 2  # conversions running side by side, ahead of the model
     compile: bool = False  # torch.compile the model: faster on a GPU after a one-time compilation
+    strict: bool = False  # any failed document: commit nothing
     commit_every_pages: int = 1000
     commit_every_s: float = 600.0
     wait_s: float = 0.0
@@ -64,6 +65,7 @@ class BuildReport:
     pages_total: int = 0
     model_calls: int = 0
     committed: bool = False
+    strict: bool = False
     model: dict | None = None
     precision: dict | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -73,6 +75,8 @@ class BuildReport:
 
     @property
     def exit_code(self) -> ExitCode:
+        if self.strict and self.failures:
+            return ExitCode.FAILURE
         if any(f.environment for f in self.failures):
             return ExitCode.ENVIRONMENT
         return ExitCode.PARTIAL if self.failures else ExitCode.OK
@@ -118,7 +122,7 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    report = BuildReport(index=str(store.root), source=str(Path(docs).resolve()))
+    report = BuildReport(index=str(store.root), source=str(Path(docs).resolve()), strict=options.strict)
     timer = _Timer(report)
 
     started = time.perf_counter()
@@ -231,6 +235,16 @@ class _Pipeline:
         model_info = {**model.to_dict(), "dim": settings.get("dim")}
 
         def commit(done: list[_DocState]) -> None:
+            try:
+                write(done)
+            except OSError as exc:
+                last = f"generation {self.report.generation}" if self.report.generation else "its previous state"
+                raise IndexProblem(
+                    f"could not write to {self.store.root}: {exc.strerror or exc}; the index keeps {last}.",
+                    hint="Free some space (or fix the permissions) and run build again: it carries on from there.",
+                ) from exc
+
+        def write(done: list[_DocState]) -> None:
             nonlocal generation
             started = time.perf_counter()
             if done:
@@ -298,7 +312,6 @@ class _Pipeline:
             self.report.failures.append(
                 Failure(str(state.source.path), exc.stage, exc.reason, isinstance(exc, MissingConverter))
             )
-            self.log(f"failed: {state.source.path} [{exc.stage}] {exc.reason}")
             if progress:
                 progress.advance("documents")
 
@@ -326,6 +339,10 @@ class _Pipeline:
         def finish_ready() -> None:
             nonlocal pending_pages, done, last_commit
             for number in [n for n, st in states.items() if st.complete]:
+                changed = _changed_since_discovery(states[number].source)
+                if changed:
+                    fail(number, DocumentError("discover", changed))
+                    continue
                 state = states.pop(number)
                 if state.converter:
                     state.pdf_rel, state.pdf_sha256 = self.store.store_pdf(state.source.sha256, state.pdf)
@@ -335,8 +352,8 @@ class _Pipeline:
                 self.report.pages_embedded += len(state.vectors)
                 if progress:
                     progress.advance("documents")
-            # A rebuild commits once, at the end: the old generation answers until then.
-            due = not self.options.rebuild and (
+            # A rebuild (or a strict build) commits once, at the end: the old generation answers until then.
+            due = not (self.options.rebuild or self.options.strict) and (
                 pending_pages >= self.options.commit_every_pages
                 or (done and time.monotonic() - last_commit >= self.options.commit_every_s)
             )
@@ -368,7 +385,21 @@ class _Pipeline:
                 finish_ready()
         flush()
         finish_ready()
+        if self.options.strict and self.report.failures:
+            self.log(f"--strict: {len(self.report.failures)} document(s) failed, nothing committed.")
+            return
         commit(done)
+
+
+def _changed_since_discovery(source: SourceFile) -> str | None:
+    """Why the file's vectors cannot be trusted to match its recorded sha256, if they cannot."""
+    try:
+        stat = source.path.stat()
+    except OSError:
+        return "the file disappeared during the build"
+    if stat.st_size != source.size or stat.st_mtime != source.mtime:
+        return "the file changed during the build; the next build indexes its new content"
+    return None
 
 
 @contextmanager

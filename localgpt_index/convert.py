@@ -29,6 +29,31 @@ OFFICE_SUFFIXES = frozenset(
 )
 
 
+# What the first bytes of each office format must be; a file that says otherwise is refused
+# before a converter sees it (LibreOffice would import random bytes as plain text).
+_ZIP = (b"PK\x03\x04",)
+_OLE2 = (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",)
+SIGNATURES: dict[str, tuple[tuple[bytes, ...], str]] = {
+    **{s: (_ZIP, "a ZIP archive") for s in (".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods")},
+    **{s: (_OLE2, "an OLE2 compound file") for s in (".doc", ".ppt", ".xls")},
+    ".rtf": ((b"{\\rtf",), "RTF"),
+}
+
+
+def check_signature(path: Path, suffix: str) -> None:
+    """Refuse an office file whose bytes are not of its kind."""
+    expected = SIGNATURES.get(suffix)
+    if expected is None:
+        return
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except OSError as exc:
+        raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
+    if not head.startswith(expected[0]):
+        raise DocumentError("convert", f"not a valid {suffix} file: its bytes are not {expected[1]}")
+
+
 class MissingConverter(DocumentError):
     """No converter for this type is installed: an environment problem, not the document's."""
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 from PIL import Image
 
-from .convert import ConverterSet
+from .convert import ConverterSet, check_signature
 from .discover import IMAGE, MARKDOWN, OFFICE, SourceFile
 from .errors import DocumentError
 from .render import image_file_pages, pdf_page_count, render_pdf_pages
@@ -115,9 +115,12 @@ class PageFeed:
             try:
                 if source.size == 0:
                     raise DocumentError("discover", "the file is empty (0 bytes)")
+                if not source.path.exists():
+                    raise DocumentError("discover", "the file disappeared during the build")
                 if source.kind == IMAGE:
                     results[number] = open_image(source, self.render_size)
                 elif source.kind in (OFFICE, MARKDOWN):
+                    check_signature(source.path, source.suffix)
                     converter = self.converters.for_suffix(source.suffix)
                     staged[number] = converter.stage(source.path, workdir, f"doc-{number}")
                 else:

@@ -19,11 +19,23 @@ def pdf_page_count(pdf: Path) -> int:
     from pdf2image.exceptions import PDFInfoNotInstalledError
 
     try:
+        with open(pdf, "rb") as handle:
+            head = handle.read(1024)
+    except OSError as exc:
+        raise DocumentError("render", f"cannot read the file: {exc.strerror or exc}") from exc
+    if b"%PDF-" not in head:
+        raise DocumentError("render", "not a PDF: no %PDF- header in its first 1024 bytes")
+    try:
         info = pdfinfo_from_path(str(pdf))
     except PDFInfoNotInstalledError as exc:
         raise DocumentError("render", "poppler's pdfinfo is not installed (apt-get install poppler-utils)") from exc
     except Exception as exc:  # pdf2image raises several types for broken files
-        raise DocumentError("render", f"poppler cannot read this PDF: {_short(exc)}") from exc
+        said = _short(exc)
+        if "password" in said.lower():
+            raise DocumentError("render", f"the PDF is encrypted and needs a password (poppler: {said})") from exc
+        if "page count 0" in said.lower():
+            raise DocumentError("render", "the PDF has no pages") from exc
+        raise DocumentError("render", f"poppler cannot read this PDF: {said}") from exc
     pages = int(info.get("Pages", 0))
     if pages <= 0:
         raise DocumentError("render", "the PDF has no pages")

@@ -6,7 +6,15 @@ import sys
 
 import click
 
-from .options import index_options, make_terminal, model_options, output_options, print_json, report_errors
+from .options import (
+    display_path,
+    index_options,
+    make_terminal,
+    model_options,
+    output_options,
+    print_json,
+    report_errors,
+)
 
 
 @click.command()
@@ -16,6 +24,7 @@ from .options import index_options, make_terminal, model_options, output_options
 @model_options
 @click.option("--batch-size", type=click.IntRange(1), default=None, help="Pages per forward pass. [default: by device]")
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation.")
+@click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
 @click.option("--compile", "compile_model", is_flag=True,
               help="torch.compile the model: about 30 % more pages/s on a GPU, after a compilation of about a minute.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
@@ -28,7 +37,7 @@ from .options import index_options, make_terminal, model_options, output_options
 @index_options
 @output_options
 @report_errors
-def build(docs, model, device, dtype, batch_size, rebuild, compile_model, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
+def build(docs, model, device, dtype, batch_size, rebuild, strict, compile_model, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
           index_dir, name, as_json, quiet, verbose) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
@@ -37,7 +46,7 @@ def build(docs, model, device, dtype, batch_size, rebuild, compile_model, includ
     terminal = make_terminal(quiet, verbose)
     store = IndexStore(index_path(index_dir, name))
     options = BuildOptions(
-        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, compile=compile_model, include=include,
+        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, strict=strict, compile=compile_model, include=include,
         exclude=exclude, convert_timeout_s=convert_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s,
     )
@@ -55,7 +64,7 @@ def _summarise(terminal, report) -> None:
     if report.model and is_random_checkpoint(report.model["path"]):
         terminal.warn(f"{report.model['id']} is a random-weight test checkpoint: its vectors carry no meaning.")
     for skipped in report.skipped_files:
-        terminal.detail(f"skipped: {skipped['path']} ({skipped['reason']})")
+        terminal.detail(f"skipped: {display_path(skipped['path'])} ({skipped['reason']})")
     if report.precision:
         p = report.precision
         terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {'on' if p['autocast'] else 'off'}): {p['reason']}")
@@ -69,4 +78,4 @@ def _summarise(terminal, report) -> None:
         f"{report.pages_total} in the index ({report.index})"
     )
     for failure in report.failures:
-        terminal.error(f"{failure.path}: {failure.stage}: {failure.reason}")
+        terminal.error(f"{display_path(failure.path)}: {failure.stage}: {failure.reason}")

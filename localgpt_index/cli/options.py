@@ -67,6 +67,13 @@ def report_errors(func: Callable) -> Callable:
 
 
 def print_json(data) -> None:
+    """JSON on stdout. ASCII escapes keep it valid whatever the file names hold (a name that
+    is not UTF-8 comes out as \\udcXX escapes, which Python's json reads back to the same path)."""
     import json
 
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json.dumps(data, indent=2, ensure_ascii=True, default=str))
+
+
+def display_path(path: str) -> str:
+    """A path fit for a terminal: bytes that are not UTF-8 shown as U+FFFD."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .options import index_options, make_terminal, model_options, output_options, print_json, report_errors
+from .options import (
+    display_path,
+    index_options,
+    make_terminal,
+    model_options,
+    output_options,
+    print_json,
+    report_errors,
+)
 
 QUERY_SCHEMA_VERSION = 1
 
@@ -67,5 +75,5 @@ def _print_tables(texts, results) -> None:
         table.add_column("page", justify="right")
         table.add_column("document", overflow="fold")
         for hit in hits:
-            table.add_row(str(hit.rank), f"{hit.score:.3f}", str(hit.page), hit.path)
+            table.add_row(str(hit.rank), f"{hit.score:.3f}", str(hit.page), display_path(hit.path))
         console.print(table)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import ExitCode
-from .options import index_options, make_terminal, output_options, print_json, report_errors
+from .options import display_path, index_options, make_terminal, output_options, print_json, report_errors
 
 
 @click.command()
@@ -31,8 +31,8 @@ def remove(paths, wait_s, index_dir, name, as_json, quiet, verbose) -> None:
     if as_json:
         print_json(asdict(report))
     for path in report.removed:
-        terminal.detail(f"removed: {path}")
+        terminal.detail(f"removed: {display_path(path)}")
     for path in report.not_found:
-        terminal.warn(f"not in the index: {path}")
+        terminal.warn(f"not in the index: {display_path(path)}")
     terminal.info(f"{len(report.removed)} documents ({report.pages_removed} pages) removed from {report.index}")
     sys.exit(int(ExitCode.OK if report.removed else ExitCode.FAILURE))

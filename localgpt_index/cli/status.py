@@ -6,7 +6,7 @@ import time
 
 import click
 
-from .options import index_options, output_options, print_json, report_errors
+from .options import display_path, index_options, output_options, print_json, report_errors
 
 
 @click.command()
@@ -46,4 +46,4 @@ def status(index_dir, name, as_json, quiet, verbose) -> None:
     if m.failures:
         click.echo(f"failed last time ({len(m.failures)}):")
         for f in m.failures:
-            click.echo(f"  {f['path']}: {f['stage']}: {f['reason']}")
+            click.echo(f"  {display_path(f['path'])}: {f['stage']}: {f['reason']}")
