@@ -231,3 +231,14 @@ def test_disk_full_during_commit_keeps_the_previous_generation(tiny_model, tmp_p
     assert run_cli("query", "a", "--json", *index).stdout == before
     assert run_cli("build", str(docs), *index).exit_code == 0  # space again: it carries on
     assert run_cli("verify", *index).exit_code == 0
+
+
+def test_include_and_exclude_globs(hostile, tiny_model, tmp_path):
+    result = run_cli("build", str(hostile["docs"]), "--model", str(tiny_model), "--include", "*.pdf", "--include", "*.PDF",
+                     "--exclude", "copy-*", "--index-dir", str(tmp_path / "idx"), "--json")
+    report = json.loads(result.stdout)
+    seen = {Path(f["path"]).name for f in report["failures"]} | {
+        Path(d.path).name for d in __import__("localgpt_index.search", fromlist=["open_index"]).open_index(tmp_path / "idx").documents
+    }
+    assert all(name.lower().endswith(".pdf") for name in seen)
+    assert "copy-of-report.pdf" not in seen and "report.pdf" in seen and "UPPER.PDF" in seen

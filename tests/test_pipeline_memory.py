@@ -1,0 +1,55 @@
+"""The build holds a bounded number of pages, whatever the size of the corpus."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import localgpt_index.render as render
+from docgen import make_pdf
+
+
+def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, monkeypatch):
+    import torch
+
+    from localgpt_index.build import BuildOptions, build_index
+    from localgpt_index.pipeline import RENDER_CHUNK
+    from localgpt_index.store import IndexStore
+
+    docs = tmp_path / "docs"
+    make_pdf(docs / "long.pdf", [f"page {i}" for i in range(120)])
+    for i in range(4):
+        make_pdf(docs / f"short-{i}.pdf", ["a", "b", "c"])
+
+    alive: list[weakref.ref] = []
+    original = render.render_pdf_pages
+
+    def tracked(*args, **kwargs):
+        images = original(*args, **kwargs)
+        alive.extend(weakref.ref(image) for image in images)
+        return images
+
+    monkeypatch.setattr("localgpt_index.pipeline.render_pdf_pages", tracked)
+    peak = {"images": 0, "tensors": 0}
+    batch = 4
+
+    class Watch:
+        def add_task(self, name, total):
+            pass
+
+        def advance(self, name, amount=1, total=None):
+            if name != "pages":
+                return
+            gc.collect()
+            peak["images"] = max(peak["images"], sum(ref() is not None for ref in alive))
+            pixels = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.dim() == 3 and o.shape[0] == 3]
+            peak["tensors"] = max(peak["tensors"], len(pixels))
+
+    report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
+                         BuildOptions(model=str(tiny_model), batch_size=batch), progress=Watch())
+    assert report.pages_embedded == 132
+    # rendered images: at most the chunk being prepared; prepared pages: the queue (2 batches),
+    # the batch being encoded and one in the producer's hand
+    assert peak["images"] > 0 and peak["tensors"] > 0  # it did watch something
+    assert peak["images"] <= RENDER_CHUNK
+    assert peak["tensors"] <= 2 * batch + batch + 1
