@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
+
 from .convert import ConverterSet, MissingConverter
 from .device import choose_precision, default_batch_size, detect_capabilities
 from .discover import SourceFile, discover
@@ -36,6 +38,7 @@ class BuildOptions:
     convert_workers: int = 2  # conversions running side by side, ahead of the model
     compile: bool = False  # torch.compile the model: faster on a GPU after a one-time compilation
     strict: bool = False  # any failed document: commit nothing
+    pool_factor: int = 1  # >1: hierarchical token pooling, about 1/pool_factor of the vectors (lossy)
     commit_every_pages: int = 1000
     commit_every_s: float = 600.0
     wait_s: float = 0.0
@@ -143,6 +146,13 @@ def build_index(
                 f"{model.id} is a different model.",
                 hint="Use --rebuild to embed everything again with the new model, or another --name.",
             )
+        old_pool = old.settings.get("pool_factor", 1) if old else 1
+        if old and not options.rebuild and old.documents and old_pool != options.pool_factor:
+            raise IndexProblem(
+                f"{store.root} was built with --pool-factor {old_pool}, not {options.pool_factor}; "
+                "pages pooled differently would not score alike.",
+                hint=f"Use --pool-factor {old_pool}, or --rebuild to change it.",
+            )
         base = None if (old is None or options.rebuild) else old
         plan = _plan(found.files, found.root, base)
         report.unchanged, report.reused, report.removed = len(plan.unchanged), len(plan.reused), len(plan.removed)
@@ -231,6 +241,7 @@ class _Pipeline:
                 "render_size": list(encoder.render_size) if encoder.render_size else None,
                 "dim": encoder.dim,
                 "vector_dtype": "float16",
+                "pool_factor": self.options.pool_factor,
             }
         model_info = {**model.to_dict(), "dim": settings.get("dim")}
 
@@ -330,6 +341,10 @@ class _Pipeline:
                 return
             self.timer.add("encode", started)
             buffer.clear()
+            if self.options.pool_factor > 1:
+                started = time.perf_counter()
+                vectors = pool_tokens(vectors, self.options.pool_factor)
+                self.timer.add("pool", started)
             for number, vector in zip(owners, vectors):
                 states[number].vectors.append(vector)
             failpoint("encode")
@@ -389,6 +404,19 @@ class _Pipeline:
             self.log(f"--strict: {len(self.report.failures)} document(s) failed, nothing committed.")
             return
         commit(done)
+
+
+def pool_tokens(vectors: list[np.ndarray], factor: int) -> list[np.ndarray]:
+    """colpali-engine's HierarchicalTokenPooler: each page keeps about 1/factor of its vectors,
+    each the normalised mean of a cluster of similar ones. Its authors report about 98 % of
+    retrieval quality kept at factor 3."""
+    import torch
+    from colpali_engine.compression.token_pooling import HierarchicalTokenPooler
+
+    pooled = HierarchicalTokenPooler().pool_embeddings(
+        [torch.from_numpy(v.astype(np.float32)) for v in vectors], pool_factor=factor, num_workers=os.cpu_count() or 1
+    )
+    return [p.numpy().astype(np.float16) for p in pooled]
 
 
 def _changed_since_discovery(source: SourceFile) -> str | None:

@@ -252,3 +252,22 @@ def office_index(tiny_model, corpus, tmp_path_factory) -> Path:
     os.environ["HF_HUB_OFFLINE"] = "1"
     assert run_cli("build", str(root), "--model", str(tiny_model), "--index-dir", str(index_dir)).exit_code == 0
     return index_dir
+
+
+def test_token_pooling_shrinks_the_index_and_is_kept_consistent(tiny_model, tmp_path):
+    docs = tmp_path / "docs"
+    _make_docs(docs, BASE)
+    plain, pooled = tmp_path / "plain", tmp_path / "pooled"
+    assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(plain)).exit_code == 0
+    result = run_cli("build", str(docs), "--model", str(tiny_model), "--pool-factor", "3", "--index-dir", str(pooled), "--json")
+    assert result.exit_code == 0, result.stderr
+    status = {name: json.loads(run_cli("status", "--index-dir", str(d), "--json").stdout) for name, d in (("plain", plain), ("pooled", pooled))}
+    assert status["pooled"]["pages"] == status["plain"]["pages"]
+    # 29 vectors per tiny page pool to 29 // 3 = 9
+    assert status["pooled"]["vectors"] == status["plain"]["pages"] * 9 and status["plain"]["vectors"] == status["plain"]["pages"] * 29
+    assert status["pooled"]["settings"]["pool_factor"] == 3
+    _verify_ok(pooled)
+    hits = json.loads(run_cli("query", "report", "-k", "3", "--index-dir", str(pooled), "--json").stdout)["results"]
+    assert len(hits) == 3
+    mixed = run_cli("build", str(docs), "--pool-factor", "2", "--index-dir", str(pooled))
+    assert mixed.exit_code == 1 and "--pool-factor 3" in mixed.stderr
