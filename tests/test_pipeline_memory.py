@@ -10,8 +10,6 @@ from docgen import make_pdf
 
 
 def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, monkeypatch):
-    import torch
-
     from localgpt_index.build import BuildOptions, build_index
     from localgpt_index.pipeline import RENDER_CHUNK
     from localgpt_index.store import IndexStore
@@ -30,6 +28,17 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
         return images
 
     monkeypatch.setattr("localgpt_index.pipeline.render_pdf_pages", tracked)
+    from localgpt_index.encode import ByaldiEncoder
+
+    prepared: list[weakref.ref] = []
+    original_prepare = ByaldiEncoder.prepare_page
+
+    def tracked_prepare(self, image):
+        tensor = original_prepare(self, image)
+        prepared.append(weakref.ref(tensor))
+        return tensor
+
+    monkeypatch.setattr(ByaldiEncoder, "prepare_page", tracked_prepare)
     peak = {"images": 0, "tensors": 0}
     batch = 4
 
@@ -42,8 +51,7 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
                 return
             gc.collect()
             peak["images"] = max(peak["images"], sum(ref() is not None for ref in alive))
-            pixels = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.dim() == 3 and o.shape[0] == 3]
-            peak["tensors"] = max(peak["tensors"], len(pixels))
+            peak["tensors"] = max(peak["tensors"], sum(ref() is not None for ref in prepared))
 
     report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
                          BuildOptions(model=str(tiny_model), batch_size=batch), progress=Watch())
