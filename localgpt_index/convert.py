@@ -96,8 +96,6 @@ class Converter(ABC):
             raise result
         return result
 
-    def version(self) -> str | None:
-        return None
 
 
 def find_soffice() -> str | None:
@@ -137,13 +135,6 @@ class LibreOfficeConverter(Converter):
             for profile in self._profiles:
                 shutil.rmtree(profile, ignore_errors=True)
             self._profiles.clear()
-
-    def version(self) -> str | None:
-        try:
-            out = subprocess.run([self.binary, "--version"], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() or None
 
     def batch_key(self, suffix: str) -> str | None:
         # One run applies one import filter to all its files.

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
-
 from PIL import Image
 
 from .errors import DocumentError
@@ -72,13 +70,6 @@ def image_file_pages(path: Path, size: tuple[int, int] | None) -> list[Image.Ima
     if not frames:
         raise DocumentError("render", "the image has no frames")
     return frames
-
-
-def iter_pdf_pages(pdf: Path, size: tuple[int, int] | None, chunk: int = 16) -> Iterator[Image.Image]:
-    """Pages of a PDF, rendered a chunk at a time so memory does not grow with the document."""
-    total = pdf_page_count(pdf)
-    for first in range(1, total + 1, chunk):
-        yield from render_pdf_pages(pdf, size, first, min(total, first + chunk - 1))
 
 
 def _fit(image: Image.Image, size: tuple[int, int] | None) -> Image.Image:

@@ -70,6 +70,18 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def pages_per_second(encoder, batch: list, at_least: int, device: str) -> float:
+    """Encode `batch` again and again until `at_least` pages are done; pages per second."""
+    sync(device)
+    started = time.perf_counter()
+    done = 0
+    while done < at_least:
+        encoder.encode_pages(batch)
+        done += len(batch)
+    sync(device)
+    return done / (time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", default="full")
@@ -128,14 +140,7 @@ def main() -> None:
             encoder.encode_pages(pages)  # warm-up
             if precision.device_type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            sync(precision.device)
-            started = time.perf_counter()
-            done = 0
-            while done < args.pages:
-                encoder.encode_pages(pages)
-                done += batch
-            sync(precision.device)
-            rate = done / (time.perf_counter() - started)
+            rate = pages_per_second(encoder, pages, args.pages, precision.device)
             memory = torch.cuda.max_memory_allocated() / 2**30 if precision.device_type == "cuda" else float("nan")
             rows.append((batch, rate, memory))
             achieved = rate * flops / 1e12
@@ -189,13 +194,7 @@ def main() -> None:
                 compiled.encode_pages(pages)  # compiles for this batch size
                 sync(precision.device)
                 compile_s = time.perf_counter() - started
-                started = time.perf_counter()
-                done = 0
-                while done < args.pages:
-                    compiled.encode_pages(pages)
-                    done += batch
-                sync(precision.device)
-                rate = done / (time.perf_counter() - started)
+                rate = pages_per_second(compiled, pages, args.pages, precision.device)
                 achieved = rate * flops / 1e12
                 print(f"lgpt-index encoder, torch.compile, batch {batch:3d}: {rate:8.1f} pages/s, {achieved:6.0f} TFLOP/s = "
                       f"{achieved / DATASHEET_BF16_TFLOPS:6.1%} of datasheet bf16 peak (first batch, compiling: {compile_s:.0f} s)",

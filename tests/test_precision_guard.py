@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import copy_tree, run_cli, validate
+from conftest import run_cli, validate
 from localgpt_index.device import Precision
 from localgpt_index.encode import ByaldiEncoder
 from localgpt_index.guard import PrecisionError, translate_error
