@@ -19,6 +19,7 @@ from .discover import SourceFile, discover
 from .encode import ByaldiEncoder, PageEncoder
 from .errors import DocumentError, ExitCode, IndexProblem
 from .failpoints import failpoint
+from .metadata import metadata_for
 from .models import DEFAULT_MODEL, ModelRef, resolve_model
 from .pipeline import PageFeed
 from .store import DocumentEntry, IndexStore, Manifest
@@ -39,6 +40,7 @@ class BuildOptions:
     compile: bool = False  # torch.compile the model: faster on a GPU after a one-time compilation
     strict: bool = False  # any failed document: commit nothing
     pool_factor: int = 1  # >1: hierarchical token pooling, about 1/pool_factor of the vectors (lossy)
+    metadata_rules: list | None = None  # from --metadata; None keeps what the index has
     commit_every_pages: int = 1000
     commit_every_s: float = 600.0
     wait_s: float = 0.0
@@ -154,7 +156,7 @@ def build_index(
                 hint=f"Use --pool-factor {old_pool}, or --rebuild to change it.",
             )
         base = None if (old is None or options.rebuild) else old
-        plan = _plan(found.files, found.root, base)
+        plan = _plan(found.files, found.root, base, options.metadata_rules)
         report.unchanged, report.reused, report.removed = len(plan.unchanged), len(plan.reused), len(plan.removed)
 
         if not plan.to_embed and not plan.changes_catalog:
@@ -175,14 +177,26 @@ class _Plan:
     to_embed: list[SourceFile]
     removed: list[DocumentEntry]
     kept_outside: list[DocumentEntry]  # documents from other folders, untouched
+    metadata: dict[str, dict] = field(default_factory=dict)  # for the documents to embed
+    retagged: int = 0  # unchanged documents whose metadata changed
 
     @property
     def changes_catalog(self) -> bool:
-        return bool(self.reused or self.removed)
+        return bool(self.reused or self.removed or self.retagged)
 
 
-def _plan(files: list[SourceFile], root: Path, base: Manifest | None) -> _Plan:
+def _plan(files: list[SourceFile], root: Path, base: Manifest | None, rules: list | None = None) -> _Plan:
     old_docs = base.documents if base else []
+
+    def tagged(entry: DocumentEntry, source: SourceFile) -> DocumentEntry:
+        if rules is None:
+            return entry
+        new = metadata_for(source.path, root, rules)
+        if new != entry.metadata:
+            plan.retagged += 1
+            return replace(entry, metadata=new)
+        return entry
+
     by_path = {d.path: d for d in old_docs}
     by_sha = {}
     for doc in old_docs:
@@ -198,12 +212,13 @@ def _plan(files: list[SourceFile], root: Path, base: Manifest | None) -> _Plan:
     for source in files:
         old = by_path.get(str(source.path))
         if old and old.sha256 == source.sha256:
-            plan.unchanged.append(old)
+            plan.unchanged.append(tagged(old, source))
         elif source.sha256 in by_sha:
-            twin = by_sha[source.sha256]
-            plan.reused.append(replace(twin, path=str(source.path), size=source.size, mtime=source.mtime))
+            twin = replace(by_sha[source.sha256], path=str(source.path), size=source.size, mtime=source.mtime, metadata={})
+            plan.reused.append(tagged(twin, source))
         else:
             plan.to_embed.append(source)
+            plan.metadata[str(source.path)] = metadata_for(source.path, root, rules) if rules else {}
             if old:
                 plan.removed.append(old)
     return plan
@@ -269,6 +284,7 @@ class _Pipeline:
                             path=str(source.path), sha256=source.sha256, size=source.size, mtime=source.mtime,
                             kind=source.kind, pages=len(state.vectors), segment=segment.id, first_page=first,
                             converter=state.converter, pdf=state.pdf_rel, pdf_sha256=state.pdf_sha256,
+                            metadata=plan.metadata.get(str(source.path), {}),
                         )
                     )
                     first += len(state.vectors)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -11,6 +11,7 @@ import numpy as np
 from .device import choose_precision, default_batch_size, detect_capabilities
 from .encode import ByaldiEncoder, PageEncoder
 from .errors import IndexProblem
+from .metadata import matches
 from .models import resolve_model
 from .score import maxsim
 from .store import DocumentEntry, IndexStore, Manifest, MissingIndexFile, index_path
@@ -24,6 +25,7 @@ class SearchHit:
     page: int  # 1-based
     sha256: str
     kind: str
+    metadata: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -60,15 +62,23 @@ class Index:
         self._encoder = ByaldiEncoder(ref, precision, default_batch_size(precision, caps))
         return self._encoder
 
-    def search(self, queries: str | Sequence[str], k: int = 5) -> list[list[SearchHit]]:
-        """Top-k pages for each query (all queries are encoded in one batch)."""
+    def search(
+        self, queries: str | Sequence[str], k: int = 5, filters: dict[str, str] | None = None
+    ) -> list[list[SearchHit]]:
+        """Top-k pages for each query (all queries are encoded in one batch), among the
+        documents whose metadata matches every KEY=VALUE of `filters`."""
         texts = [queries] if isinstance(queries, str) else list(queries)
         encoder = self._encoder or self.load_encoder()
-        return self.search_vectors(encoder.encode_queries(texts), k, device=encoder.precision.device)
+        return self.search_vectors(encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters)
 
-    def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu") -> list[list[SearchHit]]:
-        """Rank every page for already-encoded queries; ties go to the earlier path, then the earlier page."""
+    def search_vectors(
+        self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu", filters: dict[str, str] | None = None
+    ) -> list[list[SearchHit]]:
+        """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
+        Filtered-out documents are not scored at all."""
         docs = self.manifest.documents
+        if filters:
+            docs = [d for d in docs if matches(d.metadata, filters)]
         if not docs or not query_vectors:
             return [[] for _ in query_vectors]
         score_parts, doc_parts, page_parts = [], [], []
@@ -89,7 +99,8 @@ class Index:
             order = np.lexsort((page_of, doc_of, -row))[:k]
             results.append(
                 [
-                    SearchHit(rank, float(row[i]), docs[doc_of[i]].path, int(page_of[i]), docs[doc_of[i]].sha256, docs[doc_of[i]].kind)
+                    SearchHit(rank, float(row[i]), docs[doc_of[i]].path, int(page_of[i]), docs[doc_of[i]].sha256,
+                              docs[doc_of[i]].kind, docs[doc_of[i]].metadata)
                     for rank, i in enumerate(order, 1)
                 ]
             )

@@ -136,3 +136,62 @@ def test_query_with_another_model_is_refused(built, tmp_path):
     result = run_cli("query", "revenue", "--model", str(other), "--index-dir", str(built["index_dir"]))
     assert result.exit_code == 1
     assert "built with" in result.stderr and "--rebuild" in result.stderr
+
+
+def test_metadata_rules_and_filters(corpus, tiny_model, tmp_path):
+    root, _ = corpus
+    rules = tmp_path / "meta.json"
+    rules.write_text(json.dumps({"reports/*": {"team": "finance"}, "*.pptx": {"kind": "slides", "team": "sales"}}))
+    index = ["--index-dir", str(tmp_path / "idx")]
+    built = run_cli("build", str(root), "--model", str(tiny_model), "--metadata", str(rules), *index)
+    assert built.exit_code == 0, built.stderr
+
+    def hits(*filters):
+        args = [x for f in filters for x in ("--filter", f)]
+        out = run_cli("query", "revenue", "-k", "50", *args, "--json", *index)
+        assert out.exit_code == 0, out.stderr
+        document = json.loads(out.stdout)
+        validate(document, "query")
+        return document["results"]
+
+    finance = hits("team=finance")
+    assert {Path(h["path"]).name for h in finance} == {"annual-report.pdf", "memo.docx"} and len(finance) == 5
+    assert all(h["metadata"]["team"] == "finance" for h in finance)
+    assert {Path(h["path"]).name for h in hits("team=sales", "kind=slides")} == {"deck.pptx"}
+    assert hits("team=nobody") == []
+
+    csv_rules = tmp_path / "meta.csv"
+    csv_rules.write_text("glob,team\nscans/*,ops\n")
+    again = run_cli("build", str(root), "--metadata", str(csv_rules), "--json", *index)
+    report = json.loads(again.stdout)
+    assert report["model_calls"] == 0 and report["generation"] == 2  # metadata alone: a new generation, no model work
+    assert {Path(h["path"]).name for h in hits("team=ops")} == {"receipt.png"}
+    assert hits("team=finance") == []
+
+
+def test_export_pages_and_images_in_json(built, tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = tmp_path / "pages"
+    result = run_cli("query", "revenue", "q3", "-k", "20", "--export-pages", str(out), "--dpi", "40", "--with-images",
+                     "--json", "--index-dir", str(built["index_dir"]))
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    validate(document, "query")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [q["query"] for q in manifest["queries"]] == ["revenue", "q3"]
+    for query_json, query_manifest in zip(document["queries"], manifest["queries"]):
+        for hit_json, hit_file in zip(query_json["results"], query_manifest["results"]):
+            assert (hit_json["path"], hit_json["page"]) == (hit_file["path"], hit_file["page"])
+            on_disk = Image.open(out / hit_file["image"])
+            inline = Image.open(io.BytesIO(base64.b64decode(hit_json["image_base64"])))
+            assert on_disk.size == inline.size and on_disk.size[0] > 50
+            if hit_json["kind"] == "pdf":  # the corpus PDF has letter pages: 340 x 440 at 40 dpi
+                assert on_disk.size == (340, 440)
+    kinds = {h["kind"] for q in manifest["queries"] for h in q["results"]}
+    assert kinds == {"pdf", "office", "markdown", "image"}  # every page of the corpus, every way of rendering it
+    plain = run_cli("query", "revenue", "--json", "--index-dir", str(built["index_dir"]))
+    assert "image_base64" not in plain.stdout

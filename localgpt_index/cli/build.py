@@ -24,6 +24,8 @@ from .options import (
 @model_options
 @click.option("--batch-size", type=click.IntRange(1), default=None, help="Pages per forward pass. [default: by device]")
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation.")
+@click.option("--metadata", "metadata_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="JSON or CSV file mapping path globs to key/value pairs, stored per document.")
 @click.option("--pool-factor", type=click.IntRange(1), default=1, show_default=True,
               help="Lossy: pool each page's vectors to about 1/N (hierarchical token pooling); 1 is off.")
 @click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
@@ -39,16 +41,18 @@ from .options import (
 @index_options
 @output_options
 @report_errors
-def build(docs, model, device, dtype, batch_size, rebuild, pool_factor, strict, compile_model, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
+def build(docs, model, device, dtype, batch_size, rebuild, metadata_file, pool_factor, strict, compile_model, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
           index_dir, name, as_json, quiet, verbose) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
+    from ..metadata import load_rules
     from ..store import IndexStore, index_path
 
     terminal = make_terminal(quiet, verbose)
     store = IndexStore(index_path(index_dir, name))
     options = BuildOptions(
-        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, pool_factor=pool_factor, strict=strict, compile=compile_model, include=include,
+        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, pool_factor=pool_factor,
+        metadata_rules=load_rules(metadata_file) if metadata_file else None, strict=strict, compile=compile_model, include=include,
         exclude=exclude, convert_timeout_s=convert_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s,
     )

@@ -21,13 +21,19 @@ QUERY_SCHEMA_VERSION = 1
 @click.argument("text", nargs=-1)
 @click.option("--queries-file", type=click.File("r", encoding="utf-8"), default=None,
               help="More queries, one per line ('-' for stdin); all are encoded in one batch.")
+@click.option("--filter", "filters", multiple=True, metavar="KEY=VALUE",
+              help="Only documents whose metadata has KEY=VALUE (repeatable: all must match).")
+@click.option("--export-pages", "export_dir", type=click.Path(file_okay=False), default=None,
+              help="Write the pages found as PNG files into this folder, with a manifest.json.")
+@click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of page images.")
+@click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
 @click.option("-k", "top_k", type=click.IntRange(1), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
 @model_options
 @index_options
 @output_options
 @report_errors
-def query(text, queries_file, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
+def query(text, queries_file, filters, export_dir, dpi, with_images, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..errors import UsageError
     from ..search import open_index
@@ -44,9 +50,26 @@ def query(text, queries_file, top_k, model, device, dtype, index_dir, name, as_j
     if is_random_checkpoint(encoder.model.path):
         terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
     terminal.detail(f"model {index.manifest.model['id']} on {encoder.precision.device} in {encoder.precision.dtype}")
-    results = index.search(list(text), k=top_k)
+    from ..metadata import parse_filters
+
+    results = index.search(list(text), k=top_k, filters=parse_filters(filters))
+    if export_dir:
+        from pathlib import Path
+
+        from ..pages import export_pages
+
+        manifest = export_pages(index, list(text), results, Path(export_dir), dpi)
+        terminal.info(f"page images and {manifest.name} written to {export_dir}")
     if as_json:
-        queries = [{"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(text, results)]
+        from ..pages import page_image, png_base64
+
+        def result(hit) -> dict:
+            data = hit.to_dict()
+            if with_images:
+                data["image_base64"] = png_base64(page_image(index, hit, dpi))
+            return data
+
+        queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(text, results)]
         document = {
             "version": QUERY_SCHEMA_VERSION,
             "index": str(index.store.root),
