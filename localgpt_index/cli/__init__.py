@@ -31,6 +31,7 @@ def main() -> None:
       lgpt-index remove PATH...               drop documents from the index
       lgpt-index verify                       check the index, every checksum
       lgpt-index doctor [--model M]           what this machine has and lacks
+      lgpt-index export|import --format byaldi   trade indexes with byaldi
     """
 
 
@@ -40,9 +41,10 @@ def _register() -> None:
     from .query import query
     from .remove import remove
     from .status import status
+    from .transfer import export, import_
     from .verify import verify
 
-    for command in (build, query, status, remove, verify, doctor):
+    for command in (build, query, status, remove, verify, doctor, export, import_):
         main.add_command(command)
 
 
