@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import warnings
-from typing import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 # Rows of page vectors scored at once, at most. The float16 rows are widened into
 # one reused float32 buffer (no allocation per chunk), and the similarity block
@@ -41,27 +46,43 @@ def maxsim(
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         source = torch.from_numpy(vectors) if isinstance(vectors, np.ndarray) else vectors
     chunk_rows = min(CHUNK_ROWS, max(4096, SIM_ELEMENTS // max(1, len(q_all))))
-    buffer = torch.empty((min(chunk_rows, max(len(vectors), 1)), vectors.shape[1]), dtype=torch.float32, device=device)
+    chunks = list(_chunks(pages, offsets, chunk_rows))
 
-    for lo, hi in _chunks(pages, offsets, chunk_rows):
-        chunk_pages = pages[lo:hi]
-        starts, ends = offsets[chunk_pages], offsets[chunk_pages + 1]
-        lengths = ends - starts
-        n_rows = int(lengths.sum())
-        block = buffer[:n_rows] if n_rows <= len(buffer) else torch.empty((n_rows, buffer.shape[1]), device=device)
-        if np.all(starts[1:] == ends[:-1]):  # contiguous pages: one copy
-            block.copy_(source[int(starts[0]) : int(ends[-1])])
-        else:
-            at = 0
-            for s, e in zip(starts, ends):
-                block[at : at + e - s].copy_(source[int(s) : int(e)])
-                at += int(e - s)
-        sim = q_all @ block.T  # (query tokens, rows) in float32
-        if np.all(lengths == lengths[0]):
-            per_page = sim.view(sim.shape[0], len(chunk_pages), int(lengths[0])).amax(dim=2)
-        else:
-            per_page = torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths).to(device), axis=0).T
-        scores[:, lo:hi].index_add_(0, q_owner, per_page)
+    def score_chunks(part: list[tuple[int, int]]) -> None:
+        buffer = torch.empty((min(chunk_rows, max(len(vectors), 1)), vectors.shape[1]), dtype=torch.float32, device=device)
+        for lo, hi in part:
+            chunk_pages = pages[lo:hi]
+            starts, ends = offsets[chunk_pages], offsets[chunk_pages + 1]
+            lengths = ends - starts
+            n_rows = int(lengths.sum())
+            block = buffer[:n_rows] if n_rows <= len(buffer) else torch.empty((n_rows, buffer.shape[1]), device=device)
+            if np.all(starts[1:] == ends[:-1]):  # contiguous pages: one copy
+                block.copy_(source[int(starts[0]) : int(ends[-1])])
+            else:
+                at = 0
+                for s, e in zip(starts, ends):
+                    block[at : at + e - s].copy_(source[int(s) : int(e)])
+                    at += int(e - s)
+            sim = q_all @ block.T  # (query tokens, rows) in float32
+            if np.all(lengths == lengths[0]):
+                per_page = sim.view(sim.shape[0], len(chunk_pages), int(lengths[0])).amax(dim=2)
+            else:
+                per_page = torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths).to(device), axis=0).T
+            scores[:, lo:hi].index_add_(0, q_owner, per_page)
+
+    workers = min(os.cpu_count() or 1, 8, len(chunks)) if device == "cpu" else 1
+    if workers <= 1:
+        score_chunks(chunks)
+    else:
+        # Chunks side by side, one torch thread each: widening float16 and the skinny
+        # matrix product keep one core busy each far better than one op on all cores.
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(score_chunks, [chunks[i::workers] for i in range(workers)]))
+        finally:
+            torch.set_num_threads(before)
     return scores.cpu().numpy()
 
 
@@ -76,3 +97,50 @@ def _chunks(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
         acc += int(n)
     if len(pages):
         yield lo, len(pages)
+
+
+def sign_codes(vectors: np.ndarray) -> "torch.Tensor":
+    """int8 signs (+1/-1) of every float16 vector component: half the bytes, read by int8 matrix products."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        source = torch.from_numpy(vectors)
+    codes = torch.empty(source.shape, dtype=torch.int8)
+    for start in range(0, len(source), CHUNK_ROWS):
+        block = source[start : start + CHUNK_ROWS]
+        codes[start : start + CHUNK_ROWS] = torch.where(block >= 0, 1, -1).to(torch.int8)
+    return codes
+
+
+def approximate_maxsim(queries: Sequence[np.ndarray], codes, offsets: np.ndarray) -> np.ndarray:
+    """A cheap MaxSim for a first pass: queries quantised to int8, pages reduced to signs,
+    one int8 matrix product per chunk (VNNI/AMX on recent CPUs). Scores rank roughly like
+    the exact ones; they are not comparable to them."""
+    import torch
+
+    q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
+    scale = np.abs(q_all).max(axis=1, keepdims=True) + 1e-12
+    q8 = np.rint(q_all / scale * 127).astype(np.int8)
+    rows = max(32, -(-len(q8) // 8) * 8)  # torch._int_mm wants more than 16 rows, a multiple of 8
+    padded = np.zeros((rows, q8.shape[1]), dtype=np.int8)
+    padded[: len(q8)] = q8
+    q_tensor = torch.from_numpy(padded)
+    owner = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([len(q) for q in queries]))
+    weights = torch.from_numpy(scale[:, 0])
+    pages = np.arange(len(offsets) - 1)
+    scores = torch.zeros((len(queries), len(pages)), dtype=torch.float32)
+    for lo, hi in _chunks(pages, offsets, CHUNK_ROWS):
+        start, end = int(offsets[lo]), int(offsets[hi])
+        width = -(-(end - start) // 8) * 8
+        block = codes[start:end]
+        if width != end - start:
+            block = torch.cat([block, torch.zeros((width - (end - start), block.shape[1]), dtype=torch.int8)])
+        sim = torch._int_mm(q_tensor, block.T.contiguous())[: len(q8), : end - start].float() * weights[:, None]
+        lengths = offsets[lo + 1 : hi + 1] - offsets[lo:hi]
+        if np.all(lengths == lengths[0]):
+            per_page = sim.view(sim.shape[0], hi - lo, int(lengths[0])).amax(dim=2)
+        else:
+            per_page = torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths), axis=0).T
+        scores[:, lo:hi].index_add_(0, owner, per_page)
+    return scores.numpy()

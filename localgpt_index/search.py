@@ -38,6 +38,7 @@ class Index:
         self.store = store
         self.manifest = manifest
         self._encoder: PageEncoder | None = None
+        self._codes: dict = {}  # segment id -> sign codes, for the first pass
 
     @property
     def documents(self) -> list[DocumentEntry]:
@@ -63,34 +64,87 @@ class Index:
         return self._encoder
 
     def search(
-        self, queries: str | Sequence[str], k: int = 5, filters: dict[str, str] | None = None
+        self,
+        queries: str | Sequence[str],
+        k: int = 5,
+        filters: dict[str, str] | None = None,
+        candidates: int | None = None,
     ) -> list[list[SearchHit]]:
         """Top-k pages for each query (all queries are encoded in one batch), among the
-        documents whose metadata matches every KEY=VALUE of `filters`."""
+        documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors."""
         texts = [queries] if isinstance(queries, str) else list(queries)
         encoder = self._encoder or self.load_encoder()
-        return self.search_vectors(encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters)
+        return self.search_vectors(
+            encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters, candidates=candidates
+        )
 
     def search_vectors(
-        self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu", filters: dict[str, str] | None = None
+        self,
+        query_vectors: Sequence[np.ndarray],
+        k: int,
+        device: str = "cpu",
+        filters: dict[str, str] | None = None,
+        candidates: int | None = None,
     ) -> list[list[SearchHit]]:
         """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
-        Filtered-out documents are not scored at all."""
+
+        Filtered-out documents are not scored at all. With `candidates`, a first pass over
+        sign-quantised vectors (built on first use and kept, half the size of the index)
+        picks that many pages per query, and only those are scored exactly (lossy: a page
+        the first pass misses is not returned)."""
         docs = self.manifest.documents
         if filters:
             docs = [d for d in docs if matches(d.metadata, filters)]
-        if not docs or not query_vectors:
-            return [[] for _ in query_vectors]
-        score_parts, doc_parts, page_parts = [], [], []
+        if candidates:
+            return self._two_pass(query_vectors, docs, k, candidates, device)
+        return self._rank(query_vectors, docs, k, device)
+
+    def _two_pass(self, query_vectors, docs: list[DocumentEntry], k: int, candidates: int, device: str) -> list[list[SearchHit]]:
+        from .score import approximate_maxsim, sign_codes
+
+        parts, columns = [], []  # approximate scores, and the (document, page index) of each column
+        for segment_id, numbers in self._by_segment(docs).items():
+            segment = self.manifest.segments[segment_id]
+            vectors, offsets = self.store.segment_arrays(segment)
+            if segment_id not in self._codes:
+                self._codes[segment_id] = sign_codes(vectors)
+            approx = approximate_maxsim(query_vectors, self._codes[segment_id], offsets)
+            rows = [(n, p) for n in numbers for p in range(docs[n].pages)]
+            parts.append(approx[:, [docs[n].first_page + p for n, p in rows]])
+            columns += rows
+        approx = np.concatenate(parts, axis=1)
+        results = []
+        for query, row in zip(query_vectors, approx):
+            chosen: dict[int, list[int]] = {}
+            for i in np.argsort(-row, kind="stable")[:candidates]:
+                n, p = columns[i]
+                chosen.setdefault(n, []).append(p)
+            selection = {n: np.array(sorted(p)) for n, p in chosen.items()}
+            results.append(self._rank([query], docs, k, device, selection)[0])
+        return results
+
+    @staticmethod
+    def _by_segment(docs: list[DocumentEntry], only: set[int] | None = None) -> dict[str, list[int]]:
         by_segment: dict[str, list[int]] = {}
         for number, doc in enumerate(docs):
-            by_segment.setdefault(doc.segment, []).append(number)
-        for segment_id, numbers in by_segment.items():
+            if only is None or number in only:
+                by_segment.setdefault(doc.segment, []).append(number)
+        return by_segment
+
+    def _rank(
+        self, query_vectors, docs: list[DocumentEntry], k: int, device: str, selection: dict[int, np.ndarray] | None = None
+    ) -> list[list[SearchHit]]:
+        """Exact scores for every page of `docs`, or the page indices `selection` gives per document."""
+        if not docs or not query_vectors:
+            return [[] for _ in query_vectors]
+        pages_of = selection or {n: np.arange(doc.pages) for n, doc in enumerate(docs)}
+        score_parts, doc_parts, page_parts = [], [], []
+        for segment_id, numbers in self._by_segment(docs, set(pages_of)).items():
             vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
-            pages = np.concatenate([np.arange(docs[n].first_page, docs[n].first_page + docs[n].pages) for n in numbers])
-            score_parts.append(maxsim(query_vectors, vectors, offsets, pages, device=device))
-            doc_parts.append(np.repeat(numbers, [docs[n].pages for n in numbers]))
-            page_parts.append(np.concatenate([np.arange(1, docs[n].pages + 1) for n in numbers]))
+            rows = np.concatenate([docs[n].first_page + pages_of[n] for n in numbers])
+            score_parts.append(maxsim(query_vectors, vectors, offsets, rows, device=device))
+            doc_parts.append(np.repeat(numbers, [len(pages_of[n]) for n in numbers]))
+            page_parts.append(np.concatenate([pages_of[n] + 1 for n in numbers]))
         scores = np.concatenate(score_parts, axis=1)
         doc_of = np.concatenate(doc_parts)
         page_of = np.concatenate(page_parts)

@@ -64,3 +64,25 @@ def test_accumulation_is_float32_not_half():
     query[:, 0] = 1.0
     score = maxsim([query], page, np.array([0, 1]))[0, 0]
     assert abs(score - 2000 * float(page[0, 0])) < 1e-2
+
+
+def test_first_pass_with_every_page_is_exact_and_narrower_passes_return_exact_scores(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from bench_query import make_index, unit
+
+    from localgpt_index.search import open_index
+
+    make_index(tmp_path, 300)
+    index = open_index(tmp_path)
+    rng = np.random.default_rng(5)
+    queries = [unit(rng, 20) for _ in range(3)]
+    exact = index.search_vectors(queries, k=10)
+    assert index.search_vectors(queries, k=10, candidates=300) == exact
+    narrow = index.search_vectors(queries, k=10, candidates=25)
+    every = {(h.path, h.page): h.score for h in index.search_vectors(queries[:1], k=300)[0]}
+    for hit in narrow[0]:
+        assert hit.score == every[(hit.path, hit.page)]  # the second pass is exact
+    assert [h.score for h in narrow[0]] == sorted((h.score for h in narrow[0]), reverse=True)

@@ -27,13 +27,15 @@ QUERY_SCHEMA_VERSION = 1
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
+@click.option("--first-pass", "candidates", type=click.IntRange(1), default=None, metavar="N",
+              help="Lossy, off by default: score sign-quantised vectors first and only the best N pages exactly.")
 @click.option("-k", "top_k", type=click.IntRange(1), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
 @model_options
 @index_options
 @output_options
 @report_errors
-def query(text, queries_file, filters, export_dir, dpi, with_images, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
+def query(text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, model, device, dtype, index_dir, name, as_json, quiet, verbose) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..errors import UsageError
     from ..search import open_index
@@ -52,7 +54,7 @@ def query(text, queries_file, filters, export_dir, dpi, with_images, top_k, mode
     terminal.detail(f"model {index.manifest.model['id']} on {encoder.precision.device} in {encoder.precision.dtype}")
     from ..metadata import parse_filters
 
-    results = index.search(list(text), k=top_k, filters=parse_filters(filters))
+    results = index.search(list(text), k=top_k, filters=parse_filters(filters), candidates=candidates)
     if export_dir:
         from pathlib import Path
 
