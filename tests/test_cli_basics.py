@@ -24,8 +24,9 @@ def test_help_does_not_import_torch_or_byaldi():
 
 
 def test_help_lists_exit_codes():
-    result = run_cli("--help")
-    assert "Exit codes" in result.stdout and "4  a missing piece" in result.stdout
+    for args in (["--help"], ["build", "--help"], ["query", "--help"]):
+        result = run_cli(*args)
+        assert "Exit codes" in result.stdout and "4  a missing piece" in result.stdout, args
 
 
 def test_offline_model_missing_is_exit_4_with_instructions(corpus, tmp_path):

@@ -9,14 +9,9 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .options import EXIT_CODES
 
-EXIT_CODES = """\b
-Exit codes:
-  0  success
-  1  failure; the index is unchanged
-  2  usage error
-  3  committed, but some documents failed
-  4  a missing piece of the environment (model, converter, device)"""
+
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)

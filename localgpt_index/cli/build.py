@@ -7,6 +7,7 @@ import sys
 import click
 
 from .options import (
+    EXIT_CODES,
     display_path,
     index_options,
     make_terminal,
@@ -17,7 +18,7 @@ from .options import (
 )
 
 
-@click.command()
+@click.command(epilog=EXIT_CODES)
 @click.argument("docs", type=click.Path(exists=True, file_okay=False))
 @click.option("--model", "-m", default=None, metavar="ID|PATH",
               help="Hub id or local folder of a ColPali/ColQwen2 model. [default: the index's model, else vidore/colpali-v1.3]")

@@ -11,6 +11,14 @@ import click
 from ..errors import ExitCode, LgptError
 from ..terminal import Terminal
 
+EXIT_CODES = """\b
+Exit codes:
+  0  success
+  1  failure; the index is unchanged
+  2  usage error
+  3  committed, but some documents failed
+  4  a missing piece of the environment (model, converter, device)"""
+
 
 def index_options(func: Callable) -> Callable:
     func = click.option(

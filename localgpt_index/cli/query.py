@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .options import (
+    EXIT_CODES,
     display_path,
     index_options,
     make_terminal,
@@ -17,7 +18,7 @@ from .options import (
 QUERY_SCHEMA_VERSION = 1
 
 
-@click.command()
+@click.command(epilog=EXIT_CODES)
 @click.argument("text", nargs=-1)
 @click.option("--queries-file", type=click.File("r", encoding="utf-8"), default=None,
               help="More queries, one per line ('-' for stdin); all are encoded in one batch.")
