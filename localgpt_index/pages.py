@@ -27,15 +27,13 @@ def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Im
         unchanged = stat.st_size == doc.size and stat.st_mtime == doc.mtime
     except OSError:
         unchanged = False
+    if not doc.pdf and not unchanged:  # a converted document renders from the PDF kept in the index
+        raise LgptError(f"{doc.path} changed or disappeared since it was indexed.", hint="Run build again.")
     if doc.kind == "image":
-        if not unchanged:
-            raise LgptError(f"{doc.path} changed or disappeared since it was indexed.", hint="Run build again.")
         with Image.open(source) as image:
             image.seek(hit.page - 1)
             return image.convert("RGB")
     pdf = index.store.root / doc.pdf if doc.pdf else source
-    if not doc.pdf and not unchanged:
-        raise LgptError(f"{doc.path} changed or disappeared since it was indexed.", hint="Run build again.")
     [image] = convert_from_path(str(pdf), dpi=dpi, first_page=hit.page, last_page=hit.page)
     return image.convert("RGB")
 

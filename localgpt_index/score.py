@@ -64,11 +64,7 @@ def maxsim(
                     block[at : at + e - s].copy_(source[int(s) : int(e)])
                     at += int(e - s)
             sim = q_all @ block.T  # (query tokens, rows) in float32
-            if np.all(lengths == lengths[0]):
-                per_page = sim.view(sim.shape[0], len(chunk_pages), int(lengths[0])).amax(dim=2)
-            else:
-                per_page = torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths).to(device), axis=0).T
-            scores[:, lo:hi].index_add_(0, q_owner, per_page)
+            scores[:, lo:hi].index_add_(0, q_owner, _max_per_page(sim, lengths))
 
     workers = min(os.cpu_count() or 1, 8, len(chunks)) if device == "cpu" else 1
     if workers <= 1:
@@ -84,6 +80,15 @@ def maxsim(
         finally:
             torch.set_num_threads(before)
     return scores.cpu().numpy()
+
+
+def _max_per_page(sim, lengths: np.ndarray):
+    """(query tokens, rows) similarities -> (query tokens, pages): each token's best match per page."""
+    import torch
+
+    if np.all(lengths == lengths[0]):
+        return sim.view(sim.shape[0], len(lengths), int(lengths[0])).amax(dim=2)
+    return torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths).to(sim.device), axis=0).T
 
 
 def _chunks(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
@@ -138,9 +143,5 @@ def approximate_maxsim(queries: Sequence[np.ndarray], codes, offsets: np.ndarray
             block = torch.cat([block, torch.zeros((width - (end - start), block.shape[1]), dtype=torch.int8)])
         sim = torch._int_mm(q_tensor, block.T.contiguous())[: len(q8), : end - start].float() * weights[:, None]
         lengths = offsets[lo + 1 : hi + 1] - offsets[lo:hi]
-        if np.all(lengths == lengths[0]):
-            per_page = sim.view(sim.shape[0], hi - lo, int(lengths[0])).amax(dim=2)
-        else:
-            per_page = torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths), axis=0).T
-        scores[:, lo:hi].index_add_(0, owner, per_page)
+        scores[:, lo:hi].index_add_(0, owner, _max_per_page(sim, lengths))
     return scores.numpy()
