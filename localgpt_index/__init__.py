@@ -6,7 +6,7 @@ load only when a model is used.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "build_index", "BuildOptions", "open_index", "Index", "SearchHit"]
 

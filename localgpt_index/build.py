@@ -1,4 +1,11 @@
-"""The build pipeline: discover -> convert -> render -> encode -> commit."""
+"""The build: discover -> plan -> convert -> render -> encode -> commit, in one store transaction.
+
+`build_index` lists the folder (stat only), lets the planner decide what to hash, hashes
+that, plans (plan.py), and runs `_Build`, which feeds the planned documents through the
+pipeline and streams every page's vectors into a segment on disk. A plain build commits
+every --commit-every pages (a long document commits inside itself, as "in progress");
+a --rebuild or --strict build commits once at the end, holding only a batch in memory.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +14,29 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
+from . import processes
 from .convert import ConverterSet, MissingConverter
-from .device import choose_precision, default_batch_size, detect_capabilities
-from .discover import SourceFile, discover
-from .encode import ByaldiEncoder, PageEncoder
-from .errors import DocumentError, ExitCode, IndexProblem
+from .discover import Discovery, discover, hash_files
+from .encode import DeviceLost, DeviceOutOfMemory, PageEncoder, load_page_encoder
+from .errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
 from .failpoints import failpoint
-from .metadata import metadata_for
-from .models import DEFAULT_MODEL, ModelRef, resolve_model
-from .pipeline import PageFeed
-from .store import DocumentEntry, IndexStore, Manifest
+from .manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
+from .metadata import Rules
+from .models import DEFAULT_MODEL, ModelRef, resolve_model, resolve_recorded
+from .pipeline import FeedSource, OpenedDocument, PageFeed
+from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
+from .render import DEFAULT_RENDER_TIMEOUT_S
+from .store import IndexStore, SegmentWriter, Transaction
 from .terminal import ProgressSink
+
+DEFAULT_COMMIT_PAGES = 1000
+COMMIT_SHARE = 20  # by default, commits take at most about 1/20 of a build's time (a huge catalog commits less often)
 
 
 @dataclass
@@ -33,25 +46,19 @@ class BuildOptions:
     dtype: str = "auto"
     batch_size: int | None = None
     rebuild: bool = False
+    rehash: bool = False  # read every file, not only those whose stat changed
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     convert_timeout_s: float = 120.0
+    render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
     convert_workers: int = 2  # conversions running side by side, ahead of the model
     compile: bool = False  # torch.compile the model: faster on a GPU after a one-time compilation
     strict: bool = False  # any failed document: commit nothing
     pool_factor: int = 1  # >1: hierarchical token pooling, about 1/pool_factor of the vectors (lossy)
-    metadata_rules: list | None = None  # from --metadata; None keeps what the index has
-    commit_every_pages: int = 1000
+    metadata_rules: Rules | None = None  # from --metadata; None keeps what the index has
+    commit_every_pages: int | None = None  # None: 1000, spaced out when commits get slow (huge catalogs)
     commit_every_s: float = 600.0
     wait_s: float = 0.0
-
-
-@dataclass
-class Failure:
-    path: str
-    stage: str  # discover, convert, render, encode
-    reason: str
-    environment: bool = False  # a missing converter or tool, not the document's fault
 
 
 @dataclass
@@ -64,35 +71,42 @@ class BuildReport:
     unchanged: int = 0
     reused: int = 0  # renamed or duplicate content: vectors reused, nothing embedded
     removed: int = 0
+    kept: int = 0  # documents of other folders, of folders that could not be listed, or outside the globs
     failed: int = 0
     skipped: int = 0
+    hashed: int = 0  # files read because their stat changed (all of them with --rehash)
     pages_embedded: int = 0
     pages_total: int = 0
     model_calls: int = 0
     committed: bool = False
     strict: bool = False
+    stopped: str | None = None  # why the build stopped before the end (a lost device)
     model: dict | None = None
     precision: dict | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     dtype_fixes: list[dict] = field(default_factory=list)  # what the precision guard aligned
     failures: list[Failure] = field(default_factory=list)
     skipped_files: list[dict] = field(default_factory=list)
+    unreadable: list[dict] = field(default_factory=list)  # folders and files that could not be read: their documents stay
+    notes: list[dict] = field(default_factory=list)  # per document: what conversion changed
 
     @property
     def exit_code(self) -> ExitCode:
         if self.strict and self.failures:
             return ExitCode.FAILURE
-        if any(f.environment for f in self.failures):
+        if self.stopped or any(f.environment for f in self.failures):
             return ExitCode.ENVIRONMENT
         return ExitCode.PARTIAL if self.failures else ExitCode.OK
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["failures"] = [f.model_dump() for f in self.failures]
         data["exit_code"] = int(self.exit_code)
         return data
 
 
 Log = Callable[[str], None]
+EncoderFactory = Callable[[ModelRef, BuildOptions], PageEncoder]
 
 
 class _Timer:
@@ -110,316 +124,419 @@ class _Timer:
             self.report.stage_seconds[stage] = round(self.report.stage_seconds.get(stage, 0.0) + seconds, 3)
 
 
-def _make_encoder(model: ModelRef, options: BuildOptions) -> PageEncoder:
-    caps = detect_capabilities()
-    precision = choose_precision(caps, options.device, options.dtype)
-    batch = options.batch_size or default_batch_size(precision, caps)
-    return ByaldiEncoder(model, precision, batch, compile=options.compile)
-
-
 def build_index(
     docs: Path,
     store: IndexStore,
     options: BuildOptions | None = None,
     progress: ProgressSink | None = None,
     log: Log = lambda message: None,
-    encoder_factory: Callable[[ModelRef, BuildOptions], PageEncoder] = _make_encoder,
+    encoder_factory: EncoderFactory = load_page_encoder,
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    report = BuildReport(index=str(store.root), source=str(Path(docs).resolve()), strict=options.strict)
+    processes.reset()
+    report = BuildReport(index=str(store.root), source=os.path.abspath(docs), strict=options.strict)
     timer = _Timer(report)
-
+    scan_started = time.time_ns()
     started = time.perf_counter()
-    found = discover(Path(docs), options.include, options.exclude)
+    found = discover(docs, options.include, options.exclude, skip_dirs=(store.root,))
     timer.add("discover", started)
     report.documents_seen = len(found.files)
     report.skipped = len(found.skipped)
-    report.skipped_files = [{"path": str(p), "reason": why} for p, why in found.skipped]
+    report.skipped_files = [{"path": p, "reason": why} for p, why in found.skipped]
+    report.skipped_files += [{"path": p, "reason": "the index folder"} for p in found.excluded]
 
-    with store.lock(options.wait_s):
-        old = store.read_manifest()
-        model_name = options.model or (old.model["id"] if old else DEFAULT_MODEL)
-        model = resolve_model(model_name)
+    with store.begin(options.wait_s, rebuild=options.rebuild) as txn:
+        base = txn.base
+        model = _choose_model(base, options)
         report.model = model.to_dict()
-        if old and not options.rebuild and old.model["fingerprint"] != model.fingerprint:
-            raise IndexProblem(
-                f"{store.root} was built with {old.model['id']} ({old.model['fingerprint']}); "
-                f"{model.id} is a different model.",
-                hint="Use --rebuild to embed everything again with the new model, or another --name.",
-            )
-        old_pool = old.settings.get("pool_factor", 1) if old else 1
-        if old and not options.rebuild and old.documents and old_pool != options.pool_factor:
-            raise IndexProblem(
-                f"{store.root} was built with --pool-factor {old_pool}, not {options.pool_factor}; "
-                "pages pooled differently would not score alike.",
-                hint=f"Use --pool-factor {old_pool}, or --rebuild to change it.",
-            )
-        base = None if (old is None or options.rebuild) else old
-        plan = _plan(found.files, found.root, base, options.metadata_rules)
-        report.unchanged, report.reused, report.removed = len(plan.unchanged), len(plan.reused), len(plan.removed)
-
-        if not plan.to_embed and not plan.changes_catalog:
+        _check_model(base, model, options, store)
+        started = time.perf_counter()
+        hashes, unreadable = hash_files(files_to_hash(found, base, options.rehash or options.rebuild))
+        timer.add("hash", started)
+        found.unreadable += unreadable
+        report.hashed = len(hashes)
+        report.unreadable = [{"path": p, "reason": why} for p, why in found.unreadable]
+        plan = plan_build(found, hashes, base, options.metadata_rules, options.include, options.exclude,
+                          options.rebuild, scan_started)
+        _check_rebuild_keeps(plan, base, model, options, found)
+        report.unchanged, report.reused, report.removed = plan.unchanged, len(plan.reused), len(plan.removed)
+        report.kept = plan.kept_elsewhere + plan.kept_unlisted + plan.kept_filtered
+        for path, why in found.unreadable:
+            log(f"warning: {path}: {why}; its documents stay in the index")
+        if not plan.changes_catalog:
             report.pages_total = base.page_count if base else 0
             report.generation = base.generation if base else None
             log("Index is up to date: no document changed, no model work done.")
             return report
-
-        pipeline = _Pipeline(store, options, report, timer, progress, log)
-        pipeline.run(model, old, base, plan, encoder_factory)
+        _Build(txn, plan, model, options, report, timer, progress, log, scan_started).run(encoder_factory)
     return report
 
 
+def _choose_model(base: Manifest | None, options: BuildOptions) -> ModelRef:
+    """The model given, else the index's own (at the revision it recorded), else the default."""
+    if base is not None and options.model in (None, base.model.id):
+        return resolve_recorded(base.model.id, base.model.path, base.model.revision)
+    return resolve_model(options.model or DEFAULT_MODEL)
+
+
+def _check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, store: IndexStore) -> None:
+    if base is None or options.rebuild or not base.documents:
+        return
+    if base.model.fingerprint != model.fingerprint:
+        raise IndexProblem(
+            f"{store.root} was built with {base.model.id} ({base.model.fingerprint}); {model.id} ({model.fingerprint}) is a different model.",
+            hint="Use --rebuild to embed everything again with the new model, or another --name.",
+        )
+    if base.settings.pool_factor != options.pool_factor:
+        raise IndexProblem(
+            f"{store.root} was built with --pool-factor {base.settings.pool_factor}, not {options.pool_factor}; "
+            "pages pooled differently would not score alike.",
+            hint=f"Use --pool-factor {base.settings.pool_factor}, or --rebuild to change it.",
+        )
+
+
+def _check_rebuild_keeps(plan: BuildPlan, base: Manifest | None, model: ModelRef, options: BuildOptions, found: Discovery) -> None:
+    """A rebuild with another model (or pool factor) cannot keep documents it does not embed again."""
+    if not options.rebuild or base is None or not plan.keep:
+        return
+    if base.model.fingerprint == model.fingerprint and base.settings.pool_factor == options.pool_factor:
+        return
+    folders = sorted({os.path.dirname(d.path) for d in plan.keep})
+    shown = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+    raise IndexProblem(
+        f"a rebuild of {found.root} with another model or pool factor would leave {len(plan.keep)} document(s) it does not "
+        f"embed again with vectors that no longer compare ({shown}).",
+        hint="Remove them first (lgpt-index remove FOLDER), or build into another --name.",
+    )
+
+
 @dataclass
-class _Plan:
-    unchanged: list[DocumentEntry]
-    reused: list[DocumentEntry]  # same bytes already embedded under another path
-    to_embed: list[SourceFile]
-    removed: list[DocumentEntry]
-    kept_outside: list[DocumentEntry]  # documents from other folders, untouched
-    metadata: dict[str, dict] = field(default_factory=dict)  # for the documents to embed
-    retagged: int = 0  # unchanged documents whose metadata changed
+class _DocState:
+    """One planned document on its way through the pipeline."""
+
+    embed: Embed
+    first_page: int = 1  # the first page this build renders (later than 1 for a resumed document)
+    done_spans: list[Span] = field(default_factory=list)  # committed before (a resumed or long document)
+    total: int | None = None  # pages of the whole document, once opened
+    seg_first: int | None = None  # its first page in the segment being written
+    seg_pages: int = 0
+    queued: int = 0  # pages waiting in the batch buffer
+    rendered: bool = False
+    converter: str | None = None
+    pdf: tuple[str, str] | None = None  # (name in the index, sha256) of its stored PDF
 
     @property
-    def changes_catalog(self) -> bool:
-        return bool(self.reused or self.removed or self.retagged)
+    def path(self) -> str:
+        return self.embed.file.path
+
+    @property
+    def pages(self) -> int:
+        return sum(s.pages for s in self.done_spans) + self.seg_pages
+
+    @property
+    def complete(self) -> bool:
+        return self.rendered and self.queued == 0
+
+    def document(self, segment_id: str | None, scan_started_ns: int, file=None, metadata=None) -> Document:
+        spans = list(self.done_spans)
+        if self.seg_pages:
+            spans.append(Span(segment=segment_id, first=self.seg_first, pages=self.seg_pages))
+        file = file or self.embed.file
+        return Document(
+            path=file.path, sha256=self.embed.sha256, size=file.size, stat=trusted_stat(file.stat, scan_started_ns),
+            kind=file.kind, pages=sum(s.pages for s in spans), spans=spans, converter=self.converter,
+            pdf=self.pdf[0] if self.pdf else None, pdf_sha256=self.pdf[1] if self.pdf else None,
+            metadata=self.embed.metadata if metadata is None else metadata,
+        )
 
 
-def _plan(files: list[SourceFile], root: Path, base: Manifest | None, rules: list | None = None) -> _Plan:
-    old_docs = base.documents if base else []
+class _Build:
+    """Feeds the planned documents through the pipeline into the transaction."""
 
-    def tagged(entry: DocumentEntry, source: SourceFile) -> DocumentEntry:
-        if rules is None:
-            return entry
-        new = metadata_for(source.path, root, rules)
-        if new != entry.metadata:
-            plan.retagged += 1
-            return replace(entry, metadata=new)
-        return entry
+    def __init__(self, txn: Transaction, plan: BuildPlan, model: ModelRef, options: BuildOptions, report: BuildReport,
+                 timer: _Timer, progress: ProgressSink | None, log: Log, scan_started_ns: int) -> None:
+        self.txn, self.plan, self.model, self.options = txn, plan, model, options
+        self.report, self.timer, self.progress, self.log = report, timer, progress, log
+        self.scan_started_ns = scan_started_ns
+        self.once = options.rebuild or options.strict  # one commit, at the end
+        base = txn.base
+        self.model_info = base.model if base is not None else None
+        self.settings = base.settings if base is not None else Settings()
+        self.documents: dict[str, Document] = {d.path: d for d in plan.documents}
+        if not options.rebuild:  # a changed file's old entry answers until its new one is committed
+            for embed in plan.embed:
+                for path, old in [(embed.file.path, embed.replaces), *[(f.path, o) for f, _, o in embed.twins]]:
+                    if old is not None:
+                        self.documents[path] = old
+        self.in_progress: dict[str, Document] = {e.file.path: e.resume for e in plan.embed if e.resume and not self.once}
+        self.failures: list[Failure] = []
+        self.encoder: PageEncoder | None = None
+        self.writer: SegmentWriter | None = None
+        self.states: dict[int, _DocState] = {}
+        self.pending: list[_DocState] = []  # complete, waiting for the next commit
+        self.buffer: list[tuple[int, object]] = []  # (document number, prepared page)
+        self.gone: set[int] = set()
+        self.pending_pages = 0
+        self.last_commit = time.monotonic()
+        self.commit_seconds = 0.0
 
-    by_path = {d.path: d for d in old_docs}
-    by_sha = {}
-    for doc in old_docs:
-        by_sha.setdefault(doc.sha256, doc)
-    prefix = str(root).rstrip("/") + "/"
-    seen = {str(f.path) for f in files}
-    plan = _Plan([], [], [], [], [])
-    for doc in old_docs:
-        if not doc.path.startswith(prefix):
-            plan.kept_outside.append(doc)
-        elif doc.path not in seen:
-            plan.removed.append(doc)
-    for source in files:
-        old = by_path.get(str(source.path))
-        if old and old.sha256 == source.sha256:
-            plan.unchanged.append(tagged(old, source))
-        elif source.sha256 in by_sha:
-            twin = replace(by_sha[source.sha256], path=str(source.path), size=source.size, mtime=source.mtime, metadata={})
-            plan.reused.append(tagged(twin, source))
-        else:
-            plan.to_embed.append(source)
-            plan.metadata[str(source.path)] = metadata_for(source.path, root, rules) if rules else {}
-            if old:
-                plan.removed.append(old)
-    return plan
+    # the run
 
-
-class _Pipeline:
-    """Converts, renders and embeds the planned documents, committing in batches."""
-
-    def __init__(self, store, options, report, timer, progress, log) -> None:
-        self.store: IndexStore = store
-        self.options: BuildOptions = options
-        self.report: BuildReport = report
-        self.timer: _Timer = timer
-        self.progress = progress
-        self.log: Log = log
-
-    def run(self, model: ModelRef, old: Manifest | None, base: Manifest | None, plan: _Plan, encoder_factory) -> None:
-        generation = (old.generation if old else 0) + 1
-        documents = plan.kept_outside + plan.unchanged + plan.reused
-        segments = dict(base.segments) if base else {}
-        settings = dict(base.settings) if base else {}
-        encoder: PageEncoder | None = None
-        if plan.to_embed:
-            started = time.perf_counter()
-            encoder = encoder_factory(model, self.options)
-            self.timer.add("load_model", started)
-            self.report.precision = encoder.precision.to_dict()
-            for warning in encoder.precision.warnings:
-                self.log(f"warning: {warning}")
-            settings = {
-                "device": encoder.precision.device,
-                "dtype": encoder.precision.dtype,
-                "autocast": encoder.precision.autocast,
-                "batch_size": getattr(encoder, "batch_size", None),
-                "render_size": list(encoder.render_size) if encoder.render_size else None,
-                "dim": encoder.dim,
-                "vector_dtype": "float16",
-                "pool_factor": self.options.pool_factor,
-            }
-        model_info = {**model.to_dict(), "dim": settings.get("dim")}
-
-        def commit(done: list[_DocState]) -> None:
+    def run(self, encoder_factory: EncoderFactory) -> None:
+        if self.plan.embed:
+            self._load(encoder_factory)
             try:
-                write(done)
-            except OSError as exc:
-                last = f"generation {self.report.generation}" if self.report.generation else "its previous state"
-                raise IndexProblem(
-                    f"could not write to {self.store.root}: {exc.strerror or exc}; the index keeps {last}.",
-                    hint="Free some space (or fix the permissions) and run build again: it carries on from there.",
-                ) from exc
-
-        def write(done: list[_DocState]) -> None:
-            nonlocal generation
-            started = time.perf_counter()
-            if done:
-                segment = self.store.write_segment([v for state in done for v in state.vectors])
-                segments[segment.id] = segment
-                first = 0
-                for state in done:
-                    source = state.source
-                    documents.append(
-                        DocumentEntry(
-                            path=str(source.path), sha256=source.sha256, size=source.size, mtime=source.mtime,
-                            kind=source.kind, pages=len(state.vectors), segment=segment.id, first_page=first,
-                            converter=state.converter, pdf=state.pdf_rel, pdf_sha256=state.pdf_sha256,
-                            metadata=plan.metadata.get(str(source.path), {}),
-                        )
-                    )
-                    first += len(state.vectors)
-            live = {d.segment for d in documents}
-            manifest = Manifest(
-                generation=generation,
-                model=model_info,
-                settings=settings,
-                documents=sorted(documents, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
-                segments={k: v for k, v in segments.items() if k in live},
-                failures=[asdict(f) for f in self.report.failures],
-            )
-            self.store.commit(manifest)
-            self.report.generation = generation
-            self.report.committed = True
-            self.report.pages_total = manifest.page_count
-            generation += 1
-            self.timer.add("commit", started)
-
-        if encoder is None:
-            commit([])
-            return
-        with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging, _cpu_threads_for(encoder):
-            converters = ConverterSet.detect(self.options.convert_timeout_s)
-            try:
-                self._embed_all(plan.to_embed, encoder, converters, Path(staging), commit)
+                with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging, _cpu_threads_for(self.encoder):
+                    converters = ConverterSet.detect(self.options.convert_timeout_s)
+                    try:
+                        self._embed_all(converters, Path(staging))
+                    finally:
+                        converters.close()
+            except DeviceLost as exc:
+                self._stop(exc)
             finally:
-                converters.close()
-        self.report.model_calls = encoder.forward_calls
-        self.report.dtype_fixes = [fix.to_dict() for fix in getattr(encoder, "dtype_fixes", [])]
+                self.report.model_calls = self.encoder.forward_calls
+                self.report.dtype_fixes = [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]
+        if self.report.stopped:
+            return
+        if self.options.strict and self.failures:
+            self.log(f"--strict: {len(self.failures)} document(s) failed, nothing committed.")
+            return
+        self._commit()
 
-    def _embed_all(self, sources, encoder: PageEncoder, converters: ConverterSet, staging: Path, commit) -> None:
-        """Pages from consecutive documents share forward passes; documents commit once all their pages are in."""
-        progress = self.progress
-        if progress:
-            progress.add_task("documents", len(sources))
-            progress.add_task("pages", None)
-        batch_size = max(1, int(getattr(encoder, "batch_size", 4) or 4))
-        states: dict[int, _DocState] = {}
-        buffer: list[tuple[int, object]] = []  # (document number, page image)
-        done: list = []
-        pending_pages = 0
-        last_commit = time.monotonic()
+    def _load(self, encoder_factory: EncoderFactory) -> None:
+        started = time.perf_counter()
+        self.encoder = encoder = encoder_factory(self.model, self.options)
+        self.timer.add("load_model", started)
+        self.report.precision = encoder.precision.to_dict()
+        for warning in encoder.precision.warnings:
+            self.log(f"warning: {warning}")
+        self.settings = Settings(
+            device=encoder.precision.device, dtype=encoder.precision.dtype, autocast=encoder.precision.autocast,
+            batch_size=encoder.batch_size, render_size=list(encoder.render_size) if encoder.render_size else None,
+            dim=encoder.dim, pool_factor=self.options.pool_factor,
+        )
+        self.model_info = ModelInfo(**self.model.to_dict(), dim=encoder.dim)
 
-        gone: set[int] = set()  # failed documents: their remaining events are ignored
+    def _stop(self, exc: DeviceLost) -> None:
+        """The device is gone: commit what is complete (a plain build) and report exit 4."""
+        self.report.stopped = exc.message
+        self.log(f"error: {exc.message}")
+        self.buffer.clear()
+        if not self.once:
+            self._commit()
 
-        def fail(number: int, exc: DocumentError) -> None:
-            state = states.pop(number)
-            gone.add(number)
-            buffer[:] = [item for item in buffer if item[0] != number]
-            self.report.failed += 1
-            self.report.failures.append(
-                Failure(str(state.source.path), exc.stage, exc.reason, isinstance(exc, MissingConverter))
-            )
-            if progress:
-                progress.advance("documents")
+    def _sources(self) -> list[FeedSource]:
+        sources = []
+        for embed in self.plan.embed:
+            resume = embed.resume
+            first = resume.pages + 1 if resume else 1
+            pdf = self.txn.root / resume.pdf if resume and resume.pdf else None
+            sources.append(FeedSource(Path(embed.file.path), embed.file.kind, embed.file.size, first, pdf))
+        return sources
 
-        def flush() -> None:
-            if not buffer:
-                return
-            owners = [number for number, _ in buffer]
-            started = time.perf_counter()
-            try:
-                vectors = encoder.encode_pages([image for _, image in buffer])
-            except RuntimeError as exc:
-                buffer.clear()
-                error = DocumentError("encode", " ".join(str(exc).split())[:300])
-                for number in dict.fromkeys(owners):
-                    fail(number, error)
-                return
-            self.timer.add("encode", started)
-            buffer.clear()
-            if self.options.pool_factor > 1:
-                started = time.perf_counter()
-                vectors = pool_tokens(vectors, self.options.pool_factor)
-                self.timer.add("pool", started)
-            for number, vector in zip(owners, vectors):
-                states[number].vectors.append(vector)
-            failpoint("encode")
-            if progress:
-                progress.advance("pages", len(owners))
-
-        def finish_ready() -> None:
-            nonlocal pending_pages, done, last_commit
-            for number in [n for n, st in states.items() if st.complete]:
-                changed = _changed_since_discovery(states[number].source)
-                if changed:
-                    fail(number, DocumentError("discover", changed))
-                    continue
-                state = states.pop(number)
-                if state.converter:
-                    state.pdf_rel, state.pdf_sha256 = self.store.store_pdf(state.source.sha256, state.pdf)
-                done.append(state)
-                pending_pages += len(state.vectors)
-                self.report.indexed += 1
-                self.report.pages_embedded += len(state.vectors)
-                if progress:
-                    progress.advance("documents")
-            # A rebuild (or a strict build) commits once, at the end: the old generation answers until then.
-            due = not (self.options.rebuild or self.options.strict) and (
-                pending_pages >= self.options.commit_every_pages
-                or (done and time.monotonic() - last_commit >= self.options.commit_every_s)
-            )
-            if due:
-                commit(done)
-                done, pending_pages, last_commit = [], 0, time.monotonic()
-
+    def _embed_all(self, converters: ConverterSet, staging: Path) -> None:
+        if self.progress:
+            self.progress.add_task("documents", len(self.plan.embed))
+            self.progress.add_task("pages", None)
+        encoder = self.encoder
         feed = PageFeed(
-            sources, converters, staging, encoder.render_size, queue_pages=2 * batch_size,
-            convert_workers=self.options.convert_workers, timings=self.timer.add_seconds,
-            prepare=encoder.prepare_page,
+            self._sources(), converters, staging, encoder.render_size, queue_pages=2 * encoder.batch_size,
+            convert_workers=self.options.convert_workers, timings=self.timer.add_seconds, prepare=encoder.prepare_page,
+            render_timeout_s=self.options.render_timeout_s, root=Path(self.report.source),
         )
         for event in feed:
-            number = event.number
-            if number in gone:
+            if event.number in self.gone:
                 continue
-            state = states.setdefault(number, _DocState(sources[number]))
             if event.kind == "error":
-                fail(number, event.error)
+                self._fail(event.number, event.error)
+            elif event.kind == "open":
+                self._open(event.number, event.document)
             elif event.kind == "page":
-                state.expected += 1
-                buffer.append((number, event.image))
-                if len(buffer) >= batch_size:
-                    flush()
+                self.states[event.number].queued += 1
+                self.buffer.append((event.number, event.image))
+                if len(self.buffer) >= encoder.batch_size:
+                    self._flush()
             else:  # "end": every page of the document is in the buffer or encoded
-                state.rendered = True
-                state.converter = event.document.converter
-                state.pdf = event.document.pdf
-                finish_ready()
-        flush()
-        finish_ready()
-        if self.options.strict and self.report.failures:
-            self.log(f"--strict: {len(self.report.failures)} document(s) failed, nothing committed.")
+                self.states[event.number].rendered = True
+                self._finish_ready([event.number])
+            self._commit_if_due()
+        self._flush()
+
+    def _open(self, number: int, document: OpenedDocument) -> None:
+        embed = self.plan.embed[number]
+        resume = embed.resume
+        state = _DocState(embed, total=document.pages, rendered=False)
+        if resume is not None:
+            state.first_page = resume.pages + 1
+            state.done_spans = list(resume.spans)
+            state.converter = resume.converter
+            state.pdf = (resume.pdf, resume.pdf_sha256) if resume.pdf else None
+        elif document.converter:
+            state.converter = document.converter
+            state.pdf = self.txn.store_pdf(document.pdf)
+        for note in document.notes:
+            self.report.notes.append({"path": embed.file.path, "note": note})
+            self.log(f"note: {embed.file.path}: {note}")
+        self.states[number] = state
+
+    def _flush(self) -> None:
+        """Encode the buffered pages and stream their vectors into the segment being written."""
+        if not self.buffer:
             return
-        commit(done)
+        batch, self.buffer = self.buffer, []
+        started = time.perf_counter()
+        vectors = self._encode([page for _, page in batch])
+        self.timer.add("encode", started)
+        if self.options.pool_factor > 1:
+            started = time.perf_counter()
+            vectors = _pool_some(vectors, self.options.pool_factor)
+            self.timer.add("pool", started)
+        ended: list[int] = []
+        for (number, _), result in zip(batch, vectors):
+            state = self.states.get(number)
+            if state is None or number in self.gone:
+                continue
+            state.queued -= 1
+            if isinstance(result, DocumentError):
+                self._fail(number, result)
+                continue
+            self._append(state, result)
+            ended.append(number)
+        failpoint("encode")
+        if self.progress:
+            self.progress.advance("pages", len(batch))
+        self._finish_ready(ended)
+
+    def _append(self, state: _DocState, vectors: np.ndarray) -> None:
+        if self.writer is None:
+            self.writer = self.txn.segment_writer(self.encoder.dim)
+        with self.txn.writing():
+            index = self.writer.append(vectors)
+        if state.seg_first is None:
+            state.seg_first = index
+        state.seg_pages += 1
+        self.pending_pages += 1
+        self.report.pages_embedded += 1
+
+    def _encode(self, pages: list) -> list[np.ndarray | DocumentError]:
+        """Vectors per page, or the DocumentError of a page that cannot be encoded.
+
+        Out of memory halves the batch and tries again; a lost device stops the build; any
+        other failure is pinned on the pages that fail alone."""
+        encoder = self.encoder
+        try:
+            out: list = []
+            for start in range(0, len(pages), encoder.batch_size):
+                out += encoder.encode_pages(pages[start : start + encoder.batch_size])
+            return out
+        except DeviceOutOfMemory as exc:
+            if encoder.batch_size <= 1:
+                raise DeviceLost(
+                    f"the device {encoder.precision.device} is out of memory with a single page ({exc}).",
+                    hint="Free the device (other processes?), or use --device cpu.",
+                ) from None
+            encoder.batch_size = max(1, encoder.batch_size // 2)
+            self.log(f"warning: out of memory; batch size lowered to {encoder.batch_size}")
+            return self._encode(pages)
+        except (LgptError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if len(pages) == 1:
+                return [DocumentError("encode", " ".join(str(exc).split())[:300] or type(exc).__name__)]
+            return [r for page in pages for r in self._encode([page])]
+
+    def _finish_ready(self, numbers: list[int]) -> None:
+        for number in dict.fromkeys(numbers):
+            state = self.states.get(number)
+            if state is None or not state.complete or number in self.gone:
+                continue
+            changed = _changed_since_discovery(state.embed.file) or next(
+                (why for twin, _, _ in state.embed.twins if (why := _changed_since_discovery(twin))), None
+            )
+            if changed:
+                self._fail(number, DocumentError("discover", changed))
+                continue
+            del self.states[number]
+            self.pending.append(state)
+            self.report.indexed += 1
+            self.report.reused += len(state.embed.twins)
+            if self.progress:
+                self.progress.advance("documents")
+
+    def _fail(self, number: int, exc: DocumentError) -> None:
+        embed = self.plan.embed[number]
+        self.states.pop(number, None)
+        self.gone.add(number)
+        self.buffer = [item for item in self.buffer if item[0] != number]
+        self.report.failed += 1
+        failure = Failure(path=embed.file.path, stage=exc.stage, reason=exc.reason[:2000], environment=isinstance(exc, MissingConverter))
+        self.failures.append(failure)
+        self.report.failures.append(failure)
+        for path in [embed.file.path, *[twin.path for twin, _, _ in embed.twins]]:
+            self.in_progress.pop(path, None)
+            if path in self.documents and self.documents[path].sha256 != embed.sha256:
+                del self.documents[path]  # the old content of a file whose new content failed
+        if self.progress:
+            self.progress.advance("documents")
+
+    # commits
+
+    def _commit_if_due(self) -> None:
+        if not (self.pending or self.pending_pages):
+            return
+        now = time.monotonic()
+        every = self.options.commit_every_pages or DEFAULT_COMMIT_PAGES
+        due = self.pending_pages >= every or now - self.last_commit >= self.options.commit_every_s
+        if not due:
+            return
+        if self.once:
+            self._seal()  # segments of bounded size, staged for the one commit at the end
+            self.last_commit = now
+        elif self.options.commit_every_pages or now - self.last_commit >= COMMIT_SHARE * self.commit_seconds:
+            self._commit()
+
+    def _seal(self) -> None:
+        """Seal the segment being written; the documents complete so far take their places in the
+        catalog, and those still in flight keep the pages they have as spans of it."""
+        segment = self.txn.finish_segment(self.writer) if self.writer is not None else None
+        self.writer = None
+        segment_id = segment.id if segment else None
+        for state in self.pending:
+            doc = state.document(segment_id, self.scan_started_ns)
+            self.documents[doc.path] = doc
+            self.in_progress.pop(doc.path, None)
+            for twin, metadata, _ in state.embed.twins:
+                self.documents[twin.path] = state.document(segment_id, self.scan_started_ns, twin, metadata)
+        self.pending = []
+        for state in self.states.values():
+            if state.seg_pages or state.done_spans:
+                doc = state.document(segment_id, self.scan_started_ns)
+                state.done_spans, state.seg_first, state.seg_pages = list(doc.spans), None, 0
+                if not self.once:  # a resumed build carries on from here
+                    self.in_progress[doc.path] = doc
+        self.pending_pages = 0
+
+    def _commit(self) -> None:
+        """Seal, then commit a generation with everything complete so far."""
+        started = time.perf_counter()
+        self._seal()
+        manifest = self.txn.commit(list(self.documents.values()), self.model_info, self.settings,
+                                   self.failures, list(self.in_progress.values()))
+        self.report.generation = manifest.generation
+        self.report.committed = True
+        self.report.pages_total = manifest.page_count
+        self.last_commit = time.monotonic()
+        self.commit_seconds = time.perf_counter() - started
+        self.timer.add("commit", started)
+
+
+def _pool_some(results: list, factor: int) -> list:
+    """Token pooling for the pages that were encoded (errors pass through)."""
+    vectors = [r for r in results if not isinstance(r, DocumentError)]
+    pooled = iter(pool_tokens(vectors, factor) if vectors else [])
+    return [r if isinstance(r, DocumentError) else next(pooled) for r in results]
 
 
 def pool_tokens(vectors: list[np.ndarray], factor: int) -> list[np.ndarray]:
@@ -435,22 +552,22 @@ def pool_tokens(vectors: list[np.ndarray], factor: int) -> list[np.ndarray]:
     return [p.numpy().astype(np.float16) for p in pooled]
 
 
-def _changed_since_discovery(source: SourceFile) -> str | None:
+def _changed_since_discovery(file) -> str | None:
     """Why the file's vectors cannot be trusted to match its recorded sha256, if they cannot."""
     try:
-        stat = source.path.stat()
+        stat = os.stat(file.path)
     except OSError:
         return "the file disappeared during the build"
-    if stat.st_size != source.size or stat.st_mtime != source.mtime:
+    if (stat.st_size, stat.st_mtime_ns, stat.st_ino) != (file.stat.size, file.stat.mtime_ns, file.stat.ino):
         return "the file changed during the build; the next build indexes its new content"
     return None
 
 
 @contextmanager
-def _cpu_threads_for(encoder: PageEncoder) -> Iterator[None]:
+def _cpu_threads_for(encoder: PageEncoder | None) -> Iterator[None]:
     """On the CPU, leave one core to conversion and rendering: a model that takes every core
     fights the pdftoppm and LibreOffice processes feeding it (measured: 20 % slower on 2 cores)."""
-    if encoder.precision.device_type != "cpu":
+    if encoder is None or encoder.precision.device_type != "cpu" or encoder.model.family == "fake":
         yield
         return
     import torch
@@ -461,19 +578,3 @@ def _cpu_threads_for(encoder: PageEncoder) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@dataclass
-class _DocState:
-    source: SourceFile
-    vectors: list = field(default_factory=list)
-    expected: int = 0
-    rendered: bool = False
-    converter: str | None = None
-    pdf: Path | None = None
-    pdf_rel: str | None = None
-    pdf_sha256: str | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.rendered and len(self.vectors) == self.expected

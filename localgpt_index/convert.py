@@ -7,9 +7,9 @@ from the converters.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +17,8 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from . import processes
+from .confine import confine_html
 from .errors import DocumentError
 
 LIBREOFFICE_INSTALL_HINT = (
@@ -76,25 +78,63 @@ class Converter(ABC):
         """Files with the same key may be converted in one run; None: one at a time."""
         return None
 
-    def stage(self, source: Path, workdir: Path, stem: str) -> Path:
+    def stage(self, source: Path, workdir: Path, stem: str, root: Path | None = None) -> tuple[Path, list[str]]:
+        """Put `source` into `workdir` under a plain name; returns it and notes on what was changed.
+
+        HTML is confined to `root` (the indexed folder) on the way: see confine.py."""
         workdir.mkdir(parents=True, exist_ok=True)
-        staged = workdir / f"{stem}{source.suffix.lower()}"
+        suffix = source.suffix.lower()
+        staged = workdir / f"{stem}{suffix}"
         try:
+            if suffix in (".html", ".htm"):
+                return self._stage_html(_read_text(source), source, staged, root)
             shutil.copyfile(source, staged)
         except OSError as exc:
-            raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
-        return staged
+            raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from None
+        return staged, []
+
+    @staticmethod
+    def _stage_html(text: str, source: Path, staged: Path, root: Path | None) -> tuple[Path, list[str]]:
+        confined = confine_html(text, source.parent, root or source.parent)
+        staged.write_text(confined.html, "utf-8")
+        notes = [f"dropped {len(confined.dropped)} reference(s) that would reach outside the folder: "
+                 + "; ".join(confined.dropped[:5]) + (" ..." if len(confined.dropped) > 5 else "")] if confined.dropped else []
+        return staged, notes
 
     @abstractmethod
     def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
         """PDFs for staged files (all in one folder, one batch key), or the error of each."""
 
-    def convert(self, source: Path, workdir: Path) -> Path:
+    def convert(self, source: Path, workdir: Path, root: Path | None = None) -> Path:
         """Write a PDF for `source` inside `workdir` and return its path; raise DocumentError."""
-        result = self.convert_staged([self.stage(source, workdir, "document")])[0]
+        result = self.convert_staged([self.stage(source, workdir, "document", root)[0]])[0]
         if isinstance(result, DocumentError):
             raise result
         return result
+
+
+def _read_text(source: Path, limit: int = 64 << 20) -> str:
+    with open(source, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise DocumentError("convert", f"larger than {limit >> 20} MiB of text")
+    return data.decode("utf-8", "replace")
+
+
+@functools.cache
+def network_isolation() -> list[str]:
+    """The command prefix that runs a converter without network access (a network namespace of
+    its own, with only a loopback that is down), or [] where the OS does not allow it."""
+    unshare = shutil.which("unshare")
+    if not unshare or not sys.platform.startswith("linux"):
+        return []
+    for prefix in ([unshare, "--net"], [unshare, "--user", "--map-root-user", "--net"]):
+        try:
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                return prefix
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return []
 
 
 
@@ -148,7 +188,7 @@ class LibreOfficeConverter(Converter):
         outdir.mkdir(exist_ok=True)
         key = self.batch_key(staged[0].suffix.lower())
         target = "pdf"
-        cmd = [self.binary, f"-env:UserInstallation={self.profile_dir.resolve().as_uri()}"]
+        cmd = [*network_isolation(), self.binary, f"-env:UserInstallation={self.profile_dir.resolve().as_uri()}"]
         cmd += ["--headless", "--invisible", "--nologo", "--nodefault", "--nolockcheck", "--norestore"]
         if key == "html":
             # Open HTML in Writer, not Writer/Web, so the PDF export filter applies.
@@ -157,21 +197,22 @@ class LibreOfficeConverter(Converter):
         elif key == "text":
             cmd += ["--infilter=Text (encoded):UTF8,LF,,,"]
         cmd += ["--convert-to", target, "--outdir", str(outdir), *map(str, staged)]
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        proc = processes.Tracked(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             output, _ = proc.communicate(timeout=self.timeout_s)
             said = " ".join(output.decode("utf-8", "replace").split())[-300:]
             timed_out = False
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            processes.kill_group(proc)
+            proc.communicate()
             said, timed_out = "", True
         results: list[Path | DocumentError] = []
         for path in staged:
             pdf = outdir / (path.stem + ".pdf")
             if pdf.exists() and pdf.stat().st_size > 0:
                 results.append(pdf)
+            elif processes.stopping():
+                raise processes.Stopped("interrupted")
             elif len(staged) > 1:
                 pdf.unlink(missing_ok=True)
                 results.append(self.convert_staged([path])[0])
@@ -186,14 +227,6 @@ class LibreOfficeConverter(Converter):
         return results
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
 class MarkdownConverter(Converter):
     """Markdown -> HTML (markdown-it, CommonMark with tables) -> PDF through LibreOffice."""
 
@@ -206,18 +239,17 @@ class MarkdownConverter(Converter):
     def batch_key(self, suffix: str) -> str | None:
         return "html"
 
-    def stage(self, source: Path, workdir: Path, stem: str) -> Path:
+    def stage(self, source: Path, workdir: Path, stem: str, root: Path | None = None) -> tuple[Path, list[str]]:
         from markdown_it import MarkdownIt
 
         try:
-            text = source.read_bytes().decode("utf-8", "replace")
+            text = _read_text(source)
         except OSError as exc:
-            raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from exc
+            raise DocumentError("convert", f"cannot read the file: {exc.strerror or exc}") from None
         body = MarkdownIt("commonmark").enable("table").render(text)
         workdir.mkdir(parents=True, exist_ok=True)
-        staged = workdir / f"{stem}.html"
-        staged.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{body}</body></html>', "utf-8")
-        return staged
+        page = f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{body}</body></html>'
+        return self._stage_html(page, source, workdir / f"{stem}.html", root)
 
     def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
         return self.office.convert_staged(staged)

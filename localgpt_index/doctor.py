@@ -10,7 +10,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from .convert import find_soffice, word_is_installed
+from .convert import find_soffice, network_isolation, word_is_installed
 from .errors import LgptError
 from .models import DEFAULT_MODEL, hub_offline, resolve_model
 
@@ -43,6 +43,8 @@ def _converters() -> dict:
             "version": _tool_version([soffice, "--version"], r"LibreOffice ([\d.]+)") if soffice else None,
         },
         "word": word_is_installed(),
+        # converters run in a network namespace of their own where the OS allows it
+        "network_isolation": " ".join(network_isolation()) or None,
         "poppler": {
             "path": pdftoppm,
             "pdfinfo": pdfinfo,

@@ -1,13 +1,20 @@
-"""Page and query encoders: a model loaded through byaldi, run in batches under autocast."""
+"""Page and query encoders: the interface, how its failures are told apart, and the model
+loaded through byaldi, run in batches under autocast.
+
+A failed forward pass is either the machine's fault or a page's: `DeviceOutOfMemory`
+(the build halves its batch and tries again), `DeviceLost` (the build stops, exit 4),
+or any other error, which the build pins on the page that causes it alone.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 from PIL import Image
@@ -17,6 +24,58 @@ from .errors import EnvironmentMissing
 from .guard import DtypeFix, ModuleTracker, audit_checkpoint, audit_live, translate_error
 from .models import ModelRef
 
+if TYPE_CHECKING:
+    from .build import BuildOptions
+
+MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
+MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
+
+
+class DeviceOutOfMemory(RuntimeError):
+    """The device ran out of memory for this batch; a smaller batch may fit."""
+
+
+class DeviceLost(EnvironmentMissing):
+    """The device failed (a CUDA error, a lost GPU): nothing more can run on it in this process."""
+
+
+_OOM = re.compile(r"out of memory|CUBLAS_STATUS_ALLOC_FAILED|MPS backend out of memory|DefaultCPUAllocator: can't allocate", re.I)
+_LOST = re.compile(
+    r"CUDA error|CUDA driver|cudaErrorDevice|device-side assert|illegal memory access|unspecified launch failure"
+    r"|CUBLAS_STATUS_(?!ALLOC)|CUDNN_STATUS|NCCL error|no CUDA GPUs are available|device not ready|ECC error"
+    r"|MPS backend|Metal",
+    re.I,
+)
+
+
+def classify_failure(exc: BaseException) -> str:
+    """"oom", "device" or "page": whose fault a RuntimeError from a forward pass is."""
+    if type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, (DeviceOutOfMemory, MemoryError)):
+        return "oom"
+    text = str(exc)
+    if _OOM.search(text):
+        return "oom"
+    if _LOST.search(text):
+        return "device"
+    return "page"
+
+
+def check_queries(texts: Sequence[str]) -> list[str]:
+    """Queries fit for a model: not empty, not longer than it reads (UsageError otherwise)."""
+    from .errors import UsageError
+
+    checked = []
+    for number, text in enumerate(texts, 1):
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError(f"query {number} is empty.")
+        if len(text) > MAX_QUERY_CHARS:
+            raise UsageError(
+                f"query {number} is {len(text):,} characters long; queries are limited to {MAX_QUERY_CHARS:,} "
+                f"characters ({MAX_QUERY_TOKENS} tokens, what the model reads)."
+            )
+        checked.append(text)
+    return checked
+
 
 class PageEncoder(ABC):
     """Turns page images and query texts into multi-vectors (tokens x dim)."""
@@ -24,7 +83,9 @@ class PageEncoder(ABC):
     model: ModelRef
     precision: Precision
     dim: int
+    batch_size: int = 4
     forward_calls: int = 0
+    dtype_fixes: list = []
 
     @property
     @abstractmethod
@@ -37,11 +98,28 @@ class PageEncoder(ABC):
 
     @abstractmethod
     def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
-        """One float16 array (tokens, dim) per page (an image, or what prepare_page made of it)."""
+        """One float16 array (tokens, dim) per page (an image, or what prepare_page made of it).
+
+        Raises DeviceOutOfMemory, DeviceLost, or another exception for a page it cannot encode."""
 
     @abstractmethod
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One float32 array (tokens, dim) per query."""
+
+
+def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
+    """The encoder for a model's family: the fake one for tests and benchmarks, else byaldi's loader
+    on the device and dtype the probe picks."""
+    if model.family == "fake":
+        from .fake import FakeEncoder
+
+        return FakeEncoder(model, options.batch_size)
+    from .device import choose_precision, default_batch_size, detect_capabilities
+
+    caps = detect_capabilities()
+    precision = choose_precision(caps, options.device, options.dtype)
+    batch = options.batch_size or default_batch_size(precision, caps)
+    return ByaldiEncoder(model, precision, batch, compile=options.compile)
 
 
 @contextmanager
@@ -129,6 +207,14 @@ class ByaldiEncoder(PageEncoder):
             with torch.inference_mode(), autocast, self._tracker.running():
                 out = self.net(**inputs)
         except RuntimeError as exc:
+            kind = classify_failure(exc)
+            if kind == "oom":
+                raise DeviceOutOfMemory(" ".join(str(exc).split())[:300]) from exc
+            if kind == "device":
+                raise DeviceLost(
+                    f"the device {self.precision.device} failed: {' '.join(str(exc).split())[:300]}",
+                    hint="Check the GPU (nvidia-smi), then run build again: it carries on from the last commit.",
+                ) from exc
             translated = translate_error(exc, self._tracker.innermost, self.precision.dtype)
             if translated is None:
                 raise
@@ -186,8 +272,15 @@ class ByaldiEncoder(PageEncoder):
         return vectors
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        from .errors import UsageError
+
+        texts = check_queries(texts)
         vectors: list[np.ndarray] = []
         for start in range(0, len(texts), self.batch_size):
             batch = self.processor.process_queries(list(texts[start : start + self.batch_size]))
+            lengths = batch["attention_mask"].sum(dim=1).tolist()
+            for number, length in enumerate(lengths, start + 1):
+                if length > MAX_QUERY_TOKENS + 16:  # the prompt and augmentation tokens come on top
+                    raise UsageError(f"query {number} is {length} tokens long; queries are limited to {MAX_QUERY_TOKENS}.")
             vectors += self._forward(batch)
         return vectors

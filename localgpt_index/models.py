@@ -15,8 +15,11 @@ from pathlib import Path
 from .errors import EnvironmentMissing, UsageError
 
 DEFAULT_MODEL = "vidore/colpali-v1.3"
-FAMILIES = ("colpali", "colqwen2")
-_FAMILY_BY_MODEL_TYPE = {"paligemma": "colpali", "qwen2_vl": "colqwen2", "qwen2_5_vl": "colqwen2"}
+FAMILIES = ("colpali", "colqwen2", "fake")
+_FAMILY_BY_MODEL_TYPE = {"paligemma": "colpali", "qwen2_vl": "colqwen2", "lgpt-fake": "fake"}
+_NOT_YET = {"qwen2_5_vl": "ColQwen2.5", "qwen3_vl": "ColQwen3", "idefics3": "ColSmol (Idefics3)", "gemma3": "ColGemma3",
+            "modernvbert": "ColModernVBert"}
+SUPPORTED = "ColPali (paligemma) and ColQwen2 (qwen2_vl)"
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class ModelRef:
 
     id: str  # as named by the user: hub id or folder
     path: str  # local folder with config and weights
-    family: str  # "colpali" or "colqwen2"
+    family: str  # "colpali", "colqwen2" or "fake"
     revision: str | None  # hub commit, when from the hub
     fingerprint: str  # identifies the weights; an index only answers queries from the same one
 
@@ -33,25 +36,29 @@ class ModelRef:
         return asdict(self)
 
 
-def _family(folder: Path, name: str) -> str:
-    lowered = name.lower()
-    for family in FAMILIES:
-        if family in lowered:
-            return family
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: unreadable ({' '.join(str(exc).split())[:120]}).") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a JSON object.")
+    return data
+
+
+def model_family(folder: Path, base: Path | None = None) -> str:
+    """The family from config.json (model_type), or from the base model's for an adapter; never from the name."""
     config = folder / "config.json"
-    if config.exists():
-        model_type = json.loads(config.read_text()).get("model_type", "")
-        if model_type in _FAMILY_BY_MODEL_TYPE:
-            return _FAMILY_BY_MODEL_TYPE[model_type]
-    adapter = folder / "adapter_config.json"
-    if adapter.exists():
-        base = json.loads(adapter.read_text()).get("base_model_name_or_path", "")
-        for family in FAMILIES:
-            if family in base.lower():
-                return family
-    raise UsageError(
-        f"{name}: not a ColPali or ColQwen2 checkpoint (byaldi supports only those; config.json has no paligemma or qwen2_vl model_type)."
-    )
+    if not config.exists() and base is not None:
+        config = base / "config.json"
+    if not config.exists():
+        raise UsageError(f"{folder}: no config.json (nor a base model with one); not a model checkpoint.")
+    model_type = str(_read_json(config).get("model_type", ""))
+    if model_type in _FAMILY_BY_MODEL_TYPE:
+        return _FAMILY_BY_MODEL_TYPE[model_type]
+    if model_type in _NOT_YET:
+        raise UsageError(f"{folder}: {_NOT_YET[model_type]} is not supported yet; lgpt-index loads {SUPPORTED}.")
+    raise UsageError(f"{folder}: model_type {model_type or '(none)'!r} is not a supported family; lgpt-index loads {SUPPORTED}.")
 
 
 def _folder_fingerprint(folder: Path) -> str:
@@ -68,9 +75,10 @@ def _folder_fingerprint(folder: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def offline_hint(model_id: str) -> str:
+def offline_hint(model_id: str, revision: str | None = None) -> str:
+    at = f" --revision {revision}" if revision else ""
     return (
-        f"On a machine with internet access run `hf download {model_id}` (huggingface_hub < 1.0: "
+        f"On a machine with internet access run `hf download {model_id}{at}` (huggingface_hub < 1.0: "
         "`huggingface-cli download`), and the same for its base model if it is an adapter; then copy the Hugging Face cache "
         "(~/.cache/huggingface) here, or pass --model /path/to/a/local/folder."
     )
@@ -80,45 +88,75 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
-def resolve_model(model: str, allow_download: bool = True) -> ModelRef:
-    """Resolve a hub id or a local folder; raise EnvironmentMissing when the weights are not here."""
+def resolve_model(model: str, allow_download: bool = True, revision: str | None = None) -> ModelRef:
+    """Resolve a hub id (at `revision`, a commit, when given) or a local folder; raise
+    EnvironmentMissing when the weights are not here."""
     folder = Path(model).expanduser()
     if folder.is_dir():
         folder = folder.resolve()
-        return ModelRef(model, str(folder), _family(folder, str(folder)), None, _folder_fingerprint(folder))
+        base = _adapter_base(folder, allow_download)
+        return ModelRef(model, str(folder), model_family(folder, base), None, _folder_fingerprint(folder))
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise UsageError(f"--model {model}: no such folder.")
-
-    snapshot = _hub_snapshot(model, allow_download)
-    adapter = snapshot / "adapter_config.json"
-    if adapter.exists():
-        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
-        if base and not Path(base).is_dir():
-            _hub_snapshot(base, allow_download)  # the base weights must be here too
-    return ModelRef(model, str(snapshot), _family(snapshot, model), snapshot.name, f"hub:{model}@{snapshot.name}")
+    snapshot = _hub_snapshot(model, allow_download, revision)
+    base = _adapter_base(snapshot, allow_download)
+    return ModelRef(model, str(snapshot), model_family(snapshot, base), snapshot.name, f"hub:{model}@{snapshot.name}")
 
 
-def _hub_snapshot(model_id: str, allow_download: bool = True) -> Path:
+def _adapter_base(folder: Path, allow_download: bool) -> Path | None:
+    """For an adapter (colpali-v1.3 is one), the folder of its base model, which must be here too."""
+    adapter = folder / "adapter_config.json"
+    if not adapter.exists():
+        return None
+    base = _read_json(adapter).get("base_model_name_or_path")
+    if not base or not isinstance(base, str):
+        return None
+    if Path(base).is_dir():
+        return Path(base)
+    return _hub_snapshot(base, allow_download)
+
+
+def _hub_snapshot(model_id: str, allow_download: bool = True, revision: str | None = None) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(model_id, local_files_only=True))
+        return Path(snapshot_download(model_id, revision=revision, local_files_only=True))
     except LocalEntryNotFoundError:
         pass
     except Exception as exc:  # a malformed id and the like
-        raise UsageError(f"--model {model_id}: {exc}") from exc
+        raise UsageError(f"--model {model_id}: {' '.join(str(exc).split())[:200]}") from None
+    at = f" at revision {revision}" if revision else ""
     if not allow_download or hub_offline():
         raise EnvironmentMissing(
-            f"model {model_id} is not in the local Hugging Face cache"
+            f"model {model_id}{at} is not in the local Hugging Face cache"
             + (" and HF_HUB_OFFLINE is set." if hub_offline() else "."),
-            hint=offline_hint(model_id),
+            hint=offline_hint(model_id, revision),
         )
     try:
-        return Path(snapshot_download(model_id))
+        return Path(snapshot_download(model_id, revision=revision))
     except Exception as exc:
         reason = " ".join(str(exc).split())[:200]
         raise EnvironmentMissing(
-            f"model {model_id} is not cached here and could not be downloaded ({type(exc).__name__}: {reason}).",
-            hint=offline_hint(model_id),
-        ) from exc
+            f"model {model_id}{at} is not cached here and could not be downloaded ({type(exc).__name__}: {reason}).",
+            hint=offline_hint(model_id, revision),
+        ) from None
+
+
+def resolve_recorded(model_id: str, path: str | None, revision: str | None, allow_download: bool = True) -> ModelRef:
+    """The model an index recorded: a hub model at the very revision it was built with (not
+    whatever the cache holds now), or the local folder it was loaded from."""
+    from dataclasses import replace
+
+    if revision:
+        return resolve_model(model_id, allow_download, revision=revision)
+    if path and Path(path).is_dir():
+        return replace(resolve_model(path, allow_download), id=model_id)
+    return resolve_model(model_id, allow_download)
+
+
+def expected_dim(ref: ModelRef) -> int:
+    """The vector size a model writes: from a fake checkpoint's config; 128 for the ColPali family."""
+    if ref.family == "fake":
+        return int(_read_json(Path(ref.path) / "config.json").get("dim", 128))
+    return 128

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -17,25 +18,46 @@ DEFAULT_DPI = 150
 
 
 def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Image:
-    """The page as an image: from the source PDF (or the PDF a document was converted to), or the image file."""
-    from pdf2image import convert_from_path
+    """The page as an image: from the PDF a document was converted to (kept in the index), the
+    source PDF, or the image file. A source that changed since it was indexed is refused."""
+    doc = index.document(hit.path)
+    if doc is None or not 1 <= hit.page <= doc.pages:
+        raise LgptError(f"{hit.path}: no page {hit.page} in the index.")
+    if doc.pdf:
+        from .store import regular_size
 
-    doc = next(d for d in index.documents if d.path == hit.path)
-    source = Path(doc.path)
-    try:
-        stat = source.stat()
-        unchanged = stat.st_size == doc.size and stat.st_mtime == doc.mtime
-    except OSError:
-        unchanged = False
-    if not doc.pdf and not unchanged:  # a converted document renders from the PDF kept in the index
-        raise LgptError(f"{doc.path} changed or disappeared since it was indexed.", hint="Run build again.")
+        regular_size(index.store.root, doc.pdf)  # inside the index, a plain file: else a clear IndexProblem
+        return _render_page(index.store.root / doc.pdf, hit.page, dpi, doc.path)
+    _check_unchanged(doc)
     if doc.kind == "image":
-        with Image.open(source) as image:
-            image.seek(hit.page - 1)
-            return image.convert("RGB")
-    pdf = index.store.root / doc.pdf if doc.pdf else source
-    [image] = convert_from_path(str(pdf), dpi=dpi, first_page=hit.page, last_page=hit.page)
-    return image.convert("RGB")
+        try:
+            with Image.open(doc.path) as image:
+                image.seek(hit.page - 1)
+                return image.convert("RGB")
+        except (OSError, ValueError, EOFError, Image.DecompressionBombError) as exc:
+            raise LgptError(f"{doc.path}: frame {hit.page} cannot be decoded ({' '.join(str(exc).split())[:200]}).") from None
+    return _render_page(Path(doc.path), hit.page, dpi, doc.path)
+
+
+def _check_unchanged(doc) -> None:
+    try:
+        stat = os.stat(doc.path)
+    except OSError:
+        raise LgptError(f"{doc.path} disappeared since it was indexed.", hint="Run build again.") from None
+    recorded = doc.stat
+    same = stat.st_size == doc.size and (recorded is None or stat.st_mtime_ns == recorded.mtime_ns)
+    if not same:
+        raise LgptError(f"{doc.path} changed since it was indexed.", hint="Run build again.")
+
+
+def _render_page(pdf: Path, page: int, dpi: int, source: str) -> Image.Image:
+    from .errors import DocumentError
+    from .render import render_page_at_dpi
+
+    try:
+        return render_page_at_dpi(pdf, page, dpi)
+    except DocumentError as exc:
+        raise LgptError(f"{source}: page {page} cannot be rendered ({exc.reason}).") from None
 
 
 def png_base64(image: Image.Image) -> str:
@@ -46,6 +68,13 @@ def png_base64(image: Image.Image) -> str:
 
 def export_pages(index: Index, queries: list[str], results: list[list[SearchHit]], out: Path, dpi: int) -> Path:
     """Write every hit's page as PNG into `out`, with manifest.json describing them; returns the manifest."""
+    try:
+        return _export_pages(index, queries, results, out, dpi)
+    except OSError as exc:
+        raise LgptError(f"--export-pages {out}: cannot write ({exc.strerror or exc}).") from None
+
+
+def _export_pages(index: Index, queries: list[str], results: list[list[SearchHit]], out: Path, dpi: int) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     manifest = {"version": 1, "dpi": dpi, "queries": []}
     for q_number, (text, hits) in enumerate(zip(queries, results), 1):

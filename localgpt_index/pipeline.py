@@ -22,40 +22,52 @@ from typing import Callable, Iterator
 
 from PIL import Image
 
+from . import processes
 from .convert import ConverterSet, check_signature
-from .discover import IMAGE, MARKDOWN, OFFICE, SourceFile
+from .discover import IMAGE, MARKDOWN, OFFICE
 from .errors import DocumentError
-from .render import image_file_pages, pdf_page_count, render_pdf_pages
+from .render import DEFAULT_RENDER_TIMEOUT_S, image_file_pages, image_frame_count, pdf_page_count, render_pdf_pages
 
 RENDER_CHUNK = 8  # pages per pdftoppm call
 CONVERT_BATCH = 8  # office files per LibreOffice run
 
 
+@dataclass(frozen=True)
+class FeedSource:
+    """A document to turn into pages."""
+
+    path: Path
+    kind: str
+    size: int
+    first_page: int = 1  # carry on from this page (a long document whose first pages are committed)
+    pdf: Path | None = None  # render this PDF (the one stored for a resumed document) instead of converting
+
+    @property
+    def suffix(self) -> str:
+        return self.path.suffix.lower()
+
+
 @dataclass
 class OpenedDocument:
-    """A document ready to render: its PDF (converted or not) and page count, or its image pages."""
+    """A document ready to render: its PDF (converted or not) or image file, and its page count."""
 
     pdf: Path | None = None
+    image: Path | None = None
     pages: int = 0
-    images: list[Image.Image] | None = None
     converter: str | None = None
+    notes: tuple[str, ...] = ()  # what conversion changed (references dropped to stay inside the folder)
 
 
 @dataclass
 class PageEvent:
     number: int  # the document's position in the work list
-    kind: str  # "page", "end" (all its pages were sent), "error"
+    kind: str  # "open" (its page count is known), "page", "end" (all its pages were sent), "error"
     image: object = None  # the page, as the encoder's prepare_page left it
-    document: OpenedDocument | None = None  # with "end"
+    document: OpenedDocument | None = None  # with "open" and "end"
     error: DocumentError | None = None
 
 
-def open_image(source: SourceFile, render_size: tuple[int, int] | None) -> OpenedDocument:
-    images = image_file_pages(source.path, render_size)
-    return OpenedDocument(images=images, pages=len(images))
-
-
-def plan_jobs(sources: list[SourceFile], converters: ConverterSet) -> list[list[int]]:
+def plan_jobs(sources: list[FeedSource], converters: ConverterSet) -> list[list[int]]:
     """Group the documents into opening jobs: office files that can share a conversion run
     go together (up to CONVERT_BATCH), everything else alone. Jobs are ordered by their
     first document."""
@@ -63,7 +75,7 @@ def plan_jobs(sources: list[SourceFile], converters: ConverterSet) -> list[list[
     open_batch: dict[tuple[int, str], int] = {}
     for number, source in enumerate(sources):
         key = None
-        if source.kind in (OFFICE, MARKDOWN) and source.size > 0:
+        if source.kind in (OFFICE, MARKDOWN) and source.size > 0 and source.pdf is None:
             try:
                 converter = converters.for_suffix(source.suffix)
                 batch = converter.batch_key(source.suffix)
@@ -73,18 +85,23 @@ def plan_jobs(sources: list[SourceFile], converters: ConverterSet) -> list[list[
         if key is not None and key in open_batch and len(jobs[open_batch[key]]) < CONVERT_BATCH:
             jobs[open_batch[key]].append(number)
             continue
-        jobs.append([number])
         if key is not None:
-            open_batch[key] = len(jobs) - 1
+            open_batch[key] = len(jobs)
+        jobs.append([number])
     return jobs
 
 
 class PageFeed:
-    """Iterate PageEvents for `sources` in order, produced ahead of the consumer."""
+    """Iterate PageEvents for `sources`, produced ahead of the consumer.
+
+    Documents go out as their opening jobs finish (a PDF never waits behind a slow
+    conversion); a document's own events always go out in order, from one thread.
+    Each event costs O(1): no list of pending documents is scanned.
+    """
 
     def __init__(
         self,
-        sources: list[SourceFile],
+        sources: list[FeedSource],
         converters: ConverterSet,
         staging: Path,
         render_size: tuple[int, int] | None,
@@ -92,39 +109,41 @@ class PageFeed:
         convert_workers: int = 2,
         timings: Callable[[str, float], None] = lambda stage, seconds: None,
         prepare: Callable = lambda image: image,
+        render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
+        root: Path | None = None,
     ) -> None:
         self.sources = sources
+        self.root = root  # the indexed folder: converted HTML may only reference files inside it
         self.converters = converters
         self.staging = staging
         self.render_size = render_size
         self.convert_workers = max(1, convert_workers)
         self.timings = timings
         self.prepare = prepare  # per-page preprocessing for the model, done here, off its thread
+        self.render_timeout_s = render_timeout_s
         self._queue: queue.Queue[PageEvent | None] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
+        self._failure: BaseException | None = None
 
     def _open_job(self, numbers: list[int]) -> dict[int, OpenedDocument | DocumentError]:
         """Convert (several office files in one run where possible) and count pages."""
         started = time.perf_counter()
         results: dict[int, OpenedDocument | DocumentError] = {}
         staged: dict[int, Path] = {}
+        notes: dict[int, list[str]] = {}
         converter = None
         workdir = self.staging / f"job-{numbers[0]}"
         for number in numbers:
             source = self.sources[number]
             try:
-                if source.size == 0:
-                    raise DocumentError("discover", "the file is empty (0 bytes)")
-                if not source.path.exists():
-                    raise DocumentError("discover", "the file disappeared during the build")
-                if source.kind == IMAGE:
-                    results[number] = open_image(source, self.render_size)
-                elif source.kind in (OFFICE, MARKDOWN):
+                results[number] = self._open_one(source)
+            except _NeedsConversion:
+                try:
                     check_signature(source.path, source.suffix)
                     converter = self.converters.for_suffix(source.suffix)
-                    staged[number] = converter.stage(source.path, workdir, f"doc-{number}")
-                else:
-                    results[number] = OpenedDocument(pdf=source.path, pages=pdf_page_count(source.path))
+                    staged[number], notes[number] = converter.stage(source.path, workdir, f"doc-{number}", self.root)
+                except DocumentError as exc:
+                    results[number] = exc
             except DocumentError as exc:
                 results[number] = exc
         if staged:
@@ -132,11 +151,25 @@ class PageFeed:
                 try:
                     if isinstance(pdf, DocumentError):
                         raise pdf
-                    results[number] = OpenedDocument(pdf=pdf, pages=pdf_page_count(pdf), converter=converter.name)
+                    results[number] = OpenedDocument(pdf=pdf, pages=pdf_page_count(pdf, self.render_timeout_s),
+                                                     converter=converter.name, notes=tuple(notes[number]))
                 except DocumentError as exc:
                     results[number] = exc
         self.timings("convert", time.perf_counter() - started)
-        return results
+        return dict(sorted(results.items()))
+
+    def _open_one(self, source: FeedSource) -> OpenedDocument:
+        if source.size == 0:
+            raise DocumentError("discover", "the file is empty (0 bytes)")
+        if not source.path.exists():
+            raise DocumentError("discover", "the file disappeared during the build")
+        if source.pdf is not None:
+            return OpenedDocument(pdf=source.pdf, pages=pdf_page_count(source.pdf, self.render_timeout_s))
+        if source.kind == IMAGE:
+            return OpenedDocument(image=source.path, pages=image_frame_count(source.path))
+        if source.kind in (OFFICE, MARKDOWN):
+            raise _NeedsConversion()
+        return OpenedDocument(pdf=source.path, pages=pdf_page_count(source.path, self.render_timeout_s))
 
     def _put(self, event: PageEvent | None) -> bool:
         while not self._stop.is_set():
@@ -148,51 +181,46 @@ class PageFeed:
         return False
 
     def _produce(self) -> None:
-        """Send documents as their opening jobs finish: a PDF need not wait behind a slow
-        conversion. A document's own pages always go out in order, from this one thread."""
         jobs = plan_jobs(self.sources, self.converters)
-        job_of = {number: j for j, job in enumerate(jobs) for number in job}
-        opening: dict[int, Future] = {}
-        left = {j: len(job) for j, job in enumerate(jobs)}
-        pending = list(range(len(self.sources)))
         window = self.convert_workers + 1
+        opening: dict[Future, int] = {}
+        next_job = 0
         with ThreadPoolExecutor(self.convert_workers, thread_name_prefix="lgpt-convert") as pool:
             try:
-                while pending:
-                    for j in dict.fromkeys(job_of[n] for n in pending):  # the next jobs, in order
-                        if len(opening) >= window:
-                            break
-                        if j not in opening:
-                            opening[j] = pool.submit(self._open_job, jobs[j])
-                    ready = next((n for n in pending if job_of[n] in opening and opening[job_of[n]].done()), None)
-                    if ready is None:
-                        wait(opening.values(), return_when=FIRST_COMPLETED)
-                        continue
-                    pending.remove(ready)
-                    job = job_of[ready]
-                    opened = opening[job].result()[ready]
-                    left[job] -= 1
-                    if not left[job]:
-                        del opening[job]
-                    try:
-                        if isinstance(opened, DocumentError):
-                            raise opened
-                        if not self._send_pages(ready, opened):
-                            return
-                    except DocumentError as exc:
-                        if not self._put(PageEvent(ready, "error", error=exc)):
+                while (next_job < len(jobs) or opening) and not self._stop.is_set():
+                    while next_job < len(jobs) and len(opening) < window:
+                        opening[pool.submit(self._open_job, jobs[next_job])] = next_job
+                        next_job += 1
+                    done, _ = wait(list(opening), timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in sorted(done, key=opening.__getitem__):
+                        del opening[future]
+                        if not self._send_job(future.result()):
                             return
             finally:
-                for future in opening.values():
+                for future in opening:
                     future.cancel()
                 self._put(None)
 
+    def _send_job(self, opened: dict[int, OpenedDocument | DocumentError]) -> bool:
+        for number, document in opened.items():
+            try:
+                if isinstance(document, DocumentError):
+                    raise document
+                if not self._send_pages(number, document):
+                    return False
+            except DocumentError as exc:
+                if not self._put(PageEvent(number, "error", error=exc)):
+                    return False
+        return True
+
     def _send_pages(self, number: int, document: OpenedDocument) -> bool:
-        if document.images is not None:
-            pages: Iterator[Image.Image] = iter(document.images)
-            document.images = None
+        if not self._put(PageEvent(number, "open", document=document)):
+            return False
+        first = self.sources[number].first_page
+        if document.image is not None:
+            pages: Iterator[Image.Image] = image_file_pages(document.image, self.render_size, first)
         else:
-            pages = self._render(document)
+            pages = self._render(document, first)
         for image in pages:
             started = time.perf_counter()
             prepared = self.prepare(image)
@@ -201,17 +229,18 @@ class PageFeed:
                 return False
         return self._put(PageEvent(number, "end", document=document))
 
-    def _render(self, document: OpenedDocument) -> Iterator[Image.Image]:
-        for first in range(1, document.pages + 1, RENDER_CHUNK):
+    def _render(self, document: OpenedDocument, first_page: int) -> Iterator[Image.Image]:
+        for first in range(first_page, document.pages + 1, RENDER_CHUNK):
             started = time.perf_counter()
-            chunk = render_pdf_pages(document.pdf, self.render_size, first, min(document.pages, first + RENDER_CHUNK - 1))
+            last = min(document.pages, first + RENDER_CHUNK - 1)
+            chunk = render_pdf_pages(document.pdf, self.render_size, first, last, self.render_timeout_s)
             self.timings("render", time.perf_counter() - started)
             yield from chunk
 
     def __iter__(self) -> Iterator[PageEvent]:
         producer = threading.Thread(target=self._produce_guarded, name="lgpt-render", daemon=True)
-        self._failure: BaseException | None = None
         producer.start()
+        finished = False
         try:
             while True:
                 event = self._queue.get()
@@ -220,13 +249,22 @@ class PageFeed:
                 yield event
             if self._failure is not None:
                 raise self._failure
+            finished = True
         finally:
             self._stop.set()
+            if not finished:  # interrupted, or the consumer gave up: end the external processes now
+                processes.stop_all()
             producer.join()
 
     def _produce_guarded(self) -> None:
         try:
             self._produce()
+        except processes.Stopped:
+            pass
         except BaseException as exc:  # surfaced in the consumer thread
             self._failure = exc
             self._put(None)
+
+
+class _NeedsConversion(Exception):
+    """An office or Markdown file: opened by a converter, in a batch."""

@@ -1,39 +1,59 @@
-"""Turn a PDF or an image file into page images at the size the model consumes."""
+"""Turn a PDF or an image file into page images at the size the model consumes.
+
+Every poppler process runs with a timeout in its own process group (a 4 KB PDF can
+keep pdftoppm busy forever), and image files are decoded one frame at a time.
+"""
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
 from PIL import Image
 
+from . import processes
 from .errors import DocumentError
 
 # Used when the model has no fixed input size (ColQwen2's dynamic resolution):
 # the long side of the page in pixels.
 DEFAULT_LONG_SIDE = 1024
+DEFAULT_RENDER_TIMEOUT_S = 60.0  # per call of pdftoppm (a few pages) or pdfinfo
+
+processes.use_in_pdf2image()
+# A picture between PIL's warning and error limits (89 to 179 megapixels) decodes and is
+# resized to the model's size at once; its warning is not printed raw in the middle of a
+# build. (A filter set once: catch_warnings is not safe across the render threads.)
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
-def pdf_page_count(pdf: Path) -> int:
+def pdf_page_count(pdf: Path, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> int:
     from pdf2image import pdfinfo_from_path
-    from pdf2image.exceptions import PDFInfoNotInstalledError
+    from pdf2image.exceptions import PDFInfoNotInstalledError, PDFPopplerTimeoutError
 
     try:
         with open(pdf, "rb") as handle:
             head = handle.read(1024)
     except OSError as exc:
-        raise DocumentError("render", f"cannot read the file: {exc.strerror or exc}") from exc
+        raise DocumentError("render", f"cannot read the file: {exc.strerror or exc}") from None
     if b"%PDF-" not in head:
         raise DocumentError("render", "not a PDF: no %PDF- header in its first 1024 bytes")
     try:
-        info = pdfinfo_from_path(str(pdf))
-    except PDFInfoNotInstalledError as exc:
-        raise DocumentError("render", "poppler's pdfinfo is not installed (apt-get install poppler-utils)") from exc
+        info = pdfinfo_from_path(str(pdf), timeout=_whole_seconds(timeout_s))
+    except PDFInfoNotInstalledError:
+        raise DocumentError("render", "poppler's pdfinfo is not installed (apt-get install poppler-utils)") from None
+    except PDFPopplerTimeoutError:
+        raise DocumentError("render", f"poppler's pdfinfo did not finish within {timeout_s:g} s and was stopped") from None
+    except processes.Stopped:
+        raise
     except Exception as exc:  # pdf2image raises several types for broken files
         said = _short(exc)
         if "password" in said.lower():
-            raise DocumentError("render", f"the PDF is encrypted and needs a password (poppler: {said})") from exc
+            raise DocumentError("render", f"the PDF is encrypted and needs a password (poppler: {said})") from None
         if "page count 0" in said.lower():
-            raise DocumentError("render", "the PDF has no pages") from exc
-        raise DocumentError("render", f"poppler cannot read this PDF: {said}") from exc
+            raise DocumentError("render", "the PDF has no pages") from None
+        raise DocumentError("render", f"poppler cannot read this PDF: {said}") from None
     pages = int(info.get("Pages", 0))
     if pages <= 0:
         raise DocumentError("render", "the PDF has no pages")
@@ -41,35 +61,78 @@ def pdf_page_count(pdf: Path) -> int:
 
 
 def render_pdf_pages(
-    pdf: Path, size: tuple[int, int] | None, first: int, last: int
+    pdf: Path, size: tuple[int, int] | None, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
 ) -> list[Image.Image]:
     """Render pages first..last (1-based, inclusive) of `pdf`."""
     from pdf2image import convert_from_path
+    from pdf2image.exceptions import PDFPopplerTimeoutError
 
     scale = size if size is not None else DEFAULT_LONG_SIDE
     try:
-        images = convert_from_path(str(pdf), size=scale, first_page=first, last_page=last)
+        images = convert_from_path(str(pdf), size=scale, first_page=first, last_page=last, timeout=_whole_seconds(timeout_s))
+    except PDFPopplerTimeoutError:
+        raise DocumentError(
+            "render", f"poppler did not finish pages {first}-{last} within {timeout_s:g} s and was stopped (see --render-timeout)"
+        ) from None
+    except processes.Stopped:
+        raise
     except Exception as exc:
-        raise DocumentError("render", f"poppler failed on pages {first}-{last}: {_short(exc)}") from exc
+        raise DocumentError("render", f"poppler failed on pages {first}-{last}: {_short(exc)}") from None
     if len(images) != last - first + 1:
         raise DocumentError("render", f"poppler returned {len(images)} images for pages {first}-{last}")
     return [im.convert("RGB") for im in images]
 
 
-def image_file_pages(path: Path, size: tuple[int, int] | None) -> list[Image.Image]:
-    """Every frame of an image file (multi-page TIFF gives several), resized for the model."""
-    from PIL import ImageSequence
+def render_page_at_dpi(pdf: Path, page: int, dpi: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> Image.Image:
+    """One page at a resolution for people and answerers (not the model's size)."""
+    from pdf2image import convert_from_path
+    from pdf2image.exceptions import PDFPopplerTimeoutError
 
     try:
-        with Image.open(path) as image:
-            frames = [_fit(frame.convert("RGB"), size) for frame in ImageSequence.Iterator(image)]
+        images = convert_from_path(str(pdf), dpi=dpi, first_page=page, last_page=page, timeout=_whole_seconds(timeout_s))
+    except PDFPopplerTimeoutError:
+        raise DocumentError("render", f"poppler did not finish within {timeout_s:g} s") from None
+    except Exception as exc:
+        raise DocumentError("render", f"poppler failed: {_short(exc)}") from None
+    if len(images) != 1:
+        raise DocumentError("render", f"poppler returned {len(images)} images for one page")
+    return images[0].convert("RGB")
+
+
+def image_frame_count(path: Path) -> int:
+    """How many pages an image file has (a multi-page TIFF has several), without decoding them."""
+    with _decoding(path) as image:
+        return max(1, int(getattr(image, "n_frames", 1)))
+
+
+def image_file_pages(path: Path, size: tuple[int, int] | None, first: int = 1) -> Iterator[Image.Image]:
+    """The frames of an image file from `first` (1-based) on, decoded one at a time and resized for the model."""
+    with _decoding(path) as image:
+        count = max(1, int(getattr(image, "n_frames", 1)))
+        for number in range(first - 1, count):
+            try:
+                image.seek(number)
+                frame = _fit(image.convert("RGB"), size)
+            except Image.DecompressionBombError as exc:
+                raise DocumentError("render", f"frame {number + 1} is too large to decode safely: {_short(exc)}") from None
+            except (OSError, ValueError, SyntaxError, EOFError) as exc:
+                raise DocumentError("render", f"cannot decode frame {number + 1}: {_short(exc)}") from None
+            yield frame
+
+
+@contextmanager
+def _decoding(path: Path) -> Iterator[Image.Image]:
+    """Open an image file, with decoding errors turned into DocumentErrors."""
+    try:
+        image = Image.open(path)
     except Image.DecompressionBombError as exc:
-        raise DocumentError("render", f"image too large to decode safely: {_short(exc)}") from exc
+        raise DocumentError("render", f"image too large to decode safely: {_short(exc)}") from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise DocumentError("render", f"cannot decode the image: {_short(exc)}") from exc
-    if not frames:
-        raise DocumentError("render", "the image has no frames")
-    return frames
+        raise DocumentError("render", f"cannot decode the image: {_short(exc)}") from None
+    try:
+        yield image
+    finally:
+        image.close()
 
 
 def _fit(image: Image.Image, size: tuple[int, int] | None) -> Image.Image:
@@ -79,6 +142,10 @@ def _fit(image: Image.Image, size: tuple[int, int] | None) -> Image.Image:
     if scale < 1:
         image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
     return image
+
+
+def _whole_seconds(timeout_s: float) -> int:
+    return max(1, int(round(timeout_s)))
 
 
 def _short(exc: Exception) -> str:

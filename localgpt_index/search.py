@@ -8,13 +8,13 @@ from typing import Sequence
 
 import numpy as np
 
-from .device import choose_precision, default_batch_size, detect_capabilities
-from .encode import ByaldiEncoder, PageEncoder
+from .encode import PageEncoder, check_queries
 from .errors import IndexProblem
+from .manifest import Document, Manifest
 from .metadata import matches
-from .models import resolve_model
+from .models import ModelRef, resolve_model, resolve_recorded
 from .score import maxsim
-from .store import DocumentEntry, IndexStore, Manifest, MissingIndexFile, index_path
+from .store import IndexStore, MissingIndexFile, index_path
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,24 @@ class SearchHit:
         return asdict(self)
 
 
+# per segment: the rows (page indices in the segment) to score, and the document and page of each
+PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> PageEncoder:
+    """The encoder for queries: the fake family without torch, else the probe and byaldi's loader."""
+    if ref.family == "fake":
+        from .fake import FakeEncoder
+
+        return FakeEncoder(ref)
+    from .device import choose_precision, default_batch_size, detect_capabilities
+    from .encode import ByaldiEncoder
+
+    caps = detect_capabilities()
+    precision = choose_precision(caps, device, dtype)
+    return ByaldiEncoder(ref, precision, default_batch_size(precision, caps))
+
+
 class Index:
     """A read-only view of one committed generation of an index."""
 
@@ -39,28 +57,36 @@ class Index:
         self.manifest = manifest
         self._encoder: PageEncoder | None = None
         self._codes: dict = {}  # segment id -> sign codes, for the first pass
+        self._table: PageTable | None = None  # of all documents, built on first use
+        self._by_path: dict[str, Document] | None = None
 
     @property
-    def documents(self) -> list[DocumentEntry]:
+    def documents(self) -> list[Document]:
         return self.manifest.documents
 
     @property
     def page_count(self) -> int:
         return self.manifest.page_count
 
+    def document(self, path: str) -> Document | None:
+        if self._by_path is None:
+            self._by_path = {d.path: d for d in self.manifest.documents}
+        return self._by_path.get(path)
+
     def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> PageEncoder:
-        """Load the model the index was built with; another model is refused."""
-        ref = resolve_model(model or self.manifest.model["id"])
-        if ref.fingerprint != self.manifest.model["fingerprint"]:
+        """Load the model the index was built with (the revision it recorded); another model is refused."""
+        recorded = self.manifest.model
+        if model is None or model == recorded.id:
+            ref = resolve_recorded(recorded.id, recorded.path, recorded.revision)
+        else:
+            ref = resolve_model(model)
+        if ref.fingerprint != recorded.fingerprint:
             raise IndexProblem(
-                f"{self.store.root} was built with {self.manifest.model['id']} "
-                f"({self.manifest.model['fingerprint']}), not {ref.id} ({ref.fingerprint}); "
+                f"{self.store.root} was built with {recorded.id} ({recorded.fingerprint}), not {ref.id} ({ref.fingerprint}); "
                 "its vectors cannot be compared with another model's.",
                 hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
             )
-        caps = detect_capabilities()
-        precision = choose_precision(caps, device, dtype)
-        self._encoder = ByaldiEncoder(ref, precision, default_batch_size(precision, caps))
+        self._encoder = load_query_encoder(ref, device, dtype)
         return self._encoder
 
     def search(
@@ -72,7 +98,7 @@ class Index:
     ) -> list[list[SearchHit]]:
         """Top-k pages for each query (all queries are encoded in one batch), among the
         documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors."""
-        texts = [queries] if isinstance(queries, str) else list(queries)
+        texts = check_queries([queries] if isinstance(queries, str) else list(queries))
         encoder = self._encoder or self.load_encoder()
         return self.search_vectors(
             encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters, candidates=candidates
@@ -95,56 +121,45 @@ class Index:
         docs = self.manifest.documents
         if filters:
             docs = [d for d in docs if matches(d.metadata, filters)]
+            table = page_table(docs)
+        else:
+            table = self._table = self._table or page_table(docs)
+        if not docs or not len(query_vectors):
+            return [[] for _ in query_vectors]
         if candidates:
-            return self._two_pass(query_vectors, docs, k, candidates, device)
-        return self._rank(query_vectors, docs, k, device)
+            table = self._first_pass(query_vectors, table, candidates)
+            return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, table)]
+        return self._rank(query_vectors, docs, k, device, table)
 
-    def _two_pass(self, query_vectors, docs: list[DocumentEntry], k: int, candidates: int, device: str) -> list[list[SearchHit]]:
+    def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
+        """Per query, the page table narrowed to the `candidates` pages the sign codes rank best."""
         from .score import approximate_maxsim, sign_codes
 
-        parts, columns = [], []  # approximate scores, and the (document, page index) of each column
-        for segment_id, numbers in self._by_segment(docs).items():
-            segment = self.manifest.segments[segment_id]
-            vectors, offsets = self.store.segment_arrays(segment)
+        parts, owners = [], []
+        for segment_id, (rows, _, _) in table.items():
+            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
             if segment_id not in self._codes:
                 self._codes[segment_id] = sign_codes(vectors)
-            approx = approximate_maxsim(query_vectors, self._codes[segment_id], offsets)
-            rows = [(n, p) for n in numbers for p in range(docs[n].pages)]
-            parts.append(approx[:, [docs[n].first_page + p for n, p in rows]])
-            columns += rows
+            parts.append(approximate_maxsim(query_vectors, self._codes[segment_id], offsets)[:, rows])
+            owners += [(segment_id, i) for i in range(len(rows))]
         approx = np.concatenate(parts, axis=1)
-        results = []
-        for query, row in zip(query_vectors, approx):
-            chosen: dict[int, list[int]] = {}
-            for i in np.argsort(-row, kind="stable")[:candidates]:
-                n, p = columns[i]
-                chosen.setdefault(n, []).append(p)
-            selection = {n: np.array(sorted(p)) for n, p in chosen.items()}
-            results.append(self._rank([query], docs, k, device, selection)[0])
-        return results
+        narrowed = []
+        for row in approx:
+            chosen: dict[str, list[int]] = {}
+            for column in np.argsort(-row, kind="stable")[:candidates]:
+                segment_id, i = owners[column]
+                chosen.setdefault(segment_id, []).append(i)
+            narrowed.append({sid: tuple(a[np.sort(idx)] for a in table[sid]) for sid, idx in chosen.items()})
+        return narrowed
 
-    @staticmethod
-    def _by_segment(docs: list[DocumentEntry], only: set[int] | None = None) -> dict[str, list[int]]:
-        by_segment: dict[str, list[int]] = {}
-        for number, doc in enumerate(docs):
-            if only is None or number in only:
-                by_segment.setdefault(doc.segment, []).append(number)
-        return by_segment
-
-    def _rank(
-        self, query_vectors, docs: list[DocumentEntry], k: int, device: str, selection: dict[int, np.ndarray] | None = None
-    ) -> list[list[SearchHit]]:
-        """Exact scores for every page of `docs`, or the page indices `selection` gives per document."""
-        if not docs or not query_vectors:
-            return [[] for _ in query_vectors]
-        pages_of = selection or {n: np.arange(doc.pages) for n, doc in enumerate(docs)}
+    def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
+        """Exact scores for the pages of `table`."""
         score_parts, doc_parts, page_parts = [], [], []
-        for segment_id, numbers in self._by_segment(docs, set(pages_of)).items():
+        for segment_id, (rows, doc_of, page_of) in table.items():
             vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
-            rows = np.concatenate([docs[n].first_page + pages_of[n] for n in numbers])
             score_parts.append(maxsim(query_vectors, vectors, offsets, rows, device=device))
-            doc_parts.append(np.repeat(numbers, [len(pages_of[n]) for n in numbers]))
-            page_parts.append(np.concatenate([pages_of[n] + 1 for n in numbers]))
+            doc_parts.append(doc_of)
+            page_parts.append(page_of)
         scores = np.concatenate(score_parts, axis=1)
         doc_of = np.concatenate(doc_parts)
         page_of = np.concatenate(page_parts)
@@ -154,33 +169,44 @@ class Index:
             results.append(
                 [
                     SearchHit(rank, float(row[i]), docs[doc_of[i]].path, int(page_of[i]), docs[doc_of[i]].sha256,
-                              docs[doc_of[i]].kind, docs[doc_of[i]].metadata)
+                              docs[doc_of[i]].kind, dict(docs[doc_of[i]].metadata))
                     for rank, i in enumerate(order, 1)
                 ]
             )
         return results
 
 
+def page_table(docs: list[Document]) -> PageTable:
+    """Where every page of `docs` is: per segment, its rows, and the document number and page of each."""
+    by_segment: dict[str, list[tuple[int, int, int, int]]] = {}
+    for number, doc in enumerate(docs):
+        offset = 0
+        for span in doc.spans:
+            by_segment.setdefault(span.segment, []).append((span.first, span.pages, number, offset))
+            offset += span.pages
+    table: PageTable = {}
+    for segment_id, parts in by_segment.items():
+        firsts, counts, numbers, offsets = (np.array(column, dtype=np.int64) for column in zip(*parts))
+        total = int(counts.sum())
+        starts = np.repeat(np.cumsum(counts) - counts, counts)  # where each part begins in the flat arrays
+        within = np.arange(total) - starts
+        table[segment_id] = (np.repeat(firsts, counts) + within, np.repeat(numbers, counts), np.repeat(offsets, counts) + within + 1)
+    return table
+
+
 def open_index(index_dir: str | Path | None = None, name: str | None = None) -> Index:
     """Open the current generation of an index (default ./.lgpt-index/default).
 
-    Every segment is checked (sizes, offsets, checksums) here, so a damaged
-    index fails now with a clear message instead of answering wrongly later.
+    The manifest is validated and every segment is checked (sizes, offsets, checksums)
+    here, so a damaged index fails now with a clear message instead of answering wrongly later.
     """
     root = index_path(index_dir, name)
     for attempt in range(3):
         store = IndexStore(root)
-        manifest = store.read_manifest()
-        if manifest is None:
-            raise IndexProblem(
-                f"no index at {store.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
-            )
         try:
-            for segment in manifest.segments.values():
-                store.segment_arrays(segment)
+            return Index(store, store.open())
         except MissingIndexFile:
             if attempt == 2:
                 raise
             continue  # a writer committed and collected meanwhile: follow the new HEAD
-        return Index(store, manifest)
     raise AssertionError("unreachable")

@@ -41,20 +41,19 @@ def unit(rng, rows: int) -> np.ndarray:
 
 
 def make_index(index_dir: Path, pages: int, seed: int = 0) -> None:
-    from localgpt_index.store import DocumentEntry, IndexStore, Manifest
+    from localgpt_index.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.store import IndexStore
 
     rng = np.random.default_rng(seed)
     store = IndexStore(index_dir / "default")
-    with store.lock():
-        segment = store.write_segment((unit(rng, TOKENS).astype(np.float16) for _ in range(pages)), [TOKENS] * pages, DIM)
+    with store.begin() as txn:
+        segment = txn.write_segment((unit(rng, TOKENS).astype(np.float16) for _ in range(pages)), DIM)
         documents = [
-            DocumentEntry(path=f"/bench/doc-{d:06d}.pdf", sha256=f"{d:064x}", size=1, mtime=0.0, kind="pdf",
-                          pages=PAGES_PER_DOC, segment=segment.id, first_page=d * PAGES_PER_DOC)
+            Document(path=f"/bench/doc-{d:06d}.pdf", sha256=f"{d:064x}", size=1, kind="pdf", pages=PAGES_PER_DOC,
+                     spans=[Span(segment=segment.id, first=d * PAGES_PER_DOC, pages=PAGES_PER_DOC)])
             for d in range(pages // PAGES_PER_DOC)
         ]
-        model = {"id": "synthetic", "fingerprint": "synthetic", "dim": DIM}
-        store.commit(Manifest(generation=1, model=model, settings={"vector_dtype": "float16", "dim": DIM},
-                              documents=documents, segments={segment.id: segment}))
+        txn.commit(documents, ModelInfo(id="synthetic", family="fake", fingerprint="synthetic", dim=DIM), Settings(dim=DIM))
 
 
 def first_result(index_dir: Path, query: np.ndarray) -> dict:

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Write a random-weight ColPali checkpoint: "tiny" for tests, "bench" (real 1024-token geometry) for benchmarks.
+"""Write a random-weight ColPali checkpoint ("tiny" for tests, "bench" with the real 1024-token
+geometry for benchmarks, "full" with the real architecture for a GPU), or a "fake" one
+(deterministic vectors from the page bytes, no torch: the fast test tier and the scheduler benchmarks).
 
     python scripts/make_checkpoint.py tiny  ./models/tiny-colpali
     python scripts/make_checkpoint.py bench ./models/bench-colpali
+    python scripts/make_checkpoint.py fake  ./models/fake
 
 Its vectors have the real shape but no meaning: retrieval results are noise.
 """
@@ -16,16 +19,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from localgpt_index.checkpoints import SPECS, make_checkpoint  # noqa: E402
+from localgpt_index.fake import write_fake_checkpoint  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", choices=sorted(SPECS))
-    parser.add_argument("out", type=Path, help="folder to write; keep 'colpali' in its name for plain byaldi")
+    parser.add_argument("spec", choices=sorted(SPECS) + ["fake"])
+    parser.add_argument("out", type=Path, help="folder to write")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    path = make_checkpoint(args.out, args.spec, seed=args.seed)
-    print(path)
+    if args.spec == "fake":
+        print(write_fake_checkpoint(args.out))
+        return
+    print(make_checkpoint(args.out, args.spec, seed=args.seed))
 
 
 if __name__ == "__main__":

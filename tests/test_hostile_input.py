@@ -138,7 +138,7 @@ def test_every_valid_document_has_its_page_count(hostile, first_build):
             assert doc.pages == poppler_page_count(index.store.root / doc.pdf)
         else:
             assert doc.pages == poppler_page_count(Path(os.fsencode(path).decode("utf-8", "surrogateescape"))), name
-    assert by_path[str(hostile["good"]["copy-of-report.pdf"])].segment == by_path[str(hostile["good"]["report.pdf"])].segment
+    assert by_path[str(hostile["good"]["copy-of-report.pdf"])].spans == by_path[str(hostile["good"]["report.pdf"])].spans
     query = run_cli("query", "report", "-k", "30", "--index-dir", str(first_build["index_dir"]))
     assert query.exit_code == 0 and "caf\ufffd.pdf" in query.stdout  # the odd name, shown safely
 

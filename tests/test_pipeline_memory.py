@@ -17,7 +17,7 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
     docs = tmp_path / "docs"
     make_pdf(docs / "long.pdf", [f"page {i}" for i in range(120)])
     for i in range(4):
-        make_pdf(docs / f"short-{i}.pdf", ["a", "b", "c"])
+        make_pdf(docs / f"short-{i}.pdf", ["a", "b", f"c{i}"])
 
     alive: list[weakref.ref] = []
     original = render.render_pdf_pages

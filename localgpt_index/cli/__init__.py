@@ -9,12 +9,11 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .app import AppGroup
 from .options import EXIT_CODES
 
 
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
+@click.group(cls=AppGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
 @click.version_option(__version__, prog_name="lgpt-index")
 def main() -> None:
     """Index folders of documents for visual retrieval with ColPali-family models.

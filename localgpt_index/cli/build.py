@@ -6,16 +6,8 @@ import sys
 
 import click
 
-from .options import (
-    EXIT_CODES,
-    display_path,
-    index_options,
-    make_terminal,
-    model_options,
-    output_options,
-    print_json,
-    report_errors,
-)
+from .app import Application, output_options
+from .options import EXIT_CODES, SECONDS, display_path, index_options, model_options
 
 
 @click.command(epilog=EXIT_CODES)
@@ -23,51 +15,57 @@ from .options import (
 @click.option("--model", "-m", default=None, metavar="ID|PATH",
               help="Hub id or local folder of a ColPali/ColQwen2 model. [default: the index's model, else vidore/colpali-v1.3]")
 @model_options
-@click.option("--batch-size", type=click.IntRange(1), default=None, help="Pages per forward pass. [default: by device]")
-@click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation.")
+@click.option("--batch-size", type=click.IntRange(1, 4096), default=None, help="Pages per forward pass. [default: by device]")
+@click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation (committed once, at the end).")
+@click.option("--rehash", is_flag=True, help="Read every file to find changes, not only those whose size or times changed.")
 @click.option("--metadata", "metadata_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="JSON or CSV file mapping path globs to key/value pairs, stored per document.")
-@click.option("--pool-factor", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--pool-factor", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Lossy: pool each page's vectors to about 1/N (hierarchical token pooling); 1 is off.")
 @click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
 @click.option("--compile", "compile_model", is_flag=True,
               help="torch.compile the model: about 30 % more pages/s on a GPU, after a compilation of about a minute.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
-@click.option("--convert-timeout", type=float, default=120.0, show_default=True, help="Seconds one conversion may take.")
-@click.option("--workers", type=click.IntRange(1), default=2, show_default=True, help="Conversions run side by side, ahead of the model.")
-@click.option("--commit-every", type=click.IntRange(1), default=1000, show_default=True, help="Commit after this many new pages.")
-@click.option("--commit-interval", type=click.FloatRange(0), default=600.0, show_default=True, help="Commit at least this often, in seconds.")
-@click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for another writer to finish.")
+@click.option("--convert-timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds one conversion may take.")
+@click.option("--render-timeout", type=SECONDS, default=60.0, show_default=True,
+              help="Seconds poppler may take for a few pages of a PDF.")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True, help="Conversions run side by side, ahead of the model.")
+@click.option("--commit-every", type=click.IntRange(1), default=None,
+              help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
+@click.option("--commit-interval", type=SECONDS, default=600.0, show_default=True, help="Commit at least this often, in seconds.")
+@click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options
 @output_options
-@report_errors
-def build(docs, model, device, dtype, batch_size, rebuild, metadata_file, pool_factor, strict, compile_model, include, exclude, convert_timeout, workers, commit_every, commit_interval, wait_s,
-          index_dir, name, as_json, quiet, verbose) -> None:
+@click.pass_obj
+def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, strict,
+          compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s,
+          index_dir, name) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
     from ..metadata import load_rules
     from ..store import IndexStore, index_path
 
-    terminal = make_terminal(quiet, verbose)
     store = IndexStore(index_path(index_dir, name))
     options = BuildOptions(
-        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, pool_factor=pool_factor,
-        metadata_rules=load_rules(metadata_file) if metadata_file else None, strict=strict, compile=compile_model, include=include,
-        exclude=exclude, convert_timeout_s=convert_timeout, convert_workers=workers, commit_every_pages=commit_every,
+        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, rehash=rehash,
+        pool_factor=pool_factor, metadata_rules=load_rules(metadata_file) if metadata_file else None, strict=strict,
+        compile=compile_model, include=include, exclude=exclude, convert_timeout_s=convert_timeout,
+        render_timeout_s=render_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s,
     )
-    with terminal.progress() as progress:
-        report = build_index(docs, store, options, progress=progress, log=terminal.info)
-    if as_json:
-        print_json(report.to_dict())
-    _summarise(terminal, report)
+    with app.terminal.progress() as progress:
+        report = build_index(docs, store, options, progress=progress, log=app.terminal.info)
+    if app.as_json:
+        app.print_json(report.to_dict())
+    _summarise(app, report)
     sys.exit(int(report.exit_code))
 
 
-def _summarise(terminal, report) -> None:
+def _summarise(app: Application, report) -> None:
     from ..checkpoints import is_random_checkpoint
 
+    terminal = app.terminal
     if report.model and is_random_checkpoint(report.model["path"]):
         terminal.warn(f"{report.model['id']} is a random-weight test checkpoint: its vectors carry no meaning.")
     for skipped in report.skipped_files:
@@ -79,8 +77,9 @@ def _summarise(terminal, report) -> None:
         terminal.detail(
             f"aligned [{fix['stage']}] {fix['module']}: {fix['count']} tensors {fix['found']} -> {fix['aligned_to']}"
         )
+    kept = f", {report.kept} kept" if report.kept else ""
     terminal.info(
-        f"{report.indexed} indexed, {report.unchanged} unchanged, {report.reused} reused, {report.removed} removed, "
+        f"{report.indexed} indexed, {report.unchanged} unchanged, {report.reused} reused, {report.removed} removed{kept}, "
         f"{report.failed} failed, {report.skipped} skipped; {report.pages_embedded} pages embedded, "
         f"{report.pages_total} in the index ({report.index})"
     )

@@ -7,7 +7,8 @@ import sys
 import click
 
 from ..errors import ExitCode
-from .options import model_options, output_options, print_json, report_errors
+from .app import Application, output_options
+from .options import model_options
 
 
 @click.command()
@@ -15,8 +16,8 @@ from .options import model_options, output_options, print_json, report_errors
               help="Also load this checkpoint, audit its dtypes and run one page through it.")
 @model_options
 @output_options
-@report_errors
-def doctor(model, device, dtype, as_json, quiet, verbose) -> None:
+@click.pass_obj
+def doctor(app: Application, model, device, dtype) -> None:
     """Check this machine: packages, devices, the precision the probe picks, converters, the model.
 
     Exits 4 when something `build` needs is missing, and names it.
@@ -27,8 +28,8 @@ def doctor(model, device, dtype, as_json, quiet, verbose) -> None:
     if report["model"]["smoke_test"] and not report["model"]["smoke_test"]["ok"]:
         report["missing"].append(f"model {report['model']['id']} does not run: {report['model']['smoke_test']['error']}")
         report["ok"] = False
-    if as_json:
-        print_json(report)
+    if app.as_json:
+        app.print_json(report)
     else:
         _print(report)
     sys.exit(int(ExitCode.OK if report["ok"] else ExitCode.ENVIRONMENT))
@@ -57,6 +58,8 @@ def _print(report: dict) -> None:
     lo = conv["libreoffice"]
     echo(f"libreoffice  {lo['version'] + ' at ' + lo['path'] if lo['path'] else 'not found'}")
     echo(f"word         {'yes (docx2pdf)' if conv['word'] else 'no'}")
+    isolation = conv["network_isolation"]
+    echo(f"isolation    {'converters run without network (' + isolation + ')' if isolation else 'no network namespace here: HTML and Markdown references are still confined to the folder'}")
     pop = conv["poppler"]
     echo(f"poppler      {(pop['version'] or '?') + ' at ' + pop['path'] if pop['path'] else 'not found'}")
     cache = report["model_cache"]

@@ -1,15 +1,12 @@
-"""Options and error handling shared by the commands."""
+"""Options shared by the commands."""
 
 from __future__ import annotations
 
-import functools
-import sys
+import math
+import re
 from typing import Callable
 
 import click
-
-from ..errors import ExitCode, LgptError
-from ..terminal import Terminal
 
 EXIT_CODES = """\b
 Exit codes:
@@ -43,45 +40,29 @@ def model_options(func: Callable) -> Callable:
     return func
 
 
-def output_options(func: Callable) -> Callable:
-    func = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")(func)
-    func = click.option("-v", "--verbose", is_flag=True, help="Say more on stderr.")(func)
-    func = click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")(func)
-    return func
-
-
-def make_terminal(quiet: bool, verbose: bool) -> Terminal:
-    return Terminal(verbosity=-1 if quiet else (1 if verbose else 0))
-
-
-def report_errors(func: Callable) -> Callable:
-    """Turn LgptError into a message and its exit code instead of a traceback."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except LgptError as exc:
-            terminal = Terminal()
-            terminal.error(exc.message)
-            if exc.hint:
-                terminal.console.print(f"hint: {exc.hint}", markup=False)
-            sys.exit(int(exc.exit_code))
-        except KeyboardInterrupt:
-            Terminal().error("interrupted; the index keeps its last committed generation.")
-            sys.exit(int(ExitCode.FAILURE))
-
-    return wrapper
-
-
-def print_json(data) -> None:
-    """JSON on stdout. ASCII escapes keep it valid whatever the file names hold (a name that
-    is not UTF-8 comes out as \\udcXX escapes, which Python's json reads back to the same path)."""
-    import json
-
-    click.echo(json.dumps(data, indent=2, ensure_ascii=True, default=str))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def display_path(path: str) -> str:
-    """A path fit for a terminal: bytes that are not UTF-8 shown as U+FFFD."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    """A path fit for a terminal: bytes that are not UTF-8 shown as U+FFFD, control characters
+    (a newline in a file name would split a table row) as escapes."""
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds, 0 or more (nan and inf are refused)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r}: expected a finite number of seconds, 0 or more.", param, ctx)
+        return number
+
+
+SECONDS = Seconds()
