@@ -164,7 +164,7 @@ def build_index(
         report.kept = plan.kept_elsewhere + plan.kept_unlisted + plan.kept_filtered
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
-        if not plan.changes_catalog:
+        if not plan.changes_catalog and not txn.needs_upgrade:
             report.pages_total = base.page_count if base else 0
             report.generation = base.generation if base else None
             log("Index is up to date: no document changed, no model work done.")

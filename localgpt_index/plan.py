@@ -64,10 +64,13 @@ class BuildPlan:
         return self.keep + self.reused
 
 
-def trusted_stat(stat: FileStat, scan_started_ns: int) -> FileStat | None:
-    """The stat to record, or None when the file was modified so recently that a change within
-    the same timestamp tick could go unseen (git's "racily clean" entries): it is hashed next time."""
-    return None if stat.mtime_ns >= scan_started_ns - RACY_NS else stat
+def trusted_stat(stat: FileStat, scan_started_ns: int | None) -> FileStat | None:
+    """The stat to record, or None when the file was modified so recently before the scan that a
+    change within the same timestamp tick could go unseen (git's "racily clean" entries): such a
+    file is hashed again next time."""
+    if scan_started_ns is not None and stat.mtime_ns >= scan_started_ns - RACY_NS:
+        return None
+    return stat
 
 
 def files_to_hash(found: Discovery, base: Manifest | None, rehash: bool = False) -> list[FoundFile]:
@@ -86,7 +89,7 @@ def plan_build(
     include: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     rebuild: bool = False,
-    scan_started_ns: int = 0,
+    scan_started_ns: int | None = None,
 ) -> BuildPlan:
     """Decide what a build of `found` does to `base`. `hashes` holds the sha256 of every file
     that `files_to_hash` asked for and could be read; `found.unreadable` lists the others."""

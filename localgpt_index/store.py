@@ -45,6 +45,7 @@ from .errors import IndexBusy, IndexProblem, UsageError
 from .failpoints import failpoint
 from .manifest import (
     CHECK_BLOCK,
+    FORMAT,
     REBUILD_HINT,
     Checksum,
     Document,
@@ -345,16 +346,20 @@ class IndexStore:
         the transaction starts from nothing, and numbers its generations after the old ones.
         """
         with self.lock(wait_s):
+            upgrade = False
             try:
+                head = self.read_head()
                 base = self.read_manifest()
                 if base is not None:
                     self.check(base)
                 generation = base.generation if base else 0
+                upgrade = head is not None and head.format != FORMAT
             except IndexProblem as exc:
                 if not rebuild:
                     raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
                 base, generation = None, self._highest_generation()
             transaction = Transaction(self, base, generation)
+            transaction.needs_upgrade = upgrade
             transaction.collect_temporary()
             try:
                 yield transaction
@@ -511,6 +516,7 @@ class Transaction:
         self._staged_segments: set[str] = set()
         self._staged_pdfs: set[str] = set()
         self._writers: list[SegmentWriter] = []
+        self.needs_upgrade = False  # the index is in an older format: the next commit writes the current one
 
     @property
     def root(self) -> Path:

@@ -29,6 +29,21 @@ def isolated_env(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def fake_model(tmp_path_factory) -> Path:
+    """A fake checkpoint: deterministic vectors from page bytes, no torch (the fast tier)."""
+    from localgpt_index.fake import write_fake_checkpoint
+
+    return write_fake_checkpoint(tmp_path_factory.mktemp("models") / "fake")
+
+
+def faulty_model(folder: Path, **faults) -> Path:
+    """A fake checkpoint whose device fails as configured (see localgpt_index.fake)."""
+    from localgpt_index.fake import write_fake_checkpoint
+
+    return write_fake_checkpoint(folder, **faults)
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     from localgpt_index.checkpoints import make_checkpoint
 
@@ -69,3 +84,11 @@ def run_cli(*args: str, env: dict | None = None):
 
     result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
     return result
+
+
+def run_process(*args: str, env: dict | None = None, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+    """Run the CLI in a process of its own (for kills, signals and start-up checks)."""
+    import os
+
+    return subprocess.run([sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, **popen)

@@ -12,6 +12,8 @@ import pytest
 from conftest import run_cli
 from docgen import make_pdf, make_png
 
+pytestmark = pytest.mark.slow  # the real-component tier
+
 QUERIES = ["q3 revenue", "invoice total", "market overview"]
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import copy_tree, run_cli
 
 
@@ -43,12 +45,14 @@ def test_query_without_index_fails_clearly(tmp_path):
     assert result.exit_code == 1 and "no index at" in result.stderr
 
 
+@pytest.mark.slow
 def test_impossible_device_is_refused(corpus, tiny_model, tmp_path):
     root, _ = corpus
     result = run_cli("build", str(root), "--model", str(tiny_model), "--device", "cuda:3", "--index-dir", str(tmp_path / "i"))
     assert result.exit_code == 4 and "cuda:3" in result.stderr
 
 
+@pytest.mark.slow
 def test_no_libreoffice_names_what_to_install_and_indexes_the_rest(corpus, tiny_model, tmp_path):
     """PATH holds poppler but no LibreOffice: office files fail with exit 4, PDFs and images are indexed."""
     root, _ = corpus

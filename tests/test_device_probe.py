@@ -30,6 +30,7 @@ def test_auto_policy(caps, device, dtype, autocast):
     assert precision.reason
 
 
+@pytest.mark.slow
 def test_t4_never_gets_bfloat16_even_though_torch_says_it_is_supported(monkeypatch):
     import torch
 

@@ -9,6 +9,8 @@ from localgpt_index.device import Capabilities, choose_precision
 from localgpt_index.encode import ByaldiEncoder
 from localgpt_index.models import resolve_model
 
+pytestmark = pytest.mark.slow  # the real-component tier
+
 
 def _encoder(model_dir, dtype: str, batch_size: int = 3) -> ByaldiEncoder:
     precision = choose_precision(Capabilities(), device="cpu", dtype=dtype)

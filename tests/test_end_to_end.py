@@ -11,6 +11,8 @@ import pytest
 
 from conftest import copy_tree, poppler_page_count, run_cli, validate
 
+pytestmark = pytest.mark.slow  # the real-component tier
+
 ANSI = re.compile(r"\x1b\[")
 
 

@@ -15,6 +15,8 @@ import pytest
 from conftest import poppler_page_count, run_cli, validate
 from docgen import make_docx, make_pdf, make_png
 
+pytestmark = pytest.mark.slow  # the real-component tier
+
 
 def _encrypted(source: Path, target: Path, user_password: str) -> Path:
     from pypdf import PdfReader, PdfWriter

@@ -5,8 +5,12 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 import localgpt_index.render as render
 from docgen import make_pdf
+
+pytestmark = pytest.mark.slow  # the real-component tier
 
 
 def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, monkeypatch):

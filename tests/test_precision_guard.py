@@ -15,6 +15,8 @@ from localgpt_index.encode import ByaldiEncoder
 from localgpt_index.guard import PrecisionError, translate_error
 from localgpt_index.models import resolve_model
 
+pytestmark = pytest.mark.slow  # the real-component tier
+
 
 @pytest.fixture(scope="module")
 def mixed_models(tmp_path_factory):

@@ -9,6 +9,8 @@ import torch
 import localgpt_index.score as score_module
 from localgpt_index.score import maxsim
 
+pytestmark = pytest.mark.slow  # the real-component tier
+
 
 def _unit(rng, n, dim=128):
     v = rng.standard_normal((n, dim)).astype(np.float32)
