@@ -120,6 +120,19 @@ def selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> bo
     return (not include or matches(rel, include)) and not (exclude and matches(rel, exclude))
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _is_index(folder: str) -> bool:
+    """An lgpt-index index (another --name of the same index folder, say): never documents."""
+    return os.path.isfile(os.path.join(folder, "HEAD")) and os.path.isdir(os.path.join(folder, "segments"))
+
+
 def _inside(real: str, real_root: str) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
@@ -131,10 +144,10 @@ class _Walker:
         self.root = root
         self.real_root = os.path.realpath(root)
         self.include, self.exclude = include, exclude
-        self.skip_real = tuple(os.path.realpath(d) for d in skip_dirs)
+        self.skip_ids = {_identity(d) for d in skip_dirs} - {None}
         self.result = Discovery(root, [], [], frozenset())
         self._listed: set[str] = set()
-        self._seen_dirs: set[str] = set()
+        self._seen_dirs: set[tuple[int, int]] = set()
 
     def walk(self) -> Discovery:
         stack = [self.root]
@@ -147,10 +160,10 @@ class _Walker:
         return self.result
 
     def _list(self, directory: str) -> list[str]:
-        real_dir = os.path.realpath(directory)
-        if real_dir in self._seen_dirs:
+        identity = _identity(directory)  # (device, inode): a loop is seen without resolving paths
+        if identity in self._seen_dirs:
             return []
-        self._seen_dirs.add(real_dir)
+        self._seen_dirs.add(identity)
         try:
             with os.scandir(directory) as scan:
                 entries = sorted(scan, key=lambda e: os.fsencode(e.name))
@@ -180,7 +193,7 @@ class _Walker:
             self.result.skipped.append((path, "symlink to outside the folder"))
             return None
         if entry.is_dir():
-            if any(_inside(real or os.path.realpath(path), skip) for skip in self.skip_real):
+            if _identity(path) in self.skip_ids or _is_index(path):
                 self.result.excluded += (path,)
                 return None
             return path

@@ -299,3 +299,11 @@ def json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "lgpt-index manifest (format 2)"
     return schema
+
+
+if __name__ == "__main__":  # python -m localgpt_index.manifest: write the published schema
+    from pathlib import Path
+
+    target = Path(__file__).parent / "schemas" / "manifest.schema.json"
+    target.write_text(json.dumps(json_schema(), indent=2) + "\n")
+    print(target)

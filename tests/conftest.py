@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from docgen import make_corpus  # noqa: E402
+from docgen import make_corpus, make_pdf  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
 
@@ -92,3 +92,37 @@ def run_process(*args: str, env: dict | None = None, timeout: float = 300, **pop
 
     return subprocess.run([sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout, **popen)
+
+
+class UnstableConverter:
+    """A converter whose PDFs differ in bytes every run, as LibreOffice's do (time stamps, ids)."""
+
+    name = "unstable"
+    suffixes = frozenset({".txt"})
+    runs = 0
+
+    def batch_key(self, suffix):
+        return None
+
+    def stage(self, source, workdir, stem, root=None):
+        workdir.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(source, workdir / f"{stem}.txt")), []
+
+    def convert_staged(self, staged):
+        UnstableConverter.runs += 1
+        results = []
+        for path in staged:
+            pdf = path.with_suffix(".pdf")
+            make_pdf(pdf, [path.read_text(), f"run {UnstableConverter.runs}"])
+            results.append(Path(pdf))
+        return results
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def unstable_converter(monkeypatch):
+    from localgpt_index.convert import ConverterSet
+
+    monkeypatch.setattr(ConverterSet, "detect", classmethod(lambda cls, timeout_s=120.0: cls([UnstableConverter()])))

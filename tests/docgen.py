@@ -90,3 +90,37 @@ def make_corpus(root: Path) -> dict[str, Path]:
     files["md"].parent.mkdir(parents=True, exist_ok=True)
     files["md"].write_text("# Meeting notes\n\n- revenue review\n- hiring plan\n\n| item | owner |\n|---|---|\n| budget | ana |\n")
     return files
+
+
+def make_xobject_bomb(path: Path, levels: int = 20, fanout: int = 4) -> Path:
+    """A 6 KB PDF whose page draws form XObject 1, which draws form 2 `fanout` times, and so on:
+    fanout ** levels draws keep a renderer busy for ever."""
+    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>", 2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>"}
+    first_form = 5
+    objects[3] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+                  b"/Resources << /XObject << /X %d 0 R >> >> >>" % first_form)
+    content = b"q /X Do Q"
+    objects[4] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content)
+    for level in range(levels):
+        number = first_form + level
+        if level + 1 < levels:
+            body = b" ".join(b"q 0.5 0 0 0.5 %d %d cm /X Do Q" % (i * 10, i * 10) for i in range(fanout))
+            resources = b"/Resources << /XObject << /X %d 0 R >> >>" % (number + 1)
+        else:
+            body, resources = b"0 0 1 1 re f", b""
+        objects[number] = (b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] %s /Length %d >>\nstream\n%s\nendstream"
+                           % (resources, len(body), body))
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = {}
+    for number in sorted(objects):
+        offsets[number] = len(out)
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, objects[number])
+    xref = len(out)
+    count = max(objects) + 1
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % count
+    for number in range(1, count):
+        out += b"%010d 00000 n \n" % offsets[number]
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (count, xref)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(out))
+    return path

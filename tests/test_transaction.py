@@ -94,40 +94,6 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(fake_model, tmp_path
     assert len(_manifest(index).documents) == 3
 
 
-class _UnstableConverter:
-    """A converter whose PDFs differ in bytes every run, as LibreOffice's do (time stamps, ids)."""
-
-    name = "unstable"
-    suffixes = frozenset({".txt"})
-    runs = 0
-
-    def batch_key(self, suffix):
-        return None
-
-    def stage(self, source, workdir, stem, root=None):
-        workdir.mkdir(parents=True, exist_ok=True)
-        return shutil.copy(source, workdir / f"{stem}.txt"), []
-
-    def convert_staged(self, staged):
-        _UnstableConverter.runs += 1
-        results = []
-        for path in staged:
-            pdf = path.with_suffix(".pdf")
-            make_pdf(pdf, [path.read_text(), f"run {_UnstableConverter.runs}"])
-            results.append(Path(pdf))
-        return results
-
-    def close(self):
-        pass
-
-
-@pytest.fixture
-def unstable_converter(monkeypatch):
-    from localgpt_index.convert import ConverterSet
-
-    monkeypatch.setattr(ConverterSet, "detect", classmethod(lambda cls, timeout_s=120.0: cls([_UnstableConverter()])))
-
-
 def test_stored_pdfs_are_named_by_their_content_and_an_aborted_rebuild_leaves_them(fake_model, tmp_path, unstable_converter):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     docs.mkdir()
@@ -295,7 +261,9 @@ def test_a_query_uses_the_model_revision_the_index_recorded(tmp_path, monkeypatc
     write_fake_checkpoint(hub / "snapshots" / first)
     (hub / "refs").mkdir()
     (hub / "refs" / "main").write_text(first)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))  # read at import
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 2)
     result, report = _build(docs, index, "--model", "acme/fake-retriever")
