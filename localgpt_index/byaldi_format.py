@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from .discover import KIND_BY_SUFFIX, PDF, sha256_file
 from .errors import IndexProblem, LgptError, UsageError
+from .failpoints import failpoint
 from .manifest import Document, ModelInfo, Settings, Span, describe
 from .search import Index, SearchHit
 from .store import IndexStore
@@ -139,6 +140,7 @@ def _write_export(index: Index, out: Path, model_name: str, with_images: bool, d
                 pages.append(SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind, doc.metadata))
     for start in range(0, len(embeddings), CHUNK):
         torch.save(embeddings[start : start + CHUNK], out / "embeddings" / f"embeddings_{start}.pt")
+    failpoint("export-write")
     _write_gz(out / "embed_id_to_doc_id.json.gz", embed_map)
     _write_gz(out / "doc_ids_to_file_names.json.gz", names)
     _write_gz(out / "metadata.json.gz", metadata)

@@ -1,0 +1,65 @@
+"""Real LibreOffice on HTML and Markdown that reach outside the folder: nothing outside is read or fetched."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from docgen import make_png
+
+pytestmark = pytest.mark.slow  # the real-component tier
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    requests: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        _Recorder.requests.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    _Recorder.requests = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def test_a_build_fetches_nothing_and_reads_nothing_outside_the_folder(fake_model, tmp_path, server):
+    docs = tmp_path / "docs"
+    outside = make_png(tmp_path / "secret.png", "SECRET OUTSIDE")
+    make_png(docs / "inside.png", "inside picture")
+    (docs / "page.html").write_text(f"""<html><head><link rel="stylesheet" href="{server}/style.css">
+        <style>@import url({server}/import.css); body {{ background: url({server}/bg.png) }}</style></head>
+        <body><h1>Quarterly page</h1><img src="{server}/remote.png"><img src="{outside}"><img src="inside.png">
+        <iframe src="{server}/frame.html"></iframe></body></html>""")
+    (docs / "notes.md").write_text(f"# Notes\n\n![remote]({server}/md.png)\n\n![secret](../secret.png)\n\n![inside](inside.png)\n")
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert _Recorder.requests == []
+    notes = {Path(n["path"]).name: n["note"] for n in report["notes"]}
+    assert set(notes) == {"page.html", "notes.md"}
+    assert "remote.png" in notes["page.html"] and str(outside) in notes["page.html"]
+    assert "md.png" in notes["notes.md"] and "../secret.png" in notes["notes.md"]
+    from pypdf import PdfReader
+
+    from localgpt_index.search import open_index
+
+    index = open_index(tmp_path / "idx")
+    for doc in (d for d in index.documents if d.pdf):
+        images = [name for page in PdfReader(str(index.store.root / doc.pdf)).pages for name in page.images]
+        assert len(images) == 1, (doc.path, images)  # the picture inside the folder, and only that one
