@@ -197,7 +197,12 @@ class LibreOfficeConverter(Converter):
         elif key == "text":
             cmd += ["--infilter=Text (encoded):UTF8,LF,,,"]
         cmd += ["--convert-to", target, "--outdir", str(outdir), *map(str, staged)]
-        proc = processes.Tracked(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # LibreOffice's own temporary files go inside its profile, which close() removes even
+        # after the process was killed (it cannot clean up after a SIGKILL)
+        scratch = self.profile_dir / "tmp"
+        scratch.mkdir(exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
+        proc = processes.Tracked(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         try:
             output, _ = proc.communicate(timeout=self.timeout_s)
             said = " ".join(output.decode("utf-8", "replace").split())[-300:]

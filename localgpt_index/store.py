@@ -97,21 +97,30 @@ def sha256_path(path: Path) -> str:
 
 def block_checksums(path: Path, algorithm: str = "xxh3_64", block_size: int = CHECK_BLOCK) -> list[str]:
     """One hash per `block_size` bytes of the file, as 16 hex digits. XXH3 runs at memory speed,
-    so every open can afford it; `sum64` is format 1's wrapping word sum, kept to read old indexes."""
-    data = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
-    hashes = []
-    for start in range(0, max(len(data), 1), block_size):
-        block = data[start : start + block_size]
-        value = _xxh3(block) if algorithm == "xxh3_64" else _sum64(block)
-        hashes.append(f"{value:016x}")
-    del data
-    return hashes
-
-
-def _xxh3(block: np.ndarray) -> int:
+    so every open can afford it; `sum64` is format 1's wrapping word sum, kept to read old indexes.
+    The file is read through one small buffer: hashing a segment never maps it into memory."""
     import xxhash
 
-    return xxhash.xxh3_64_intdigest(memoryview(np.ascontiguousarray(block)))
+    buffer = bytearray(min(block_size, 4 << 20))
+    hashes = []
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            hasher, total, left = xxhash.xxh3_64(), 0, block_size
+            while left:
+                count = handle.readinto(memoryview(buffer)[: min(left, len(buffer))])
+                if not count:
+                    break
+                left -= count
+                if algorithm == "xxh3_64":
+                    hasher.update(memoryview(buffer)[:count])
+                else:
+                    total += _sum64(np.frombuffer(buffer, dtype=np.uint8, count=count))
+            if left == block_size and hashes:
+                break  # the file ended on a block boundary
+            hashes.append(f"{hasher.intdigest() if algorithm == 'xxh3_64' else total % (1 << 64):016x}")
+            if left:
+                break
+    return hashes
 
 
 def _sum64(block: np.ndarray) -> int:

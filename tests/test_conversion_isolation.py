@@ -63,3 +63,36 @@ def test_a_build_fetches_nothing_and_reads_nothing_outside_the_folder(fake_model
     for doc in (d for d in index.documents if d.pdf):
         images = [name for page in PdfReader(str(index.store.root / doc.pdf)).pages for name in page.images]
         assert len(images) == 1, (doc.path, images)  # the picture inside the folder, and only that one
+
+
+def test_sigterm_during_a_real_libreoffice_conversion_leaves_no_process_and_no_folder(fake_model, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from docgen import make_docx
+
+    docs, scratch = tmp_path / "docs", tmp_path / "tmp"
+    scratch.mkdir()
+    make_docx(docs / "long.docx", ["A long memo"] + [f"Paragraph {i} " * 40 for i in range(300)], page_breaks=300)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
+                             "--index-dir", str(tmp_path / "idx")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def soffice_running() -> bool:
+        found = subprocess.run(["pgrep", "-f", f"{scratch}/lgpt-lo-profile"], capture_output=True, text=True).stdout.split()
+        return any(int(pid) != os.getpid() for pid in found)
+
+    deadline = time.monotonic() + 60
+    while not soffice_running():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)  # well into the conversion
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "interrupted" in stderr, stderr
+    time.sleep(5)
+    assert not soffice_running()
+    assert list(scratch.iterdir()) == []
