@@ -26,7 +26,8 @@ MODEL_TYPE = "lgpt-fake"
 def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, render_size: tuple[int, int] = (64, 64),
                           **faults: object) -> Path:
     """Write a fake checkpoint. `faults`: oom_above_batch, device_lost_after_pages,
-    page_error_color ([r, g, b]: a page whose centre pixel has it fails), seconds_per_page."""
+    page_error_color ([r, g, b]: a page whose centre pixel has it fails), seconds_per_page,
+    seconds_per_query (per call of encode_queries), seconds_to_load."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {"model_type": MODEL_TYPE, "dim": dim, "page_tokens": page_tokens, "render_size": list(render_size), "faults": faults}
@@ -49,6 +50,7 @@ class FakeEncoder(PageEncoder):
         self.forward_calls = 0
         self.pages_encoded = 0
         self.dtype_fixes = []
+        time.sleep(float(self.faults.get("seconds_to_load", 0)))
 
     @property
     def render_size(self) -> tuple[int, int]:
@@ -88,6 +90,7 @@ class FakeEncoder(PageEncoder):
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         texts = check_queries(texts)
+        time.sleep(float(self.faults.get("seconds_per_query", 0)))
         self.forward_calls += 1
         return [_unit_vectors(text.encode("utf-8", "surrogateescape"), min(4 + len(text.split()), 32), self.dim) for text in texts]
 

@@ -8,6 +8,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Callable
 
 from PIL import Image
 
@@ -66,25 +67,38 @@ def png_base64(image: Image.Image) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def export_pages(index: Index, queries: list[str], results: list[list[SearchHit]], out: Path, dpi: int) -> Path:
-    """Write every hit's page as PNG into `out`, with manifest.json describing them; returns the manifest."""
+def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
+    """Write every hit of a query document as PNG into `out` (`fetch` gives a hit's PNG bytes),
+    with manifest.json describing them; returns the manifest's path."""
     try:
-        return _export_pages(index, queries, results, out, dpi)
+        return _export_pages(document, out, dpi, fetch)
     except OSError as exc:
         raise LgptError(f"--export-pages {out}: cannot write ({exc.strerror or exc}).") from None
 
 
-def _export_pages(index: Index, queries: list[str], results: list[list[SearchHit]], out: Path, dpi: int) -> Path:
+def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     manifest = {"version": 1, "dpi": dpi, "queries": []}
-    for q_number, (text, hits) in enumerate(zip(queries, results), 1):
+    for q_number, answer in enumerate(document["queries"], 1):
         entries = []
-        for hit in hits:
-            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(hit.path).stem)[:60] or "page"
-            name = f"q{q_number:02d}-r{hit.rank:02d}-{stem}-p{hit.page}.png"
-            page_image(index, hit, dpi).save(out / name)
-            entries.append({**hit.to_dict(), "image": name})
-        manifest["queries"].append({"query": text, "results": entries})
+        for hit in answer["results"]:
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(hit["path"]).stem)[:60] or "page"
+            name = f"q{q_number:02d}-r{hit['rank']:02d}-{stem}-p{hit['page']}.png"
+            (out / name).write_bytes(fetch(hit))
+            entries.append({**{k: v for k, v in hit.items() if k != "image_base64"}, "image": name})
+        manifest["queries"].append({"query": answer["query"], "results": entries})
     path = out / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=True))
     return path
+
+
+def local_page(index: Index, dpi: int) -> Callable[[dict], bytes]:
+    """A fetcher for export_pages that renders from this index."""
+
+    def fetch(hit: dict) -> bytes:
+        image = page_image(index, SearchHit(hit["rank"], hit["score"], hit["path"], hit["page"], hit["sha256"], hit["kind"]), dpi)
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    return fetch

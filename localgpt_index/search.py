@@ -190,7 +190,9 @@ def page_table(docs: list[Document]) -> PageTable:
         total = int(counts.sum())
         starts = np.repeat(np.cumsum(counts) - counts, counts)  # where each part begins in the flat arrays
         within = np.arange(total) - starts
-        table[segment_id] = (np.repeat(firsts, counts) + within, np.repeat(numbers, counts), np.repeat(offsets, counts) + within + 1)
+        rows = np.repeat(firsts, counts) + within
+        order = np.argsort(rows, kind="stable")  # in row order: the scorer reads contiguous runs in one copy
+        table[segment_id] = (rows[order], np.repeat(numbers, counts)[order], (np.repeat(offsets, counts) + within + 1)[order])
     return table
 
 

@@ -217,6 +217,12 @@ class IndexStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._mmaps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._adopted: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def adopt(self, other: "IndexStore") -> None:
+        """Reuse the segments another view of this index has already checked and mapped: a segment
+        is named by its content, so the same id is the same bytes. Those `open` does not need are let go."""
+        self._adopted = dict(other._mmaps)
 
     @property
     def segments_dir(self) -> Path:
@@ -260,6 +266,7 @@ class IndexStore:
                 f"no index at {self.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
             )
         self.check(manifest)
+        self._adopted = {}
         return manifest
 
     def check(self, manifest: Manifest) -> None:
@@ -284,6 +291,10 @@ class IndexStore:
         """The vectors (memory-mapped, float16) and offsets of a segment, checked against the manifest."""
         if segment.id in self._mmaps:
             return self._mmaps[segment.id]
+        adopted = self._adopted.pop(segment.id, None)
+        if adopted is not None and adopted[0].shape == (segment.rows, segment.dim):
+            self._mmaps[segment.id] = adopted
+            return adopted
         vec_rel, off_rel = f"segments/{segment.id}.vectors.npy", f"segments/{segment.id}.offsets.npy"
         offsets_raw = read_member(self.root, off_rel, NPY_HEADER + 8 * (segment.pages + 1) + 4096)
         if hashlib.sha256(offsets_raw).hexdigest() != segment.offsets_sha256:

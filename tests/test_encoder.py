@@ -92,6 +92,19 @@ def test_query_vectors_match_byaldi_encode_query(tiny_model):
     np.testing.assert_allclose(ours, theirs[: len(ours)], atol=1e-5)
 
 
+def test_a_query_does_not_depend_on_its_batch_neighbours(tiny_model):
+    """Padded queries under transformers 5's sdpa attention come out different (by up to 0.07 a
+    component on these checkpoints): queries of different lengths must never share a pass."""
+    import numpy as np
+
+    encoder = _encoder(tiny_model, "float32")
+    queries = ["revenue", "market outlook for the third quarter", "invoice total", "what was q3 revenue in 2024"]
+    together = encoder.encode_queries(queries)
+    for query, vectors in zip(queries, together):
+        np.testing.assert_array_equal(encoder.encode_queries([query])[0], vectors)
+    assert encoder.processor.process_queries(queries)["attention_mask"].min() == 0  # they do differ in length
+
+
 def test_page_batches_equal_the_processor_output(tiny_model):
     """The cached prompt tokens plus per-page pixels are exactly what process_images gives."""
     import torch

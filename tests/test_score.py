@@ -30,9 +30,11 @@ def _reference(queries, pages):
     return torch.cat(columns, dim=1).numpy()
 
 
+@pytest.mark.parametrize("rows_first", [False, True], ids=["tokens-first", "rows-first"])
 @pytest.mark.parametrize("uniform", [True, False], ids=["equal-length-pages", "ragged-pages"])
-def test_maxsim_equals_colpali_engine_score(uniform, monkeypatch):
+def test_maxsim_equals_colpali_engine_score(uniform, rows_first, monkeypatch):
     rng = np.random.default_rng(0)
+    monkeypatch.setattr(score_module, "ROWS_FIRST_FROM", 1 if rows_first else 10**9)
     lengths = [40] * 50 if uniform else list(rng.integers(5, 80, size=50))
     pages = [_unit(rng, n).astype(np.float16) for n in lengths]
     queries = [_unit(rng, n) for n in (7, 12, 20)]

@@ -21,7 +21,9 @@ def main() -> None:
     \b
       lgpt-index build ./docs                 index (or update the index of) a folder
       lgpt-index query "what was Q3 revenue?" the pages that answer best
+      lgpt-index serve                        answer queries over HTTP, the model loaded once
       lgpt-index status                       what the index holds
+      lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
       lgpt-index verify                       check the index, every checksum
       lgpt-index doctor [--model M]           what this machine has and lacks
@@ -32,13 +34,15 @@ def main() -> None:
 def _register() -> None:
     from .build import build
     from .doctor import doctor
+    from .ls import ls
     from .query import query
     from .remove import remove
+    from .serve import serve
     from .status import status
     from .transfer import export, import_
     from .verify import verify
 
-    for command in (build, query, status, remove, verify, doctor, export, import_):
+    for command in (build, query, serve, status, ls, remove, verify, doctor, export, import_):
         main.add_command(command)
 
 

@@ -7,8 +7,6 @@ import click
 from .app import Application, output_options
 from .options import EXIT_CODES, display_path, index_options, model_options
 
-QUERY_SCHEMA_VERSION = 1
-
 
 @click.command(epilog=EXIT_CODES)
 @click.argument("text", nargs=-1)
@@ -22,43 +20,66 @@ QUERY_SCHEMA_VERSION = 1
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
 @click.option("--first-pass", "candidates", type=click.IntRange(1), default=None, metavar="N",
               help="Lossy, off by default: score sign-quantised vectors first and only the best N pages exactly.")
-@click.option("-k", "top_k", type=click.IntRange(1, 10000), default=5, show_default=True, help="Pages to return per query.")
+@click.option("-k", "top_k", type=click.IntRange(1, 1000), default=5, show_default=True, help="Pages to return per query.")
+@click.option("--server", envvar="LGPT_SERVER", default=None, metavar="URL",
+              help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
+@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
+              help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
 @click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
 @model_options
 @index_options
 @output_options
 @click.pass_obj
-def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, model, device,
-          dtype, index_dir, name) -> None:
+def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, server, token,
+          model, device, dtype, index_dir, name) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
-    from ..checkpoints import is_random_checkpoint
     from ..encode import check_queries
     from ..errors import UsageError
     from ..metadata import parse_filters
-    from ..search import open_index
 
     texts = check_queries(list(text) + (read_queries_file(queries_file) if queries_file else []))
     if not texts:
         raise UsageError("no query: give TEXT or --queries-file.")
     wanted = parse_filters(filters)
-    terminal = app.terminal
-    index = open_index(index_dir, name)
-    encoder = index.load_encoder(model, device, dtype)
-    if is_random_checkpoint(encoder.model.path):
-        terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
-    terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
-    results = index.search(texts, k=top_k, filters=wanted, candidates=candidates)
+    images = with_images and app.as_json
+    if server:
+        document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi)
+    else:
+        document, fetch = _ask_index(app, index_dir, name, model, device, dtype, texts, top_k, wanted, candidates, images, dpi)
     if export_dir:
         from pathlib import Path
 
         from ..pages import export_pages
 
-        manifest = export_pages(index, texts, results, Path(export_dir), dpi)
-        terminal.info(f"page images and {manifest.name} written to {export_dir}")
+        manifest = export_pages(document, Path(export_dir), dpi, fetch)
+        app.terminal.info(f"page images and {manifest.name} written to {export_dir}")
     if app.as_json:
-        app.print_json(query_document(index, texts, results, top_k, with_images, dpi))
+        app.print_json(document)
         return
-    _print_tables(texts, results)
+    _print_tables(document)
+
+
+def _ask_index(app: Application, index_dir, name, model, device, dtype, texts, top_k, filters, candidates, images, dpi):
+    from ..checkpoints import is_random_checkpoint
+    from ..pages import local_page
+    from ..reports import query_document
+    from ..search import open_index
+
+    index = open_index(index_dir, name)
+    encoder = index.load_encoder(model, device, dtype)
+    if is_random_checkpoint(encoder.model.path):
+        app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
+    app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
+    results = index.search(texts, k=top_k, filters=filters, candidates=candidates)
+    return query_document(index, texts, results, top_k, images, dpi), local_page(index, dpi)
+
+
+def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi):
+    from ..client import ServerClient
+
+    client = ServerClient(server, token)
+    document = client.query(texts, top_k, filters, candidates, images, dpi)
+    return document, lambda hit: client.page(hit["sha256"], hit["page"], dpi)
 
 
 def read_queries_file(path: str) -> list[str]:
@@ -66,7 +87,8 @@ def read_queries_file(path: str) -> list[str]:
     from ..errors import UsageError
 
     try:
-        raw = click.open_file(path, "rb").read(16 << 20)
+        with click.open_file(path, "rb") as handle:
+            raw = handle.read(16 << 20)
         text = raw.decode("utf-8-sig")
     except OSError as exc:
         raise UsageError(f"--queries-file {path}: {exc.strerror or exc}.") from None
@@ -77,42 +99,19 @@ def read_queries_file(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def query_document(index, texts: list[str], results, top_k: int, with_images: bool = False, dpi: int = 150) -> dict:
-    """The `query --json` document (localgpt_index/schemas/query.schema.json)."""
-    from ..pages import page_image, png_base64
-
-    def result(hit) -> dict:
-        data = hit.to_dict()
-        if with_images:
-            data["image_base64"] = png_base64(page_image(index, hit, dpi))
-        return data
-
-    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
-    document = {
-        "version": QUERY_SCHEMA_VERSION,
-        "index": str(index.store.root),
-        "model": index.manifest.model.id,
-        "k": top_k,
-        "queries": queries,
-    }
-    if len(queries) == 1:
-        document.update(queries[0])
-    return document
-
-
-def _print_tables(texts, results) -> None:
+def _print_tables(document: dict) -> None:
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
     console = Console(file=sys.stdout, highlight=False)
-    for text, hits in zip(texts, results):
-        table = Table(title=display_path(text), title_justify="left")
+    for answer in document["queries"]:
+        table = Table(title=display_path(answer["query"]), title_justify="left")
         table.add_column("#", justify="right")
         table.add_column("score", justify="right")
         table.add_column("page", justify="right")
         table.add_column("document", overflow="fold")
-        for hit in hits:
-            table.add_row(str(hit.rank), f"{hit.score:.3f}", str(hit.page), display_path(hit.path))
+        for hit in answer["results"]:
+            table.add_row(str(hit["rank"]), f"{hit['score']:.3f}", str(hit["page"]), display_path(hit["path"]))
         console.print(table)

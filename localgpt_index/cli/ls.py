@@ -1,0 +1,38 @@
+"""lgpt-index ls"""
+
+from __future__ import annotations
+
+import click
+
+from .app import Application, output_options
+from .options import display_path, index_options
+
+
+@click.command("ls")
+@click.argument("prefix", required=False, default="")
+@click.option("--failed", is_flag=True, help="List the documents the last build could not index, with the reason.")
+@index_options
+@output_options
+@click.pass_obj
+def ls(app: Application, prefix, failed, index_dir, name) -> None:
+    """List the documents in the index (those under PREFIX: a folder or the start of a path)."""
+    import os
+
+    from ..reports import documents_document
+    from ..search import open_index
+
+    if prefix and not prefix.startswith(os.sep):
+        prefix = os.path.abspath(prefix) + (os.sep if prefix.endswith(os.sep) else "")
+    document = documents_document(open_index(index_dir, name), prefix, failed)
+    if app.as_json:
+        app.print_json(document)
+        return
+    if failed:
+        for failure in document["failures"]:
+            click.echo(f"{display_path(failure['path'])}: {failure['stage']}: {failure['reason']}")
+        return
+    for doc in document["documents"]:
+        tags = " ".join(f"{k}={v}" for k, v in sorted(doc["metadata"].items()))
+        converter = f" via {doc['converter']}" if doc["converter"] else ""
+        click.echo(f"{doc['pages']:>5}  {doc['kind']:<8}  {display_path(doc['path'])}{converter}{'  ' + tags if tags else ''}")
+    app.terminal.detail(f"{len(document['documents'])} documents")

@@ -1,0 +1,43 @@
+"""lgpt-index serve"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .app import Application
+from .options import index_options, model_options
+
+SERVE_EXIT = """\\b
+Exit codes:
+  0  stopped by SIGTERM or Ctrl-C, after the requests in flight were answered
+  1  no index, or a damaged one
+  2  usage error (an address other than loopback without --token)
+  4  the port is taken, or the model cannot be loaded"""
+
+
+@click.command(epilog=SERVE_EXIT)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; anything but loopback needs --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
+@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
+              help="Bearer token every request but /healthz must carry. [env: LGPT_SERVE_TOKEN]")
+@click.option("--json-logs", is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
+@click.option("-q", "--quiet", is_flag=True, help="No line per request; errors only.")
+@model_options
+@index_options
+@click.pass_obj
+def serve(app: Application, host, port, token, json_logs, quiet, device, dtype, index_dir, name) -> None:
+    """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
+    /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json and /docs)."""
+    from ..server import RequestLog, check_exposure, run_server
+    from ..service import open_service
+    from ..store import index_path
+
+    check_exposure(host, token)
+    service = open_service(index_path(index_dir, name), device, dtype)
+    log = RequestLog(quiet=quiet, as_json=json_logs)
+    failure = run_server(service, host, port, token, log)
+    if failure is not None:
+        app.fail(failure)
+    sys.exit(0)

@@ -1,0 +1,386 @@
+"""`lgpt-index serve`: the warm index service over HTTP (FastAPI on uvicorn).
+
+Endpoints answer with the same JSON documents as the CLI (reports.py). Every error is a
+JSON document `{"error": {"status", "message"}}` with a 4xx or 5xx status, never a traceback
+and never a path outside the index. Every endpoint but /healthz wants the bearer token when
+one is set. Request bodies, query counts and lengths, k and dpi are bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import io
+import json
+import sys
+import threading
+import time
+import traceback
+from contextlib import asynccontextmanager
+from typing import Any, Callable
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import __version__
+from .encode import MAX_QUERY_CHARS, check_queries
+from .errors import IndexProblem, LgptError, UsageError
+from .metadata import parse_filters
+from .reports import documents_document, query_document, status_document
+from .service import IndexService, NotReady, QueryBatcher, SearchRequest
+
+MAX_BODY_BYTES = 1 << 20
+MAX_QUERIES = 64
+MAX_K = 1000
+
+
+class QueryBody(BaseModel):
+    """`POST /query`: the queries of one request are encoded together, and with those of
+    requests that arrive within a few milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES, description=f"at most {MAX_QUERIES}, each at most {MAX_QUERY_CHARS} characters")
+    k: int = Field(5, ge=1, le=MAX_K, description="pages per query")
+    filters: dict[str, str] | list[str] = Field(default_factory=dict, description='{"team": "finance"} or ["team=finance"]: all must match')
+    first_pass: int | None = Field(None, ge=1, le=1_000_000, description="lossy: score sign codes first, then only the best N pages exactly")
+    with_images: bool = Field(False, description="each result carries its page as base64 PNG")
+    dpi: int = Field(150, ge=20, le=600, description="resolution of those images")
+
+
+class Hit(BaseModel):
+    rank: int
+    score: float
+    path: str
+    page: int
+    sha256: str
+    kind: str
+    metadata: dict[str, str]
+    image_base64: str | None = None
+
+
+class QueryAnswer(BaseModel):
+    query: str
+    results: list[Hit]
+
+
+class QueryDocument(BaseModel):
+    """The `query --json` document (localgpt_index/schemas/query.schema.json)."""
+
+    version: int
+    index: str
+    model: str
+    k: int
+    queries: list[QueryAnswer]
+    query: str | None = None
+    results: list[Hit] | None = None
+
+
+class ErrorDocument(BaseModel):
+    error: dict[str, Any] = Field(description='{"status": 400, "message": "..."}')
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+
+
+def json_response(document: dict) -> Response:
+    # ensure_ascii: file names that are not UTF-8 travel as \udcXX escapes, as in the CLI's JSON
+    return Response(json.dumps(document, ensure_ascii=True), media_type="application/json")
+
+
+class RequestLog:
+    """One line per request on stderr: method, path, status, milliseconds (or JSON lines)."""
+
+    def __init__(self, quiet: bool = False, as_json: bool = False, stream=None) -> None:
+        self.quiet, self.as_json = quiet, as_json
+        self.stream = stream or sys.stderr
+        self._lock = threading.Lock()
+
+    def request(self, method: str, path: str, status: int, ms: float) -> None:
+        if self.quiet:
+            return
+        if self.as_json:
+            line = json.dumps({"time": time.time(), "method": method, "path": path, "status": status, "ms": round(ms, 2)})
+        else:
+            line = f"{method} {path} {status} {ms:.1f} ms"
+        self.write(line)
+
+    def message(self, text: str, level: str = "info") -> None:
+        """info: quiet with -q; notice (the address) and error: always."""
+        if self.quiet and level == "info":
+            return
+        self.write(json.dumps({"time": time.time(), "level": level, "message": text}) if self.as_json else text)
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            print(line, file=self.stream, flush=True)
+
+
+class _Guard:
+    """ASGI middleware: the request log, the bearer token and the body limit, in that order."""
+
+    def __init__(self, app, token: str | None, log: RequestLog) -> None:
+        self.app, self.token, self.log = app, token, log
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        state = {"status": 500, "started": False}
+
+        async def tracked_send(message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"], state["started"] = message["status"], True
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, tracked_send)
+        except Exception as exc:  # the client gets JSON, the log one line: no traceback for either
+            self.log.message("error: " + "".join(traceback.format_exception_only(type(exc), exc)).strip(), "error")
+            if not state["started"]:
+                await error_response(500, "internal error; the server log says more")(scope, receive, tracked_send)
+        finally:
+            self.log.request(scope["method"], scope["path"], state["status"], 1000 * (time.perf_counter() - started))
+
+    async def _guarded(self, scope, receive, send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.token and scope["path"] != "/healthz" and not self._authorized(headers.get("authorization", "")):
+            response = error_response(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            await error_response(413, f"request body larger than {MAX_BODY_BYTES} bytes")(scope, receive, send)
+            return
+        await self.app(scope, _limited(receive), send)
+
+    def _authorized(self, header: str) -> bool:
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+
+def _limited(receive):
+    """A receive that stops a body without Content-Length once it passes the limit."""
+    seen = {"bytes": 0}
+
+    async def wrapped():
+        message = await receive()
+        if message["type"] == "http.request":
+            seen["bytes"] += len(message.get("body", b""))
+            if seen["bytes"] > MAX_BODY_BYTES:
+                raise _TooLarge()
+        return message
+
+    return wrapped
+
+
+class _TooLarge(HTTPException):
+    """A body without Content-Length that grew past the limit (an HTTPException, so that FastAPI's
+    body parsing passes it on instead of calling it a parse error)."""
+
+    def __init__(self) -> None:
+        super().__init__(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+
+
+def _status_of(exc: LgptError) -> int:
+    if isinstance(exc, NotReady):
+        return 503
+    if isinstance(exc, UsageError):
+        return 400
+    if isinstance(exc, IndexProblem):
+        return 503
+    return 500
+
+
+def create_app(service: IndexService, token: str | None = None, log: RequestLog | None = None,
+               on_failure: Callable[[LgptError], None] = lambda exc: None) -> FastAPI:
+    """The HTTP application around `service`; its model loads in the background once it starts."""
+    log = log or RequestLog()
+    batcher = QueryBatcher(service)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        if service.encoder is None:
+            asyncio.get_running_loop().run_in_executor(None, _load, service, log, on_failure)
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="lgpt-index", version=__version__, lifespan=lifespan,
+                  description="A warm lgpt-index: the pages that answer a question, for LocalGPT-style answerers.",
+                  responses={400: {"model": ErrorDocument}, 401: {"model": ErrorDocument}, 503: {"model": ErrorDocument}})
+    app.state.service, app.state.batcher = service, batcher
+    _install_handlers(app, log)
+    _install_routes(app, service, batcher)
+    app.add_middleware(_Guard, token=token, log=log)
+    return app
+
+
+def _load(service: IndexService, log: RequestLog, on_failure: Callable[[LgptError], None]) -> None:
+    started = time.perf_counter()
+    service.load()
+    if service.failure is None:
+        service.warm_up()
+    if service.failure is not None:
+        log.message(f"error: the model could not be loaded: {service.failure.message}", "error")
+        on_failure(service.failure)
+        return
+    log.message(f"ready: {service.encoder.model.id} loaded in {time.perf_counter() - started:.1f} s "
+                f"on {service.encoder.precision.device}")
+
+
+def _install_handlers(app: FastAPI, log: RequestLog) -> None:
+    @app.exception_handler(LgptError)
+    async def lgpt_error(request: Request, exc: LgptError):
+        return error_response(_status_of(exc), exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        problems = []
+        for error in exc.errors()[:3]:
+            where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+            problems.append(f"{where}: {error.get('msg', 'invalid')}")
+        return error_response(400, "; ".join(problems))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail))
+
+
+
+def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) -> None:
+    @app.post("/query", responses={200: {"model": QueryDocument}})
+    async def query(body: QueryBody):
+        """The pages that best answer each query: exactly `lgpt-index query --json`."""
+        texts = check_queries(body.queries)
+        filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
+        if any(not key for key in filters):
+            raise UsageError("filters: a key may not be empty")
+        service.require_ready()
+        request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass)
+        answer = await batcher.submit(request)
+        if body.with_images:
+            document = await asyncio.get_running_loop().run_in_executor(
+                None, query_document, answer.index, texts, answer.results, body.k, True, body.dpi)
+        else:
+            document = query_document(answer.index, texts, answer.results, body.k)
+        response = json_response(document)
+        response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
+        response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
+        return response
+
+    @app.get("/status")
+    def status():
+        """What the index holds: exactly `lgpt-index status --json`."""
+        return json_response(status_document(service.index()))
+
+    @app.get("/documents")
+    def documents(prefix: str = Query("", max_length=4096), failed: bool = False):
+        """The documents (or with failed=true, the failures) under a path prefix: `lgpt-index ls --json`."""
+        return json_response(documents_document(service.index(), prefix, failed))
+
+    @app.get("/healthz")
+    def healthz():
+        """200 once the model is loaded (503 while it loads, or when it could not be)."""
+        if service.ready and not service.stale:
+            return {"status": "ready", "generation": service.index().manifest.generation}
+        state = "failed" if service.failure else ("stale" if service.stale else "loading")
+        return JSONResponse({"status": state}, status_code=503)
+
+    @app.get("/pages/{sha256}/{page}.png", response_class=Response,
+             responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})
+    def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
+        """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document."""
+        return Response(_page_png(service, sha256, page, dpi), media_type="image/png")
+
+
+def _page_png(service: IndexService, sha256: str, page: int, dpi: int) -> bytes:
+    from .pages import page_image
+    from .search import SearchHit
+
+    index = service.index()
+    doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
+    if doc is None:
+        raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
+    if not 1 <= page <= doc.pages:
+        raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
+    try:
+        image = page_image(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind))
+    except LgptError:
+        raise StarletteHTTPException(409, "the page cannot be rendered: its source changed or disappeared since "
+                                          "it was indexed (run build), or the stored PDF is damaged") from None
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Loopback by default; any other address only with a token."""
+    import ipaddress
+
+    if token is not None and not token.strip():
+        raise UsageError("--token: empty.")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not token:
+        raise UsageError(f"--host {host}: listening beyond this machine needs a bearer token.",
+                         hint="Pass --token TOKEN (or set $LGPT_SERVE_TOKEN); clients send it as Authorization: Bearer TOKEN.")
+
+
+def bind(host: str, port: int):
+    """The listening socket, bound before anything loads: a taken port is a clear exit 4."""
+    import errno
+    import socket
+
+    from .errors import EnvironmentMissing
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=512)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise EnvironmentMissing(f"port {port} on {host} is taken (another lgpt-index serve?).",
+                                     hint="Stop it, or pass another --port.") from None
+        raise EnvironmentMissing(f"cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
+
+
+def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog) -> LgptError | None:
+    """Serve until SIGTERM or SIGINT (requests in flight are answered first); the model loads
+    in the background meanwhile. Returns why the server stopped early, if it did."""
+    import uvicorn
+
+    sock = bind(host, port)
+    failures: list[LgptError] = []
+    server: uvicorn.Server | None = None
+
+    def fail(exc: LgptError) -> None:
+        failures.append(exc)
+        server.should_exit = True
+
+    app = create_app(service, token, log, on_failure=fail)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=60, server_header=False))
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    manifest = service.index().manifest
+    log.message(f"lgpt-index serve: http://{shown}:{bound_port} ({service.root}, generation {manifest.generation}, "
+                f"{manifest.page_count} pages); loading {manifest.model.id}", "notice")
+    # uvicorn answers SIGTERM and SIGINT with a graceful shutdown, then raises the signal again
+    # for the handler it found: with that one ignoring it, a graceful stop is a normal exit 0
+    import signal
+
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    log.message("lgpt-index serve: stopped")
+    return failures[0] if failures else None

@@ -1,0 +1,242 @@
+"""A warm index for a long-lived process: the model loaded once, the current generation
+followed, queries that arrive together answered together.
+
+`IndexService` is the typed core of `lgpt-index serve` (server.py puts HTTP in front of
+it). It notices a new HEAD (a build or remove beside it) between batches and opens the new
+generation, reusing the segments it has already checked; a batch in flight keeps the
+generation it started with, and the old one's memory maps go with the last reference.
+`QueryBatcher` gathers the queries of requests that arrive within a few milliseconds into
+one forward pass of the model and one scoring pass per filter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .encode import PageEncoder, check_queries
+from .errors import EnvironmentMissing, IndexProblem, LgptError
+from .search import Index, SearchHit
+from .store import IndexStore, MissingIndexFile
+
+
+class NotReady(LgptError):
+    """The model is still loading, failed to load, or no longer matches the index."""
+
+    exit_code = EnvironmentMissing.exit_code
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    queries: tuple[str, ...]
+    k: int = 5
+    filters: tuple[tuple[str, str], ...] = ()
+    first_pass: int | None = None
+
+
+@dataclass
+class SearchAnswer:
+    index: Index  # the generation that answered
+    results: list[list[SearchHit]] = field(default_factory=list)
+    batch_queries: int = 0  # how many queries shared its forward pass
+
+
+class IndexService:
+    """One index, its model loaded once, its current generation followed."""
+
+    def __init__(self, root: Path, device: str = "auto", dtype: str = "auto") -> None:
+        self.root = Path(root)
+        self.device, self.dtype = device, dtype
+        self.encoder: PageEncoder | None = None
+        self.failure: LgptError | None = None  # why the model could not be loaded
+        self.stale: str | None = None  # why the current generation cannot be queried with this model
+        self._index: Index | None = None
+        self._head_key: tuple | None = None
+        self._lock = threading.Lock()
+        self.switches = 0
+
+    # the generation
+
+    def index(self) -> Index:
+        """The current generation: reopened when HEAD changed since the last call."""
+        key = self._head_stat()
+        with self._lock:
+            if self._index is None or key != self._head_key:
+                self._switch(key)
+            return self._index
+
+    def _head_stat(self) -> tuple:
+        try:
+            info = os.stat(self.root / "HEAD")
+        except OSError:
+            return ()
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    def _switch(self, key: tuple) -> None:
+        for attempt in range(3):
+            store = IndexStore(self.root)
+            if self._index is not None:
+                store.adopt(self._index.store)
+            try:
+                manifest = store.open()
+                break
+            except MissingIndexFile:
+                if attempt == 2:
+                    raise
+                key = self._head_stat()  # a writer committed and collected meanwhile
+        if self._index is not None:
+            self.switches += 1
+        self._index, self._head_key = Index(store, manifest), key
+        self._check_model()
+
+    def _check_model(self) -> None:
+        if self.encoder is None:
+            return
+        recorded = self._index.manifest.model
+        if recorded.fingerprint != self.encoder.model.fingerprint:
+            self.stale = (f"the index was rebuilt with another model ({recorded.id}); this server has "
+                          f"{self.encoder.model.id} loaded: restart it")
+        else:
+            self.stale = None
+
+    # the model
+
+    def load(self) -> None:
+        """Load the model the index was built with (seconds to minutes); records a failure instead of raising."""
+        try:
+            index = self.index()
+            encoder = index.load_encoder(device=self.device, dtype=self.dtype)
+            self.encoder = encoder
+            with self._lock:
+                self._check_model()
+        except LgptError as exc:
+            self.failure = exc
+
+    def warm_up(self) -> None:
+        """One query through the model and the scorer, so that the first client does not pay for
+        what loads lazily (kernels, torch's scorer)."""
+        try:
+            self.search([SearchRequest(("warm up",), 1)])
+        except LgptError:
+            pass  # an empty index, a stale one: real requests will say so
+
+    @property
+    def ready(self) -> bool:
+        return self.encoder is not None and self.failure is None
+
+    def require_ready(self) -> PageEncoder:
+        if self.failure is not None:
+            raise NotReady(f"the model could not be loaded: {self.failure.message}")
+        if self.encoder is None:
+            raise NotReady("the model is still loading")
+        if self.stale:
+            raise NotReady(self.stale)
+        return self.encoder
+
+    # queries
+
+    def search(self, requests: list[SearchRequest]) -> list[SearchAnswer | LgptError]:
+        """Answer several requests with one forward pass for all their queries, and one scoring
+        pass per distinct (filters, first pass). Every request sees the same generation."""
+        encoder = self.require_ready()
+        index = self.index()
+        if self.stale:
+            raise NotReady(self.stale)
+        texts = [text for request in requests for text in request.queries]
+        vectors = iter(encoder.encode_queries(check_queries(texts)))
+        answers: list[SearchAnswer | LgptError] = []
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        per_request = []
+        for number, request in enumerate(requests):
+            per_request.append([next(vectors) for _ in request.queries])
+            answers.append(SearchAnswer(index, [[] for _ in request.queries]))
+            groups.setdefault((request.filters, request.first_pass), []).append((number, len(request.queries)))
+        for answer in answers:
+            answer.batch_queries = len(texts)
+        for (filters, first_pass), members in groups.items():
+            stacked = [v for number, _ in members for v in per_request[number]]
+            k = max(requests[number].k for number, _ in members)
+            hits = index.search_vectors(stacked, k, device=encoder.precision.device, filters=dict(filters) or None,
+                                        candidates=first_pass)
+            at = 0
+            for number, count in members:
+                answers[number].results = [h[: requests[number].k] for h in hits[at : at + count]]
+                at += count
+        return answers
+
+
+class QueryBatcher:
+    """Requests that arrive within `window_s` of each other share one model call and one scoring pass.
+
+    The model runs on one thread of its own (the event loop never waits on it), one batch at a time."""
+
+    def __init__(self, service: IndexService, window_s: float = 0.002, max_queries: int = 64) -> None:
+        self.service = service
+        self.window_s = window_s  # grows with the time a batch takes (up to 25 ms): waiting is cheap next to it
+        self.max_queries = max_queries
+        self.batches = 0
+        self._queue: asyncio.Queue | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._executor.shutdown(wait=True)
+
+    async def submit(self, request: SearchRequest) -> SearchAnswer:
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put((request, future))
+        return await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        together = False  # did the last batch gather several requests? if not, waiting would only add latency
+        while True:
+            batch = [await self._queue.get()]
+            count = len(batch[0][0].queries)
+            deadline = time.monotonic() + (self.window_s if together or not self._queue.empty() else 0.0)
+            while count < self.max_queries:
+                left = deadline - time.monotonic()
+                if left <= 0 and self._queue.empty():
+                    break
+                try:
+                    item = self._queue.get_nowait() if left <= 0 else await asyncio.wait_for(self._queue.get(), left)
+                except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                    break
+                batch.append(item)
+                count += len(item[0].queries)
+            self.batches += 1
+            started = time.monotonic()
+            try:
+                answers = await loop.run_in_executor(self._executor, self.service.search, [r for r, _ in batch])
+            except Exception as exc:  # every request of the batch gets the error
+                answers = [exc] * len(batch)
+            self.window_s = min(0.025, max(0.002, 0.1 * (time.monotonic() - started)))
+            together = len(batch) > 1
+            for (_, future), answer in zip(batch, answers):
+                if future.done():
+                    continue
+                if isinstance(answer, BaseException):
+                    future.set_exception(answer)
+                else:
+                    future.set_result(answer)
+
+
+def open_service(root: Path, device: str = "auto", dtype: str = "auto") -> IndexService:
+    """A service on the index at `root` (its model not loaded yet): a missing or damaged index fails here."""
+    service = IndexService(root, device, dtype)
+    if not (root / "HEAD").exists():
+        raise IndexProblem(f"no index at {root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name).")
+    service.index()
+    return service
+

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The warm service against cold `lgpt-index query` processes, on one index, in one run.
+
+The "bench" checkpoint (real ColPali geometry, small widths) on the CPU, a 1,000-page index
+(100 PDFs x 10 pages), `lgpt-index serve` in a process of its own:
+
+1. latency: the median of one `/query` against the warm server, and of one cold
+   `lgpt-index query` process (imports, model load, query), measured in the same run;
+2. throughput: the same 64 queries sent one at a time, then by 8 concurrent clients;
+   every answer's top-k compared with the CLI's for the same query;
+3. memory: 10,000 queries; the server's resident memory after the first 100 and at the end;
+4. a build that adds 100 pages while 4 clients query: failed requests, and whether queries
+   after the commit see the new pages.
+
+    python scripts/bench_serve.py
+    python scripts/bench_serve.py --pdfs 20 --queries 1000      # quicker
+
+Exits 1 if any request failed or an answer's ranking differs from the CLI's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+WORDS = "revenue quarter growth invoice total market outlook hiring plan budget margin customers".split()
+
+
+def lgpt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True, env=ENV)
+
+
+def questions(count: int) -> list[str]:
+    return [f"{WORDS[i % len(WORDS)]} {WORDS[(i * 7 + 3) % len(WORDS)]} {i}" for i in range(count)]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Served:
+    def __init__(self, index: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "-q", "--index-dir", str(index)],
+                                     env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        port = re.search(r":(\d+) ", self.proc.stderr.readline()).group(1)
+        self.url = f"http://127.0.0.1:{port}"
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+        import httpx
+
+        while True:
+            try:
+                if httpx.get(f"{self.url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+
+    def ask(self, client, text: str, k: int = 10) -> dict:
+        answer = client.post("/query", json={"queries": [text], "k": k})
+        answer.raise_for_status()
+        return answer.json()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def ranking(document: dict) -> list[tuple[str, int]]:
+    return [(h["path"], h["page"]) for h in document["results"]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pdfs", type=int, default=100, help="PDFs of 10 pages in the index")
+    parser.add_argument("--queries", type=int, default=10_000, help="queries of the memory run")
+    args = parser.parse_args()
+    import httpx
+    from docgen import make_pdf
+
+    from localgpt_index.checkpoints import make_checkpoint
+
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="lgpt-bench-serve-") as tmp:
+        tmp = Path(tmp)
+        model = make_checkpoint(tmp / "bench-colpali", "bench")
+        docs, index = tmp / "docs", tmp / "idx"
+        for i in range(args.pdfs):
+            make_pdf(docs / f"report-{i:03d}.pdf", [f"Report {i} {WORDS[p % len(WORDS)]} {p}" for p in range(10)])
+        built = lgpt("build", str(docs), "--model", str(model), "--index-dir", str(index))
+        assert built.returncode == 0, built.stderr
+        print(f"index: {args.pdfs * 10} pages, bench checkpoint, CPU ({os.cpu_count()} cores)")
+
+        cold = []
+        for text in questions(5):
+            started = time.perf_counter()
+            assert lgpt("query", text, "--json", "--index-dir", str(index)).returncode == 0
+            cold.append(time.perf_counter() - started)
+        server = Served(index)
+        client = httpx.Client(base_url=server.url, timeout=120)
+        warm = []
+        for text in questions(50):
+            started = time.perf_counter()
+            server.ask(client, text)
+            warm.append(time.perf_counter() - started)
+        cold_ms, warm_ms = 1000 * statistics.median(cold), 1000 * statistics.median(warm)
+        print(f"1. median latency: cold `lgpt-index query` {cold_ms:.0f} ms, warm /query {warm_ms:.1f} ms: "
+              f"{cold_ms / warm_ms:.0f}x")
+
+        texts = questions(64)
+        started = time.perf_counter()
+        one_by_one = [server.ask(client, t) for t in texts]
+        sequential_qps = len(texts) / (time.perf_counter() - started)
+        with ThreadPoolExecutor(8) as pool:
+            clients = [httpx.Client(base_url=server.url, timeout=120) for _ in range(8)]
+            started = time.perf_counter()
+            together = list(pool.map(lambda pair: server.ask(clients[pair[0] % 8], pair[1]), enumerate(texts)))
+            concurrent_qps = len(texts) / (time.perf_counter() - started)
+        cli = json.loads(lgpt("query", *texts, "-k", "10", "--json", "--index-dir", str(index)).stdout)["queries"]
+        same = all(ranking(a) == ranking(c) == ranking(b) for a, b, c in zip(one_by_one, together, cli))
+        failed |= not same
+        print(f"2. throughput: one at a time {sequential_qps:.1f} queries/s, 8 concurrent clients {concurrent_qps:.1f} "
+              f"queries/s: {concurrent_qps / sequential_qps:.1f}x; top-10 identical to the CLI's for all "
+              f"{len(texts)} queries: {same}")
+
+        errors = 0
+        lock = threading.Lock()
+
+        def worker(number: int, count: int) -> None:
+            nonlocal_errors = 0
+            with httpx.Client(base_url=server.url, timeout=120) as own:
+                for text in questions(count):
+                    try:
+                        server.ask(own, f"{text} {number}")
+                    except httpx.HTTPError:
+                        nonlocal_errors += 1
+            with lock:
+                counts.append(nonlocal_errors)
+
+        counts: list[int] = []
+        for text in questions(100):
+            server.ask(client, text)
+        after_100 = rss_mib(server.proc.pid)
+        started = time.perf_counter()
+        threads = [threading.Thread(target=worker, args=(n, (args.queries - 100) // 8)) for n in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        errors = sum(counts)
+        at_end = rss_mib(server.proc.pid)
+        failed |= errors > 0
+        print(f"3. {args.queries:,} queries in {time.perf_counter() - started:.0f} s: RSS {after_100:.0f} MiB after 100, "
+              f"{at_end:.0f} MiB at the end ({at_end / after_100:.3f}); errors: {errors}")
+
+        stop = threading.Event()
+        outcomes: list[int] = []
+
+        def querying() -> None:
+            with httpx.Client(base_url=server.url, timeout=120) as own:
+                while not stop.is_set():
+                    try:
+                        outcomes.append(own.post("/query", json={"queries": ["revenue"], "k": 5}).status_code)
+                    except httpx.HTTPError:
+                        outcomes.append(0)
+
+        pages_before = client.get("/status").json()["pages"]
+        for i in range(10):
+            make_pdf(docs / f"added-{i:02d}.pdf", [f"Added {i} page {p}" for p in range(10)])
+        threads = [threading.Thread(target=querying) for _ in range(4)]
+        [t.start() for t in threads]
+        added = lgpt("build", str(docs), "--index-dir", str(index))
+        stop.set()
+        [t.join() for t in threads]
+        pages_after = client.get("/status").json()["pages"]
+        seen = {h["path"] for h in client.post("/query", json={"queries": ["added"], "k": 1000}).json()["results"]}
+        new_seen = sum(Path(p).name.startswith("added-") for p in seen)
+        bad = sum(status != 200 for status in outcomes)
+        failed |= bad > 0 or added.returncode != 0 or new_seen != 10
+        print(f"4. build of 100 more pages during {len(outcomes)} queries from 4 clients: {bad} failed; pages "
+              f"{pages_before} -> {pages_after}; new documents in the answers after the commit: {new_seen} of 10")
+        server.stop()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""`lgpt-index serve` in a process of its own, on a free port, spoken to over real HTTP (httpx)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import faulty_model, run_cli, validate
+from docgen import make_pdf, make_png
+
+
+class Server:
+    """A running `lgpt-index serve`, its address read from its first line."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", *args],
+                                     env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = self.proc.stderr.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
+        assert match, first + self.proc.stderr.read()
+        self.url = f"http://127.0.0.1:{match.group(1)}"
+        self.lines: list[str] = []
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_ready(self, token: str | None = None, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("server not ready: " + "\n".join(self.lines))
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=60)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def corpus(fake_model, tmp_path_factory):
+    work = tmp_path_factory.mktemp("serve")
+    docs = work / "docs"
+    for i in range(4):
+        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(3)])
+    make_png(docs / "scan.png", "a scan")
+    rules = work / "meta.json"
+    rules.write_text(json.dumps({"report-0.pdf": {"team": "finance"}}))
+    index = work / "idx"
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--metadata", str(rules)).exit_code == 0
+    return {"docs": docs, "index": index, "work": work}
+
+
+@pytest.fixture(scope="module")
+def server(corpus):
+    running = Server("--index-dir", str(corpus["index"]))
+    running.wait_ready()
+    yield running
+    assert running.stop() == 0
+
+
+def test_query_answers_exactly_what_the_cli_prints(server, corpus):
+    queries = ["quarterly report", "a scan of a receipt"]
+    with server.client() as client:
+        served = client.post("/query", json={"queries": queries, "k": 4}).json()
+        filtered = client.post("/query", json={"queries": queries[:1], "k": 4, "filters": {"team": "finance"}}).json()
+        first_pass = client.post("/query", json={"queries": queries[:1], "k": 3, "first_pass": 5}).json()
+    cli = json.loads(run_cli("query", *queries, "-k", "4", "--json", "--index-dir", str(corpus["index"])).stdout)
+    assert served == cli
+    validate(served, "query")
+    assert {Path(h["path"]).name for h in filtered["results"]} == {"report-0.pdf"}
+    assert len(first_pass["results"]) == 3
+
+
+def test_status_documents_and_ls_are_the_cli_documents(server, corpus):
+    with server.client() as client:
+        status = client.get("/status").json()
+        documents = client.get("/documents").json()
+        under = client.get("/documents", params={"prefix": str(corpus["docs"] / "report-1")}).json()
+    index = ["--index-dir", str(corpus["index"])]
+    assert status == json.loads(run_cli("status", "--json", *index).stdout)
+    assert documents == json.loads(run_cli("ls", "--json", *index).stdout)
+    validate(status, "status")
+    validate(documents, "documents")
+    validate(json.loads(run_cli("ls", "--failed", "--json", *index).stdout), "documents")
+    assert [Path(d["path"]).name for d in under["documents"]] == ["report-1.pdf"]
+    listed = run_cli("ls", str(corpus["docs"] / "report-2"), *index)
+    assert listed.exit_code == 0 and "report-2.pdf" in listed.stdout and "report-1.pdf" not in listed.stdout
+
+
+def test_page_images_by_sha256(server):
+    with server.client() as client:
+        doc = next(d for d in client.get("/documents").json()["documents"] if d["kind"] == "pdf")
+        page = client.get(f"/pages/{doc['sha256']}/2.png", params={"dpi": 40})
+        assert page.status_code == 200 and page.headers["content-type"] == "image/png" and page.content[:4] == b"\x89PNG"
+        for path, status in ((f"/pages/{doc['sha256']}/4.png", 404), (f"/pages/{doc['sha256']}/0.png", 404),
+                             (f"/pages/{'0' * 64}/1.png", 404), ("/pages/..%2F..%2Fetc%2Fpasswd/1.png", 404),
+                             (f"/pages/{doc['sha256']}/1.png?dpi=5000", 400)):
+            answer = client.get(path)
+            assert answer.status_code == status, (path, answer.text)
+            assert "error" in answer.json() and "/etc" not in answer.text
+
+
+BAD_QUERIES = {
+    "too-many-queries": ({"queries": ["q"] * 65}, 400),
+    "query-too-long": ({"queries": ["x" * 2049]}, 400),
+    "empty-query": ({"queries": ["  "]}, 400),
+    "no-queries": ({"queries": []}, 400),
+    "k-zero": ({"queries": ["q"], "k": 0}, 400),
+    "k-huge": ({"queries": ["q"], "k": 100_000}, 400),
+    "filter-syntax": ({"queries": ["q"], "filters": ["no-equals-sign"]}, 400),
+    "filter-type": ({"queries": ["q"], "filters": 42}, 400),
+    "unknown-field": ({"queries": ["q"], "path": "/etc/passwd"}, 400),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_QUERIES))
+def test_bad_requests_are_clear_4xx_json(server, case):
+    body, status = BAD_QUERIES[case]
+    with server.client() as client:
+        answer = client.post("/query", json=body)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["status"] == status and error["message"] and "Traceback" not in answer.text
+
+
+def test_oversized_and_malformed_bodies(server):
+    with server.client() as client:
+        big = client.post("/query", content=b'{"queries": ["' + b"x" * (2 << 20) + b'"]}',
+                          headers={"content-type": "application/json"})
+        assert big.status_code == 413 and "larger than" in big.json()["error"]["message"]
+        chunked = client.post("/query", content=iter([b'{"queries": ["', b"x" * (2 << 20), b'"]}']),
+                              headers={"content-type": "application/json"})
+        assert chunked.status_code == 413
+        garbage = client.post("/query", content=b"\xff\xfe not json", headers={"content-type": "application/json"})
+        assert garbage.status_code == 400
+        assert client.get("/query").status_code == 405
+        assert client.get("/nowhere").json()["error"]["status"] == 404
+
+
+def test_the_openapi_description_lists_the_endpoints(server):
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+    assert {"/query", "/status", "/documents", "/healthz", "/pages/{sha256}/{page}.png"} <= set(spec["paths"])
+
+
+def test_concurrent_requests_share_a_forward_pass(corpus, tmp_path, fake_model):
+    slow = faulty_model(tmp_path / "slow", seconds_per_query=0.3)
+    index = tmp_path / "idx"
+    assert run_cli("build", str(corpus["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
+    running = Server("--index-dir", str(index), "-q")
+    try:
+        running.wait_ready()
+        queries = [f"question {i}" for i in range(8)]
+
+        def ask(text):
+            with running.client() as client:
+                answer = client.post("/query", json={"queries": [text], "k": 3})
+                return answer.json(), int(answer.headers["X-Lgpt-Batch-Queries"])
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, queries))
+        assert max(size for _, size in answers) > 1  # queries that arrived together were encoded together
+        alone = [ask(text)[0] for text in queries]
+        for (together, _), single in zip(answers, alone):  # and answered as one at a time
+            assert _ranking(together) == _ranking(single)
+            assert [h["score"] for h in together["results"]] == pytest.approx([h["score"] for h in single["results"]], rel=1e-5)
+    finally:
+        assert running.stop() == 0
+
+
+def _ranking(document: dict) -> list[tuple[str, int]]:
+    return [(h["path"], h["page"]) for h in document["results"]]
+
+
+def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "first.pdf", ["first"])
+    run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    running = Server("--index-dir", str(index))
+    try:
+        running.wait_ready()
+        with running.client() as client:
+            before = client.post("/query", json={"queries": ["q"], "k": 10})
+            make_pdf(docs / "second.pdf", ["second", "two"])
+            assert run_cli("build", str(docs), "--index-dir", str(index)).exit_code == 0
+            after = client.post("/query", json={"queries": ["q"], "k": 10})
+            status = client.get("/status").json()
+        assert int(after.headers["X-Lgpt-Generation"]) > int(before.headers["X-Lgpt-Generation"])
+        assert {Path(h["path"]).name for h in after.json()["results"]} == {"first.pdf", "second.pdf"}
+        assert status["pages"] == 3
+    finally:
+        assert running.stop() == 0
+
+
+def test_a_token_guards_everything_but_healthz(server, corpus):
+    guarded = Server("--index-dir", str(corpus["index"]), "--token", "s3cret")
+    try:
+        guarded.wait_ready()
+        with guarded.client() as anonymous, guarded.client("wrong") as wrong, guarded.client("s3cret") as right:
+            assert anonymous.get("/healthz").status_code == 200
+            for client, status in ((anonymous, 401), (wrong, 401), (right, 200)):
+                assert client.post("/query", json={"queries": ["q"]}).status_code == status
+                assert client.get("/status").status_code == status
+                assert client.get("/openapi.json").status_code == status
+        cli = run_cli("query", "q", "--server", guarded.url, "--token", "s3cret", "--json")
+        assert cli.exit_code == 0 and json.loads(cli.stdout)["results"]
+        refused = run_cli("query", "q", "--server", guarded.url)
+        assert refused.exit_code == 2 and "bearer token" in refused.stderr
+    finally:
+        assert guarded.stop() == 0
+
+
+def test_beyond_loopback_a_token_is_required(corpus):
+    result = run_cli("serve", "--host", "0.0.0.0", "--index-dir", str(corpus["index"]))
+    assert result.exit_code == 2 and "needs a bearer token" in result.stderr
+
+
+def test_a_taken_port_is_exit_4(corpus):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "localgpt_index", "serve", "--port", str(port), "--index-dir",
+                                 str(corpus["index"])], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 4 and f"port {port} on 127.0.0.1 is taken" in result.stderr
+
+
+def test_query_server_unreachable_is_exit_4_and_no_fallback(corpus):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once closed
+    result = run_cli("query", "q", "--index-dir", str(corpus["index"]), env={"LGPT_SERVER": f"http://127.0.0.1:{port}"})
+    assert result.exit_code == 4 and "cannot reach the lgpt-index server" in result.stderr and result.stdout == ""
+
+
+def test_query_server_prints_the_same_table_and_exports_pages(server, corpus, tmp_path):
+    index = ["--index-dir", str(corpus["index"])]
+    local = run_cli("query", "report", "-k", "3", *index)
+    remote = run_cli("query", "report", "-k", "3", "--server", server.url, "--export-pages", str(tmp_path / "pages"))
+    assert remote.exit_code == 0 and remote.stdout == local.stdout
+    manifest = json.loads((tmp_path / "pages" / "manifest.json").read_text())
+    assert len(manifest["queries"][0]["results"]) == 3
+    assert all((tmp_path / "pages" / r["image"]).read_bytes()[:4] == b"\x89PNG" for r in manifest["queries"][0]["results"])
+
+
+def test_healthz_is_ready_only_once_the_model_is_loaded(corpus, tmp_path):
+    slow = faulty_model(tmp_path / "slow-load", seconds_to_load=3)
+    index = tmp_path / "idx"
+    assert run_cli("build", str(corpus["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
+    running = Server("--index-dir", str(index))
+    try:
+        with running.client() as client:
+            loading = client.get("/healthz")
+            assert loading.status_code == 503 and loading.json() == {"status": "loading"}
+            early = client.post("/query", json={"queries": ["q"]})
+            assert early.status_code == 503 and "still loading" in early.json()["error"]["message"]
+        running.wait_ready()
+    finally:
+        assert running.stop() == 0
+
+
+def test_sigterm_finishes_the_request_in_flight_then_exits_0(corpus, tmp_path):
+    slow = faulty_model(tmp_path / "slow", seconds_per_query=2)
+    index = tmp_path / "idx"
+    assert run_cli("build", str(corpus["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
+    running = Server("--index-dir", str(index))
+    running.wait_ready(timeout=90)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(lambda: running.client().post("/query", json={"queries": ["in flight"]}))
+        time.sleep(0.5)
+        running.proc.send_signal(signal.SIGTERM)
+        answer = pending.result(timeout=60)
+    assert answer.status_code == 200 and answer.json()["results"]
+    assert running.proc.wait(timeout=60) == 0
+
+
+def test_one_log_line_per_request_and_json_logs(corpus):
+    running = Server("--index-dir", str(corpus["index"]), "--json-logs")
+    try:
+        running.wait_ready()
+        with running.client() as client:
+            client.get("/status")
+    finally:
+        running.stop()
+    lines = [json.loads(line) for line in running.lines if line.startswith("{")]
+    status = [entry for entry in lines if entry.get("path") == "/status"]
+    assert status and status[0]["method"] == "GET" and status[0]["status"] == 200 and status[0]["ms"] >= 0
+
+
+def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tmp_path):
+    import gc
+    import weakref
+
+    from localgpt_index.service import IndexService, SearchRequest
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "first.pdf", ["first"])
+    run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    service = IndexService(index / "default")
+    service.load()
+    old = service.index()
+    [first_segment] = old.manifest.segments
+    old_vectors = old.store.segment_arrays(old.manifest.segments[first_segment])[0]
+    gone = weakref.ref(old)
+    in_flight = service.search([SearchRequest(("q",), 5)])[0]  # an answer keeps its own generation
+    make_pdf(docs / "second.pdf", ["second"])
+    run_cli("build", str(docs), "--index-dir", str(index))
+    new = service.index()
+    assert new.manifest.generation == old.manifest.generation + 1 and service.switches == 1
+    assert new.store.segment_arrays(new.manifest.segments[first_segment])[0] is old_vectors  # checked once, reused
+    assert in_flight.index is old and len(service.search([SearchRequest(("q",), 5)])[0].results[0]) == 2
+    del old, in_flight, old_vectors
+    gc.collect()
+    assert gone() is None
