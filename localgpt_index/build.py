@@ -32,7 +32,7 @@ from .models import DEFAULT_MODEL, ModelRef, resolve_model, resolve_recorded
 from .pipeline import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
 from .render import DEFAULT_RENDER_TIMEOUT_S
-from .store import IndexStore, SegmentWriter, Transaction
+from .store import IndexStore, PageRef, SegmentWriter, Transaction
 from .terminal import ProgressSink
 
 DEFAULT_COMMIT_PAGES = 1000
@@ -135,11 +135,11 @@ def build_index(
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
     processes.reset()
-    report = BuildReport(index=str(store.root), source=os.path.abspath(docs), strict=options.strict)
+    report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = _Timer(report)
     scan_started = time.time_ns()
     started = time.perf_counter()
-    found = discover(docs, options.include, options.exclude, skip_dirs=(store.root,))
+    found = discover(docs, options.include, options.exclude, skip_dirs=store.local_folders)
     timer.add("discover", started)
     report.documents_seen = len(found.files)
     report.skipped = len(found.skipped)
@@ -185,12 +185,12 @@ def _check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, 
         return
     if base.model.fingerprint != model.fingerprint:
         raise IndexProblem(
-            f"{store.root} was built with {base.model.id} ({base.model.fingerprint}); {model.id} ({model.fingerprint}) is a different model.",
+            f"{store.location} was built with {base.model.id} ({base.model.fingerprint}); {model.id} ({model.fingerprint}) is a different model.",
             hint="Use --rebuild to embed everything again with the new model, or another --name.",
         )
     if base.settings.pool_factor != options.pool_factor:
         raise IndexProblem(
-            f"{store.root} was built with --pool-factor {base.settings.pool_factor}, not {options.pool_factor}; "
+            f"{store.location} was built with --pool-factor {base.settings.pool_factor}, not {options.pool_factor}; "
             "pages pooled differently would not score alike.",
             hint=f"Use --pool-factor {base.settings.pool_factor}, or --rebuild to change it.",
         )
@@ -332,7 +332,7 @@ class _Build:
         for embed in self.plan.embed:
             resume = embed.resume
             first = resume.pages + 1 if resume else 1
-            pdf = self.txn.root / resume.pdf if resume and resume.pdf else None
+            pdf = self.txn.pdf_path(resume.pdf) if resume and resume.pdf else None
             sources.append(FeedSource(Path(embed.file.path), embed.file.kind, embed.file.size, first, pdf))
         return sources
 
@@ -412,8 +412,10 @@ class _Build:
     def _append(self, state: _DocState, vectors: np.ndarray) -> None:
         if self.writer is None:
             self.writer = self.txn.segment_writer(self.encoder.dim)
+        file = state.embed.file
+        ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
         with self.txn.writing():
-            index = self.writer.append(vectors)
+            index = self.writer.append(vectors, ref)
         if state.seg_first is None:
             state.seg_first = index
         state.seg_pages += 1

@@ -32,6 +32,7 @@ from .failpoints import failpoint
 from .manifest import Document, ModelInfo, Settings, Span, describe
 from .search import Index, SearchHit
 from .store import IndexStore
+from .transfer import write_documents
 
 CHUNK = 500
 BYALDI_VERSION = "0.0.7"
@@ -65,15 +66,17 @@ def _read_gz(path: Path) -> Any:
 # export
 
 
-def check_export_target(out: Path, index_root: Path) -> Path:
+def check_export_target(out: Path, index_folders: tuple[Path, ...]) -> Path:
     """Refuse an output folder that is, contains or is inside the index, or is or contains the
     current folder; with --force, replace only an empty folder or an earlier byaldi export."""
     out = Path(os.path.abspath(out))
     real_out = os.path.realpath(out)
-    index, cwd = os.path.realpath(index_root), os.path.realpath(os.getcwd())
-    if _within(real_out, index) or _within(index, real_out):
-        raise UsageError(f"export {out}: refused, it is, contains or lies inside the index ({index}).",
-                         hint="Choose a new folder outside the index, for example ./byaldi-export.")
+    cwd = os.path.realpath(os.getcwd())
+    for folder in index_folders:
+        index = os.path.realpath(folder)
+        if _within(real_out, index) or _within(index, real_out):
+            raise UsageError(f"export {out}: refused, it is, contains or lies inside the index ({index}).",
+                             hint="Choose a new folder outside the index, for example ./byaldi-export.")
     if _within(cwd, real_out):
         raise UsageError(f"export {out}: refused, it is or contains the current folder ({cwd}).",
                          hint="Choose a new folder, for example ./byaldi-export.")
@@ -89,7 +92,7 @@ def export_byaldi(index: Index, out: Path, with_images: bool = False, dpi: int =
 
     Everything is written to a new folder beside `out`, swapped in only once complete: a
     failed export leaves an earlier one as it was."""
-    out = check_export_target(out, index.store.root)
+    out = check_export_target(out, index.store.local_folders)
     model_name = index.manifest.model.path or index.manifest.model.id
     if "colpali" not in model_name.lower() and "colqwen2" not in model_name.lower():
         raise LgptError(
@@ -128,16 +131,11 @@ def _write_export(index: Index, out: Path, model_name: str, with_images: bool, d
         names[str(doc_id)] = doc.path
         if doc.metadata:
             metadata[str(doc_id)] = doc.metadata
-        page = 0
-        for span in doc.spans:
-            vectors, offsets = index.store.segment_arrays(index.manifest.segments[span.segment])
-            for row in range(span.first, span.first + span.pages):
-                page += 1
-                embed_map[str(len(embeddings))] = {"doc_id": doc_id, "page_id": page}
-                # byaldi keeps its vectors in its model's dtype, bfloat16; so must we, or its scorer mixes dtypes
-                block = np.array(vectors[offsets[row] : offsets[row + 1]], dtype=np.float32)
-                embeddings.append(torch.from_numpy(block).to(torch.bfloat16))
-                pages.append(SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind, doc.metadata))
+        for page, vectors in enumerate(index.page_vectors(doc), 1):
+            embed_map[str(len(embeddings))] = {"doc_id": doc_id, "page_id": page}
+            # byaldi keeps its vectors in its model's dtype, bfloat16; so must we, or its scorer mixes dtypes
+            embeddings.append(torch.from_numpy(np.asarray(vectors, dtype=np.float32)).to(torch.bfloat16))
+            pages.append(SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind, doc.metadata))
     for start in range(0, len(embeddings), CHUNK):
         torch.save(embeddings[start : start + CHUNK], out / "embeddings" / f"embeddings_{start}.pt")
     failpoint("export-write")
@@ -216,19 +214,16 @@ def import_byaldi(source: Path, store: IndexStore, model: str | None = None) -> 
             raise UsageError(f"{source}: document {doc_id} lists the same page twice.")
     with store.begin() as txn:
         if txn.base is not None and (txn.base.documents or txn.base.in_progress):
-            raise IndexProblem(f"{store.root} already holds documents.", hint="Import into a new --name.")
+            raise IndexProblem(f"{store.location} already holds documents.", hint="Import into a new --name.")
         order = sorted(by_doc)
-        segment = txn.write_segment([embeddings[e] for d in order for _, e in sorted(by_doc[d])], dim)
-        documents, first = [], 0
-        for doc_id in order:
-            documents.append(_document(doc_id, tables, segment.id, first, len(by_doc[doc_id])))
-            first += len(by_doc[doc_id])
+        templates = _unique_paths([_document(doc_id, tables, len(by_doc[doc_id])) for doc_id in order])
+        documents = write_documents(txn, ((doc, [embeddings[e] for _, e in sorted(by_doc[d])]) for doc, d in zip(templates, order)), dim)
         manifest = txn.commit(
-            _unique_paths(documents),
+            documents,
             ModelInfo(**ref.to_dict(), dim=dim),
             Settings(dim=dim, imported_from=f"byaldi {config.library_version or '?'}"),
         )
-    return ImportReport(str(store.root), str(source), len(documents), segment.pages, ref.id, manifest.generation)
+    return ImportReport(store.location, str(source), len(documents), manifest.page_count, ref.id, manifest.generation)
 
 
 def _read_tables(source: Path) -> tuple[_Config, _Tables]:
@@ -284,7 +279,8 @@ def _page_vectors(path: Path, number: int, tensor: Any, dim: int) -> np.ndarray:
     return vectors.astype(np.float16)
 
 
-def _document(doc_id: int, tables: _Tables, segment_id: str, first: int, pages: int) -> Document:
+def _document(doc_id: int, tables: _Tables, pages: int) -> Document:
+    """A byaldi document as a catalog entry (its spans are placeholders until written)."""
     import hashlib
 
     path = tables.names.get(str(doc_id), f"byaldi-doc-{doc_id}")
@@ -298,7 +294,7 @@ def _document(doc_id: int, tables: _Tables, segment_id: str, first: int, pages: 
         size=info.st_size if info else 0,
         kind=KIND_BY_SUFFIX.get(file.suffix.lower(), PDF),
         pages=pages,
-        spans=[Span(segment=segment_id, first=first, pages=pages)],
+        spans=[Span(segment="seg-placeholder", first=0, pages=pages)],
         metadata={str(k): str(v) for k, v in tables.metadata.get(str(doc_id), {}).items()},
     )
 

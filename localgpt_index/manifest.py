@@ -100,19 +100,30 @@ class Checksum(_Strict):
 
 
 class Segment(_Strict):
+    """Pages written together. In a local index a pair of files (vectors, offsets); in a Qdrant
+    collection a set of points, one per page, whose ids derive from the segment id and the row."""
+
     id: SegmentId
     pages: Annotated[int, Field(ge=1, le=1 << 32)]
     rows: Annotated[int, Field(ge=1, le=1 << 40)]
     dim: Annotated[int, Field(ge=1, le=8192)]
-    vectors_bytes: Annotated[int, Field(ge=1, le=1 << 44)]
-    vectors_sha256: Sha256
-    offsets_sha256: Sha256
-    checksum: Checksum
+    storage: Literal["file", "qdrant"] = "file"
+    vectors_bytes: Annotated[int, Field(ge=1, le=1 << 44)] | None = None
+    vectors_sha256: Sha256 | None = None
+    offsets_sha256: Sha256 | None = None
+    checksum: Checksum | None = None
 
     @model_validator(mode="after")
     def _sizes_agree(self) -> "Segment":
         if self.rows < self.pages:
             raise ValueError(f"{self.pages} pages in {self.rows} rows")
+        files = (self.vectors_bytes, self.vectors_sha256, self.offsets_sha256, self.checksum)
+        if self.storage == "qdrant":
+            if any(f is not None for f in files):
+                raise ValueError("a Qdrant segment has no files")
+            return self
+        if any(f is None for f in files):
+            raise ValueError("a segment of files needs vectors_bytes, vectors_sha256, offsets_sha256 and checksum")
         payload = self.rows * self.dim * 2
         if not payload < self.vectors_bytes <= payload + 4096:
             raise ValueError(f"{self.vectors_bytes} bytes cannot hold {self.rows} x {self.dim} float16 values")

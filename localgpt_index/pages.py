@@ -25,10 +25,7 @@ def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Im
     if doc is None or not 1 <= hit.page <= doc.pages:
         raise LgptError(f"{hit.path}: no page {hit.page} in the index.")
     if doc.pdf:
-        from .store import regular_size
-
-        regular_size(index.store.root, doc.pdf)  # inside the index, a plain file: else a clear IndexProblem
-        return _render_page(index.store.root / doc.pdf, hit.page, dpi, doc.path)
+        return _render_page(index.store.pdf_file(doc.pdf), hit.page, dpi, doc.path)
     _check_unchanged(doc)
     if doc.kind == "image":
         try:

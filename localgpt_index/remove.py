@@ -20,13 +20,13 @@ class RemoveReport:
 
 def remove_documents(store: IndexStore, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
     """Drop the documents at `paths` (a folder drops everything under it)."""
-    report = RemoveReport(index=str(store.root))
+    report = RemoveReport(index=store.location)
     if not store.exists():
-        raise IndexProblem(f"no index at {store.root}.")
+        raise IndexProblem(f"no index at {store.location}.")
     with store.begin(wait_s) as txn:
         manifest = txn.base
         if manifest is None:
-            raise IndexProblem(f"no index at {store.root}.")
+            raise IndexProblem(f"no index at {store.location}.")
         drop: set[str] = set()
         for raw in paths:
             target = os.path.abspath(raw)

@@ -25,7 +25,7 @@ def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequenc
     queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
     document = {
         "version": QUERY_SCHEMA_VERSION,
-        "index": str(index.store.root),
+        "index": index.store.location,
         "model": index.manifest.model.id,
         "k": k,
         "queries": queries,
@@ -39,7 +39,7 @@ def status_document(index: Index) -> dict:
     """`status --json` and `GET /status` (status.schema.json)."""
     m = index.manifest
     return {
-        "index": str(index.store.root),
+        "index": index.store.location,
         "generation": m.generation,
         "documents": len(m.documents),
         "pages": m.page_count,
@@ -47,7 +47,7 @@ def status_document(index: Index) -> dict:
         "in_progress": len(m.in_progress),
         "model": m.model.model_dump(),
         "settings": m.settings.model_dump(exclude_none=True),
-        "size_bytes": index_size(index),
+        "size_bytes": index.store.size_bytes(m),
         "last_build": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(m.created)),
         "tool_version": m.tool_version,
         "format": m.format,
@@ -55,23 +55,11 @@ def status_document(index: Index) -> dict:
     }
 
 
-def index_size(index: Index) -> int:
-    """Bytes of the files the current generation names (not what other generations keep)."""
-    m = index.manifest
-    total = sum(s.vectors_bytes for s in m.segments.values())
-    for rel in {d.pdf for d in [*m.documents, *m.in_progress] if d.pdf}:
-        try:
-            total += (index.store.root / rel).lstat().st_size
-        except OSError:
-            pass
-    return total
-
-
 def documents_document(index: Index, prefix: str = "", failed: bool = False) -> dict:
     """`ls --json` and `GET /documents` (documents.schema.json): the documents under `prefix`
     (a path prefix, absolute or as given), or with `failed` the documents the last build could not index."""
     m = index.manifest
-    document: dict = {"index": str(index.store.root), "generation": m.generation, "prefix": prefix}
+    document: dict = {"index": index.store.location, "generation": m.generation, "prefix": prefix}
     if failed:
         document["failures"] = [f.model_dump() for f in m.failures if f.path.startswith(prefix)]
         return document

@@ -73,6 +73,14 @@ class Index:
             self._by_path = {d.path: d for d in self.manifest.documents}
         return self._by_path.get(path)
 
+    def page_vectors(self, doc: Document) -> list[np.ndarray]:
+        """Every page's vectors of a document, in page order (exports)."""
+        pages = []
+        for span in doc.spans:
+            vectors, offsets = self.store.segment_arrays(self.manifest.segments[span.segment])
+            pages += [np.asarray(vectors[offsets[r] : offsets[r + 1]]) for r in range(span.first, span.first + span.pages)]
+        return pages
+
     def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> PageEncoder:
         """Load the model the index was built with (the revision it recorded); another model is refused."""
         recorded = self.manifest.model
@@ -82,7 +90,7 @@ class Index:
             ref = resolve_model(model)
         if ref.fingerprint != recorded.fingerprint:
             raise IndexProblem(
-                f"{self.store.root} was built with {recorded.id} ({recorded.fingerprint}), not {ref.id} ({ref.fingerprint}); "
+                f"{self.store.location} was built with {recorded.id} ({recorded.fingerprint}), not {ref.id} ({ref.fingerprint}); "
                 "its vectors cannot be compared with another model's.",
                 hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
             )
@@ -196,19 +204,18 @@ def page_table(docs: list[Document]) -> PageTable:
     return table
 
 
-def open_index(index_dir: str | Path | None = None, name: str | None = None) -> Index:
-    """Open the current generation of an index (default ./.lgpt-index/default).
+def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None) -> Index:
+    """Open the current generation of an index (default ./.lgpt-index/default), or of `store`.
 
     The manifest is validated and every segment is checked (sizes, offsets, checksums)
     here, so a damaged index fails now with a clear message instead of answering wrongly later.
     """
-    root = index_path(index_dir, name)
+    store = store if store is not None else IndexStore(index_path(index_dir, name))
     for attempt in range(3):
-        store = IndexStore(root)
         try:
-            return Index(store, store.open())
+            return store.open_view()
         except MissingIndexFile:
             if attempt == 2:
                 raise
-            continue  # a writer committed and collected meanwhile: follow the new HEAD
+            store = store.reopened()  # a writer committed and collected meanwhile: follow the new HEAD
     raise AssertionError("unreachable")

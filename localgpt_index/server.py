@@ -370,7 +370,7 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     manifest = service.index().manifest
-    log.message(f"lgpt-index serve: http://{shown}:{bound_port} ({service.root}, generation {manifest.generation}, "
+    log.message(f"lgpt-index serve: http://{shown}:{bound_port} ({service.store.location}, generation {manifest.generation}, "
                 f"{manifest.page_count} pages); loading {manifest.model.id}", "notice")
     # uvicorn answers SIGTERM and SIGINT with a graceful shutdown, then raises the signal again
     # for the handler it found: with that one ignoring it, a graceful stop is a normal exit 0

@@ -12,7 +12,6 @@ one forward pass of the model and one scoring pass per filter.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,8 +48,8 @@ class SearchAnswer:
 class IndexService:
     """One index, its model loaded once, its current generation followed."""
 
-    def __init__(self, root: Path, device: str = "auto", dtype: str = "auto") -> None:
-        self.root = Path(root)
+    def __init__(self, store, device: str = "auto", dtype: str = "auto") -> None:
+        self.store = store if not isinstance(store, (str, Path)) else IndexStore(Path(store))
         self.device, self.dtype = device, dtype
         self.encoder: PageEncoder | None = None
         self.failure: LgptError | None = None  # why the model could not be loaded
@@ -64,34 +63,25 @@ class IndexService:
 
     def index(self) -> Index:
         """The current generation: reopened when HEAD changed since the last call."""
-        key = self._head_stat()
+        key = self.store.head_key()
         with self._lock:
             if self._index is None or key != self._head_key:
                 self._switch(key)
             return self._index
 
-    def _head_stat(self) -> tuple:
-        try:
-            info = os.stat(self.root / "HEAD")
-        except OSError:
-            return ()
-        return info.st_ino, info.st_mtime_ns, info.st_size
-
-    def _switch(self, key: tuple) -> None:
+    def _switch(self, key) -> None:
         for attempt in range(3):
-            store = IndexStore(self.root)
-            if self._index is not None:
-                store.adopt(self._index.store)
+            store = self._index.store.reopened() if self._index is not None else self.store
             try:
-                manifest = store.open()
+                index = store.open_view()
                 break
             except MissingIndexFile:
                 if attempt == 2:
                     raise
-                key = self._head_stat()  # a writer committed and collected meanwhile
+                key = self.store.head_key()  # a writer committed and collected meanwhile
         if self._index is not None:
             self.switches += 1
-        self._index, self._head_key = Index(store, manifest), key
+        self._index, self._head_key = index, key
         self._check_model()
 
     def _check_model(self) -> None:
@@ -232,11 +222,12 @@ class QueryBatcher:
                     future.set_result(answer)
 
 
-def open_service(root: Path, device: str = "auto", dtype: str = "auto") -> IndexService:
-    """A service on the index at `root` (its model not loaded yet): a missing or damaged index fails here."""
-    service = IndexService(root, device, dtype)
-    if not (root / "HEAD").exists():
-        raise IndexProblem(f"no index at {root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name).")
+def open_service(store, device: str = "auto", dtype: str = "auto") -> IndexService:
+    """A service on `store` (its model not loaded yet): a missing or damaged index fails here."""
+    service = IndexService(store, device, dtype)
+    if not service.store.exists():
+        raise IndexProblem(f"no index at {service.store.location}.",
+                           hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name / --store).")
     service.index()
     return service
 

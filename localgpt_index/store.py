@@ -36,6 +36,7 @@ import struct
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -228,8 +229,53 @@ class IndexStore:
     def segments_dir(self) -> Path:
         return self.root / "segments"
 
+    @property
+    def location(self) -> str:
+        """Where the index is, for people: its folder."""
+        return str(self.root)
+
+    @property
+    def local_folders(self) -> tuple[Path, ...]:
+        """Folders of this machine the index occupies (a build never indexes them)."""
+        return (self.root,)
+
     def exists(self) -> bool:
         return os.path.lexists(self.root / "HEAD")
+
+    def head_key(self) -> tuple:
+        """Changes whenever a commit replaces HEAD (a new inode each time), read without opening it."""
+        try:
+            info = os.stat(self.root / "HEAD")
+        except OSError:
+            return ()
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    def reopened(self) -> "IndexStore":
+        """A fresh view of this index that reuses the segments this one has checked already."""
+        fresh = IndexStore(self.root)
+        fresh.adopt(self)
+        return fresh
+
+    def open_view(self):
+        """The current generation, checked, as a searchable Index."""
+        from .search import Index
+
+        return Index(self, self.open())
+
+    def pdf_file(self, rel: str) -> Path:
+        """A stored PDF: inside the index and a plain file, else a clear IndexProblem."""
+        regular_size(self.root, rel)
+        return self.root / rel
+
+    def size_bytes(self, manifest: Manifest) -> int:
+        """Bytes of the files a generation names (not what other generations keep)."""
+        total = sum(s.vectors_bytes or 0 for s in manifest.segments.values())
+        for rel in {d.pdf for d in [*manifest.documents, *manifest.in_progress] if d.pdf}:
+            try:
+                total += (self.root / rel).lstat().st_size
+            except OSError:
+                pass
+        return total
 
     # reading
 
@@ -291,6 +337,9 @@ class IndexStore:
         """The vectors (memory-mapped, float16) and offsets of a segment, checked against the manifest."""
         if segment.id in self._mmaps:
             return self._mmaps[segment.id]
+        if segment.storage != "file":
+            raise IndexProblem(f"segment {segment.id}: a {segment.storage} segment in a local index; the index is damaged.",
+                               hint=REBUILD_HINT)
         adopted = self._adopted.pop(segment.id, None)
         if adopted is not None and adopted[0].shape == (segment.rows, segment.dim):
             self._mmaps[segment.id] = adopted
@@ -453,6 +502,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class PageRef:
+    """Whose page a vector block is: stores that keep one record per page (Qdrant) need it."""
+
+    path: str
+    page: int  # 1-based
+    sha256: str
+    kind: str
+    metadata: dict
+
+
 class SegmentWriter:
     """Appends pages of vectors to a segment on disk as they arrive, so memory holds one page,
     not the segment; `finish` names the files by their content and returns the entry."""
@@ -471,8 +531,9 @@ class SegmentWriter:
     def pages(self) -> int:
         return len(self.lengths)
 
-    def append(self, vectors: np.ndarray) -> int:
-        """Add one page (tokens, dim); returns its index in the segment."""
+    def append(self, vectors: np.ndarray, page: "PageRef | None" = None) -> int:
+        """Add one page (tokens, dim); returns its index in the segment. (`page` says whose page it
+        is; a local segment does not need to know: the manifest's spans say it.)"""
         page = np.ascontiguousarray(vectors, dtype=np.float16)
         if page.ndim != 2 or page.shape[1] != self.dim or page.shape[0] < 1:
             raise ValueError(f"a page of shape {page.shape}, expected (tokens >= 1, {self.dim})")
@@ -542,6 +603,9 @@ class Transaction:
     def root(self) -> Path:
         return self.store.root
 
+    def pdf_path(self, rel: str) -> Path:
+        return self.store.root / rel
+
     def _last(self) -> str:
         return f"generation {self.generation}" if self.generation else "no generation (it is still empty)"
 
@@ -581,12 +645,12 @@ class Transaction:
         self._staged_segments.add(segment.id)
         return segment
 
-    def write_segment(self, pages: Sequence[np.ndarray], dim: int) -> Segment:
+    def write_segment(self, pages: Sequence[np.ndarray], dim: int, refs: Sequence[PageRef] | None = None) -> Segment:
         """A whole segment at once (imports, tests)."""
         writer = self.segment_writer(dim)
         with self.writing():
-            for page in pages:
-                writer.append(page)
+            for number, page in enumerate(pages):
+                writer.append(page, refs[number] if refs else None)
         segment = self.finish_segment(writer)
         if segment is None:
             raise ValueError("a segment needs at least one page")

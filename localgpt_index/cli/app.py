@@ -18,6 +18,30 @@ class Application:
         self.verbosity = 0  # -1 quiet, 0 normal, 1 verbose
         self.as_json = False
         self._terminal: Terminal | None = None
+        self.store_url: str | None = None  # where the index is (index_options)
+        self.qdrant_api_key: str | None = None
+        self.pdf_store: str | None = None
+        self.index_name: str | None = None
+        self.index_dir: str | None = None
+        self._opened: list = []
+
+    def store(self):
+        """The index's store, from --store, --index-dir/--name and friends (closed when the command ends)."""
+        from ..stores import open_store
+
+        return self.keep(open_store(self.store_url, self.index_dir, self.index_name, self.qdrant_api_key, self.pdf_store))
+
+    def keep(self, store):
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        """Stores with a connection (Qdrant) let it go: its in-process mode admits one client at a time."""
+        for store in self._opened:
+            close = getattr(store, "close", None)
+            if close is not None:
+                close()
+        self._opened.clear()
 
     @property
     def terminal(self) -> Terminal:
@@ -62,6 +86,8 @@ class AppGroup(click.Group):
             app.fail(exc)
         except KeyboardInterrupt:
             app.interrupted()
+        finally:
+            app.close()
 
 
 def _setter(attribute: str, value: Any):

@@ -39,14 +39,12 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @output_options
 @click.pass_obj
 def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, strict,
-          compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s,
-          index_dir, name) -> None:
+          compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
     from ..metadata import load_rules
-    from ..store import IndexStore, index_path
 
-    store = IndexStore(index_path(index_dir, name))
+    store = app.store()
     options = BuildOptions(
         model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, rehash=rehash,
         pool_factor=pool_factor, metadata_rules=load_rules(metadata_file) if metadata_file else None, strict=strict,

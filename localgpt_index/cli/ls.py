@@ -14,7 +14,7 @@ from .options import display_path, index_options
 @index_options
 @output_options
 @click.pass_obj
-def ls(app: Application, prefix, failed, index_dir, name) -> None:
+def ls(app: Application, prefix, failed) -> None:
     """List the documents in the index (those under PREFIX: a folder or the start of a path)."""
     import os
 
@@ -23,7 +23,7 @@ def ls(app: Application, prefix, failed, index_dir, name) -> None:
 
     if prefix and not prefix.startswith(os.sep):
         prefix = os.path.abspath(prefix) + (os.sep if prefix.endswith(os.sep) else "")
-    document = documents_document(open_index(index_dir, name), prefix, failed)
+    document = documents_document(open_index(store=app.store()), prefix, failed)
     if app.as_json:
         app.print_json(document)
         return

@@ -17,15 +17,35 @@ Exit codes:
   4  a missing piece of the environment (model, converter, device)"""
 
 
+def _remember(attribute: str):
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        from .app import Application
+
+        setattr(ctx.find_object(Application), attribute, value)
+
+    return callback
+
+
 def index_options(func: Callable) -> Callable:
-    func = click.option(
-        "--name", "-n", envvar="LGPT_INDEX_NAME", default=None, metavar="NAME",
-        help="Which index in the index folder. [env: LGPT_INDEX_NAME; default: default]",
-    )(func)
-    func = click.option(
-        "--index-dir", envvar="LGPT_INDEX_DIR", default=None, metavar="DIR",
-        type=click.Path(file_okay=False), help="Folder holding the indexes. [env: LGPT_INDEX_DIR; default: ./.lgpt-index]",
-    )(func)
+    """Where the index is: the application object keeps them, and `app.store()` opens it."""
+    options = [
+        click.option("--store", envvar="LGPT_STORE", default=None, metavar="URL", expose_value=False, callback=_remember("store_url"),
+                     help="local, qdrant://HOST:PORT/COLLECTION (qdrants:// for https) or qdrant+path://DIR/COLLECTION. "
+                          "[env: LGPT_STORE; default: local]"),
+        click.option("--qdrant-api-key", envvar="QDRANT_API_KEY", default=None, metavar="KEY", expose_value=False,
+                     callback=_remember("qdrant_api_key"), help="For a Qdrant server that wants one. [env: QDRANT_API_KEY]"),
+        click.option("--pdf-store", envvar="LGPT_PDF_STORE", default=None, metavar="DIR", expose_value=False,
+                     callback=_remember("pdf_store"), type=click.Path(file_okay=False),
+                     help="With Qdrant: the folder for converted PDFs (page images). [env: LGPT_PDF_STORE; "
+                          "qdrant+path: beside its data]"),
+        click.option("--name", "-n", envvar="LGPT_INDEX_NAME", default=None, metavar="NAME", expose_value=False,
+                     callback=_remember("index_name"), help="Which index in the index folder. [env: LGPT_INDEX_NAME; default: default]"),
+        click.option("--index-dir", envvar="LGPT_INDEX_DIR", default=None, metavar="DIR", expose_value=False,
+                     callback=_remember("index_dir"), type=click.Path(file_okay=False),
+                     help="Folder holding local indexes. [env: LGPT_INDEX_DIR; default: ./.lgpt-index]"),
+    ]
+    for option in options:
+        func = option(func)
     return func
 
 

@@ -19,7 +19,8 @@ from .options import EXIT_CODES, display_path, index_options, model_options
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
 @click.option("--first-pass", "candidates", type=click.IntRange(1), default=None, metavar="N",
-              help="Lossy, off by default: score sign-quantised vectors first and only the best N pages exactly.")
+              help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
+                   "(local: sign-quantised vectors; Qdrant: a pooled vector per page).")
 @click.option("-k", "top_k", type=click.IntRange(1, 1000), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--server", envvar="LGPT_SERVER", default=None, metavar="URL",
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
@@ -31,7 +32,7 @@ from .options import EXIT_CODES, display_path, index_options, model_options
 @output_options
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, server, token,
-          model, device, dtype, index_dir, name) -> None:
+          model, device, dtype) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..encode import check_queries
     from ..errors import UsageError
@@ -45,7 +46,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     if server:
         document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi)
     else:
-        document, fetch = _ask_index(app, index_dir, name, model, device, dtype, texts, top_k, wanted, candidates, images, dpi)
+        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi)
     if export_dir:
         from pathlib import Path
 
@@ -59,13 +60,13 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     _print_tables(document)
 
 
-def _ask_index(app: Application, index_dir, name, model, device, dtype, texts, top_k, filters, candidates, images, dpi):
+def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi):
     from ..checkpoints import is_random_checkpoint
     from ..pages import local_page
     from ..reports import query_document
     from ..search import open_index
 
-    index = open_index(index_dir, name)
+    index = open_index(store=app.store())
     encoder = index.load_encoder(model, device, dtype)
     if is_random_checkpoint(encoder.model.path):
         app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")

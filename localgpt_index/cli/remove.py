@@ -17,7 +17,7 @@ from .options import SECONDS, display_path, index_options
 @index_options
 @output_options
 @click.pass_obj
-def remove(app: Application, paths, wait_s, index_dir, name) -> None:
+def remove(app: Application, paths, wait_s) -> None:
     """Remove documents from the index (a folder removes everything under it).
 
     The files themselves are not touched. Exits 1 when none of PATHS is in the index.
@@ -25,9 +25,8 @@ def remove(app: Application, paths, wait_s, index_dir, name) -> None:
     from dataclasses import asdict
 
     from ..remove import remove_documents
-    from ..store import IndexStore, index_path
 
-    report = remove_documents(IndexStore(index_path(index_dir, name)), list(paths), wait_s)
+    report = remove_documents(app.store(), list(paths), wait_s)
     if app.as_json:
         app.print_json(asdict(report))
     for path in report.removed:

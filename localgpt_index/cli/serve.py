@@ -27,15 +27,14 @@ Exit codes:
 @model_options
 @index_options
 @click.pass_obj
-def serve(app: Application, host, port, token, json_logs, quiet, device, dtype, index_dir, name) -> None:
+def serve(app: Application, host, port, token, json_logs, quiet, device, dtype) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json and /docs)."""
     from ..server import RequestLog, check_exposure, run_server
     from ..service import open_service
-    from ..store import index_path
 
     check_exposure(host, token)
-    service = open_service(index_path(index_dir, name), device, dtype)
+    service = open_service(app.store(), device, dtype)
     log = RequestLog(quiet=quiet, as_json=json_logs)
     failure = run_server(service, host, port, token, log)
     if failure is not None:

@@ -12,12 +12,12 @@ from .options import display_path, index_options
 @index_options
 @output_options
 @click.pass_obj
-def status(app: Application, index_dir, name) -> None:
+def status(app: Application) -> None:
     """Show what the index holds: documents, pages, model, settings, size, failures."""
     from ..reports import status_document
     from ..search import open_index
 
-    index = open_index(index_dir, name)
+    index = open_index(store=app.store())
     data = status_document(index)
     if app.as_json:
         app.print_json(data)

@@ -11,47 +11,81 @@ from .options import index_options
 
 
 @click.command("export")
-@click.argument("out", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["byaldi"]), default="byaldi", show_default=True)
-@click.option("--with-images", is_flag=True, help="Include the page images (byaldi's collection/), as base64 PNG.")
+@click.argument("out")
+@click.option("--format", "fmt", type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
+              help="byaldi: OUT is a folder. qdrant: OUT is a store URL (qdrant://HOST:PORT/COLLECTION, qdrant+path://DIR/COLLECTION).")
+@click.option("--with-images", is_flag=True, help="byaldi: include the page images (byaldi's collection/), as base64 PNG.")
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of those images.")
-@click.option("--force", is_flag=True, help="Replace OUT if it holds an earlier export.")
+@click.option("--force", is_flag=True, help="byaldi: replace OUT if it holds an earlier export.")
 @index_options
 @output_options
 @click.pass_obj
-def export(app: Application, out, fmt, with_images, dpi, force, index_dir, name) -> None:
-    """Write the index as a byaldi 0.0.7 index in the folder OUT.
+def export(app: Application, out, fmt, with_images, dpi, force) -> None:
+    """Copy the index, without embedding again: into a byaldi 0.0.7 folder OUT, or into a Qdrant collection.
 
-    byaldi then loads it with RAGMultiModalModel.from_index("<OUT's name>", index_root="<OUT's parent>").
-    OUT is written beside its final place and swapped in once complete.
+    byaldi then loads it with RAGMultiModalModel.from_index("<OUT's name>", index_root="<OUT's parent>");
+    OUT is written beside its final place and swapped in once complete. A Qdrant OUT must be empty;
+    --pdf-store names its folder for converted PDFs.
     """
-    from ..byaldi_format import export_byaldi
     from ..search import open_index
 
-    result = export_byaldi(open_index(index_dir, name), Path(out), with_images, dpi, force)
+    index = open_index(store=app.store())
+    if fmt == "qdrant":
+        result = _copy(app, index, _qdrant(app, out))
+    else:
+        from ..byaldi_format import export_byaldi
+
+        result = export_byaldi(index, Path(out), with_images, dpi, force)
     if app.as_json:
         app.print_json(result)
-    app.terminal.info(f"{result['documents']} documents, {result['pages']} pages written to {out} (byaldi format)")
+    app.terminal.info(f"{result['documents']} documents, {result['pages']} pages written to {out} ({fmt} format)")
 
 
 @click.command("import")
-@click.argument("source", type=click.Path(exists=True, file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["byaldi"]), default="byaldi", show_default=True)
-@click.option("--model", "-m", default=None, metavar="ID|PATH", help="The model the vectors came from. [default: byaldi's model_name]")
+@click.argument("source")
+@click.option("--format", "fmt", type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
+              help="byaldi: SOURCE is a byaldi index folder. qdrant: SOURCE is a store URL.")
+@click.option("--model", "-m", default=None, metavar="ID|PATH", help="byaldi: the model the vectors came from. [default: byaldi's model_name]")
 @index_options
 @output_options
 @click.pass_obj
-def import_(app: Application, source, fmt, model, index_dir, name) -> None:
-    """Read the byaldi index in the folder SOURCE into a new index, without embedding again.
+def import_(app: Application, source, fmt, model) -> None:
+    """Read an index into a new one, without embedding again: a byaldi folder SOURCE, or a Qdrant collection.
 
-    Every field is checked: a malformed or hostile folder is refused (exit 2) with the reason.
+    Every field of a byaldi folder is checked: a malformed or hostile folder is refused (exit 2)
+    with the reason. --pdf-store names the Qdrant side's folder of converted PDFs.
     """
+    from ..errors import UsageError
+
+    if fmt == "qdrant":
+        from ..search import open_index
+
+        result = _copy(app, open_index(store=_qdrant(app, source)), app.store())
+    else:
+        from dataclasses import asdict
+
+        from ..byaldi_format import import_byaldi
+
+        if not Path(source).is_dir():
+            raise UsageError(f"{source}: not a folder (a byaldi index is one).")
+        result = asdict(import_byaldi(Path(source), app.store(), model))
+    if app.as_json:
+        app.print_json(result)
+    app.terminal.info(f"{result['documents']} documents, {result['pages']} pages imported into {result.get('index', result.get('target'))}")
+
+
+def _qdrant(app: Application, url: str):
+    from ..errors import UsageError
+    from ..stores import open_store
+
+    if not url.startswith(("qdrant://", "qdrants://", "qdrant+path://")):
+        raise UsageError(f"{url}: expected a Qdrant store URL (qdrant://HOST:PORT/COLLECTION or qdrant+path://DIR/COLLECTION).")
+    return app.keep(open_store(url, api_key=app.qdrant_api_key, pdf_store=app.pdf_store))
+
+
+def _copy(app: Application, index, target) -> dict:
     from dataclasses import asdict
 
-    from ..byaldi_format import import_byaldi
-    from ..store import IndexStore, index_path
+    from ..transfer import copy_index
 
-    report = import_byaldi(Path(source), IndexStore(index_path(index_dir, name)), model)
-    if app.as_json:
-        app.print_json(asdict(report))
-    app.terminal.info(f"{report.documents} documents, {report.pages} pages imported into {report.index}")
+    return asdict(copy_index(index, target))

@@ -15,16 +15,14 @@ from .options import index_options
 @index_options
 @output_options
 @click.pass_obj
-def verify(app: Application, index_dir, name) -> None:
+def verify(app: Application) -> None:
     """Check the index: manifest, catalog against vectors, every checksum. Exits 1 on damage."""
-    from ..store import IndexStore, index_path
-
-    store = IndexStore(index_path(index_dir, name))
+    store = app.store()
     problems = store.verify()
     if app.as_json:
-        app.print_json({"index": str(store.root), "ok": not problems, "problems": problems})
+        app.print_json({"index": store.location, "ok": not problems, "problems": problems})
     for problem in problems:
         app.terminal.error(problem)
     if not problems:
-        app.terminal.info(f"{store.root}: ok")
+        app.terminal.info(f"{store.location}: ok")
     sys.exit(int(ExitCode.FAILURE if problems else ExitCode.OK))

@@ -1,0 +1,841 @@
+"""Qdrant as the index store: the same transaction, catalog and guarantees as the local store.
+
+One Qdrant point per page: the page's multi-vector (MaxSim, dot product, HNSW off: exact
+ranking), a pooled single vector for an optional prefetch, and a payload with the page's
+document (path, page, sha256, kind, metadata) and its generations:
+
+    gen_written    the commit that wrote it (points above HEAD's generation are a crashed
+                   writer's: deleted when the next writer starts)
+    visible_from   the commit from which queries see it (PENDING while its document is in progress)
+    gen_removed    the commit that removed it (kept one generation for readers, then deleted)
+
+Queries see `visible_from <= G and not gen_removed <= G` for HEAD's generation G, so a build
+interrupted at any point leaves the collection answering as after its last commit.
+
+The catalog (the same manifest as a local index, validated the same way) lives beside the
+points, in `<physical>__catalog`, split into chunks, with a HEAD point replaced last. The
+name users give is an alias of the physical collection: --rebuild writes a new physical
+collection and switches the alias once it is complete. One writer at a time: a lease point
+in `<name>__lease` with an expiry (no OS lock spans machines).
+
+Stored PDFs (for page images and resumed conversions) go to --pdf-store, a local or shared folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from .errors import IndexBusy, IndexProblem, LgptError, UsageError
+from .failpoints import failpoint
+from .manifest import FORMAT, REBUILD_HINT, Document, Failure, Manifest, ModelInfo, Segment, Settings, Span
+from .search import Index
+from .store import NAME_PATTERN, IndexWriteError, MissingIndexFile, PageRef, regular_size
+
+PENDING = 1 << 40
+VECTOR, POOLED = "page", "pooled"
+NAMESPACE = uuid.UUID("6f1e2a63-6a5e-4b53-9b8e-2d3f0c1a7e55")
+HEAD_ID = str(uuid.uuid5(NAMESPACE, "head"))
+LEASE_ID = str(uuid.uuid5(NAMESPACE, "lease"))
+CHUNK_CHARS = 1 << 20
+UPSERT_BATCH = 16
+LEASE_TTL_S = 120.0
+
+
+def point_id(segment: str, row: int) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"{segment}:{row}"))
+
+
+def payload_path(path: str) -> str:
+    """A path as JSON can carry it: bytes that are not UTF-8 as backslash escapes (the catalog keeps the real one)."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True)
+class QdrantSpec:
+    collection: str
+    path: Path | None = None  # local (in-process) mode
+    url: str | None = None  # a server or cluster
+    api_key: str | None = None
+
+    @property
+    def location(self) -> str:
+        return f"qdrant+path://{self.path}/{self.collection}" if self.path else f"{self.url}/{self.collection}".replace("http", "qdrant", 1)
+
+
+def parse_store_url(url: str, api_key: str | None = None) -> QdrantSpec:
+    """qdrant://HOST:PORT/COLLECTION, qdrants://... (https), qdrant+path://DIR/COLLECTION (in-process)."""
+    for prefix, scheme in (("qdrant+path://", None), ("qdrants://", "https"), ("qdrant://", "http")):
+        if url.startswith(prefix):
+            rest = url[len(prefix):]
+            where, _, collection = rest.rpartition("/")
+            if not where or not NAME_PATTERN.match(collection):
+                raise UsageError(f"--store {url}: expected {prefix}{'DIR' if scheme is None else 'HOST:PORT'}/COLLECTION "
+                                 "(a collection name of letters, digits, '-' and '_').")
+            if scheme is None:
+                return QdrantSpec(collection, path=Path(os.path.abspath(os.path.expanduser(where))))
+            return QdrantSpec(collection, url=f"{scheme}://{where}", api_key=api_key)
+    raise UsageError(f"--store {url}: expected local, qdrant://HOST:PORT/COLLECTION, qdrants://... or qdrant+path://DIR/COLLECTION.")
+
+
+def _models():
+    try:
+        from qdrant_client import models
+    except ImportError:  # pragma: no cover - a broken install
+        from .errors import EnvironmentMissing
+
+        raise EnvironmentMissing("qdrant-client is not installed.", hint="pip install 'lgpt-index[qdrant]'") from None
+    return models
+
+
+def _flt(**conditions: Any):
+    """A payload filter from keyword conditions: key=value (match), key=(lo, hi) (range, inclusive)."""
+    models = _models()
+    must = []
+    for key, value in conditions.items():
+        key = key.replace("__", ".")
+        if isinstance(value, tuple):
+            must.append(models.FieldCondition(key=key, range=models.Range(gte=value[0], lte=value[1])))
+        else:
+            must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
+    return models.Filter(must=must)
+
+
+def visible_filter(generation: int, filters: dict[str, str] | None = None):
+    """The points a reader of `generation` sees (and, with `filters`, only those documents' pages)."""
+    models = _models()
+    must = [models.FieldCondition(key="visible_from", range=models.Range(lte=generation))]
+    for key, value in (filters or {}).items():
+        must.append(models.FieldCondition(key=f"metadata.{key}", match=models.MatchValue(value=value)))
+    return models.Filter(must=must, must_not=[models.FieldCondition(key="gen_removed", range=models.Range(lte=generation))])
+
+
+class QdrantStore:
+    """An index in a Qdrant deployment (a server, a cluster, or the client's in-process mode)."""
+
+    def __init__(self, spec: QdrantSpec, pdf_store: Path | None = None) -> None:
+        self.spec = spec
+        if pdf_store is None and spec.path is not None:
+            pdf_store = spec.path / f"{spec.collection}-pdf"  # in-process mode: beside the data, on this machine
+        self.pdf_store = Path(pdf_store) if pdf_store else None
+        self._client = None
+
+    # plumbing
+
+    @property
+    def location(self) -> str:
+        return self.spec.location
+
+    @property
+    def local_folders(self) -> tuple[Path, ...]:
+        return tuple(p for p in (self.spec.path, self.pdf_store) if p is not None)
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+    def _connect(self):
+        _models()
+        from qdrant_client import QdrantClient
+
+        try:
+            if self.spec.path is not None:
+                return QdrantClient(path=str(self.spec.path))
+            return QdrantClient(url=self.spec.url, api_key=self.spec.api_key, timeout=60)
+        except RuntimeError as exc:  # in-process mode: one process at a time
+            if "already accessed" in str(exc):
+                raise IndexBusy(f"{self.location} is open in another process: Qdrant's in-process mode allows one at a time.",
+                                hint="Stop the other process (a build, a serve), or use a Qdrant server for readers beside writers.") from None
+            raise IndexProblem(f"{self.location}: {' '.join(str(exc).split())[:200]}") from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @contextmanager
+    def talking(self, what: str) -> Iterator[None]:
+        """Errors of the client (a refused connection, a server error) as one message."""
+        try:
+            yield
+        except LgptError:
+            raise
+        except Exception as exc:  # qdrant-client raises httpx, grpc and its own types
+            from .errors import EnvironmentMissing
+
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            if any(word in text for word in ("Connection refused", "ConnectError", "Name or service", "timed out", "UNAVAILABLE")):
+                raise EnvironmentMissing(f"cannot reach Qdrant at {self.location} ({text}).") from None
+            raise IndexProblem(f"{self.location}: {what} failed ({type(exc).__name__}: {text}).") from None
+
+    def physical(self) -> str | None:
+        """The collection the name points to (an alias), or None when there is no index yet."""
+        with self.talking("reading the aliases"):
+            for alias in self.client.get_aliases().aliases:
+                if alias.alias_name == self.spec.collection:
+                    return alias.collection_name
+        return None
+
+    @staticmethod
+    def catalog_of(physical: str) -> str:
+        return f"{physical}__catalog"
+
+    @property
+    def lease_collection(self) -> str:
+        return f"{self.spec.collection}__lease"
+
+    # reading
+
+    def exists(self) -> bool:
+        physical = self.physical()
+        return physical is not None and self._head(physical) is not None
+
+    def _head(self, physical: str) -> dict | None:
+        with self.talking("reading HEAD"):
+            if not self.client.collection_exists(self.catalog_of(physical)):
+                return None
+            found = self.client.retrieve(self.catalog_of(physical), [HEAD_ID], with_payload=True)
+        return dict(found[0].payload) if found else None
+
+    def head_key(self) -> tuple:
+        physical = self.physical()
+        head = self._head(physical) if physical else None
+        return (physical, head.get("generation") if head else None)
+
+    def read_manifest(self, physical: str | None = None) -> Manifest | None:
+        physical = physical or self.physical()
+        if physical is None:
+            return None
+        head = self._head(physical)
+        if head is None:
+            return None
+        return self._manifest(physical, head)
+
+    def _manifest(self, physical: str, head: dict) -> Manifest:
+        where = f"{self.location} (generation {head.get('generation')})"
+        try:
+            generation, chunks, digest = int(head["generation"]), int(head["chunks"]), str(head["sha256"])
+        except (KeyError, TypeError, ValueError):
+            raise IndexProblem(f"{where}: the HEAD point is malformed.", hint=REBUILD_HINT) from None
+        ids = [str(uuid.uuid5(NAMESPACE, f"manifest:{generation}:{i}")) for i in range(chunks)]
+        with self.talking("reading the catalog"):
+            found = {r.id: r.payload for r in self.client.retrieve(self.catalog_of(physical), ids, with_payload=True)}
+        if len(found) != chunks:
+            raise IndexProblem(f"{where}: {chunks - len(found)} of {chunks} catalog chunks are missing.", hint=REBUILD_HINT)
+        text = "".join(str(found[i].get("data", "")) for i in ids)
+        raw = text.encode("utf-8", "surrogatepass")
+        if hashlib.sha256(raw).hexdigest() != digest:
+            raise IndexProblem(f"{where}: checksum mismatch; the catalog is damaged.", hint=REBUILD_HINT)
+        manifest = Manifest.from_json(raw, where)
+        if manifest.generation != generation:
+            raise IndexProblem(f"{where}: the catalog says generation {manifest.generation}.", hint=REBUILD_HINT)
+        return manifest
+
+    def open(self) -> Manifest:
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
+        return manifest
+
+    def open_view(self):
+        physical = self.physical()
+        manifest = self.read_manifest(physical)
+        if manifest is None:
+            raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
+        return QdrantIndex(self, manifest, physical)
+
+    def reopened(self) -> "QdrantStore":
+        return self
+
+    def pdf_file(self, rel: str) -> Path:
+        if self.pdf_store is None:
+            raise LgptError(f"{self.location} keeps no stored PDFs here: page images of converted documents need them.",
+                            hint="Pass --pdf-store DIR (or set $LGPT_PDF_STORE): the folder the build stored them in.")
+        try:
+            regular_size(self.pdf_store, rel)
+        except MissingIndexFile:
+            raise LgptError(f"{self.pdf_store / rel} is missing from the PDF store.",
+                            hint="Point --pdf-store at the folder the build used, or build again.") from None
+        return self.pdf_store / rel
+
+    def size_bytes(self, manifest: Manifest) -> int:
+        """Vectors as Qdrant holds them (float16 with the server's datatype), plus the stored PDFs here."""
+        total = sum(s.rows * s.dim * 2 for s in manifest.segments.values())
+        for rel in {d.pdf for d in manifest.documents if d.pdf}:
+            if self.pdf_store is not None and (self.pdf_store / rel).is_file():
+                total += (self.pdf_store / rel).stat().st_size
+        return total
+
+    def verify(self) -> list[str]:
+        """The catalog, the collection's configuration, and every document's pages against the points."""
+        try:
+            physical = self.physical()
+            manifest = self.read_manifest(physical)
+            if manifest is None:
+                return [f"no index at {self.location}."]
+            return self._verify(physical, manifest)
+        except LgptError as exc:
+            return [exc.message]
+
+    def _verify(self, physical: str, manifest: Manifest) -> list[str]:
+        problems = []
+        with self.talking("reading the collection"):
+            info = self.client.get_collection(physical)
+        params = info.config.params.vectors
+        page = params.get(VECTOR) if isinstance(params, dict) else None
+        dim = manifest.model.dim or manifest.settings.dim
+        if page is None or page.multivector_config is None or (dim and page.size != dim):
+            problems.append(f"{physical}: its '{VECTOR}' vectors are not {dim}-d multi-vectors.")
+        seen: dict[str, set[int]] = {}
+        for record in self.scroll(physical, visible_filter(manifest.generation), ["path", "page"]):
+            seen.setdefault(record.payload["path"], set()).add(int(record.payload["page"]))
+        expected = {d.path: set(range(1, d.pages + 1)) for d in manifest.documents}
+        for path, pages in expected.items():
+            if seen.get(path) != pages:
+                problems.append(f"{path}: {len(seen.get(path, ()))} of its {len(pages)} pages are in the collection.")
+        for path in set(seen) - set(expected):
+            problems.append(f"{path}: {len(seen[path])} page(s) in the collection but not in the catalog.")
+        for doc in manifest.documents:
+            if doc.pdf and self.pdf_store is not None:
+                pdf = self.pdf_store / doc.pdf
+                if not pdf.is_file():
+                    problems.append(f"{pdf}: missing (the converted PDF of {doc.path}).")
+                elif _sha256(pdf) != doc.pdf_sha256:
+                    problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
+        return problems
+
+    def scroll(self, collection: str, flt, fields: list[str] | bool = True, with_vectors: bool | list[str] = False):
+        offset = None
+        while True:
+            with self.talking("reading points"):
+                records, offset = self.client.scroll(collection, scroll_filter=flt, limit=256, offset=offset,
+                                                     with_payload=fields, with_vectors=with_vectors)
+            yield from records
+            if offset is None:
+                return
+
+    # writing
+
+    @contextmanager
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator["QdrantTransaction"]:
+        with self._lease(wait_s):
+            physical = self.physical()
+            try:
+                base = self.read_manifest(physical) if physical else None
+            except IndexProblem as exc:
+                if not rebuild:
+                    raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
+                base = None
+            transaction = QdrantTransaction(self, physical, base, rebuild)
+            transaction.recover()
+            try:
+                yield transaction
+            finally:
+                transaction.discard_staged()
+
+    @contextmanager
+    def _lease(self, wait_s: float) -> Iterator[None]:
+        """One writer per collection: a lease point with an expiry; a crashed writer's lease runs out."""
+        models = _models()
+        token = uuid.uuid4().hex
+        holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        deadline = time.monotonic() + wait_s
+        with self.talking("taking the lease"):
+            if not self.client.collection_exists(self.lease_collection):
+                self.client.create_collection(self.lease_collection, vectors_config={})
+            while True:
+                found = self.client.retrieve(self.lease_collection, [LEASE_ID], with_payload=True)
+                current = dict(found[0].payload) if found else None
+                if current is None or float(current.get("expires", 0)) < time.time() or _holder_gone(current):
+                    self.client.upsert(self.lease_collection, [models.PointStruct(id=LEASE_ID, vector={}, payload={
+                        "holder": holder, "token": token, "expires": time.time() + LEASE_TTL_S})])
+                    time.sleep(0.05)  # no compare-and-swap in Qdrant: the last writer wins, and each checks
+                    again = self.client.retrieve(self.lease_collection, [LEASE_ID], with_payload=True)
+                    if again and again[0].payload.get("token") == token:
+                        break
+                    current = dict(again[0].payload) if again else current
+                if time.monotonic() >= deadline:
+                    raise IndexBusy(f"{self.location} is being written by {current.get('holder', 'another writer')} "
+                                    f"(its lease runs until {time.strftime('%H:%M:%S', time.localtime(float(current.get('expires', 0))))}).",
+                                    hint="Wait for it to finish, or pass --wait SECONDS; a crashed writer's lease expires by itself.")
+                time.sleep(0.5)
+        self._lease_token = token
+        try:
+            yield
+        finally:
+            try:
+                found = self.client.retrieve(self.lease_collection, [LEASE_ID], with_payload=True)
+                if found and found[0].payload.get("token") == token:
+                    self.client.delete(self.lease_collection, points_selector=models.PointIdsList(points=[LEASE_ID]))
+            except Exception:
+                pass  # it expires
+
+    def renew_lease(self) -> None:
+        models = _models()
+        with self.talking("renewing the lease"):
+            self.client.set_payload(self.lease_collection, {"expires": time.time() + LEASE_TTL_S},
+                                    points=models.PointIdsList(points=[LEASE_ID]))
+
+
+class QdrantSegmentWriter:
+    """Upserts pages as points in batches; `rows` records whose page each row is."""
+
+    def __init__(self, txn: "QdrantTransaction", dim: int) -> None:
+        self.txn, self.dim = txn, dim
+        self.id = f"seg-{uuid.uuid4().hex}"
+        self.lengths: list[int] = []
+        self.owners: list[str] = []
+        self._batch: list = []
+
+    @property
+    def pages(self) -> int:
+        return len(self.lengths)
+
+    def append(self, vectors: np.ndarray, page: PageRef | None = None, visible_from: int = PENDING) -> int:
+        if page is None:
+            raise ValueError("a Qdrant store needs to know whose page each vector block is")
+        block = np.asarray(vectors, dtype=np.float32)
+        if block.ndim != 2 or block.shape[1] != self.dim or block.shape[0] < 1:
+            raise ValueError(f"a page of shape {block.shape}, expected (tokens >= 1, {self.dim})")
+        row = len(self.lengths)
+        self._batch.append(self.txn.point(self.id, row, block, page, visible_from))
+        self.lengths.append(int(block.shape[0]))
+        self.owners.append(page.path)
+        if len(self._batch) >= UPSERT_BATCH:
+            self.flush()
+        if row == 1:
+            self.flush()
+            failpoint("write-vectors")
+        return row
+
+    def flush(self) -> None:
+        if self._batch:
+            self.txn.upsert(self._batch)
+            self._batch = []
+
+    def segment(self) -> Segment:
+        return Segment(id=self.id, pages=len(self.lengths), rows=sum(self.lengths), dim=self.dim, storage="qdrant")
+
+
+class QdrantTransaction:
+    """A writer's changes to a Qdrant index; see the module's docstring for what each commit does."""
+
+    def __init__(self, store: QdrantStore, physical: str | None, base: Manifest | None, rebuild: bool) -> None:
+        self.store = store
+        self.base = base
+        self.current = base
+        self.generation = base.generation if base else 0
+        self.needs_upgrade = False
+        self.previous_physical = physical
+        self.rebuild = rebuild or physical is None or base is None
+        self.physical = f"{store.spec.collection}__{uuid.uuid4().hex[:10]}" if self.rebuild else physical
+        self._created = False
+        self._segments: dict[str, Segment] = dict(base.segments) if base else {}
+        self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
+        self._staged: set[str] = set()
+        self._writers: list[QdrantSegmentWriter] = []
+        self._committed_owners: dict[tuple[str, int], str] | None = None
+        self._last_renewal = time.monotonic()
+
+    @property
+    def client(self):
+        return self.store.client
+
+    @property
+    def catalog(self) -> str:
+        return QdrantStore.catalog_of(self.physical)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        try:
+            with self.store.talking("writing"):
+                yield
+        except OSError as exc:  # the PDF store
+            raise IndexWriteError(f"could not write to {self.store.location}: {exc.strerror or exc}; "
+                                  f"the index keeps generation {self.generation}.") from None
+        except IndexProblem as exc:
+            if isinstance(exc, IndexWriteError):
+                raise
+            raise IndexWriteError(f"{exc.message} The index keeps generation {self.generation}.",
+                                  hint="Fix the cause and run the command again: a build carries on from the last commit.") from None
+
+    # set-up and recovery
+
+    def _ensure_collections(self, dim: int) -> None:
+        if self._created:
+            return
+        models = _models()
+        with self.writing():
+            if not self.client.collection_exists(self.physical):
+                self.client.create_collection(self.physical, vectors_config={
+                    VECTOR: models.VectorParams(
+                        size=dim, distance=models.Distance.DOT, datatype=models.Datatype.FLOAT16,
+                        multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
+                        hnsw_config=models.HnswConfigDiff(m=0),  # no graph: MaxSim over every visible page, exact
+                    ),
+                    POOLED: models.VectorParams(size=dim, distance=models.Distance.DOT),
+                })
+                if self.store.spec.path is None:  # a server filters faster with them; the in-process mode has none
+                    for field, schema in (("path", "keyword"), ("sha256", "keyword"), ("visible_from", "integer"),
+                                          ("gen_removed", "integer"), ("gen_written", "integer")):
+                        self.client.create_payload_index(self.physical, field, field_schema=schema)
+            if not self.client.collection_exists(self.catalog):
+                self.client.create_collection(self.catalog, vectors_config={})
+        self._created = True
+
+    def recover(self) -> None:
+        """Undo what a writer killed before its commit left: points and catalog chunks above HEAD's
+        generation, pages it made visible or removed, and physical collections of a rebuild that
+        never switched the alias."""
+        import re
+
+        models = _models()
+        g = self.generation
+        ours = re.compile(rf"^{re.escape(self.store.spec.collection)}__[0-9a-f]{{10}}(__catalog)?$")
+        keep = {self.previous_physical, QdrantStore.catalog_of(self.previous_physical)} if self.previous_physical else set()
+        with self.writing():
+            for name in [c.name for c in self.client.get_collections().collections]:
+                if ours.match(name) and name not in keep:
+                    self.client.delete_collection(name)
+            if self.previous_physical is None or self.base is None:
+                return
+            physical = self.previous_physical
+            self.client.delete(physical, points_selector=models.FilterSelector(filter=_flt(gen_written=(g + 1, PENDING))))
+            self.client.set_payload(physical, {"visible_from": PENDING}, points=_flt(visible_from=(g + 1, PENDING - 1)))
+            self.client.delete_payload(physical, keys=["gen_removed"], points=_flt(gen_removed=(g + 1, PENDING)))
+            self.client.delete(QdrantStore.catalog_of(physical), points_selector=models.FilterSelector(
+                filter=_flt(generation=(g + 1, PENDING))))
+        self._created = not self.rebuild
+
+    # staging
+
+    def point(self, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
+        models = _models()
+        pooled = block.mean(axis=0)
+        pooled = pooled / (np.linalg.norm(pooled) or 1.0)
+        payload = {"path": payload_path(page.path), "page": page.page, "sha256": page.sha256, "kind": page.kind,
+                   "metadata": dict(page.metadata), "segment": segment, "row": row,
+                   "gen_written": self.generation + 1, "visible_from": visible_from}
+        return models.PointStruct(id=point_id(segment, row), vector={VECTOR: block, POOLED: pooled}, payload=payload)
+
+    def upsert(self, points: list) -> None:
+        with self.writing():
+            for attempt in range(4):
+                try:
+                    self.client.upsert(self.physical, points, wait=True)
+                    break
+                except Exception:
+                    if attempt == 3:
+                        raise
+                    time.sleep(0.5 * 2 ** attempt)  # a transient error of a server: retried
+        if time.monotonic() - self._last_renewal > LEASE_TTL_S / 4:
+            self.store.renew_lease()
+            self._last_renewal = time.monotonic()
+
+    def segment_writer(self, dim: int) -> QdrantSegmentWriter:
+        self._ensure_collections(dim)
+        writer = QdrantSegmentWriter(self, dim)
+        self._writers.append(writer)
+        return writer
+
+    def finish_segment(self, writer: QdrantSegmentWriter) -> Segment | None:
+        self._writers.remove(writer)
+        if not writer.pages:
+            return None
+        writer.flush()
+        segment = writer.segment()
+        self._segments[segment.id] = segment
+        self._owners[segment.id] = list(writer.owners)
+        self._staged.add(segment.id)
+        return segment
+
+    def write_segment(self, pages: Sequence[np.ndarray], dim: int, refs: Sequence[PageRef] | None = None) -> Segment:
+        if refs is None:
+            raise ValueError("a Qdrant store needs to know whose page each vector block is")
+        writer = self.segment_writer(dim)
+        for page, ref in zip(pages, refs):
+            writer.append(page, ref)
+        segment = self.finish_segment(writer)
+        if segment is None:
+            raise ValueError("a segment needs at least one page")
+        return segment
+
+    def store_pdf(self, pdf: Path) -> tuple[str, str] | None:
+        """A converted PDF into the PDF store, named by its own sha256 (None without a PDF store)."""
+        if self.store.pdf_store is None:
+            return None
+        digest = _sha256(pdf)
+        rel = f"pdf/{digest}.pdf"
+        target = self.store.pdf_store / rel
+        with self.writing():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not (target.is_file() and target.stat().st_size == pdf.stat().st_size):
+                tmp = target.with_name(f".tmp-{uuid.uuid4().hex[:12]}.pdf")
+                shutil.copyfile(pdf, tmp)
+                os.replace(tmp, target)
+        return rel, digest
+
+    def pdf_path(self, rel: str) -> Path:
+        return self.store.pdf_file(rel)
+
+    # commit
+
+    def commit(self, documents: Sequence[Document], model: ModelInfo, settings: Settings,
+               failures: Sequence[Failure] = (), in_progress: Sequence[Document] = ()) -> Manifest:
+        """A new generation of exactly these documents: pages of other paths copied, complete
+        documents made visible, pages no document names any more removed, the catalog written,
+        then HEAD replaced (and for a rebuild, the alias switched)."""
+        self._ensure_collections(model.dim or settings.dim or 128)
+        following = self.generation + 1
+        with self.writing():
+            documents = [self._owned(d, following) for d in documents]
+            in_progress = [self._owned(d, PENDING) for d in in_progress]
+            failpoint("write-vectors")
+            self._show(documents, following)
+            self._remove_unnamed(documents, in_progress, following)
+            live = {s.segment for d in [*documents, *in_progress] for s in d.spans}
+            manifest = Manifest.model_construct(
+                generation=following, created=time.time(), model=model, settings=settings,
+                segments={sid: self._segments[sid] for sid in sorted(live)},
+                documents=sorted(documents, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
+                in_progress=sorted(in_progress, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
+                failures=list(failures),
+            )
+            manifest._references_resolve()
+            self._write_catalog(manifest)
+            failpoint("before-head")
+            self._write_head(manifest)
+            failpoint("after-head")
+            if self.physical != self.previous_physical:
+                self._switch_alias()
+        self.current, self.generation, self._committed_owners = manifest, following, None
+        self._staged -= live
+        self._collect(following)
+        return manifest
+
+    def _rows(self, doc: Document) -> list[tuple[str, int]]:
+        return [(s.segment, r) for s in doc.spans for r in range(s.first, s.first + s.pages)]
+
+    def _owner_map(self) -> dict[tuple[str, int], str]:
+        """Whose page each committed point is (from the previous generation's catalog)."""
+        if self._committed_owners is None:
+            owners = {}
+            for doc in ([*self.current.documents, *self.current.in_progress] if self.current else []):
+                for key in self._rows(doc):
+                    owners[key] = doc.path
+            self._committed_owners = owners
+        return self._committed_owners
+
+    def _owner(self, segment: str, row: int) -> tuple[str | None, str]:
+        """(path, collection) of the point at (segment, row)."""
+        if segment in self._owners:
+            return self._owners[segment][row], self.physical
+        return self._owner_map().get((segment, row)), self.previous_physical
+
+    def _owned(self, doc: Document, visible_from: int) -> Document:
+        """The document with points of its own in the collection being written: pages stored under
+        another path (a renamed or duplicated file reuses vectors), or in the collection a rebuild
+        replaces, are copied."""
+        rows = self._rows(doc)
+        owners = [self._owner(seg, row) for seg, row in rows]
+        if all(path == doc.path and where == self.physical for path, where in owners):
+            self._retag(doc)
+            return doc
+        fetched: dict[str, np.ndarray] = {}
+        by_collection: dict[str, list[str]] = {}
+        for (seg, row), (_, where) in zip(rows, owners):
+            by_collection.setdefault(where, []).append(point_id(seg, row))
+        for where, ids in by_collection.items():
+            for start in range(0, len(ids), 64):
+                for record in self.client.retrieve(where, ids[start : start + 64], with_vectors=[VECTOR]):
+                    fetched[str(record.id)] = np.asarray(record.vector[VECTOR], dtype=np.float32)
+        ids = [point_id(seg, row) for seg, row in rows]
+        missing = [n for n, pid in enumerate(ids, 1) if pid not in fetched]
+        if missing:
+            raise IndexProblem(f"{doc.path}: page {missing[0]} of the vectors it reuses is missing.", hint=REBUILD_HINT)
+        writer = QdrantSegmentWriter(self, fetched[ids[0]].shape[1])
+        for number, pid in enumerate(ids, 1):
+            writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata), visible_from=PENDING)
+        writer.flush()
+        segment = writer.segment()
+        self._segments[segment.id] = segment
+        self._owners[segment.id] = list(writer.owners)
+        self._staged.add(segment.id)
+        return doc.model_copy(update={"spans": [Span(segment=segment.id, first=0, pages=len(ids))]})
+
+    def _retag(self, doc: Document) -> None:
+        """New metadata for a document already stored: its points' payload follows (in place)."""
+        old = next((d for d in (self.current.documents if self.current else []) if d.path == doc.path), None)
+        if old is not None and old.metadata != doc.metadata and old.spans == doc.spans:
+            models = _models()
+            ids = [point_id(seg, row) for seg, row in self._rows(doc)]
+            self.client.set_payload(self.physical, {"metadata": dict(doc.metadata)}, points=models.PointIdsList(points=ids))
+
+    def _show(self, documents: list[Document], generation: int) -> None:
+        """Pages of complete documents that were waiting (PENDING) become visible from `generation`."""
+        models = _models()
+        previous = {d.path: d for d in (self.current.documents if self.current else [])}
+        ids = [point_id(seg, row) for d in documents if previous.get(d.path) != d for seg, row in self._rows(d)]
+        for start in range(0, len(ids), 1024):
+            self.client.set_payload(self.physical, {"visible_from": generation}, points=models.Filter(must=[
+                models.HasIdCondition(has_id=ids[start : start + 1024]),
+                models.FieldCondition(key="visible_from", match=models.MatchValue(value=PENDING))]))
+
+    def _remove_unnamed(self, documents: list[Document], in_progress: list[Document], generation: int) -> None:
+        """Pages the previous generation named and this one does not: removed from `generation`."""
+        if self.current is None or self.physical != self.previous_physical:
+            return
+        models = _models()
+        live = {key for d in [*documents, *in_progress] for key in self._rows(d)}
+        gone = [point_id(seg, row) for d in [*self.current.documents, *self.current.in_progress]
+                for seg, row in self._rows(d) if (seg, row) not in live]
+        for start in range(0, len(gone), 1024):
+            self.client.set_payload(self.physical, {"gen_removed": generation}, points=models.PointIdsList(points=gone[start : start + 1024]))
+
+    def _write_catalog(self, manifest: Manifest) -> None:
+        models = _models()
+        text = manifest.to_json().decode("ascii")
+        chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
+        points = [models.PointStruct(id=str(uuid.uuid5(NAMESPACE, f"manifest:{manifest.generation}:{i}")), vector={},
+                                     payload={"kind": "manifest", "generation": manifest.generation, "chunk": i, "data": chunk})
+                  for i, chunk in enumerate(chunks)]
+        self.client.upsert(self.catalog, points, wait=True)
+        self._head_payload = {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
+                              "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": self.physical}
+
+    def _write_head(self, manifest: Manifest) -> None:
+        models = _models()
+        self.client.upsert(self.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=self._head_payload)], wait=True)
+
+    def _switch_alias(self) -> None:
+        """Readers move to the new physical collection in one step; the old one is dropped after."""
+        models = _models()
+        operations = []
+        if self.previous_physical is not None:
+            operations.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.store.spec.collection)))
+        operations.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
+            collection_name=self.physical, alias_name=self.store.spec.collection)))
+        self.client.update_collection_aliases(change_aliases_operations=operations)
+        old = self.previous_physical
+        self.previous_physical = self.physical
+        if old is not None:
+            for name in (old, QdrantStore.catalog_of(old)):
+                try:
+                    self.client.delete_collection(name)
+                except Exception:
+                    pass  # collected by the next writer's recovery
+
+    def _collect(self, generation: int) -> None:
+        """Pages removed before the previous generation, and catalogs older than it, are deleted."""
+        models = _models()
+        try:
+            self.client.delete(self.physical, points_selector=models.FilterSelector(filter=_flt(gen_removed=(0, generation - 1))))
+            self.client.delete(self.catalog, points_selector=models.FilterSelector(filter=_flt(generation=(0, generation - 2))))
+        except Exception:
+            pass  # best effort: the next commit tries again
+
+    def discard_staged(self) -> None:
+        """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
+        models = _models()
+        self._writers.clear()
+        if not self._staged:
+            return
+        try:
+            if self.physical != self.previous_physical:
+                self.client.delete_collection(self.physical)
+                self.client.delete_collection(self.catalog)
+            else:
+                self.client.delete(self.physical, points_selector=models.FilterSelector(
+                    filter=_flt(gen_written=(self.generation + 1, PENDING))))
+        except Exception:
+            pass
+        self._staged.clear()
+
+
+def _holder_gone(lease: dict) -> bool:
+    """A lease taken by a process of this machine that no longer runs (killed): no need to wait it out."""
+    from .store import _alive
+
+    parts = str(lease.get("holder", "")).split()
+    return (len(parts) == 4 and parts[0] == "pid" and parts[1].isdigit() and parts[3] == socket.gethostname()
+            and not _alive(int(parts[1])))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class QdrantIndex(Index):
+    """A read-only view of one committed generation in Qdrant: the catalog from the catalog
+    collection, pages ranked by Qdrant's exact MaxSim over the points visible to it."""
+
+    def __init__(self, store: QdrantStore, manifest: Manifest, physical: str) -> None:
+        super().__init__(store, manifest)
+        self.physical = physical
+        self._paths = {payload_path(d.path): d.path for d in manifest.documents}
+
+    def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
+        """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
+        With `candidates`, Qdrant first takes that many pages by the pooled vector (lossy)."""
+        from .search import SearchHit
+
+        models = _models()
+        if not len(query_vectors):
+            return []
+        flt = visible_filter(self.manifest.generation, filters)
+        requests = []
+        for query in query_vectors:
+            query = np.asarray(query, dtype=np.float32)
+            prefetch = None
+            if candidates:
+                pooled = query.mean(axis=0)
+                prefetch = models.Prefetch(query=(pooled / (np.linalg.norm(pooled) or 1.0)).tolist(), using=POOLED,
+                                           filter=flt, limit=candidates)
+            requests.append(models.QueryRequest(query=query.tolist(), using=VECTOR, filter=flt, prefetch=prefetch,
+                                                limit=k + 16, with_payload=["path", "page", "sha256", "kind", "metadata"]))
+        with self.store.talking("querying"):
+            answers = self.store.client.query_batch_points(self.physical, requests)
+        results = []
+        for answer in answers:
+            points = [p for p in answer.points if p.payload.get("path") in self._paths]
+            points.sort(key=lambda p: (-p.score, self._paths[p.payload["path"]].encode("utf-8", "surrogateescape"), p.payload["page"]))
+            results.append([
+                SearchHit(rank, float(p.score), self._paths[p.payload["path"]], int(p.payload["page"]), p.payload["sha256"],
+                          p.payload["kind"], {str(k): str(v) for k, v in (p.payload.get("metadata") or {}).items()})
+                for rank, p in enumerate(points[:k], 1)
+            ])
+        return results
+
+    def page_vectors(self, doc: Document) -> list[np.ndarray]:
+        """Every page's vectors of a document, in page order (exports)."""
+        ids = [point_id(s.segment, r) for s in doc.spans for r in range(s.first, s.first + s.pages)]
+        found: dict[str, np.ndarray] = {}
+        with self.store.talking("reading vectors"):
+            for start in range(0, len(ids), 64):
+                for record in self.store.client.retrieve(self.physical, ids[start : start + 64], with_vectors=[VECTOR]):
+                    found[str(record.id)] = np.asarray(record.vector[VECTOR], dtype=np.float16)
+        if len(found) != len(ids):
+            raise IndexProblem(f"{doc.path}: {len(ids) - len(found)} of its pages are missing from {self.store.location}.",
+                               hint=REBUILD_HINT)
+        return [found[i] for i in ids]
