@@ -72,6 +72,8 @@ class QdrantSpec:
     path: Path | None = None  # local (in-process) mode
     url: str | None = None  # a server or cluster
     api_key: str | None = None
+    shards: int | None = None  # for the collections a build creates on a cluster (?shards=N&replicas=M)
+    replicas: int | None = None
 
     @property
     def location(self) -> str:
@@ -79,7 +81,15 @@ class QdrantSpec:
 
 
 def parse_store_url(url: str, api_key: str | None = None) -> QdrantSpec:
-    """qdrant://HOST:PORT/COLLECTION, qdrants://... (https), qdrant+path://DIR/COLLECTION (in-process)."""
+    """qdrant://HOST:PORT/COLLECTION, qdrants://... (https), qdrant+path://DIR/COLLECTION (in-process);
+    a cluster's collections take ?shards=N&replicas=M."""
+    from urllib.parse import parse_qs
+
+    url, _, query = url.partition("?")
+    options = {k: v[-1] for k, v in parse_qs(query).items()}
+    if set(options) - {"shards", "replicas"} or not all(v.isdigit() and 1 <= int(v) <= 1024 for v in options.values()):
+        raise UsageError(f"--store {url}?{query}: the only options are shards=N and replicas=M (whole numbers).")
+    counts = {k: int(v) for k, v in options.items()}
     for prefix, scheme in (("qdrant+path://", None), ("qdrants://", "https"), ("qdrant://", "http")):
         if url.startswith(prefix):
             rest = url[len(prefix):]
@@ -89,7 +99,7 @@ def parse_store_url(url: str, api_key: str | None = None) -> QdrantSpec:
                                  "(a collection name of letters, digits, '-' and '_').")
             if scheme is None:
                 return QdrantSpec(collection, path=Path(os.path.abspath(os.path.expanduser(where))))
-            return QdrantSpec(collection, url=f"{scheme}://{where}", api_key=api_key)
+            return QdrantSpec(collection, url=f"{scheme}://{where}", api_key=api_key, **counts)
     raise UsageError(f"--store {url}: expected local, qdrant://HOST:PORT/COLLECTION, qdrants://... or qdrant+path://DIR/COLLECTION.")
 
 
@@ -158,7 +168,8 @@ class QdrantStore:
         try:
             if self.spec.path is not None:
                 return QdrantClient(path=str(self.spec.path))
-            return QdrantClient(url=self.spec.url, api_key=self.spec.api_key, timeout=60)
+            # check_compatibility would print a raw warning when the server is down; our own message says it
+            return QdrantClient(url=self.spec.url, api_key=self.spec.api_key, timeout=60, check_compatibility=False)
         except RuntimeError as exc:  # in-process mode: one process at a time
             if "already accessed" in str(exc):
                 raise IndexBusy(f"{self.location} is open in another process: Qdrant's in-process mode allows one at a time.",
@@ -482,6 +493,7 @@ class QdrantTransaction:
         if self._created:
             return
         models = _models()
+        server = self.store.spec.path is None
         with self.writing():
             if not self.client.collection_exists(self.physical):
                 self.client.create_collection(self.physical, vectors_config={
@@ -489,9 +501,10 @@ class QdrantTransaction:
                         size=dim, distance=models.Distance.DOT, datatype=models.Datatype.FLOAT16,
                         multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
                         hnsw_config=models.HnswConfigDiff(m=0),  # no graph: MaxSim over every visible page, exact
+                        on_disk=server or None,  # a server keeps the big multi-vectors on disk, the pooled ones in RAM
                     ),
                     POOLED: models.VectorParams(size=dim, distance=models.Distance.DOT),
-                })
+                }, shard_number=self.store.spec.shards, replication_factor=self.store.spec.replicas)
                 if self.store.spec.path is None:  # a server filters faster with them; the in-process mode has none
                     for field, schema in (("path", "keyword"), ("sha256", "keyword"), ("visible_from", "integer"),
                                           ("gen_removed", "integer"), ("gen_written", "integer")):

@@ -234,3 +234,19 @@ def test_serve_over_a_qdrant_store(fake_model, tmp_path):
     finally:
         assert running.stop() == 0
     assert served == expected
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("qdrant://host:6333", "expected qdrant://HOST:PORT/COLLECTION"),
+    ("qdrant://host:6333/bad name", "expected"),
+    ("qdrant://host:6333/docs?shards=x", "shards=N"),
+    ("redis://host/docs", "expected local, qdrant://"),
+])
+def test_store_urls_are_checked(url, problem):
+    result = run_cli("status", "--store", url)
+    assert result.exit_code == 2 and problem in result.stderr
+
+
+def test_an_unreachable_qdrant_server_is_exit_4():
+    result = run_cli("status", "--store", "qdrant://127.0.0.1:9/docs")
+    assert result.exit_code == 4 and "cannot reach Qdrant at qdrant://127.0.0.1:9/docs" in result.stderr
