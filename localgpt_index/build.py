@@ -23,7 +23,7 @@ import numpy as np
 from . import processes
 from .convert import ConverterSet, MissingConverter
 from .discover import Discovery, discover, hash_files
-from .encode import DeviceLost, DeviceOutOfMemory, PageEncoder, load_page_encoder
+from .encode import DeviceLost, PageEncoder, encode_resiliently, load_page_encoder
 from .errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
 from .failpoints import failpoint
 from .manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
@@ -59,6 +59,9 @@ class BuildOptions:
     commit_every_pages: int | None = None  # None: 1000, spaced out when commits get slow (huge catalogs)
     commit_every_s: float = 600.0
     wait_s: float = 0.0
+    ray: str | None = None  # a Ray cluster (auto, an address, or local) for conversion, rendering and encoding
+    ray_actors: int | None = None  # encoder actors (default: one per GPU, or half the CPUs)
+    ray_gpus_per_actor: float = 1.0
 
 
 @dataclass
@@ -284,7 +287,9 @@ class _Build:
     # the run
 
     def run(self, encoder_factory: EncoderFactory) -> None:
-        if self.plan.embed:
+        if self.plan.embed and self.options.ray:
+            self._embed_with_ray()
+        elif self.plan.embed:
             self._load(encoder_factory)
             try:
                 with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging, _cpu_threads_for(self.encoder):
@@ -307,8 +312,12 @@ class _Build:
 
     def _load(self, encoder_factory: EncoderFactory) -> None:
         started = time.perf_counter()
-        self.encoder = encoder = encoder_factory(self.model, self.options)
+        self._adopt(encoder_factory(self.model, self.options))
         self.timer.add("load_model", started)
+
+    def _adopt(self, encoder) -> None:
+        """The encoder's facts become the index's settings."""
+        self.encoder = encoder
         self.report.precision = encoder.precision.to_dict()
         for warning in encoder.precision.warnings:
             self.log(f"warning: {warning}")
@@ -318,6 +327,71 @@ class _Build:
             dim=encoder.dim, pool_factor=self.options.pool_factor,
         )
         self.model_info = ModelInfo(**self.model.to_dict(), dim=encoder.dim)
+
+    def _embed_with_ray(self) -> None:
+        """Conversion, rendering and encoding on a Ray cluster; commits here, as in a local build."""
+        from .ray_engine import connect, disconnect
+
+        started_ray = connect(self.options.ray)
+        try:
+            self._run_ray_engine()
+        finally:
+            if started_ray:
+                disconnect()
+
+    def _run_ray_engine(self) -> None:
+        from .ray_engine import RayEngine, quiet_stdout
+
+        with quiet_stdout():
+            started = time.perf_counter()
+            engine = RayEngine(self.model, self.options)
+            self.timer.add("load_model", started)
+            self._adopt(engine.encoder)
+            self.log(f"ray: {len(engine.actors)} encoder actor(s) on {engine.encoder.precision.device}, "
+                     f"{engine.encoder.precision.dtype}")
+            try:
+                with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging:
+                    self._consume_encoded(engine.feed(self._sources(), Path(self.report.source), Path(staging)))
+            except DeviceLost as exc:
+                self._stop(exc)
+            finally:
+                engine.finish()
+                self.report.model_calls = engine.encoder.forward_calls
+                self.report.dtype_fixes = list(engine.encoder.dtype_fixes or [])
+
+    def _consume_encoded(self, feed) -> None:
+        """Events whose pages are already encoded (open, encoded, end, error), in document order."""
+        if self.progress:
+            self.progress.add_task("documents", len(self.plan.embed))
+            self.progress.add_task("pages", None)
+        for event in feed:
+            number = event.number
+            if number in self.gone:
+                continue
+            if event.kind == "error":
+                self._fail(number, event.error)
+            elif event.kind == "open":
+                self._open(number, event.document)
+            elif event.kind == "encoded":
+                self._take_encoded(number, event.image)
+            else:  # "end": every page of the document has come
+                self.states[number].rendered = True
+                self._finish_ready([number])
+            self._commit_if_due()
+
+    def _take_encoded(self, number: int, results) -> None:
+        if isinstance(results, DocumentError):
+            self._fail(number, results)
+            return
+        state = self.states[number]
+        for result in results:
+            if isinstance(result, DocumentError):
+                self._fail(number, result)
+                return
+            self._append(state, result)
+        failpoint("encode")
+        if self.progress:
+            self.progress.advance("pages", len(results))
 
     def _stop(self, exc: DeviceLost) -> None:
         """The device is gone: commit what is complete (a plain build) and report exit 4."""
@@ -423,31 +497,7 @@ class _Build:
         self.report.pages_embedded += 1
 
     def _encode(self, pages: list) -> list[np.ndarray | DocumentError]:
-        """Vectors per page, or the DocumentError of a page that cannot be encoded.
-
-        Out of memory halves the batch and tries again; a lost device stops the build; any
-        other failure is pinned on the pages that fail alone."""
-        encoder = self.encoder
-        try:
-            out: list = []
-            for start in range(0, len(pages), encoder.batch_size):
-                out += encoder.encode_pages(pages[start : start + encoder.batch_size])
-            return out
-        except DeviceOutOfMemory as exc:
-            if encoder.batch_size <= 1:
-                raise DeviceLost(
-                    f"the device {encoder.precision.device} is out of memory with a single page ({exc}).",
-                    hint="Free the device (other processes?), or use --device cpu.",
-                ) from None
-            encoder.batch_size = max(1, encoder.batch_size // 2)
-            self.log(f"warning: out of memory; batch size lowered to {encoder.batch_size}")
-            return self._encode(pages)
-        except (LgptError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            if len(pages) == 1:
-                return [DocumentError("encode", " ".join(str(exc).split())[:300] or type(exc).__name__)]
-            return [r for page in pages for r in self._encode([page])]
+        return encode_resiliently(self.encoder, pages, self.log)
 
     def _finish_ready(self, numbers: list[int]) -> None:
         for number in dict.fromkeys(numbers):

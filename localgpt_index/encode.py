@@ -108,6 +108,35 @@ class PageEncoder(ABC):
         """One float32 array (tokens, dim) per query."""
 
 
+def encode_resiliently(encoder: PageEncoder, pages: list, log=lambda message: None) -> list:
+    """Vectors per page, or the DocumentError of a page that cannot be encoded.
+
+    Out of memory halves the encoder's batch and tries again; a lost device (DeviceLost)
+    stops the caller; any other failure is pinned on the pages that fail alone."""
+    from .errors import DocumentError, LgptError
+
+    try:
+        out: list = []
+        for start in range(0, len(pages), encoder.batch_size):
+            out += encoder.encode_pages(pages[start : start + encoder.batch_size])
+        return out
+    except DeviceOutOfMemory as exc:
+        if encoder.batch_size <= 1:
+            raise DeviceLost(
+                f"the device {encoder.precision.device} is out of memory with a single page ({exc}).",
+                hint="Free the device (other processes?), or use --device cpu.",
+            ) from None
+        encoder.batch_size = max(1, encoder.batch_size // 2)
+        log(f"warning: out of memory; batch size lowered to {encoder.batch_size}")
+        return encode_resiliently(encoder, pages, log)
+    except (LgptError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if len(pages) == 1:
+            return [DocumentError("encode", " ".join(str(exc).split())[:300] or type(exc).__name__)]
+        return [r for page in pages for r in encode_resiliently(encoder, [page], log)]
+
+
 def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
     """The encoder for a model's family: the fake one for tests and benchmarks, else byaldi's loader
     on the device and dtype the probe picks."""

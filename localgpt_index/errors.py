@@ -23,6 +23,9 @@ class LgptError(Exception):
         self.message = message
         self.hint = hint
 
+    def __reduce__(self):  # pickled across processes (Ray workers): keyword arguments survive
+        return _rebuild_error, (type(self), self.message, self.hint)
+
 
 class UsageError(LgptError):
     exit_code = ExitCode.USAGE
@@ -49,3 +52,18 @@ class DocumentError(Exception):
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
+
+    def __reduce__(self):
+        return _rebuild_document_error, (type(self), self.stage, self.reason)
+
+
+def _rebuild_error(cls, message: str, hint: str | None) -> LgptError:
+    error = LgptError.__new__(cls)
+    LgptError.__init__(error, message, hint=hint)
+    return error
+
+
+def _rebuild_document_error(cls, stage: str, reason: str) -> "DocumentError":
+    error = DocumentError.__new__(cls)
+    DocumentError.__init__(error, stage, reason)
+    return error

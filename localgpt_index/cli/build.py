@@ -35,11 +35,19 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
               help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
 @click.option("--commit-interval", type=SECONDS, default=600.0, show_default=True, help="Commit at least this often, in seconds.")
 @click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Convert, render and encode on a Ray cluster: auto (the one running), its address, or local "
+                   "(start one here). Needs pip install 'lgpt-index[ray]'.")
+@click.option("--ray-actors", type=click.IntRange(1, 4096), default=None,
+              help="Encoder actors, one model each. [default: one per GPU, or half the CPUs of a cluster without GPUs]")
+@click.option("--ray-gpus-per-actor", type=click.FloatRange(0.01, 64), default=1.0, show_default=True,
+              help="GPUs each encoder actor takes.")
 @index_options
 @output_options
 @click.pass_obj
 def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, strict,
-          compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s) -> None:
+          compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s,
+          ray_address, ray_actors, ray_gpus_per_actor) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
     from ..build import BuildOptions, build_index
     from ..metadata import load_rules
@@ -50,7 +58,8 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
         pool_factor=pool_factor, metadata_rules=load_rules(metadata_file) if metadata_file else None, strict=strict,
         compile=compile_model, include=include, exclude=exclude, convert_timeout_s=convert_timeout,
         render_timeout_s=render_timeout, convert_workers=workers, commit_every_pages=commit_every,
-        commit_every_s=commit_interval, wait_s=wait_s,
+        commit_every_s=commit_interval, wait_s=wait_s, ray=ray_address, ray_actors=ray_actors,
+        ray_gpus_per_actor=ray_gpus_per_actor,
     )
     with app.terminal.progress() as progress:
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)

@@ -1,0 +1,336 @@
+"""`build --ray`: conversion, rendering and encoding spread over a Ray cluster.
+
+The planner and the commit stay on the driver (build.py, the same store transaction as a
+local build). Here: documents are opened (converted, counted) by Ray tasks, rendered in
+chunks of pages by Ray tasks, and encoded by a pool of actors, one model each (one per GPU,
+or CPU actors on a cluster without GPUs). The driver receives each document's pages in
+order, a bounded number of chunks ahead, whatever the corpus size. Sources travel through
+Ray's object store, so workers need no shared file system (HTML that refers to pictures
+beside it does: without it they are dropped, as any reference outside the folder is).
+
+Actors are restarted when they die (killed, out of memory, node lost) and the call they were
+running is retried, on the restarted actor; tasks are retried too. Each chunk's result is
+taken exactly once, in order, so a retry never loses or duplicates a page.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections import deque
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .errors import DocumentError, EnvironmentMissing, LgptError
+
+CHUNK_PAGES = 8  # pages per render task and per encoder call
+OPEN_AHEAD = 8  # documents being opened ahead of the one the driver waits for
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise EnvironmentMissing("--ray needs Ray, which is not installed.",
+                                 hint="pip install 'lgpt-index[ray]' (on the driver and every node of the cluster).") from None
+    return ray
+
+
+def connect(address: str) -> bool:
+    """Join the cluster at `address` (auto, an address, or local: start one here). True when this
+    call started Ray (and the build should shut it down)."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+    try:
+        if address == "local":
+            ray.init(num_cpus=os.cpu_count() or 1, **options)
+        else:
+            ray.init(address=address, **options)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+        raise EnvironmentMissing(f"--ray {address}: cannot join the cluster ({' '.join(str(exc).split())[:200]}).",
+                                 hint="Start it (ray start --head) or pass --ray local.") from None
+    return True
+
+
+def disconnect() -> None:
+    with quiet_stdout():
+        require_ray().shutdown()
+
+
+@contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """stdout carries only results (a --json report): what Ray prints meanwhile (a retried task,
+    a restarted actor) goes to stderr."""
+    with redirect_stdout(sys.stderr):
+        yield
+
+
+@dataclass
+class OpenInfo:
+    pages: int
+    converter: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _scratch(name: str, data: bytes, folder: Path) -> Path:
+    path = folder / f"document{Path(name).suffix.lower()}"
+    path.write_bytes(data)
+    return path
+
+
+def open_document(path: str, kind: str, data: bytes, root: str, convert_timeout_s: float, render_timeout_s: float):
+    """(OpenInfo or DocumentError, the converted PDF's bytes or None): on a worker."""
+    from .convert import ConverterSet, check_signature
+    from .discover import IMAGE, MARKDOWN, OFFICE
+    from .render import image_frame_count, pdf_page_count
+
+    with tempfile.TemporaryDirectory(prefix="lgpt-ray-") as tmp:
+        try:
+            if not data:
+                raise DocumentError("discover", "the file is empty (0 bytes)")
+            scratch = _scratch(path, data, Path(tmp))  # the bytes the driver read and planned with
+            if kind == IMAGE:
+                return OpenInfo(image_frame_count(scratch)), None
+            if kind not in (OFFICE, MARKDOWN):
+                return OpenInfo(pdf_page_count(scratch, render_timeout_s)), None
+            check_signature(scratch, scratch.suffix)
+            # HTML refers to files beside it: where the original is visible (one machine, a shared
+            # file system) it is converted from there, confined to the folder as in a local build
+            original = Path(path) if os.path.isfile(path) else scratch
+            converters = ConverterSet.detect(convert_timeout_s)
+            try:
+                converter = converters.for_suffix(scratch.suffix)
+                staged, notes = converter.stage(original, Path(tmp) / "work", "doc", Path(root) if os.path.isdir(root) else None)
+                [pdf] = converter.convert_staged([staged])
+                if isinstance(pdf, DocumentError):
+                    raise pdf
+                return OpenInfo(pdf_page_count(pdf, render_timeout_s), converter.name, tuple(notes)), pdf.read_bytes()
+            finally:
+                converters.close()
+        except DocumentError as exc:
+            return exc, None
+
+
+def render_chunk(path: str, kind: str, data: bytes, first: int, last: int, size, render_timeout_s: float):
+    """Pages first..last of a document as uint8 RGB arrays at the model's size, or a DocumentError."""
+    from .discover import IMAGE
+    from .render import image_file_pages, render_pdf_pages
+
+    with tempfile.TemporaryDirectory(prefix="lgpt-ray-") as tmp:
+        source = _scratch(path if kind != "converted" else "converted.pdf", data, Path(tmp))
+        try:
+            if kind == IMAGE:
+                frames = image_file_pages(source, tuple(size) if size else None, first)
+                images = [next(frames) for _ in range(last - first + 1)]
+            else:
+                images = render_pdf_pages(source, tuple(size) if size else None, first, last, render_timeout_s)
+        except (DocumentError, StopIteration) as exc:
+            return exc if isinstance(exc, DocumentError) else DocumentError("render", "fewer frames than counted")
+        return [np.asarray(image.convert("RGB"), dtype=np.uint8) for image in images]
+
+
+class EncoderWorker:
+    """A model on one device of the cluster (a Ray actor)."""
+
+    def __init__(self, model: dict, options: dict) -> None:
+        from .build import BuildOptions
+        from .encode import load_page_encoder
+        from .models import ModelRef
+
+        self.options = BuildOptions(**options)
+        self.encoder = load_page_encoder(ModelRef(**model), self.options)
+
+    def describe(self) -> dict:
+        encoder = self.encoder
+        return {"precision": encoder.precision.to_dict(), "dim": encoder.dim, "batch_size": encoder.batch_size,
+                "render_size": list(encoder.render_size) if encoder.render_size else None,
+                "node": os.uname().nodename, "pid": os.getpid()}
+
+    def encode(self, images) -> list:
+        """Vectors per page (float16), or a DocumentError per page that cannot be encoded."""
+        from PIL import Image
+
+        from .encode import encode_resiliently
+
+        if isinstance(images, DocumentError):
+            return images
+        prepared = [self.encoder.prepare_page(Image.fromarray(array)) for array in images]
+        results = encode_resiliently(self.encoder, prepared)
+        if self.options.pool_factor > 1:
+            from .build import _pool_some
+
+            results = _pool_some(results, self.options.pool_factor)
+        return results
+
+    def stats(self) -> dict:
+        return {"forward_calls": self.encoder.forward_calls,
+                "dtype_fixes": [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]}
+
+
+@dataclass
+class RemoteEncoder:
+    """What the build needs to know of the cluster's encoders (they all agree)."""
+
+    model: object
+    precision: object
+    dim: int
+    batch_size: int
+    render_size: tuple[int, int] | None
+    forward_calls: int = 0
+    dtype_fixes: list | None = None
+
+
+class RayEngine:
+    """The actor pool, and a feed of encoded pages for the build."""
+
+    def __init__(self, model, options) -> None:
+        ray = require_ray()
+        self.ray = ray
+        self.model, self.options = model, options
+        gpus = float(ray.cluster_resources().get("GPU", 0))
+        per_actor = options.ray_gpus_per_actor if gpus else 0
+        cpus = float(ray.cluster_resources().get("CPU", 1))
+        count = options.ray_actors or (max(1, int(gpus // per_actor)) if gpus else max(1, int(cpus // 2)))
+        remote = ray.remote(num_gpus=per_actor, num_cpus=0 if gpus else 1, max_restarts=-1, max_task_retries=-1)(EncoderWorker)
+        worker_options = {"device": options.device if not gpus else "auto", "dtype": options.dtype,
+                          "batch_size": options.batch_size, "compile": options.compile, "pool_factor": options.pool_factor}
+        self.actors = [remote.remote(model.to_dict(), worker_options) for _ in range(count)]
+        self._open = ray.remote(num_cpus=0.5, max_retries=3)(open_document).options(num_returns=2)
+        self._render = ray.remote(num_cpus=0.5, max_retries=3)(render_chunk)
+        self.encoder = self._describe()
+
+    def _describe(self) -> RemoteEncoder:
+        """Every actor's precision probe must agree: the index records one dtype."""
+        from .device import Precision
+
+        try:
+            described = self.ray.get([actor.describe.remote() for actor in self.actors])
+        except self.ray.exceptions.RayTaskError as exc:
+            raise _cause(exc) from None
+        dtypes = {d["precision"]["dtype"] for d in described}
+        if len(dtypes) > 1:
+            where = ", ".join(f"{d['node']}: {d['precision']['device']} {d['precision']['dtype']}" for d in described)
+            raise EnvironmentMissing(f"the cluster's devices would store vectors of different dtypes ({where}).",
+                                     hint="Pass --dtype, or give the build one kind of GPU.")
+        first = described[0]
+        p = first["precision"]
+        precision = Precision(p["device"], p["dtype"], p["autocast"], f"{p['reason']} ({len(described)} Ray actor(s))",
+                              tuple(p.get("warnings", ())))
+        size = tuple(first["render_size"]) if first["render_size"] else None
+        return RemoteEncoder(self.model, precision, first["dim"], first["batch_size"], size)
+
+    def finish(self) -> None:
+        """Tally the actors' model calls and dtype fixes into the encoder, and let them go."""
+        try:
+            stats = self.ray.get([actor.stats.remote() for actor in self.actors])
+            self.encoder.forward_calls = sum(s["forward_calls"] for s in stats)
+            self.encoder.dtype_fixes = [fix for s in stats for fix in s["dtype_fixes"]]
+        except Exception:
+            pass
+        for actor in self.actors:
+            self.ray.kill(actor)
+
+    def feed(self, sources, root: Path, staging: Path, max_chunks: int | None = None) -> Iterator:
+        return RayFeed(self, sources, root, staging, max_chunks or 4 * len(self.actors))
+
+
+class RayFeed:
+    """PageEvents for the build, in document order: open, encoded (a chunk's vectors), end, error."""
+
+    def __init__(self, engine: RayEngine, sources, root: Path, staging: Path, max_chunks: int) -> None:
+        self.engine, self.ray = engine, engine.ray
+        self.sources, self.root, self.staging = sources, root, staging
+        self.max_chunks = max_chunks
+        self._next_actor = 0
+
+    def __iter__(self):
+        from .pipeline import OpenedDocument, PageEvent
+
+        opening: deque = deque()
+        pending: deque = deque()  # ("open", n, info, pdf_path) / ("chunk", n, ref) / ("end", n) / ("error", n, err)
+        next_source, in_flight = 0, 0
+        while True:
+            while next_source < len(self.sources) and len(opening) < OPEN_AHEAD:
+                opening.append((next_source, *self._open(next_source)))
+                next_source += 1
+            while opening and in_flight < self.max_chunks:
+                number, info_ref, pdf_ref, data_ref = opening.popleft()
+                in_flight += self._schedule(number, info_ref, pdf_ref, data_ref, pending)
+                if next_source < len(self.sources):
+                    opening.append((next_source, *self._open(next_source)))
+                    next_source += 1
+            if not pending:
+                return
+            item = pending.popleft()
+            kind, number = item[0], item[1]
+            if kind == "open":
+                yield PageEvent(number, "open", document=OpenedDocument(pdf=item[3], pages=item[2].pages,
+                                                                       converter=item[2].converter, notes=item[2].notes))
+            elif kind == "chunk":
+                in_flight -= 1
+                yield PageEvent(number, "encoded", image=self._result(item[2]))
+            elif kind == "end":
+                yield PageEvent(number, "end")
+            else:
+                yield PageEvent(number, "error", error=item[2])
+            del item
+
+    def _open(self, number: int):
+        source = self.sources[number]
+        data_ref = self.ray.put(source.path.read_bytes() if source.pdf is None else source.pdf.read_bytes())
+        kind = source.kind if source.pdf is None else "pdf"
+        info_ref, pdf_ref = self.engine._open.remote(str(source.path), kind, data_ref, str(self.root),
+                                                     self.engine.options.convert_timeout_s, self.engine.options.render_timeout_s)
+        return info_ref, pdf_ref, data_ref
+
+    def _schedule(self, number: int, info_ref, pdf_ref, data_ref, pending: deque) -> int:
+        """Queue a document's open event and its chunks (render, then encode); returns the chunks queued."""
+        source = self.sources[number]
+        try:
+            info = self.ray.get(info_ref)
+        except self.ray.exceptions.RayError as exc:
+            info = DocumentError("convert", f"the worker opening it failed: {' '.join(str(exc).split())[:200]}")
+        if isinstance(info, DocumentError):
+            pending.append(("error", number, info))
+            return 0
+        pdf_path, render_ref, kind = None, data_ref, source.kind if source.pdf is None else "pdf"
+        if info.converter:
+            pdf_path = self.staging / f"converted-{number}.pdf"
+            pdf_path.write_bytes(self.ray.get(pdf_ref))
+            render_ref, kind = pdf_ref, "converted"
+        pending.append(("open", number, info, pdf_path))
+        chunks = 0
+        size = self.engine.encoder.render_size
+        for first in range(source.first_page, info.pages + 1, CHUNK_PAGES):
+            last = min(info.pages, first + CHUNK_PAGES - 1)
+            images = self.engine._render.remote(str(source.path), kind, render_ref, first, last, size,
+                                                self.engine.options.render_timeout_s)
+            actor = self.engine.actors[self._next_actor % len(self.engine.actors)]
+            self._next_actor += 1
+            pending.append(("chunk", number, actor.encode.remote(images)))
+            chunks += 1
+        pending.append(("end", number))
+        return chunks
+
+    def _result(self, ref) -> list | DocumentError:
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = _cause(exc)
+            if isinstance(cause, LgptError):
+                raise cause from None
+            return DocumentError("encode", " ".join(str(cause).split())[:300])
+
+
+def _cause(exc) -> BaseException:
+    """The error a Ray task raised, as the task raised it."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+

@@ -1,0 +1,98 @@
+"""`build --ray local`: a real local Ray cluster on this machine, the same index as a plain build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import copy_tree, faulty_model, run_cli
+from docgen import make_pdf, make_png
+
+pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
+
+
+def _catalog(index: Path) -> dict[str, tuple]:
+    from localgpt_index.search import open_index
+
+    opened = open_index(index)
+    return {d.path: (d.pages, d.sha256, d.kind, d.converter) for d in opened.documents}
+
+
+def _vectors(index: Path) -> dict[tuple[str, int], np.ndarray]:
+    from localgpt_index.search import open_index
+
+    opened = open_index(index)
+    return {(d.path, page): vectors.astype(np.float32) for d in opened.documents
+            for page, vectors in enumerate(opened.page_vectors(d), 1)}
+
+
+def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path):
+    root, _ = corpus
+    docs = copy_tree(root, tmp_path / "docs")
+    make_pdf(docs / "long.pdf", [f"long page {p}" for p in range(20)])  # several chunks
+    plain, distributed = tmp_path / "plain", tmp_path / "ray"
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(plain)).exit_code == 0
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(distributed), "--ray", "local", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["indexed"] == 7 and report["failed"] == 0 and report["model_calls"] > 0
+    assert _catalog(distributed) == _catalog(plain)
+    ours, theirs = _vectors(distributed), _vectors(plain)
+    assert ours.keys() == theirs.keys()
+    assert max(float(np.abs(ours[k] - theirs[k]).max()) for k in ours) <= 1e-3
+    assert run_cli("verify", "--index-dir", str(distributed)).exit_code == 0
+
+    again = run_cli("build", str(docs), "--index-dir", str(distributed), "--ray", "local", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["pages_embedded"] == 0  # incremental: nothing embedded
+
+
+def _actor_pids() -> list[int]:
+    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in listing.splitlines() if "EncoderWorker" in line and "ps -eo" not in line]
+
+
+def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
+    docs = tmp_path / "docs"
+    for i in range(6):
+        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(6)])
+    make_png(docs / "scan.png", "scan")
+    slow = faulty_model(tmp_path / "slow-model", seconds_per_page=0.15)
+    plain = tmp_path / "plain"
+    assert run_cli("build", str(docs), "--model", str(slow), "--index-dir", str(plain)).exit_code == 0
+    index = tmp_path / "ray"
+    proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(slow), "--index-dir",
+                             str(index), "--ray", "local", "--commit-every", "8", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    deadline = time.monotonic() + 120
+    while not (pids := _actor_pids()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(2.5)  # well into the encoding
+    for pid in pids:
+        os.kill(pid, 9)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out)["failed"] == 0
+    assert _catalog(index) == _catalog(plain)
+    ours, theirs = _vectors(index), _vectors(plain)
+    assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k]) for k in ours)
+    assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
+
+
+def test_without_ray_the_option_names_the_extra(fake_model, tmp_path):
+    blocker = tmp_path / "no-ray" / "ray"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('Ray is not installed here')\n")
+    docs = tmp_path / "docs"
+    make_pdf(docs / "a.pdf", ["a"])
+    env = {**os.environ, "PYTHONPATH": f"{blocker.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
+                             "--index-dir", str(tmp_path / "idx"), "--ray", "local"], capture_output=True, text=True, env=env)
+    assert result.returncode == 4 and "lgpt-index[ray]" in result.stderr and "Traceback" not in result.stderr
