@@ -13,10 +13,9 @@ import os
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from .pipeline import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
 from .render import DEFAULT_RENDER_TIMEOUT_S
 from .store import IndexStore, PageRef, SegmentWriter, Transaction
+from .tuning import CpuTuner, cpu_threads
 from .terminal import ProgressSink
 
 DEFAULT_COMMIT_PAGES = 1000
@@ -88,6 +88,7 @@ class BuildReport:
     precision: dict | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     dtype_fixes: list[dict] = field(default_factory=list)  # what the precision guard aligned
+    cpu_tuning: dict | None = None  # on a CPU: the batch size and threads measured and chosen
     failures: list[Failure] = field(default_factory=list)
     skipped_files: list[dict] = field(default_factory=list)
     unreadable: list[dict] = field(default_factory=list)  # folders and files that could not be read: their documents stay
@@ -283,6 +284,7 @@ class _Build:
         self.pending_pages = 0
         self.last_commit = time.monotonic()
         self.commit_seconds = 0.0
+        self.tuner: CpuTuner | None = None
 
     # the run
 
@@ -292,7 +294,7 @@ class _Build:
         elif self.plan.embed:
             self._load(encoder_factory)
             try:
-                with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging, _cpu_threads_for(self.encoder):
+                with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging, cpu_threads(self.encoder):
                     converters = ConverterSet.detect(self.options.convert_timeout_s)
                     try:
                         self._embed_all(converters, Path(staging))
@@ -303,6 +305,7 @@ class _Build:
             finally:
                 self.report.model_calls = self.encoder.forward_calls
                 self.report.dtype_fixes = [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]
+                self.report.cpu_tuning = self.tuner.summary() if self.tuner else None
         if self.report.stopped:
             return
         if self.options.strict and self.failures:
@@ -314,6 +317,9 @@ class _Build:
         started = time.perf_counter()
         self._adopt(encoder_factory(self.model, self.options))
         self.timer.add("load_model", started)
+        encoder = self.encoder
+        if encoder.precision.device_type == "cpu" and encoder.model.family != "fake":
+            self.tuner = CpuTuner(encoder, fixed_batch=self.options.batch_size is not None)
 
     def _adopt(self, encoder) -> None:
         """The encoder's facts become the index's settings."""
@@ -416,7 +422,8 @@ class _Build:
             self.progress.add_task("pages", None)
         encoder = self.encoder
         feed = PageFeed(
-            self._sources(), converters, staging, encoder.render_size, queue_pages=2 * encoder.batch_size,
+            self._sources(), converters, staging, encoder.render_size,
+            queue_pages=2 * (self.tuner.largest_batch if self.tuner else encoder.batch_size),
             convert_workers=self.options.convert_workers, timings=self.timer.add_seconds, prepare=encoder.prepare_page,
             render_timeout_s=self.options.render_timeout_s, root=Path(self.report.source),
         )
@@ -463,6 +470,8 @@ class _Build:
         started = time.perf_counter()
         vectors = self._encode([page for _, page in batch])
         self.timer.add("encode", started)
+        if self.tuner is not None:
+            self.tuner.batch_done(len(batch), time.perf_counter() - started)
         if self.options.pool_factor > 1:
             started = time.perf_counter()
             vectors = _pool_some(vectors, self.options.pool_factor)
@@ -482,6 +491,8 @@ class _Build:
         if self.progress:
             self.progress.advance("pages", len(batch))
         self._finish_ready(ended)
+        if self.tuner is not None:
+            self.tuner.waiting()
 
     def _append(self, state: _DocState, vectors: np.ndarray) -> None:
         if self.writer is None:
@@ -613,20 +624,3 @@ def _changed_since_discovery(file) -> str | None:
     if (stat.st_size, stat.st_mtime_ns, stat.st_ino) != (file.stat.size, file.stat.mtime_ns, file.stat.ino):
         return "the file changed during the build; the next build indexes its new content"
     return None
-
-
-@contextmanager
-def _cpu_threads_for(encoder: PageEncoder | None) -> Iterator[None]:
-    """On the CPU, leave one core to conversion and rendering: a model that takes every core
-    fights the pdftoppm and LibreOffice processes feeding it (measured: 20 % slower on 2 cores)."""
-    if encoder is None or encoder.precision.device_type != "cpu" or encoder.model.family == "fake":
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(before, (os.cpu_count() or 1) - 1)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -2,7 +2,9 @@
 
 `LGPT_FAILPOINT=NAME` (or `NAME:N` for the N-th time it is reached) kills the
 process with SIGKILL at that point, as a power cut or `kill -9` would;
-`NAME:N:enospc` raises "No space left on device" there instead, as a full disk would.
+`NAME:N:enospc` raises "No space left on device" there instead, as a full disk would;
+`NAME:N:hold` creates `$LGPT_FAILPOINT_HOLD.reached` and waits there until the file
+`$LGPT_FAILPOINT_HOLD` exists, so a test can act while the process is mid-way.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
+from pathlib import Path
 
 _hits: dict[str, int] = {}
 
@@ -27,4 +31,14 @@ def failpoint(name: str) -> None:
         return
     if action == "enospc":
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if action == "hold":
+        _hold(Path(os.environ["LGPT_FAILPOINT_HOLD"]))
+        return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold(release: Path, limit_s: float = 300.0) -> None:
+    Path(f"{release}.reached").touch()
+    deadline = time.monotonic() + limit_s
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)

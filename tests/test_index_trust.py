@@ -170,11 +170,22 @@ def test_rebuild_keeps_the_old_generation_until_it_commits(scenario, tmp_path):
 def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     args = ["build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir)]
-    procs = [subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outcomes = sorted((p.wait(timeout=300), p.stderr.read()) for p in procs)
-    assert [code for code, _ in outcomes] == [0, 1], outcomes
-    assert "is being written by pid" in outcomes[1][1]
+    release = tmp_path / "release"
+    first = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "LGPT_FAILPOINT": "encode:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(f"{release}.reached").exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        second = _cli(*args)  # the first writer holds the lock, mid-build
+    finally:
+        release.touch()
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert second.returncode == 1 and "is being written by pid" in second.stderr, second.stderr
+    assert f"pid {first.pid}" in second.stderr
     assert _results(index_dir) == scenario["after"]
 
 

@@ -96,3 +96,18 @@ def test_without_ray_the_option_names_the_extra(fake_model, tmp_path):
     result = subprocess.run([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
                              "--index-dir", str(tmp_path / "idx"), "--ray", "local"], capture_output=True, text=True, env=env)
     assert result.returncode == 4 and "lgpt-index[ray]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ray_into_a_qdrant_store(fake_model, tmp_path):
+    docs = tmp_path / "docs"
+    for i in range(3):
+        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(3)])
+    make_png(docs / "scan.png", "scan")
+    plain = ["--index-dir", str(tmp_path / "plain")]
+    store = ["--store", f"qdrant+path://{tmp_path / 'qd'}/docs"]
+    assert run_cli("build", str(docs), "--model", str(fake_model), *plain).exit_code == 0
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--ray", "local", *store)
+    assert result.exit_code == 0, result.stderr
+    answers = [json.loads(run_cli("query", "report", "-k", "20", "--json", *where).stdout)["results"] for where in (plain, store)]
+    assert [(h["path"], h["page"]) for h in answers[0]] == [(h["path"], h["page"]) for h in answers[1]]
+    assert run_cli("verify", *store).exit_code == 0

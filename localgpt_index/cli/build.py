@@ -80,6 +80,11 @@ def _summarise(app: Application, report) -> None:
     if report.precision:
         p = report.precision
         terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {'on' if p['autocast'] else 'off'}): {p['reason']}")
+    if report.cpu_tuning:
+        tuning = report.cpu_tuning
+        rates = ", ".join(f"{size}: {rate}" for size, rate in tuning["pages_per_second_by_batch"].items())
+        terminal.detail(f"cpu: batch size {tuning['batch_size']} (pages/s by batch size: {rates or 'not measured'}), "
+                        f"{tuning['threads']} model threads (the model waited for pages {tuning['waited_share']:.0%} of the time)")
     for fix in report.dtype_fixes:
         terminal.detail(
             f"aligned [{fix['stage']}] {fix['module']}: {fix['count']} tensors {fix['found']} -> {fix['aligned_to']}"

@@ -1,0 +1,114 @@
+"""On a CPU, the batch size and the model's threads are chosen by measuring the build itself.
+
+Which is best depends on the model: a model-bound checkpoint (any real model on a CPU) runs
+fastest with small batches and every core, a cheap one with batches of 4 to 8 and a core left
+to the feeders (pdftoppm, LibreOffice, the render thread). So the first batches of a build try
+each candidate batch size twice on real pages, and the size with the best pages/s is kept.
+The model starts with every core; if during the trials it waited for pages more than
+WAIT_SHARE of the time, the feeders are the bottleneck and it gives one core back. Both are
+decided once, from the model's thread (torch's thread count is process-wide: it is set at the
+start and at most once more, never from concurrent code).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+CANDIDATES = (1, 2, 4, 8)  # batch sizes tried; 16 and more never won on the CPU (scripts/bench_build.py)
+WAIT_SHARE = 0.10
+
+
+class CpuTuner:
+    """Feed it each batch's encoding time and the time the model waited before it; it says the next batch size."""
+
+    def __init__(self, encoder, fixed_batch: bool) -> None:
+        self.encoder = encoder
+        self.cores = os.cpu_count() or 1
+        # each size runs twice and its faster run counts: a batch shape's first call pays one-time
+        # costs (kernel selection, and on the very first batch the dtype audit)
+        self._trials = [] if fixed_batch else [size for size in CANDIDATES for _ in range(2)]
+        self._results: dict[int, float] = {}  # batch size -> seconds a page
+        self._waited = self._busy = 0.0
+        self._idle_since: float | None = None
+        self.decided = fixed_batch and self.cores <= 1
+        self.threads = self.cores
+        self._share_at_decision: float | None = None
+        if self._trials:
+            encoder.batch_size = self._trials[0]
+
+    @property
+    def largest_batch(self) -> int:
+        """The largest batch this build may use (the page queue is sized for it)."""
+        return max([*self._trials, self.encoder.batch_size])
+
+    def waiting(self) -> None:
+        """The model has nothing to do from now on, until the next batch is full."""
+        self._idle_since = time.perf_counter()
+
+    def batch_done(self, pages: int, seconds: float) -> None:
+        """A batch of `pages` took `seconds` to encode."""
+        if self._idle_since is not None:
+            self._waited += time.perf_counter() - self._idle_since - seconds
+        self._busy += seconds
+        if self.decided:
+            return
+        if self._trials and pages == self.encoder.batch_size:
+            size = self._trials.pop(0)
+            self._results[size] = min(self._results.get(size, float("inf")), seconds / pages)
+            if self._trials and self._trials[0] != size and self._worse_than_smaller(size):
+                self._trials.clear()  # larger batches only cost memory from here: a big model on a small CPU
+            if self._trials:
+                self.encoder.batch_size = self._trials[0]
+                return
+        if not self._trials:
+            self._decide()
+
+    def _worse_than_smaller(self, size: int) -> bool:
+        smaller = [s for s in self._results if s < size]
+        return bool(smaller) and self._results[size] > 1.05 * min(self._results[s] for s in smaller)
+
+    def _decide(self) -> None:
+        self.decided = True
+        if self._results:
+            self.encoder.batch_size = min(self._results, key=self._results.get)
+        self._share_at_decision = self.waited_share
+        if self._share_at_decision > WAIT_SHARE and self.cores > 1:
+            self.threads = self.cores - 1
+            set_threads(self.threads)
+
+    @property
+    def waited_share(self) -> float:
+        """The share of the model's time spent waiting for pages."""
+        return self._waited / max(self._waited + self._busy, 1e-9)
+
+    def summary(self) -> dict:
+        """What was measured and chosen, for the build report."""
+        return {"batch_size": self.encoder.batch_size, "threads": self.threads, "decided": self.decided,
+                "pages_per_second_by_batch": {size: round(1 / s, 2) for size, s in sorted(self._results.items())},
+                "waited_share": round(self.waited_share if self._share_at_decision is None else self._share_at_decision, 3)}
+
+
+def set_threads(count: int) -> None:
+    import torch
+
+    torch.set_num_threads(count)
+
+
+@contextmanager
+def cpu_threads(encoder) -> Iterator[None]:
+    """Every core for a model on the CPU while a build runs (the tuner may give one back);
+    the count is restored afterwards."""
+    if encoder is None or encoder.precision.device_type != "cpu" or encoder.model.family == "fake":
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,107 @@
+"""The CPU tuner: the batch size with the best measured pages/s, and a core back to the feeders
+only when the model waited for pages."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import localgpt_index.tuning as tuning
+
+
+def _encoder():
+    return SimpleNamespace(batch_size=4)
+
+
+def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0) -> None:
+    while not tuner.decided:
+        size = encoder.batch_size
+        if wait:
+            tuner.waiting()
+            time.sleep(wait)
+        tuner.batch_done(size, seconds_per_page[size] * size)
+
+
+@pytest.mark.parametrize("best", [1, 2, 8])
+def test_the_fastest_measured_batch_size_is_kept(monkeypatch, best):
+    threads = []
+    monkeypatch.setattr(tuning, "set_threads", threads.append)
+    encoder = _encoder()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
+    rates = {size: (0.1 if size == best else 0.2) for size in tuning.CANDIDATES}
+    _run(tuner, encoder, rates)
+    assert encoder.batch_size == best and threads == []  # model-bound: every core stays with the model
+
+
+def test_a_batch_shape_first_call_is_a_warm_up(monkeypatch):
+    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
+    encoder = _encoder()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
+    first_call = set()
+    while not tuner.decided:
+        size = encoder.batch_size
+        per_page = 0.1 if size == 4 else 0.2
+        if size not in first_call:  # slow: one-time costs of a new shape
+            first_call.add(size)
+            per_page *= 50
+        tuner.batch_done(size, per_page * size)
+    assert encoder.batch_size == 4 and first_call == set(tuning.CANDIDATES)
+
+
+def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
+    threads = []
+    monkeypatch.setattr(tuning, "set_threads", threads.append)
+    monkeypatch.setattr(tuning.os, "cpu_count", lambda: 4)
+    encoder = _encoder()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
+    _run(tuner, encoder, {size: 0.001 for size in tuning.CANDIDATES}, wait=0.01)
+    assert threads == [3]
+
+
+def test_a_batch_size_given_by_the_user_is_kept(monkeypatch):
+    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
+    encoder = _encoder()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=True)
+    for _ in range(6):
+        tuner.batch_done(4, 0.4)
+    assert encoder.batch_size == 4
+
+
+def test_larger_batches_are_not_tried_once_they_stop_paying(monkeypatch):
+    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
+    encoder = _encoder()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
+    tried = []
+    while not tuner.decided:
+        tried.append(encoder.batch_size)
+        tuner.batch_done(encoder.batch_size, {1: 0.2, 2: 0.1, 4: 0.15, 8: 0.05}[encoder.batch_size] * encoder.batch_size)
+    assert tried == [1, 1, 2, 2, 4, 4]
+    assert 8 not in tried and encoder.batch_size == 2  # 4 was slower than 2: 8 (more memory) is skipped
+
+
+def test_the_page_queue_is_sized_for_the_batches_that_will_run(monkeypatch):
+    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
+    assert tuning.CpuTuner(_encoder(), fixed_batch=True).largest_batch == 4
+    assert tuning.CpuTuner(_encoder(), fixed_batch=False).largest_batch == max(tuning.CANDIDATES)
+
+
+@pytest.mark.slow
+def test_a_cpu_build_measures_and_reports_its_choice(tiny_model, tmp_path):
+    import json
+
+    from conftest import run_cli
+    from docgen import make_pdf
+
+    docs = tmp_path / "docs"
+    for i in range(4):
+        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(10)])
+    tuned = run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "a"), "--json")
+    assert tuned.exit_code == 0, tuned.stderr
+    choice = json.loads(tuned.stdout)["cpu_tuning"]
+    assert choice["decided"] and choice["batch_size"] in tuning.CANDIDATES
+    assert set(choice["pages_per_second_by_batch"]) <= {str(size) for size in tuning.CANDIDATES}
+    fixed = run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "b"), "--json",
+                    "--batch-size", "3")
+    assert json.loads(fixed.stdout)["cpu_tuning"]["batch_size"] == 3
