@@ -51,7 +51,7 @@ class CpuTuner:
     def batch_done(self, pages: int, seconds: float) -> None:
         """A batch of `pages` took `seconds` to encode."""
         if self._idle_since is not None:
-            self._waited += time.perf_counter() - self._idle_since - seconds
+            self._waited += max(0.0, time.perf_counter() - self._idle_since - seconds)
         self._busy += seconds
         if self.decided:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,9 @@ def built(tiny_model, corpus, tmp_path_factory):
     root, files = corpus
     work = tmp_path_factory.mktemp("e2e")
     docs = copy_tree(root, work / "docs")
+    an_hour_ago = time.time() - 3600
+    for path in docs.rglob("*"):  # documents as users have them: not written within the last tick
+        os.utime(path, (an_hour_ago, an_hour_ago), follow_symlinks=False)
     before = _tree_state(docs)
     index_dir = work / "index"
     old = os.environ.get("HF_HUB_OFFLINE")
