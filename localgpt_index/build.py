@@ -22,7 +22,7 @@ import numpy as np
 from . import processes
 from .convert import ConverterSet, MissingConverter
 from .discover import Discovery, discover, hash_files
-from .encode import DeviceLost, PageEncoder, encode_resiliently, load_page_encoder
+from .encode import DeviceLost, PageEncoder, check_visual_tokens_supported, encode_resiliently, load_page_encoder
 from .errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
 from .failpoints import failpoint
 from .manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
@@ -30,7 +30,7 @@ from .metadata import Rules
 from .models import DEFAULT_MODEL, ModelRef, resolve_model, resolve_recorded
 from .pipeline import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
-from .render import DEFAULT_RENDER_TIMEOUT_S
+from .render import DEFAULT_RENDER_TIMEOUT_S, size_setting
 from .store import IndexStore, PageRef, SegmentWriter, Transaction
 from .tuning import CpuTuner, cpu_threads
 from .terminal import ProgressSink
@@ -62,6 +62,7 @@ class BuildOptions:
     ray: str | None = None  # a Ray cluster (auto, an address, or local) for conversion, rendering and encoding
     ray_actors: int | None = None  # encoder actors (default: one per GPU, or half the CPUs)
     ray_gpus_per_actor: float = 1.0
+    max_visual_tokens: int | None = None  # dynamic-resolution families: image tokens a page at most (None: the index's, else the model's)
 
 
 @dataclass
@@ -155,6 +156,8 @@ def build_index(
         model = _choose_model(base, options)
         report.model = model.to_dict()
         _check_model(base, model, options, store)
+        options = _with_recorded_visual_tokens(base, options)
+        check_visual_tokens_supported(model, options.max_visual_tokens)
         started = time.perf_counter()
         hashes, unreadable = hash_files(files_to_hash(found, base, options.rehash or options.rebuild))
         timer.add("hash", started)
@@ -198,6 +201,25 @@ def _check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, 
             "pages pooled differently would not score alike.",
             hint=f"Use --pool-factor {base.settings.pool_factor}, or --rebuild to change it.",
         )
+
+
+def _with_recorded_visual_tokens(base: Manifest | None, options: BuildOptions) -> BuildOptions:
+    """--max-visual-tokens: by default the index's own; another value needs --rebuild, since pages
+    seen through another number of tokens would not score alike."""
+    from dataclasses import replace
+
+    recorded = base.settings.max_visual_tokens if base is not None else None
+    if recorded is None or options.rebuild:
+        return options
+    if options.max_visual_tokens is None:
+        return replace(options, max_visual_tokens=recorded)
+    if options.max_visual_tokens != recorded and base.documents:
+        raise IndexProblem(
+            f"the index was built with --max-visual-tokens {recorded}, not {options.max_visual_tokens}; "
+            "pages seen through another number of image tokens would not score alike.",
+            hint=f"Use --max-visual-tokens {recorded}, or --rebuild to change it.",
+        )
+    return options
 
 
 def _check_rebuild_keeps(plan: BuildPlan, base: Manifest | None, model: ModelRef, options: BuildOptions, found: Discovery) -> None:
@@ -329,8 +351,8 @@ class _Build:
             self.log(f"warning: {warning}")
         self.settings = Settings(
             device=encoder.precision.device, dtype=encoder.precision.dtype, autocast=encoder.precision.autocast,
-            batch_size=encoder.batch_size, render_size=list(encoder.render_size) if encoder.render_size else None,
-            dim=encoder.dim, pool_factor=self.options.pool_factor,
+            batch_size=encoder.batch_size, render_size=size_setting(encoder.render_size),
+            dim=encoder.dim, pool_factor=self.options.pool_factor, max_visual_tokens=encoder.max_visual_tokens,
         )
         self.model_info = ModelInfo(**self.model.to_dict(), dim=encoder.dim)
 

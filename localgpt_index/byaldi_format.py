@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from .discover import KIND_BY_SUFFIX, PDF, sha256_file
 from .errors import IndexProblem, LgptError, UsageError
 from .failpoints import failpoint
+from .families import FAMILY_NAMES, family_named
 from .manifest import Document, ModelInfo, Settings, Span, describe
 from .search import Index, SearchHit
 from .store import IndexStore
@@ -94,6 +95,10 @@ def export_byaldi(index: Index, out: Path, with_images: bool = False, dpi: int =
     failed export leaves an earlier one as it was."""
     out = check_export_target(out, index.store.local_folders)
     model_name = index.manifest.model.path or index.manifest.model.id
+    family = family_named(index.manifest.model.family) if index.manifest.model.family in FAMILY_NAMES else None
+    if family is not None and family.loader == "colpali-engine":
+        raise UsageError(f"byaldi 0.0.7 loads ColPali and ColQwen2 only; this index's model is {family.display} ({model_name}).",
+                         hint="Use the index itself (query, serve, the Python API), or export --format qdrant.")
     if "colpali" not in model_name.lower() and "colqwen2" not in model_name.lower():
         raise LgptError(
             f"byaldi only loads models whose path contains 'colpali' or 'colqwen2'; this index's model is {model_name}.",

@@ -127,7 +127,11 @@ def _model_report(model: str, precision, load: bool) -> dict:
     except LgptError as exc:
         report["error"] = exc.message + (f" {exc.hint}" if exc.hint else "")
         return report
-    report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family)
+    from .families import family_named
+
+    family = family_named(ref.family)
+    report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family,
+                  family_name=family.display, loader=family.loader, dynamic_resolution=family.dynamic)
     report["declared_dtypes"] = declared_dtypes(ref.path)
     report["stored_dtypes"] = {group: dict(counter) for group, counter in stored_dtypes(ref.path).items()}
     if load and precision is not None:
@@ -135,22 +139,33 @@ def _model_report(model: str, precision, load: bool) -> dict:
     return report
 
 
+def _image_tokens(encoder, page) -> int | None:
+    """How many image tokens the processor gives a page of A4 proportions."""
+    image_token = getattr(encoder.processor, "image_token_id", None)
+    if image_token is None:
+        return None
+    return int((encoder.processor.process_images([page])["input_ids"] == image_token).sum())
+
+
 def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
-    """Load through the real path (byaldi), run one page and one query, return the audit."""
+    """Load through the real path (byaldi or colpali-engine), run one page and one query, return the audit."""
     import time
 
     from PIL import Image
 
-    from .encode import ByaldiEncoder
+    from .encode import open_encoder
 
     started = time.perf_counter()
-    encoder = ByaldiEncoder(ref, precision, batch_size=1)
+    encoder = open_encoder(ref, precision, batch_size=1)
     loaded = time.perf_counter()
+    size = encoder.render_size or 448
+    page_image = Image.new("RGB", size if isinstance(size, tuple) else (round(size / 2**0.5), size), "white")
     try:
-        page = encoder.encode_pages([Image.new("RGB", encoder.render_size or (448, 448), "white")])[0]
+        page = encoder.encode_pages([page_image])[0]
         query = encoder.encode_queries(["doctor"])[0]
         smoke = {"ok": True, "load_s": round(loaded - started, 2), "page_vectors": list(page.shape),
-                 "query_vectors": list(query.shape)}
+                 "query_vectors": list(query.shape), "image_tokens_per_page": _image_tokens(encoder, page_image),
+                 "vector_bytes_per_page": int(page.shape[0] * page.shape[1] * 2), "render_size": size}
     except LgptError as exc:
         smoke = {"ok": False, "error": exc.message, "hint": exc.hint}
     return [fix.to_dict() for fix in encoder.dtype_fixes], smoke

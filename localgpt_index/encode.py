@@ -1,5 +1,6 @@
 """Page and query encoders: the interface, how its failures are told apart, and the model
-loaded through byaldi, run in batches under autocast.
+loaded through byaldi (ColPali, ColQwen2) or colpali-engine (the other families), run in
+batches under autocast.
 
 A failed forward pass is either the machine's fault or a page's: `DeviceOutOfMemory`
 (the build halves its batch and tries again), `DeviceLost` (the build stops, exit 4),
@@ -8,6 +9,7 @@ or any other error, which the build pins on the page that causes it alone.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -26,6 +28,7 @@ from .models import ModelRef
 
 if TYPE_CHECKING:
     from .build import BuildOptions
+    from .render import RenderSize
 
 MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
 MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
@@ -87,11 +90,12 @@ class PageEncoder(ABC):
     batch_size: int = 4
     forward_calls: int = 0
     dtype_fixes: list = []
+    max_visual_tokens: int | None = None  # image tokens a page at most, where the family has such a budget
 
     @property
     @abstractmethod
-    def render_size(self) -> tuple[int, int] | None:
-        """(width, height) the model consumes, or None for dynamic resolution."""
+    def render_size(self) -> "RenderSize":
+        """(width, height) the model consumes; for dynamic resolution the long side pages are rendered at (or None)."""
 
     def prepare_page(self, image):
         """Work on one page that may run in another thread before encode_pages (default: none)."""
@@ -149,7 +153,29 @@ def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
     caps = detect_capabilities()
     precision = choose_precision(caps, options.device, options.dtype)
     batch = options.batch_size or default_batch_size(precision, caps)
-    return ByaldiEncoder(model, precision, batch, compile=options.compile)
+    encoder = open_encoder(model, precision, batch, compile=options.compile)
+    if options.max_visual_tokens is not None:
+        encoder.limit_visual_tokens(options.max_visual_tokens)
+    return encoder
+
+
+def open_encoder(model: ModelRef, precision: Precision, batch_size: int, compile: bool = False) -> "ByaldiEncoder":
+    """The model loaded by its family's loader: byaldi where byaldi can, else colpali-engine."""
+    from .families import family_named
+
+    if family_named(model.family).loader == "byaldi":
+        return ByaldiEncoder(model, precision, batch_size, compile=compile)
+    return ColpaliEngineEncoder(model, precision, batch_size, compile=compile)
+
+
+def check_visual_tokens_supported(model: ModelRef, tokens: int | None) -> None:
+    """--max-visual-tokens applies to the Qwen families, whose processors size the grid by a pixel budget."""
+    from .errors import UsageError
+    from .families import QWEN_GRID, family_named
+
+    if tokens is not None and model.family not in QWEN_GRID:
+        raise UsageError(f"--max-visual-tokens: {family_named(model.family).display} does not support it; "
+                         f"it applies to {', '.join(family_named(name).display for name in QWEN_GRID)}.")
 
 
 @contextmanager
@@ -179,23 +205,14 @@ class ByaldiEncoder(PageEncoder):
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-        try:
-            from byaldi import RAGMultiModalModel
-        except ImportError as exc:  # pragma: no cover - a broken install
-            raise EnvironmentMissing(f"byaldi cannot be imported: {exc}") from exc
-
         self.model = model
         self.precision = precision
         self.batch_size = batch_size
         self.forward_calls = 0
         self._torch_dtype = precision.torch_dtype()
         self._device = torch.device(precision.device)
-        if rag is None:
-            byaldi_device = "cuda" if precision.device == "cuda:0" else precision.device
-            with _byaldi_visible_path(model) as path:
-                rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
-        self.net = rag.model.model.eval()
-        self.processor = rag.model.processor
+        self.net, self.processor = self._load(rag)
+        self.net.eval()
         # byaldi hard-codes bfloat16 weights; the probe decides instead. The audit
         # casts what is off, tensor by tensor, and keeps a record of it.
         self.dtype_fixes: list[DtypeFix] = audit_checkpoint(model.path, precision.dtype)
@@ -203,18 +220,68 @@ class ByaldiEncoder(PageEncoder):
         self._audits_due = 1  # once more after the first batch: catches modules changed after loading
         self.compiled = compile
         if compile:
-            inner = self.net.model.model
-            inner.vision_tower.compile(dynamic=False)
-            inner.language_model.compile(dynamic=False)
+            self._compile()
         self._tracker = ModuleTracker(None if compile else self.net)
         self._page_text: dict | None = None
         self.dim = int(getattr(self.net, "dim", 128))
 
+    def _load(self, rag):
+        """The network and its processor, through byaldi (or from `rag`, already loaded)."""
+        try:
+            from byaldi import RAGMultiModalModel
+        except ImportError as exc:  # pragma: no cover - a broken install
+            raise EnvironmentMissing(f"byaldi cannot be imported: {exc}") from exc
+        if rag is None:
+            byaldi_device = "cuda" if self.precision.device == "cuda:0" else self.precision.device
+            with _byaldi_visible_path(self.model) as path:
+                rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
+        return rag.model.model, rag.model.processor
+
+    def _compile(self) -> None:
+        if self.model.family == "colpali":
+            inner = self.net.model.model
+            inner.vision_tower.compile(dynamic=False)
+            inner.language_model.compile(dynamic=False)
+        else:
+            self.net.compile(dynamic=False)
+
     @property
-    def render_size(self) -> tuple[int, int] | None:
-        size = getattr(self.processor.image_processor, "size", None) or {}
-        if self.model.family == "colpali" and "height" in size and "width" in size:
+    def _grid_cell(self) -> int | None:
+        """Pixels a side of one image token, for the families whose processor sizes a grid of
+        tokens by a pixel budget (its size's "longest_edge" counts pixels there)."""
+        image_processor = self.processor.image_processor
+        size = dict(getattr(image_processor, "size", None) or {})
+        if getattr(image_processor, "merge_size", None) is None or "shortest_edge" not in size or "longest_edge" not in size:
+            return None
+        return int(image_processor.patch_size) * int(image_processor.merge_size)
+
+    @property
+    def max_visual_tokens(self) -> int | None:
+        """Image tokens a page at most, where the processor sizes its grid by a pixel budget."""
+        cell = self._grid_cell
+        return None if cell is None else int(self.processor.image_processor.size["longest_edge"]) // (cell * cell)
+
+    def limit_visual_tokens(self, tokens: int) -> None:
+        """At most `tokens` image tokens a page (what colpali-engine's `max_num_visual_tokens` sets)."""
+        check_visual_tokens_supported(self.model, tokens)
+        cell = self._grid_cell
+        size = self.processor.image_processor.size
+        size["longest_edge"] = tokens * cell * cell
+        size["shortest_edge"] = min(int(size["shortest_edge"]), tokens * cell * cell)
+
+    @property
+    def render_size(self) -> "RenderSize":
+        """What pages are rendered at: (width, height) for a family with a fixed input size; for a
+        dynamic one, the long side at which a page of A4 proportions comes out at the processor's
+        pixel budget (the processor then only rounds it to its grid), or its longest edge."""
+        image_processor = self.processor.image_processor
+        size = dict(getattr(image_processor, "size", None) or {})
+        if "height" in size and "width" in size:
             return (int(size["width"]), int(size["height"]))
+        if self._grid_cell is not None:  # a pixel budget
+            return int(math.sqrt(float(size["longest_edge"]) * math.sqrt(2)))
+        if "longest_edge" in size:
+            return int(size["longest_edge"])
         return None
 
     def _forward(self, batch) -> list[np.ndarray]:
@@ -227,9 +294,10 @@ class ByaldiEncoder(PageEncoder):
             if torch.is_floating_point(value):
                 value = value.to(self._torch_dtype)  # cast at the model boundary
             inputs[key] = value.to(self._device)
-        # ColPali reads the last hidden states only; without this the LM head turns every
-        # token into vocabulary logits (about 1 TFLOP per page on the real model) for nothing.
-        inputs["logits_to_keep"] = 1
+        if self.model.family == "colpali":
+            # ColPali reads the last hidden states only; without this the LM head turns every
+            # token into vocabulary logits (about 1 TFLOP per page on the real model) for nothing.
+            inputs["logits_to_keep"] = 1
         autocast = torch.autocast(
             device_type=self.precision.device_type, dtype=self._torch_dtype, enabled=self.precision.autocast
         )
@@ -271,16 +339,14 @@ class ByaldiEncoder(PageEncoder):
         return torch.as_tensor(pixels[0])
 
     def process_pages(self, pages: list) -> dict:
-        """The processor's output for a batch of pages (images, or prepare_page's results).
+        """ColPali's processor output for a batch of pages (images, or prepare_page's results).
 
-        For ColPali the text half (the fixed prompt with its image tokens) is the same for
+        The text half (the fixed prompt with its image tokens) is the same for
         every page, so it is tokenized once and reused; only pixels are processed per page.
         tests/test_encoder.py checks this against processor.process_images.
         """
         import torch
 
-        if self.model.family != "colpali":
-            return self.processor.process_images(pages)
         if self._page_text is None:
             blank = self.processor.process_images([Image.new("RGB", self.render_size or (448, 448), "white")])
             self._page_text = {k: v for k, v in blank.items() if k not in ("pixel_values", "labels")}
@@ -290,6 +356,8 @@ class ByaldiEncoder(PageEncoder):
         return batch
 
     def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
+        if self.model.family != "colpali":
+            return self._encode_by_shape(pages)
         vectors: list[np.ndarray] = []
         for start in range(0, len(pages), self.batch_size):
             chunk = list(pages[start : start + self.batch_size])
@@ -300,6 +368,26 @@ class ByaldiEncoder(PageEncoder):
             batch = self.process_pages(chunk)
             vectors += [v.astype(np.float16) for v in self._forward(batch)[:count]]
         return vectors
+
+    def _encode_by_shape(self, pages: Sequence) -> list[np.ndarray]:
+        """Dynamic-resolution families: pages whose inputs have the same shape (the same number
+        of image tokens) share forward passes, others never do, so that no page is padded and
+        its vectors never depend on its batch neighbours."""
+        import torch
+
+        processed = [self.processor.process_images([page]) for page in pages]
+        groups: dict[tuple, list[int]] = {}
+        for number, inputs in enumerate(processed):
+            shape = tuple((key, tuple(value.shape[1:])) for key, value in sorted(inputs.items()))
+            groups.setdefault(shape, []).append(number)
+        vectors: list[np.ndarray | None] = [None] * len(pages)
+        for numbers in groups.values():
+            for start in range(0, len(numbers), self.batch_size):
+                chunk = numbers[start : start + self.batch_size]
+                batch = {key: torch.cat([processed[n][key] for n in chunk]) for key in processed[chunk[0]].keys()}
+                for number, vector in zip(chunk, self._forward(batch)):
+                    vectors[number] = vector.astype(np.float16)
+        return vectors  # type: ignore[return-value]
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Queries of the same token length share forward passes; queries of different lengths
@@ -327,3 +415,24 @@ class ByaldiEncoder(PageEncoder):
                 for number, vector in zip(chunk, self._forward(batch)):
                     vectors[number] = vector
         return vectors
+
+
+class ColpaliEngineEncoder(ByaldiEncoder):
+    """A family byaldi cannot load (ColQwen2.5, ColQwen3, ColQwen3.5, ColSmol, ColModernVBert,
+    ColGemma3), through colpali-engine's own model and processor classes; the probe, autocast,
+    dtype audit, boundary casts and error translation are the same."""
+
+    def _load(self, rag):
+        from .errors import UsageError
+        from .families import family_named
+
+        family = family_named(self.model.family)
+        try:
+            import colpali_engine.models as engine
+
+            net = getattr(engine, family.architecture).from_pretrained(self.model.path, dtype=self._torch_dtype)
+            processor = getattr(engine, family.processor).from_pretrained(self.model.path)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:  # a checkpoint that does not fit the class
+            reason = " ".join(str(exc).split())[:300]
+            raise UsageError(f"{self.model.id}: cannot be loaded as {family.display} by colpali-engine ({reason}).") from None
+        return net.to(self._device), processor

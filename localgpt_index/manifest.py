@@ -146,10 +146,12 @@ class Settings(_Strict):
     dtype: Literal["bfloat16", "float16", "float32"] | None = None
     autocast: bool | None = None
     batch_size: Annotated[int, Field(ge=1, le=1 << 16)] | None = None
-    render_size: Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=2, max_length=2)] | None = None
+    # [width, height], or [long side] for a dynamic-resolution family
+    render_size: Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=1, max_length=2)] | None = None
     dim: Annotated[int, Field(ge=1, le=8192)] | None = None
     vector_dtype: Literal["float16"] = "float16"
     pool_factor: Annotated[int, Field(ge=1, le=64)] = 1
+    max_visual_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = None  # dynamic-resolution families
     imported_from: Text | None = None
 
 

@@ -13,13 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import EnvironmentMissing, UsageError
+from .families import detect_family, supported
 
 DEFAULT_MODEL = "vidore/colpali-v1.3"
-FAMILIES = ("colpali", "colqwen2", "fake")
-_FAMILY_BY_MODEL_TYPE = {"paligemma": "colpali", "qwen2_vl": "colqwen2", "lgpt-fake": "fake"}
-_NOT_YET = {"qwen2_5_vl": "ColQwen2.5", "qwen3_vl": "ColQwen3", "idefics3": "ColSmol (Idefics3)", "gemma3": "ColGemma3",
-            "modernvbert": "ColModernVBert"}
-SUPPORTED = "ColPali (paligemma) and ColQwen2 (qwen2_vl)"
 
 
 @dataclass(frozen=True)
@@ -28,7 +24,7 @@ class ModelRef:
 
     id: str  # as named by the user: hub id or folder
     path: str  # local folder with config and weights
-    family: str  # "colpali", "colqwen2" or "fake"
+    family: str  # a name from localgpt_index.families
     revision: str | None  # hub commit, when from the hub
     fingerprint: str  # identifies the weights; an index only answers queries from the same one
 
@@ -47,18 +43,19 @@ def _read_json(path: Path) -> dict:
 
 
 def model_family(folder: Path, base: Path | None = None) -> str:
-    """The family from config.json (model_type), or from the base model's for an adapter; never from the name."""
+    """The family from config.json (architectures, then model_type), or from the base model's
+    for an adapter; never from the name."""
     config = folder / "config.json"
     if not config.exists() and base is not None:
         config = base / "config.json"
     if not config.exists():
         raise UsageError(f"{folder}: no config.json (nor a base model with one); not a model checkpoint.")
-    model_type = str(_read_json(config).get("model_type", ""))
-    if model_type in _FAMILY_BY_MODEL_TYPE:
-        return _FAMILY_BY_MODEL_TYPE[model_type]
-    if model_type in _NOT_YET:
-        raise UsageError(f"{folder}: {_NOT_YET[model_type]} is not supported yet; lgpt-index loads {SUPPORTED}.")
-    raise UsageError(f"{folder}: model_type {model_type or '(none)'!r} is not a supported family; lgpt-index loads {SUPPORTED}.")
+    data = _read_json(config)
+    family = detect_family(data)
+    if family is None:
+        described = ", ".join(str(a) for a in data.get("architectures") or []) or str(data.get("model_type") or "(none)")
+        raise UsageError(f"{folder}: {described[:200]} is not a supported multi-vector family; lgpt-index loads {supported()}.")
+    return family.name
 
 
 def _folder_fingerprint(folder: Path) -> str:
@@ -156,7 +153,11 @@ def resolve_recorded(model_id: str, path: str | None, revision: str | None, allo
 
 
 def expected_dim(ref: ModelRef) -> int:
-    """The vector size a model writes: from a fake checkpoint's config; 128 for the ColPali family."""
-    if ref.family == "fake":
-        return int(_read_json(Path(ref.path) / "config.json").get("dim", 128))
-    return 128
+    """The vector size a model writes: its config's "dim" where the family reads one, else the family's."""
+    from .families import family_named
+
+    family = family_named(ref.family)
+    config = Path(ref.path) / "config.json"
+    if family.name in ("fake", "colqwen3_5") and config.exists():
+        return int(_read_json(config).get("dim", family.dim))
+    return family.dim

@@ -26,7 +26,14 @@ from . import processes
 from .convert import ConverterSet, check_signature
 from .discover import IMAGE, MARKDOWN, OFFICE
 from .errors import DocumentError
-from .render import DEFAULT_RENDER_TIMEOUT_S, image_file_pages, image_frame_count, pdf_page_count, render_pdf_pages
+from .render import (
+    DEFAULT_RENDER_TIMEOUT_S,
+    RenderSize,
+    image_file_pages,
+    image_frame_count,
+    pdf_page_count,
+    render_pdf_pages,
+)
 
 RENDER_CHUNK = 8  # pages per pdftoppm call
 CONVERT_BATCH = 8  # office files per LibreOffice run
@@ -104,7 +111,7 @@ class PageFeed:
         sources: list[FeedSource],
         converters: ConverterSet,
         staging: Path,
-        render_size: tuple[int, int] | None,
+        render_size: RenderSize,
         queue_pages: int,
         convert_workers: int = 2,
         timings: Callable[[str, float], None] = lambda stage, seconds: None,

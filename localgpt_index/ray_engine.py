@@ -27,6 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import DocumentError, EnvironmentMissing, LgptError
+from .render import RenderSize, size_from_setting, size_setting
 
 CHUNK_PAGES = 8  # pages per render task and per encoder call
 OPEN_AHEAD = 8  # documents being opened ahead of the one the driver waits for
@@ -150,7 +151,7 @@ class EncoderWorker:
     def describe(self) -> dict:
         encoder = self.encoder
         return {"precision": encoder.precision.to_dict(), "dim": encoder.dim, "batch_size": encoder.batch_size,
-                "render_size": list(encoder.render_size) if encoder.render_size else None,
+                "render_size": size_setting(encoder.render_size), "max_visual_tokens": encoder.max_visual_tokens,
                 "node": os.uname().nodename, "pid": os.getpid()}
 
     def encode(self, images) -> list:
@@ -182,7 +183,8 @@ class RemoteEncoder:
     precision: object
     dim: int
     batch_size: int
-    render_size: tuple[int, int] | None
+    render_size: RenderSize
+    max_visual_tokens: int | None = None
     forward_calls: int = 0
     dtype_fixes: list | None = None
 
@@ -200,7 +202,8 @@ class RayEngine:
         count = options.ray_actors or (max(1, int(gpus // per_actor)) if gpus else max(1, int(cpus // 2)))
         remote = ray.remote(num_gpus=per_actor, num_cpus=0 if gpus else 1, max_restarts=-1, max_task_retries=-1)(EncoderWorker)
         worker_options = {"device": options.device if not gpus else "auto", "dtype": options.dtype,
-                          "batch_size": options.batch_size, "compile": options.compile, "pool_factor": options.pool_factor}
+                          "batch_size": options.batch_size, "compile": options.compile, "pool_factor": options.pool_factor,
+                          "max_visual_tokens": options.max_visual_tokens}
         self.actors = [remote.remote(model.to_dict(), worker_options) for _ in range(count)]
         self._open = ray.remote(num_cpus=0.5, max_retries=3)(open_document).options(num_returns=2)
         self._render = ray.remote(num_cpus=0.5, max_retries=3)(render_chunk)
@@ -223,8 +226,8 @@ class RayEngine:
         p = first["precision"]
         precision = Precision(p["device"], p["dtype"], p["autocast"], f"{p['reason']} ({len(described)} Ray actor(s))",
                               tuple(p.get("warnings", ())))
-        size = tuple(first["render_size"]) if first["render_size"] else None
-        return RemoteEncoder(self.model, precision, first["dim"], first["batch_size"], size)
+        size = size_from_setting(first["render_size"])
+        return RemoteEncoder(self.model, precision, first["dim"], first["batch_size"], size, first["max_visual_tokens"])
 
     def finish(self) -> None:
         """Tally the actors' model calls and dtype fixes into the encoder, and let them go."""

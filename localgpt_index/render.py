@@ -16,8 +16,9 @@ from PIL import Image
 from . import processes
 from .errors import DocumentError
 
-# Used when the model has no fixed input size (ColQwen2's dynamic resolution):
-# the long side of the page in pixels.
+# A page size: (width, height) for a model with a fixed input size; the long side in pixels
+# for a dynamic-resolution one (the page keeps its proportions); None: DEFAULT_LONG_SIDE.
+RenderSize = tuple[int, int] | int | None
 DEFAULT_LONG_SIDE = 1024
 DEFAULT_RENDER_TIMEOUT_S = 60.0  # per call of pdftoppm (a few pages) or pdfinfo
 
@@ -61,7 +62,7 @@ def pdf_page_count(pdf: Path, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> in
 
 
 def render_pdf_pages(
-    pdf: Path, size: tuple[int, int] | None, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
+    pdf: Path, size: RenderSize, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
 ) -> list[Image.Image]:
     """Render pages first..last (1-based, inclusive) of `pdf`."""
     from pdf2image import convert_from_path
@@ -105,7 +106,7 @@ def image_frame_count(path: Path) -> int:
         return max(1, int(getattr(image, "n_frames", 1)))
 
 
-def image_file_pages(path: Path, size: tuple[int, int] | None, first: int = 1) -> Iterator[Image.Image]:
+def image_file_pages(path: Path, size: RenderSize, first: int = 1) -> Iterator[Image.Image]:
     """The frames of an image file from `first` (1-based) on, decoded one at a time and resized for the model."""
     with _decoding(path) as image:
         count = max(1, int(getattr(image, "n_frames", 1)))
@@ -135,11 +136,11 @@ def _decoding(path: Path) -> Iterator[Image.Image]:
         image.close()
 
 
-def _fit(image: Image.Image, size: tuple[int, int] | None) -> Image.Image:
-    if size is not None:
+def _fit(image: Image.Image, size: RenderSize) -> Image.Image:
+    if isinstance(size, tuple):
         return image.resize(size, Image.BICUBIC)
-    scale = DEFAULT_LONG_SIDE / max(image.size)
-    if scale < 1:
+    scale = (size or DEFAULT_LONG_SIDE) / max(image.size)
+    if scale < 1 or size is not None:
         image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
     return image
 
@@ -151,3 +152,16 @@ def _whole_seconds(timeout_s: float) -> int:
 def _short(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     return text[:300] or type(exc).__name__
+
+
+def size_setting(size: RenderSize) -> list[int] | None:
+    """A render size as an index records it: [width, height], or [long side]."""
+    if size is None:
+        return None
+    return list(size) if isinstance(size, tuple) else [int(size)]
+
+
+def size_from_setting(setting: list[int] | None) -> RenderSize:
+    if not setting:
+        return None
+    return tuple(setting) if len(setting) == 2 else int(setting[0])  # type: ignore[return-value]

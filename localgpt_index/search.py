@@ -36,17 +36,17 @@ PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> PageEncoder:
-    """The encoder for queries: the fake family without torch, else the probe and byaldi's loader."""
+    """The encoder for queries: the fake family without torch, else the probe and the family's loader."""
     if ref.family == "fake":
         from .fake import FakeEncoder
 
         return FakeEncoder(ref)
     from .device import choose_precision, default_batch_size, detect_capabilities
-    from .encode import ByaldiEncoder
+    from .encode import open_encoder
 
     caps = detect_capabilities()
     precision = choose_precision(caps, device, dtype)
-    return ByaldiEncoder(ref, precision, default_batch_size(precision, caps))
+    return open_encoder(ref, precision, default_batch_size(precision, caps))
 
 
 class Index:

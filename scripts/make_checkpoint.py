@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Write a random-weight ColPali checkpoint ("tiny" for tests, "bench" with the real 1024-token
-geometry for benchmarks, "full" with the real architecture for a GPU), or a "fake" one
-(deterministic vectors from the page bytes, no torch: the fast test tier and the scheduler benchmarks).
+"""Write a random-weight checkpoint: ColPali ("tiny" for tests, "bench" with the real 1024-token
+geometry for benchmarks, "cpu" model-bound on a CPU, "full" with the real architecture for a
+GPU), a tiny one of another family (colqwen2, colqwen2_5, ...: real classes, processors and
+token layout), or a "fake" one (deterministic vectors from the page bytes, no torch: the fast
+test tier and the scheduler benchmarks).
 
-    python scripts/make_checkpoint.py tiny  ./models/tiny-colpali
-    python scripts/make_checkpoint.py bench ./models/bench-colpali
-    python scripts/make_checkpoint.py fake  ./models/fake
+    python scripts/make_checkpoint.py tiny       ./models/tiny-colpali
+    python scripts/make_checkpoint.py bench      ./models/bench-colpali
+    python scripts/make_checkpoint.py colqwen2_5 ./models/tiny-colqwen2_5
+    python scripts/make_checkpoint.py fake       ./models/fake
 
 Its vectors have the real shape but no meaning: retrieval results are noise.
 """
@@ -20,16 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from localgpt_index.checkpoints import SPECS, make_checkpoint  # noqa: E402
 from localgpt_index.fake import write_fake_checkpoint  # noqa: E402
+from localgpt_index.family_checkpoints import CHECKPOINT_FAMILIES, make_family_checkpoint  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", choices=sorted(SPECS) + ["fake"])
+    parser.add_argument("spec", choices=sorted(SPECS) + list(CHECKPOINT_FAMILIES) + ["fake"])
     parser.add_argument("out", type=Path, help="folder to write")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.spec == "fake":
         print(write_fake_checkpoint(args.out))
+        return
+    if args.spec in CHECKPOINT_FAMILIES:
+        print(make_family_checkpoint(args.out, args.spec, seed=args.seed))
         return
     print(make_checkpoint(args.out, args.spec, seed=args.seed))
 

@@ -13,7 +13,8 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @click.command(epilog=EXIT_CODES)
 @click.argument("docs", type=click.Path(exists=True, file_okay=False))
 @click.option("--model", "-m", default=None, metavar="ID|PATH",
-              help="Hub id or local folder of a ColPali/ColQwen2 model. [default: the index's model, else vidore/colpali-v1.3]")
+              help="Hub id or local folder of a ColPali-family model (see README: Models). "
+                   "[default: the index's model, else vidore/colpali-v1.3]")
 @model_options
 @click.option("--batch-size", type=click.IntRange(1, 4096), default=None, help="Pages per forward pass. [default: by device]")
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation (committed once, at the end).")
@@ -22,6 +23,9 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
               help="JSON or CSV file mapping path globs to key/value pairs, stored per document.")
 @click.option("--pool-factor", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Lossy: pool each page's vectors to about 1/N (hierarchical token pooling); 1 is off.")
+@click.option("--max-visual-tokens", type=click.IntRange(1, 1 << 20), default=None, metavar="N",
+              help="ColQwen families: at most N image tokens a page (fewer vectors and less memory; lossy). Recorded in "
+                   "the index; another value needs --rebuild. [default: the index's, else the model's]")
 @click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
 @click.option("--compile", "compile_model", is_flag=True,
               help="torch.compile the model: about 30 % more pages/s on a GPU, after a compilation of about a minute.")
@@ -45,7 +49,7 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @index_options
 @output_options
 @click.pass_obj
-def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, strict,
+def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, max_visual_tokens, strict,
           compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s,
           ray_address, ray_actors, ray_gpus_per_actor) -> None:
     """Index the documents under DOCS (or bring the index up to date with it)."""
@@ -59,7 +63,7 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
         compile=compile_model, include=include, exclude=exclude, convert_timeout_s=convert_timeout,
         render_timeout_s=render_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s, ray=ray_address, ray_actors=ray_actors,
-        ray_gpus_per_actor=ray_gpus_per_actor,
+        ray_gpus_per_actor=ray_gpus_per_actor, max_visual_tokens=max_visual_tokens,
     )
     with app.terminal.progress() as progress:
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)

@@ -66,6 +66,9 @@ def _print(report: dict) -> None:
     echo(f"model cache  {cache['hub_cache']}{' (HF_HUB_OFFLINE)' if cache['offline'] else ''}")
     model = report["model"]
     echo(f"model        {model['id']}: {'available at ' + model['path'] if model['available'] else 'NOT AVAILABLE'}")
+    if model["available"]:
+        echo(f"  family     {model['family_name']}, loaded by {model['loader']}"
+             f"{' (dynamic resolution)' if model['dynamic_resolution'] else ''}")
     if model["declared_dtypes"]:
         echo("  declared   " + ", ".join(f"{k}={v}" for k, v in model["declared_dtypes"].items()))
     for group, counts in model["stored_dtypes"].items():
@@ -75,6 +78,11 @@ def _print(report: dict) -> None:
     if model["smoke_test"]:
         smoke = model["smoke_test"]
         echo(f"  smoke test {'ok' if smoke['ok'] else 'FAILED: ' + smoke['error']}")
+        if smoke["ok"]:
+            tokens = smoke["image_tokens_per_page"]
+            echo(f"  per page   {smoke['page_vectors'][0]} vectors of {smoke['page_vectors'][1]}"
+                 f"{f' ({tokens} image tokens)' if tokens is not None else ''}, "
+                 f"{smoke['vector_bytes_per_page'] / 1024:.1f} KiB as float16 (an A4 page)")
     if report["missing"]:
         echo("missing:")
         for item in report["missing"]:

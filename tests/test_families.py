@@ -1,0 +1,213 @@
+"""Model families: recognised from config.json, loaded by the right library, pages and queries
+encoded as colpali-engine encodes them, a page's vectors independent of its batch neighbours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import run_cli
+from docgen import make_pdf, make_png
+from localgpt_index.errors import UsageError
+from localgpt_index.families import FAMILIES, detect_family, family_named
+from localgpt_index.family_checkpoints import CHECKPOINT_FAMILIES
+from localgpt_index.models import resolve_model
+
+
+def _folder(tmp_path: Path, config: dict) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_each_family_is_recognised_by_architecture_and_by_model_type(family):
+    assert detect_family({"architectures": [family.architecture], "model_type": "anything"}) is family
+    assert detect_family({"model_type": family.model_types[0]}) is family
+
+
+def test_the_folder_name_does_not_decide_the_family(tmp_path):
+    # byaldi would load this as plain ColQwen2 from its name
+    folder = _folder(tmp_path / "my-colqwen2.5", {"model_type": "qwen2_5_vl", "architectures": ["ColQwen2_5"]})
+    assert resolve_model(str(folder)).family == "colqwen2_5"
+    folder = _folder(tmp_path / "colpali-named", {"model_type": "qwen2_vl", "architectures": ["ColQwen2"]})
+    assert resolve_model(str(folder)).family == "colqwen2"
+
+
+@pytest.mark.parametrize("config", [{"model_type": "bert"}, {"model_type": "qwen2_vl", "architectures": ["BiQwen2"]}, {}])
+def test_an_unknown_or_single_vector_model_is_refused_with_the_supported_list(tmp_path, config):
+    with pytest.raises(UsageError) as refused:
+        resolve_model(str(_folder(tmp_path / "model", config)))
+    for family in FAMILIES:
+        assert family.display in refused.value.message
+
+
+@pytest.fixture(scope="module", params=CHECKPOINT_FAMILIES)
+def family_model(request, tmp_path_factory) -> Path:
+    from localgpt_index.family_checkpoints import make_family_checkpoint
+
+    return make_family_checkpoint(tmp_path_factory.mktemp("models") / request.param, request.param)
+
+
+def _encoder(model: Path, batch_size: int = 4):
+    from localgpt_index.device import Capabilities, choose_precision
+    from localgpt_index.encode import open_encoder
+
+    return open_encoder(resolve_model(str(model)), choose_precision(Capabilities(), device="cpu", dtype="float32"), batch_size)
+
+
+def _engine(model: Path):
+    """The family's model and processor straight from colpali-engine, as its README loads them."""
+    import colpali_engine.models as engine
+    import torch
+
+    from localgpt_index.families import family_named
+
+    family = family_named(resolve_model(str(model)).family)
+    net = getattr(engine, family.architecture).from_pretrained(str(model), dtype=torch.float32).eval()
+    return net, getattr(engine, family.processor).from_pretrained(str(model))
+
+
+@pytest.mark.slow
+def test_the_right_library_loads_the_family(family_model):
+    from localgpt_index.encode import ColpaliEngineEncoder
+    from localgpt_index.families import family_named
+
+    encoder = _encoder(family_model)
+    family = family_named(encoder.model.family)
+    assert isinstance(encoder, ColpaliEngineEncoder) == (family.loader == "colpali-engine")
+    assert type(encoder.net).__name__ == family.architecture
+
+
+@pytest.mark.slow
+def test_a_page_alone_and_in_a_mixed_batch_gives_the_same_vectors(family_model):
+    encoder = _encoder(family_model)
+    tall, wide, square = (Image.effect_noise(size, 60).convert("RGB") for size in [(200, 300), (420, 140), (250, 250)])
+    alone = encoder.encode_pages([tall])[0]
+    masks = []
+    encoder.net.register_forward_pre_hook(lambda module, args, kwargs: masks.append(kwargs["attention_mask"]), with_kwargs=True)
+    mixed = encoder.encode_pages([wide, tall, square, wide])
+    assert masks and all(bool(mask.all()) for mask in masks)  # no page was padded to a neighbour's length
+    assert mixed[1].shape == alone.shape
+    if family_named(encoder.model.family).dynamic:
+        assert mixed[0].shape != alone.shape  # different token counts in one batch
+    np.testing.assert_allclose(mixed[1].astype(np.float32), alone.astype(np.float32), atol=2e-3)
+
+
+@pytest.mark.slow
+def test_pages_and_queries_match_colpali_engine(family_model):
+    import torch
+
+    encoder = _encoder(family_model)
+    net, processor = _engine(family_model)
+    pages = [Image.effect_noise(size, 40).convert("RGB") for size in [(220, 300), (300, 220)]]
+    queries = ["quarterly revenue", "invoice total amount due"]
+    with torch.inference_mode():
+        theirs_pages = [net(**processor.process_images([page]))[0] for page in pages]
+        theirs_queries = [net(**processor.process_queries([query]))[0] for query in queries]
+    ours_pages = [torch.from_numpy(v.astype(np.float32)) for v in encoder.encode_pages(pages)]
+    ours_queries = [torch.from_numpy(v) for v in encoder.encode_queries(queries)]
+    for ours, theirs in zip(ours_pages, theirs_pages):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=2e-3)
+    expected = processor.score(theirs_queries, theirs_pages).float()
+    np.testing.assert_allclose(processor.score(ours_queries, ours_pages).float().numpy(), expected.numpy(), rtol=2e-3)
+
+
+@pytest.mark.slow
+def test_build_and_query_a_corpus(family_model, tmp_path):
+    docs = tmp_path / "docs"
+    make_pdf(docs / "report.pdf", ["quarterly revenue", "invoice total", "market outlook"])
+    make_png(docs / "scan.png", "receipt", size=(500, 300))
+    index = ["--index-dir", str(tmp_path / "idx")]
+    built = run_cli("build", str(docs), "--model", str(family_model), "--json", *index)
+    assert built.exit_code == 0, built.stderr
+    report = json.loads(built.stdout)
+    assert report["pages_embedded"] == 4 and report["model"]["family"] == resolve_model(str(family_model)).family
+    status = json.loads(run_cli("status", "--json", *index).stdout)
+    # dynamic resolution: pages keep their proportions (a long side); else the model's fixed size
+    assert len(status["settings"]["render_size"]) == (1 if family_named(report["model"]["family"]).dynamic else 2)
+    answer = run_cli("query", "quarterly revenue", "-k", "4", "--json", *index)
+    assert answer.exit_code == 0, answer.stderr
+    hits = json.loads(answer.stdout)["queries"][0]["results"]
+    assert sorted((Path(h["path"]).name, h["page"]) for h in hits) == [("report.pdf", 1), ("report.pdf", 2),
+                                                                      ("report.pdf", 3), ("scan.png", 1)]
+    again = json.loads(run_cli("build", str(docs), "--json", *index).stdout)
+    assert again["pages_embedded"] == 0 and again["model_calls"] == 0
+
+
+def _vectors_per_page(index_dir: Path) -> list[int]:
+    from localgpt_index import open_index
+
+    index = open_index(index_dir)
+    return [len(v) for doc in index.documents for v in index.page_vectors(doc)]
+
+
+@pytest.mark.slow
+def test_max_visual_tokens_is_recorded_and_kept(tmp_path):
+    from localgpt_index.family_checkpoints import make_family_checkpoint
+
+    model = make_family_checkpoint(tmp_path / "colqwen2_5", "colqwen2_5")
+    docs = tmp_path / "docs"
+    make_pdf(docs / "report.pdf", ["quarterly revenue", "invoice total"])
+    full, capped = ["--index-dir", str(tmp_path / "full")], ["--index-dir", str(tmp_path / "capped")]
+    assert run_cli("build", str(docs), "--model", str(model), *full).exit_code == 0
+    built = run_cli("build", str(docs), "--model", str(model), "--max-visual-tokens", "8", *capped)
+    assert built.exit_code == 0, built.stderr
+    assert json.loads(run_cli("status", "--json", *capped).stdout)["settings"]["max_visual_tokens"] == 8
+    assert json.loads(run_cli("status", "--json", *full).stdout)["settings"]["max_visual_tokens"] == 64
+    processor = _engine(model)[1]
+    prompt = len(processor.tokenizer(processor.visual_prompt_prefix)["input_ids"]) - 1  # text tokens around the image
+    assert all(n <= prompt + 8 for n in _vectors_per_page(tmp_path / "capped"))
+    assert min(_vectors_per_page(tmp_path / "full")) > prompt + 8
+
+    make_pdf(docs / "more.pdf", ["market outlook"])
+    other = run_cli("build", str(docs), "--max-visual-tokens", "16", *capped)
+    assert other.exit_code == 1 and "--max-visual-tokens 8" in other.stderr and "--rebuild" in other.stderr
+    kept = run_cli("build", str(docs), "--json", *capped)  # no option: the index's own
+    assert kept.exit_code == 0 and json.loads(kept.stdout)["pages_embedded"] == 1
+    assert all(n <= prompt + 8 for n in _vectors_per_page(tmp_path / "capped"))
+    rebuilt = run_cli("build", str(docs), "--max-visual-tokens", "16", "--rebuild", *capped)
+    assert rebuilt.exit_code == 0, rebuilt.stderr
+    assert json.loads(run_cli("status", "--json", *capped).stdout)["settings"]["max_visual_tokens"] == 16
+
+
+def test_max_visual_tokens_is_refused_where_the_family_has_no_budget(fake_model, tmp_path):
+    docs = tmp_path / "docs"
+    make_pdf(docs / "report.pdf", ["quarterly revenue"])
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--max-visual-tokens", "8",
+                     "--index-dir", str(tmp_path / "idx"))
+    assert result.exit_code == 2 and "--max-visual-tokens" in result.stderr and "ColQwen2.5" in result.stderr
+
+
+@pytest.mark.slow
+def test_doctor_reports_family_loader_tokens_and_bytes(family_model):
+    from conftest import validate
+    from localgpt_index.families import family_named
+
+    result = run_cli("doctor", "--model", str(family_model), "--device", "cpu", "--json")
+    report = json.loads(result.stdout)
+    validate(report, "doctor")
+    model = report["model"]
+    family = family_named(resolve_model(str(family_model)).family)
+    assert (model["family"], model["loader"], model["dynamic_resolution"]) == (family.name, family.loader, family.dynamic)
+    smoke = model["smoke_test"]
+    assert smoke["ok"], smoke
+    rows, dim = smoke["page_vectors"]
+    assert smoke["vector_bytes_per_page"] == rows * dim * 2 and 0 < smoke["image_tokens_per_page"] < rows
+
+
+@pytest.mark.slow
+def test_byaldi_export_is_refused_for_a_family_byaldi_cannot_load(tmp_path):
+    from localgpt_index.family_checkpoints import make_family_checkpoint
+
+    model = make_family_checkpoint(tmp_path / "colidefics3", "colidefics3")
+    docs = tmp_path / "docs"
+    make_pdf(docs / "report.pdf", ["quarterly revenue"])
+    index = ["--index-dir", str(tmp_path / "idx")]
+    assert run_cli("build", str(docs), "--model", str(model), *index).exit_code == 0
+    result = run_cli("export", "--format", "byaldi", str(tmp_path / "out"), *index)
+    assert result.exit_code == 2 and "ColIdefics3" in result.stderr and not (tmp_path / "out").exists()
