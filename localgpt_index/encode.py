@@ -327,9 +327,10 @@ class ByaldiEncoder(PageEncoder):
 
     def prepare_page(self, image):
         """Per-page preprocessing that can run off the model thread (the build's render thread
-        calls it): ColPali's pixel values. Other families keep the image for their processor."""
+        calls it): ColPali's pixel values; for the other families, the processor's whole output
+        for the page (its text and pixels: their shape depends on the page's size)."""
         if self.model.family != "colpali":
-            return image
+            return self.processor.process_images([image])
         import torch
 
         rgb = image.convert("RGB")
@@ -375,7 +376,7 @@ class ByaldiEncoder(PageEncoder):
         its vectors never depend on its batch neighbours."""
         import torch
 
-        processed = [self.processor.process_images([page]) for page in pages]
+        processed = [page if _is_processed(page) else self.processor.process_images([page]) for page in pages]
         groups: dict[tuple, list[int]] = {}
         for number, inputs in enumerate(processed):
             shape = tuple((key, tuple(value.shape[1:])) for key, value in sorted(inputs.items()))
@@ -415,6 +416,11 @@ class ByaldiEncoder(PageEncoder):
                 for number, vector in zip(chunk, self._forward(batch)):
                     vectors[number] = vector
         return vectors
+
+
+def _is_processed(page) -> bool:
+    """A page prepare_page has already run the processor on (not an image)."""
+    return not isinstance(page, Image.Image)
 
 
 class ColpaliEngineEncoder(ByaldiEncoder):

@@ -16,7 +16,9 @@ from .checkpoints import _CORPUS
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                  "<|video_pad|>"]
 VOCAB = 1024
-# Qwen images: a grid of cells (patches merged 2 x 2: 28 px, 32 px from Qwen3 on), 4 to 64 cells a page.
+# Qwen images: a grid of cells (patches merged 2 x 2: 28 px, 32 px from Qwen3 on), 4 to 64 cells a page;
+# in the "bench" geometry up to 768, the image tokens a page colpali-engine's ColQwen2/2.5 were trained with.
+QWEN_CELLS = {"tiny": 64, "bench": 768}
 QWEN_FAMILIES = ("colqwen2", "colqwen2_5", "colqwen3", "colqwen3_5")
 # Idefics3-style images: split into tiles of TILE px (up to 2 x 2) plus the whole page, 4 tokens a tile.
 IDEFICS_FAMILIES = ("colidefics3", "colmodernvbert")
@@ -44,7 +46,7 @@ def _tokenizer(specials: list[str], **named):
     return PreTrainedTokenizerFast(tokenizer_object=tok, **named)
 
 
-def _qwen_parts(family: str):
+def _qwen_parts(family: str, geometry: str = "tiny"):
     """The processor parts and config of a tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL or Qwen3.5 checkpoint."""
     import transformers
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
@@ -59,13 +61,14 @@ def _qwen_parts(family: str):
     qwen3 = family in ("colqwen3", "colqwen3_5")
     patch = 16 if qwen3 else 14
     cell = 2 * patch
-    geometry = {"patch_size": patch, "merge_size": 2, "temporal_patch_size": 2}
-    images = Qwen2VLImageProcessor(**geometry, min_pixels=4 * cell * cell, max_pixels=64 * cell * cell,
+    grid = {"patch_size": patch, "merge_size": 2, "temporal_patch_size": 2}
+    budget = QWEN_CELLS[geometry] * cell * cell
+    images = Qwen2VLImageProcessor(**grid, min_pixels=4 * cell * cell, max_pixels=budget,
                                    image_mean=[0.5] * 3, image_std=[0.5] * 3)
     if qwen3:
-        videos = Qwen3VLVideoProcessor(**geometry, size={"shortest_edge": 4 * cell * cell, "longest_edge": 64 * cell * cell})
+        videos = Qwen3VLVideoProcessor(**grid, size={"shortest_edge": 4 * cell * cell, "longest_edge": budget})
     else:
-        videos = Qwen2VLVideoProcessor(**geometry, min_pixels=4 * cell * cell, max_pixels=64 * cell * cell)
+        videos = Qwen2VLVideoProcessor(**grid, min_pixels=4 * cell * cell, max_pixels=budget)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIALS}
     text = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
             "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096,
@@ -151,8 +154,9 @@ def _gemma_parts():
     return tokenizer, images, config
 
 
-def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0) -> Path:
-    """Write a tiny random checkpoint of `family` (a name from localgpt_index.families) to `out_dir`."""
+def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: str = "tiny") -> Path:
+    """Write a random checkpoint of `family` (a name from localgpt_index.families) to `out_dir`:
+    tiny widths, and ("bench", Qwen families) the real number of image tokens a page."""
     import torch
     import colpali_engine.models as engine
     from transformers.utils import logging as hf_logging
@@ -161,11 +165,13 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0) -> Path:
 
     if family not in CHECKPOINT_FAMILIES:
         raise ValueError(f"no checkpoint recipe for {family!r}; there are: {', '.join(CHECKPOINT_FAMILIES)}")
+    if geometry != "tiny" and family not in QWEN_FAMILIES:
+        raise ValueError(f"the {geometry!r} geometry is there for the Qwen families only, not {family!r}")
     hf_logging.disable_progress_bar()
     described = family_named(family)
     processor_class = getattr(engine, described.processor)
     if family in QWEN_FAMILIES:
-        tokenizer, images, videos, config = _qwen_parts(family)
+        tokenizer, images, videos, config = _qwen_parts(family, geometry)
         processor = processor_class(image_processor=images, tokenizer=tokenizer, video_processor=videos)
     elif family in IDEFICS_FAMILIES:
         tokenizer, images, config = _idefics_parts(family)
@@ -182,6 +188,6 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0) -> Path:
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     (out_dir / "lgpt_checkpoint.json").write_text(
-        json.dumps({"spec": f"tiny-{family}", "seed": seed, "random_weights": True}, indent=2)
+        json.dumps({"spec": f"{geometry}-{family}", "seed": seed, "random_weights": True}, indent=2)
     )
     return out_dir

@@ -12,6 +12,11 @@ is for lgpt-index).
     python scripts/bench_build.py                          # cpu: 16 PDFs x 5 pages; bench: 40 PDFs x 5 + 4 office files
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --baseline e3a3eed       # also the bench regime with that commit's lgpt-index
+    python scripts/bench_build.py --family colqwen2_5      # a dynamic-resolution family against colpali-engine's loop
+
+With --family F, the "bench" geometry of that family (768 image tokens a page, narrow layers)
+builds 20 PDFs x 5 pages against colpali-engine's plain loop as its README shows it: each PDF
+rendered by pdf2image at its default 200 dpi, then processor and model one page at a time.
 
 Prints, per regime: whole-process seconds, pages/s once the model is loaded, the encoder's busy
 share, peak RSS, and the ratios. Exits 1 only if two systems disagree on the pages indexed.
@@ -83,6 +88,28 @@ print(json.dumps({"pages": len(rag.model.indexed_embeddings), "load_s": loaded -
 """
 
 
+ENGINE = """
+import json, sys, time
+from pathlib import Path
+started = time.perf_counter()
+import torch
+import colpali_engine.models as engine
+from pdf2image import convert_from_path
+from localgpt_index.families import family_named
+family = family_named(sys.argv[3])
+model = getattr(engine, family.architecture).from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+processor = getattr(engine, family.processor).from_pretrained(sys.argv[1])
+loaded = time.perf_counter()
+pages = 0
+for pdf in sorted(Path(sys.argv[2]).glob("*.pdf")):
+    for image in convert_from_path(str(pdf)):
+        with torch.no_grad():
+            model(**processor.process_images([image]))
+        pages += 1
+print(json.dumps({"pages": pages, "load_s": loaded - started, "index_s": time.perf_counter() - loaded}))
+"""
+
+
 def run(command: list[str], env: dict | None = None) -> tuple[float, str]:
     """Wall seconds and stdout of a whole process. Commands are wrapped in a small Python that
     prints its one child's peak RSS last (RUSAGE_CHILDREN of a process with one child)."""
@@ -109,10 +136,12 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
             "loaded_rate": report["pages_embedded"] / max(steady, 1e-9), "load": stages.get("load_model", 0.0)}
 
 
-def theirs(python: str, docs: Path, model: str, out: Path) -> dict:
+def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None) -> dict:
+    """byaldi's index, or with `family` colpali-engine's plain loop."""
+    script = [python, "-c", ENGINE, model, str(docs), family] if family else [python, "-c", BYALDI, model, str(docs), str(out)]
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
                "print(r.stdout.strip()); print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
-               python, "-c", BYALDI, model, str(docs), str(out)]
+               *script]
     seconds, text = run(command)
     lines = text.strip().splitlines()
     rss = int(lines[-1].split()[1]) / 1024
@@ -147,9 +176,28 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     return agree
 
 
+def family_regime(family: str, tmp: Path) -> bool:
+    from localgpt_index.family_checkpoints import make_family_checkpoint
+
+    model = str(make_family_checkpoint(tmp / f"bench-{family}", family, geometry="bench"))
+    corpus = tmp / "corpus-family"
+    make_corpus(corpus, 20, 5, False)
+    python = sys.executable
+    us = ours(python, corpus, model, tmp / f"idx-{family}")
+    them = theirs(python, corpus, model, tmp / "unused", family=family)
+    print(f"[{family}] bench geometry (768 image tokens a page), {us['pages']} pages, CPU float32, {os.cpu_count()} cores")
+    for label, r in (("lgpt-index build", us), ("colpali-engine loop", them)):
+        print(f"  {label:<19} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
+              f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
+    print(f"  pages/s once loaded: {us['loaded_rate'] / them['loaded_rate']:.2f}x; whole process: "
+          f"{them['seconds'] / us['seconds']:.2f}x faster; peak RSS ratio {us['rss'] / them['rss']:.2f}")
+    return us["pages"] == them["pages"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["cpu", "bench"], default=None)
+    parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
     parser.add_argument("--baseline", default=None, metavar="REF", help="a git commit whose lgpt-index also builds the bench regime")
     args = parser.parse_args()
     agree = True
@@ -161,6 +209,8 @@ def main() -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
                            check=True, capture_output=True)
         try:
+            if args.family:
+                sys.exit(0 if family_regime(args.family, tmp) else 1)
             if args.only in (None, "cpu"):
                 agree &= regime("model-bound", "cpu", 16, 5, False, tmp, None)
             if args.only in (None, "bench"):

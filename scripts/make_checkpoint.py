@@ -8,6 +8,7 @@ test tier and the scheduler benchmarks).
     python scripts/make_checkpoint.py tiny       ./models/tiny-colpali
     python scripts/make_checkpoint.py bench      ./models/bench-colpali
     python scripts/make_checkpoint.py colqwen2_5 ./models/tiny-colqwen2_5
+    python scripts/make_checkpoint.py colqwen2_5 ./models/bench-colqwen2_5 --geometry bench   # 768 image tokens
     python scripts/make_checkpoint.py fake       ./models/fake
 
 Its vectors have the real shape but no meaning: retrieval results are noise.
@@ -31,12 +32,14 @@ def main() -> None:
     parser.add_argument("spec", choices=sorted(SPECS) + list(CHECKPOINT_FAMILIES) + ["fake"])
     parser.add_argument("out", type=Path, help="folder to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--geometry", choices=["tiny", "bench"], default="tiny",
+                        help="for a Qwen family: tiny (at most 64 image tokens a page) or bench (768, as the real models)")
     args = parser.parse_args()
     if args.spec == "fake":
         print(write_fake_checkpoint(args.out))
         return
     if args.spec in CHECKPOINT_FAMILIES:
-        print(make_family_checkpoint(args.out, args.spec, seed=args.seed))
+        print(make_family_checkpoint(args.out, args.spec, seed=args.seed, geometry=args.geometry))
         return
     print(make_checkpoint(args.out, args.spec, seed=args.seed))
 
