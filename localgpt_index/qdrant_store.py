@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .discover import sha256_file
 from .errors import IndexBusy, IndexProblem, LgptError, UsageError
 from .failpoints import failpoint
 from .manifest import FORMAT, REBUILD_HINT, Document, Failure, Manifest, ModelInfo, Segment, Settings, Span
@@ -328,7 +329,7 @@ class QdrantStore:
                 pdf = self.pdf_store / doc.pdf
                 if not pdf.is_file():
                     problems.append(f"{pdf}: missing (the converted PDF of {doc.path}).")
-                elif _sha256(pdf) != doc.pdf_sha256:
+                elif sha256_file(pdf) != doc.pdf_sha256:
                     problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
         return problems
 
@@ -594,7 +595,7 @@ class QdrantTransaction:
         """A converted PDF into the PDF store, named by its own sha256 (None without a PDF store)."""
         if self.store.pdf_store is None:
             return None
-        digest = _sha256(pdf)
+        digest = sha256_file(pdf)
         rel = f"pdf/{digest}.pdf"
         target = self.store.pdf_store / rel
         with self.writing():
@@ -789,14 +790,6 @@ def _holder_gone(lease: dict) -> bool:
     parts = str(lease.get("holder", "")).split()
     return (len(parts) == 4 and parts[0] == "pid" and parts[1].isdigit() and parts[3] == socket.gethostname()
             and not _alive(int(parts[1])))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class QdrantIndex(Index):

@@ -42,6 +42,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from .discover import sha256_file
 from .errors import IndexBusy, IndexProblem, UsageError
 from .failpoints import failpoint
 from .manifest import (
@@ -86,14 +87,6 @@ def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
 
 
 # hashing
-
-
-def sha256_path(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def block_checksums(path: Path, algorithm: str = "xxh3_64", block_size: int = CHECK_BLOCK) -> list[str]:
@@ -392,7 +385,7 @@ class IndexStore:
                 problems.append(exc.message)
                 continue
             vec_path = self.segments_dir / f"{segment.id}.vectors.npy"
-            if sha256_path(vec_path) != segment.vectors_sha256:
+            if sha256_file(vec_path) != segment.vectors_sha256:
                 problems.append(f"{vec_path}: sha256 mismatch; the vectors are damaged.")
         pdfs = {(d.pdf, d.pdf_sha256, d.path) for d in [*manifest.documents, *manifest.in_progress] if d.pdf}
         for rel, expected, source in sorted(pdfs):
@@ -401,7 +394,7 @@ class IndexStore:
             except IndexProblem as exc:
                 problems.append(f"{exc.message} (the converted PDF of {source})")
                 continue
-            if sha256_path(self.root / rel) != expected:
+            if sha256_file(self.root / rel) != expected:
                 problems.append(f"{self.root / rel}: sha256 mismatch; the converted PDF of {source} is damaged.")
         return problems
 
@@ -558,7 +551,7 @@ class SegmentWriter:
             np.save(handle, offsets)
             handle.flush()
             os.fsync(handle.fileno())
-        vectors_sha, offsets_sha = sha256_path(self._vectors), sha256_path(self._offsets)
+        vectors_sha, offsets_sha = sha256_file(self._vectors), sha256_file(self._offsets)
         segment = Segment(
             id="seg-" + hashlib.sha256(f"{vectors_sha}:{offsets_sha}".encode()).hexdigest()[:40],
             pages=len(self.lengths),
@@ -658,8 +651,6 @@ class Transaction:
 
     def store_pdf(self, pdf: Path) -> tuple[str, str]:
         """Keep a converted PDF, named by the sha256 of its own bytes; returns its name and sha256."""
-        from .discover import sha256_file
-
         with self.writing():
             digest = sha256_file(pdf)
             rel = f"pdf/{digest}.pdf"

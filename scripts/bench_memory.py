@@ -18,10 +18,6 @@ Prints each peak RSS and the two ratios (the bar: within 10 %). Exits 1 if a bui
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from build_worker import print_result, run_worker  # noqa: E402
+
 
 def worker(args) -> None:
     from localgpt_index.build import BuildOptions, build_index
@@ -39,21 +37,13 @@ def worker(args) -> None:
     started = time.perf_counter()
     options = BuildOptions(model=args.model, rebuild=args.rebuild, batch_size=args.batch_size)
     report = build_index(Path(args.docs), IndexStore(Path(args.index) / "default"), options)
-    print(json.dumps({
-        "pages": report.pages_embedded, "seconds": time.perf_counter() - started, "exit": int(report.exit_code),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+    print_result(report, time.perf_counter() - started)
 
 
 def measure(label: str, model: str, docs: Path, index: Path, batch_size: int, rebuild: bool = False) -> dict:
     command = [sys.executable, __file__, "--worker", "--model", model, "--docs", str(docs), "--index", str(index),
                "--batch-size", str(batch_size)] + (["--rebuild"] if rebuild else [])
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    if done.returncode != 0:
-        sys.exit(f"{label} failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if result["exit"] != 0:
-        sys.exit(f"{label}: build exit code {result['exit']}")
+    result = run_worker(command, label)
     print(f"{label:>34}: {result['pages']:>5} pages in {result['seconds']:6.1f} s, peak RSS {result['peak_rss_mib']:6.0f} MiB",
           flush=True)
     return result

@@ -16,10 +16,7 @@ largest to the smallest). Exits 1 if a build failed or the two indexes differ in
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from build_worker import print_result, run_worker  # noqa: E402
 
 
 def worker(args) -> None:
@@ -38,20 +37,13 @@ def worker(args) -> None:
     started = time.perf_counter()
     report = build_index(Path(args.docs), IndexStore(Path(args.index) / "default"), options)
     seconds = time.perf_counter() - started - report.stage_seconds.get("load_model", 0.0)
-    print(json.dumps({"pages": report.pages_embedded, "seconds": seconds, "exit": int(report.exit_code),
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print_result(report, seconds)
 
 
 def measure(model: str, docs: Path, index: Path, ray: str | None) -> dict:
     command = [sys.executable, __file__, "--worker", "--model", model, "--docs", str(docs), "--index", str(index)]
     command += ["--ray", ray] if ray else []
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    if done.returncode != 0:
-        sys.exit(f"build failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if result["exit"] != 0:
-        sys.exit(f"build exit code {result['exit']}")
-    return result
+    return run_worker(command, "build")
 
 
 def main() -> None:

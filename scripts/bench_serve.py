@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -55,31 +54,10 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-class Served:
-    def __init__(self, index: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "-q", "--index-dir", str(index)],
-                                     env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        port = re.search(r":(\d+) ", self.proc.stderr.readline()).group(1)
-        self.url = f"http://127.0.0.1:{port}"
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
-        import httpx
-
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-
-    def ask(self, client, text: str, k: int = 10) -> dict:
-        answer = client.post("/query", json={"queries": [text], "k": k})
-        answer.raise_for_status()
-        return answer.json()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+def ask(client, text: str, k: int = 10) -> dict:
+    answer = client.post("/query", json={"queries": [text], "k": k})
+    answer.raise_for_status()
+    return answer.json()
 
 
 def ranking(document: dict) -> list[tuple[str, int]]:
@@ -93,6 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     import httpx
     from docgen import make_pdf
+    from served import Server
 
     from localgpt_index.checkpoints import make_checkpoint
 
@@ -112,12 +91,13 @@ def main() -> None:
             started = time.perf_counter()
             assert lgpt("query", text, "--json", "--index-dir", str(index)).returncode == 0
             cold.append(time.perf_counter() - started)
-        server = Served(index)
+        server = Server("-q", "--index-dir", str(index), env=ENV)
+        server.wait_ready(timeout=300)
         client = httpx.Client(base_url=server.url, timeout=120)
         warm = []
         for text in questions(50):
             started = time.perf_counter()
-            server.ask(client, text)
+            ask(client, text)
             warm.append(time.perf_counter() - started)
         cold_ms, warm_ms = 1000 * statistics.median(cold), 1000 * statistics.median(warm)
         print(f"1. median latency: cold `lgpt-index query` {cold_ms:.0f} ms, warm /query {warm_ms:.1f} ms: "
@@ -125,12 +105,12 @@ def main() -> None:
 
         texts = questions(64)
         started = time.perf_counter()
-        one_by_one = [server.ask(client, t) for t in texts]
+        one_by_one = [ask(client, t) for t in texts]
         sequential_qps = len(texts) / (time.perf_counter() - started)
         with ThreadPoolExecutor(8) as pool:
             clients = [httpx.Client(base_url=server.url, timeout=120) for _ in range(8)]
             started = time.perf_counter()
-            together = list(pool.map(lambda pair: server.ask(clients[pair[0] % 8], pair[1]), enumerate(texts)))
+            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1]), enumerate(texts)))
             concurrent_qps = len(texts) / (time.perf_counter() - started)
         cli = json.loads(lgpt("query", *texts, "-k", "10", "--json", "--index-dir", str(index)).stdout)["queries"]
         same = all(ranking(a) == ranking(c) == ranking(b) for a, b, c in zip(one_by_one, together, cli))
@@ -147,7 +127,7 @@ def main() -> None:
             with httpx.Client(base_url=server.url, timeout=120) as own:
                 for text in questions(count):
                     try:
-                        server.ask(own, f"{text} {number}")
+                        ask(own, f"{text} {number}")
                     except httpx.HTTPError:
                         nonlocal_errors += 1
             with lock:
@@ -155,7 +135,7 @@ def main() -> None:
 
         counts: list[int] = []
         for text in questions(100):
-            server.ask(client, text)
+            ask(client, text)
         after_100 = rss_mib(server.proc.pid)
         started = time.perf_counter()
         threads = [threading.Thread(target=worker, args=(n, (args.queries - 100) // 8)) for n in range(8)]

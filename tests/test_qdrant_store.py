@@ -219,7 +219,7 @@ def test_another_model_is_refused_as_with_the_local_store(fake_model, tmp_path):
 
 
 def test_serve_over_a_qdrant_store(fake_model, tmp_path):
-    from test_serve import Server
+    from served import Server
 
     docs = tmp_path / "docs"
     _docs(docs)

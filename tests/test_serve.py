@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,43 +16,7 @@ import pytest
 
 from conftest import faulty_model, run_cli, validate
 from docgen import make_pdf, make_png
-
-
-class Server:
-    """A running `lgpt-index serve`, its address read from its first line."""
-
-    def __init__(self, *args: str, env: dict | None = None) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", *args],
-                                     env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        first = self.proc.stderr.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
-        assert match, first + self.proc.stderr.read()
-        self.url = f"http://127.0.0.1:{match.group(1)}"
-        self.lines: list[str] = []
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_ready(self, token: str | None = None, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("server not ready: " + "\n".join(self.lines))
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=60)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
+from served import Server
 
 
 @pytest.fixture(scope="module")
