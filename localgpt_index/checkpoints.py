@@ -90,49 +90,9 @@ def is_random_checkpoint(folder: str | Path) -> bool:
     return marker.exists() and json.loads(marker.read_text()).get("random_weights", False)
 
 
-def make_checkpoint(
-    out_dir: Path,
-    spec: CheckpointSpec | str = "tiny",
-    seed: int = 0,
-    dtype: str = "float32",
-    module_dtypes: dict[str, str] | None = None,
-    device: str = "cpu",
-) -> Path:
-    """Write a random ColPali checkpoint (model + processor) to `out_dir`.
-
-    `dtype` is the storage dtype; `module_dtypes` stores some top-level modules in
-    another one ({"vision_tower": "float32"}), as mixed-precision checkpoints do.
-
-    byaldi only accepts paths containing "colpali", so callers should pick a
-    folder name that does (the loader in this package also copes without).
-    """
-    import torch
-    from colpali_engine.models import ColPali, ColPaliProcessor
-    from transformers import PaliGemmaConfig, SiglipImageProcessor
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    if isinstance(spec, str):
-        spec = SPECS[spec]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    tokenizer = _build_tokenizer(spec.vocab_size)
-    n_image_tokens = (spec.image_size // spec.patch_size) ** 2
-    image_processor = SiglipImageProcessor(
-        size={"height": spec.image_size, "width": spec.image_size},
-        image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5],
-        resample=3,
-        do_normalize=True,
-        do_rescale=True,
-        image_seq_length=n_image_tokens,
-    )
-    image_processor.image_seq_length = n_image_tokens
-    processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    image_token_id = processor.image_token_id
-    assert len(processor.tokenizer) <= spec.vocab_size, "tokenizer outgrew the vocabulary"
+def _paligemma_config(spec: CheckpointSpec, tokenizer, image_token_id: int):
+    """PaliGemma's config (SigLIP vision tower, Gemma text model) at the widths of `spec`."""
+    from transformers import PaliGemmaConfig
 
     config = PaliGemmaConfig(
         vision_config={
@@ -167,6 +127,54 @@ def make_checkpoint(
         tie_word_embeddings=False,
     )
     config.text_config.tie_word_embeddings = False
+    return config
+
+
+def make_checkpoint(
+    out_dir: Path,
+    spec: CheckpointSpec | str = "tiny",
+    seed: int = 0,
+    dtype: str = "float32",
+    module_dtypes: dict[str, str] | None = None,
+    device: str = "cpu",
+) -> Path:
+    """Write a random ColPali checkpoint (model + processor) to `out_dir`.
+
+    `dtype` is the storage dtype; `module_dtypes` stores some top-level modules in
+    another one ({"vision_tower": "float32"}), as mixed-precision checkpoints do.
+
+    byaldi only accepts paths containing "colpali", so callers should pick a
+    folder name that does (the loader in this package also copes without).
+    """
+    import torch
+    from colpali_engine.models import ColPali, ColPaliProcessor
+    from transformers import SiglipImageProcessor
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    if isinstance(spec, str):
+        spec = SPECS[spec]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _build_tokenizer(spec.vocab_size)
+    n_image_tokens = (spec.image_size // spec.patch_size) ** 2
+    image_processor = SiglipImageProcessor(
+        size={"height": spec.image_size, "width": spec.image_size},
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+        resample=3,
+        do_normalize=True,
+        do_rescale=True,
+        image_seq_length=n_image_tokens,
+    )
+    image_processor.image_seq_length = n_image_tokens
+    processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    image_token_id = processor.image_token_id
+    assert len(processor.tokenizer) <= spec.vocab_size, "tokenizer outgrew the vocabulary"
+
+    config = _paligemma_config(spec, tokenizer, image_token_id)
     torch.manual_seed(seed)
     with torch.device(device):  # "cuda" initialises a full-size model in seconds
         model = ColPali(config).to(getattr(torch, dtype)).eval()

@@ -371,23 +371,27 @@ class ByaldiEncoder(PageEncoder):
         return vectors
 
     def _encode_by_shape(self, pages: Sequence) -> list[np.ndarray]:
-        """Dynamic-resolution families: pages whose inputs have the same shape (the same number
-        of image tokens) share forward passes, others never do, so that no page is padded and
-        its vectors never depend on its batch neighbours."""
+        """Dynamic-resolution families: each page processed alone (or by prepare_page), then
+        forward passes shared only by pages of the same shape (see _forward_by_shape)."""
+        processed = [page if _is_processed(page) else self.processor.process_images([page]) for page in pages]
+        return [vector.astype(np.float16) for vector in self._forward_by_shape(processed, self.batch_size)]
+
+    def _forward_by_shape(self, processed: list, size: int) -> list[np.ndarray]:
+        """Inputs of the same shape (the same number of tokens) share forward passes of up to
+        `size`; others never do, so nothing is padded and no output depends on its batch neighbours."""
         import torch
 
-        processed = [page if _is_processed(page) else self.processor.process_images([page]) for page in pages]
         groups: dict[tuple, list[int]] = {}
         for number, inputs in enumerate(processed):
             shape = tuple((key, tuple(value.shape[1:])) for key, value in sorted(inputs.items()))
             groups.setdefault(shape, []).append(number)
-        vectors: list[np.ndarray | None] = [None] * len(pages)
+        vectors: list[np.ndarray | None] = [None] * len(processed)
         for numbers in groups.values():
-            for start in range(0, len(numbers), self.batch_size):
-                chunk = numbers[start : start + self.batch_size]
+            for start in range(0, len(numbers), size):
+                chunk = numbers[start : start + size]
                 batch = {key: torch.cat([processed[n][key] for n in chunk]) for key in processed[chunk[0]].keys()}
                 for number, vector in zip(chunk, self._forward(batch)):
-                    vectors[number] = vector.astype(np.float16)
+                    vectors[number] = vector
         return vectors  # type: ignore[return-value]
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -395,27 +399,15 @@ class ByaldiEncoder(PageEncoder):
         never do. Padding would make a query's vectors depend on its neighbours: with the sdpa
         attention of transformers 5, a padded PaliGemma query differs from the same query alone
         by up to 0.07 per component (tests/test_encoder.py), which reorders results."""
-        import torch
-
         from .errors import UsageError
 
         texts = check_queries(texts)
         tokenised = [self.processor.process_queries([text]) for text in texts]
-        by_length: dict[int, list[int]] = {}
         for number, batch in enumerate(tokenised):
             length = int(batch["attention_mask"].shape[1])
             if length > MAX_QUERY_TOKENS + 16:  # the prompt and augmentation tokens come on top
                 raise UsageError(f"query {number + 1} is {length} tokens long; queries are limited to {MAX_QUERY_TOKENS}.")
-            by_length.setdefault(length, []).append(number)
-        vectors: list[np.ndarray | None] = [None] * len(texts)
-        size = max(self.batch_size, QUERY_BATCH)
-        for numbers in by_length.values():
-            for start in range(0, len(numbers), size):
-                chunk = numbers[start : start + size]
-                batch = {key: torch.cat([tokenised[n][key] for n in chunk]) for key in tokenised[chunk[0]].keys()}
-                for number, vector in zip(chunk, self._forward(batch)):
-                    vectors[number] = vector
-        return vectors
+        return self._forward_by_shape(tokenised, max(self.batch_size, QUERY_BATCH))
 
 
 def _is_processed(page) -> bool:

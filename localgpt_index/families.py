@@ -22,33 +22,24 @@ class Family:
     processor: str  # colpali-engine's processor class
     loader: str  # "byaldi" or "colpali-engine"
     dynamic: bool  # the processor picks the number of image tokens from the page size
-    example: str  # a published checkpoint
-    vidore_v1: float | None  # its published ViDoRe V1 average (nDCG@5)
-    hardware: str
     dim: int = 128  # vector size, when the checkpoint's config does not say ("dim")
 
 
-# Scores: ViDoRe V1 averages as colpali-engine 0.3.18's README lists them, for the example.
+# Published checkpoints, scores and the hardware each suits: the README's Models table.
 FAMILIES: tuple[Family, ...] = (
-    Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", "byaldi", False,
-           "vidore/colpali-v1.3", 84.8, "GPU; 3B parameters, seconds a page on a CPU"),
-    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", "byaldi", True,
-           "vidore/colqwen2-v1.0", 89.3, "GPU; 2B parameters"),
-    Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", "colpali-engine", True,
-           "vidore/colqwen2.5-v0.2", 89.4, "GPU; 3B parameters"),
-    Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", "colpali-engine", True,
-           "TomoroAI/tomoro-colqwen3-embed-4b", 90.6, "GPU; 4B parameters", dim=320),
-    Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", "colpali-engine", True,
-           "athrael-soju/colqwen3.5-4.5B-v3", 90.9, "GPU; 4.5B parameters"),
+    Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", "byaldi", False),
+    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", "byaldi", True),
+    Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", "colpali-engine", True),
+    Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", "colpali-engine", True, dim=320),
+    Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", "colpali-engine", True),
     Family("colidefics3", "ColIdefics3 (ColSmol)", ("idefics3",), "ColIdefics3", "ColIdefics3Processor",
-           "colpali-engine", True, "vidore/colSmol-256M", 80.1, "CPU or a small GPU; 256M (500M: 82.3)"),
+           "colpali-engine", True),
     Family("colmodernvbert", "ColModernVBert", ("modernvbert",), "ColModernVBert", "ColModernVBertProcessor",
-           "colpali-engine", True, "", None, "CPU; about 250M parameters"),
-    Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", "colpali-engine", False,
-           "Cognitive-Lab/ColNetraEmbed", 86.4, "GPU; 4B parameters"),
+           "colpali-engine", True),
+    Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", "colpali-engine", False),
 )
 QWEN_GRID = ("colqwen2", "colqwen2_5", "colqwen3", "colqwen3_5")  # a grid of image tokens sized by a pixel budget
-FAKE = Family("fake", "fake (tests)", ("lgpt-fake",), "", "", "fake", False, "", None, "no torch")
+FAKE = Family("fake", "fake (tests)", ("lgpt-fake",), "", "", "fake", False)
 _BY_NAME = {family.name: family for family in (*FAMILIES, FAKE)}
 FAMILY_NAMES = frozenset(_BY_NAME)
 

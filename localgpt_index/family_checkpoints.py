@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from .checkpoints import _CORPUS
+from .families import QWEN_GRID
 
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                  "<|video_pad|>"]
@@ -19,11 +20,10 @@ VOCAB = 1024
 # Qwen images: a grid of cells (patches merged 2 x 2: 28 px, 32 px from Qwen3 on), 4 to 64 cells a page;
 # in the "bench" geometry up to 768, the image tokens a page colpali-engine's ColQwen2/2.5 were trained with.
 QWEN_CELLS = {"tiny": 64, "bench": 768}
-QWEN_FAMILIES = ("colqwen2", "colqwen2_5", "colqwen3", "colqwen3_5")
 # Idefics3-style images: split into tiles of TILE px (up to 2 x 2) plus the whole page, 4 tokens a tile.
 IDEFICS_FAMILIES = ("colidefics3", "colmodernvbert")
 TILE = 56
-CHECKPOINT_FAMILIES = QWEN_FAMILIES + IDEFICS_FAMILIES + ("colgemma3",)
+CHECKPOINT_FAMILIES = QWEN_GRID + IDEFICS_FAMILIES + ("colgemma3",)
 GEMMA_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for item in message['content'] %}"
@@ -165,12 +165,12 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: 
 
     if family not in CHECKPOINT_FAMILIES:
         raise ValueError(f"no checkpoint recipe for {family!r}; there are: {', '.join(CHECKPOINT_FAMILIES)}")
-    if geometry != "tiny" and family not in QWEN_FAMILIES:
+    if geometry != "tiny" and family not in QWEN_GRID:
         raise ValueError(f"the {geometry!r} geometry is there for the Qwen families only, not {family!r}")
     hf_logging.disable_progress_bar()
     described = family_named(family)
     processor_class = getattr(engine, described.processor)
-    if family in QWEN_FAMILIES:
+    if family in QWEN_GRID:
         tokenizer, images, videos, config = _qwen_parts(family, geometry)
         processor = processor_class(image_processor=images, tokenizer=tokenizer, video_processor=videos)
     elif family in IDEFICS_FAMILIES:
