@@ -1,4 +1,8 @@
-"""Exact MaxSim (late interaction) over float16 page vectors, accumulated in float32."""
+"""Exact MaxSim (late interaction) over float16 page vectors, accumulated in float32.
+
+torch does the work wherever it is installed (always, for a real model). Where it cannot be
+imported the same chunks go through NumPy: the fast test tier runs without torch, with a fake
+model, and its queries take that path (equal to torch's within float32 rounding; tested)."""
 
 from __future__ import annotations
 
@@ -35,11 +39,13 @@ def maxsim(
     score(q, p) = sum over query tokens of the max over page tokens of <q_i, p_j>.
     All queries are stacked into one matrix so each page block is read once.
     """
-    import torch
-
     if pages is None:
         pages = np.arange(len(offsets) - 1)
     pages = np.asarray(pages, dtype=np.int64)
+    if device == "cpu" and not torch_available():
+        return _maxsim_numpy(queries, vectors, offsets, pages)
+    import torch
+
     q_lengths = [len(q) for q in queries]
     q_all = torch.from_numpy(np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])).to(device)
     q_owner = torch.repeat_interleave(torch.arange(len(queries), device=device), torch.tensor(q_lengths, device=device))
@@ -82,6 +88,35 @@ def maxsim(
         finally:
             torch.set_num_threads(before)
     return scores.cpu().numpy()
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported here (not in the fast test tier)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: np.ndarray, pages: np.ndarray) -> np.ndarray:
+    """maxsim without torch: the same chunks, widened to float32, one product each."""
+    q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
+    q_starts = np.cumsum([0] + [len(q) for q in queries[:-1]])
+    chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, len(q_all))))
+    scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
+    for lo, hi in _chunks(pages, offsets, chunk_rows):
+        starts, ends = offsets[pages[lo:hi]], offsets[pages[lo:hi] + 1]
+        block = np.concatenate([vectors[s:e] for s, e in zip(starts, ends)]).astype(np.float32)
+        scores[:, lo:hi] = _page_sums(q_all @ block.T, ends - starts, q_starts)
+    return scores
+
+
+def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts: np.ndarray) -> np.ndarray:
+    """(query tokens, rows) similarities -> (queries, pages): each token's best row in each page,
+    summed over each query's tokens."""
+    best = np.maximum.reduceat(sim, np.cumsum(lengths) - lengths, axis=1)
+    return np.add.reduceat(best, q_starts, axis=0)
 
 
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
@@ -128,44 +163,40 @@ def _chunks(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
         yield lo, len(pages)
 
 
-def sign_codes(vectors: np.ndarray) -> "torch.Tensor":
+def sign_codes(vectors: np.ndarray) -> np.ndarray:
     """int8 signs (+1/-1) of every float16 vector component: half the bytes, read by int8 matrix products."""
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        source = torch.from_numpy(vectors)
-    codes = torch.empty(source.shape, dtype=torch.int8)
-    for start in range(0, len(source), CHUNK_ROWS):
-        block = source[start : start + CHUNK_ROWS]
-        codes[start : start + CHUNK_ROWS] = torch.where(block >= 0, 1, -1).to(torch.int8)
+    codes = np.empty(vectors.shape, dtype=np.int8)
+    for start in range(0, len(vectors), CHUNK_ROWS):
+        codes[start : start + CHUNK_ROWS] = np.where(vectors[start : start + CHUNK_ROWS] >= 0, 1, -1)
     return codes
 
 
-def approximate_maxsim(queries: Sequence[np.ndarray], codes, offsets: np.ndarray) -> np.ndarray:
+def approximate_maxsim(queries: Sequence[np.ndarray], codes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """A cheap MaxSim for a first pass: queries quantised to int8, pages reduced to signs,
     one int8 matrix product per chunk (VNNI/AMX on recent CPUs). Scores rank roughly like
     the exact ones; they are not comparable to them."""
-    import torch
-
     q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
     scale = np.abs(q_all).max(axis=1, keepdims=True) + 1e-12
     q8 = np.rint(q_all / scale * 127).astype(np.int8)
-    rows = max(32, -(-len(q8) // 8) * 8)  # torch._int_mm wants more than 16 rows, a multiple of 8
-    padded = np.zeros((rows, q8.shape[1]), dtype=np.int8)
-    padded[: len(q8)] = q8
-    q_tensor = torch.from_numpy(padded)
-    owner = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([len(q) for q in queries]))
-    weights = torch.from_numpy(scale[:, 0])
+    q_starts = np.cumsum([0] + [len(q) for q in queries[:-1]])
     pages = np.arange(len(offsets) - 1)
-    scores = torch.zeros((len(queries), len(pages)), dtype=torch.float32)
+    scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
     for lo, hi in _chunks(pages, offsets, CHUNK_ROWS):
-        start, end = int(offsets[lo]), int(offsets[hi])
-        width = -(-(end - start) // 8) * 8
-        block = codes[start:end]
-        if width != end - start:
-            block = torch.cat([block, torch.zeros((width - (end - start), block.shape[1]), dtype=torch.int8)])
-        sim = torch._int_mm(q_tensor, block.T.contiguous())[: len(q8), : end - start].float() * weights[:, None]
-        lengths = offsets[lo + 1 : hi + 1] - offsets[lo:hi]
-        scores[:, lo:hi].index_add_(0, owner, _max_per_page(sim, lengths))
-    return scores.numpy()
+        sim = _int8_product(q8, codes[int(offsets[lo]) : int(offsets[hi])]) * scale
+        scores[:, lo:hi] = _page_sums(sim, offsets[lo + 1 : hi + 1] - offsets[lo:hi], q_starts)
+    return scores
+
+
+def _int8_product(q8: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """q8 @ block.T as float32: torch's int8 kernel where torch is, NumPy's int32 product elsewhere."""
+    if not torch_available():
+        return (q8.astype(np.int32) @ block.T.astype(np.int32)).astype(np.float32)
+    import torch
+
+    # torch._int_mm wants more than 16 rows, and sizes that are multiples of 8
+    left = np.zeros((max(32, -(-len(q8) // 8) * 8), q8.shape[1]), dtype=np.int8)
+    left[: len(q8)] = q8
+    right = np.zeros((-(-len(block) // 8) * 8, block.shape[1]), dtype=np.int8)
+    right[: len(block)] = block
+    product = torch._int_mm(torch.from_numpy(left), torch.from_numpy(right.T.copy()))
+    return product[: len(q8), : len(block)].float().numpy()

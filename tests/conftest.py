@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from docgen import make_corpus, make_pdf  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
+WITHOUT_TORCH = Path(__file__).resolve().parent / "without_torch"
+
+
+def pytest_configure(config) -> None:
+    """The fast tier (-m "not slow") runs without torch, in this process and in every CLI or server
+    process it starts: whatever it would import torch for fails the test."""
+    if config.getoption("markexpr").replace(" ", "") != "notslow":
+        return
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")]))
+    if "torch" in sys.modules:
+        raise pytest.UsageError("torch was imported before the fast tier started")
+    sys.path.insert(0, str(WITHOUT_TORCH))
+    import sitecustomize  # noqa: F401  (this folder's: it installs the blocking finder)
 
 
 @pytest.fixture(autouse=True)

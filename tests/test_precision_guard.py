@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-import torch
 from PIL import Image
 
 from conftest import run_cli, validate
@@ -69,6 +68,8 @@ def test_seed1_bfloat16_model_fed_float32_pixels(tiny_model):
     """The seed's failing operation, the vision tower's patch convolution, raises on float32 pixels;
     through the encoder there is no error. (transformers 5 and colpali-engine now also cast
     pixel values themselves; the encoder does not rely on that.)"""
+    import torch
+
     encoder = _encoder(tiny_model, "bfloat16", autocast=False)
     batch = encoder.processor.process_images([Image.new("RGB", (60, 80), "white")])
     assert batch["pixel_values"].dtype == torch.float32
@@ -95,6 +96,8 @@ def test_escaped_mismatch_names_the_module_and_the_fix(tiny_model):
 
 
 def test_audit_after_first_batch_catches_a_module_changed_during_it(tiny_model):
+    import torch
+
     encoder = _encoder(tiny_model, "bfloat16", autocast=True)
     projector = encoder.net.model.model.multi_modal_projector
     def lazy_reinit(*args) -> None:  # e.g. code that re-initialises a module after loading
@@ -111,22 +114,26 @@ def test_audit_after_first_batch_catches_a_module_changed_during_it(tiny_model):
 @pytest.mark.parametrize(
     "operation, expect",
     [
-        (lambda: torch.nn.Conv2d(3, 4, 3).to(torch.bfloat16)(torch.randn(1, 3, 8, 8)), "convolution"),
-        (lambda: torch.nn.Linear(4, 4).half()(torch.randn(2, 4)), "matrix multiply"),
-        (lambda: torch.randn(2, 4).half() @ torch.randn(4, 4), "matrix multiply"),
-        (lambda: torch.nn.LayerNorm(4).half()(torch.randn(2, 4)), "normalisation"),
+        (lambda torch: torch.nn.Conv2d(3, 4, 3).to(torch.bfloat16)(torch.randn(1, 3, 8, 8)), "convolution"),
+        (lambda torch: torch.nn.Linear(4, 4).half()(torch.randn(2, 4)), "matrix multiply"),
+        (lambda torch: torch.randn(2, 4).half() @ torch.randn(4, 4), "matrix multiply"),
+        (lambda torch: torch.nn.LayerNorm(4).half()(torch.randn(2, 4)), "normalisation"),
     ],
     ids=["conv", "linear", "matmul", "layernorm"],
 )
 def test_translator_on_real_torch_errors(operation, expect):
+    import torch
+
     with pytest.raises(RuntimeError) as raised:
-        operation()
+        operation(torch)
     translated = translate_error(raised.value, "model.vision_tower.embeddings.patch_embedding", "bfloat16")
     assert translated is not None and expect in translated.message
     assert "vision_tower" in translated.message and "vision_config.torch_dtype" in translated.hint
 
 
 def test_translator_leaves_other_errors_alone():
+    import torch
+
     with pytest.raises(RuntimeError) as raised:
         torch.randn(2, 3) @ torch.randn(4, 5)
     assert translate_error(raised.value, None, "float32") is None

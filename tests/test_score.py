@@ -1,15 +1,14 @@
-"""Our MaxSim against colpali-engine's processor.score, in float32."""
+"""Our MaxSim against its definition and colpali-engine's processor.score, in float32; the torch
+and NumPy paths against each other (the fast tier, without torch, takes the NumPy one)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import localgpt_index.score as score_module
 from localgpt_index.score import maxsim
 
-pytestmark = pytest.mark.slow  # the real-component tier
 
 
 def _unit(rng, n, dim=128):
@@ -18,6 +17,8 @@ def _unit(rng, n, dim=128):
 
 
 def _reference(queries, pages):
+    import torch
+
     from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
     # One page per call: colpali-engine pads ragged pages with zero vectors, and a
@@ -30,6 +31,38 @@ def _reference(queries, pages):
     return torch.cat(columns, dim=1).numpy()
 
 
+def _ragged(seed: int, pages: int = 40):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 90, size=pages)
+    vectors = np.concatenate([_unit(rng, n) for n in lengths]).astype(np.float16)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return rng, vectors, offsets
+
+
+def test_maxsim_is_the_sum_over_query_tokens_of_the_best_page_token(monkeypatch):
+    rng, vectors, offsets = _ragged(3)
+    queries = [_unit(rng, n) for n in (1, 9, 20)]
+    monkeypatch.setattr(score_module, "CHUNK_ROWS", 200)  # several chunks, a page alone in some
+    monkeypatch.setattr(score_module, "MIN_CHUNK_ROWS", 50)
+    subset = np.array([30, 2, 17, 3])
+    expected = [[float((q @ vectors[offsets[p] : offsets[p + 1]].astype(np.float32).T).max(axis=1).sum())
+                 for p in subset] for q in queries]
+    np.testing.assert_allclose(maxsim(queries, vectors, offsets, subset), expected, rtol=1e-5)
+
+
+@pytest.mark.slow  # imports torch
+def test_the_numpy_path_equals_the_torch_path(monkeypatch):
+    rng, vectors, offsets = _ragged(4, pages=120)
+    queries = [_unit(rng, n) for n in (3, 17, 30, 8)]
+    with_torch = maxsim(queries, vectors, offsets)
+    codes = score_module.sign_codes(vectors)
+    approximate = score_module.approximate_maxsim(queries, codes, offsets)
+    monkeypatch.setattr(score_module, "torch_available", lambda: False)
+    np.testing.assert_allclose(maxsim(queries, vectors, offsets), with_torch, rtol=1e-5)
+    np.testing.assert_allclose(score_module.approximate_maxsim(queries, codes, offsets), approximate, rtol=1e-5)
+
+
+@pytest.mark.slow  # colpali-engine and torch
 @pytest.mark.parametrize("rows_first", [False, True], ids=["tokens-first", "rows-first"])
 @pytest.mark.parametrize("uniform", [True, False], ids=["equal-length-pages", "ragged-pages"])
 def test_maxsim_equals_colpali_engine_score(uniform, rows_first, monkeypatch):

@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import run_cli
 
@@ -22,8 +21,10 @@ def _gz(path: Path, data) -> None:
 
 
 def _byaldi_folder(root: Path, pages=None, config=None, embed_map=None, names=None) -> Path:
-    """A byaldi 0.0.7 index folder: two documents, three pages of 128-d vectors."""
-    pages = pages if pages is not None else [torch.randn(5, 128), torch.randn(6, 128), torch.randn(4, 128)]
+    """A byaldi 0.0.7 index folder: two documents, three pages of 128-d vectors (`pages`: a function of torch)."""
+    import torch
+
+    pages = pages(torch) if pages is not None else [torch.randn(5, 128), torch.randn(6, 128), torch.randn(4, 128)]
     (root / "embeddings").mkdir(parents=True)
     torch.save(pages, root / "embeddings" / "embeddings_0.pt")
     _gz(root / "index_config.json.gz", config if config is not None else {"model_name": "vidore/colpali", "library_version": "0.0.7"})
@@ -51,7 +52,7 @@ class _Payload:
 
 
 def test_pickled_code_does_not_run_even_when_the_environment_asks_for_it(fake_model, tmp_path):
-    folder = _byaldi_folder(tmp_path / "evil", pages=[torch.randn(5, 128), _Payload(), torch.randn(4, 128)])
+    folder = _byaldi_folder(tmp_path / "evil", pages=lambda torch: [torch.randn(5, 128), _Payload(), torch.randn(4, 128)])
     result = _import(folder, tmp_path / "idx", fake_model, env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
     assert result.exit_code == 2 and "not a file of plain tensors" in result.stderr
     assert not (Path.cwd() / "pwned").exists()
@@ -65,12 +66,12 @@ BAD = {
     "negative-id": (dict(embed_map={"0": {"doc_id": -1, "page_id": 1}, "1": {"doc_id": 0, "page_id": 2},
                                     "2": {"doc_id": 1, "page_id": 1}}), "doc_id"),
     "missing-entry": (dict(embed_map={"0": {"doc_id": 0, "page_id": 1}, "1": {"doc_id": 0, "page_id": 2}}), "exactly one entry"),
-    "64-d": (dict(pages=[torch.randn(5, 64)] * 3), "expected (tokens >= 1, 128)"),
-    "1-d": (dict(pages=[torch.randn(128)] * 3), "expected (tokens >= 1, 128)"),
-    "no-rows": (dict(pages=[torch.randn(0, 128)] * 3), "expected (tokens >= 1, 128)"),
-    "nan": (dict(pages=[torch.full((5, 128), float("nan"))] * 3), "NaN"),
-    "integers": (dict(pages=[torch.ones(5, 128, dtype=torch.int64)] * 3), "not a floating-point tensor"),
-    "not-a-list": (dict(pages={"a": torch.randn(5, 128)}), "expected a list of tensors"),
+    "64-d": (dict(pages=lambda torch: [torch.randn(5, 64)] * 3), "expected (tokens >= 1, 128)"),
+    "1-d": (dict(pages=lambda torch: [torch.randn(128)] * 3), "expected (tokens >= 1, 128)"),
+    "no-rows": (dict(pages=lambda torch: [torch.randn(0, 128)] * 3), "expected (tokens >= 1, 128)"),
+    "nan": (dict(pages=lambda torch: [torch.full((5, 128), float("nan"))] * 3), "NaN"),
+    "integers": (dict(pages=lambda torch: [torch.ones(5, 128, dtype=torch.int64)] * 3), "not a floating-point tensor"),
+    "not-a-list": (dict(pages=lambda torch: {"a": torch.randn(5, 128)}), "expected a list of tensors"),
 }
 
 
