@@ -147,6 +147,15 @@ def _image_tokens(encoder, page) -> int | None:
     return int((encoder.processor.process_images([page])["input_ids"] == image_token).sum())
 
 
+def _a4_page(size) -> tuple[int, int]:
+    """(width, height) an A4 page is rendered at for the model."""
+    from .render import PDF_DPI, PixelBudget
+
+    if isinstance(size, PixelBudget):
+        return size.fit(210 / 25.4 * PDF_DPI, 297 / 25.4 * PDF_DPI)
+    return size if isinstance(size, tuple) else (round(size / 2**0.5), size)
+
+
 def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
     """Load through the real path (byaldi or colpali-engine), run one page and one query, return the audit."""
     import time
@@ -158,14 +167,13 @@ def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
     started = time.perf_counter()
     encoder = open_encoder(ref, precision, batch_size=1)
     loaded = time.perf_counter()
-    size = encoder.render_size or 448
-    page_image = Image.new("RGB", size if isinstance(size, tuple) else (round(size / 2**0.5), size), "white")
+    page_image = Image.new("RGB", _a4_page(encoder.render_size or 448), "white")
     try:
         page = encoder.encode_pages([page_image])[0]
         query = encoder.encode_queries(["doctor"])[0]
         smoke = {"ok": True, "load_s": round(loaded - started, 2), "page_vectors": list(page.shape),
                  "query_vectors": list(query.shape), "image_tokens_per_page": _image_tokens(encoder, page_image),
-                 "vector_bytes_per_page": int(page.shape[0] * page.shape[1] * 2), "render_size": size}
+                 "vector_bytes_per_page": int(page.shape[0] * page.shape[1] * 2), "render_size": list(page_image.size)}
     except LgptError as exc:
         smoke = {"ok": False, "error": exc.message, "hint": exc.hint}
     return [fix.to_dict() for fix in encoder.dtype_fixes], smoke

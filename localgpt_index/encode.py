@@ -9,7 +9,6 @@ or any other error, which the build pins on the page that causes it alone.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tempfile
@@ -272,14 +271,16 @@ class ByaldiEncoder(PageEncoder):
     @property
     def render_size(self) -> "RenderSize":
         """What pages are rendered at: (width, height) for a family with a fixed input size; for a
-        dynamic one, the long side at which a page of A4 proportions comes out at the processor's
-        pixel budget (the processor then only rounds it to its grid), or its longest edge."""
+        dynamic one, the processor's pixel budget (each page then comes out at the size the
+        processor would give it, and is not resized again), or its longest edge."""
+        from .render import PixelBudget
+
         image_processor = self.processor.image_processor
         size = dict(getattr(image_processor, "size", None) or {})
         if "height" in size and "width" in size:
             return (int(size["width"]), int(size["height"]))
-        if self._grid_cell is not None:  # a pixel budget
-            return int(math.sqrt(float(size["longest_edge"]) * math.sqrt(2)))
+        if self._grid_cell is not None:
+            return PixelBudget(int(size["longest_edge"]), int(size["shortest_edge"]), self._grid_cell)
         if "longest_edge" in size:
             return int(size["longest_edge"])
         return None

@@ -27,7 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import DocumentError, EnvironmentMissing, LgptError
-from .render import RenderSize, size_from_setting, size_setting
+from .render import RenderSize
 
 CHUNK_PAGES = 8  # pages per render task and per encoder call
 OPEN_AHEAD = 8  # documents being opened ahead of the one the driver waits for
@@ -151,7 +151,7 @@ class EncoderWorker:
     def describe(self) -> dict:
         encoder = self.encoder
         return {"precision": encoder.precision.to_dict(), "dim": encoder.dim, "batch_size": encoder.batch_size,
-                "render_size": size_setting(encoder.render_size), "max_visual_tokens": encoder.max_visual_tokens,
+                "render_size": encoder.render_size, "max_visual_tokens": encoder.max_visual_tokens,
                 "node": os.uname().nodename, "pid": os.getpid()}
 
     def encode(self, images) -> list:
@@ -226,7 +226,7 @@ class RayEngine:
         p = first["precision"]
         precision = Precision(p["device"], p["dtype"], p["autocast"], f"{p['reason']} ({len(described)} Ray actor(s))",
                               tuple(p.get("warnings", ())))
-        size = size_from_setting(first["render_size"])
+        size = first["render_size"]
         return RemoteEncoder(self.model, precision, first["dim"], first["batch_size"], size, first["max_visual_tokens"])
 
     def finish(self) -> None:

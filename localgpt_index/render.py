@@ -6,8 +6,10 @@ keep pdftoppm busy forever), and image files are decoded one frame at a time.
 
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -16,10 +18,37 @@ from PIL import Image
 from . import processes
 from .errors import DocumentError
 
-# A page size: (width, height) for a model with a fixed input size; the long side in pixels
-# for a dynamic-resolution one (the page keeps its proportions); None: DEFAULT_LONG_SIDE.
-RenderSize = tuple[int, int] | int | None
 DEFAULT_LONG_SIDE = 1024
+PDF_DPI = 200  # what pdf2image renders at by default: the size a plain pipeline hands the processor
+
+
+@dataclass(frozen=True)
+class PixelBudget:
+    """Dynamic resolution by area (the Qwen-VL processors): a page becomes a grid of cells of
+    `cell` pixels, with at most `max_pixels` (at least `min_pixels`) in all, proportions kept."""
+
+    max_pixels: int
+    min_pixels: int
+    cell: int
+
+    def fit(self, width: float, height: float) -> tuple[int, int]:
+        """(width, height) the processor resizes a width x height picture to (transformers'
+        qwen2_vl smart_resize); a page rendered at this size is not resized again."""
+        f = self.cell
+        h_bar, w_bar = round(height / f) * f, round(width / f) * f
+        if h_bar * w_bar > self.max_pixels:
+            beta = math.sqrt(height * width / self.max_pixels)
+            h_bar, w_bar = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
+        elif h_bar * w_bar < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (height * width))
+            h_bar, w_bar = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
+        return w_bar, h_bar
+
+
+# A page size: (width, height) for a model with a fixed input size; the long side in pixels
+# for a dynamic-resolution one that scales the long side; a PixelBudget for one that sizes
+# its grid by area (then every page gets its own size); None: DEFAULT_LONG_SIDE.
+RenderSize = tuple[int, int] | int | PixelBudget | None
 DEFAULT_RENDER_TIMEOUT_S = 60.0  # per call of pdftoppm (a few pages) or pdfinfo
 
 processes.use_in_pdf2image()
@@ -64,11 +93,29 @@ def pdf_page_count(pdf: Path, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> in
 def render_pdf_pages(
     pdf: Path, size: RenderSize, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
 ) -> list[Image.Image]:
-    """Render pages first..last (1-based, inclusive) of `pdf`."""
+    """Render pages first..last (1-based, inclusive) of `pdf`: with a PixelBudget each page at the
+    size the processor gives its 200 dpi rendering (one poppler call per run of equal sizes)."""
+    if not isinstance(size, PixelBudget):
+        return _poppler_pages(pdf, size if size is not None else DEFAULT_LONG_SIDE, first, last, timeout_s)
+    sizes = []
+    for width, height, turned in _page_points(pdf, first, last, timeout_s):
+        # pdftoppm's pixels at PDF_DPI (it rounds up); its -scale-to-x/y apply before a page's /Rotate
+        fitted = size.fit(math.ceil(width * (PDF_DPI / 72.0)), math.ceil(height * (PDF_DPI / 72.0)))
+        sizes.append(fitted[::-1] if turned else fitted)
+    images: list[Image.Image] = []
+    start = first
+    for number in range(first, last + 1):
+        if number == last or sizes[number + 1 - first] != sizes[start - first]:
+            images += _poppler_pages(pdf, sizes[start - first], start, number, timeout_s)
+            start = number + 1
+    return images
+
+
+def _poppler_pages(pdf: Path, scale: int | tuple[int, int], first: int, last: int, timeout_s: float) -> list[Image.Image]:
+    """pdftoppm's pages first..last, the long side scaled to `scale`, or to exactly (width, height)."""
     from pdf2image import convert_from_path
     from pdf2image.exceptions import PDFPopplerTimeoutError
 
-    scale = size if size is not None else DEFAULT_LONG_SIDE
     try:
         images = convert_from_path(str(pdf), size=scale, first_page=first, last_page=last, timeout=_whole_seconds(timeout_s))
     except PDFPopplerTimeoutError:
@@ -82,6 +129,35 @@ def render_pdf_pages(
     if len(images) != last - first + 1:
         raise DocumentError("render", f"poppler returned {len(images)} images for pages {first}-{last}")
     return [im.convert("RGB") for im in images]
+
+
+def _page_points(pdf: Path, first: int, last: int, timeout_s: float) -> list[tuple[float, float, bool]]:
+    """(width, height) in points of pages first..last as they are shown, and whether their /Rotate
+    turns them a quarter, from pdfinfo."""
+    from pdf2image import pdfinfo_from_path
+    from pdf2image.exceptions import PDFPopplerTimeoutError
+
+    try:
+        info = pdfinfo_from_path(str(pdf), first_page=first, last_page=last, timeout=_whole_seconds(timeout_s))
+    except PDFPopplerTimeoutError:
+        raise DocumentError("render", f"poppler's pdfinfo did not finish within {timeout_s:g} s and was stopped") from None
+    except processes.Stopped:
+        raise
+    except Exception as exc:
+        raise DocumentError("render", f"poppler cannot read the page sizes: {_short(exc)}") from None
+    sizes = []
+    for number in range(first, last + 1):
+        said = str(info.get(f"Page {number:4d} size", ""))
+        try:
+            width, _, height = said.split()[:3]
+            points = (float(width), float(height))
+        except ValueError:
+            raise DocumentError("render", f"poppler gives no size for page {number} ({said[:80]!r})") from None
+        if not all(0 < p < 1e6 for p in points):
+            raise DocumentError("render", f"page {number} has an impossible size: {said[:80]}")
+        turned = str(info.get(f"Page {number:4d} rot", "0")).strip() in ("90", "270")
+        sizes.append((*(points[::-1] if turned else points), turned))
+    return sizes
 
 
 def render_page_at_dpi(pdf: Path, page: int, dpi: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> Image.Image:
@@ -137,8 +213,10 @@ def _decoding(path: Path) -> Iterator[Image.Image]:
 
 
 def _fit(image: Image.Image, size: RenderSize) -> Image.Image:
+    if isinstance(size, PixelBudget):
+        size = size.fit(image.width, image.height)
     if isinstance(size, tuple):
-        return image.resize(size, Image.BICUBIC)
+        return image if image.size == size else image.resize(size, Image.BICUBIC)
     scale = (size or DEFAULT_LONG_SIDE) / max(image.size)
     if scale < 1 or size is not None:
         image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
@@ -155,13 +233,8 @@ def _short(exc: Exception) -> str:
 
 
 def size_setting(size: RenderSize) -> list[int] | None:
-    """A render size as an index records it: [width, height], or [long side]."""
-    if size is None:
+    """A render size as an index records it: [width, height], or [long side]; None where each
+    page gets its own size (a PixelBudget: the index records its max_visual_tokens)."""
+    if size is None or isinstance(size, PixelBudget):
         return None
     return list(size) if isinstance(size, tuple) else [int(size)]
-
-
-def size_from_setting(setting: list[int] | None) -> RenderSize:
-    if not setting:
-        return None
-    return tuple(setting) if len(setting) == 2 else int(setting[0])  # type: ignore[return-value]

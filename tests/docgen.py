@@ -23,6 +23,27 @@ def make_pdf(path: Path, pages: list[str]) -> Path:
     return path
 
 
+# Pages as people have them: US letter, a 16:9 slide, a till receipt, A4 with a /Rotate, A4.
+PAGE_SHAPES = [(612, 792, 0), (960, 540, 0), (226, 800, 0), (595, 842, 90), (595, 842, 0)]
+
+
+def make_pdf_of_shapes(path: Path, shapes: list[tuple[float, float, int]] = PAGE_SHAPES) -> Path:
+    """A PDF with one page per (width, height, rotation) in points and degrees."""
+    from reportlab.pdfgen import canvas
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    c = canvas.Canvas(str(path), invariant=1)
+    for i, (width, height, rotation) in enumerate(shapes, 1):
+        c.setPageSize((width, height))
+        c.setPageRotation(rotation)
+        c.setFont("Helvetica-Bold", 20)
+        c.drawString(20, height - 40, f"Page {i}: {width:g} x {height:g} pt")
+        c.rect(20, 20, width / 2, height / 4, fill=1)
+        c.showPage()
+    c.save()
+    return path
+
+
 def make_docx(path: Path, paragraphs: list[str], page_breaks: int = 0) -> Path:
     import docx
 

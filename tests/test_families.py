@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from conftest import run_cli
-from docgen import make_docx, make_pdf, make_png
+from docgen import PAGE_SHAPES, make_docx, make_pdf, make_pdf_of_shapes, make_png
 from localgpt_index.errors import UsageError
-from localgpt_index.families import FAMILIES, detect_family, family_named
+from localgpt_index.families import FAMILIES, QWEN_GRID, detect_family, family_named
 from localgpt_index.family_checkpoints import CHECKPOINT_FAMILIES
 from localgpt_index.models import resolve_model
 
@@ -101,6 +101,29 @@ def test_a_page_alone_and_in_a_mixed_batch_gives_the_same_vectors(family_model):
 
 
 @pytest.mark.slow
+def test_pages_are_rendered_at_the_size_the_processor_uses(family_model, tmp_path):
+    """Pages of every shape: the processor makes the same grid of our rendering as of pdf2image's
+    200 dpi one (what colpali-engine's loop hands it), and does not resize ours."""
+    from pdf2image import convert_from_path
+
+    from localgpt_index.render import PixelBudget, render_pdf_pages
+
+    encoder = _encoder(family_model)
+    size = encoder.render_size
+    pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf")
+    ours = render_pdf_pages(pdf, size, 1, len(PAGE_SHAPES))
+    if not isinstance(size, PixelBudget):  # a fixed size, or a long side the processor tiles
+        assert all(im.size == size if isinstance(size, tuple) else max(im.size) == size for im in ours)
+        return
+    processor = encoder.processor
+    for page, reference in zip(ours, convert_from_path(str(pdf))):
+        grid = processor.process_images([page])["image_grid_thw"][0].tolist()
+        assert grid == processor.process_images([reference])["image_grid_thw"][0].tolist()
+        patch = processor.image_processor.patch_size
+        assert page.size == (grid[2] * patch, grid[1] * patch)  # taken as it is
+
+
+@pytest.mark.slow
 def test_pages_and_queries_match_colpali_engine(family_model):
     import torch
 
@@ -148,8 +171,13 @@ def test_build_and_query_a_corpus(family_model, tmp_path):
     report = json.loads(built.stdout)
     assert report["pages_embedded"] == 5 and report["model"]["family"] == resolve_model(str(family_model)).family
     status = json.loads(run_cli("status", "--json", *index).stdout)
-    # dynamic resolution: pages keep their proportions (a long side); else the model's fixed size
-    assert len(status["settings"]["render_size"]) == (1 if family_named(report["model"]["family"]).dynamic else 2)
+    # a grid sized by a pixel budget: each page its own size, the budget kept as max_visual_tokens;
+    # other dynamic families: a long side; else the model's fixed size
+    family, settings = family_named(report["model"]["family"]), status["settings"]
+    if family.name in QWEN_GRID:
+        assert settings.get("render_size") is None and settings["max_visual_tokens"] >= 1
+    else:
+        assert len(settings["render_size"]) == (1 if family.dynamic else 2)
     answer = run_cli("query", "quarterly revenue", "-k", "5", "--json", *index)
     assert answer.exit_code == 0, answer.stderr
     hits = json.loads(answer.stdout)["queries"][0]["results"]

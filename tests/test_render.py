@@ -1,0 +1,69 @@
+"""Pages rendered at the size the model's processor will use, each page at its own size where
+the processor sizes its grid by area (the Qwen-VL families); poppler only, no model."""
+
+from __future__ import annotations
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from docgen import PAGE_SHAPES, make_pdf_of_shapes
+from localgpt_index.errors import DocumentError
+from localgpt_index.render import PixelBudget, image_file_pages, render_pdf_pages
+
+# colqwen2.5's processor: 768 cells of 28 px at most, 4 at least
+BUDGET = PixelBudget(max_pixels=768 * 28 * 28, min_pixels=4 * 28 * 28, cell=28)
+
+
+def test_each_page_comes_out_at_the_size_the_processor_gives_its_200_dpi_rendering(tmp_path):
+    from pdf2image import convert_from_path
+
+    pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf")
+    images = render_pdf_pages(pdf, BUDGET, 1, len(PAGE_SHAPES))
+    plain = [im.size for im in convert_from_path(str(pdf))]  # 200 dpi, /Rotate applied
+    expected = [BUDGET.fit(*size) for size in plain]
+    assert [im.size for im in images] == expected
+    for (width, height), (plain_width, plain_height) in zip(expected, plain):
+        assert width % 28 == 0 and height % 28 == 0 and width * height <= BUDGET.max_pixels
+        assert abs(width / height - plain_width / plain_height) < 0.1 * plain_width / plain_height  # proportions kept
+    assert images[1].width > images[1].height  # the slide
+    # a page alone comes out as it does among others
+    assert render_pdf_pages(pdf, BUDGET, 3, 3)[0].size == expected[2]
+
+
+def test_a_small_page_is_rounded_to_the_grid_not_blown_up_to_the_budget(tmp_path):
+    pdf = make_pdf_of_shapes(tmp_path / "label.pdf", [(144, 72, 0)])  # 2 x 1 inches: 400 x 200 at 200 dpi
+    assert render_pdf_pages(pdf, BUDGET, 1, 1)[0].size == (392, 196)
+
+
+def test_the_long_side_and_fixed_sizes_are_as_before(tmp_path):
+    pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf")
+    slide, receipt = render_pdf_pages(pdf, 1000, 2, 3)
+    assert max(slide.size) == 1000 and max(receipt.size) == 1000
+    assert {im.size for im in render_pdf_pages(pdf, (448, 448), 1, 5)} == {(448, 448)}
+
+
+def test_an_image_file_is_resized_once_to_the_processor_size(tmp_path):
+    Image.new("RGB", (3000, 1000), "white").save(tmp_path / "wide.png")
+    Image.new("RGB", (392, 196), "white").save(tmp_path / "exact.png")
+    assert next(image_file_pages(tmp_path / "wide.png", BUDGET)).size == BUDGET.fit(3000, 1000)
+    assert next(image_file_pages(tmp_path / "exact.png", BUDGET)).size == (392, 196)
+
+
+@pytest.mark.parametrize("width, height, expected", [
+    (1700, 2200, (672, 868)),     # letter at 200 dpi, over the budget
+    (400, 200, (392, 196)),       # within it: rounded to the grid
+    (20, 20, (56, 56)),           # under the minimum: scaled up to it
+])
+def test_the_budget_fit_is_the_processor_arithmetic(width, height, expected):
+    assert BUDGET.fit(width, height) == expected
+
+
+def test_a_page_without_a_size_is_a_render_error(tmp_path, monkeypatch):
+    import pdf2image
+
+    pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf", [(612, 792, 0)])
+    monkeypatch.setattr(pdf2image, "pdfinfo_from_path", lambda *a, **k: {"Pages": 1})
+    with pytest.raises(DocumentError) as raised:
+        render_pdf_pages(Path(pdf), BUDGET, 1, 1)
+    assert raised.value.stage == "render" and "no size for page 1" in raised.value.reason
