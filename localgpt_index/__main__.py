@@ -1,5 +1,5 @@
 """`python -m localgpt_index` is `lgpt-index`."""
 
-from .cli import main
+from .cli import run
 
-main(prog_name="lgpt-index")
+run()
