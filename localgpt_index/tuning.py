@@ -13,12 +13,24 @@ start and at most once more, never from concurrent code).
 from __future__ import annotations
 
 import os
+import resource
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
 CANDIDATES = (1, 2, 4, 8)  # batch sizes tried; 16 and more never won on the CPU (scripts/bench_build.py)
 WAIT_SHARE = 0.10
+# A larger batch is tried while the last doubling paid (a page this much faster) or cost little
+# memory (peak RSS up less than this); a model-bound model gains nothing from batching and each
+# doubling costs it hundreds of MiB of activations. Any size this much slower ends the trials.
+PAYS = 0.03
+CHEAP = 0.05
+SLOWER = 0.05
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory so far (KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 class CpuTuner:
@@ -31,13 +43,18 @@ class CpuTuner:
         # costs (kernel selection, and on the very first batch the dtype audit)
         self._trials = [] if fixed_batch else [size for size in CANDIDATES for _ in range(2)]
         self._results: dict[int, float] = {}  # batch size -> seconds a page
+        self._peak_before: dict[int, int] = {}  # batch size -> peak RSS when its trials began
         self._waited = self._busy = 0.0
         self._idle_since: float | None = None
         self.decided = fixed_batch and self.cores <= 1
         self.threads = self.cores
         self._share_at_decision: float | None = None
         if self._trials:
-            encoder.batch_size = self._trials[0]
+            self._start_trials(self._trials[0])
+
+    def _start_trials(self, size: int) -> None:
+        self.encoder.batch_size = size
+        self._peak_before.setdefault(size, peak_rss())
 
     @property
     def largest_batch(self) -> int:
@@ -58,17 +75,22 @@ class CpuTuner:
         if self._trials and pages == self.encoder.batch_size:
             size = self._trials.pop(0)
             self._results[size] = min(self._results.get(size, float("inf")), seconds / pages)
-            if self._trials and self._trials[0] != size and self._worse_than_smaller(size):
+            if self._trials and self._trials[0] != size and self._stop_growing(size):
                 self._trials.clear()  # larger batches only cost memory from here: a big model on a small CPU
             if self._trials:
-                self.encoder.batch_size = self._trials[0]
+                self._start_trials(self._trials[0])
                 return
         if not self._trials:
             self._decide()
 
-    def _worse_than_smaller(self, size: int) -> bool:
-        smaller = [s for s in self._results if s < size]
-        return bool(smaller) and self._results[size] > 1.05 * min(self._results[s] for s in smaller)
+    def _stop_growing(self, size: int) -> bool:
+        """After the trials of `size`: are larger batches not worth trying?"""
+        smaller = [self._results[s] for s in self._results if s < size]
+        if not smaller:
+            return False
+        best, now = min(smaller), self._results[size]
+        grew = peak_rss() / max(self._peak_before[size], 1) - 1
+        return now > (1 + SLOWER) * best or (now > (1 - PAYS) * best and grew >= CHEAP)
 
     def _decide(self) -> None:
         self.decided = True

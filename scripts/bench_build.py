@@ -133,7 +133,8 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
     stages = report["stage_seconds"]
     steady = seconds - stages.get("load_model", 0.0)
     return {"seconds": seconds, "pages": report["pages_embedded"], "rss": rss, "encode": stages.get("encode", 0.0),
-            "loaded_rate": report["pages_embedded"] / max(steady, 1e-9), "load": stages.get("load_model", 0.0)}
+            "loaded_rate": report["pages_embedded"] / max(steady, 1e-9), "load": stages.get("load_model", 0.0),
+            "tuning": report.get("cpu_tuning")}
 
 
 def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None) -> dict:
@@ -167,6 +168,9 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     print(f"  whole process: {them['seconds'] / us['seconds']:.2f}x faster; once loaded: "
           f"{us['loaded_rate'] / them['loaded_rate']:.2f}x; peak RSS ratio {us['rss'] / them['rss']:.2f}; "
           f"encoder busy {us['encode'] / max(us['seconds'] - us['load'], 1e-9):.0%} of the build after the model loaded")
+    if us["tuning"]:
+        print(f"  lgpt-index's batch trials (pages/s by batch size): {us['tuning']['pages_per_second_by_batch']}, "
+              f"kept {us['tuning']['batch_size']}, {us['tuning']['threads']} model thread(s)")
     agree = us["pages"] == them["pages"]
     if baseline is not None:
         before = ours(python, corpus, model, tmp / f"idx-{spec}-baseline", pythonpath=str(baseline))

@@ -11,8 +11,25 @@ import pytest
 import localgpt_index.tuning as tuning
 
 
+@pytest.fixture(autouse=True)
+def steady_memory(monkeypatch):
+    """Peak RSS does not move unless a test says so (larger batches then cost nothing)."""
+    monkeypatch.setattr(tuning, "peak_rss", lambda: 1_000_000)
+
+
 def _encoder():
     return SimpleNamespace(batch_size=4)
+
+
+def _tried(tuner, encoder, seconds_per_page: dict[int, float], rss_per_batch_kib: int = 0, monkeypatch=None) -> list[int]:
+    """Run the trials; peak RSS grows by `rss_per_batch_kib` for each page of the largest batch so far."""
+    tried: list[int] = []
+    while not tuner.decided:
+        tried.append(encoder.batch_size)
+        if monkeypatch is not None:
+            monkeypatch.setattr(tuning, "peak_rss", lambda: 1_000_000 + rss_per_batch_kib * max(tried))
+        tuner.batch_done(encoder.batch_size, seconds_per_page[encoder.batch_size] * encoder.batch_size)
+    return tried
 
 
 def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0) -> None:
@@ -79,6 +96,28 @@ def test_larger_batches_are_not_tried_once_they_stop_paying(monkeypatch):
         tuner.batch_done(encoder.batch_size, {1: 0.2, 2: 0.1, 4: 0.15, 8: 0.05}[encoder.batch_size] * encoder.batch_size)
     assert tried == [1, 1, 2, 2, 4, 4]
     assert 8 not in tried and encoder.batch_size == 2  # 4 was slower than 2: 8 (more memory) is skipped
+
+
+def test_a_larger_batch_that_neither_pays_nor_is_cheap_ends_the_trials(monkeypatch):
+    """Model-bound: batches of 2 and 4 run about as fast as 1 a page, and each doubling costs
+    memory (activations): 8 is not tried, and the smallest of the equals is kept."""
+    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
+    encoder = _encoder()
+    flat = {1: 0.200, 2: 0.190, 4: 0.195, 8: 0.150}
+    tried = _tried(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
+    assert tried == [1, 1, 2, 2, 4, 4] and encoder.batch_size == 2
+    # the same timings without the memory growth: 8 is tried (and wins)
+    encoder = _encoder()
+    tried = _tried(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=0, monkeypatch=monkeypatch)
+    assert tried == [1, 1, 2, 2, 4, 4, 8, 8] and encoder.batch_size == 8
+
+
+def test_a_larger_batch_that_pays_is_tried_whatever_it_costs(monkeypatch):
+    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
+    encoder = _encoder()
+    rising = {1: 0.2, 2: 0.15, 4: 0.1, 8: 0.09}
+    tried = _tried(tuning.CpuTuner(encoder, fixed_batch=False), encoder, rising, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
+    assert tried[-1] == 8 and encoder.batch_size == 8
 
 
 def test_the_page_queue_is_sized_for_the_batches_that_will_run(monkeypatch):
