@@ -128,10 +128,10 @@ def render_chunk(path: str, kind: str, data: bytes, first: int, last: int, size,
         source = _scratch(path if kind != "converted" else "converted.pdf", data, Path(tmp))
         try:
             if kind == IMAGE:
-                frames = image_file_pages(source, tuple(size) if size else None, first)
+                frames = image_file_pages(source, size, first)
                 images = [next(frames) for _ in range(last - first + 1)]
             else:
-                images = render_pdf_pages(source, tuple(size) if size else None, first, last, render_timeout_s)
+                images = render_pdf_pages(source, size, first, last, render_timeout_s)
         except (DocumentError, StopIteration) as exc:
             return exc if isinstance(exc, DocumentError) else DocumentError("render", "fewer frames than counted")
         return [np.asarray(image.convert("RGB"), dtype=np.uint8) for image in images]

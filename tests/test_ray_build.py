@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import copy_tree, faulty_model, run_cli
-from docgen import make_pdf, make_png
+from docgen import make_pdf, make_pdf_of_shapes, make_png
 
 pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
@@ -51,6 +51,26 @@ def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path
 
     again = run_cli("build", str(docs), "--index-dir", str(distributed), "--ray", "local", "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["pages_embedded"] == 0  # incremental: nothing embedded
+
+
+@pytest.mark.parametrize("family", ["colqwen2_5", "colidefics3"], ids=["pixel-budget", "long-side"])
+def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tmp_path):
+    """Pages of every shape rendered by Ray tasks at the family's sizes: the same vectors."""
+    from localgpt_index.family_checkpoints import make_family_checkpoint
+
+    model = make_family_checkpoint(tmp_path / family, family)
+    docs = tmp_path / "docs"
+    make_pdf_of_shapes(docs / "shapes.pdf")
+    make_png(docs / "scan.png", "scan", size=(500, 300))
+    plain, distributed = tmp_path / "plain", tmp_path / "ray"
+    assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(plain)).exit_code == 0
+    result = run_cli("build", str(docs), "--model", str(model), "--index-dir", str(distributed), "--ray", "local", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["failed"] == 0
+    ours, theirs = _vectors(distributed), _vectors(plain)
+    assert ours.keys() == theirs.keys() and len(ours) == 6
+    assert all(ours[k].shape == theirs[k].shape for k in ours)  # the same image tokens a page
+    assert max(float(np.abs(ours[k] - theirs[k]).max()) for k in ours) <= 1e-3
 
 
 def _actor_pids() -> list[int]:
