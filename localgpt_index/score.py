@@ -6,6 +6,7 @@ model, and its queries take that path (equal to torch's within float32 rounding;
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -90,6 +91,7 @@ def maxsim(
     return scores.cpu().numpy()
 
 
+@functools.cache
 def torch_available() -> bool:
     """Whether torch can be imported here (not in the fast test tier)."""
     try:
@@ -178,25 +180,38 @@ def approximate_maxsim(queries: Sequence[np.ndarray], codes: np.ndarray, offsets
     q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
     scale = np.abs(q_all).max(axis=1, keepdims=True) + 1e-12
     q8 = np.rint(q_all / scale * 127).astype(np.int8)
+    if not torch_available():
+        return _approximate_maxsim_numpy(queries, q8, scale, codes, offsets)
+    import torch
+
+    rows = max(32, -(-len(q8) // 8) * 8)  # torch._int_mm wants more than 16 rows, a multiple of 8
+    padded = np.zeros((rows, q8.shape[1]), dtype=np.int8)
+    padded[: len(q8)] = q8
+    q_tensor = torch.from_numpy(padded)
+    owner = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([len(q) for q in queries]))
+    weights = torch.from_numpy(scale[:, 0])
+    source = torch.from_numpy(codes)
+    pages = np.arange(len(offsets) - 1)
+    scores = torch.zeros((len(queries), len(pages)), dtype=torch.float32)
+    for lo, hi in _chunks(pages, offsets, CHUNK_ROWS):
+        start, end = int(offsets[lo]), int(offsets[hi])
+        width = -(-(end - start) // 8) * 8
+        block = source[start:end]
+        if width != end - start:
+            block = torch.cat([block, torch.zeros((width - (end - start), block.shape[1]), dtype=torch.int8)])
+        sim = torch._int_mm(q_tensor, block.T.contiguous())[: len(q8), : end - start].float() * weights[:, None]
+        lengths = offsets[lo + 1 : hi + 1] - offsets[lo:hi]
+        scores[:, lo:hi].index_add_(0, owner, _max_per_page(sim, lengths))
+    return scores.numpy()
+
+
+def _approximate_maxsim_numpy(queries, q8: np.ndarray, scale: np.ndarray, codes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """approximate_maxsim without torch: NumPy's int32 product per chunk."""
     q_starts = np.cumsum([0] + [len(q) for q in queries[:-1]])
     pages = np.arange(len(offsets) - 1)
     scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
     for lo, hi in _chunks(pages, offsets, CHUNK_ROWS):
-        sim = _int8_product(q8, codes[int(offsets[lo]) : int(offsets[hi])]) * scale
+        block = codes[int(offsets[lo]) : int(offsets[hi])]
+        sim = (q8.astype(np.int32) @ block.T.astype(np.int32)).astype(np.float32) * scale
         scores[:, lo:hi] = _page_sums(sim, offsets[lo + 1 : hi + 1] - offsets[lo:hi], q_starts)
     return scores
-
-
-def _int8_product(q8: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """q8 @ block.T as float32: torch's int8 kernel where torch is, NumPy's int32 product elsewhere."""
-    if not torch_available():
-        return (q8.astype(np.int32) @ block.T.astype(np.int32)).astype(np.float32)
-    import torch
-
-    # torch._int_mm wants more than 16 rows, and sizes that are multiples of 8
-    left = np.zeros((max(32, -(-len(q8) // 8) * 8), q8.shape[1]), dtype=np.int8)
-    left[: len(q8)] = q8
-    right = np.zeros((-(-len(block) // 8) * 8, block.shape[1]), dtype=np.int8)
-    right[: len(block)] = block
-    product = torch._int_mm(torch.from_numpy(left), torch.from_numpy(right.T.copy()))
-    return product[: len(q8), : len(block)].float().numpy()
