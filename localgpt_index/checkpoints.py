@@ -84,10 +84,18 @@ def _build_tokenizer(vocab_size: int):
     )
 
 
+RANDOM_MARKER = "lgpt_checkpoint.json"
+
+
 def is_random_checkpoint(folder: str | Path) -> bool:
-    """True for a checkpoint written by `make_checkpoint`."""
-    marker = Path(folder) / "lgpt_checkpoint.json"
+    """True for a checkpoint written by `make_checkpoint` or `make_family_checkpoint`."""
+    marker = Path(folder) / RANDOM_MARKER
     return marker.exists() and json.loads(marker.read_text()).get("random_weights", False)
+
+
+def mark_random_checkpoint(folder: Path, spec: str, seed: int) -> None:
+    """Record in `folder` that its weights are random (what is_random_checkpoint reads)."""
+    (folder / RANDOM_MARKER).write_text(json.dumps({"spec": spec, "seed": seed, "random_weights": True}, indent=2))
 
 
 def _paligemma_config(spec: CheckpointSpec, tokenizer, image_token_id: int):
@@ -185,7 +193,5 @@ def make_checkpoint(
             config.vision_config.dtype = module_dtype
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
-    (out_dir / "lgpt_checkpoint.json").write_text(
-        json.dumps({"spec": spec.name, "seed": seed, "random_weights": True}, indent=2)
-    )
+    mark_random_checkpoint(out_dir, spec.name, seed)
     return out_dir

@@ -279,8 +279,9 @@ class ByaldiEncoder(PageEncoder):
         size = dict(getattr(image_processor, "size", None) or {})
         if "height" in size and "width" in size:
             return (int(size["width"]), int(size["height"]))
-        if self._grid_cell is not None:
-            return PixelBudget(int(size["longest_edge"]), int(size["shortest_edge"]), self._grid_cell)
+        cell = self._grid_cell
+        if cell is not None:
+            return PixelBudget(int(size["longest_edge"]), int(size["shortest_edge"]), cell)
         if "longest_edge" in size:
             return int(size["longest_edge"])
         return None
@@ -374,7 +375,7 @@ class ByaldiEncoder(PageEncoder):
     def _encode_by_shape(self, pages: Sequence) -> list[np.ndarray]:
         """Dynamic-resolution families: each page processed alone (or by prepare_page), then
         forward passes shared only by pages of the same shape (see _forward_by_shape)."""
-        processed = [page if _is_processed(page) else self.processor.process_images([page]) for page in pages]
+        processed = [page if _is_processed(page) else self.prepare_page(page) for page in pages]
         return [vector.astype(np.float16) for vector in self._forward_by_shape(processed, self.batch_size)]
 
     def _forward_by_shape(self, processed: list, size: int) -> list[np.ndarray]:

@@ -8,10 +8,9 @@ checkpoints are in `checkpoints.py`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .checkpoints import _CORPUS
+from .checkpoints import _CORPUS, mark_random_checkpoint
 from .families import QWEN_GRID
 
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
@@ -187,7 +186,5 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
-    (out_dir / "lgpt_checkpoint.json").write_text(
-        json.dumps({"spec": f"{geometry}-{family}", "seed": seed, "random_weights": True}, indent=2)
-    )
+    mark_random_checkpoint(out_dir, f"{geometry}-{family}", seed)
     return out_dir

@@ -21,24 +21,21 @@ def _encoder():
     return SimpleNamespace(batch_size=4)
 
 
-def _tried(tuner, encoder, seconds_per_page: dict[int, float], rss_per_batch_kib: int = 0, monkeypatch=None) -> list[int]:
-    """Run the trials; peak RSS grows by `rss_per_batch_kib` for each page of the largest batch so far."""
+def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0, rss_per_batch_kib: int = 0,
+         monkeypatch=None) -> list[int]:
+    """Run the trials; the batch sizes tried, in order. With `monkeypatch`, peak RSS grows by
+    `rss_per_batch_kib` for each page of the largest batch so far."""
     tried: list[int] = []
     while not tuner.decided:
-        tried.append(encoder.batch_size)
+        size = encoder.batch_size
+        tried.append(size)
         if monkeypatch is not None:
             monkeypatch.setattr(tuning, "peak_rss", lambda: 1_000_000 + rss_per_batch_kib * max(tried))
-        tuner.batch_done(encoder.batch_size, seconds_per_page[encoder.batch_size] * encoder.batch_size)
-    return tried
-
-
-def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0) -> None:
-    while not tuner.decided:
-        size = encoder.batch_size
         if wait:
             tuner.waiting()
             time.sleep(wait)
         tuner.batch_done(size, seconds_per_page[size] * size)
+    return tried
 
 
 @pytest.mark.parametrize("best", [1, 2, 8])
@@ -89,11 +86,7 @@ def test_a_batch_size_given_by_the_user_is_kept(monkeypatch):
 def test_larger_batches_are_not_tried_once_they_stop_paying(monkeypatch):
     monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
-    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
-    tried = []
-    while not tuner.decided:
-        tried.append(encoder.batch_size)
-        tuner.batch_done(encoder.batch_size, {1: 0.2, 2: 0.1, 4: 0.15, 8: 0.05}[encoder.batch_size] * encoder.batch_size)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, {1: 0.2, 2: 0.1, 4: 0.15, 8: 0.05})
     assert tried == [1, 1, 2, 2, 4, 4]
     assert 8 not in tried and encoder.batch_size == 2  # 4 was slower than 2: 8 (more memory) is skipped
 
@@ -104,11 +97,11 @@ def test_a_larger_batch_that_neither_pays_nor_is_cheap_ends_the_trials(monkeypat
     monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     flat = {1: 0.200, 2: 0.190, 4: 0.195, 8: 0.150}
-    tried = _tried(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
     assert tried == [1, 1, 2, 2, 4, 4] and encoder.batch_size == 2
     # the same timings without the memory growth: 8 is tried (and wins)
     encoder = _encoder()
-    tried = _tried(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=0, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=0, monkeypatch=monkeypatch)
     assert tried == [1, 1, 2, 2, 4, 4, 8, 8] and encoder.batch_size == 8
 
 
@@ -116,7 +109,7 @@ def test_a_larger_batch_that_pays_is_tried_whatever_it_costs(monkeypatch):
     monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     rising = {1: 0.2, 2: 0.15, 4: 0.1, 8: 0.09}
-    tried = _tried(tuning.CpuTuner(encoder, fixed_batch=False), encoder, rising, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, rising, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
     assert tried[-1] == 8 and encoder.batch_size == 8
 
 
