@@ -2,10 +2,11 @@
 """Indexing on a CPU, in both regimes: lgpt-index build against byaldi's RAGMultiModalModel.index.
 
 Two self-made checkpoints with ColPali's real geometry (448 px, 1,024 image tokens, 128-d
-vectors): "cpu" (wider layers, about 20 GFLOP a page: model-bound, as any real model is on a
+vectors): "cpu" (wider layers, about 24 GFLOP a page: model-bound, as any real model is on a
 CPU) and "bench" (narrow: its model costs about what rendering does, so the pipeline is the
 limit). Each system runs as a process of its own and is timed as a user sees it, start to
-exit; its peak RSS is its own. byaldi runs in float32 (the CPU's dtype) and, since it cannot
+exit; its peak RSS is its own. lgpt-index runs in the dtype its probe picks (bfloat16 on a CPU
+with AMX or AVX512-BF16, and then also with --dtype float32); byaldi in float32 and, since it cannot
 read office files, gets them converted to PDF first (that conversion is not counted for it; it
 is for lgpt-index).
 
@@ -16,7 +17,8 @@ is for lgpt-index).
 
 With --family F, the "bench" geometry of that family (768 image tokens a page, narrow layers)
 builds 20 PDFs x 5 pages against colpali-engine's plain loop as its README shows it: each PDF
-rendered by pdf2image at its default 200 dpi, then processor and model one page at a time.
+rendered by pdf2image at its default 200 dpi, then processor and model one page at a time, in
+the dtype lgpt-index's probe picked.
 
 Prints, per regime: whole-process seconds, pages/s once the model is loaded, the encoder's busy
 share, peak RSS, and the ratios. Exits 1 only if two systems disagree on the pages indexed.
@@ -80,7 +82,7 @@ from localgpt_index.encode import _byaldi_visible_path
 from localgpt_index.models import resolve_model
 with _byaldi_visible_path(resolve_model(sys.argv[1])) as path:
     rag = RAGMultiModalModel.from_pretrained(path, device="cpu", verbose=0, index_root=sys.argv[3])
-rag.model.model = rag.model.model.to(torch.float32)  # byaldi hard-codes bfloat16; the CPU's dtype, as ours
+rag.model.model = rag.model.model.to(getattr(torch, sys.argv[4]))  # byaldi hard-codes bfloat16
 loaded = time.perf_counter()
 rag.index(input_path=sys.argv[2], index_name="bench", store_collection_with_index=False, overwrite=True)
 print(json.dumps({"pages": len(rag.model.indexed_embeddings), "load_s": loaded - started,
@@ -97,7 +99,7 @@ import colpali_engine.models as engine
 from pdf2image import convert_from_path
 from localgpt_index.families import family_named
 family = family_named(sys.argv[3])
-model = getattr(engine, family.architecture).from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+model = getattr(engine, family.architecture).from_pretrained(sys.argv[1], dtype=getattr(torch, sys.argv[4])).eval()
 processor = getattr(engine, family.processor).from_pretrained(sys.argv[1])
 loaded = time.perf_counter()
 pages = 0
@@ -110,23 +112,25 @@ print(json.dumps({"pages": pages, "load_s": loaded - started, "index_s": time.pe
 """
 
 
-def run(command: list[str], env: dict | None = None) -> tuple[float, str]:
+def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, str]:
     """Wall seconds and stdout of a whole process. Commands are wrapped in a small Python that
     prints its one child's peak RSS last (RUSAGE_CHILDREN of a process with one child)."""
     started = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env or ENV)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env or ENV, cwd=cwd)
     seconds = time.perf_counter() - started
     if proc.returncode not in (0, 3):
         sys.exit(f"{command[:4]} failed:\n{proc.stderr[-3000:]}")
     return seconds, proc.stdout
 
 
-def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | None = None) -> dict:
+def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | None = None, dtype: str = "auto") -> dict:
     env = {**ENV, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:]); "
                "print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
-               python, "-m", "localgpt_index", "build", str(docs), "--model", model, "--index-dir", str(index), "--json", "-q"]
-    seconds, out = run(command, env=env)
+               python, "-m", "localgpt_index", "build", str(docs), "--model", model, "--index-dir", str(index), "--json", "-q",
+               *(["--dtype", dtype] if dtype != "auto" else [])]
+    # `python -m` puts the working directory first on sys.path: a baseline runs from its own tree
+    seconds, out = run(command, env=env, cwd=pythonpath)
     lines = out.strip().splitlines()
     rss = int(lines[-1].split()[1]) / 1024
     report = json.loads("\n".join(lines[:-1]))
@@ -134,12 +138,12 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
     steady = seconds - stages.get("load_model", 0.0)
     return {"seconds": seconds, "pages": report["pages_embedded"], "rss": rss, "encode": stages.get("encode", 0.0),
             "loaded_rate": report["pages_embedded"] / max(steady, 1e-9), "load": stages.get("load_model", 0.0),
-            "tuning": report.get("cpu_tuning")}
+            "tuning": report.get("cpu_tuning"), "dtype": report["precision"]["dtype"]}
 
 
-def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None) -> dict:
-    """byaldi's index, or with `family` colpali-engine's plain loop."""
-    script = [python, "-c", ENGINE, model, str(docs), family] if family else [python, "-c", BYALDI, model, str(docs), str(out)]
+def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None, dtype: str = "float32") -> dict:
+    """byaldi's index, or with `family` colpali-engine's plain loop, in `dtype`."""
+    script = [python, "-c", ENGINE, model, str(docs), family, dtype] if family else [python, "-c", BYALDI, model, str(docs), str(out), dtype]
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
                "print(r.stdout.strip()); print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
                *script]
@@ -160,22 +164,35 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     byaldi_copy(corpus, tmp / f"corpus-{spec}-pdf")
     python = sys.executable
     us = ours(python, corpus, model, tmp / f"idx-{spec}")
+    runs = {f"lgpt-index build ({us['dtype']})": us}
+    if us["dtype"] != "float32":  # the probe picked bfloat16 (a CPU with AMX or AVX512-BF16): float32 as well
+        runs["lgpt-index --dtype float32"] = ours(python, corpus, model, tmp / f"idx-{spec}-float32", dtype="float32")
     them = theirs(python, tmp / f"corpus-{spec}-pdf", model, tmp / f"byaldi-{spec}")
-    print(f"[{name}] {spec} checkpoint, {us['pages']} pages, CPU float32, {os.cpu_count()} cores")
-    for label, r in (("lgpt-index build", us), ("byaldi index", them)):
-        print(f"  {label:<18} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
+    others = {"byaldi index (float32)": them}
+    if us["dtype"] == "bfloat16":  # byaldi's own default, for the same dtype on both sides
+        others["byaldi index (bfloat16)"] = theirs(python, tmp / f"corpus-{spec}-pdf", model, tmp / f"byaldi-{spec}-bf16",
+                                                   dtype="bfloat16")
+    print(f"[{name}] {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores")
+    for label, r in (*runs.items(), *others.items()):
+        print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
               f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
-    print(f"  whole process: {them['seconds'] / us['seconds']:.2f}x faster; once loaded: "
-          f"{us['loaded_rate'] / them['loaded_rate']:.2f}x; peak RSS ratio {us['rss'] / them['rss']:.2f}; "
-          f"encoder busy {us['encode'] / max(us['seconds'] - us['load'], 1e-9):.0%} of the build after the model loaded")
-    if us["tuning"]:
-        print(f"  lgpt-index's batch trials (pages/s by batch size): {us['tuning']['pages_per_second_by_batch']}, "
-              f"kept {us['tuning']['batch_size']}, {us['tuning']['threads']} model thread(s)")
-    agree = us["pages"] == them["pages"]
+    if "byaldi index (bfloat16)" in others:
+        theirs_bf16 = others["byaldi index (bfloat16)"]
+        print(f"  bfloat16 on both sides: whole process {theirs_bf16['seconds'] / us['seconds']:.2f}x faster; once loaded: "
+              f"{us['loaded_rate'] / theirs_bf16['loaded_rate']:.2f}x")
+    for label, r in runs.items():
+        print(f"  {label} against byaldi (float32): whole process {them['seconds'] / r['seconds']:.2f}x faster; once loaded: "
+              f"{r['loaded_rate'] / them['loaded_rate']:.2f}x; peak RSS ratio {r['rss'] / them['rss']:.2f}; "
+              f"encoder busy {r['encode'] / max(r['seconds'] - r['load'], 1e-9):.0%} of the build after the model loaded")
+        if r["tuning"]:
+            print(f"    batch trials (pages/s by batch size): {r['tuning']['pages_per_second_by_batch']}, "
+                  f"kept {r['tuning']['batch_size']}, {r['tuning']['threads']} model thread(s)")
+    agree = all(r["pages"] == them["pages"] for r in runs.values())
     if baseline is not None:
         before = ours(python, corpus, model, tmp / f"idx-{spec}-baseline", pythonpath=str(baseline))
-        print(f"  baseline ({baseline.name}): whole process {before['seconds']:6.1f} s, {before['loaded_rate']:6.2f} pages/s "
-              f"once loaded, peak RSS {before['rss']:.0f} MiB; this tree / baseline: {before['seconds'] / us['seconds']:.2f}x")
+        print(f"  baseline ({baseline.name}, {before['dtype']}): whole process {before['seconds']:6.1f} s, "
+              f"{before['loaded_rate']:6.2f} pages/s once loaded, peak RSS {before['rss']:.0f} MiB; "
+              f"this tree / baseline: {before['seconds'] / us['seconds']:.2f}x")
         agree &= before["pages"] == us["pages"]
     return agree
 
@@ -188,8 +205,10 @@ def family_regime(family: str, tmp: Path) -> bool:
     make_corpus(corpus, 20, 5, False)
     python = sys.executable
     us = ours(python, corpus, model, tmp / f"idx-{family}")
-    them = theirs(python, corpus, model, tmp / "unused", family=family)
-    print(f"[{family}] bench geometry (768 image tokens a page), {us['pages']} pages, CPU float32, {os.cpu_count()} cores")
+    # the loop runs in the dtype the probe gave lgpt-index (its README loads bfloat16 on a GPU)
+    them = theirs(python, corpus, model, tmp / "unused", family=family, dtype=us["dtype"])
+    print(f"[{family}] bench geometry (768 image tokens a page), {us['pages']} pages, CPU {us['dtype']} both, "
+          f"{os.cpu_count()} cores")
     for label, r in (("lgpt-index build", us), ("colpali-engine loop", them)):
         print(f"  {label:<19} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
               f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
