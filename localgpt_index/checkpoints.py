@@ -49,7 +49,7 @@ SPECS: dict[str, CheckpointSpec] = {
     # Real geometry: 448 px, patch 14, 1024 image tokens, 128-d output; one narrow layer
     # each side, so that the CPU spends its time where a pipeline does, not in the model.
     "bench": CheckpointSpec("bench", 448, 14, 32, 1, 1, 64, 1, 1, 128, 32),
-    # Real geometry and wider layers: about 20 GFLOP a page, so that a build is model-bound on a
+    # Real geometry and wider layers: about 24 GFLOP a page, so that a build is model-bound on a
     # CPU as with any real model there (the "bench" one is pipeline-bound: its model costs about
     # what rendering does).
     "cpu": CheckpointSpec("cpu", 448, 14, 256, 2, 4, 512, 2, 4, 2048, 128),

@@ -69,7 +69,7 @@ def _devices() -> dict:
             for gpu in caps.cuda
         ],
         "mps": caps.mps,
-        "cpu": {"cores": os.cpu_count(), "machine": platform.machine()},
+        "cpu": {"cores": os.cpu_count(), "machine": platform.machine(), "native_bf16": caps.cpu_bf16},
     }, caps
 
 

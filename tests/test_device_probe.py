@@ -21,8 +21,10 @@ H100 = CudaDevice(0, "NVIDIA H100", (9, 0), 80 * GIB)
         (Capabilities(cuda=(H100,)), "cuda:0", "bfloat16", True),
         (Capabilities(mps=True), "mps", "float16", True),
         (Capabilities(), "cpu", "float32", False),
+        (Capabilities(cpu_bf16="AVX512-BF16"), "cpu", "bfloat16", True),
+        (Capabilities(cpu_bf16="AMX"), "cpu", "bfloat16", True),
     ],
-    ids=["T4-7.5", "A100-8.0", "H100-9.0", "MPS", "CPU"],
+    ids=["T4-7.5", "A100-8.0", "H100-9.0", "MPS", "CPU", "CPU-AVX512-BF16", "CPU-AMX"],
 )
 def test_auto_policy(caps, device, dtype, autocast):
     precision = choose_precision(caps)
@@ -45,6 +47,35 @@ def test_user_override_of_bfloat16_on_t4_warns():
     precision = choose_precision(Capabilities(cuda=(T4,)), dtype="bfloat16")
     assert precision.dtype == "bfloat16" and precision.autocast
     assert any("emulated" in w for w in precision.warnings)
+
+
+def test_bfloat16_on_a_cpu_warns_only_where_it_is_emulated():
+    assert any("AVX512-BF16" in w for w in choose_precision(Capabilities(), dtype="bfloat16").warnings)
+    native = choose_precision(Capabilities(cpu_bf16="AVX512-BF16"), dtype="bfloat16")
+    assert native.dtype == "bfloat16" and not native.warnings
+    assert choose_precision(Capabilities(cpu_bf16="AMX"), dtype="float16").warnings
+    kept = choose_precision(Capabilities(cpu_bf16="AMX"), dtype="float32")
+    assert (kept.dtype, kept.autocast, kept.warnings) == ("float32", False, ())
+
+
+def test_a_gpu_is_chosen_over_a_cpu_with_native_bfloat16():
+    precision = choose_precision(Capabilities(cuda=(T4,), cpu_bf16="AMX"))
+    assert (precision.device, precision.dtype) == ("cuda:0", "float16")
+
+
+@pytest.mark.slow
+def test_the_probe_finds_the_cpu_bfloat16_instructions_linux_lists():
+    """detect_capabilities against /proc/cpuinfo's flags (amx_bf16, avx512_bf16) on this machine."""
+    from pathlib import Path
+
+    from localgpt_index.device import detect_capabilities
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        pytest.skip("no /proc/cpuinfo: not Linux")
+    flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split())
+    expected = "AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else None
+    assert detect_capabilities().cpu_bf16 == expected
 
 
 def test_cpu_dtype_override_turns_autocast_on():

@@ -165,8 +165,9 @@ def test_build_and_query_a_corpus(family_model, tmp_path):
     make_pdf(docs / "report.pdf", ["quarterly revenue", "invoice total", "market outlook"])
     make_png(docs / "scan.png", "receipt", size=(500, 300))
     make_docx(docs / "memo.docx", ["Memo", "Revenue grew."])
-    index = ["--index-dir", str(tmp_path / "idx")]
-    built = run_cli("build", str(docs), "--model", str(family_model), "--json", *index)
+    # float32, as the colpali-engine reference below (the probe would pick bfloat16 on a CPU with AVX512-BF16)
+    index, float32 = ["--index-dir", str(tmp_path / "idx")], ["--dtype", "float32"]
+    built = run_cli("build", str(docs), "--model", str(family_model), "--json", *index, *float32)
     assert built.exit_code == 0, built.stderr
     report = json.loads(built.stdout)
     assert report["pages_embedded"] == 5 and report["model"]["family"] == resolve_model(str(family_model)).family
@@ -178,13 +179,13 @@ def test_build_and_query_a_corpus(family_model, tmp_path):
         assert settings.get("render_size") is None and settings["max_visual_tokens"] >= 1
     else:
         assert len(settings["render_size"]) == (1 if family.dynamic else 2)
-    answer = run_cli("query", "quarterly revenue", "-k", "5", "--json", *index)
+    answer = run_cli("query", "quarterly revenue", "-k", "5", "--json", *index, *float32)
     assert answer.exit_code == 0, answer.stderr
     hits = json.loads(answer.stdout)["queries"][0]["results"]
     assert sorted((Path(h["path"]).name, h["page"]) for h in hits) == [("memo.docx", 1), ("report.pdf", 1), ("report.pdf", 2),
                                                                       ("report.pdf", 3), ("scan.png", 1)]
     _assert_scores_match_colpali_engine(family_model, tmp_path / "idx", "quarterly revenue", hits)
-    again = json.loads(run_cli("build", str(docs), "--json", *index).stdout)
+    again = json.loads(run_cli("build", str(docs), "--json", *index, *float32).stdout)
     assert again["pages_embedded"] == 0 and again["model_calls"] == 0
 
 

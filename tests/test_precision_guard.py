@@ -140,9 +140,16 @@ def test_translator_leaves_other_errors_alone():
 
 
 def test_doctor_exit_code_flips_without_libreoffice_or_poppler(tiny_model, tmp_path):
+    from localgpt_index.device import detect_capabilities
+
     ok = run_cli("doctor", "--model", str(tiny_model), "--json")
     assert ok.exit_code == 0, ok.stdout
-    validate(json.loads(ok.stdout), "doctor")
+    diagnosis = json.loads(ok.stdout)
+    validate(diagnosis, "doctor")
+    # the CPU's native bfloat16, and the probe's choice that follows from it (no GPU here)
+    native = detect_capabilities().cpu_bf16
+    assert diagnosis["devices"]["cpu"]["native_bf16"] == native
+    assert diagnosis["probe"]["dtype"] == ("bfloat16" if native else "float32")
 
     for keep, lost in ((("pdftoppm", "pdfinfo"), "LibreOffice"), (("soffice",), "poppler")):
         bin_dir = tmp_path / f"bin-{lost}"

@@ -46,7 +46,9 @@ def _print(report: dict) -> None:
     if not devices["cuda"]:
         echo("cuda         none")
     echo(f"mps          {'yes' if devices['mps'] else 'no'}")
-    echo(f"cpu          {devices['cpu']['cores']} cores, {devices['cpu']['machine']}")
+    cpu = devices["cpu"]
+    bf16 = f", native bfloat16 ({cpu['native_bf16']})" if cpu.get("native_bf16") else ", no native bfloat16"
+    echo(f"cpu          {cpu['cores']} cores, {cpu['machine']}{bf16}")
     probe = report["probe"]
     if "error" in probe:
         echo(f"probe        ERROR: {probe['error']}")
