@@ -3,7 +3,8 @@
 Which is best depends on the model: a model-bound checkpoint (any real model on a CPU) runs
 fastest with small batches and every core, a cheap one with batches of 4 to 8 and a core left
 to the feeders (pdftoppm, LibreOffice, the render thread). So the first batches of a build try
-each candidate batch size twice on real pages, and the size with the best pages/s is kept.
+each candidate batch size on real pages, each for a while after a warm-up batch, and the size
+with the best pages/s is kept.
 The model starts with every core; if during the trials it waited for pages more than
 WAIT_SHARE of the time, the feeders are the bottleneck and it gives one core back. Both are
 decided once, from the model's thread (torch's thread count is process-wide: it is set at the
@@ -19,11 +20,19 @@ from contextlib import contextmanager
 from typing import Iterator
 
 CANDIDATES = (1, 2, 4, 8)  # batch sizes tried; 16 and more never won on the CPU (scripts/bench_build.py)
+# Each size's trial: a warm-up batch (a new shape's first call pays one-time costs: kernel
+# selection, and on the very first batch the dtype audit), then batches until they have taken
+# TRIAL_SECONDS or encoded TRIAL_PAGES (all four trials: 47 pages). One measured batch of a cheap
+# model (25 ms) swung from 20 to 47 pages/s between builds and often kept the wrong size.
+TRIAL_SECONDS = 0.25
+TRIAL_PAGES = 8
 WAIT_SHARE = 0.10
 # A larger batch is tried while the last doubling paid (a page this much faster) or cost little
-# memory (peak RSS up less than this); a model-bound model gains nothing from batching and each
-# doubling costs it hundreds of MiB of activations. Any size this much slower ends the trials.
-PAYS = 0.03
+# memory (peak RSS up less than this); a model-bound model gains little from batching and each
+# doubling costs it a hundred MiB or more of activations (in bfloat16 on a 2-core Zen 4: 1, 2, 4
+# gained 7-8 % a doubling, then 8 was slower and raised the build's peak RSS by 13 %). Any size
+# this much slower ends the trials.
+PAYS = 0.10
 CHEAP = 0.05
 SLOWER = 0.05
 
@@ -39,9 +48,8 @@ class CpuTuner:
     def __init__(self, encoder, fixed_batch: bool) -> None:
         self.encoder = encoder
         self.cores = os.cpu_count() or 1
-        # each size runs twice and its faster run counts: a batch shape's first call pays one-time
-        # costs (kernel selection, and on the very first batch the dtype audit)
-        self._trials = [] if fixed_batch else [size for size in CANDIDATES for _ in range(2)]
+        self._trials = [] if fixed_batch else list(CANDIDATES)  # sizes still to try, the current one first
+        self._trial = [0, 0, 0.0]  # the current size's batches, and its pages and seconds after the warm-up
         self._results: dict[int, float] = {}  # batch size -> seconds a page
         self._peak_before: dict[int, int] = {}  # batch size -> peak RSS when its trials began
         self._waited = self._busy = 0.0
@@ -54,6 +62,7 @@ class CpuTuner:
 
     def _start_trials(self, size: int) -> None:
         self.encoder.batch_size = size
+        self._trial = [0, 0, 0.0]
         self._peak_before.setdefault(size, peak_rss())
 
     @property
@@ -73,15 +82,26 @@ class CpuTuner:
         if self.decided:
             return
         if self._trials and pages == self.encoder.batch_size:
+            if not self._measured(pages, seconds):
+                return
             size = self._trials.pop(0)
-            self._results[size] = min(self._results.get(size, float("inf")), seconds / pages)
-            if self._trials and self._trials[0] != size and self._stop_growing(size):
+            self._results[size] = self._trial[2] / self._trial[1]
+            if self._trials and self._stop_growing(size):
                 self._trials.clear()  # larger batches only cost memory from here: a big model on a small CPU
             if self._trials:
                 self._start_trials(self._trials[0])
                 return
         if not self._trials:
             self._decide()
+
+    def _measured(self, pages: int, seconds: float) -> bool:
+        """Count a full batch of the current trial; whether the trial is over."""
+        trial = self._trial
+        trial[0] += 1
+        if trial[0] > 1:  # the first is the warm-up
+            trial[1] += pages
+            trial[2] += seconds
+        return trial[0] > 1 and (trial[2] >= TRIAL_SECONDS or trial[1] >= TRIAL_PAGES)
 
     def _stop_growing(self, size: int) -> bool:
         """After the trials of `size`: are larger batches not worth trying?"""
