@@ -221,7 +221,8 @@ class RayEngine:
         if len(dtypes) > 1:
             where = ", ".join(f"{d['node']}: {d['precision']['device']} {d['precision']['dtype']}" for d in described)
             raise EnvironmentMissing(f"the cluster's devices would store vectors of different dtypes ({where}).",
-                                     hint="Pass --dtype, or give the build one kind of GPU.")
+                                     hint="Pass --dtype, or give the build one kind of GPU (or of CPU: some run "
+                                          "bfloat16 natively, some do not).")
         first = described[0]
         p = first["precision"]
         precision = Precision(p["device"], p["dtype"], p["autocast"], f"{p['reason']} ({len(described)} Ray actor(s))",
