@@ -45,7 +45,7 @@ def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto")
     from .encode import open_encoder
 
     caps = detect_capabilities()
-    precision = choose_precision(caps, device, dtype)
+    precision = choose_precision(caps, device, dtype, queries=True)
     return open_encoder(ref, precision, default_batch_size(precision, caps))
 
 

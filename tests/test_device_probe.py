@@ -58,6 +58,14 @@ def test_bfloat16_on_a_cpu_warns_only_where_it_is_emulated():
     assert (kept.dtype, kept.autocast, kept.warnings) == ("float32", False, ())
 
 
+def test_queries_keep_float32_on_a_cpu_with_native_bfloat16():
+    """A query encoder (query, serve) on such a CPU: float32, unless the user asks; GPUs unchanged."""
+    for_queries = choose_precision(Capabilities(cpu_bf16="AVX512-BF16"), queries=True)
+    assert (for_queries.dtype, for_queries.autocast) == ("float32", False) and "queries" in for_queries.reason
+    assert choose_precision(Capabilities(cpu_bf16="AMX"), dtype="bfloat16", queries=True).dtype == "bfloat16"
+    assert choose_precision(Capabilities(cuda=(H100,), cpu_bf16="AMX"), queries=True).dtype == "bfloat16"
+
+
 def test_a_gpu_is_chosen_over_a_cpu_with_native_bfloat16():
     precision = choose_precision(Capabilities(cuda=(T4,), cpu_bf16="AMX"))
     assert (precision.device, precision.dtype) == ("cuda:0", "float16")
@@ -109,3 +117,13 @@ def test_batch_size_scales_with_gpu_memory():
     assert default_batch_size(choose_precision(Capabilities(cuda=(small,))), Capabilities(cuda=(small,))) == 4
     assert default_batch_size(choose_precision(Capabilities(cuda=(H100,))), Capabilities(cuda=(H100,))) == 32
     assert default_batch_size(choose_precision(Capabilities()), Capabilities()) == 4
+
+
+@pytest.mark.slow
+def test_a_query_encoder_on_a_cpu_is_float32(tiny_model):
+    """On any CPU, bfloat16-capable or not, `query` and `serve` encode queries in float32."""
+    from localgpt_index.models import resolve_model
+    from localgpt_index.search import load_query_encoder
+
+    encoder = load_query_encoder(resolve_model(str(tiny_model)), device="cpu")
+    assert (encoder.precision.dtype, encoder.precision.autocast) == ("float32", False)
