@@ -337,14 +337,26 @@ def check_exposure(host: str, token: str | None) -> None:
 def bind(host: str, port: int):
     """The listening socket, bound before anything loads: a taken port is a clear exit 4."""
     import errno
+    import os
     import socket
 
     from .errors import EnvironmentMissing
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on connections
+    # whose socket says TCP, and without it every response on a kept-alive connection after the
+    # first few waited about 40 ms for the client's delayed ACK (Nagle's algorithm).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        return socket.create_server((host, port), family=family, backlog=512)
+        if os.name != "nt":  # what socket.create_server does: on Windows it would share the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(512)
+        return sock
     except OSError as exc:
+        sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise EnvironmentMissing(f"port {port} on {host} is taken (another lgpt-index serve?).",
                                      hint="Stop it, or pass another --port.") from None

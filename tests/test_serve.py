@@ -208,6 +208,36 @@ def test_a_taken_port_is_exit_4(corpus):
     assert result.returncode == 4 and f"port {port} on 127.0.0.1 is taken" in result.stderr
 
 
+def test_connections_to_the_listening_socket_get_tcp_nodelay():
+    """asyncio (under uvicorn) sets TCP_NODELAY only where the socket says IPPROTO_TCP; without it,
+    each response on a kept-alive connection waited about 40 ms (Nagle and delayed ACKs)."""
+    import asyncio
+
+    from localgpt_index.server import bind
+
+    listening = bind("127.0.0.1", 0)
+    seen: list[int] = []
+
+    class Record(asyncio.Protocol):
+        def connection_made(self, transport):
+            seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    async def accept_one() -> None:
+        server = await asyncio.get_running_loop().create_server(Record, sock=listening)
+        port = listening.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+
+    asyncio.run(accept_one())
+    assert seen == [1]
+
+
 def test_query_server_unreachable_is_exit_4_and_no_fallback(corpus):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
