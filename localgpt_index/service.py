@@ -161,15 +161,21 @@ class IndexService:
 
 
 class QueryBatcher:
-    """Requests that arrive within `window_s` of each other share one model call and one scoring pass.
+    """Requests that arrive within a short window of each other share one model call and one scoring pass.
 
-    The model runs on one thread of its own (the event loop never waits on it), one batch at a time."""
+    The model runs on one thread of its own (the event loop never waits on it), one batch at a time.
+    Clients answered together come back at slightly different times (each parses its answer and
+    sends the next question): a batch waits, up to its window, for as many requests as the last
+    one had, and goes as soon as they are there. A lone client is never kept waiting."""
+
+    MAX_WINDOW_S = 0.05
 
     def __init__(self, service: IndexService, window_s: float = 0.002, max_queries: int = 64) -> None:
         self.service = service
-        self.window_s = window_s  # grows with the time a batch takes (up to 25 ms): waiting is cheap next to it
+        self.window_s = window_s  # a quarter of the time the last batch took, up to MAX_WINDOW_S
         self.max_queries = max_queries
         self.batches = 0
+        self._expected = 1  # requests in the last batch: the clients likely to come back
         self._queue: asyncio.Queue | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
         self._task: asyncio.Task | None = None
@@ -188,31 +194,38 @@ class QueryBatcher:
         await self._queue.put((request, future))
         return await future
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        together = False  # did the last batch gather several requests? if not, waiting would only add latency
-        while True:
-            batch = [await self._queue.get()]
-            count = len(batch[0][0].queries)
-            deadline = time.monotonic() + (self.window_s if together or not self._queue.empty() else 0.0)
-            while count < self.max_queries:
+    async def _gather(self, first) -> list:
+        """`first` and the requests that join it: all those already queued, then any that arrive
+        within the window while the batch has fewer requests than the last one."""
+        batch, count = [first], len(first[0].queries)
+        deadline = time.monotonic() + self.window_s
+        while count < self.max_queries:
+            if self._queue.empty():
                 left = deadline - time.monotonic()
-                if left <= 0 and self._queue.empty():
+                if len(batch) >= self._expected or left <= 0:
                     break
                 try:
-                    item = self._queue.get_nowait() if left <= 0 else await asyncio.wait_for(self._queue.get(), left)
-                except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                    item = await asyncio.wait_for(self._queue.get(), left)
+                except asyncio.TimeoutError:
                     break
-                batch.append(item)
-                count += len(item[0].queries)
+            else:
+                item = self._queue.get_nowait()
+            batch.append(item)
+            count += len(item[0].queries)
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._gather(await self._queue.get())
             self.batches += 1
             started = time.monotonic()
             try:
                 answers = await loop.run_in_executor(self._executor, self.service.search, [r for r, _ in batch])
             except Exception as exc:  # every request of the batch gets the error
                 answers = [exc] * len(batch)
-            self.window_s = min(0.025, max(0.002, 0.1 * (time.monotonic() - started)))
-            together = len(batch) > 1
+            self.window_s = min(self.MAX_WINDOW_S, max(0.002, 0.25 * (time.monotonic() - started)))
+            self._expected = len(batch)
             for (_, future), answer in zip(batch, answers):
                 if future.done():
                     continue
