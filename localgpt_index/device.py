@@ -149,31 +149,31 @@ def choose_precision(caps: Capabilities, device: str = "auto", dtype: str = "aut
         reason = "Apple MPS: float16 (bfloat16 needs macOS 14 or later)"
         if dtype == "bfloat16":
             warnings.append("bfloat16 on MPS needs macOS 14 or later.")
-    elif caps.cpu_bf16 and queries:
-        # Measured on the same Zen 4: in bfloat16 a server's memory grew 21 % over 6,000 queries of
-        # varied lengths, and still 15 % with oneDNN's primitive cache at 8 (float32: 2 %); the CLI
-        # and a server must also agree, so both keep float32 here.
-        auto_dtype = "float32"
-        reason = f"CPU with {caps.cpu_bf16}, queries: float32 (in bfloat16 a server's memory kept growing)"
-        if dtype == "float16":
-            warnings.append("float16 on CPU is usually slower than float32 and less precise.")
-    elif caps.cpu_bf16:
-        # Measured on a 2-core Zen 4 (AVX512-BF16): a model-bound page 1.45x faster than in float32,
-        # a pipeline-bound build as fast (scripts/bench_build.py). Vectors then match a GPU's.
-        auto_dtype = "bfloat16"
-        reason = f"CPU with {caps.cpu_bf16}: bfloat16 runs natively (--dtype float32 for float32)"
-        if dtype == "float16":
-            warnings.append("float16 on CPU is usually slower than float32 and less precise.")
     else:
-        auto_dtype = "float32"
-        reason = "CPU: float32 (no AMX or AVX512-BF16: bfloat16 would be emulated, slow and less precise)"
-        if dtype in ("bfloat16", "float16"):
+        auto_dtype, reason = _cpu_choice(caps, queries)
+        if dtype == "float16" and caps.cpu_bf16:
+            warnings.append("float16 on CPU is usually slower than float32 and less precise.")
+        elif dtype in ("bfloat16", "float16") and not caps.cpu_bf16:
             warnings.append(f"{dtype} on a CPU without AMX or AVX512-BF16 is usually slower than float32 and less precise.")
 
     if dtype != "auto":
         reason = f"--dtype {dtype} chosen by the user"
     final = auto_dtype if dtype == "auto" else dtype
     return Precision(chosen_device, final, final != "float32", reason, tuple(warnings))
+
+
+def _cpu_choice(caps: Capabilities, queries: bool) -> tuple[str, str]:
+    """The CPU's automatic dtype, and why."""
+    if not caps.cpu_bf16:
+        return "float32", "CPU: float32 (no AMX or AVX512-BF16: bfloat16 would be emulated, slow and less precise)"
+    if queries:
+        # Measured on the same Zen 4: in bfloat16 a server's memory grew 21 % over 6,000 queries of
+        # varied lengths, and still 15 % with oneDNN's primitive cache at 8 (float32: 2 %); the CLI
+        # and a server must also agree, so both keep float32 here.
+        return "float32", f"CPU with {caps.cpu_bf16}, queries: float32 (in bfloat16 a server's memory kept growing)"
+    # Measured on a 2-core Zen 4 (AVX512-BF16): a model-bound page 1.45x faster than in float32,
+    # a pipeline-bound build as fast (scripts/bench_build.py). Vectors then match a GPU's.
+    return "bfloat16", f"CPU with {caps.cpu_bf16}: bfloat16 runs natively (--dtype float32 for float32)"
 
 
 def default_batch_size(precision: Precision, caps: Capabilities) -> int:
