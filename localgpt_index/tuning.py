@@ -17,6 +17,7 @@ import os
 import resource
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 CANDIDATES = (1, 2, 4, 8)  # batch sizes tried; 16 and more never won on the CPU (scripts/bench_build.py)
@@ -30,11 +31,28 @@ WAIT_SHARE = 0.10
 # A larger batch is tried while the last doubling paid (a page this much faster) or cost little
 # memory (peak RSS up less than this); a model-bound model gains little from batching and each
 # doubling costs it a hundred MiB or more of activations (in bfloat16 on a 2-core Zen 4: 1, 2, 4
-# gained 7-8 % a doubling, then 8 was slower and raised the build's peak RSS by 13 %). Any size
+# gained 7-8 % a doubling, then 8 was slower and raised the build's peak RSS by 18 %). Any size
 # this much slower ends the trials.
 PAYS = 0.10
 CHEAP = 0.05
 SLOWER = 0.05
+
+
+@dataclass
+class _Trial:
+    """One batch size's trial: its batches, and the pages and seconds measured after the warm-up."""
+
+    batches: int = 0
+    pages: int = 0
+    seconds: float = 0.0
+
+    def add(self, pages: int, seconds: float) -> bool:
+        """Count a full batch; whether the trial is over."""
+        self.batches += 1
+        if self.batches > 1:  # the first is the warm-up
+            self.pages += pages
+            self.seconds += seconds
+        return self.batches > 1 and (self.seconds >= TRIAL_SECONDS or self.pages >= TRIAL_PAGES)
 
 
 def peak_rss() -> int:
@@ -49,7 +67,7 @@ class CpuTuner:
         self.encoder = encoder
         self.cores = os.cpu_count() or 1
         self._trials = [] if fixed_batch else list(CANDIDATES)  # sizes still to try, the current one first
-        self._trial = [0, 0, 0.0]  # the current size's batches, and its pages and seconds after the warm-up
+        self._trial = _Trial()
         self._results: dict[int, float] = {}  # batch size -> seconds a page
         self._peak_before: dict[int, int] = {}  # batch size -> peak RSS when its trials began
         self._waited = self._busy = 0.0
@@ -62,7 +80,7 @@ class CpuTuner:
 
     def _start_trials(self, size: int) -> None:
         self.encoder.batch_size = size
-        self._trial = [0, 0, 0.0]
+        self._trial = _Trial()
         self._peak_before.setdefault(size, peak_rss())
 
     @property
@@ -82,10 +100,10 @@ class CpuTuner:
         if self.decided:
             return
         if self._trials and pages == self.encoder.batch_size:
-            if not self._measured(pages, seconds):
+            if not self._trial.add(pages, seconds):
                 return
             size = self._trials.pop(0)
-            self._results[size] = self._trial[2] / self._trial[1]
+            self._results[size] = self._trial.seconds / self._trial.pages
             if self._trials and self._stop_growing(size):
                 self._trials.clear()  # larger batches only cost memory from here: a big model on a small CPU
             if self._trials:
@@ -93,15 +111,6 @@ class CpuTuner:
                 return
         if not self._trials:
             self._decide()
-
-    def _measured(self, pages: int, seconds: float) -> bool:
-        """Count a full batch of the current trial; whether the trial is over."""
-        trial = self._trial
-        trial[0] += 1
-        if trial[0] > 1:  # the first is the warm-up
-            trial[1] += pages
-            trial[2] += seconds
-        return trial[0] > 1 and (trial[2] >= TRIAL_SECONDS or trial[1] >= TRIAL_PAGES)
 
     def _stop_growing(self, size: int) -> bool:
         """After the trials of `size`: are larger batches not worth trying?"""
