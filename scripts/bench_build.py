@@ -169,15 +169,15 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
         runs["lgpt-index --dtype float32"] = ours(python, corpus, model, tmp / f"idx-{spec}-float32", dtype="float32")
     them = theirs(python, tmp / f"corpus-{spec}-pdf", model, tmp / f"byaldi-{spec}")
     others = {"byaldi index (float32)": them}
+    theirs_bf16 = None
     if us["dtype"] == "bfloat16":  # byaldi's own default, for the same dtype on both sides
-        others["byaldi index (bfloat16)"] = theirs(python, tmp / f"corpus-{spec}-pdf", model, tmp / f"byaldi-{spec}-bf16",
-                                                   dtype="bfloat16")
+        theirs_bf16 = theirs(python, tmp / f"corpus-{spec}-pdf", model, tmp / f"byaldi-{spec}-bf16", dtype="bfloat16")
+        others["byaldi index (bfloat16)"] = theirs_bf16
     print(f"[{name}] {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores")
     for label, r in (*runs.items(), *others.items()):
         print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
               f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
-    if "byaldi index (bfloat16)" in others:
-        theirs_bf16 = others["byaldi index (bfloat16)"]
+    if theirs_bf16 is not None:
         print(f"  bfloat16 on both sides: whole process {theirs_bf16['seconds'] / us['seconds']:.2f}x faster; once loaded: "
               f"{us['loaded_rate'] / theirs_bf16['loaded_rate']:.2f}x")
     for label, r in runs.items():
