@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
 MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
 QUERY_BATCH = 32  # queries of one length per forward pass
+GRID_TEXTS_KEPT = 256  # page sizes whose tokenized text a Qwen-family encoder keeps
 
 
 class DeviceOutOfMemory(RuntimeError):
@@ -222,6 +223,7 @@ class ByaldiEncoder(PageEncoder):
             self._compile()
         self._tracker = ModuleTracker(None if compile else self.net)
         self._page_text: dict | None = None
+        self._grid_texts: dict[tuple[int, int], dict] = {}
         self.dim = int(getattr(self.net, "dim", 128))
 
     def _load(self, rag):
@@ -331,6 +333,10 @@ class ByaldiEncoder(PageEncoder):
         """Per-page preprocessing that can run off the model thread (the build's render thread
         calls it): ColPali's pixel values; for the other families, the processor's whole output
         for the page (its text and pixels: their shape depends on the page's size)."""
+        from .families import QWEN_GRID
+
+        if self.model.family in QWEN_GRID:
+            return self._prepare_grid_page(image)
         if self.model.family != "colpali":
             return self.processor.process_images([image])
         import torch
@@ -340,6 +346,27 @@ class ByaldiEncoder(PageEncoder):
         resize = self.render_size is None or rgb.size != self.render_size
         pixels = self.processor.image_processor([rgb], return_tensors="pt", do_resize=resize)["pixel_values"]
         return torch.as_tensor(pixels[0])
+
+    def _prepare_grid_page(self, image) -> dict:
+        """A Qwen-family page, exactly as process_images([image]) gives it, at less than half
+        its cost: the text half (the prompt with one image token per grid cell) depends only on
+        the page's size and is tokenized once per size; the pixels go through the image processor
+        alone (process_images' split and pad of a single page is an unsqueeze)."""
+        rgb = image.convert("RGB")
+        text = self._grid_texts.get(rgb.size)
+        if text is None:
+            whole = self.processor.process_images([rgb])
+            if len(self._grid_texts) >= GRID_TEXTS_KEPT:
+                self._grid_texts.clear()
+            self._grid_texts[rgb.size] = {k: v for k, v in whole.items() if k not in ("pixel_values", "image_grid_thw")}
+            pixels, grid = whole["pixel_values"][0], whole["image_grid_thw"]
+        else:
+            processed = self.processor.image_processor(images=[rgb], return_tensors="pt")
+            pixels, grid = processed["pixel_values"], processed["image_grid_thw"]
+        # The boundary cast, done here on the render thread: a page's pixels are 14 MB in float32,
+        # and the model thread would otherwise copy them twice more (batch, cast) before the model does.
+        pixels = pixels.to(self._torch_dtype).unsqueeze(0)
+        return {**self._grid_texts[rgb.size], "pixel_values": pixels, "image_grid_thw": grid}
 
     def process_pages(self, pages: list) -> dict:
         """ColPali's processor output for a batch of pages (images, or prepare_page's results).

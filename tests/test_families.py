@@ -142,6 +142,26 @@ def test_pages_and_queries_match_colpali_engine(family_model):
     np.testing.assert_allclose(processor.score(ours_queries, ours_pages).float().numpy(), expected.numpy(), rtol=1e-3)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_prepared_page_is_what_process_images_gives(family_model, dtype):
+    """What the render thread prepares is exactly colpali-engine's process_images output, cast to
+    the model's dtype; for the Qwen families a second page of a size reuses the first one's text."""
+    import torch
+
+    from localgpt_index.device import Capabilities, choose_precision
+    from localgpt_index.encode import open_encoder
+
+    encoder = open_encoder(resolve_model(str(family_model)), choose_precision(Capabilities(), device="cpu", dtype=dtype), 2)
+    pages = [Image.effect_noise(size, 40).convert("RGB") for size in [(220, 300), (300, 220), (220, 300), (300, 220)]]
+    for page in pages:
+        ours, theirs = encoder.prepare_page(page), encoder.processor.process_images([page])
+        assert set(ours) == set(theirs)
+        for key, value in theirs.items():
+            expected = value.to(getattr(torch, dtype)) if key == "pixel_values" and family_named(encoder.model.family).name in QWEN_GRID else value
+            assert ours[key].dtype == expected.dtype and torch.equal(ours[key], expected), key
+
+
 def _assert_scores_match_colpali_engine(model: Path, index_dir: Path, query: str, hits: list[dict]) -> None:
     """The scores a query printed against colpali-engine's: its model encodes the query, its
     processor.score scores it against the stored page vectors."""
