@@ -218,6 +218,7 @@ class ByaldiEncoder(PageEncoder):
         self.dtype_fixes: list[DtypeFix] = audit_checkpoint(model.path, precision.dtype)
         self.dtype_fixes += audit_live(self.net, self._torch_dtype, self._device, "load")
         self._audits_due = 1  # once more after the first batch: catches modules changed after loading
+        self.patch_embeddings_as_products = patch_embeddings_as_products(self.net)
         self.compiled = compile
         if compile:
             self._compile()
@@ -437,6 +438,36 @@ class ByaldiEncoder(PageEncoder):
             if length > MAX_QUERY_TOKENS + 16:  # the prompt and augmentation tokens come on top
                 raise UsageError(f"query {number + 1} is {length} tokens long; queries are limited to {MAX_QUERY_TOKENS}.")
         return self._forward_by_shape(tokenised, max(self.batch_size, QUERY_BATCH))
+
+
+def patch_embeddings_as_products(net) -> int:
+    """Run the Qwen vision towers' patch embedding as the matrix product it is; how many were changed.
+
+    Its Conv3d's kernel equals its stride and each input row is exactly one kernel's worth of
+    pixels, so the convolution is a product of the flattened rows with the flattened kernel. oneDNN's
+    Conv3d is slow at it: on the CPU, at ColQwen2.5's real width (1,280), 213 ms a page in float32
+    against 59 ms for the product (73 against 22 ms in bfloat16), with the same result."""
+    import types
+
+    import torch
+
+    changed = 0
+    for module in net.modules():
+        proj = getattr(module, "proj", None)
+        if (isinstance(proj, torch.nn.Conv3d) and hasattr(module, "temporal_patch_size") and proj.kernel_size == proj.stride
+                and proj.padding == (0, 0, 0) and proj.dilation == (1, 1, 1) and proj.groups == 1):
+            module.forward = types.MethodType(_patch_embedding_product, module)
+            changed += 1
+    return changed
+
+
+def _patch_embedding_product(self, hidden_states):
+    """Qwen's PatchEmbed.forward, with its Conv3d as a product (see patch_embeddings_as_products)."""
+    import torch.nn.functional as F
+
+    weight = self.proj.weight
+    rows = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)
+    return F.linear(rows, weight.reshape(weight.shape[0], -1), self.proj.bias)
 
 
 def _is_processed(page) -> bool:

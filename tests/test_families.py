@@ -162,6 +162,21 @@ def test_a_prepared_page_is_what_process_images_gives(family_model, dtype):
             assert ours[key].dtype == expected.dtype and torch.equal(ours[key], expected), key
 
 
+@pytest.mark.slow
+def test_the_qwen_patch_embedding_runs_as_a_product_with_the_convolution_s_result(family_model):
+    import torch
+
+    encoder = _encoder(family_model)
+    embeddings = [m for m in encoder.net.modules() if isinstance(getattr(m, "proj", None), torch.nn.Conv3d)]
+    assert encoder.patch_embeddings_as_products == len(embeddings) == (encoder.model.family in QWEN_GRID)
+    for module in embeddings:
+        kernel = module.proj.weight.shape[1:]
+        rows = torch.randn(50, kernel.numel())
+        with torch.inference_mode():
+            expected = module.proj(rows.view(-1, *kernel)).view(50, -1)
+            torch.testing.assert_close(module(rows), expected, atol=1e-5, rtol=1e-5)
+
+
 def _assert_scores_match_colpali_engine(model: Path, index_dir: Path, query: str, hits: list[dict]) -> None:
     """The scores a query printed against colpali-engine's: its model encodes the query, its
     processor.score scores it against the stored page vectors."""
