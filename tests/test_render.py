@@ -2,6 +2,8 @@
 the processor sizes its grid by area (the Qwen-VL families); poppler only, no model."""
 
 from __future__ import annotations
+
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,26 @@ def test_the_long_side_and_fixed_sizes_are_as_before(tmp_path):
     slide, receipt = render_pdf_pages(pdf, 1000, 2, 3)
     assert max(slide.size) == 1000 and max(receipt.size) == 1000
     assert {im.size for im in render_pdf_pages(pdf, (448, 448), 1, 5)} == {(448, 448)}
+
+
+def test_pages_come_in_order_and_as_pdftoppm_draws_them_across_a_change_of_number_width(tmp_path, monkeypatch):
+    """Rendered through files in a temporary folder: the same pixels as pdf2image's in-memory
+    output, in page order where pdftoppm's file names go from one digit to two."""
+    import numpy as np
+    from pdf2image import convert_from_path
+
+    from docgen import make_pdf
+
+    pdf = make_pdf(tmp_path / "twelve.pdf", [f"Page {number}" for number in range(1, 13)])
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    ours = render_pdf_pages(pdf, 400, 3, 12)
+    theirs = convert_from_path(str(pdf), size=400, first_page=3, last_page=12)
+    assert len(ours) == 10
+    for mine, reference in zip(ours, theirs):
+        assert np.array_equal(np.asarray(mine), np.asarray(reference.convert("RGB")))
+    assert not np.array_equal(np.asarray(ours[6]), np.asarray(ours[7]))  # pages 9 and 10
+    assert not list((tmp_path / "tmp").iterdir())  # the folder is gone
 
 
 def test_an_image_file_is_resized_once_to_the_processor_size(tmp_path):
