@@ -14,11 +14,16 @@ is for lgpt-index).
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --baseline e3a3eed       # also the bench regime with that commit's lgpt-index
     python scripts/bench_build.py --family colqwen2_5      # a dynamic-resolution family against colpali-engine's loop
+    python scripts/bench_build.py --family colqwen2_5 --dtype float32 --baseline 8125464
 
 With --family F, the "bench" geometry of that family (768 image tokens a page, narrow layers)
 builds 20 PDFs x 5 pages against colpali-engine's plain loop as its README shows it: each PDF
 rendered by pdf2image at its default 200 dpi, then processor and model one page at a time, in
-the dtype lgpt-index's probe picked.
+the dtype lgpt-index ran in (its probe's choice, or --dtype).
+
+"Once loaded" starts, for every system, when its model is ready, counted from the start of its
+script (lgpt-index runs under a small wrapper that says when; the time before includes the
+imports on both sides), and ends when its process has exited.
 
 Prints, per regime: whole-process seconds, pages/s once the model is loaded, the encoder's busy
 share, peak RSS, and the ratios. Exits 1 only if two systems disagree on the pages indexed.
@@ -112,32 +117,48 @@ print(json.dumps({"pages": pages, "load_s": loaded - started, "index_s": time.pe
 """
 
 
-def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, str]:
-    """Wall seconds and stdout of a whole process. Commands are wrapped in a small Python that
-    prints its one child's peak RSS last (RUSAGE_CHILDREN of a process with one child)."""
+# lgpt-index's build, run as `python -m localgpt_index` would run it, saying on stderr when its
+# model is ready: its pages/s "once loaded" start there, as the other systems' do
+OURS = """
+import sys, time
+started = time.perf_counter()
+import localgpt_index.encode as encode
+load = encode.ByaldiEncoder.__init__
+def loaded(self, *args, **kwargs):
+    load(self, *args, **kwargs)
+    print(f"MODEL READY {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True)
+encode.ByaldiEncoder.__init__ = loaded
+from localgpt_index.cli import run
+sys.argv[0] = "lgpt-index"
+run()
+"""
+
+
+def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, str, str]:
+    """Wall seconds, stdout and stderr of a whole process. Commands are wrapped in a small Python
+    that prints its one child's peak RSS last (RUSAGE_CHILDREN of a process with one child)."""
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, env=env or ENV, cwd=cwd)
     seconds = time.perf_counter() - started
     if proc.returncode not in (0, 3):
         sys.exit(f"{command[:4]} failed:\n{proc.stderr[-3000:]}")
-    return seconds, proc.stdout
+    return seconds, proc.stdout, proc.stderr
 
 
 def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | None = None, dtype: str = "auto") -> dict:
     env = {**ENV, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:]); "
                "print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
-               python, "-m", "localgpt_index", "build", str(docs), "--model", model, "--index-dir", str(index), "--json", "-q",
+               python, "-c", OURS, "build", str(docs), "--model", model, "--index-dir", str(index), "--json", "-q",
                *(["--dtype", dtype] if dtype != "auto" else [])]
-    # `python -m` puts the working directory first on sys.path: a baseline runs from its own tree
-    seconds, out = run(command, env=env, cwd=pythonpath)
+    # `python -c` puts the working directory first on sys.path: a baseline runs from its own tree
+    seconds, out, err = run(command, env=env, cwd=pythonpath)
     lines = out.strip().splitlines()
     rss = int(lines[-1].split()[1]) / 1024
     report = json.loads("\n".join(lines[:-1]))
-    stages = report["stage_seconds"]
-    steady = seconds - stages.get("load_model", 0.0)
-    return {"seconds": seconds, "pages": report["pages_embedded"], "rss": rss, "encode": stages.get("encode", 0.0),
-            "loaded_rate": report["pages_embedded"] / max(steady, 1e-9), "load": stages.get("load_model", 0.0),
+    ready = float(err.split("MODEL READY ")[1].split()[0])  # from the start of the script, as the others' load_s
+    return {"seconds": seconds, "pages": report["pages_embedded"], "rss": rss, "encode": report["stage_seconds"].get("encode", 0.0),
+            "loaded_rate": report["pages_embedded"] / max(seconds - ready, 1e-9), "load": ready,
             "tuning": report.get("cpu_tuning"), "dtype": report["precision"]["dtype"]}
 
 
@@ -147,7 +168,7 @@ def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = 
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
                "print(r.stdout.strip()); print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
                *script]
-    seconds, text = run(command)
+    seconds, text, _ = run(command)
     lines = text.strip().splitlines()
     rss = int(lines[-1].split()[1]) / 1024
     result = json.loads(lines[-2])
@@ -197,23 +218,31 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     return agree
 
 
-def family_regime(family: str, tmp: Path) -> bool:
+def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None) -> bool:
     from localgpt_index.family_checkpoints import make_family_checkpoint
 
     model = str(make_family_checkpoint(tmp / f"bench-{family}", family, geometry="bench"))
     corpus = tmp / "corpus-family"
     make_corpus(corpus, 20, 5, False)
     python = sys.executable
-    us = ours(python, corpus, model, tmp / f"idx-{family}")
-    # the loop runs in the dtype the probe gave lgpt-index (its README loads bfloat16 on a GPU)
+    us = ours(python, corpus, model, tmp / f"idx-{family}", dtype=dtype)
+    # the loop runs in the dtype lgpt-index ran in (its README loads bfloat16 on a GPU)
     them = theirs(python, corpus, model, tmp / "unused", family=family, dtype=us["dtype"])
+    runs = [("lgpt-index build", us), ("colpali-engine loop", them)]
+    if baseline is not None:
+        runs.append((f"baseline {baseline.name.removeprefix('baseline-')}",
+                     ours(python, corpus, model, tmp / f"idx-{family}-baseline", pythonpath=str(baseline), dtype=dtype)))
     print(f"[{family}] bench geometry (768 image tokens a page), {us['pages']} pages, CPU {us['dtype']} both, "
           f"{os.cpu_count()} cores")
-    for label, r in (("lgpt-index build", us), ("colpali-engine loop", them)):
+    for label, r in runs:
         print(f"  {label:<19} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
               f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
     print(f"  pages/s once loaded: {us['loaded_rate'] / them['loaded_rate']:.2f}x; whole process: "
           f"{them['seconds'] / us['seconds']:.2f}x faster; peak RSS ratio {us['rss'] / them['rss']:.2f}")
+    if baseline is not None:
+        before = runs[-1][1]
+        print(f"  this tree / baseline: {us['loaded_rate'] / before['loaded_rate']:.2f}x pages/s once loaded, "
+              f"{before['seconds'] / us['seconds']:.2f}x whole process")
     return us["pages"] == them["pages"]
 
 
@@ -221,7 +250,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["cpu", "bench"], default=None)
     parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
-    parser.add_argument("--baseline", default=None, metavar="REF", help="a git commit whose lgpt-index also builds the bench regime")
+    parser.add_argument("--baseline", default=None, metavar="REF",
+                        help="a git commit whose lgpt-index also builds the bench regime (or --family's corpus)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                        help="with --family: lgpt-index's dtype (the loop runs in the same)")
     args = parser.parse_args()
     agree = True
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-") as tmp:
@@ -233,7 +265,7 @@ def main() -> None:
                            check=True, capture_output=True)
         try:
             if args.family:
-                sys.exit(0 if family_regime(args.family, tmp) else 1)
+                sys.exit(0 if family_regime(args.family, tmp, args.dtype, baseline) else 1)
             if args.only in (None, "cpu"):
                 agree &= regime("model-bound", "cpu", 16, 5, False, tmp, None)
             if args.only in (None, "bench"):
