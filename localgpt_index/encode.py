@@ -357,9 +357,10 @@ class ByaldiEncoder(PageEncoder):
         text = self._grid_texts.get(rgb.size)
         if text is None:
             whole = self.processor.process_images([rgb])
+            text = {k: v for k, v in whole.items() if k not in ("pixel_values", "image_grid_thw")}
             if len(self._grid_texts) >= GRID_TEXTS_KEPT:
                 self._grid_texts.clear()
-            self._grid_texts[rgb.size] = {k: v for k, v in whole.items() if k not in ("pixel_values", "image_grid_thw")}
+            self._grid_texts[rgb.size] = text
             pixels, grid = whole["pixel_values"][0], whole["image_grid_thw"]
         else:
             processed = self.processor.image_processor(images=[rgb], return_tensors="pt")
@@ -367,7 +368,7 @@ class ByaldiEncoder(PageEncoder):
         # The boundary cast, done here on the render thread: a page's pixels are 14 MB in float32,
         # and the model thread would otherwise copy them twice more (batch, cast) before the model does.
         pixels = pixels.to(self._torch_dtype).unsqueeze(0)
-        return {**self._grid_texts[rgb.size], "pixel_values": pixels, "image_grid_thw": grid}
+        return {**text, "pixel_values": pixels, "image_grid_thw": grid}
 
     def process_pages(self, pages: list) -> dict:
         """ColPali's processor output for a batch of pages (images, or prepare_page's results).
