@@ -21,17 +21,21 @@ def _encoder():
     return SimpleNamespace(batch_size=4)
 
 
-def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0, rss_per_batch_kib: int = 0,
-         monkeypatch=None, rss_kib=None) -> list[int]:
+def _growing(kib_per_page: int):
+    """Peak RSS that grows by `kib_per_page` for each page of the largest batch so far."""
+    return lambda largest: 1_000_000 + kib_per_page * largest
+
+
+def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0, rss_kib=_growing(0),
+         monkeypatch=None) -> list[int]:
     """Run the trials; the batch sizes tried, in order (each once). With `monkeypatch`, peak RSS
-    grows by `rss_per_batch_kib` for each page of the largest batch so far, or is
-    `rss_kib(largest batch so far)`."""
+    is `rss_kib(largest batch so far)`."""
     tried: list[int] = []
     while not tuner.decided:
         size = encoder.batch_size
         tried.append(size)
         if monkeypatch is not None:
-            peak = rss_kib(max(tried)) if rss_kib else 1_000_000 + rss_per_batch_kib * max(tried)
+            peak = rss_kib(max(tried))
             monkeypatch.setattr(tuning, "peak_rss", lambda: peak)
         if wait:
             tuner.waiting()
@@ -120,11 +124,11 @@ def test_a_larger_batch_that_neither_pays_nor_is_cheap_ends_the_trials(monkeypat
     monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     flat = {1: 0.200, 2: 0.170, 4: 0.175, 8: 0.150}
-    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_kib=_growing(100_000), monkeypatch=monkeypatch)
     assert tried == [1, 2, 4] and encoder.batch_size == 2
     # the same timings without the memory growth: 8 is tried (and wins)
     encoder = _encoder()
-    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_per_batch_kib=0, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_kib=_growing(0), monkeypatch=monkeypatch)
     assert tried == [1, 2, 4, 8] and encoder.batch_size == 8
 
 
@@ -135,7 +139,7 @@ def test_a_doubling_that_gains_a_few_percent_at_a_memory_cost_ends_the_trials(mo
     encoder = _encoder()
     measured = {1: 1 / 6.97, 2: 1 / 7.50, 4: 1 / 8.06, 8: 1 / 7.58}
     # +40,000 KiB a page of batch: 1 -> 2 raises the peak 3.8 % (cheap), 2 -> 4 7.4 %
-    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, measured, rss_per_batch_kib=40_000, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, measured, rss_kib=_growing(40_000), monkeypatch=monkeypatch)
     assert tried == [1, 2, 4] and encoder.batch_size == 4
 
 
@@ -154,7 +158,7 @@ def test_a_larger_batch_that_pays_is_tried_whatever_it_costs(monkeypatch):
     monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     rising = {1: 0.2, 2: 0.15, 4: 0.1, 8: 0.09}
-    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, rising, rss_per_batch_kib=100_000, monkeypatch=monkeypatch)
+    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, rising, rss_kib=_growing(100_000), monkeypatch=monkeypatch)
     assert tried[-1] == 8 and encoder.batch_size == 8
 
 
