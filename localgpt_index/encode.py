@@ -97,6 +97,12 @@ class PageEncoder(ABC):
     def render_size(self) -> "RenderSize":
         """(width, height) the model consumes; for dynamic resolution the long side pages are rendered at (or None)."""
 
+    def _to_model(self, value):
+        """`value` on the model's device, floating point cast to its dtype (the model boundary)."""
+        if value.is_floating_point():
+            value = value.to(self._torch_dtype)
+        return value.to(self._device)
+
     def prepare_page(self, image):
         """Work on one page that may run in another thread before encode_pages (default: none)."""
         return image
@@ -296,9 +302,7 @@ class ByaldiEncoder(PageEncoder):
         for key, value in batch.items():
             if key == "labels":  # training targets: only cost a loss computation
                 continue
-            if torch.is_floating_point(value):
-                value = value.to(self._torch_dtype)  # cast at the model boundary
-            inputs[key] = value.to(self._device)
+            inputs[key] = [self._to_model(v) for v in value] if isinstance(value, list) else self._to_model(value)
         if self.model.family == "colpali":
             # ColPali reads the last hidden states only; without this the LM head turns every
             # token into vocabulary logits (about 1 TFLOP per page on the real model) for nothing.
@@ -420,10 +424,23 @@ class ByaldiEncoder(PageEncoder):
         for numbers in groups.values():
             for start in range(0, len(numbers), size):
                 chunk = numbers[start : start + size]
-                batch = {key: torch.cat([processed[n][key] for n in chunk]) for key in processed[chunk[0]].keys()}
-                for number, vector in zip(chunk, self._forward(batch)):
+                for number, vector in zip(chunk, self._forward(self._collate([processed[n] for n in chunk]))):
                     vectors[number] = vector
         return vectors  # type: ignore[return-value]
+
+    def _collate(self, inputs: list[dict]) -> dict:
+        """One forward pass's inputs from inputs of the same shape. A Qwen-family model unpads its
+        pixels (one tensor per page) with a concatenation of its own, so they are passed as a list of
+        pages: concatenated here as well, a batch's pixels (14 MB a page in float32) would be copied
+        twice."""
+        import torch
+        from .families import QWEN_GRID
+
+        batch = {key: torch.cat([one[key] for one in inputs]) for key in inputs[0] if key != "pixel_values"}
+        if "pixel_values" in inputs[0]:
+            pixels = [one["pixel_values"] for one in inputs]
+            batch["pixel_values"] = [page for many in pixels for page in many] if self.model.family in QWEN_GRID else torch.cat(pixels)
+        return batch
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Queries of the same token length share forward passes; queries of different lengths
