@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -28,10 +28,12 @@ from .discover import IMAGE, MARKDOWN, OFFICE
 from .errors import DocumentError
 from .render import (
     DEFAULT_RENDER_TIMEOUT_S,
+    PagePoints,
+    PixelBudget,
     RenderSize,
     image_file_pages,
     image_frame_count,
-    pdf_page_count,
+    read_pdf_pages,
     render_pdf_pages,
 )
 
@@ -63,6 +65,7 @@ class OpenedDocument:
     pages: int = 0
     converter: str | None = None
     notes: tuple[str, ...] = ()  # what conversion changed (references dropped to stay inside the folder)
+    points: tuple[PagePoints, ...] = ()  # every page's size, where the render size depends on it
 
 
 @dataclass
@@ -158,8 +161,7 @@ class PageFeed:
                 try:
                     if isinstance(pdf, DocumentError):
                         raise pdf
-                    results[number] = OpenedDocument(pdf=pdf, pages=pdf_page_count(pdf, self.render_timeout_s),
-                                                     converter=converter.name, notes=tuple(notes[number]))
+                    results[number] = replace(self._open_pdf(pdf), converter=converter.name, notes=tuple(notes[number]))
                 except DocumentError as exc:
                     results[number] = exc
         self.timings("convert", time.perf_counter() - started)
@@ -171,12 +173,17 @@ class PageFeed:
         if not source.path.exists():
             raise DocumentError("discover", "the file disappeared during the build")
         if source.pdf is not None:
-            return OpenedDocument(pdf=source.pdf, pages=pdf_page_count(source.pdf, self.render_timeout_s))
+            return self._open_pdf(source.pdf)
         if source.kind == IMAGE:
             return OpenedDocument(image=source.path, pages=image_frame_count(source.path))
         if source.kind in (OFFICE, MARKDOWN):
             raise _NeedsConversion()
-        return OpenedDocument(pdf=source.path, pages=pdf_page_count(source.path, self.render_timeout_s))
+        return self._open_pdf(source.path)
+
+    def _open_pdf(self, pdf: Path) -> OpenedDocument:
+        """A PDF's page count, and its pages' sizes where they decide the render size: one pdfinfo."""
+        info = read_pdf_pages(pdf, self.render_timeout_s, points=isinstance(self.render_size, PixelBudget))
+        return OpenedDocument(pdf=pdf, pages=info.count, points=info.points)
 
     def _put(self, event: PageEvent | None) -> bool:
         while not self._stop.is_set():
@@ -240,7 +247,8 @@ class PageFeed:
         for first in range(first_page, document.pages + 1, RENDER_CHUNK):
             started = time.perf_counter()
             last = min(document.pages, first + RENDER_CHUNK - 1)
-            chunk = render_pdf_pages(document.pdf, self.render_size, first, last, self.render_timeout_s)
+            points = document.points[first - 1 : last] if document.points else None
+            chunk = render_pdf_pages(document.pdf, self.render_size, first, last, self.render_timeout_s, points)
             self.timings("render", time.perf_counter() - started)
             yield from chunk
 

@@ -89,3 +89,43 @@ def test_a_page_without_a_size_is_a_render_error(tmp_path, monkeypatch):
     with pytest.raises(DocumentError) as raised:
         render_pdf_pages(Path(pdf), BUDGET, 1, 1)
     assert raised.value.stage == "render" and "no size for page 1" in raised.value.reason
+
+
+@pytest.mark.parametrize("size, pdftoppm_runs", [(BUDGET, 3), ((448, 448), 1)])
+def test_a_pdf_in_the_feed_costs_one_pdfinfo_and_one_pdftoppm_per_run_of_equal_sizes(tmp_path, monkeypatch, size, pdftoppm_runs):
+    """Every process start costs a few ms of CPU beside the model: the feed reads every page's size
+    with the page count (one pdfinfo), and pdftoppm runs alone (pdf2image's convert_from_path would
+    start pdfinfo and `pdftoppm -v` as well, each call)."""
+    from localgpt_index import processes
+    from localgpt_index.discover import PDF
+    from localgpt_index.pipeline import FeedSource, PageFeed
+
+    letter, slide = (612, 792, 0), (960, 540, 0)
+    shapes = [letter, letter, slide, slide, letter]  # three runs of equal sizes under the budget
+    pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf", shapes)
+    started: list[list[str]] = []
+    start = processes.Tracked.__init__
+
+    def counting(self, args, **kwargs):
+        started.append([Path(args[0]).name, *args[1:]])
+        start(self, args, **kwargs)
+
+    monkeypatch.setattr(processes.Tracked, "__init__", counting)
+    feed = PageFeed([FeedSource(pdf, PDF, pdf.stat().st_size)], converters=None, staging=tmp_path, render_size=size,
+                    queue_pages=8)
+    images = [event.image for event in feed if event.kind == "page"]
+    assert [args[0] for args in started] == ["pdfinfo"] + ["pdftoppm"] * pdftoppm_runs
+    assert "-v" not in started[1]
+    monkeypatch.setattr(processes.Tracked, "__init__", start)
+    assert [im.size for im in images] == [im.size for im in render_pdf_pages(pdf, size, 1, len(shapes))]
+
+
+def test_a_failing_or_missing_pdftoppm_is_a_render_error_that_says_why(tmp_path, monkeypatch):
+    pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf")
+    with pytest.raises(DocumentError) as raised:
+        render_pdf_pages(pdf, 400, 9, 9)  # past the last page: pdftoppm refuses, and says so on stderr
+    assert raised.value.stage == "render" and raised.value.reason.startswith("poppler failed on pages 9-9: Wrong page range")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DocumentError) as raised:
+        render_pdf_pages(pdf, 400, 1, 1)
+    assert raised.value.reason == "poppler's pdftoppm is not installed (apt-get install poppler-utils)"
