@@ -17,8 +17,14 @@ QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|
                  "<|video_pad|>"]
 VOCAB = 1024
 # Qwen images: a grid of cells (patches merged 2 x 2: 28 px, 32 px from Qwen3 on), 4 to 64 cells a page;
-# in the "bench" geometry up to 768, the image tokens a page colpali-engine's ColQwen2/2.5 were trained with.
-QWEN_CELLS = {"tiny": 64, "bench": 768}
+# in the "bench" geometry up to 768, the image tokens a page colpali-engine's ColQwen2/2.5 were trained with;
+# "full" (ColQwen2.5 only, for GPUs) has those and the real widths as well.
+QWEN_CELLS = {"tiny": 64, "bench": 768, "full": 768}
+# Qwen2.5-VL-3B's widths (the base of vidore/colqwen2.5-v0.2): the same layers, so the same FLOPs a page
+QWEN2_5_3B_VISION = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
+                     "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31], "hidden_act": "silu"}
+QWEN2_5_3B_TEXT = {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
+                   "num_key_value_heads": 2, "max_position_embeddings": 128000, "rms_norm_eps": 1e-6}
 # Idefics3-style images: split into tiles of TILE px (up to 2 x 2) plus the whole page, 4 tokens a tile.
 IDEFICS_FAMILIES = ("colidefics3", "colmodernvbert")
 TILE = 56
@@ -77,6 +83,10 @@ def _qwen_parts(family: str, geometry: str = "tiny"):
     vision = {"depth": 1, "num_heads": 2, "patch_size": patch, "spatial_merge_size": 2, "temporal_patch_size": 2}
     if family == "colqwen2":
         vision.update(embed_dim=32, hidden_size=64, mlp_ratio=2)
+    elif family == "colqwen2_5" and geometry == "full":
+        vision.update(QWEN2_5_3B_VISION)
+        text.update(QWEN2_5_3B_TEXT)
+        text["rope_parameters"].update(rope_theta=1000000.0, mrope_section=[16, 24, 24])
     elif family == "colqwen2_5":
         vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, fullatt_block_indexes=[0], window_size=56)
     else:
@@ -153,9 +163,13 @@ def _gemma_parts():
     return tokenizer, images, config
 
 
-def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: str = "tiny") -> Path:
+def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: str = "tiny", dtype: str = "float32",
+                           device: str = "cpu") -> Path:
     """Write a random checkpoint of `family` (a name from localgpt_index.families) to `out_dir`:
-    tiny widths, and ("bench", Qwen families) the real number of image tokens a page."""
+    tiny widths, ("bench", Qwen families) the real number of image tokens a page, or ("full",
+    ColQwen2.5) the real model's layers as well (3.4 B parameters: the real 3.75 B less most of its
+    151,936-word embedding), initialised on `device`
+    ("cuda" takes seconds) in `dtype`."""
     import torch
     import colpali_engine.models as engine
     from transformers.utils import logging as hf_logging
@@ -166,6 +180,8 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: 
         raise ValueError(f"no checkpoint recipe for {family!r}; there are: {', '.join(CHECKPOINT_FAMILIES)}")
     if geometry != "tiny" and family not in QWEN_GRID:
         raise ValueError(f"the {geometry!r} geometry is there for the Qwen families only, not {family!r}")
+    if geometry == "full" and family != "colqwen2_5":
+        raise ValueError(f"the 'full' geometry is there for colqwen2_5 only, not {family!r}")
     hf_logging.disable_progress_bar()
     described = family_named(family)
     processor_class = getattr(engine, described.processor)
@@ -180,7 +196,8 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: 
         processor = processor_class(image_processor=images, tokenizer=tokenizer, image_seq_length=4,
                                     chat_template=GEMMA_TEMPLATE)
     torch.manual_seed(seed)
-    model = getattr(engine, described.architecture)(config).eval()
+    with torch.device(device):
+        model = getattr(engine, described.architecture)(config).to(getattr(torch, dtype)).eval()
     config.architectures = [described.architecture]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,13 @@ the same run.
     python scripts/bench_gpu.py                               # on a CUDA machine
     python scripts/bench_gpu.py --spec bench --device cpu --dtype float32 --batch-sizes 2 4 --pages 8   # smoke test
 
+With --family colqwen2_5 it measures ColQwen2.5 instead: Qwen2.5-VL-3B's layers (the base of
+vidore/colqwen2.5-v0.2) at its 768 image tokens a page, loaded through colpali-engine, against
+colpali-engine's own loop as its README shows it (process_images of one page, then the model).
+
+    python scripts/bench_gpu.py --family colqwen2_5           # on a CUDA machine
+    python scripts/bench_gpu.py --family colqwen2_5 --spec bench --device cpu --batch-sizes 2 --pages 4 --byaldi-pages 2
+
 Pages are preprocessed before timing (in a build that runs in the render thread);
 the timed part is the batch assembly, the forward pass and copying vectors back.
 """
@@ -44,6 +51,25 @@ def flops_per_page(config, image_tokens: int, text_tokens: int) -> float:
     kv = t.num_key_value_heads * t.head_dim
     text = t.num_hidden_layers * (2 * n * (dt * q + 2 * dt * kv + q * dt + 3 * dt * it) + 4 * n * n * q)
     return vision + projector + text + 2 * n * dt * 128
+
+
+def qwen_flops_per_page(config, patches: int, text_tokens: int) -> float:
+    """Multiply-adds x 2 of one Qwen2.5-VL page: the vision tower's windowed and full-attention
+    layers over `patches` patches, the 2 x 2 merger, then the language model over `text_tokens`."""
+    v, t = config.vision_config, config.text_config
+    d, i, n = v.hidden_size, v.intermediate_size, patches
+    window = (v.window_size // v.patch_size) ** 2
+    full = len(v.fullatt_block_indexes)
+    vision = v.depth * 2 * n * (4 * d * d + 3 * d * i) + 4 * n * d * (full * n + (v.depth - full) * window)
+    vision += 2 * n * (3 * v.temporal_patch_size * v.patch_size**2) * d  # patch embedding
+    merged = 4 * d
+    vision += 2 * (n // 4) * (merged * merged + merged * v.out_hidden_size)
+    dt, it = t.hidden_size, t.intermediate_size
+    q = t.num_attention_heads * (dt // t.num_attention_heads)
+    kv = t.num_key_value_heads * (dt // t.num_attention_heads)
+    m = text_tokens
+    text = t.num_hidden_layers * (2 * m * (dt * q + 2 * dt * kv + q * dt + 3 * dt * it) + 4 * m * m * q)
+    return vision + text + 2 * m * dt * 128
 
 
 def measured_peak_tflops(device: str) -> float | None:
@@ -82,6 +108,26 @@ def pages_per_second(encoder, batch: list, at_least: int, device: str) -> float:
     return done / (time.perf_counter() - started)
 
 
+def timed_batches(encoder, prepared: list, batch: int, at_least: int, flops: float, peak: float | None) -> tuple[float, float]:
+    """The encoder's pages/s at batches of `batch` prepared pages, and its peak GPU memory (GiB), printed."""
+    import torch
+
+    device = encoder.precision.device
+    encoder.batch_size = batch
+    pages = [prepared[i % len(prepared)] for i in range(batch)]
+    encoder.encode_pages(pages)  # warm-up
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    rate = pages_per_second(encoder, pages, at_least, device)
+    memory = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+    achieved = rate * flops / 1e12
+    print(f"lgpt-index encoder, batch {batch:3d}: {rate:8.1f} pages/s, {achieved:6.0f} TFLOP/s = "
+          f"{achieved / DATASHEET_BF16_TFLOPS:6.1%} of datasheet bf16 peak"
+          + (f", {achieved / peak:6.1%} of measured" if peak else "")
+          + f"; peak GPU memory {memory:.1f} GiB", flush=True)
+    return rate, memory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", default="full")
@@ -92,8 +138,13 @@ def main() -> None:
     parser.add_argument("--byaldi-pages", type=int, default=24)
     parser.add_argument("--compile", action="store_true", help="also time the encoder with torch.compile")
     parser.add_argument("--profile", action="store_true", help="print the GPU kernels that take the time, at the first batch size")
+    parser.add_argument("--family", choices=["colqwen2_5"], default=None,
+                        help="ColQwen2.5 (Qwen2.5-VL-3B's layers; --spec bench: narrow) against colpali-engine's loop")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.family:
+        family_main(args)
+        return
 
     import numpy as np
     import torch
@@ -133,21 +184,7 @@ def main() -> None:
         print(f"{flops / 1e12:.2f} TFLOP per page ({text_tokens} tokens); matrix-product peak measured here: "
               + (f"{peak:.0f} TFLOP/s" if peak else "n/a"), flush=True)
 
-        rows = []
-        for batch in args.batch_sizes:
-            encoder.batch_size = batch
-            pages = [prepared[i % len(prepared)] for i in range(batch)]
-            encoder.encode_pages(pages)  # warm-up
-            if precision.device_type == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            rate = pages_per_second(encoder, pages, args.pages, precision.device)
-            memory = torch.cuda.max_memory_allocated() / 2**30 if precision.device_type == "cuda" else float("nan")
-            rows.append((batch, rate, memory))
-            achieved = rate * flops / 1e12
-            print(f"lgpt-index encoder, batch {batch:3d}: {rate:8.1f} pages/s, {achieved:6.0f} TFLOP/s = "
-                  f"{achieved / DATASHEET_BF16_TFLOPS:6.1%} of datasheet bf16 peak"
-                  + (f", {achieved / peak:6.1%} of measured" if peak else "")
-                  + f"; peak GPU memory {memory:.1f} GiB", flush=True)
+        rows = [(batch, *timed_batches(encoder, prepared, batch, args.pages, flops, peak)) for batch in args.batch_sizes]
 
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
@@ -208,6 +245,76 @@ def main() -> None:
         best = max(rows, key=lambda r: r[1])
         print(f"best: batch {best[0]}, {best[1]:.1f} pages/s = {best[1] / byaldi_rate:.1f}x byaldi; "
               f"target 80 pages/s on one H200: {'met' if best[1] >= 80 else 'NOT met'}")
+
+
+def family_main(args) -> None:
+    """ColQwen2.5: the lgpt-index encoder at each batch size against colpali-engine's plain loop."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    import colpali_engine.models as engine
+    from localgpt_index.device import choose_precision, detect_capabilities
+    from localgpt_index.encode import open_encoder
+    from localgpt_index.family_checkpoints import make_family_checkpoint
+    from localgpt_index.models import resolve_model
+
+    caps = detect_capabilities()
+    precision = choose_precision(caps, args.device, args.dtype)
+    gpu = caps.cuda[0].name if caps.cuda else "no GPU"
+    print(f"{args.family} on {precision.device} ({gpu}), {precision.dtype}, autocast {'on' if precision.autocast else 'off'}; "
+          f"torch {torch.__version__}", flush=True)
+    geometry = "full" if args.spec == "full" else "bench"
+    with tempfile.TemporaryDirectory(prefix="lgpt-bench-gpu-") as tmp:
+        started = time.perf_counter()
+        init_device = "cuda" if precision.device_type == "cuda" else "cpu"
+        path = make_family_checkpoint(Path(tmp) / f"{geometry}-{args.family}", args.family, geometry=geometry,
+                                      dtype=precision.dtype, device=init_device)
+        if init_device == "cuda":
+            torch.cuda.empty_cache()
+        print(f"checkpoint {geometry} written in {time.perf_counter() - started:.1f} s", flush=True)
+        started = time.perf_counter()
+        encoder = open_encoder(resolve_model(str(path)), precision, args.batch_sizes[0])
+        params = sum(p.numel() for p in encoder.net.parameters())
+        print(f"loaded through colpali-engine in {time.perf_counter() - started:.1f} s: {params / 1e9:.2f} B parameters", flush=True)
+
+        rng = np.random.default_rng(0)
+        width, height = encoder.render_size.fit(1700, 2200)  # a letter page at 200 dpi, as the build renders it
+        images = [Image.fromarray(rng.integers(0, 255, (height, width, 3), dtype=np.uint8)) for _ in range(8)]
+        prepared = [encoder.prepare_page(images[i % 8]) for i in range(max(args.batch_sizes))]
+        patches, text_tokens = prepared[0]["pixel_values"].shape[1], prepared[0]["input_ids"].shape[1]
+        flops = qwen_flops_per_page(encoder.net.config, patches, text_tokens)
+        peak = measured_peak_tflops(precision.device)
+        print(f"pages of {width} x {height} px: {patches} patches, {text_tokens} tokens, {flops / 1e9:,.0f} GFLOP per page; "
+              "matrix-product peak measured here: " + (f"{peak:.0f} TFLOP/s" if peak else "n/a"), flush=True)
+
+        rows = [(batch, *timed_batches(encoder, prepared, batch, args.pages, flops, peak)) for batch in args.batch_sizes]
+        reference = encoder.encode_pages(prepared[:1])[0]
+        del encoder
+        if precision.device_type == "cuda":
+            torch.cuda.empty_cache()
+
+        # colpali-engine's README: the model in bfloat16 on the device, process_images, then the model, one page at a time
+        model = engine.ColQwen2_5.from_pretrained(str(path), dtype=precision.torch_dtype(), device_map=precision.device).eval()
+        processor = engine.ColQwen2_5_Processor.from_pretrained(str(path))
+        processing = 0.0
+        with torch.no_grad():
+            theirs = model(**processor.process_images([images[0]]).to(model.device))  # warm-up
+            sync(precision.device)
+            started = time.perf_counter()
+            for page in range(args.byaldi_pages):
+                before = time.perf_counter()
+                batch_images = processor.process_images([images[page % 8]]).to(model.device)
+                processing += time.perf_counter() - before
+                model(**batch_images)
+            sync(precision.device)
+        loop_rate = args.byaldi_pages / (time.perf_counter() - started)
+        print(f"colpali-engine loop, one page per forward: {loop_rate:8.1f} pages/s "
+              f"(process_images {1000 * processing / args.byaldi_pages:.0f} ms a page of it)", flush=True)
+        difference = float(np.abs(reference.astype(np.float32) - theirs[0][theirs[0].norm(dim=-1) > 0].float().cpu().numpy()).max())
+        print(f"lgpt-index vs colpali-engine vectors of one page: max abs difference {difference:.4f} (unit vectors)")
+        best = max(rows, key=lambda r: r[1])
+        print(f"best: batch {best[0]}, {best[1]:.1f} pages/s = {best[1] / loop_rate:.1f}x colpali-engine's loop")
 
 
 if __name__ == "__main__":

@@ -319,3 +319,22 @@ def test_byaldi_export_is_refused_for_a_family_byaldi_cannot_load(tmp_path):
     result = run_cli("export", "--format", "byaldi", str(tmp_path / "out"), *index)
     assert result.exit_code == 2 and "ColIdefics3" in result.stderr and not (tmp_path / "out").exists()
 
+
+@pytest.mark.slow
+def test_the_full_colqwen2_5_geometry_has_the_3b_model_s_layers(tmp_path):
+    """scripts/bench_gpu.py --family colqwen2_5 times a model with the real one's FLOPs a page."""
+    import torch
+
+    import colpali_engine.models as engine
+    from localgpt_index.family_checkpoints import QWEN_CELLS, _qwen_parts, make_family_checkpoint
+
+    _, images, _, config = _qwen_parts("colqwen2_5", "full")
+    with torch.device("meta"):  # the shapes without 14 GB of float32 weights
+        model = engine.ColQwen2_5(config)
+    assert 3.4e9 < sum(p.numel() for p in model.parameters()) < 3.5e9
+    vision, text = config.vision_config, config.text_config
+    assert (vision.depth, vision.hidden_size, vision.fullatt_block_indexes) == (32, 1280, [7, 15, 23, 31])
+    assert (text.num_hidden_layers, text.hidden_size, text.num_key_value_heads) == (36, 2048, 2)
+    assert images.size["longest_edge"] == QWEN_CELLS["full"] * 28 * 28
+    with pytest.raises(ValueError, match="colqwen2_5 only"):
+        make_family_checkpoint(tmp_path / "model", "colqwen2", geometry="full")
