@@ -20,10 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-CANDIDATES = (1, 2, 4, 8)  # batch sizes tried; 16 and more never won on the CPU (scripts/bench_build.py)
+# Batch sizes tried. Neither 1 nor 16 and more ever won on the CPU (scripts/bench_build.py: 2 was
+# 0.4-8 % faster than 1 a page on every checkpoint, model-bound or not, and cost one page's activations).
+CANDIDATES = (2, 4, 8)
 # Each size's trial: a warm-up batch (a new shape's first call pays one-time costs: kernel
 # selection, and on the very first batch the dtype audit), then batches until they have taken
-# TRIAL_SECONDS or encoded TRIAL_PAGES (all four trials: 47 pages). One measured batch of a cheap
+# TRIAL_SECONDS or encoded TRIAL_PAGES (all three trials: 38 pages). One measured batch of a cheap
 # model (25 ms) swung from 20 to 47 pages/s between builds and often kept the wrong size.
 TRIAL_SECONDS = 0.25
 TRIAL_PAGES = 8
@@ -120,11 +122,6 @@ class CpuTuner:
         best, now = min(smaller), self._results[size]
         if now > (1 + SLOWER) * best:
             return True
-        if len(smaller) < 2:
-            # The first doubling runs while the build ramps up (the page queue fills): its growth
-            # says little about the batch (8-14 % on the ColQwen2.5 bench checkpoint, whose batch
-            # of 2 costs a few MiB; 4 % for the model-bound checkpoint's 80 MiB).
-            return False
         grew = peak_rss() / max(self._peak_before[size], 1) - 1
         return now > (1 - PAYS) * best and grew >= CHEAP
 
