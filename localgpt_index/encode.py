@@ -97,12 +97,6 @@ class PageEncoder(ABC):
     def render_size(self) -> "RenderSize":
         """(width, height) the model consumes; for dynamic resolution the long side pages are rendered at (or None)."""
 
-    def _to_model(self, value):
-        """`value` on the model's device, floating point cast to its dtype (the model boundary)."""
-        if value.is_floating_point():
-            value = value.to(self._torch_dtype)
-        return value.to(self._device)
-
     def prepare_page(self, image):
         """Work on one page that may run in another thread before encode_pages (default: none)."""
         return image
@@ -333,6 +327,12 @@ class ByaldiEncoder(PageEncoder):
         mask = inputs["attention_mask"].bool().cpu()
         out = out.float().cpu()
         return [out[i][mask[i]].numpy() for i in range(out.shape[0])]
+
+    def _to_model(self, value):
+        """`value` on the model's device, floating point cast to its dtype (the model boundary)."""
+        if value.is_floating_point():
+            value = value.to(self._torch_dtype)
+        return value.to(self._device)
 
     def prepare_page(self, image):
         """Per-page preprocessing that can run off the model thread (the build's render thread
