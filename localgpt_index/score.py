@@ -102,19 +102,21 @@ def torch_available() -> bool:
 
 
 def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: np.ndarray, pages: np.ndarray) -> np.ndarray:
-    """maxsim without torch: the same chunks, widened to float32, one product each."""
-    q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
-    q_starts = np.cumsum([0] + [len(q) for q in queries[:-1]])
-    chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, len(q_all))))
+    """maxsim without torch: the same chunks, widened to float32, one product per query (BLAS
+    rounds a product of stacked queries differently, and a query's scores must not depend on
+    which queries it was asked with)."""
+    queries = [np.asarray(q, dtype=np.float32) for q in queries]
+    chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, max(len(q) for q in queries))))
     scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
     for lo, hi in _chunks(pages, offsets, chunk_rows):
         starts, ends = offsets[pages[lo:hi]], offsets[pages[lo:hi] + 1]
         block = np.concatenate([vectors[s:e] for s, e in zip(starts, ends)]).astype(np.float32)
-        scores[:, lo:hi] = _page_sums(q_all @ block.T, ends - starts, q_starts)
+        for i, query in enumerate(queries):
+            scores[i, lo:hi] = _page_sums(query @ block.T, ends - starts, [0])[0]
     return scores
 
 
-def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts: np.ndarray) -> np.ndarray:
+def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts) -> np.ndarray:
     """(query tokens, rows) similarities -> (queries, pages): each token's best row in each page,
     summed over each query's tokens."""
     best = np.maximum.reduceat(sim, np.cumsum(lengths) - lengths, axis=1)
