@@ -9,6 +9,7 @@ or any other error, which the build pins on the page that causes it alone.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -141,6 +142,40 @@ def encode_resiliently(encoder: PageEncoder, pages: list, log=lambda message: No
         return [r for page in pages for r in encode_resiliently(encoder, [page], log)]
 
 
+def expected_render_size(model: ModelRef, max_visual_tokens: int | None = None) -> "RenderSize | None":
+    """The render size the model's encoder will ask for, read from its saved processor settings
+    before anything is imported or loaded (a build renders pages while the model loads). None
+    where they do not tell; the loaded encoder's render_size is the authority, and a build whose
+    expectation was wrong renders its pages again."""
+    from .render import PixelBudget, render_size_for
+
+    folder = Path(model.path)
+    if model.family == "fake":
+        size = _small_json(folder / "config.json").get("render_size", [64, 64])
+        return tuple(size) if isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size) else None
+    image = _small_json(folder / "preprocessor_config.json") or _small_json(folder / "processor_config.json").get("image_processor")
+    if not isinstance(image, dict) or not isinstance(image.get("size"), dict):
+        return None
+    try:
+        expected = render_size_for(image["size"], image.get("patch_size"), image.get("merge_size"))
+    except (TypeError, ValueError):
+        return None
+    if isinstance(expected, PixelBudget) and max_visual_tokens is not None:
+        budget = max_visual_tokens * expected.cell * expected.cell  # as limit_visual_tokens sets it
+        expected = PixelBudget(budget, min(expected.min_pixels, budget), expected.cell)
+    return expected
+
+
+def _small_json(path: Path, limit: int = 1 << 20) -> dict:
+    """A small JSON object from a model folder, or {} (absent, too large, not an object)."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(limit + 1))  # a larger file is cut short, and does not parse
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
     """The encoder for a model's family: the fake one for tests and benchmarks, else byaldi's loader
     on the device and dtype the probe picks."""
@@ -249,13 +284,12 @@ class ByaldiEncoder(PageEncoder):
 
     @property
     def _grid_cell(self) -> int | None:
-        """Pixels a side of one image token, for the families whose processor sizes a grid of
-        tokens by a pixel budget (its size's "longest_edge" counts pixels there)."""
+        """Pixels a side of one image token, where the processor sizes its grid by a pixel budget."""
+        from .render import grid_cell
+
         image_processor = self.processor.image_processor
-        size = dict(getattr(image_processor, "size", None) or {})
-        if getattr(image_processor, "merge_size", None) is None or "shortest_edge" not in size or "longest_edge" not in size:
-            return None
-        return int(image_processor.patch_size) * int(image_processor.merge_size)
+        return grid_cell(_size_of(image_processor), getattr(image_processor, "patch_size", None),
+                         getattr(image_processor, "merge_size", None))
 
     @property
     def max_visual_tokens(self) -> int | None:
@@ -276,18 +310,11 @@ class ByaldiEncoder(PageEncoder):
         """What pages are rendered at: (width, height) for a family with a fixed input size; for a
         dynamic one, the processor's pixel budget (each page then comes out at the size the
         processor would give it, and is not resized again), or its longest edge."""
-        from .render import PixelBudget
+        from .render import render_size_for
 
         image_processor = self.processor.image_processor
-        size = dict(getattr(image_processor, "size", None) or {})
-        if "height" in size and "width" in size:
-            return (int(size["width"]), int(size["height"]))
-        cell = self._grid_cell
-        if cell is not None:
-            return PixelBudget(int(size["longest_edge"]), int(size["shortest_edge"]), cell)
-        if "longest_edge" in size:
-            return int(size["longest_edge"])
-        return None
+        return render_size_for(_size_of(image_processor), getattr(image_processor, "patch_size", None),
+                               getattr(image_processor, "merge_size", None))
 
     def _forward(self, batch) -> list[np.ndarray]:
         import torch
@@ -486,6 +513,11 @@ def _patch_embedding_product(self, hidden_states):
     weight = self.proj.weight
     rows = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)
     return F.linear(rows, weight.reshape(weight.shape[0], -1), self.proj.bias)
+
+
+def _size_of(image_processor) -> dict:
+    """An image processor's size settings as a plain dict (transformers keeps a SizeDict)."""
+    return dict(getattr(image_processor, "size", None) or {})
 
 
 def _is_processed(page) -> bool:

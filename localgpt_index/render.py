@@ -287,6 +287,29 @@ def _short(exc: Exception) -> str:
     return text[:300] or type(exc).__name__
 
 
+def render_size_for(size: dict, patch_size: int | None = None, merge_size: int | None = None) -> RenderSize:
+    """What pages are rendered at for an image processor with this `size` (and patch and merge
+    sizes): (width, height) for a fixed input size; a PixelBudget where it sizes a grid of tokens
+    by area; the longest edge where it scales that; None where it says nothing."""
+    size = {key: value for key, value in size.items() if value is not None}
+    if "height" in size and "width" in size:
+        return (int(size["width"]), int(size["height"]))
+    cell = grid_cell(size, patch_size, merge_size)
+    if cell is not None:
+        return PixelBudget(int(size["longest_edge"]), int(size["shortest_edge"]), cell)
+    if "longest_edge" in size:
+        return int(size["longest_edge"])
+    return None
+
+
+def grid_cell(size: dict, patch_size: int | None, merge_size: int | None) -> int | None:
+    """Pixels a side of one image token, for a processor that sizes its grid of tokens by a pixel
+    budget (its size's "longest_edge" then counts pixels)."""
+    if patch_size is None or merge_size is None or size.get("shortest_edge") is None or size.get("longest_edge") is None:
+        return None
+    return int(patch_size) * int(merge_size)
+
+
 def size_setting(size: RenderSize) -> list[int] | None:
     """A render size as an index records it: [width, height], or [long side]; None where each
     page gets its own size (a PixelBudget: the index records its max_visual_tokens)."""

@@ -338,3 +338,27 @@ def test_the_full_colqwen2_5_geometry_has_the_3b_model_s_layers(tmp_path):
     assert images.size["longest_edge"] == QWEN_CELLS["full"] * 28 * 28
     with pytest.raises(ValueError, match="colqwen2_5 only"):
         make_family_checkpoint(tmp_path / "model", "colqwen2", geometry="full")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokens", [None, 16])
+def test_the_render_size_its_settings_promise_is_the_loaded_processor_s(family_model, tokens):
+    """A build renders while the model loads, at the size read from the saved processor settings;
+    for every family that is the size the loaded processor asks for (with --max-visual-tokens too)."""
+    from localgpt_index.encode import expected_render_size
+
+    encoder = _encoder(family_model)
+    if encoder.max_visual_tokens is None:
+        tokens = None
+    if tokens is not None:
+        encoder.limit_visual_tokens(tokens)
+    assert expected_render_size(encoder.model, tokens) == encoder.render_size is not None
+
+
+@pytest.mark.slow
+def test_colpali_s_render_size_is_known_before_it_loads(tiny_model):
+    from localgpt_index.device import Capabilities, choose_precision
+    from localgpt_index.encode import expected_render_size, open_encoder
+
+    encoder = open_encoder(resolve_model(str(tiny_model)), choose_precision(Capabilities(), device="cpu", dtype="float32"), 2)
+    assert expected_render_size(encoder.model) == encoder.render_size == (56, 56)  # the tiny geometry
