@@ -22,7 +22,14 @@ import numpy as np
 from . import processes
 from .convert import ConverterSet, MissingConverter
 from .discover import Discovery, discover, hash_files
-from .encode import DeviceLost, PageEncoder, check_visual_tokens_supported, encode_resiliently, load_page_encoder
+from .encode import (
+    DeviceLost,
+    PageEncoder,
+    check_visual_tokens_supported,
+    encode_resiliently,
+    expected_render_size,
+    load_page_encoder,
+)
 from .errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
 from .failpoints import failpoint
 from .manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
@@ -32,7 +39,7 @@ from .pipeline import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
 from .render import DEFAULT_RENDER_TIMEOUT_S, size_setting
 from .store import IndexStore, PageRef, SegmentWriter, Transaction
-from .tuning import CpuTuner, cpu_threads
+from .tuning import CANDIDATES, CpuTuner, cpu_threads
 from .terminal import ProgressSink
 
 DEFAULT_COMMIT_PAGES = 1000
@@ -314,26 +321,62 @@ class _Build:
         if self.plan.embed and self.options.ray:
             self._embed_with_ray()
         elif self.plan.embed:
-            self._load(encoder_factory)
-            try:
-                with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging, cpu_threads(self.encoder):
-                    converters = ConverterSet.detect(self.options.convert_timeout_s)
-                    try:
-                        self._embed_all(converters, Path(staging))
-                    finally:
-                        converters.close()
-            except DeviceLost as exc:
-                self._stop(exc)
-            finally:
-                self.report.model_calls = self.encoder.forward_calls
-                self.report.dtype_fixes = [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]
-                self.report.cpu_tuning = self.tuner.summary() if self.tuner else None
+            with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging:
+                converters = ConverterSet.detect(self.options.convert_timeout_s)
+                try:
+                    self._load_and_embed(encoder_factory, converters, Path(staging))
+                finally:
+                    converters.close()
         if self.report.stopped:
             return
         if self.options.strict and self.failures:
             self.log(f"--strict: {len(self.failures)} document(s) failed, nothing committed.")
             return
         self._commit()
+
+    def _load_and_embed(self, encoder_factory: EncoderFactory, converters: ConverterSet, staging: Path) -> None:
+        """Load the model while the first pages are converted and rendered (at the size its processor
+        settings say: seconds of a second core that would otherwise wait), then embed every page."""
+        expected = expected_render_size(self.model, self.options.max_visual_tokens)
+        early = None if expected is None else self._feed(converters, staging, expected, 2 * max(CANDIDATES)).start()
+        try:
+            self._load(encoder_factory)
+        except BaseException:
+            if early is not None:
+                early.close()
+            raise
+        try:
+            with cpu_threads(self.encoder):
+                self._embed_all(self._feed_for_encoder(early, converters, staging))
+        except DeviceLost as exc:
+            self._stop(exc)
+        finally:
+            self.report.model_calls = self.encoder.forward_calls
+            self.report.dtype_fixes = [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]
+            self.report.cpu_tuning = self.tuner.summary() if self.tuner else None
+
+    def _feed(self, converters: ConverterSet, staging: Path, render_size, queue_pages: int) -> PageFeed:
+        return PageFeed(
+            self._sources(), converters, staging, render_size, queue_pages=queue_pages,
+            convert_workers=self.options.convert_workers, timings=self.timer.add_seconds,
+            render_timeout_s=self.options.render_timeout_s, root=Path(self.report.source), prepare=None,
+        )
+
+    def _feed_for_encoder(self, early: PageFeed | None, converters: ConverterSet, staging: Path) -> PageFeed:
+        """The feed started during the load, now preparing pages for the encoder; a new one if the
+        encoder renders at another size than its settings said (what was rendered is thrown away)."""
+        encoder = self.encoder
+        if early is not None and early.render_size != encoder.render_size:
+            self.log(f"note: the model's processor wants pages at {encoder.render_size}, not {early.render_size} "
+                     "as its saved settings say: rendering again")
+            early.close()
+            processes.reset()
+            early = None
+        queue_pages = 2 * (self.tuner.largest_batch if self.tuner else encoder.batch_size)
+        feed = early or self._feed(converters, staging, encoder.render_size, queue_pages)
+        feed.set_queue_pages(queue_pages)
+        feed.set_prepare(encoder.prepare_page)
+        return feed
 
     def _load(self, encoder_factory: EncoderFactory) -> None:
         started = time.perf_counter()
@@ -438,22 +481,16 @@ class _Build:
             sources.append(FeedSource(Path(embed.file.path), embed.file.kind, embed.file.size, first, pdf))
         return sources
 
-    def _embed_all(self, converters: ConverterSet, staging: Path) -> None:
+    def _embed_all(self, feed: PageFeed) -> None:
         if self.progress:
             self.progress.add_task("documents", len(self.plan.embed))
             self.progress.add_task("pages", None)
         encoder = self.encoder
-        feed = PageFeed(
-            self._sources(), converters, staging, encoder.render_size,
-            queue_pages=2 * (self.tuner.largest_batch if self.tuner else encoder.batch_size),
-            convert_workers=self.options.convert_workers, timings=self.timer.add_seconds, prepare=encoder.prepare_page,
-            render_timeout_s=self.options.render_timeout_s, root=Path(self.report.source),
-        )
         for event in feed:
             if event.number in self.gone:
                 continue
             if event.kind == "error":
-                self._fail(event.number, event.error)
+                self._fail(event.number, self._why_failed(event.number, event.error))
             elif event.kind == "open":
                 self._open(event.number, event.document)
             elif event.kind == "page":
@@ -466,6 +503,12 @@ class _Build:
                 self._finish_ready([event.number])
             self._commit_if_due()
         self._flush()
+
+    def _why_failed(self, number: int, error: DocumentError) -> DocumentError:
+        """A document that could not be converted or rendered because it was deleted or edited
+        meanwhile says so, not what poppler or LibreOffice made of the missing or half-written file."""
+        changed = _changed_since_discovery(self.plan.embed[number].file)
+        return DocumentError("discover", changed) if changed else error
 
     def _open(self, number: int, document: OpenedDocument) -> None:
         embed = self.plan.embed[number]

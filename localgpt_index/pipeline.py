@@ -13,8 +13,11 @@ queue, not by the corpus.
 from __future__ import annotations
 
 import queue
+import shutil
+import tempfile
 import threading
 import time
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +41,10 @@ from .render import (
 )
 
 RENDER_CHUNK = 8  # pages per pdftoppm call
+# While the model loads, pages are rendered this far ahead, using a core that would otherwise wait.
+# They wait as files in the staging folder (1.8 MB a ColQwen2.5 page, 0.6 MB a ColPali one), not in
+# memory: the build's peak RSS is often the model's load, and must not grow with this.
+AHEAD_BYTES = 512 << 20
 CONVERT_BATCH = 8  # office files per LibreOffice run
 
 
@@ -118,7 +125,7 @@ class PageFeed:
         queue_pages: int,
         convert_workers: int = 2,
         timings: Callable[[str, float], None] = lambda stage, seconds: None,
-        prepare: Callable = lambda image: image,
+        prepare: Callable | None = lambda image: image,
         render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
         root: Path | None = None,
     ) -> None:
@@ -129,11 +136,52 @@ class PageFeed:
         self.render_size = render_size
         self.convert_workers = max(1, convert_workers)
         self.timings = timings
-        self.prepare = prepare  # per-page preprocessing for the model, done here, off its thread
+        # per-page preprocessing for the model, done here, off its thread. None: not known yet (the
+        # model is loading); events then wait, their pages in files, up to AHEAD_BYTES (set_prepare)
+        self.prepare = prepare
         self.render_timeout_s = render_timeout_s
         self._queue: queue.Queue[PageEvent | None] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
         self._failure: BaseException | None = None
+        self._producer: threading.Thread | None = None
+        self._ahead: deque[PageEvent | None] = deque()  # rendered before prepare was known; the producer's own
+        self._ahead_bytes = 0
+        self._ahead_folder: Path | None = None
+        self._prepare_known = threading.Event()
+        if prepare is not None:
+            self._prepare_known.set()
+
+    def set_prepare(self, prepare: Callable) -> None:
+        """The encoder is ready: pages rendered while it loaded are prepared and go out first."""
+        self.prepare = prepare
+        self._prepare_known.set()
+
+    def start(self) -> "PageFeed":
+        """Start converting and rendering now, before the pages are asked for (once)."""
+        if self._producer is None:
+            self._producer = threading.Thread(target=self._produce_guarded, name="lgpt-render", daemon=True)
+            self._producer.start()
+        return self
+
+    def set_queue_pages(self, pages: int) -> None:
+        """Hold up to `pages` pages ahead of the consumer from now on (the batch is known once the model is)."""
+        with self._queue.mutex:
+            self._queue.maxsize = max(1, pages)
+            self._queue.not_full.notify_all()
+
+    def close(self) -> None:
+        """Give up a started feed that will not be read: its external processes are ended now."""
+        if self._producer is not None:
+            self._end(finished=False)
+
+    def _end(self, finished: bool) -> None:
+        self._stop.set()
+        if not finished:  # interrupted, or the consumer gave up: end the external processes now
+            processes.stop_all()
+        if self._producer is not None:
+            self._producer.join()
+        if self._ahead_folder is not None:  # pages set aside and never read (a feed given up)
+            shutil.rmtree(self._ahead_folder, ignore_errors=True)
 
     def _open_job(self, numbers: list[int]) -> dict[int, OpenedDocument | DocumentError]:
         """Convert (several office files in one run where possible) and count pages."""
@@ -186,6 +234,50 @@ class PageFeed:
         return OpenedDocument(pdf=pdf, pages=info.count, points=info.points)
 
     def _put(self, event: PageEvent | None) -> bool:
+        """Pass an event on (False once the feed is stopping). While the model loads, events wait
+        here, their pages in files, until AHEAD_BYTES of pages have been rendered, then for the encoder."""
+        if self._prepare_known.is_set():
+            return self._drain_ahead() and self._deliver(event)
+        if isinstance(event, PageEvent) and event.kind == "page":
+            event = replace(event, image=self._set_aside(event.image))
+        self._ahead.append(event)
+        if event is not None and self._ahead_bytes < AHEAD_BYTES:
+            return True
+        while not self._prepare_known.wait(timeout=0.2):
+            if self._stop.is_set():
+                return False
+        return self._drain_ahead()
+
+    def _set_aside(self, image: Image.Image) -> Path | Image.Image:
+        """A page that waits for the encoder, written to the staging folder (kept in memory, and
+        nothing more rendered, if it cannot be)."""
+        if self._ahead_folder is None:
+            self._ahead_folder = Path(tempfile.mkdtemp(prefix="ahead-", dir=self.staging))
+        path = self._ahead_folder / f"{len(self._ahead)}-{time.monotonic_ns()}.ppm"
+        try:
+            image.save(path, "PPM")
+        except OSError:
+            self._ahead_bytes = AHEAD_BYTES
+            return image
+        self._ahead_bytes += path.stat().st_size
+        return path
+
+    def _drain_ahead(self) -> bool:
+        """Prepare and pass on the events that waited for the encoder (the producer's thread only)."""
+        while self._ahead:
+            if not self._deliver(self._ahead.popleft()):
+                return False
+        self._ahead_bytes = 0
+        return True
+
+    def _deliver(self, event: PageEvent | None) -> bool:
+        if event is not None and event.kind == "page":
+            image = event.image
+            if isinstance(image, Path):
+                image = _read_set_aside(image)
+            started = time.perf_counter()
+            event = replace(event, image=self.prepare(image))
+            self.timings("prepare", time.perf_counter() - started)
         while not self._stop.is_set():
             try:
                 self._queue.put(event, timeout=0.2)
@@ -205,7 +297,10 @@ class PageFeed:
                     while next_job < len(jobs) and len(opening) < window:
                         opening[pool.submit(self._open_job, jobs[next_job])] = next_job
                         next_job += 1
-                    done, _ = wait(list(opening), timeout=0.5, return_when=FIRST_COMPLETED)
+                    # pages rendered while the model loaded go out as soon as it is ready, not after a slow conversion
+                    if self._prepare_known.is_set() and not self._drain_ahead():
+                        return
+                    done, _ = wait(list(opening), timeout=0.1 if self._ahead else 0.5, return_when=FIRST_COMPLETED)
                     for future in sorted(done, key=opening.__getitem__):
                         del opening[future]
                         if not self._send_job(future.result()):
@@ -236,10 +331,7 @@ class PageFeed:
         else:
             pages = self._render(document, first)
         for image in pages:
-            started = time.perf_counter()
-            prepared = self.prepare(image)
-            self.timings("prepare", time.perf_counter() - started)
-            if not self._put(PageEvent(number, "page", image=prepared)):
+            if not self._put(PageEvent(number, "page", image=image)):
                 return False
         return self._put(PageEvent(number, "end", document=document))
 
@@ -253,8 +345,7 @@ class PageFeed:
             yield from chunk
 
     def __iter__(self) -> Iterator[PageEvent]:
-        producer = threading.Thread(target=self._produce_guarded, name="lgpt-render", daemon=True)
-        producer.start()
+        self.start()
         finished = False
         try:
             while True:
@@ -266,10 +357,7 @@ class PageFeed:
                 raise self._failure
             finished = True
         finally:
-            self._stop.set()
-            if not finished:  # interrupted, or the consumer gave up: end the external processes now
-                processes.stop_all()
-            producer.join()
+            self._end(finished)
 
     def _produce_guarded(self) -> None:
         try:
@@ -279,6 +367,13 @@ class PageFeed:
         except BaseException as exc:  # surfaced in the consumer thread
             self._failure = exc
             self._put(None)
+
+
+def _read_set_aside(path: Path) -> Image.Image:
+    with Image.open(path) as image:
+        image.load()
+    path.unlink()
+    return image
 
 
 class _NeedsConversion(Exception):
