@@ -72,6 +72,7 @@ class CpuTuner:
         self._trial = _Trial()
         self._results: dict[int, float] = {}  # batch size -> seconds a page
         self._peak_before: dict[int, int] = {}  # batch size -> peak RSS when its trials began
+        self._peak_after: dict[int, int] = {}  # batch size -> peak RSS when its trials ended
         self._waited = self._busy = 0.0
         self._idle_since: float | None = None
         self.decided = fixed_batch and self.cores <= 1
@@ -106,6 +107,7 @@ class CpuTuner:
                 return
             size = self._trials.pop(0)
             self._results[size] = self._trial.seconds / self._trial.pages
+            self._peak_after[size] = peak_rss()
             if self._trials and self._stop_growing(size):
                 self._trials.clear()  # larger batches only cost memory from here: a big model on a small CPU
             if self._trials:
@@ -143,6 +145,7 @@ class CpuTuner:
         """What was measured and chosen, for the build report."""
         return {"batch_size": self.encoder.batch_size, "threads": self.threads, "decided": self.decided,
                 "pages_per_second_by_batch": {size: round(1 / s, 2) for size, s in sorted(self._results.items())},
+                "peak_rss_mib_by_batch": {size: round(kib / 1024) for size, kib in sorted(self._peak_after.items())},
                 "waited_share": round(self.waited_share if self._share_at_decision is None else self._share_at_decision, 3)}
 
 

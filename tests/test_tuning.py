@@ -159,8 +159,11 @@ def test_a_larger_batch_that_pays_is_tried_whatever_it_costs(monkeypatch):
     monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     rising = {2: 0.15, 4: 0.1, 8: 0.09}
-    tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, rising, rss_kib=_growing(100_000), monkeypatch=monkeypatch)
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
+    tried = _run(tuner, encoder, rising, rss_kib=_growing(100_000), monkeypatch=monkeypatch)
     assert tried[-1] == 8 and encoder.batch_size == 8
+    # what each size cost is reported beside what it ran at (-v, and cpu_tuning in --json)
+    assert tuner.summary()["peak_rss_mib_by_batch"] == {n: round((1_000_000 + 100_000 * n) / 1024) for n in (2, 4, 8)}
 
 
 def test_the_page_queue_is_sized_for_the_batches_that_will_run(monkeypatch):

@@ -86,8 +86,9 @@ def _summarise(app: Application, report) -> None:
         terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {'on' if p['autocast'] else 'off'}): {p['reason']}")
     if report.cpu_tuning:
         tuning = report.cpu_tuning
-        rates = ", ".join(f"{size}: {rate}" for size, rate in tuning["pages_per_second_by_batch"].items())
-        terminal.detail(f"cpu: batch size {tuning['batch_size']} (pages/s by batch size: {rates or 'not measured'}), "
+        rates = ", ".join(f"{size}: {rate} ({tuning['peak_rss_mib_by_batch'][size]} MiB)"
+                          for size, rate in tuning["pages_per_second_by_batch"].items())
+        terminal.detail(f"cpu: batch size {tuning['batch_size']} (pages/s and peak RSS by batch size: {rates or 'not measured'}), "
                         f"{tuning['threads']} model threads (the model waited for pages {tuning['waited_share']:.0%} of the time)")
     for fix in report.dtype_fixes:
         terminal.detail(
