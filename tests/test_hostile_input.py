@@ -141,7 +141,8 @@ def test_every_valid_document_has_its_page_count(hostile, first_build):
         else:
             assert doc.pages == poppler_page_count(Path(os.fsencode(path).decode("utf-8", "surrogateescape"))), name
     assert by_path[str(hostile["good"]["copy-of-report.pdf"])].spans == by_path[str(hostile["good"]["report.pdf"])].spans
-    query = run_cli("query", "report", "-k", "30", "--index-dir", str(first_build["index_dir"]))
+    # a terminal wide enough for the whole path (a narrower one shortens it with an ellipsis)
+    query = run_cli("query", "report", "-k", "30", "--index-dir", str(first_build["index_dir"]), env={"COLUMNS": "300"})
     assert query.exit_code == 0 and "caf\ufffd.pdf" in query.stdout  # the odd name, shown safely
 
 
