@@ -498,11 +498,19 @@ class _Build:
                 self.buffer.append((event.number, event.image))
                 if len(self.buffer) >= encoder.batch_size:
                     self._flush()
+                    self._size_queue(feed)
             else:  # "end": every page of the document is in the buffer or encoded
                 self.states[event.number].rendered = True
                 self._finish_ready([event.number])
             self._commit_if_due()
         self._flush()
+
+    def _size_queue(self, feed: PageFeed) -> None:
+        """Two batches of the largest size still to run: once the trials are over, of the size kept
+        (a processed ColQwen2.5 page is 14 MB in float32; the queue was sized for 8 while they ran)."""
+        wanted = 2 * (self.tuner.largest_batch if self.tuner else self.encoder.batch_size)
+        if wanted != feed.queue_pages:
+            feed.set_queue_pages(wanted)
 
     def _why_failed(self, number: int, error: DocumentError) -> DocumentError:
         """A document that could not be converted or rendered because it was deleted or edited

@@ -163,6 +163,11 @@ class PageFeed:
             self._producer.start()
         return self
 
+    @property
+    def queue_pages(self) -> int:
+        """Pages this feed holds ahead of the consumer, at most."""
+        return self._queue.maxsize
+
     def set_queue_pages(self, pages: int) -> None:
         """Hold up to `pages` pages ahead of the consumer from now on (the batch is known once the model is)."""
         with self._queue.mutex:

@@ -200,6 +200,7 @@ def test_a_cpu_build_measures_and_reports_its_choice(tiny_model, tmp_path):
     from conftest import run_cli
     from docgen import make_pdf
 
+
     docs = tmp_path / "docs"
     for i in range(6):  # the trials of all three batch sizes take 38 pages
         make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(10)])
@@ -211,3 +212,30 @@ def test_a_cpu_build_measures_and_reports_its_choice(tiny_model, tmp_path):
     fixed = run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "b"), "--json",
                     "--batch-size", "3")
     assert json.loads(fixed.stdout)["cpu_tuning"]["batch_size"] == 3
+
+
+@pytest.mark.slow
+def test_the_page_queue_shrinks_to_two_batches_of_the_size_kept(tiny_model, tmp_path, monkeypatch):
+    """While the trials run the queue holds two batches of 8; once 2 is kept (as a model-bound model
+    keeps it), two batches of 2: a processed ColQwen2.5 page is 14 MB in float32."""
+    from conftest import run_cli
+    from docgen import make_pdf
+
+    from localgpt_index.pipeline import PageFeed
+
+    decide = tuning.CpuTuner._decide
+
+    def keep_two(tuner) -> None:
+        decide(tuner)
+        tuner.encoder.batch_size = 2
+
+    monkeypatch.setattr(tuning.CpuTuner, "_decide", keep_two)
+    sizes: list[int] = []
+    resize = PageFeed.set_queue_pages
+    monkeypatch.setattr(PageFeed, "set_queue_pages", lambda feed, pages: (sizes.append(pages), resize(feed, pages)))
+    docs = tmp_path / "docs"
+    for i in range(6):
+        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(10)])
+    result = run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "idx"), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert sizes[0] == 2 * max(tuning.CANDIDATES) and sizes[-1] == 4
