@@ -507,7 +507,7 @@ class _Build:
 
     def _size_queue(self, feed: PageFeed) -> None:
         """Two batches of the largest size still to run: once the trials are over, of the size kept
-        (a processed ColQwen2.5 page is 14 MB in float32; the queue was sized for 8 while they ran)."""
+        (a processed ColQwen2.5 page is 7 MB in float32; the queue was sized for 8 while they ran)."""
         wanted = 2 * (self.tuner.largest_batch if self.tuner else self.encoder.batch_size)
         if wanted != feed.queue_pages:
             feed.set_queue_pages(wanted)

@@ -254,12 +254,14 @@ class ByaldiEncoder(PageEncoder):
         self.dtype_fixes += audit_live(self.net, self._torch_dtype, self._device, "load")
         self._audits_due = 1  # once more after the first batch: catches modules changed after loading
         self.patch_embeddings_as_products = patch_embeddings_as_products(self.net)
+        # Qwen pages go to the model as one of their identical temporal frames (see _one_frame_patches)
+        self.one_frame = bool(self.patch_embeddings_as_products) and _temporal_frames(self.processor) > 1
         self.compiled = compile
         if compile:
             self._compile()
         self._tracker = ModuleTracker(None if compile else self.net)
         self._page_text: dict | None = None
-        self._grid_texts: dict[tuple[int, int], dict] = {}
+        self._grid_texts: dict[tuple[int, int], tuple[dict, bool]] = {}  # size -> (prompt, taken as it is)
         self.dim = int(getattr(self.net, "dim", 128))
 
     def _load(self, rag):
@@ -380,26 +382,41 @@ class ByaldiEncoder(PageEncoder):
         return torch.as_tensor(pixels[0])
 
     def _prepare_grid_page(self, image) -> dict:
-        """A Qwen-family page, exactly as process_images([image]) gives it, at less than half
-        its cost: the text half (the prompt with one image token per grid cell) depends only on
-        the page's size and is tokenized once per size; the pixels go through the image processor
-        alone (process_images' split and pad of a single page is an unsqueeze)."""
+        """A Qwen-family page, as process_images([image]) gives it (with one_frame, one of its
+        identical temporal frames), at less than half its cost: the text half (the prompt with one
+        image token per grid cell) depends only on the page's size and is tokenized once per size;
+        the pixels go through the image processor alone, or _one_frame_patches where the processor
+        takes the page as it is (process_images' split and pad of a single page is an unsqueeze)."""
         rgb = image.convert("RGB")
-        text = self._grid_texts.get(rgb.size)
-        if text is None:
+        known = self._grid_texts.get(rgb.size)
+        if known is None:
             whole = self.processor.process_images([rgb])
             text = {k: v for k, v in whole.items() if k not in ("pixel_values", "image_grid_thw")}
+            grid = whole["image_grid_thw"][0].tolist()
+            patch = self.processor.image_processor.patch_size
             if len(self._grid_texts) >= GRID_TEXTS_KEPT:
                 self._grid_texts.clear()
-            self._grid_texts[rgb.size] = text
-            pixels, grid = whole["pixel_values"][0], whole["image_grid_thw"]
-        else:
-            processed = self.processor.image_processor(images=[rgb], return_tensors="pt")
-            pixels, grid = processed["pixel_values"], processed["image_grid_thw"]
-        # The boundary cast, done here on the render thread: a page's pixels are 14 MB in float32,
-        # and the model thread would otherwise copy them twice more (batch, cast) before the model does.
+            known = self._grid_texts[rgb.size] = (text, [patch * n for n in grid] == [patch, rgb.size[1], rgb.size[0]])
+        text, as_it_is = known
+        pixels, grid = self._grid_pixels(rgb, as_it_is)
+        # The boundary cast, done here on the render thread: a page's pixels are 7 MB in float32
+        # (one frame), and the model thread would otherwise copy them twice more (batch, cast).
         pixels = pixels.to(self._torch_dtype).unsqueeze(0)
         return {**text, "pixel_values": pixels, "image_grid_thw": grid}
+
+    def _grid_pixels(self, rgb: Image.Image, as_it_is: bool) -> tuple:
+        """A Qwen-family page's pixel rows and grid."""
+        import torch
+
+        image_processor = self.processor.image_processor
+        if self.one_frame and as_it_is and image_processor.do_rescale and image_processor.do_normalize:
+            rows = _one_frame_patches(rgb, image_processor)
+            return rows, torch.tensor([[1, rgb.size[1] // image_processor.patch_size, rgb.size[0] // image_processor.patch_size]])
+        processed = image_processor(images=[rgb], return_tensors="pt")
+        pixels, grid = processed["pixel_values"], processed["image_grid_thw"]
+        if self.one_frame:
+            pixels = first_frame(pixels, _temporal_frames(self.processor), image_processor.patch_size)
+        return pixels, grid
 
     def process_pages(self, pages: list) -> dict:
         """ColPali's processor output for a batch of pages (images, or prepare_page's results).
@@ -458,7 +475,7 @@ class ByaldiEncoder(PageEncoder):
     def _collate(self, inputs: list[dict]) -> dict:
         """One forward pass's inputs from inputs of the same shape. A Qwen-family model unpads its
         pixels (one tensor per page) with a concatenation of its own, so they are passed as a list of
-        pages: concatenated here as well, a batch's pixels (14 MB a page in float32) would be copied
+        pages: concatenated here as well, a batch's pixels (7 MB a page in float32) would be copied
         twice."""
         import torch
         from .families import QWEN_GRID
@@ -507,12 +524,66 @@ def patch_embeddings_as_products(net) -> int:
 
 
 def _patch_embedding_product(self, hidden_states):
-    """Qwen's PatchEmbed.forward, with its Conv3d as a product (see patch_embeddings_as_products)."""
+    """Qwen's PatchEmbed.forward, with its Conv3d as a product (see patch_embeddings_as_products);
+    rows of one temporal frame (a page: see _one_frame_patches) go through the summed kernel."""
     import torch.nn.functional as F
 
     weight = self.proj.weight
+    if self.temporal_patch_size > 1 and hidden_states.shape[-1] * self.temporal_patch_size == weight[0].numel():
+        return _one_frame_product(self, hidden_states)
     rows = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)
     return F.linear(rows, weight.reshape(weight.shape[0], -1), self.proj.bias)
+
+
+def _one_frame_product(self, rows):
+    """The patch embedding of rows whose temporal frames are all the same: W_1 x + W_2 x = (W_1 + W_2) x.
+    The summed kernel is kept in float32 (a sum of two bfloat16 weights is exact there) and the
+    product runs in float32, as the convolution accumulates; the result has the dtype the
+    convolution's would have."""
+    import torch
+    import torch.nn.functional as F
+
+    weight, bias = self.proj.weight, self.proj.bias
+    key = (weight.data_ptr(), weight.dtype, weight.device)
+    if getattr(self, "_one_frame_kernel", (None,))[0] != key:
+        self._one_frame_kernel = (key, weight.detach().float().sum(dim=2).reshape(weight.shape[0], -1))
+    device = rows.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+    with torch.autocast(device, enabled=False):
+        out = F.linear(rows.float(), self._one_frame_kernel[1], None if bias is None else bias.float())
+    return out.to(dtype)
+
+
+def _temporal_frames(processor) -> int:
+    """How many temporal frames the processor makes of a still image (Qwen: 2, copies of the image)."""
+    return int(getattr(processor.image_processor, "temporal_patch_size", 1) or 1)
+
+
+def first_frame(pixels, frames: int, patch: int):
+    """The first temporal frame of Qwen pixel rows (rows, channels x frames x patch x patch)."""
+    return pixels.view(pixels.shape[0], -1, frames, patch * patch)[:, :, 0].reshape(pixels.shape[0], -1)
+
+
+def _one_frame_patches(rgb: Image.Image, image_processor):
+    """A page already at its grid's size as a Qwen image processor makes it, but with one temporal
+    frame: it copies a still image into every frame (14 MB a page in float32, its permuted copy
+    most of the processor's time), and the patch embedding then sums over identical frames
+    (_one_frame_product). Bit for bit the processor's first frame: the same float32 subtraction
+    and division, in its fused mean and std, on the same pixels (tests/test_families.py)."""
+    import torch
+
+    patch, merge = image_processor.patch_size, image_processor.merge_size
+    pixels = torch.from_numpy(np.array(rgb))
+    height, width, channels = pixels.shape
+    grid_h, grid_w = height // patch, width // patch
+    rows = (
+        pixels.view(grid_h // merge, merge, patch, grid_w // merge, merge, patch, channels)
+        .permute(0, 3, 1, 4, 6, 2, 5)  # the processor's order of rows, then channel, patch row, patch column
+        .reshape(grid_h * grid_w, channels, patch * patch)
+    )
+    mean = torch.tensor(image_processor.image_mean) * (1.0 / image_processor.rescale_factor)
+    std = torch.tensor(image_processor.image_std) * (1.0 / image_processor.rescale_factor)
+    return rows.to(torch.float32).sub_(mean[:, None]).div_(std[:, None]).view(grid_h * grid_w, -1)
 
 
 def _size_of(image_processor) -> dict:

@@ -146,26 +146,42 @@ def test_pages_and_queries_match_colpali_engine(family_model):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_prepared_page_is_what_process_images_gives(family_model, dtype):
     """What the render thread prepares is exactly colpali-engine's process_images output, cast to
-    the model's dtype; for the Qwen families a second page of a size reuses the first one's text."""
+    the model's dtype; for the Qwen families a second page of a size reuses the first one's text,
+    and the pixels are the first of the processor's temporal frames, which are all the same."""
     import torch
 
     from localgpt_index.device import Capabilities, choose_precision
-    from localgpt_index.encode import open_encoder
+    from localgpt_index.encode import first_frame, open_encoder
 
     encoder = open_encoder(resolve_model(str(family_model)), choose_precision(Capabilities(), device="cpu", dtype=dtype), 2)
-    pages = [Image.effect_noise(size, 40).convert("RGB") for size in [(220, 300), (300, 220), (220, 300), (300, 220)]]
-    for page in pages:
+    qwen = encoder.model.family in QWEN_GRID
+    assert encoder.one_frame == qwen
+    image_processor = encoder.processor.image_processor
+    sizes = [(220, 300), (300, 220), (220, 300)]
+    if qwen:  # and pages the processor takes as they are (the size a build renders at), made without it
+        patch = image_processor.patch_size
+        grids = [encoder.processor.process_images([Image.new("RGB", size)])["image_grid_thw"][0] for size in sizes[:2]]
+        sizes += [(int(w) * patch, int(h) * patch) for _, h, w in grids] * 2
+    for size in sizes:
+        page = Image.effect_noise(size, 40).convert("RGB")
         ours, theirs = encoder.prepare_page(page), encoder.processor.process_images([page])
         assert set(ours) == set(theirs)
         for key, value in theirs.items():
-            expected = value.to(getattr(torch, dtype)) if key == "pixel_values" and encoder.model.family in QWEN_GRID else value
-            assert ours[key].dtype == expected.dtype and torch.equal(ours[key], expected), key
+            expected = value
+            if key == "pixel_values" and qwen:
+                frames = value[0].view(value.shape[1], 3, image_processor.temporal_patch_size, -1)
+                assert all(torch.equal(frames[:, :, 0], frames[:, :, t]) for t in range(1, frames.shape[2]))
+                expected = first_frame(value[0], image_processor.temporal_patch_size, image_processor.patch_size)
+                expected = expected.unsqueeze(0).to(getattr(torch, dtype))
+            assert ours[key].dtype == expected.dtype and torch.equal(ours[key], expected), (key, size)
+    if qwen:
+        assert [encoder._grid_texts[size][1] for size in sizes] == [False] * 3 + [True] * 4
 
 
 @pytest.mark.slow
 def test_a_batch_of_pages_reaches_the_model_without_a_copy_of_their_pixels(family_model):
     """A Qwen-family model concatenates its pages' pixels itself (its unpadding): they go to it as
-    the list of prepared pages, not concatenated once more (14 MB a page in float32); the others'
+    the list of prepared pages, not concatenated once more (7 MB a page in float32); the others'
     pages are concatenated once. Either way a page's vectors are those it has alone."""
     import torch
 
@@ -197,6 +213,11 @@ def test_the_qwen_patch_embedding_runs_as_a_product_with_the_convolution_s_resul
         with torch.inference_mode():
             expected = module.proj(rows.view(-1, *kernel)).view(50, -1)
             torch.testing.assert_close(module(rows), expected, atol=1e-5, rtol=1e-5)
+            # rows of one frame (a page: its frames are copies): the convolution of the frame repeated
+            frame = torch.randn(50, kernel[0], 1, *kernel[2:])
+            repeated = frame.expand(-1, -1, kernel[1], -1, -1)
+            expected = module.proj(repeated.contiguous()).view(50, -1)
+            torch.testing.assert_close(module(frame.reshape(50, -1)), expected, atol=1e-5, rtol=1e-5)
 
 
 def _assert_scores_match_colpali_engine(model: Path, index_dir: Path, query: str, hits: list[dict]) -> None:

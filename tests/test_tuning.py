@@ -217,7 +217,7 @@ def test_a_cpu_build_measures_and_reports_its_choice(tiny_model, tmp_path):
 @pytest.mark.slow
 def test_the_page_queue_shrinks_to_two_batches_of_the_size_kept(tiny_model, tmp_path, monkeypatch):
     """While the trials run the queue holds two batches of 8; once 2 is kept (as a model-bound model
-    keeps it), two batches of 2: a processed ColQwen2.5 page is 14 MB in float32."""
+    keeps it), two batches of 2: a processed ColQwen2.5 page is 7 MB in float32."""
     from conftest import run_cli
     from docgen import make_pdf
 
