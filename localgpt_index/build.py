@@ -372,9 +372,8 @@ class _Build:
             early.close()
             processes.reset()
             early = None
-        queue_pages = 2 * (self.tuner.largest_batch if self.tuner else encoder.batch_size)
-        feed = early or self._feed(converters, staging, encoder.render_size, queue_pages)
-        feed.set_queue_pages(queue_pages)
+        feed = early or self._feed(converters, staging, encoder.render_size, self._queue_pages())
+        feed.set_queue_pages(self._queue_pages())
         feed.set_prepare(encoder.prepare_page)
         return feed
 
@@ -505,12 +504,14 @@ class _Build:
             self._commit_if_due()
         self._flush()
 
-    def _size_queue(self, feed: PageFeed) -> None:
+    def _queue_pages(self) -> int:
         """Two batches of the largest size still to run: once the trials are over, of the size kept
-        (a processed ColQwen2.5 page is 7 MB in float32; the queue was sized for 8 while they ran)."""
-        wanted = 2 * (self.tuner.largest_batch if self.tuner else self.encoder.batch_size)
-        if wanted != feed.queue_pages:
-            feed.set_queue_pages(wanted)
+        (a processed ColQwen2.5 page is 7 MB in float32; the queue is sized for 8 while they run)."""
+        return 2 * (self.tuner.largest_batch if self.tuner else self.encoder.batch_size)
+
+    def _size_queue(self, feed: PageFeed) -> None:
+        if feed.queue_pages != self._queue_pages():
+            feed.set_queue_pages(self._queue_pages())
 
     def _why_failed(self, number: int, error: DocumentError) -> DocumentError:
         """A document that could not be converted or rendered because it was deleted or edited

@@ -261,7 +261,8 @@ class ByaldiEncoder(PageEncoder):
             self._compile()
         self._tracker = ModuleTracker(None if compile else self.net)
         self._page_text: dict | None = None
-        self._grid_texts: dict[tuple[int, int], tuple[dict, bool]] = {}  # size -> (prompt, taken as it is)
+        # size -> (prompt, the processor's grid where it takes a page of that size as it is, else None)
+        self._grid_texts: dict[tuple[int, int], tuple[dict, object]] = {}
         self.dim = int(getattr(self.net, "dim", 128))
 
     def _load(self, rag):
@@ -392,26 +393,25 @@ class ByaldiEncoder(PageEncoder):
         if known is None:
             whole = self.processor.process_images([rgb])
             text = {k: v for k, v in whole.items() if k not in ("pixel_values", "image_grid_thw")}
-            grid = whole["image_grid_thw"][0].tolist()
+            grid = whole["image_grid_thw"]
             patch = self.processor.image_processor.patch_size
+            as_it_is = [patch * n for n in grid[0].tolist()] == [patch, rgb.size[1], rgb.size[0]]
             if len(self._grid_texts) >= GRID_TEXTS_KEPT:
                 self._grid_texts.clear()
-            known = self._grid_texts[rgb.size] = (text, [patch * n for n in grid] == [patch, rgb.size[1], rgb.size[0]])
-        text, as_it_is = known
-        pixels, grid = self._grid_pixels(rgb, as_it_is)
+            known = self._grid_texts[rgb.size] = (text, grid if as_it_is else None)
+        text, grid = known
+        pixels, grid = self._grid_pixels(rgb, grid)
         # The boundary cast, done here on the render thread: a page's pixels are 7 MB in float32
         # (one frame), and the model thread would otherwise copy them twice more (batch, cast).
         pixels = pixels.to(self._torch_dtype).unsqueeze(0)
         return {**text, "pixel_values": pixels, "image_grid_thw": grid}
 
-    def _grid_pixels(self, rgb: Image.Image, as_it_is: bool) -> tuple:
-        """A Qwen-family page's pixel rows and grid."""
-        import torch
-
+    def _grid_pixels(self, rgb: Image.Image, grid_as_it_is) -> tuple:
+        """A Qwen-family page's pixel rows and grid (`grid_as_it_is`: the processor's grid for a page
+        of this size, where it takes it as it is)."""
         image_processor = self.processor.image_processor
-        if self.one_frame and as_it_is and image_processor.do_rescale and image_processor.do_normalize:
-            rows = _one_frame_patches(rgb, image_processor)
-            return rows, torch.tensor([[1, rgb.size[1] // image_processor.patch_size, rgb.size[0] // image_processor.patch_size]])
+        if self.one_frame and grid_as_it_is is not None and image_processor.do_rescale and image_processor.do_normalize:
+            return _one_frame_patches(rgb, image_processor), grid_as_it_is
         processed = image_processor(images=[rgb], return_tensors="pt")
         pixels, grid = processed["pixel_values"], processed["image_grid_thw"]
         if self.one_frame:
