@@ -20,12 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-# Batch sizes tried. Neither 1 nor 16 and more ever won on the CPU (scripts/bench_build.py: 2 was
-# 0.4-8 % faster than 1 a page on every checkpoint, model-bound or not, and cost one page's activations).
-CANDIDATES = (2, 4, 8)
+# Batch sizes tried; 16 and more never won on the CPU. 1 is tried first: in float32 on a 2-core AVX2
+# machine the model-bound cpu checkpoint ran as fast with 1 as with 2 (either won, by the noise), and
+# starting there keeps a model-bound build from ever paying for the activations of 4 (about 100 MiB on
+# that checkpoint: its peak RSS went from 1.02-1.07 of byaldi's to 0.98-0.99); in bfloat16 on AVX512-BF16,
+# 2 was 0.4-8 % faster than 1 a page, and the trials go on from 1 to 2 as they did before.
+CANDIDATES = (1, 2, 4, 8)
 # Each size's trial: a warm-up batch (a new shape's first call pays one-time costs: kernel
 # selection, and on the very first batch the dtype audit), then batches until they have taken
-# TRIAL_SECONDS or encoded TRIAL_PAGES (all three trials: 38 pages). One measured batch of a cheap
+# TRIAL_SECONDS or encoded TRIAL_PAGES (all four trials: 47 pages). One measured batch of a cheap
 # model (25 ms) swung from 20 to 47 pages/s between builds and often kept the wrong size.
 TRIAL_SECONDS = 0.25
 TRIAL_PAGES = 8
