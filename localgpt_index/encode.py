@@ -183,12 +183,14 @@ def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
         from .fake import FakeEncoder
 
         return FakeEncoder(model, options.batch_size)
+    from .collector import frozen_after
     from .device import choose_precision, default_batch_size, detect_capabilities
 
-    caps = detect_capabilities()
-    precision = choose_precision(caps, options.device, options.dtype)
-    batch = options.batch_size or default_batch_size(precision, caps)
-    encoder = open_encoder(model, precision, batch, compile=options.compile)
+    with frozen_after():  # torch and byaldi import here
+        caps = detect_capabilities()
+        precision = choose_precision(caps, options.device, options.dtype)
+        batch = options.batch_size or default_batch_size(precision, caps)
+        encoder = open_encoder(model, precision, batch, compile=options.compile)
     if options.max_visual_tokens is not None:
         encoder.limit_visual_tokens(options.max_visual_tokens)
     return encoder

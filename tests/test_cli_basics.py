@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -41,6 +42,65 @@ def test_the_command_exits_without_the_collectors_last_passes(entry):
             f"sys.argv = ['lgpt-index', '--version']; {start}")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and "lgpt-index" in out.stdout and out.stdout.strip().endswith("frozen True"), out
+
+
+@pytest.fixture
+def collector_state():
+    """The collector as the test found it, whatever the test did to it."""
+    from localgpt_index import collector
+
+    yield collector
+    collector._policy.owned = False
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_a_model_load_pauses_and_freezes_the_collector_only_in_the_commands_process(collector_state):
+    frozen_before = gc.get_freeze_count()
+    with collector_state.frozen_after():  # a program that imports the library: nothing changes
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen_before
+    collector_state.own_process()
+    with collector_state.frozen_after():
+        assert not gc.isenabled()
+        with collector_state.frozen_after():  # a load inside a load leaves it to the outer one
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() > frozen_before
+
+
+def test_a_failed_load_still_turns_the_collector_back_on(collector_state):
+    collector_state.own_process()
+    with pytest.raises(RuntimeError):
+        with collector_state.frozen_after():
+            raise RuntimeError("the model could not be loaded")
+    assert gc.isenabled()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["build", "query"])
+def test_the_command_loads_its_model_with_the_collector_paused(command, tiny_model, tmp_path):
+    """cli.run owns its process: the collector is off while torch, byaldi and the model load (1.0-1.5 s
+    of full passes saved), on again once the model is ready (README, Performance)."""
+    from docgen import make_pdf
+
+    docs = tmp_path / "docs"
+    make_pdf(docs / "a.pdf", ["one page"])
+    index = tmp_path / "idx"
+    if command == "query":
+        assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(index)).exit_code == 0
+    args = ["build", str(docs), "--model", str(tiny_model)] if command == "build" else ["query", "one page"]
+    code = (
+        "import gc, sys; import localgpt_index.encode as e; seen = []; load = e.ByaldiEncoder.__init__; forward = e.ByaldiEncoder._forward\n"
+        "def loading(self, *a, **k): seen.append(('load', gc.isenabled(), 'torch' in sys.modules)); load(self, *a, **k)\n"
+        "def running(self, *a, **k): seen.append(('run', gc.isenabled(), gc.get_freeze_count() > 0)); return forward(self, *a, **k)\n"
+        "e.ByaldiEncoder.__init__ = loading; e.ByaldiEncoder._forward = running\n"
+        "import atexit; atexit.register(lambda: print(sorted(set(seen))))\n"
+        f"from localgpt_index.cli import run; sys.argv = ['lgpt-index', *{args + ['--index-dir', str(index)]!r}]; run()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[('load', False, True), ('run', True, True)]", out.stdout
 
 
 def test_help_lists_exit_codes():

@@ -11,6 +11,7 @@ import gc
 import click
 
 from .. import __version__
+from ..collector import own_process
 from .app import AppGroup
 from .options import EXIT_CODES
 
@@ -52,8 +53,9 @@ _register()
 
 
 def run() -> None:
-    """The console command (and `python -m localgpt_index`): `main`, then an exit without the
-    garbage collector's last passes."""
+    """The console command (and `python -m localgpt_index`): `main`, with the collector paused while
+    a model loads (collector.py), then an exit without the garbage collector's last passes."""
+    own_process()
     try:
         main(prog_name="lgpt-index")
     finally:
