@@ -13,7 +13,7 @@ is for lgpt-index).
     python scripts/bench_build.py                          # cpu: 16 PDFs x 5 pages; bench: 40 PDFs x 5 + 4 office files
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --only cpu --repeat 5            # 5 rounds, and the median ratios
-    python scripts/bench_build.py --baseline e3a3eed       # also the bench regime with that commit's lgpt-index
+    python scripts/bench_build.py --baseline e3a3eed       # also each regime with that commit's lgpt-index
     python scripts/bench_build.py --family colqwen2_5      # a dynamic-resolution family against colpali-engine's loop
     python scripts/bench_build.py --family colqwen2_5 --repeat 5   # 5 rounds, and the median ratio
     python scripts/bench_build.py --family colqwen2_5 --dtype float32 --baseline 8125464
@@ -238,7 +238,8 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
             return f"{statistics.median(values):.2f}{unit} ({min(values):.2f}{unit}-{max(values):.2f}{unit})"
 
         print(f"[{name}] median of {repeat} rounds against byaldi (float32): whole process {median('whole')}, once "
-              f"loaded {median('loaded')}, peak RSS ratio {median('rss', '')}; the model alone {median('ceiling')}")
+              f"loaded {median('loaded')}, peak RSS ratio {median('rss', '')}; the model alone {median('ceiling')}"
+              + (f"; this tree / baseline, whole process: {median('baseline')}" if baseline is not None else ""))
     return agree
 
 
@@ -276,14 +277,15 @@ def regime_round(label: str, spec: str, model: str, corpus: Path, tmp: Path, bas
           f"{1000 / alone:.0f} ms a page; lgpt-index once loaded is {us['loaded_rate'] / alone:.0%} of it, and a "
           f"pipeline that cost nothing would be {alone / them['loaded_rate']:.2f}x byaldi (float32) once loaded")
     agree = all(r["pages"] == them["pages"] for r in runs.values())
+    ratios = {"whole": them["seconds"] / us["seconds"], "loaded": us["loaded_rate"] / them["loaded_rate"],
+              "rss": us["rss"] / them["rss"], "ceiling": alone / them["loaded_rate"]}
     if baseline is not None:
         before = ours(python, corpus, model, tmp / f"idx-{spec}-baseline", pythonpath=str(baseline))
         print(f"  baseline ({baseline.name}, {before['dtype']}): whole process {before['seconds']:6.1f} s, "
-              f"{before['loaded_rate']:6.2f} pages/s once loaded, peak RSS {before['rss']:.0f} MiB; "
-              f"this tree / baseline: {before['seconds'] / us['seconds']:.2f}x")
+              f"{before['loaded_rate']:6.2f} pages/s once loaded (model load {before['load']:.1f} s), peak RSS "
+              f"{before['rss']:.0f} MiB; this tree / baseline: {before['seconds'] / us['seconds']:.2f}x")
         agree &= before["pages"] == us["pages"]
-    ratios = {"whole": them["seconds"] / us["seconds"], "loaded": us["loaded_rate"] / them["loaded_rate"],
-              "rss": us["rss"] / them["rss"], "ceiling": alone / them["loaded_rate"]}
+        ratios["baseline"] = before["seconds"] / us["seconds"]
     return agree, ratios
 
 
@@ -332,7 +334,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["cpu", "bench"], default=None)
     parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
     parser.add_argument("--baseline", default=None, metavar="REF",
-                        help="a git commit whose lgpt-index also builds the bench regime (or --family's corpus)")
+                        help="a git commit whose lgpt-index also builds each regime's corpus (or --family's)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every system, and the median ratios")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="with --family: lgpt-index's dtype (the loop runs in the same)")
@@ -349,7 +351,7 @@ def main() -> None:
             if args.family:
                 sys.exit(0 if family_regime(args.family, tmp, args.dtype, baseline, args.repeat) else 1)
             if args.only in (None, "cpu"):
-                agree &= regime("model-bound", "cpu", 16, 5, False, tmp, None, args.repeat)
+                agree &= regime("model-bound", "cpu", 16, 5, False, tmp, baseline, args.repeat)
             if args.only in (None, "bench"):
                 agree &= regime("pipeline-bound", "bench", 40, 5, True, tmp, baseline, args.repeat)
         finally:
