@@ -183,17 +183,24 @@ def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
         from .fake import FakeEncoder
 
         return FakeEncoder(model, options.batch_size)
+    encoder = open_probed_encoder(model, options.device, options.dtype, options.batch_size, compile=options.compile)
+    if options.max_visual_tokens is not None:
+        encoder.limit_visual_tokens(options.max_visual_tokens)
+    return encoder
+
+
+def open_probed_encoder(model: ModelRef, device: str = "auto", dtype: str = "auto", batch_size: int | None = None,
+                        queries: bool = False, compile: bool = False) -> "ByaldiEncoder":
+    """The model on the device and dtype the probe picks for `device`/`dtype` (`queries`: for a query
+    encoder), in batches of `batch_size` (None: the device's default); the collector paused meanwhile
+    in the command's process (collector.py)."""
     from .collector import frozen_after
     from .device import choose_precision, default_batch_size, detect_capabilities
 
     with frozen_after():  # torch and byaldi import here
         caps = detect_capabilities()
-        precision = choose_precision(caps, options.device, options.dtype)
-        batch = options.batch_size or default_batch_size(precision, caps)
-        encoder = open_encoder(model, precision, batch, compile=options.compile)
-    if options.max_visual_tokens is not None:
-        encoder.limit_visual_tokens(options.max_visual_tokens)
-    return encoder
+        precision = choose_precision(caps, device, dtype, queries=queries)
+        return open_encoder(model, precision, batch_size or default_batch_size(precision, caps), compile=compile)
 
 
 def open_encoder(model: ModelRef, precision: Precision, batch_size: int, compile: bool = False) -> "ByaldiEncoder":

@@ -41,14 +41,9 @@ def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto")
         from .fake import FakeEncoder
 
         return FakeEncoder(ref)
-    from .collector import frozen_after
-    from .device import choose_precision, default_batch_size, detect_capabilities
-    from .encode import open_encoder
+    from .encode import open_probed_encoder
 
-    with frozen_after():  # torch and byaldi import here
-        caps = detect_capabilities()
-        precision = choose_precision(caps, device, dtype, queries=True)
-        return open_encoder(ref, precision, default_batch_size(precision, caps))
+    return open_probed_encoder(ref, device, dtype, queries=True)
 
 
 class Index:

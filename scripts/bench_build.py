@@ -129,13 +129,11 @@ print(json.dumps({"pages": pages, "load_s": loaded - started, "index_s": time.pe
 MODEL_ALONE = """
 import json, sys, time
 from pathlib import Path
-from localgpt_index.device import choose_precision, detect_capabilities
-from localgpt_index.encode import open_encoder
+from localgpt_index.encode import open_probed_encoder
 from localgpt_index.models import resolve_model
 from localgpt_index.render import render_pdf_pages
 from localgpt_index.tuning import cpu_threads
-precision = choose_precision(detect_capabilities(), "auto", sys.argv[3])
-encoder = open_encoder(resolve_model(sys.argv[1]), precision, int(sys.argv[4]))
+encoder = open_probed_encoder(resolve_model(sys.argv[1]), dtype=sys.argv[3], batch_size=int(sys.argv[4]))
 pdfs = sorted(Path(sys.argv[2]).glob("*.pdf"))[:4]
 pages = [encoder.prepare_page(page) for pdf in pdfs for page in render_pdf_pages(pdf, encoder.render_size, 1, 5)]
 with cpu_threads(encoder):

@@ -73,8 +73,7 @@ def main() -> None:
     from docgen import make_pdf
 
     from localgpt_index.checkpoints import make_checkpoint
-    from localgpt_index.device import choose_precision, detect_capabilities
-    from localgpt_index.encode import open_encoder
+    from localgpt_index.encode import open_probed_encoder
     from localgpt_index.models import resolve_model
     from localgpt_index.render import render_pdf_pages
     from localgpt_index.tuning import cpu_threads
@@ -83,7 +82,7 @@ def main() -> None:
         tmp = Path(tmp)
         model = make_checkpoint(tmp / "cpu-colpali", "cpu")
         pdfs = [make_pdf(tmp / f"report-{i}.pdf", [f"Report {i} section {p}" for p in range(1, 6)]) for i in range(4)]
-        encoder = open_encoder(resolve_model(str(model)), choose_precision(detect_capabilities()), args.batch)
+        encoder = open_probed_encoder(resolve_model(str(model)), batch_size=args.batch)
         pages = [encoder.prepare_page(page) for pdf in pdfs[:2] for page in render_pdf_pages(pdf, encoder.render_size, 1, 5)]
         modes = {"alone": None, f"a page prepared every {args.period:g} s beside it": args.period,
                  "a feeder without pause beside it": 0.0}
