@@ -372,8 +372,9 @@ class _Build:
             early.close()
             processes.reset()
             early = None
-        feed = early or self._feed(converters, staging, encoder.render_size, self._queue_pages())
-        feed.set_queue_pages(self._queue_pages())
+        queue_pages = self._queue_pages()
+        feed = early or self._feed(converters, staging, encoder.render_size, queue_pages)
+        feed.set_queue_pages(queue_pages)
         feed.set_prepare(encoder.prepare_page)
         return feed
 
@@ -510,8 +511,9 @@ class _Build:
         return 2 * (self.tuner.largest_batch if self.tuner else self.encoder.batch_size)
 
     def _size_queue(self, feed: PageFeed) -> None:
-        if feed.queue_pages != self._queue_pages():
-            feed.set_queue_pages(self._queue_pages())
+        pages = self._queue_pages()
+        if feed.queue_pages != pages:
+            feed.set_queue_pages(pages)
 
     def _why_failed(self, number: int, error: DocumentError) -> DocumentError:
         """A document that could not be converted or rendered because it was deleted or edited

@@ -31,7 +31,8 @@ loop's scripts time their own indexing, and the wrapper says when lgpt-index's C
 
 Prints, per regime: whole-process seconds, pages/s once the model is loaded, the encoder's busy
 share, peak RSS, and the ratios; and the model alone (lgpt-index's encoder on pages prepared
-beforehand, in the batch size its build kept), which bounds what any pipeline can gain once loaded. Exits 1 only if two systems disagree on the pages indexed.
+beforehand, in the batch size its build kept), which bounds what any pipeline can gain once
+loaded. Exits 1 only if two systems disagree on the pages indexed.
 """
 
 from __future__ import annotations
@@ -226,8 +227,8 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     for round_number in range(1, repeat + 1):
         for index in tmp.glob(f"idx-{spec}*"):
             shutil.rmtree(index)  # each round builds from scratch
-        label = f"[{name}] round {round_number}/{repeat}:" if repeat > 1 else f"[{name}]"
-        round_agrees, round_ratios = regime_round(label, spec, model, corpus, tmp, baseline)
+        heading = f"[{name}] round {round_number}/{repeat}:" if repeat > 1 else f"[{name}]"
+        round_agrees, round_ratios = regime_round(heading, spec, model, corpus, tmp, baseline)
         agree &= round_agrees
         ratios.append(round_ratios)
     if repeat > 1:
@@ -241,7 +242,7 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     return agree
 
 
-def regime_round(label: str, spec: str, model: str, corpus: Path, tmp: Path, baseline: Path | None) -> tuple[bool, dict]:
+def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, baseline: Path | None) -> tuple[bool, dict]:
     """One round of a regime: lgpt-index, byaldi (in bfloat16 too where lgpt-index ran in it), the
     model alone, the baseline; printed, with the ratios against byaldi float32."""
     python = sys.executable
@@ -257,7 +258,7 @@ def regime_round(label: str, spec: str, model: str, corpus: Path, tmp: Path, bas
         others["byaldi index (bfloat16)"] = theirs_bf16
     batch = us["tuning"]["batch_size"] if us["tuning"] else 4
     alone = model_alone(python, model, corpus, us["dtype"], batch)
-    print(f"{label} {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores")
+    print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores")
     for label, r in (*runs.items(), *others.items()):
         print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
               f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
