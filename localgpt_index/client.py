@@ -1,10 +1,50 @@
-"""A client of `lgpt-index serve` (`query --server URL`): the same documents, over HTTP (httpx)."""
+"""A client of `lgpt-index serve` (`query --server URL`): the same documents, over HTTP (httpx).
+
+What the server answers is checked before use (a query document of query.schema.json, a PNG
+for a page): a server is a peer, and its answer names files that `--export-pages` writes."""
 
 from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import EnvironmentMissing, LgptError, UsageError
 
 TIMEOUT_S = 300.0  # a first query may wait for a model that is still loading
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AnswerHit(_Strict):
+    """One result, as query.schema.json has it (strict: a rank or page given as a string is refused)."""
+
+    rank: int = Field(ge=1)
+    score: float
+    path: str
+    page: int = Field(ge=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    kind: str
+    metadata: dict[str, str]
+    image_base64: str | None = None
+
+
+class AnswerQuery(_Strict):
+    query: str
+    results: list[AnswerHit]
+
+
+class AnswerDocument(_Strict):
+    """The `query --json` document (query.schema.json, version 1)."""
+
+    version: int = Field(ge=1, le=1)
+    index: str
+    model: str
+    k: int = Field(ge=1)
+    queries: list[AnswerQuery]
+    query: str | None = None
+    results: list[AnswerHit] | None = None
 
 
 class ServerClient:
@@ -19,11 +59,31 @@ class ServerClient:
 
     def query(self, texts: list[str], k: int, filters: dict[str, str], first_pass: int | None = None,
               with_images: bool = False, dpi: int = 150) -> dict:
+        """The server's query document for `texts`, checked: a bad answer is an LgptError naming the server."""
         body = {"queries": texts, "k": k, "filters": filters, "first_pass": first_pass, "with_images": with_images, "dpi": dpi}
-        return self._request("POST", "/query", json=body).json()
+        response = self._request("POST", "/query", json=body)
+        try:
+            document = response.json()
+        except ValueError:
+            raise self._bad_answer(f"not JSON ({response.headers.get('content-type', 'no content type')}: "
+                                   f"{_excerpt(response.text)})") from None
+        try:
+            AnswerDocument.model_validate(document)
+        except ValidationError as exc:
+            raise self._bad_answer(_problems(exc)) from None
+        if len(document["queries"]) != len(texts):
+            raise self._bad_answer(f"{len(document['queries'])} answers for {len(texts)} queries")
+        return document
 
     def page(self, sha256: str, page: int, dpi: int) -> bytes:
-        return self._request("GET", f"/pages/{sha256}/{page}.png", params={"dpi": dpi}).content
+        content = self._request("GET", f"/pages/{sha256}/{page}.png", params={"dpi": dpi}).content
+        if not content.startswith(PNG_MAGIC):
+            raise LgptError(f"the server at {self.url} sent something other than a PNG for page {page} of {sha256[:12]}.")
+        return content
+
+    def _bad_answer(self, what: str) -> LgptError:
+        return LgptError(f"the server at {self.url} did not answer with a query document: {what}.",
+                         hint="Is it an lgpt-index server (`lgpt-index serve`) of this version?")
 
     def _request(self, method: str, path: str, **kwargs):
         import httpx
@@ -32,9 +92,11 @@ class ServerClient:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise EnvironmentMissing(
-                f"cannot reach the lgpt-index server at {self.url} ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}).",
+                f"cannot reach the lgpt-index server at {self.url} ({type(exc).__name__}: {_excerpt(str(exc), 160)}).",
                 hint="Start it with `lgpt-index serve`, or query without --server (and without $LGPT_SERVER).",
             ) from None
+        except httpx.HTTPError as exc:  # a redirect loop, a body that cannot be decoded
+            raise LgptError(f"the server at {self.url} answered badly ({type(exc).__name__}: {_excerpt(str(exc), 160)}).") from None
         if response.status_code < 400:
             return response
         try:
@@ -46,3 +108,17 @@ class ServerClient:
         if response.status_code in (400, 401, 404, 413):
             raise UsageError(f"the server at {self.url} refused the request ({response.status_code}): {message}")
         raise LgptError(f"the server at {self.url} failed ({response.status_code}): {message}")
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(" ".join(text.split())[:limit]) if text.strip() else "empty"
+
+
+def _problems(exc: ValidationError) -> str:
+    """The first few of pydantic's complaints, each with where it is (queries.0.results.2.page)."""
+    problems = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(part) for part in error.get("loc", ())) or "the document"
+        problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+    return "; ".join(problems) + more

@@ -1,5 +1,6 @@
 """The application object every command shares (on the Click context): the terminal and its
-verbosity, JSON output, and the one error handler that turns errors into messages and exit codes."""
+verbosity, JSON output, and the one error handler that turns errors into messages and exit codes
+(and, under --json, into the error document of schemas/error.schema.json on stdout)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,27 @@ from typing import Any, NoReturn
 
 import click
 
-from ..errors import ExitCode, LgptError
+from ..errors import EnvironmentMissing, ExitCode, IndexBusy, IndexProblem, LgptError, UsageError
 from ..terminal import Terminal
+
+ERROR_SCHEMA_VERSION = 1
+# The most specific class first: a subclass of IndexProblem is an index problem, and so on.
+_KINDS = ((UsageError, "usage"), (EnvironmentMissing, "environment"), (IndexBusy, "busy"), (IndexProblem, "index"))
+
+
+def error_kind(exc: LgptError) -> str:
+    """The `kind` of an error document: usage, environment, busy, index or failure."""
+    return next((kind for cls, kind in _KINDS if isinstance(exc, cls)), "failure")
+
+
+def error_object(message: str, exit_code: int, kind: str, hint: str | None = None) -> dict:
+    """The `error` object of every --json document that reports a failure (error.schema.json)."""
+    return {"message": message, "hint": hint, "exit_code": int(exit_code), "kind": kind}
+
+
+def error_document(message: str, exit_code: int, kind: str, hint: str | None = None) -> dict:
+    """What a command prints under --json when it fails before it has a document of its own."""
+    return {"version": ERROR_SCHEMA_VERSION, "error": error_object(message, exit_code, kind, hint)}
 
 
 class Application:
@@ -23,7 +43,9 @@ class Application:
         self.pdf_store: str | None = None
         self.index_name: str | None = None
         self.index_dir: str | None = None
+        self.argv: list[str] = []  # the command line, for --json before its callback ran (a parse error)
         self._opened: list = []
+        self._printed_json = False
 
     def store(self):
         """The index's store, from --store, --index-dir/--name and friends (closed when the command ends)."""
@@ -53,18 +75,33 @@ class Application:
         """JSON on stdout. ASCII escapes keep it valid whatever the file names hold (a name that
         is not UTF-8 comes out as \\udcXX escapes, which Python's json reads back to the same path)."""
         click.echo(json.dumps(data, indent=2, ensure_ascii=True, default=str))
+        self._printed_json = True
+
+    @property
+    def wants_json(self) -> bool:
+        """--json was given: parsed, or still on the command line when parsing failed before it."""
+        argv = self.argv[: self.argv.index("--")] if "--" in self.argv else self.argv
+        return self.as_json or "--json" in argv
+
+    def print_error(self, message: str, exit_code: int, kind: str, hint: str | None = None) -> None:
+        """Under --json, the error document on stdout, unless the command already printed its own."""
+        if self.wants_json and not self._printed_json:
+            self.print_json(error_document(message, exit_code, kind, hint))
 
     def fail(self, exc: LgptError) -> NoReturn:
         self.terminal.error(exc.message)
         if exc.hint:
             self.terminal.console.print(f"hint: {exc.hint}", markup=False)
+        self.print_error(exc.message, exc.exit_code, error_kind(exc), exc.hint)
         sys.exit(int(exc.exit_code))
 
     def interrupted(self) -> NoReturn:
         from .. import processes
 
         processes.stop_all()
-        self.terminal.error("interrupted; the index keeps its last committed generation.")
+        message = "interrupted; the index keeps its last committed generation."
+        self.terminal.error(message)
+        self.print_error(message, ExitCode.FAILURE, "interrupted")
         sys.exit(int(ExitCode.FAILURE))
 
 
@@ -72,7 +109,8 @@ class AppGroup(click.Group):
     """A group whose commands share one Application and one error handler."""
 
     def make_context(self, info_name, args, parent=None, **extra):
-        extra.setdefault("obj", Application())
+        app = extra.setdefault("obj", Application())
+        app.argv = list(args)
         return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: click.Context):
@@ -86,6 +124,14 @@ class AppGroup(click.Group):
             app.fail(exc)
         except KeyboardInterrupt:
             app.interrupted()
+        except (click.exceptions.Exit, click.Abort):  # --help, ctx.exit(): not failures
+            raise
+        except click.ClickException as exc:  # a usage error: Click prints it and exits with its code
+            app.print_error(exc.format_message(), exc.exit_code, "usage" if exc.exit_code == ExitCode.USAGE else "failure")
+            raise
+        except Exception as exc:  # a bug: the traceback stays on stderr, a script still gets its document
+            app.print_error(f"internal error: {type(exc).__name__}: {exc}", ExitCode.FAILURE, "internal")
+            raise
         finally:
             app.close()
 
@@ -98,10 +144,15 @@ def _setter(attribute: str, value: Any):
     return callback
 
 
+def json_option(help: str = "Print a JSON document on stdout (on failure: an error document).") -> Any:
+    """--json, read first (eager) so that an error in any other option is reported as JSON too."""
+    return click.option("--json", "as_json", is_flag=True, expose_value=False, is_eager=True,
+                        callback=_setter("as_json", True), help=help)
+
+
 def output_options(func):
     """-q, -v and --json: they configure the application, commands read them from it."""
-    func = click.option("--json", "as_json", is_flag=True, expose_value=False, callback=_setter("as_json", True),
-                        help="Print a JSON document on stdout.")(func)
+    func = json_option()(func)
     func = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_setter("verbosity", 1),
                         help="Say more on stderr.")(func)
     func = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_setter("verbosity", -1),

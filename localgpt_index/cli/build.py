@@ -68,9 +68,27 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
     with app.terminal.progress() as progress:
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)
     if app.as_json:
-        app.print_json(report.to_dict())
+        document = report.to_dict()
+        if report.exit_code:
+            document["error"] = _error(report)
+        app.print_json(document)
     _summarise(app, report)
     sys.exit(int(report.exit_code))
+
+
+def _error(report) -> dict:
+    """The error object of a build that failed in part or whole (the one error shape, app.error_object)."""
+    from ..errors import ExitCode
+    from .app import error_object
+
+    failed = f"{len(report.failures)} document(s) failed"
+    hint = "`lgpt-index ls --failed` lists them with the reason; the next build tries them again."
+    if report.exit_code == ExitCode.FAILURE:
+        return error_object(f"--strict: {failed}; nothing was committed.", report.exit_code, "failure", hint)
+    if report.exit_code == ExitCode.ENVIRONMENT:
+        why = f"the build stopped: {report.stopped}" if report.stopped else f"{failed} for want of a piece of the environment"
+        return error_object(f"{why}; what was done is committed.", report.exit_code, "environment", hint)
+    return error_object(f"{failed}; the others are committed.", report.exit_code, "partial", hint)
 
 
 def _summarise(app: Application, report) -> None:

@@ -31,6 +31,8 @@ def ls(app: Application, prefix, failed) -> None:
         for failure in document["failures"]:
             click.echo(f"{display_path(failure['path'])}: {failure['stage']}: {failure['reason']}")
         return
+    if document["documents"]:
+        click.echo(f"{'pages':>5}  {'kind':<8}  path")
     for doc in document["documents"]:
         tags = " ".join(f"{k}={v}" for k, v in sorted(doc["metadata"].items()))
         converter = f" via {doc['converter']}" if doc["converter"] else ""

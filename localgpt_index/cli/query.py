@@ -38,15 +38,19 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     from ..errors import UsageError
     from ..metadata import parse_filters
 
-    texts = check_queries(list(text) + (read_queries_file(queries_file) if queries_file else []))
+    texts = check_queries(_utf8(list(text), "query") + (read_queries_file(queries_file) if queries_file else []))
     if not texts:
         raise UsageError("no query: give TEXT or --queries-file.")
-    wanted = parse_filters(filters)
+    wanted = parse_filters(_utf8(list(filters), "--filter"))
     images = with_images and app.as_json
     if server:
+        _refuse_local_options(click.get_current_context(), server)
         document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi)
     else:
         document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi)
+    if wanted and not any(answer["results"] for answer in document["queries"]):
+        shown = " ".join(f"--filter {key}={value}" for key, value in wanted.items())
+        app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
     if export_dir:
         from pathlib import Path
 
@@ -81,6 +85,40 @@ def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi):
     client = ServerClient(server, token)
     document = client.query(texts, top_k, filters, candidates, images, dpi)
     return document, lambda hit: client.page(hit["sha256"], hit["page"], dpi)
+
+
+def _utf8(values: list[str], what: str) -> list[str]:
+    """Command-line values as given; one that is not UTF-8 (bytes Python kept as surrogate escapes)
+    is refused here, before a tokenizer or an HTTP body meets it."""
+    from ..errors import UsageError
+
+    for number, value in enumerate(values, 1):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            name = f"query {number}" if what == "query" else f"{what} {display_path(value)}"
+            raise UsageError(f"{name} is not UTF-8 text ({value.encode('utf-8', 'surrogateescape')!r}).",
+                             hint="Check the terminal's or the script's encoding (the locale): queries are UTF-8 text.") from None
+    return values
+
+
+# Options that pick or load a local index and model: with --server, the server's index answers.
+_LOCAL_ONLY = {"store": "--store", "index_dir": "--index-dir", "name": "--name", "pdf_store": "--pdf-store",
+               "qdrant_api_key": "--qdrant-api-key", "model": "--model", "device": "--device", "dtype": "--dtype"}
+
+
+def _refuse_local_options(ctx: click.Context, server: str) -> None:
+    """--server with options that only a local query reads: a usage error naming them (they would be
+    ignored: the server answers from the index it serves). Their environment variables stay quiet."""
+    from click.core import ParameterSource
+
+    from ..errors import UsageError
+
+    given = [flag for name, flag in _LOCAL_ONLY.items() if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot be used with --server {server} (or $LGPT_SERVER): the server "
+                         "answers from the index and model it serves.",
+                         hint="Drop them, or query the index here without --server (unset LGPT_SERVER).")
 
 
 def read_queries_file(path: str) -> list[str]:

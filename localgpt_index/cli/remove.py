@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import ExitCode
-from .app import Application, output_options
+from .app import Application, error_object, output_options
 from .options import SECONDS, display_path, index_options
 
 
@@ -28,7 +28,11 @@ def remove(app: Application, paths, wait_s) -> None:
 
     report = remove_documents(app.store(), list(paths), wait_s)
     if app.as_json:
-        app.print_json(asdict(report))
+        document = asdict(report)
+        if not report.removed:
+            document["error"] = error_object("none of PATHS is in the index; nothing was removed.", ExitCode.FAILURE,
+                                             "not_found", "`lgpt-index ls` lists what the index holds.")
+        app.print_json(document)
     for path in report.removed:
         app.terminal.detail(f"removed: {display_path(path)}")
     for path in report.not_found:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .app import Application
+from .app import Application, json_option
 from .options import index_options, model_options
 
 SERVE_EXIT = """\\b
@@ -24,6 +24,7 @@ Exit codes:
               help="Bearer token every request but /healthz must carry. [env: LGPT_SERVE_TOKEN]")
 @click.option("--json-logs", is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request; errors only.")
+@json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
 @model_options
 @index_options
 @click.pass_obj

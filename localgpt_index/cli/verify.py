@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import ExitCode
-from .app import Application, output_options
+from .app import Application, error_object, output_options
 from .options import index_options
 
 
@@ -20,7 +20,11 @@ def verify(app: Application) -> None:
     store = app.store()
     problems = store.verify()
     if app.as_json:
-        app.print_json({"index": store.location, "ok": not problems, "problems": problems})
+        document = {"index": store.location, "ok": not problems, "problems": problems}
+        if problems:
+            document["error"] = error_object(f"{store.location}: damaged ({len(problems)} problem(s)).", ExitCode.FAILURE,
+                                             "index", "Rebuild it: lgpt-index build DOCS --rebuild.")
+        app.print_json(document)
     for problem in problems:
         app.terminal.error(problem)
     if not problems:
