@@ -242,7 +242,7 @@ def test_query_server_unreachable_is_exit_4_and_no_fallback(corpus):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens there once closed
-    result = run_cli("query", "q", "--index-dir", str(corpus["index"]), env={"LGPT_SERVER": f"http://127.0.0.1:{port}"})
+    result = run_cli("query", "q", env={"LGPT_SERVER": f"http://127.0.0.1:{port}", "LGPT_INDEX_DIR": str(corpus["index"])})
     assert result.exit_code == 4 and "cannot reach the lgpt-index server" in result.stderr and result.stdout == ""
 
 

@@ -22,8 +22,8 @@ def verify(app: Application) -> None:
     if app.as_json:
         document = {"index": store.location, "ok": not problems, "problems": problems}
         if problems:
-            document["error"] = error_object(f"{store.location}: damaged ({len(problems)} problem(s)).", ExitCode.FAILURE,
-                                             "index", "Rebuild it: lgpt-index build DOCS --rebuild.")
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            document["error"] = error_object(f"{problems[0]}{more}", ExitCode.FAILURE, "index")
         app.print_json(document)
     for problem in problems:
         app.terminal.error(problem)
