@@ -144,7 +144,7 @@ def _setter(attribute: str, value: Any):
     return callback
 
 
-def json_option(help: str = "Print a JSON document on stdout (on failure: an error document).") -> Any:
+def json_option(help: str = "Print a JSON document on stdout.") -> Any:
     """--json, read first (eager) so that an error in any other option is reported as JSON too."""
     return click.option("--json", "as_json", is_flag=True, expose_value=False, is_eager=True,
                         callback=_setter("as_json", True), help=help)
