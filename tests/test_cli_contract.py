@@ -257,7 +257,7 @@ def test_server_with_a_local_index_option_is_a_usage_error(option, server_from, 
     env = {"LGPT_SERVER": fake_server.url} if server_from == "environment" else None
     result = run_cli("query", "alpha", *server, *option, env=env)
     assert result.exit_code == 2, result.output
-    assert option[0] in result.stderr and "--server" in result.stderr
+    assert option[0] in result.stderr and ("--server" if server else "$LGPT_SERVER") in result.stderr
     assert fake_server.hits == 0 and result.stdout == ""
 
 

@@ -116,8 +116,9 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
 
     given = [flag for name, flag in _LOCAL_ONLY.items() if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
     if given:
-        raise UsageError(f"{', '.join(given)} cannot be used with --server {server} (or $LGPT_SERVER): the server "
-                         "answers from the index and model it serves.",
+        from_option = ctx.get_parameter_source("server") == ParameterSource.COMMANDLINE
+        origin = f"--server {server}" if from_option else f"$LGPT_SERVER ({server})"
+        raise UsageError(f"{', '.join(given)} cannot be used with {origin}: the server answers from the index and model it serves.",
                          hint="Drop them, or query the index here without --server (unset LGPT_SERVER).")
 
 
