@@ -87,7 +87,7 @@ def test_every_command_under_json_fails_with_one_error_document(command, built, 
     ["ls", "--bogus", "--json"],  # ... and before it: parsing stops before --json is read
     ["query", "-k", "0", "--json", "q"],  # a value out of range, before --json
     ["remove", "--json"],  # a missing argument
-])
+], ids=["unknown_after", "unknown_before", "out_of_range", "missing_argument"])
 def test_usage_errors_under_json_are_error_documents_too(args):
     document = _one_error_document(run_process(*args, timeout=60), 2)
     assert document["error"]["kind"] == "usage"
@@ -194,12 +194,12 @@ def _with_hit(answer: dict, **changes) -> dict:
 
 BAD_ANSWERS = {
     "html": lambda good: (b"<html><body>502 Bad Gateway</body></html>", "text/html"),
-    "a JSON list": lambda good: ([good], "application/json"),
-    "missing keys": lambda good: ({"version": 1, "index": "x"}, "application/json"),
-    "a string rank": lambda good: (_with_hit(good, rank="1"), "application/json"),
-    "a page that is a path": lambda good: (_with_hit(good, page="../../../escaped"), "application/json"),
-    "page 0": lambda good: (_with_hit(good, page=0), "application/json"),
-    "a sha256 that is a path": lambda good: (_with_hit(good, sha256="../" * 20 + "x"), "application/json"),
+    "json_list": lambda good: ([good], "application/json"),
+    "missing_keys": lambda good: ({"version": 1, "index": "x"}, "application/json"),
+    "string_rank": lambda good: (_with_hit(good, rank="1"), "application/json"),
+    "page_path": lambda good: (_with_hit(good, page="../../../escaped"), "application/json"),
+    "page_zero": lambda good: (_with_hit(good, page=0), "application/json"),
+    "sha256_path": lambda good: (_with_hit(good, sha256="../" * 20 + "x"), "application/json"),
 }
 
 
@@ -249,7 +249,8 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(where, argument, built, f
 
 # --- 3. --server with the options of a local index ------------------------------------------------
 
-@pytest.mark.parametrize("option", [["--name", "other"], ["--index-dir", "elsewhere"], ["--store", "local"]])
+@pytest.mark.parametrize("option", [["--name", "other"], ["--index-dir", "elsewhere"], ["--store", "local"]],
+                         ids=["name", "index_dir", "store"])
 @pytest.mark.parametrize("server_from", ["option", "environment"])
 def test_server_with_a_local_index_option_is_a_usage_error(option, server_from, built, fake_server):
     fake_server.answer(built["answer"])
