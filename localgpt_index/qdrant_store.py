@@ -254,6 +254,11 @@ class QdrantStore:
                                 hint="Stop the other process (a build, a serve), or use a Qdrant server for readers beside writers.") from None
             raise IndexProblem(f"{self.location}: {' '.join(str(exc).split())[:200]}") from None
 
+    def writable(self) -> "QdrantStore":
+        """This store is about to be written: an in-process folder may be created."""
+        self._may_create = True
+        return self
+
     def _check_folder(self) -> None:
         """An in-process folder is opened only where Qdrant's data is; a writer may start an empty or new one."""
         folder = self.spec.path
@@ -470,8 +475,7 @@ class QdrantStore:
 
     @contextmanager
     def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator["QdrantTransaction"]:
-        self._may_create = True
-        self.physical()  # another tool's collection is refused before anything is created
+        self.writable().physical()  # another tool's collection is refused before anything is created
         with self._lease(wait_s) as lease:
             physical = self.physical()
             try:
@@ -869,6 +873,7 @@ class QdrantTransaction:
         target = self.store.pdf_store / rel
         with self.writing():
             target.parent.mkdir(parents=True, exist_ok=True)
+            (self.store.pdf_store / PDF_STORE_MARKER).touch()  # a build of a folder holding it skips it
             if not (target.is_file() and target.stat().st_size == pdf.stat().st_size):
                 tmp = target.with_name(f".tmp-{uuid.uuid4().hex[:12]}.pdf")
                 shutil.copyfile(pdf, tmp)

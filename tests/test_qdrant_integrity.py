@@ -1,0 +1,262 @@
+"""Qdrant store integrity (issue 24): another tool's data is never touched, one writer commits,
+file names that are not UTF-8 stay apart, damage is said at open, and the CLI's edges with Qdrant URLs.
+
+Black-box where it can be: the CLI (run_cli), the Qdrant client on the same folder, and files on disk.
+The two-writer tests run two writers in threads of this process on one in-process client (the
+in-process mode admits one client per folder), interleaved by failpoint hooks and an injected clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from docgen import make_pdf, make_png
+
+
+def _client(folder: Path):
+    from qdrant_client import QdrantClient
+
+    return QdrantClient(path=str(folder))
+
+
+def _collections(folder: Path) -> set[str]:
+    client = _client(folder)
+    try:
+        return {c.name for c in client.get_collections().collections}
+    finally:
+        client.close()
+
+
+def _small_docs(folder: Path) -> Path:
+    make_pdf(folder / "a.pdf", ["alpha one", "alpha two"])
+    make_png(folder / "b.png", "beta")
+    return folder
+
+
+def _foreign_collection(folder: Path, name: str, alias: str | None = None) -> None:
+    """Another tool's collection (4 points), and optionally an alias of it."""
+    from qdrant_client import models
+
+    client = _client(folder)
+    client.create_collection(name, vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    client.upsert(name, [models.PointStruct(id=i, vector=[1.0, i, 0.0, 1.0], payload={"theirs": i}) for i in range(4)])
+    if alias:
+        client.update_collection_aliases(change_aliases_operations=[models.CreateAliasOperation(
+            create_alias=models.CreateAlias(collection_name=name, alias_name=alias))])
+    client.close()
+
+
+def _foreign_intact(folder: Path, name: str, alias: str | None = None) -> None:
+    client = _client(folder)
+    try:
+        assert client.count(name, exact=True).count == 4
+        assert sorted(p.payload["theirs"] for p in client.scroll(name, limit=10)[0]) == [0, 1, 2, 3]
+        if alias:
+            assert {a.alias_name: a.collection_name for a in client.get_aliases().aliases}[alias] == name
+    finally:
+        client.close()
+
+
+# 1. another tool's Qdrant data
+
+
+@pytest.mark.parametrize("command", ["build", "export"])
+def test_an_alias_of_another_tools_collection_is_refused_and_kept(fake_model, tmp_path, command):
+    qd = tmp_path / "qd"
+    _foreign_collection(qd, "their_data", alias="docs")
+    docs = _small_docs(tmp_path / "docs")
+    url = f"qdrant+path://{qd}/docs"
+    if command == "build":
+        result = run_cli("build", str(docs), "--model", str(fake_model), "--store", url)
+    else:
+        local = ["--index-dir", str(tmp_path / "idx")]
+        assert run_cli("build", str(docs), "--model", str(fake_model), *local).exit_code == 0
+        result = run_cli("export", url, "--format", "qdrant", *local)
+    assert result.exit_code == 2, result.stderr
+    assert "docs is an alias of their_data, which is not an lgpt-index index" in result.stderr
+    assert "Traceback" not in result.stderr
+    _foreign_intact(qd, "their_data", alias="docs")
+    assert _collections(qd) == {"their_data"}  # no lease, no physical, no catalog of ours
+
+
+def test_another_tools_plain_collection_is_refused_before_any_work(fake_model, tmp_path):
+    qd = tmp_path / "qd"
+    _foreign_collection(qd, "docs")
+    docs = _small_docs(tmp_path / "docs")
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{qd}/docs")
+    assert "pages embedded" not in result.stderr  # refused before the work, not after it
+    assert result.exit_code == 2, result.stderr
+    assert "docs is a collection, not an lgpt-index index" in result.stderr
+    _foreign_intact(qd, "docs")
+    assert _collections(qd) == {"docs"}  # no docs__lease
+
+
+def test_a_stray_collection_named_like_ours_but_not_ours_is_kept(fake_model, tmp_path):
+    """Recovery deletes a killed rebuild's collections, not another tool's that happens to match the pattern."""
+    qd = tmp_path / "qd"
+    _foreign_collection(qd, "docs__0123456789")
+    docs = _small_docs(tmp_path / "docs")
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{qd}/docs").exit_code == 0
+    _foreign_intact(qd, "docs__0123456789")
+
+
+# 3. file names that are not UTF-8
+
+
+def _odd_names(folder: Path) -> tuple[str, str]:
+    """A file named with the raw byte 0xE9 (2 pages) and one literally named with backslash, x, e, 9 (3 pages)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = os.fsdecode(os.fsencode(str(folder)) + b"/caf\xe9.pdf")
+    literal = str(folder / "caf\\xe9.pdf")
+    make_pdf(Path(raw), ["raw byte name first page", "raw byte name second page"])
+    make_pdf(Path(literal), ["literal backslash name one", "literal backslash name two", "literal backslash name three"])
+    return raw, literal
+
+
+def _hits(result) -> list[tuple[str, int]]:
+    assert result.exit_code == 0, result.stderr
+    return [(h["path"], h["page"]) for q in json.loads(result.stdout)["queries"] for h in q["results"]]
+
+
+def test_paths_that_are_not_utf8_stay_apart(fake_model, tmp_path):
+    docs = tmp_path / "docs"
+    _odd_names(docs)
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    local = ["--index-dir", str(tmp_path / "idx")]
+    for store in (["--store", url], local):
+        assert run_cli("build", str(docs), "--model", str(fake_model), *store).exit_code == 0
+    verified = run_cli("verify", "--store", url)
+    assert verified.exit_code == 0, verified.stderr
+    queries = ["raw byte name", "literal backslash name three", "second page"]
+    ours = _hits(run_cli("query", *queries, "-k", "5", "--json", "--store", url))
+    theirs = _hits(run_cli("query", *queries, "-k", "5", "--json", *local))
+    assert ours == theirs and len(ours) == 15
+    pages = {}
+    for path, page in ours:
+        pages.setdefault(path, set()).add(page)
+    assert sorted(len(p) for p in pages.values()) == [2, 3]  # no page 3 of the 2-page file
+    status = json.loads(run_cli("status", "--json", "--store", url).stdout)
+    assert status["documents"] == 2 and status["pages"] == 5
+
+
+def _make_legacy(url: str) -> None:
+    """Rewrite a collection as the code before path_raw left it: no path_raw in points, no paths in HEAD."""
+    from localgpt_index.qdrant_store import HEAD_ID
+    from localgpt_index.stores import open_store
+
+    store = open_store(url)
+    physical = store.physical()
+    ids = [p.id for p in store.client.scroll(physical, limit=100)[0]]
+    store.client.delete_payload(physical, keys=["path_raw", "writer"], points=ids)
+    store.client.delete_payload(store.catalog_of(physical), keys=["paths", "writer"], points=[HEAD_ID])
+    store.close()
+
+
+def test_an_index_from_before_path_raw_is_read_and_upgraded_by_the_next_build(fake_model, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    raw = os.fsdecode(os.fsencode(str(docs)) + b"/caf\xe9.pdf")
+    make_pdf(Path(raw), ["raw byte name first page", "raw byte name second page"])
+    make_png(docs / "plain.png", "a plain name")
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    before = _hits(run_cli("query", "raw byte name", "-k", "3", "--json", "--store", url))
+    _make_legacy(url)
+    assert run_cli("verify", "--store", url).exit_code == 0  # read the old way
+    assert _hits(run_cli("query", "raw byte name", "-k", "3", "--json", "--store", url)) == before
+    built = run_cli("build", str(docs), "--store", url, "--json")
+    assert built.exit_code == 0, built.stderr
+    assert json.loads(built.stdout)["pages_embedded"] == 0  # upgraded in place, nothing embedded again
+    from localgpt_index.qdrant_store import HEAD_ID
+    from localgpt_index.stores import open_store
+
+    store = open_store(url)
+    physical = store.physical()
+    assert store.client.retrieve(store.catalog_of(physical), [HEAD_ID])[0].payload["paths"] == 2
+    raw_points = [p for p in store.client.scroll(physical, limit=100)[0] if "path_raw" in p.payload]
+    store.close()
+    assert len(raw_points) == 2 and {p.payload["path_raw"] for p in raw_points} == {os.fsencode(raw).hex()}
+    assert run_cli("verify", "--store", url).exit_code == 0
+    assert _hits(run_cli("query", "raw byte name", "-k", "3", "--json", "--store", url)) == before
+
+
+# 4. points deleted behind the index's back
+
+
+def test_points_deleted_by_another_client_are_damage_at_open(fake_model, tmp_path):
+    from qdrant_client import models
+
+    from localgpt_index.stores import open_store
+
+    docs = _small_docs(tmp_path / "docs")
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    store = open_store(url)
+    physical = store.physical()
+    store.client.delete(physical, points_selector=models.FilterSelector(filter=models.Filter(must=[
+        models.FieldCondition(key="path", match=models.MatchValue(value=str(docs / "a.pdf")))])))
+    store.close()
+    for command in (["status"], ["query", "alpha", "--model", str(fake_model)]):
+        result = run_cli(*command, "--store", url)
+        assert result.exit_code == 1, (command, result.stdout, result.stderr)
+        assert "is damaged: the catalog names 3 pages" in result.stderr and "holds 1 of them" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+# 5. the CLI's edges with Qdrant URLs
+
+
+@pytest.mark.parametrize("command", [["status"], ["query", "q"], ["verify"]])
+def test_a_mistyped_qdrant_path_creates_nothing(tmp_path, command):
+    missing = tmp_path / "no-such-folder"
+    result = run_cli(*command, "--store", f"qdrant+path://{missing}/docs")
+    assert not missing.exists()
+    assert result.exit_code == 1, result.stderr
+    assert f"{missing} does not exist (nothing was created)" in result.stderr
+
+
+def test_a_local_build_skips_a_qdrant_store_and_its_pdf_store(fake_model, tmp_path, unstable_converter):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "note.txt").write_text("a converted note")
+    make_png(docs / "scan.png", "a scan")
+    store = ["--store", f"qdrant+path://{docs / 'qd'}/notes", "--pdf-store", str(docs / "pdfs")]
+    assert run_cli("build", str(docs), "--model", str(fake_model), *store).exit_code == 0
+    assert list((docs / "pdfs" / "pdf").glob("*.pdf"))  # a stored PDF lies in the folder now
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
+    assert result.exit_code == 0, result.stderr
+    status = json.loads(run_cli("status", "--json", "--index-dir", str(tmp_path / "idx")).stdout)
+    assert status["documents"] == 2  # the note and the scan, not the stored PDF
+    report = json.loads(result.stdout)
+    assert {Path(s["path"]).name for s in report["skipped_files"] if s["reason"] == "the index folder"} == {"qd", "pdfs"}
+
+
+def test_a_refused_qdrant_export_is_a_usage_error_like_byaldis(tmp_path):
+    from conftest import faulty_model
+
+    docs = _small_docs(tmp_path / "docs")
+    local = ["--index-dir", str(tmp_path / "idx")]
+    model = faulty_model(tmp_path / "colpali-fake")  # byaldi exports only a model named so
+    assert run_cli("build", str(docs), "--model", str(model), *local).exit_code == 0
+    url = f"qdrant+path://{tmp_path / 'qd'}/copy"
+    assert run_cli("export", url, "--format", "qdrant", *local).exit_code == 0
+    again = run_cli("export", url, "--format", "qdrant", *local)
+    assert again.exit_code == 2 and "already holds an index of 2 documents" in again.stderr
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("x")
+    assert run_cli("export", str(tmp_path / "out"), *local).exit_code == again.exit_code  # byaldi's refusal
+
+
+@pytest.mark.parametrize("url", ["qdrant://:1/x", "qdrant://localhost:99999/x", "qdrant://localhost:0/x",
+                                 "qdrants://host:port/x"])
+def test_a_bad_host_or_port_is_a_usage_error(url):
+    result = run_cli("status", "--store", url)
+    assert result.exit_code == 2, result.stderr
+    assert "is not HOST:PORT" in result.stderr and "Traceback" not in result.stderr
