@@ -260,3 +260,140 @@ def test_a_bad_host_or_port_is_a_usage_error(url):
     result = run_cli("status", "--store", url)
     assert result.exit_code == 2, result.stderr
     assert "is not HOST:PORT" in result.stderr and "Traceback" not in result.stderr
+
+
+# 2. two writers on one collection
+
+
+class _Clock:
+    """The wall clock both writers read lease expiries against; the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Steps:
+    """A failpoint hook: the threads named in `holds` stop at their failpoint until released;
+    every (thread, failpoint) reached is recorded as an event."""
+
+    def __init__(self, holds: set[tuple[str, str]]) -> None:
+        self.holds = holds
+        self.reached = {h: threading.Event() for h in holds}
+        self.release = {h: threading.Event() for h in holds}
+        self.seen: dict[tuple[str, str], threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def event(self, thread: str, name: str) -> threading.Event:
+        with self._lock:
+            return self.seen.setdefault((thread, name), threading.Event())
+
+    def __call__(self, name: str) -> None:
+        key = (threading.current_thread().name, name)
+        self.event(*key).set()
+        if key in self.reached and not self.reached[key].is_set():
+            self.reached[key].set()
+            assert self.release[key].wait(60), f"{key} was never released"
+
+    def wait_reached(self, thread: str) -> None:
+        for key, reached in self.reached.items():
+            if key[0].startswith(thread):
+                assert reached.wait(60), f"{key} never reached"
+
+    def free(self, thread: str) -> None:
+        for key, release in self.release.items():
+            if key[0].startswith(thread):
+                release.set()
+
+
+def _writer(store, name: str, outcome: dict) -> None:
+    """Add one 2-page document `name` in one transaction; record the manifest or the error."""
+    from localgpt_index.errors import LgptError
+    from localgpt_index.manifest import Document, Span
+    from localgpt_index.transfer import write_documents
+
+    try:
+        with store.begin() as txn:
+            base = txn.base
+            dim = base.model.dim or base.settings.dim
+            rng = np.random.default_rng(len(name))
+            pages = [rng.standard_normal((3, dim)).astype(np.float32) for _ in range(2)]
+            doc = Document(path=f"/writers/{name}.pdf", sha256=f"{len(name):064x}", size=1, kind="pdf", pages=2,
+                           spans=[Span(segment="seg-placeholder", first=0, pages=2)])
+            [placed] = write_documents(txn, [(doc, pages)], dim)
+            outcome["manifest"] = txn.commit([*base.documents, placed], base.model, base.settings)
+    except LgptError as exc:
+        outcome["error"] = exc
+
+
+STEPS = {"take": {("A", "lease-take")}, "renew": {("A", "upsert"), ("A-lease", "lease-renew")},
+         "upsert": {("A", "upsert")}, "switch": {("A", "before-switch")}, "head": {("A", "before-head")}}
+
+
+@pytest.fixture(scope="module")
+def base_collection(fake_model, tmp_path_factory):
+    work = tmp_path_factory.mktemp("writers")
+    docs = _small_docs(work / "docs")
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{work / 'qd'}/docs").exit_code == 0
+    return work / "qd"
+
+
+@pytest.mark.parametrize("stalled", [False, True], ids=["live", "stalled"])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, step, stalled):
+    """A stops at `step` (and, `stalled`, its lease timer stops too, as when the process is frozen);
+    the clock moves past the lease's life; B runs up to just before its HEAD; then A goes on, then B.
+    Live, A's timer keeps the lease and B is refused; stalled, B takes it over and A stops at its next
+    step. Either way exactly one commits, the other says why, and nothing of the winner or of the
+    earlier generations is lost."""
+    import shutil
+
+    from localgpt_index import failpoints
+    from localgpt_index.qdrant_store import LEASE_TTL_S, QdrantStore, parse_store_url
+
+    shutil.copytree(base_collection, tmp_path / "qd")
+    spec = parse_store_url(f"qdrant+path://{tmp_path / 'qd'}/docs")
+    clock = _Clock()
+    a = QdrantStore(spec, clock=clock, renew_every_s=0.02)
+    b = QdrantStore(spec, client=a.client, clock=clock, renew_every_s=0.02)
+    frozen = {("A-lease", "lease-renew")} if stalled and step != "take" else set()  # at "take" A has no timer yet
+    holds = set(STEPS[step]) | frozen | {("B", "before-head")}
+    steps = _Steps(holds)
+    failpoints.set_hook(steps)
+    outcomes: dict[str, dict] = {"A": {}, "B": {}}
+    try:
+        first = threading.Thread(target=_writer, args=(a, "A", outcomes["A"]), name="A")
+        first.start()
+        steps.wait_reached("A")
+        renewed = steps.event("A-lease", "lease-renewed")
+        renewed.clear()
+        if step != "renew" or stalled:
+            clock.now += 2 * LEASE_TTL_S  # past the lease's life, unless renewed
+        if not stalled and step not in ("take", "renew"):
+            assert renewed.wait(30)  # the timer renewed it, though A has not written since
+        second = threading.Thread(target=_writer, args=(b, "B", outcomes["B"]), name="B")
+        second.start()
+        while second.is_alive() and not steps.reached[("B", "before-head")].wait(0.05):
+            pass
+        steps.free("A")
+        first.join(60)
+        steps.free("B")
+        second.join(60)
+    finally:
+        steps.free("A")
+        steps.free("B")
+        failpoints.set_hook(None)
+    winner = "B" if step == "take" or stalled else "A"
+    loser = "A" if winner == "B" else "B"
+    assert "manifest" in outcomes[winner], outcomes[winner].get("error") and outcomes[winner]["error"].message
+    assert "manifest" not in outcomes[loser]
+    message = outcomes[loser]["error"].message
+    assert "is being written by pid" in message or "this writer stopped" in message, message
+
+    index = a.open_view()  # the point count against the catalog passes: nothing lost, nothing extra
+    assert sorted(Path(d.path).name for d in index.manifest.documents) == sorted(["a.pdf", "b.png", f"{winner}.pdf"])
+    assert a.verify() == []
+    assert a.client.count(a.physical(), exact=True).count == index.manifest.page_count  # none of the loser's points left
+    a.close()
