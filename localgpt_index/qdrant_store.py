@@ -306,9 +306,18 @@ class QdrantStore:
                 if self.client.collection_exists(name):
                     raise self._foreign(f"{name} is a collection, not an lgpt-index index (whose name is an alias)")
                 return None
-            if not re.fullmatch(rf"{re.escape(name)}__[0-9a-f]{{10}}", target) or self._head(target) is None:
+            named = re.fullmatch(rf"{re.escape(name)}__[0-9a-f]{{10}}", target)
+            if not named or (self._head(target) is None and not self.ours_shaped(target)):  # shaped: ours, damaged
                 raise self._foreign(f"{name} is an alias of {target}, which is not an lgpt-index index")
         return target
+
+    def ours_shaped(self, name: str) -> bool:
+        """A collection with our vectors (a catalog: none at all), as a rebuild creates them."""
+        vectors = self.client.get_collection(name).config.params.vectors
+        if name.endswith("__catalog"):
+            sample = self.client.scroll(name, limit=8, with_payload=["kind"])[0]
+            return not vectors and all((p.payload or {}).get("kind") in ("manifest", "head") for p in sample)
+        return isinstance(vectors, dict) and set(vectors) == {VECTOR, POOLED}
 
     def _foreign(self, what: str) -> UsageError:
         return UsageError(f"--store {self.location}: {what}; refused, nothing was changed or deleted.",
@@ -772,7 +781,7 @@ class QdrantTransaction:
         keep = {self.previous_physical, QdrantStore.catalog_of(self.previous_physical)} if self.previous_physical else set()
         with self.writing():
             for name in [c.name for c in self.client.get_collections().collections]:
-                if ours.match(name) and name not in keep and self._ours_shaped(name):
+                if ours.match(name) and name not in keep and self.store.ours_shaped(name):
                     self.client.delete_collection(name)
             if self.previous_physical is None or self.base is None:
                 return
@@ -786,13 +795,6 @@ class QdrantTransaction:
             if self.store.legacy_paths and not self.rebuild:
                 self._upgrade_paths()
         self._created = not self.rebuild
-
-    def _ours_shaped(self, name: str) -> bool:
-        """A stray collection a killed rebuild left: its vectors are ours (a catalog: none at all)."""
-        vectors = self.client.get_collection(name).config.params.vectors
-        if name.endswith("__catalog"):
-            return not vectors
-        return isinstance(vectors, dict) and set(vectors) == {VECTOR, POOLED}
 
     def _claim_head(self, physical: str) -> None:
         """HEAD names this writer: a writer that lost its lease can no longer replace it (see _write_head)."""

@@ -100,11 +100,18 @@ def test_another_tools_plain_collection_is_refused_before_any_work(fake_model, t
 
 def test_a_stray_collection_named_like_ours_but_not_ours_is_kept(fake_model, tmp_path):
     """Recovery deletes a killed rebuild's collections, not another tool's that happens to match the pattern."""
+    from qdrant_client import models
+
     qd = tmp_path / "qd"
     _foreign_collection(qd, "docs__0123456789")
+    client = _client(qd)
+    client.create_collection("docs__0123456789__catalog", vectors_config={})
+    client.upsert("docs__0123456789__catalog", [models.PointStruct(id=1, vector={}, payload={"theirs": 1})])
+    client.close()
     docs = _small_docs(tmp_path / "docs")
     assert run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{qd}/docs").exit_code == 0
     _foreign_intact(qd, "docs__0123456789")
+    assert "docs__0123456789__catalog" in _collections(qd)
 
 
 # 3. file names that are not UTF-8
