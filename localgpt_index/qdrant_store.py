@@ -79,6 +79,11 @@ def point_id(segment: str, row: int) -> str:
     return str(uuid.uuid5(NAMESPACE, f"{segment}:{row}"))
 
 
+def chunk_id(generation: int, chunk: int, key: str | None = None) -> str:
+    """A catalog chunk's point: per writer (`key`), so that two writers' catalogs of one generation never mix."""
+    return str(uuid.uuid5(NAMESPACE, f"manifest:{generation}:{chunk}" + (f":{key}" if key else "")))
+
+
 def payload_path(path: str) -> str:
     """A path as JSON can carry it: bytes that are not UTF-8 as backslash escapes (readable, not unique)."""
     try:
@@ -367,7 +372,7 @@ class QdrantStore:
             generation, chunks, digest = int(head["generation"]), int(head["chunks"]), str(head["sha256"])
         except (KeyError, TypeError, ValueError):
             raise IndexProblem(f"{where}: the HEAD point is malformed.", hint=REBUILD_HINT) from None
-        ids = [str(uuid.uuid5(NAMESPACE, f"manifest:{generation}:{i}")) for i in range(chunks)]
+        ids = [chunk_id(generation, i, head.get("chunk_key")) for i in range(chunks)]
         with self.talking("reading the catalog"):
             found = {r.id: r.payload for r in self.client.retrieve(self.catalog_of(physical), ids, with_payload=True)}
         if len(found) != chunks:
@@ -1011,13 +1016,13 @@ class QdrantTransaction:
         models = _models()
         text = manifest.to_json().decode("ascii")
         chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
-        points = [models.PointStruct(id=str(uuid.uuid5(NAMESPACE, f"manifest:{manifest.generation}:{i}")), vector={},
+        points = [models.PointStruct(id=chunk_id(manifest.generation, i, self.token), vector={},
                                      payload={"kind": "manifest", "generation": manifest.generation, "chunk": i, "data": chunk})
                   for i, chunk in enumerate(chunks)]
         self.client.upsert(self.catalog, points, wait=True)
         self._head_payload = {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
                               "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": self.physical,
-                              "paths": PATHS_VERSION, "writer": self.token}
+                              "paths": PATHS_VERSION, "writer": self.token, "chunk_key": self.token}
 
     def _write_head(self, manifest: Manifest) -> None:
         """HEAD replaced only where it still names this writer (claimed when the lease was taken): a

@@ -154,15 +154,25 @@ def test_paths_that_are_not_utf8_stay_apart(fake_model, tmp_path):
 
 
 def _make_legacy(url: str) -> None:
-    """Rewrite a collection as the code before path_raw left it: no path_raw in points, no paths in HEAD."""
-    from localgpt_index.qdrant_store import HEAD_ID
+    """Rewrite a collection as the code before path_raw left it: no path_raw or writer in points, no paths,
+    writer or chunk_key in HEAD, catalog chunks under their old ids."""
+    from qdrant_client import models
+
+    from localgpt_index.qdrant_store import HEAD_ID, chunk_id
     from localgpt_index.stores import open_store
 
     store = open_store(url)
     physical = store.physical()
+    catalog = store.catalog_of(physical)
     ids = [p.id for p in store.client.scroll(physical, limit=100)[0]]
     store.client.delete_payload(physical, keys=["path_raw", "writer"], points=ids)
-    store.client.delete_payload(store.catalog_of(physical), keys=["paths", "writer"], points=[HEAD_ID])
+    head = store.client.retrieve(catalog, [HEAD_ID])[0].payload
+    for i in range(head["chunks"]):
+        new = chunk_id(head["generation"], i, head["chunk_key"])
+        [chunk] = store.client.retrieve(catalog, [new])
+        store.client.upsert(catalog, [models.PointStruct(id=chunk_id(head["generation"], i), vector={}, payload=chunk.payload)])
+        store.client.delete(catalog, points_selector=models.PointIdsList(points=[new]))
+    store.client.delete_payload(catalog, keys=["paths", "writer", "chunk_key"], points=[HEAD_ID])
     store.close()
 
 
