@@ -40,8 +40,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import re
+import shutil
 import socket
 import threading
 import time
