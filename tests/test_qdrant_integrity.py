@@ -325,14 +325,14 @@ class _Steps:
                 release.set()
 
 
-def _writer(store, name: str, outcome: dict) -> None:
+def _writer(store, name: str, outcome: dict, rebuild: bool = False) -> None:
     """Add one 2-page document `name` in one transaction; record the manifest or the error."""
     from localgpt_index.errors import LgptError
     from localgpt_index.manifest import Document, Span
     from localgpt_index.transfer import write_documents
 
     try:
-        with store.begin() as txn:
+        with store.begin(rebuild=rebuild) as txn:
             base = txn.base
             dim = base.model.dim or base.settings.dim
             rng = np.random.default_rng(len(name))
@@ -345,8 +345,20 @@ def _writer(store, name: str, outcome: dict) -> None:
         outcome["error"] = exc
 
 
+def _renewed_past(renewed: threading.Event, store, clock: _Clock) -> None:
+    """Wait until the lease's timer has renewed it past the moved clock."""
+    from localgpt_index.qdrant_store import LEASE_MARGIN_S
+
+    while store.lease.expires - LEASE_MARGIN_S <= clock():
+        renewed.clear()
+        if store.lease.expires - LEASE_MARGIN_S > clock():
+            break
+        assert renewed.wait(30), "the lease was not renewed"
+
+
 STEPS = {"take": {("A", "lease-take")}, "renew": {("A", "upsert"), ("A-lease", "lease-renew")},
-         "upsert": {("A", "upsert")}, "switch": {("A", "before-switch")}, "head": {("A", "before-head")}}
+         "upsert": {("A", "upsert")}, "switch": {("A", "before-switch")}, "head": {("A", "before-head")},
+         "alias": {("A", "after-head")}}  # A rebuilds: its new collection is complete, the alias not yet switched
 
 
 @pytest.fixture(scope="module")
@@ -381,15 +393,13 @@ def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, 
     failpoints.set_hook(steps)
     outcomes: dict[str, dict] = {"A": {}, "B": {}}
     try:
-        first = threading.Thread(target=_writer, args=(a, "A", outcomes["A"]), name="A")
+        first = threading.Thread(target=_writer, args=(a, "A", outcomes["A"], step == "alias"), name="A")
         first.start()
         steps.wait_reached("A")
-        renewed = steps.event("A-lease", "lease-renewed")
-        renewed.clear()
         if step != "renew" or stalled:
             clock.now += 2 * LEASE_TTL_S  # past the lease's life, unless renewed
         if not stalled and step not in ("take", "renew"):
-            assert renewed.wait(30)  # the timer renewed it, though A has not written since
+            _renewed_past(steps.event("A-lease", "lease-renewed"), a, clock)  # though A has not written since
         second = threading.Thread(target=_writer, args=(b, "B", outcomes["B"]), name="B")
         second.start()
         while second.is_alive() and not steps.reached[("B", "before-head")].wait(0.05):
@@ -413,4 +423,7 @@ def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, 
     assert sorted(Path(d.path).name for d in index.manifest.documents) == sorted(["a.pdf", "b.png", f"{winner}.pdf"])
     assert a.verify() == []
     assert a.client.count(a.physical(), exact=True).count == index.manifest.page_count  # none of the loser's points left
+    names = {c.name for c in a.client.get_collections().collections}
+    assert sorted(n for n in names if n.startswith("docs__") and not n.endswith("__lease")) == \
+        sorted([a.physical(), a.catalog_of(a.physical())])  # nor a collection of the loser's
     a.close()
