@@ -73,6 +73,7 @@ LEASE_MARGIN_S = LEASE_TTL_S / 4  # a writer stops this long before its lease co
 NO_TOKEN = "-"  # matches no lease: a conditional upsert with it inserts only where there is none
 PATHS_VERSION = 2  # HEAD's `paths`: payloads carry path_raw for paths that are not UTF-8
 PDF_STORE_MARKER = ".lgpt-pdf-store"  # discovery skips a folder that holds it
+MIN_SERVER = (1, 16)  # conditional updates (update_filter): the lease's compare-and-swap
 
 
 def point_id(segment: str, row: int) -> str:
@@ -111,6 +112,17 @@ def point_key(payload: dict, legacy: bool = False) -> tuple[str, str]:
     if legacy or "path_raw" not in payload:
         return ("text", str(payload.get("path")))
     return ("raw", str(payload["path_raw"]))
+
+
+def check_server_version(version: str, where: str) -> None:
+    """Writers need conditional updates: Qdrant 1.16 or later (an older server would ignore the condition)."""
+    from .errors import EnvironmentMissing
+
+    numbers = re.match(r"v?(\d+)\.(\d+)", version or "")
+    if numbers is None or (int(numbers[1]), int(numbers[2])) < MIN_SERVER:
+        raise EnvironmentMissing(f"{where} runs Qdrant {version or '(unknown version)'}; writing an index needs "
+                                 f"{MIN_SERVER[0]}.{MIN_SERVER[1]} or later (conditional updates, for the writer's lease).",
+                                 hint="Upgrade the Qdrant server (or qdrant-client, for qdrant+path://); readers work as they are.")
 
 
 class LeaseLost(IndexBusy):
@@ -511,6 +523,7 @@ class QdrantStore:
         lease = _Lease(self)
         deadline = time.monotonic() + wait_s
         with self.talking("taking the lease"):
+            check_server_version(self.client.info().version, self.location)
             if not self.client.collection_exists(self.lease_collection):
                 self.client.create_collection(self.lease_collection, vectors_config={})
             while not lease.take():

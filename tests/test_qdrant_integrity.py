@@ -427,3 +427,16 @@ def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, 
     assert sorted(n for n in names if n.startswith("docs__") and not n.endswith("__lease")) == \
         sorted([a.physical(), a.catalog_of(a.physical())])  # nor a collection of the loser's
     a.close()
+
+
+@pytest.mark.parametrize("version, refused", [("1.15.5", True), ("1.9.0", True), ("", True), ("1.16.0", False),
+                                              ("1.20.1-dev", False), ("2.0.0", False)])
+def test_writers_need_a_server_with_conditional_updates(version, refused):
+    from localgpt_index.errors import EnvironmentMissing
+    from localgpt_index.qdrant_store import check_server_version
+
+    if refused:
+        with pytest.raises(EnvironmentMissing, match="needs 1.16 or later"):
+            check_server_version(version, "qdrant://host:6333/docs")
+    else:
+        check_server_version(version, "qdrant://host:6333/docs")
