@@ -542,11 +542,6 @@ class QdrantStore:
             lease.release()
             self.lease = None
 
-    def renew_lease(self) -> None:
-        """Renew this writer's lease now (the timer does it on its own)."""
-        if self.lease is not None:
-            self.lease.renew()
-
 
 class _Lease:
     """A writer's hold on a collection: the lease point's owner token and expiry, changed only by
