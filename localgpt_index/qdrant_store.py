@@ -453,6 +453,8 @@ class QdrantStore:
             if manifest is None:
                 return [f"no index at {self.location}."]
             return self._verify(physical, manifest)
+        except UsageError:
+            raise  # not an index of ours at all (another tool's collection): not damage
         except LgptError as exc:
             return [exc.message]
 

@@ -94,6 +94,9 @@ def test_another_tools_plain_collection_is_refused_before_any_work(fake_model, t
     assert "pages embedded" not in result.stderr  # refused before the work, not after it
     assert result.exit_code == 2, result.stderr
     assert "docs is a collection, not an lgpt-index index" in result.stderr
+    for command in ("status", "verify"):
+        read = run_cli(command, "--store", f"qdrant+path://{qd}/docs")
+        assert read.exit_code == 2 and "not an lgpt-index index" in read.stderr, (command, read.stderr)
     _foreign_intact(qd, "docs")
     assert _collections(qd) == {"docs"}  # no docs__lease
 
