@@ -129,8 +129,13 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def _is_index(folder: str) -> bool:
-    """An lgpt-index index (another --name of the same index folder, say): never documents."""
-    return os.path.isfile(os.path.join(folder, "HEAD")) and os.path.isdir(os.path.join(folder, "segments"))
+    """An lgpt-index index (another --name of the same index folder, say), a Qdrant in-process
+    folder (a qdrant+path store, its PDF store inside), or a Qdrant store's PDF store: never documents."""
+    def has(name: str) -> bool:
+        return os.path.isfile(os.path.join(folder, name))
+
+    return ((has("HEAD") and os.path.isdir(os.path.join(folder, "segments")))
+            or (has("meta.json") and has(".lock")) or has(".lgpt-pdf-store"))
 
 
 def _inside(real: str, real_root: str) -> bool:

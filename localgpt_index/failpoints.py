@@ -5,6 +5,8 @@ process with SIGKILL at that point, as a power cut or `kill -9` would;
 `NAME:N:enospc` raises "No space left on device" there instead, as a full disk would;
 `NAME:N:hold` creates `$LGPT_FAILPOINT_HOLD.reached` and waits there until the file
 `$LGPT_FAILPOINT_HOLD` exists, so a test can act while the process is mid-way.
+In-process tests can also install a hook (`set_hook`) that every failpoint reached calls, in
+whichever thread reaches it, to interleave two writers of one process step by step.
 """
 
 from __future__ import annotations
@@ -14,11 +16,21 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable
 
 _hits: dict[str, int] = {}
+_hook: Callable[[str], None] | None = None
+
+
+def set_hook(hook: Callable[[str], None] | None) -> None:
+    """Tests: `hook(name)` runs at every failpoint reached (None removes it)."""
+    global _hook
+    _hook = hook
 
 
 def failpoint(name: str) -> None:
+    if _hook is not None:
+        _hook(name)
     wanted = os.environ.get("LGPT_FAILPOINT")
     if not wanted:
         return

@@ -8,15 +8,29 @@ document (path, page, sha256, kind, metadata) and its generations:
                    writer's: deleted when the next writer starts)
     visible_from   the commit from which queries see it (PENDING while its document is in progress)
     gen_removed    the commit that removed it (kept one generation for readers, then deleted)
+    writer         the token of the writer that staged it (a writer that lost its lease deletes only its own)
+
+A path that is not UTF-8 is shown in `path` with backslash escapes and kept exactly in
+`path_raw` (its bytes in hex), so two documents never share a payload path; collections from
+before (HEAD without `paths: 2`) are read the old way and upgraded by the next build.
 
 Queries see `visible_from <= G and not gen_removed <= G` for HEAD's generation G, so a build
 interrupted at any point leaves the collection answering as after its last commit.
 
 The catalog (the same manifest as a local index, validated the same way) lives beside the
 points, in `<physical>__catalog`, split into chunks, with a HEAD point replaced last. The
-name users give is an alias of the physical collection: --rebuild writes a new physical
-collection and switches the alias once it is complete. One writer at a time: a lease point
-in `<name>__lease` with an expiry (no OS lock spans machines).
+name users give is an alias of the physical collection `<name>__<10 hex digits>`: --rebuild
+writes a new physical collection and switches the alias once it is complete. A name that is
+anything else (another tool's collection, or an alias of one) is refused before any work.
+
+One writer at a time: a lease point in `<name>__lease` (holder, token, expiry), taken and
+renewed by compare-and-swap (a conditional upsert, `update_filter`), renewed by a timer thread
+from the moment it is taken; the writer fences itself (stops before its lease could have run
+out on its own clock), claims HEAD with its token, and writes HEAD only while HEAD still names
+it. Clocks of the machines that share a collection must agree to within LEASE_MARGIN_S.
+
+Needs a Qdrant server 1.16 or later (conditional updates) and qdrant-client 1.16 or later
+(tested with 1.20, whose in-process mode supports them too).
 
 Stored PDFs (for page images and resumed conversions) go to --pdf-store, a local or shared folder.
 """
@@ -26,14 +40,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
+import threading
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -52,19 +68,65 @@ LEASE_ID = str(uuid.uuid5(NAMESPACE, "lease"))
 CHUNK_CHARS = 1 << 20
 UPSERT_BATCH = 16
 LEASE_TTL_S = 120.0
+LEASE_RENEW_S = LEASE_TTL_S / 4  # the timer's period
+LEASE_MARGIN_S = LEASE_TTL_S / 4  # a writer stops this long before its lease could run out
+NO_TOKEN = "-"  # matches no lease: a conditional upsert with it inserts only where there is none
+PATHS_VERSION = 2  # HEAD's `paths`: payloads carry path_raw for paths that are not UTF-8
+PDF_STORE_MARKER = ".lgpt-pdf-store"  # discovery skips a folder that holds it
+MIN_SERVER = (1, 16)  # conditional updates (update_filter): the lease's compare-and-swap
 
 
 def point_id(segment: str, row: int) -> str:
     return str(uuid.uuid5(NAMESPACE, f"{segment}:{row}"))
 
 
+def chunk_id(generation: int, chunk: int, key: str | None = None) -> str:
+    """A catalog chunk's point: per writer (`key`), so that two writers' catalogs of one generation never mix."""
+    return str(uuid.uuid5(NAMESPACE, f"manifest:{generation}:{chunk}" + (f":{key}" if key else "")))
+
+
 def payload_path(path: str) -> str:
-    """A path as JSON can carry it: bytes that are not UTF-8 as backslash escapes (the catalog keeps the real one)."""
+    """A path as JSON can carry it: bytes that are not UTF-8 as backslash escapes (readable, not unique)."""
     try:
         path.encode("utf-8")
         return path
     except UnicodeEncodeError:
         return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def path_fields(path: str) -> dict[str, str]:
+    """The payload fields naming a page's document: `path`, and `path_raw` where it is not UTF-8."""
+    shown = payload_path(path)
+    return {"path": shown} if shown == path else {"path": shown, "path_raw": os.fsencode(path).hex()}
+
+
+def doc_key(path: str, legacy: bool = False) -> tuple[str, str]:
+    """What a document's points are found under (`legacy`: a collection from before path_raw)."""
+    fields = path_fields(path)
+    if legacy or "path_raw" not in fields:
+        return ("text", fields["path"])
+    return ("raw", fields["path_raw"])
+
+
+def point_key(payload: dict, legacy: bool = False) -> tuple[str, str]:
+    if legacy or "path_raw" not in payload:
+        return ("text", str(payload.get("path")))
+    return ("raw", str(payload["path_raw"]))
+
+
+def check_server_version(version: str, where: str) -> None:
+    """Writers need conditional updates: Qdrant 1.16 or later (an older server would ignore the condition)."""
+    from .errors import EnvironmentMissing
+
+    numbers = re.match(r"v?(\d+)\.(\d+)", version or "")
+    if numbers is None or (int(numbers[1]), int(numbers[2])) < MIN_SERVER:
+        raise EnvironmentMissing(f"{where} runs Qdrant {version or '(unknown version)'}; writing an index needs "
+                                 f"{MIN_SERVER[0]}.{MIN_SERVER[1]} or later (conditional updates, for the writer's lease).",
+                                 hint="Upgrade the Qdrant server (or qdrant-client, for qdrant+path://); readers work as they are.")
+
+
+class LeaseLost(IndexBusy):
+    """This writer's lease ran out or was taken over: it stops, nothing more of it is written."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +162,28 @@ def parse_store_url(url: str, api_key: str | None = None) -> QdrantSpec:
                                  "(a collection name of letters, digits, '-' and '_').")
             if scheme is None:
                 return QdrantSpec(collection, path=Path(os.path.abspath(os.path.expanduser(where))))
+            _check_host(url, where)
             return QdrantSpec(collection, url=f"{scheme}://{where}", api_key=api_key, **counts)
     raise UsageError(f"--store {url}: expected local, qdrant://HOST:PORT/COLLECTION, qdrants://... or qdrant+path://DIR/COLLECTION.")
+
+
+def _check_host(url: str, where: str) -> None:
+    """HOST[:PORT] of a server URL: a host name or address, a port from 1 to 65535."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(f"//{where}")
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, or out of range
+        problem = str(exc)
+    else:
+        if not parts.hostname or parts.username is not None or parts.password is not None or parts.path:
+            problem = "no host name" if not parts.hostname else "expected HOST:PORT only"
+        elif port is not None and port < 1:
+            problem = "port 0"
+    if problem:
+        raise UsageError(f"--store {url}: {where!r} is not HOST:PORT ({problem}); the port is a number from 1 to 65535.")
 
 
 def _models():
@@ -139,12 +221,21 @@ def visible_filter(generation: int, filters: dict[str, str] | None = None):
 class QdrantStore:
     """An index in a Qdrant deployment (a server, a cluster, or the client's in-process mode)."""
 
-    def __init__(self, spec: QdrantSpec, pdf_store: Path | None = None) -> None:
+    def __init__(self, spec: QdrantSpec, pdf_store: Path | None = None, *, client: Any = None,
+                 clock: Callable[[], float] = time.time, renew_every_s: float = LEASE_RENEW_S) -> None:
+        """`client`: an open client to share (the in-process mode admits one per folder);
+        `clock`: the wall clock lease expiries are read against (tests inject one)."""
         self.spec = spec
         if pdf_store is None and spec.path is not None:
             pdf_store = spec.path / f"{spec.collection}-pdf"  # in-process mode: beside the data, on this machine
         self.pdf_store = Path(pdf_store) if pdf_store else None
-        self._client = None
+        self._client = client
+        self._shared = client is not None
+        self.clock = clock
+        self.renew_every_s = renew_every_s
+        self.lease: _Lease | None = None
+        self._may_create = False  # readers never create an in-process folder; writers may
+        self.legacy_paths = False
 
     # plumbing
 
@@ -166,9 +257,12 @@ class QdrantStore:
         _models()
         from qdrant_client import QdrantClient
 
+        if self.spec.path is not None:
+            self._check_folder()
         try:
             if self.spec.path is not None:
-                return QdrantClient(path=str(self.spec.path))
+                # one lock around every call: the in-process mode is not thread-safe, and the lease's timer thread calls it
+                return _Serialized(QdrantClient(path=str(self.spec.path), force_disable_check_same_thread=True))
             # check_compatibility would print a raw warning when the server is down; our own message says it
             return QdrantClient(url=self.spec.url, api_key=self.spec.api_key, timeout=60, check_compatibility=False)
         except RuntimeError as exc:  # in-process mode: one process at a time
@@ -177,10 +271,32 @@ class QdrantStore:
                                 hint="Stop the other process (a build, a serve), or use a Qdrant server for readers beside writers.") from None
             raise IndexProblem(f"{self.location}: {' '.join(str(exc).split())[:200]}") from None
 
+    def writable(self) -> "QdrantStore":
+        """This store is about to be written: an in-process folder may be created."""
+        self._may_create = True
+        return self
+
+    def _check_folder(self) -> None:
+        """An in-process folder is opened only where Qdrant's data is; a writer may start an empty or new one."""
+        folder = self.spec.path
+        if (folder / "meta.json").is_file():
+            return
+        if not folder.exists():
+            if self._may_create:
+                return
+            raise IndexProblem(f"no index at {self.location}: {folder} does not exist (nothing was created).",
+                               hint="Check the path, or build one first: lgpt-index build DOCS --store URL.")
+        if not folder.is_dir() or any(folder.iterdir()):
+            raise UsageError(f"--store {self.location}: {folder} is not a Qdrant in-process folder (no meta.json); refused, "
+                             "nothing was written there.", hint="Name a new or empty folder, or the one a build used.")
+        if not self._may_create:
+            raise IndexProblem(f"no index at {self.location}: {folder} is empty.",
+                               hint="Build one first: lgpt-index build DOCS --store URL.")
+
     def close(self) -> None:
-        if self._client is not None:
+        if self._client is not None and not self._shared:
             self._client.close()
-            self._client = None
+        self._client = None if not self._shared else self._client
 
     @contextmanager
     def talking(self, what: str) -> Iterator[None]:
@@ -198,12 +314,31 @@ class QdrantStore:
             raise IndexProblem(f"{self.location}: {what} failed ({type(exc).__name__}: {text}).") from None
 
     def physical(self) -> str | None:
-        """The collection the name points to (an alias), or None when there is no index yet."""
+        """The collection the name points to (an alias), or None when there is no index yet.
+        A name that is another tool's collection, or an alias of one, is refused (UsageError)."""
+        name = self.spec.collection
         with self.talking("reading the aliases"):
-            for alias in self.client.get_aliases().aliases:
-                if alias.alias_name == self.spec.collection:
-                    return alias.collection_name
-        return None
+            target = next((a.collection_name for a in self.client.get_aliases().aliases if a.alias_name == name), None)
+            if target is None:
+                if self.client.collection_exists(name):
+                    raise self._foreign(f"{name} is a collection, not an lgpt-index index (whose name is an alias)")
+                return None
+            named = re.fullmatch(rf"{re.escape(name)}__[0-9a-f]{{10}}", target)
+            if not named or (self._head(target) is None and not self.ours_shaped(target)):  # shaped: ours, damaged
+                raise self._foreign(f"{name} is an alias of {target}, which is not an lgpt-index index")
+        return target
+
+    def ours_shaped(self, name: str) -> bool:
+        """A collection with our vectors (a catalog: none at all), as a rebuild creates them."""
+        vectors = self.client.get_collection(name).config.params.vectors
+        if name.endswith("__catalog"):
+            sample = self.client.scroll(name, limit=8, with_payload=["kind"])[0]
+            return not vectors and all((p.payload or {}).get("kind") in ("manifest", "head") for p in sample)
+        return isinstance(vectors, dict) and set(vectors) == {VECTOR, POOLED}
+
+    def _foreign(self, what: str) -> UsageError:
+        return UsageError(f"--store {self.location}: {what}; refused, nothing was changed or deleted.",
+                          hint="Name a collection that does not exist yet (a build creates it), or one lgpt-index built.")
 
     @staticmethod
     def catalog_of(physical: str) -> str:
@@ -224,7 +359,8 @@ class QdrantStore:
             if not self.client.collection_exists(self.catalog_of(physical)):
                 return None
             found = self.client.retrieve(self.catalog_of(physical), [HEAD_ID], with_payload=True)
-        return dict(found[0].payload) if found else None
+        head = dict(found[0].payload) if found else None
+        return head if head and head.get("kind") == "head" else None
 
     def head_key(self) -> tuple:
         physical = self.physical()
@@ -238,7 +374,9 @@ class QdrantStore:
         head = self._head(physical)
         if head is None:
             return None
-        return self._manifest(physical, head)
+        manifest = self._manifest(physical, head)
+        self.legacy_paths = head.get("paths") != PATHS_VERSION  # of the manifest last read
+        return manifest
 
     def _manifest(self, physical: str, head: dict) -> Manifest:
         where = f"{self.location} (generation {head.get('generation')})"
@@ -246,7 +384,7 @@ class QdrantStore:
             generation, chunks, digest = int(head["generation"]), int(head["chunks"]), str(head["sha256"])
         except (KeyError, TypeError, ValueError):
             raise IndexProblem(f"{where}: the HEAD point is malformed.", hint=REBUILD_HINT) from None
-        ids = [str(uuid.uuid5(NAMESPACE, f"manifest:{generation}:{i}")) for i in range(chunks)]
+        ids = [chunk_id(generation, i, head.get("chunk_key")) for i in range(chunks)]
         with self.talking("reading the catalog"):
             found = {r.id: r.payload for r in self.client.retrieve(self.catalog_of(physical), ids, with_payload=True)}
         if len(found) != chunks:
@@ -271,7 +409,19 @@ class QdrantStore:
         manifest = self.read_manifest(physical)
         if manifest is None:
             raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
-        return QdrantIndex(self, manifest, physical)
+        self._check_count(physical, manifest)
+        return QdrantIndex(self, manifest, physical, self.legacy_paths)
+
+    def _check_count(self, physical: str, manifest: Manifest) -> None:
+        """The points a reader sees against the catalog's pages: one count, so that points deleted
+        behind the index's back (another client) are damage reported now, not empty answers."""
+        with self.talking("counting the points"):
+            visible = self.client.count(physical, count_filter=visible_filter(manifest.generation), exact=True).count
+        expected = sum(d.pages for d in manifest.documents)
+        if visible != expected:
+            raise IndexProblem(f"{self.location} is damaged: the catalog names {expected} pages, the collection {physical} "
+                               f"holds {visible} of them (points were deleted or added by another client).",
+                               hint=f"`lgpt-index verify` lists the documents concerned; {REBUILD_HINT}")
 
     def reopened(self) -> "QdrantStore":
         return self
@@ -303,6 +453,8 @@ class QdrantStore:
             if manifest is None:
                 return [f"no index at {self.location}."]
             return self._verify(physical, manifest)
+        except UsageError:
+            raise  # not an index of ours at all (another tool's collection): not damage
         except LgptError as exc:
             return [exc.message]
 
@@ -315,15 +467,19 @@ class QdrantStore:
         dim = manifest.model.dim or manifest.settings.dim
         if page is None or page.multivector_config is None or (dim and page.size != dim):
             problems.append(f"{physical}: its '{VECTOR}' vectors are not {dim}-d multi-vectors.")
-        seen: dict[str, set[int]] = {}
-        for record in self.scroll(physical, visible_filter(manifest.generation), ["path", "page"]):
-            seen.setdefault(record.payload["path"], set()).add(int(record.payload["page"]))
-        expected = {d.path: set(range(1, d.pages + 1)) for d in manifest.documents}
-        for path, pages in expected.items():
-            if seen.get(path) != pages:
-                problems.append(f"{path}: {len(seen.get(path, ()))} of its {len(pages)} pages are in the collection.")
-        for path in set(seen) - set(expected):
-            problems.append(f"{path}: {len(seen[path])} page(s) in the collection but not in the catalog.")
+        legacy = self.legacy_paths
+        seen: dict[tuple[str, str], set[int]] = {}
+        shown: dict[tuple[str, str], str] = {}
+        for record in self.scroll(physical, visible_filter(manifest.generation), ["path", "path_raw", "page"]):
+            key = point_key(record.payload, legacy)
+            seen.setdefault(key, set()).add(int(record.payload["page"]))
+            shown[key] = str(record.payload["path"])
+        expected = {doc_key(d.path, legacy): (d.path, set(range(1, d.pages + 1))) for d in manifest.documents}
+        for key, (path, pages) in expected.items():
+            if seen.get(key) != pages:
+                problems.append(f"{path}: {len(seen.get(key, ()))} of its {len(pages)} pages are in the collection.")
+        for key in set(seen) - set(expected):
+            problems.append(f"{shown[key]}: {len(seen[key])} page(s) in the collection but not in the catalog.")
         for doc in manifest.documents:
             if doc.pdf and self.pdf_store is not None:
                 pdf = self.pdf_store / doc.pdf
@@ -347,7 +503,8 @@ class QdrantStore:
 
     @contextmanager
     def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator["QdrantTransaction"]:
-        with self._lease(wait_s):
+        self.writable().physical()  # another tool's collection is refused before anything is created
+        with self._lease(wait_s) as lease:
             physical = self.physical()
             try:
                 base = self.read_manifest(physical) if physical else None
@@ -355,7 +512,7 @@ class QdrantStore:
                 if not rebuild:
                     raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
                 base = None
-            transaction = QdrantTransaction(self, physical, base, rebuild)
+            transaction = QdrantTransaction(self, physical, base, rebuild, lease)
             transaction.recover()
             try:
                 yield transaction
@@ -363,47 +520,149 @@ class QdrantStore:
                 transaction.discard_staged()
 
     @contextmanager
-    def _lease(self, wait_s: float) -> Iterator[None]:
-        """One writer per collection: a lease point with an expiry; a crashed writer's lease runs out."""
-        models = _models()
-        token = uuid.uuid4().hex
-        holder = f"pid {os.getpid()} on {socket.gethostname()}"
+    def _lease(self, wait_s: float) -> Iterator["_Lease"]:
+        """One writer per collection: the lease point, taken by compare-and-swap, renewed by a timer."""
+        lease = _Lease(self)
         deadline = time.monotonic() + wait_s
         with self.talking("taking the lease"):
+            check_server_version(self.client.info().version, self.location)
             if not self.client.collection_exists(self.lease_collection):
                 self.client.create_collection(self.lease_collection, vectors_config={})
-            while True:
-                found = self.client.retrieve(self.lease_collection, [LEASE_ID], with_payload=True)
-                current = dict(found[0].payload) if found else None
-                if current is None or float(current.get("expires", 0)) < time.time() or _holder_gone(current):
-                    self.client.upsert(self.lease_collection, [models.PointStruct(id=LEASE_ID, vector={}, payload={
-                        "holder": holder, "token": token, "expires": time.time() + LEASE_TTL_S})])
-                    time.sleep(0.05)  # no compare-and-swap in Qdrant: the last writer wins, and each checks
-                    again = self.client.retrieve(self.lease_collection, [LEASE_ID], with_payload=True)
-                    if again and again[0].payload.get("token") == token:
-                        break
-                    current = dict(again[0].payload) if again else current
+            while not lease.take():
                 if time.monotonic() >= deadline:
+                    current = lease.read() or {}
+                    until = time.strftime("%H:%M:%S", time.localtime(float(current.get("expires", 0))))
                     raise IndexBusy(f"{self.location} is being written by {current.get('holder', 'another writer')} "
-                                    f"(its lease runs until {time.strftime('%H:%M:%S', time.localtime(float(current.get('expires', 0))))}).",
+                                    f"(its lease runs until {until} unless renewed).",
                                     hint="Wait for it to finish, or pass --wait SECONDS; a crashed writer's lease expires by itself.")
                 time.sleep(0.5)
-        self._lease_token = token
+        self.lease = lease
+        lease.start()
         try:
-            yield
+            yield lease
         finally:
-            try:
-                found = self.client.retrieve(self.lease_collection, [LEASE_ID], with_payload=True)
-                if found and found[0].payload.get("token") == token:
-                    self.client.delete(self.lease_collection, points_selector=models.PointIdsList(points=[LEASE_ID]))
-            except Exception:
-                pass  # it expires
+            lease.release()
+            self.lease = None
 
-    def renew_lease(self) -> None:
+
+class _Lease:
+    """A writer's hold on a collection: the lease point's owner token and expiry, changed only by
+    conditional upserts (compare-and-swap on the token and a version), renewed by a timer thread."""
+
+    def __init__(self, store: QdrantStore) -> None:
+        self.store = store
+        self.token = uuid.uuid4().hex
+        self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        self.expires = 0.0  # as last confirmed
+        self.version = 0
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def client(self):
+        return self.store.client
+
+    def read(self) -> dict | None:
+        found = self.client.retrieve(self.store.lease_collection, [LEASE_ID], with_payload=True)
+        return dict(found[0].payload) if found else None
+
+    def _write(self, expected_token: str, expected_version: int | None) -> dict | None:
+        """Upsert our lease where the point holds `expected_token` (and version), or where there is none;
+        returns the point as read back."""
         models = _models()
-        with self.talking("renewing the lease"):
-            self.client.set_payload(self.lease_collection, {"expires": time.time() + LEASE_TTL_S},
-                                    points=models.PointIdsList(points=[LEASE_ID]))
+        must = [models.FieldCondition(key="token", match=models.MatchValue(value=expected_token))]
+        if expected_version is not None:
+            must.append(models.FieldCondition(key="version", match=models.MatchValue(value=expected_version)))
+        self.version += 1
+        payload = {"holder": self.holder, "token": self.token, "version": self.version,
+                   "expires": self.store.clock() + LEASE_TTL_S}
+        self.client.upsert(self.store.lease_collection, [models.PointStruct(id=LEASE_ID, vector={}, payload=payload)],
+                           update_filter=models.Filter(must=must), wait=True)
+        return self.read()
+
+    def take(self) -> bool:
+        """One attempt: the lease is ours if there was none, it had expired, or its holder was killed here."""
+        current = self.read()
+        if current is not None and float(current.get("expires", 0)) >= self.store.clock() and not _holder_gone(current):
+            return False
+        failpoint("lease-take")
+        if current is None:
+            after = self._write(NO_TOKEN, None)
+        else:
+            self.version = int(current.get("version", 0) or 0)
+            after = self._write(str(current.get("token")), self.version if "version" in current else None)
+        if after is None or after.get("token") != self.token:
+            return False
+        self.expires = float(after["expires"])
+        return True
+
+    def renew(self) -> None:
+        """Extend the lease if it is still ours; otherwise it is lost, and the writer stops."""
+        if self.lost:
+            return
+        failpoint("lease-renew")
+        after = self._write(self.token, None)
+        if after is None or after.get("token") != self.token:
+            holder = (after or {}).get("holder", "another writer")
+            self.lost = f"its lease was taken over by {holder}"
+        else:
+            self.expires = float(after["expires"])
+            failpoint("lease-renewed")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.store.renew_every_s) and not self.lost:
+            try:
+                self.renew()
+            except Exception:  # a transient error: the next tick tries again; check() fences on the expiry
+                pass
+
+    def start(self) -> None:
+        name = f"{threading.current_thread().name}-lease"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise LeaseLost unless the lease is ours with time to spare (the fence before every write)."""
+        if not self.lost and self.store.clock() >= self.expires - LEASE_MARGIN_S:
+            self.lost = "its lease could not be renewed in time"
+        if self.lost:
+            raise LeaseLost(f"{self.store.location}: this writer stopped, {self.lost}; nothing more of it was written, "
+                            "and no other writer's work was touched.",
+                            hint="Run the command again: a build carries on from the last commit.")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        if self.lost:
+            return
+        models = _models()
+        try:
+            self.client.delete(self.store.lease_collection, points_selector=models.FilterSelector(filter=models.Filter(must=[
+                models.HasIdCondition(has_id=[LEASE_ID]),
+                models.FieldCondition(key="token", match=models.MatchValue(value=self.token))])))
+        except Exception:
+            pass  # it expires
+
+
+class _Serialized:
+    """A client whose calls take one lock (the in-process mode is not thread-safe)."""
+
+    def __init__(self, client: Any) -> None:
+        self._inner = client
+        self._lock = threading.RLock()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._inner, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attribute(*args, **kwargs)
+
+        return call
 
 
 class QdrantSegmentWriter:
@@ -449,8 +708,10 @@ class QdrantSegmentWriter:
 class QdrantTransaction:
     """A writer's changes to a Qdrant index; see the module's docstring for what each commit does."""
 
-    def __init__(self, store: QdrantStore, physical: str | None, base: Manifest | None, rebuild: bool) -> None:
+    def __init__(self, store: QdrantStore, physical: str | None, base: Manifest | None, rebuild: bool,
+                 lease: _Lease | None = None) -> None:
         self.store = store
+        self.lease = lease
         self.base = base
         self.current = base
         self.generation = base.generation if base else 0
@@ -464,7 +725,8 @@ class QdrantTransaction:
         self._staged: set[str] = set()
         self._writers: list[QdrantSegmentWriter] = []
         self._committed_owners: dict[tuple[str, int], str] | None = None
-        self._last_renewal = time.monotonic()
+        self.token = lease.token if lease else uuid.uuid4().hex
+        self._wrote = False  # points upserted since the last commit (some perhaps in no finished segment)
 
     @property
     def client(self):
@@ -479,14 +741,22 @@ class QdrantTransaction:
         try:
             with self.store.talking("writing"):
                 yield
+        except LeaseLost:
+            raise
         except OSError as exc:  # the PDF store
             raise IndexWriteError(f"could not write to {self.store.location}: {exc.strerror or exc}; "
                                   f"the index keeps generation {self.generation}.") from None
         except IndexProblem as exc:
             if isinstance(exc, IndexWriteError):
                 raise
+            self.fence()  # a takeover (its recovery deleted what we wrote) is said as such
             raise IndexWriteError(f"{exc.message} The index keeps generation {self.generation}.",
                                   hint="Fix the cause and run the command again: a build carries on from the last commit.") from None
+
+    def fence(self) -> None:
+        """Stop (LeaseLost) unless this writer still holds its lease with time to spare."""
+        if self.lease is not None:
+            self.lease.check()
 
     # set-up and recovery
 
@@ -526,17 +796,37 @@ class QdrantTransaction:
         keep = {self.previous_physical, QdrantStore.catalog_of(self.previous_physical)} if self.previous_physical else set()
         with self.writing():
             for name in [c.name for c in self.client.get_collections().collections]:
-                if ours.match(name) and name not in keep:
+                if ours.match(name) and name not in keep and self.store.ours_shaped(name):
                     self.client.delete_collection(name)
             if self.previous_physical is None or self.base is None:
                 return
             physical = self.previous_physical
+            self._claim_head(physical)
             self.client.delete(physical, points_selector=models.FilterSelector(filter=_flt(gen_written=(g + 1, PENDING))))
             self.client.set_payload(physical, {"visible_from": PENDING}, points=_flt(visible_from=(g + 1, PENDING - 1)))
             self.client.delete_payload(physical, keys=["gen_removed"], points=_flt(gen_removed=(g + 1, PENDING)))
             self.client.delete(QdrantStore.catalog_of(physical), points_selector=models.FilterSelector(
                 filter=_flt(generation=(g + 1, PENDING))))
+            if self.store.legacy_paths and not self.rebuild:
+                self._upgrade_paths()
         self._created = not self.rebuild
+
+    def _claim_head(self, physical: str) -> None:
+        """HEAD names this writer: a writer that lost its lease can no longer replace it (see _write_head)."""
+        models = _models()
+        self.client.set_payload(QdrantStore.catalog_of(physical), {"writer": self.token},
+                                points=models.PointIdsList(points=[HEAD_ID]), wait=True)
+
+    def _upgrade_paths(self) -> None:
+        """A collection from before path_raw: its pages of paths that are not UTF-8 get it; the
+        commit that follows marks HEAD, and from then on they are read by their exact bytes."""
+        models = _models()
+        for doc in [*self.base.documents, *self.base.in_progress]:
+            fields = path_fields(doc.path)
+            if "path_raw" in fields:
+                ids = [point_id(seg, row) for seg, row in self._rows(doc)]
+                self.client.set_payload(self.previous_physical, fields, points=models.PointIdsList(points=ids), wait=True)
+        self.needs_upgrade = True
 
     # staging
 
@@ -544,12 +834,15 @@ class QdrantTransaction:
         models = _models()
         pooled = block.mean(axis=0)
         pooled = pooled / (np.linalg.norm(pooled) or 1.0)
-        payload = {"path": payload_path(page.path), "page": page.page, "sha256": page.sha256, "kind": page.kind,
+        payload = {**path_fields(page.path), "page": page.page, "sha256": page.sha256, "kind": page.kind,
                    "metadata": dict(page.metadata), "segment": segment, "row": row,
-                   "gen_written": self.generation + 1, "visible_from": visible_from}
+                   "gen_written": self.generation + 1, "visible_from": visible_from, "writer": self.token}
         return models.PointStruct(id=point_id(segment, row), vector={VECTOR: block, POOLED: pooled}, payload=payload)
 
     def upsert(self, points: list) -> None:
+        failpoint("upsert")
+        self.fence()
+        self._wrote = True
         with self.writing():
             for attempt in range(4):
                 try:
@@ -559,9 +852,6 @@ class QdrantTransaction:
                     if attempt == 3:
                         raise
                     time.sleep(0.5 * 2 ** attempt)  # a transient error of a server: retried
-        if time.monotonic() - self._last_renewal > LEASE_TTL_S / 4:
-            self.store.renew_lease()
-            self._last_renewal = time.monotonic()
 
     def segment_writer(self, dim: int) -> QdrantSegmentWriter:
         self._ensure_collections(dim)
@@ -600,6 +890,7 @@ class QdrantTransaction:
         target = self.store.pdf_store / rel
         with self.writing():
             target.parent.mkdir(parents=True, exist_ok=True)
+            (self.store.pdf_store / PDF_STORE_MARKER).touch()  # a build of a folder holding it skips it
             if not (target.is_file() and target.stat().st_size == pdf.stat().st_size):
                 tmp = target.with_name(f".tmp-{uuid.uuid4().hex[:12]}.pdf")
                 shutil.copyfile(pdf, tmp)
@@ -622,6 +913,8 @@ class QdrantTransaction:
             documents = [self._owned(d, following) for d in documents]
             in_progress = [self._owned(d, PENDING) for d in in_progress]
             failpoint("write-vectors")
+            failpoint("before-switch")
+            self.fence()  # nothing of the commit's switch is written by a writer that lost its lease
             self._show(documents, following)
             self._remove_unnamed(documents, in_progress, following)
             live = {s.segment for d in [*documents, *in_progress] for s in d.spans}
@@ -633,14 +926,18 @@ class QdrantTransaction:
                 failures=list(failures),
             )
             manifest._references_resolve()
+            self.fence()
             self._write_catalog(manifest)
             failpoint("before-head")
+            self.fence()
             self._write_head(manifest)
             failpoint("after-head")
             if self.physical != self.previous_physical:
+                self.fence()
                 self._switch_alias()
         self.current, self.generation, self._committed_owners = manifest, following, None
         self._staged -= live
+        self._wrote = bool(self._staged)
         self._collect(following)
         return manifest
 
@@ -708,6 +1005,7 @@ class QdrantTransaction:
         previous = {d.path: d for d in (self.current.documents if self.current else [])}
         ids = [point_id(seg, row) for d in documents if previous.get(d.path) != d for seg, row in self._rows(d)]
         for start in range(0, len(ids), 1024):
+            self.fence()
             self.client.set_payload(self.physical, {"visible_from": generation}, points=models.Filter(must=[
                 models.HasIdCondition(has_id=ids[start : start + 1024]),
                 models.FieldCondition(key="visible_from", match=models.MatchValue(value=PENDING))]))
@@ -721,22 +1019,33 @@ class QdrantTransaction:
         gone = [point_id(seg, row) for d in [*self.current.documents, *self.current.in_progress]
                 for seg, row in self._rows(d) if (seg, row) not in live]
         for start in range(0, len(gone), 1024):
+            self.fence()
             self.client.set_payload(self.physical, {"gen_removed": generation}, points=models.PointIdsList(points=gone[start : start + 1024]))
 
     def _write_catalog(self, manifest: Manifest) -> None:
         models = _models()
         text = manifest.to_json().decode("ascii")
         chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
-        points = [models.PointStruct(id=str(uuid.uuid5(NAMESPACE, f"manifest:{manifest.generation}:{i}")), vector={},
+        points = [models.PointStruct(id=chunk_id(manifest.generation, i, self.token), vector={},
                                      payload={"kind": "manifest", "generation": manifest.generation, "chunk": i, "data": chunk})
                   for i, chunk in enumerate(chunks)]
         self.client.upsert(self.catalog, points, wait=True)
         self._head_payload = {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
-                              "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": self.physical}
+                              "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": self.physical,
+                              "paths": PATHS_VERSION, "writer": self.token, "chunk_key": self.token}
 
     def _write_head(self, manifest: Manifest) -> None:
+        """HEAD replaced only where it still names this writer (claimed when the lease was taken): a
+        writer whose lease was taken over cannot commit, whatever its clock says."""
         models = _models()
-        self.client.upsert(self.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=self._head_payload)], wait=True)
+        mine = models.Filter(must=[models.FieldCondition(key="writer", match=models.MatchValue(value=self.token))])
+        self.client.upsert(self.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=self._head_payload)],
+                           update_filter=mine, wait=True)
+        found = self.client.retrieve(self.catalog, [HEAD_ID], with_payload=True)
+        if not found or found[0].payload.get("writer") != self.token or found[0].payload.get("generation") != manifest.generation:
+            if self.lease is not None:
+                self.lease.lost = "another writer took over its lease and HEAD"
+            self.fence()
 
     def _switch_alias(self) -> None:
         """Readers move to the new physical collection in one step; the old one is dropped after."""
@@ -769,15 +1078,15 @@ class QdrantTransaction:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
         models = _models()
         self._writers.clear()
-        if not self._staged:
+        if not self._staged and not self._wrote:
             return
         try:
             if self.physical != self.previous_physical:
                 self.client.delete_collection(self.physical)
                 self.client.delete_collection(self.catalog)
-            else:
+            else:  # ours only: after a takeover the points above HEAD may be the new writer's
                 self.client.delete(self.physical, points_selector=models.FilterSelector(
-                    filter=_flt(gen_written=(self.generation + 1, PENDING))))
+                    filter=_flt(gen_written=(self.generation + 1, PENDING), writer=self.token)))
         except Exception:
             pass
         self._staged.clear()
@@ -796,10 +1105,11 @@ class QdrantIndex(Index):
     """A read-only view of one committed generation in Qdrant: the catalog from the catalog
     collection, pages ranked by Qdrant's exact MaxSim over the points visible to it."""
 
-    def __init__(self, store: QdrantStore, manifest: Manifest, physical: str) -> None:
+    def __init__(self, store: QdrantStore, manifest: Manifest, physical: str, legacy_paths: bool = False) -> None:
         super().__init__(store, manifest)
         self.physical = physical
-        self._paths = {payload_path(d.path): d.path for d in manifest.documents}
+        self.legacy_paths = legacy_paths
+        self._paths = {doc_key(d.path, legacy_paths): d.path for d in manifest.documents}
 
     def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
@@ -819,17 +1129,18 @@ class QdrantIndex(Index):
                 prefetch = models.Prefetch(query=(pooled / (np.linalg.norm(pooled) or 1.0)).tolist(), using=POOLED,
                                            filter=flt, limit=candidates)
             requests.append(models.QueryRequest(query=query.tolist(), using=VECTOR, filter=flt, prefetch=prefetch,
-                                                limit=k + 16, with_payload=["path", "page", "sha256", "kind", "metadata"]))
+                                                limit=k + 16, with_payload=["path", "path_raw", "page", "sha256", "kind", "metadata"]))
         with self.store.talking("querying"):
             answers = self.store.client.query_batch_points(self.physical, requests)
         results = []
         for answer in answers:
-            points = [p for p in answer.points if p.payload.get("path") in self._paths]
-            points.sort(key=lambda p: (-p.score, self._paths[p.payload["path"]].encode("utf-8", "surrogateescape"), p.payload["page"]))
+            named = [(self._paths.get(point_key(p.payload, self.legacy_paths)), p) for p in answer.points]
+            points = [(path, p) for path, p in named if path is not None]
+            points.sort(key=lambda hit: (-hit[1].score, hit[0].encode("utf-8", "surrogateescape"), hit[1].payload["page"]))
             results.append([
-                SearchHit(rank, float(p.score), self._paths[p.payload["path"]], int(p.payload["page"]), p.payload["sha256"],
+                SearchHit(rank, float(p.score), path, int(p.payload["page"]), p.payload["sha256"],
                           p.payload["kind"], {str(k): str(v) for k, v in (p.payload.get("metadata") or {}).items()})
-                for rank, p in enumerate(points[:k], 1)
+                for rank, (path, p) in enumerate(points[:k], 1)
             ])
         return results
 

@@ -31,7 +31,7 @@ def export(app: Application, out, fmt, with_images, dpi, force) -> None:
 
     index = open_index(store=app.store())
     if fmt == "qdrant":
-        result = _copy(app, index, _qdrant(app, out))
+        result = _copy(app, index, _empty_target(_qdrant(app, out), out))
     else:
         from ..byaldi_format import export_byaldi
 
@@ -81,6 +81,17 @@ def _qdrant(app: Application, url: str):
     if not url.startswith(("qdrant://", "qdrants://", "qdrant+path://")):
         raise UsageError(f"{url}: expected a Qdrant store URL (qdrant://HOST:PORT/COLLECTION or qdrant+path://DIR/COLLECTION).")
     return app.keep(open_store(url, api_key=app.qdrant_api_key, pdf_store=app.pdf_store))
+
+
+def _empty_target(target, out: str):
+    """An export goes into a new or empty index: anything else is refused (exit 2, as byaldi's export)."""
+    from ..errors import UsageError
+
+    manifest = target.writable().read_manifest()  # another tool's collection is refused here
+    if manifest is not None and (manifest.documents or manifest.in_progress):
+        raise UsageError(f"export {out}: refused, it already holds an index of {len(manifest.documents)} documents; "
+                         "nothing was changed.", hint="Export into a collection that does not exist yet.")
+    return target
 
 
 def _copy(app: Application, index, target) -> dict:
