@@ -168,6 +168,7 @@ def build_index(
         started = time.perf_counter()
         hashes, unreadable = hash_files(files_to_hash(found, base, options.rehash or options.rebuild))
         timer.add("hash", started)
+        failpoint("hashed")
         found.unreadable += unreadable
         report.hashed = len(hashes)
         report.unreadable = [{"path": p, "reason": why} for p, why in found.unreadable]
@@ -697,6 +698,8 @@ def _changed_since_discovery(file) -> str | None:
         stat = os.stat(file.path)
     except OSError:
         return "the file disappeared during the build"
-    if (stat.st_size, stat.st_mtime_ns, stat.st_ino) != (file.stat.size, file.stat.mtime_ns, file.stat.ino):
+    # ctime too: a rewrite in place that restores size and mtime (cp -p, rsync --inplace -t) still moves it
+    now = (stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
+    if now != (file.stat.size, file.stat.mtime_ns, file.stat.ino, file.stat.ctime_ns):
         return "the file changed during the build; the next build indexes its new content"
     return None

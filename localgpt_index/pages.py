@@ -43,9 +43,21 @@ def _check_unchanged(doc) -> None:
     except OSError:
         raise LgptError(f"{doc.path} disappeared since it was indexed.", hint="Run build again.") from None
     recorded = doc.stat
-    same = stat.st_size == doc.size and (recorded is None or stat.st_mtime_ns == recorded.mtime_ns)
-    if not same:
+    # ctime too: a rewrite in place that restores size and mtime (cp -p, rsync --inplace -t) still moves it;
+    # a stat that differs only where content cannot have changed (chmod, a racy record) is settled by the sha256
+    same = stat.st_size == doc.size and recorded is not None and (stat.st_mtime_ns, stat.st_ctime_ns) == (
+        recorded.mtime_ns, recorded.ctime_ns)
+    if not same and (stat.st_size != doc.size or _sha256(doc.path) != doc.sha256):
         raise LgptError(f"{doc.path} changed since it was indexed.", hint="Run build again.")
+
+
+def _sha256(path: str) -> str | None:
+    from .discover import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
 
 
 def _render_page(pdf: Path, page: int, dpi: int, source: str) -> Image.Image:

@@ -158,11 +158,17 @@ class EncoderWorker:
         """Vectors per page (float16), or a DocumentError per page that cannot be encoded."""
         from PIL import Image
 
-        from .encode import encode_resiliently
+        from .encode import encode_resiliently, page_failure
 
         if isinstance(images, DocumentError):
             return images
-        prepared = [self.encoder.prepare_page(Image.fromarray(array)) for array in images]
+        try:
+            prepared = [self.encoder.prepare_page(Image.fromarray(array)) for array in images]
+        except Exception as exc:  # the processor refused a page: its document fails; a bug propagates
+            failure = page_failure("prepare", exc)
+            if failure is None:
+                raise
+            return failure
         results = encode_resiliently(self.encoder, prepared)
         if self.options.pool_factor > 1:
             from .build import _pool_some
@@ -327,10 +333,13 @@ class RayFeed:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
+            from .encode import page_failure
+
             cause = _cause(exc)
-            if isinstance(cause, LgptError):
+            failure = None if isinstance(cause, LgptError) else page_failure("encode", cause)
+            if failure is None:  # a lost device, or a bug of ours: not one document's fault
                 raise cause from None
-            return DocumentError("encode", " ".join(str(cause).split())[:300])
+            return failure
 
 
 def _cause(exc) -> BaseException:

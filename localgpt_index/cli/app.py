@@ -60,6 +60,17 @@ class Application:
             self.terminal.console.print(f"hint: {exc.hint}", markup=False)
         sys.exit(int(exc.exit_code))
 
+    def internal_error(self, exc: Exception) -> NoReturn:
+        """A bug of ours: one message asking for a report (the traceback with -v), exit 1."""
+        import traceback
+
+        if self.verbosity > 0:
+            traceback.print_exception(exc, file=sys.stderr)
+        what = " ".join(str(exc).split())[:500]
+        self.terminal.error(f"internal error: {type(exc).__name__}{': ' + what if what else ''}. This is a bug in "
+                            "lgpt-index; please report it with the command line (run it with -v for the traceback).")
+        sys.exit(int(ExitCode.FAILURE))
+
     def interrupted(self) -> NoReturn:
         from .. import processes
 
@@ -86,6 +97,10 @@ class AppGroup(click.Group):
             app.fail(exc)
         except KeyboardInterrupt:
             app.interrupted()
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            app.internal_error(exc)
         finally:
             app.close()
 
