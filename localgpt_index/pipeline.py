@@ -300,7 +300,7 @@ class PageFeed:
         try:
             event = replace(event, image=self.prepare(image))
         except Exception as exc:
-            failure = page_failure("prepare", exc)
+            failure = page_failure("encode", exc)
             if failure is None:
                 raise
             self._refused.add(event.number)
@@ -327,10 +327,23 @@ class PageFeed:
                         del opening[future]
                         if not self._send_job(future.result()):
                             return
+            except BaseException as exc:
+                self._fail_feed(exc)
+                raise
             finally:
                 for future in opening:
                     future.cancel()
-                self._put(None)
+                if self._failure is None:
+                    self._put(None)
+
+    def _fail_feed(self, exc: BaseException) -> None:
+        """End the feed with `exc`, recorded before the end is signalled: a consumer that saw the
+        end first would take a feed that lost documents for a complete one."""
+        if self._failure is not None or isinstance(exc, processes.Stopped):
+            return
+        self._failure = exc
+        self._ahead.clear()  # their set-aside files go with the staging folder
+        self._deliver(None)
 
     def _send_job(self, opened: dict[int, OpenedDocument | DocumentError]) -> bool:
         for number, document in opened.items():
@@ -387,8 +400,7 @@ class PageFeed:
         except processes.Stopped:
             pass
         except BaseException as exc:  # surfaced in the consumer thread
-            self._failure = exc
-            self._put(None)
+            self._fail_feed(exc)
 
 
 def _read_set_aside(path: Path) -> Image.Image:

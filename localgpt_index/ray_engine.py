@@ -165,7 +165,7 @@ class EncoderWorker:
         try:
             prepared = [self.encoder.prepare_page(Image.fromarray(array)) for array in images]
         except Exception as exc:  # the processor refused a page: its document fails; a bug propagates
-            failure = page_failure("prepare", exc)
+            failure = page_failure("encode", exc)
             if failure is None:
                 raise
             return failure

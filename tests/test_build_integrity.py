@@ -1,0 +1,159 @@
+"""Issue 24, the build pipeline: a file rewritten in place mid-build, page refusals and bugs in the
+encoder, Ray's network exposure and connect, byaldi imports of converted documents, re-tags in the
+report, a single file as DOCS, LibreOffice templates. Black-box: the CLI, files on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import faulty_model, run_cli, validate
+from docgen import make_pdf, make_png
+
+
+def _bmp(path: Path, color: tuple[int, int, int]) -> Path:
+    """A solid picture whose file size depends only on its dimensions (BMP: no compression)."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (64, 64), color).save(path, "BMP")
+    return path
+
+
+def _rewrite_in_place(path: Path, color: tuple[int, int, int]) -> None:
+    """What `cp -p` or `rsync --inplace -t` do: same file, same size, new bytes, the old mtime put back."""
+    import io
+
+    from PIL import Image
+
+    before = os.stat(path)
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), color).save(buffer, "BMP")
+    assert len(buffer.getvalue()) == before.st_size
+    with open(path, "r+b") as handle:
+        handle.write(buffer.getvalue())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def _build(docs: Path, index: Path, *args: str):
+    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+def _listed(index: Path) -> dict[str, str]:
+    """path -> sha256 of the documents the index holds."""
+    result = run_cli("ls", "--index-dir", str(index), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    documents = data["documents"] if isinstance(data, dict) else data
+    return {d["path"]: d["sha256"] for d in documents}
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _held_build(args: list[str], release: Path, point: str) -> subprocess.Popen:
+    """A build in a process of its own, held at the failpoint `point` until `release` exists."""
+    process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "LGPT_FAILPOINT": f"{point}:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
+    deadline = time.monotonic() + 120
+    while not Path(f"{release}.reached").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    return process
+
+
+# 1. a file rewritten in place during a build, same size, mtime restored
+
+def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_model, tmp_path):
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    red, blue = _bmp(docs / "a.bmp", (255, 0, 0)), _bmp(docs / "b.bmp", (0, 0, 255))
+    old_sha = _sha256(red)
+    args = ["build", str(docs), "--index-dir", str(index), "--model", str(fake_model), "--json"]
+    build = _held_build(args, release, "hashed")  # hashed, nothing rendered yet
+    try:
+        _rewrite_in_place(red, (0, 255, 0))
+    finally:
+        release.touch()
+    out, err = build.communicate(timeout=300)
+    assert build.returncode == 3, err
+    report = json.loads(out)
+    assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("a.bmp", "discover")]
+    assert "changed during the build" in report["failures"][0]["reason"]
+    listed = _listed(index)
+    assert old_sha not in listed.values()  # never the old sha256 with the new content's vectors
+    assert listed == {str(blue): _sha256(blue)}
+    assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
+    again, report = _build(docs, index, "--model", str(fake_model))
+    assert again.exit_code == 0, again.stderr
+    assert _listed(index)[str(red)] == _sha256(red)
+
+
+@pytest.mark.parametrize("how", [["--export-pages", "out"], ["--json", "--with-images"]])
+def test_pages_of_a_file_rewritten_in_place_since_the_build_are_refused(fake_model, tmp_path, how):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    picture = _bmp(docs / "a.bmp", (255, 0, 0))
+    assert _build(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    query = ["query", "red", "--index-dir", str(index), *how]
+    assert run_cli(*query).exit_code == 0
+    os.chmod(picture, 0o640)  # its ctime moves, its content does not: still shown
+    assert run_cli(*query).exit_code == 0
+    _rewrite_in_place(picture, (0, 255, 0))
+    refused = run_cli(*query)
+    assert refused.exit_code == 1
+    assert "a.bmp changed since it was indexed" in refused.stderr
+
+
+# 2, 3. pages the processor refuses; errors of our own in the encoder
+
+def _refusal_corpus(docs: Path) -> None:
+    for i in range(3):
+        make_png(docs / f"ok-{i}.png", f"fine {i}", size=(64, 64 + i))
+    _bmp(docs / "refused.bmp", (0, 255, 0))
+
+
+def test_a_page_the_processor_refuses_fails_its_document_only(tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _refusal_corpus(docs)
+    model = faulty_model(tmp_path / "m", prepare_error_color=[0, 255, 0])
+    result, report = _build(docs, index, "--model", str(model), "--batch-size", "2")
+    assert result.exit_code == 3, result.stderr
+    assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("refused.bmp", "encode")]
+    assert "rejects this page" in report["failures"][0]["reason"]
+    assert report["indexed"] == 3 and report["committed"]
+    assert sorted(Path(p).name for p in _listed(index)) == ["ok-0.png", "ok-1.png", "ok-2.png"]
+
+
+def test_a_page_the_model_refuses_fails_its_document_only(tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _refusal_corpus(docs)
+    model = faulty_model(tmp_path / "m", page_error_color=[0, 255, 0], page_error_type="ValueError")
+    result, report = _build(docs, index, "--model", str(model), "--batch-size", "2")
+    assert result.exit_code == 3, result.stderr
+    assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("refused.bmp", "encode")]
+
+
+@pytest.mark.parametrize("fault", [{"page_error_type": "TypeError", "page_error_color": [0, 255, 0]},
+                                   {"page_error_type": "AssertionError", "page_error_color": [0, 255, 0]},
+                                   {"prepare_error_type": "AttributeError", "prepare_error_color": [0, 255, 0]}])
+def test_a_bug_in_the_encoder_is_an_internal_error_not_a_bad_page(tmp_path, fault):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _refusal_corpus(docs)
+    model = faulty_model(tmp_path / "m", **fault)
+    result, report = _build(docs, index, "--model", str(model), "--batch-size", "2")
+    assert result.exit_code == 1, result.stderr
+    error = next(iter(fault.values()))
+    assert f"internal error: {error}" in result.stderr and "please report" in result.stderr
+    assert "Traceback" not in result.stderr
