@@ -108,7 +108,7 @@ def open_document(path: str, kind: str, data: bytes, root: str, convert_timeout_
             converters = ConverterSet.detect(convert_timeout_s)
             try:
                 converter = converters.for_suffix(scratch.suffix)
-                staged, notes = converter.stage(original, Path(tmp) / "work", "doc", Path(root) if os.path.isdir(root) else None)
+                staged, notes = converter.stage(original, Path(tmp) / "work", "doc", Path(root) if os.path.exists(root) else None)
                 [pdf] = converter.convert_staged([staged])
                 if isinstance(pdf, DocumentError):
                     raise pdf

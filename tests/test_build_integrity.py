@@ -157,3 +157,33 @@ def test_a_bug_in_the_encoder_is_an_internal_error_not_a_bad_page(tmp_path, faul
     error = next(iter(fault.values()))
     assert f"internal error: {error}" in result.stderr and "please report" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# 8. a single file as DOCS
+
+def test_build_of_a_single_file_indexes_it_and_leaves_the_others(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    a = make_pdf(docs / "a.pdf", ["alpha"])
+    b = make_pdf(docs / "sub" / "b.pdf", ["beta"])
+    first, report = _build(a, index, "--model", str(fake_model))  # a fresh index from one file
+    assert first.exit_code == 0, first.stderr
+    assert report["indexed"] == 1 and _listed(index) == {str(a): _sha256(a)}
+    assert _build(docs, index, "--model", str(fake_model))[1]["indexed"] == 1  # b joins
+    make_pdf(a, ["alpha, second edition"])
+    b.unlink()  # not looked at by a build of a.pdf: it stays
+    c = make_pdf(docs / "c.pdf", ["gamma"])  # not looked at either: not added
+    result, report = _build(a, index, "--model", str(fake_model))
+    assert result.exit_code == 0, result.stderr
+    assert (report["indexed"], report["removed"], report["documents_seen"]) == (1, 0, 1)
+    assert set(_listed(index)) == {str(a), str(b)} and _listed(index)[str(a)] == _sha256(a)
+    validate(report, "build")
+    assert _build(c, index, "--model", str(fake_model))[1]["indexed"] == 1
+    assert set(_listed(index)) == {str(a), str(b), str(c)}
+
+
+def test_build_of_a_single_file_of_an_unsupported_type_is_a_usage_error(fake_model, tmp_path):
+    notes = tmp_path / "notes.xyz"
+    notes.write_text("hello")
+    result = run_cli("build", str(notes), "--index-dir", str(tmp_path / "idx"), "--model", str(fake_model))
+    assert result.exit_code == 2
+    assert "notes.xyz: unsupported type .xyz" in result.stderr
