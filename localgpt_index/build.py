@@ -80,6 +80,7 @@ class BuildReport:
     documents_seen: int = 0
     indexed: int = 0
     unchanged: int = 0
+    retagged: int = 0  # unchanged, but given other metadata (--metadata): counted in unchanged too
     reused: int = 0  # renamed or duplicate content: vectors reused, nothing embedded
     removed: int = 0
     kept: int = 0  # documents of other folders, of folders that could not be listed, or outside the globs
@@ -176,6 +177,7 @@ def build_index(
                           options.rebuild, scan_started)
         _check_rebuild_keeps(plan, base, model, options, found)
         report.unchanged, report.reused, report.removed = plan.unchanged, len(plan.reused), len(plan.removed)
+        report.retagged = plan.retagged
         report.kept = plan.kept_elsewhere + plan.kept_unlisted + plan.kept_filtered
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")

@@ -187,3 +187,21 @@ def test_build_of_a_single_file_of_an_unsupported_type_is_a_usage_error(fake_mod
     result = run_cli("build", str(notes), "--index-dir", str(tmp_path / "idx"), "--model", str(fake_model))
     assert result.exit_code == 2
     assert "notes.xyz: unsupported type .xyz" in result.stderr
+
+
+# 7. a re-tag is reported
+
+def test_a_metadata_retag_is_reported(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    for i in range(3):
+        make_pdf(docs / f"doc-{i}.pdf", [f"doc {i}"])
+    assert _build(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"doc-1.pdf": {"team": "blue"}, "doc-2.pdf": {"team": "red"}}))
+    result, report = _build(docs, index, "--metadata", str(rules))
+    assert result.exit_code == 0, result.stderr
+    validate(report, "build")
+    assert (report["indexed"], report["unchanged"], report["retagged"]) == (0, 3, 2)
+    assert "3 unchanged (2 re-tagged)" in result.stderr
+    human = run_cli("build", str(docs), "--index-dir", str(index), "--metadata", str(rules))
+    assert "3 unchanged," in human.stderr and "re-tagged" not in human.stderr  # nothing changed this time

@@ -96,8 +96,9 @@ def _summarise(app: Application, report) -> None:
             f"aligned [{fix['stage']}] {fix['module']}: {fix['count']} tensors {fix['found']} -> {fix['aligned_to']}"
         )
     kept = f", {report.kept} kept" if report.kept else ""
+    retagged = f" ({report.retagged} re-tagged)" if report.retagged else ""
     terminal.info(
-        f"{report.indexed} indexed, {report.unchanged} unchanged, {report.reused} reused, {report.removed} removed{kept}, "
+        f"{report.indexed} indexed, {report.unchanged} unchanged{retagged}, {report.reused} reused, {report.removed} removed{kept}, "
         f"{report.failed} failed, {report.skipped} skipped; {report.pages_embedded} pages embedded, "
         f"{report.pages_total} in the index ({report.index})"
     )
