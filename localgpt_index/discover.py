@@ -31,9 +31,9 @@ KIND_BY_SUFFIX: dict[str, str] = {
     **{
         s: OFFICE
         for s in (
-            ".docx", ".doc", ".odt", ".rtf",  # word processing
-            ".pptx", ".ppt", ".odp",  # presentations
-            ".xlsx", ".xls", ".ods",  # spreadsheets
+            ".docx", ".doc", ".odt", ".rtf", ".dotx", ".dot", ".ott",  # word processing (and templates)
+            ".pptx", ".ppt", ".odp", ".potx", ".pot", ".otp",  # presentations
+            ".xlsx", ".xls", ".ods", ".xltx", ".xlt", ".ots",  # spreadsheets
             ".html", ".htm", ".txt",
         )
     },

@@ -205,3 +205,43 @@ def test_a_metadata_retag_is_reported(fake_model, tmp_path):
     assert "3 unchanged (2 re-tagged)" in result.stderr
     human = run_cli("build", str(docs), "--index-dir", str(index), "--metadata", str(rules))
     assert "3 unchanged," in human.stderr and "re-tagged" not in human.stderr  # nothing changed this time
+
+
+# 9. office templates
+
+TEMPLATES = [".ott", ".otp", ".ots", ".dotx", ".potx", ".xltx", ".dot", ".pot", ".xlt"]
+
+
+def test_office_templates_are_recognised(fake_model, tmp_path):
+    """Recognised as office files: not skipped as unsupported, and checked as their kind (these bytes
+    are not, which fails them before any converter runs)."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    docs.mkdir()
+    for suffix in TEMPLATES:
+        (docs / f"t{suffix}").write_bytes(f"not an office file ({suffix})".encode())
+    result, report = _build(docs, index, "--model", str(fake_model))
+    assert report["skipped_files"] == [], report["skipped_files"]
+    reasons = {Path(f["path"]).suffix: f["reason"] for f in report["failures"]}
+    assert sorted(reasons) == sorted(TEMPLATES)
+    assert all(f"not a valid {suffix} file" in reason for suffix, reason in reasons.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, suffix", [("docx", ".ott"), ("pptx", ".otp"), ("xlsx", ".ots")])
+def test_a_libreoffice_template_is_converted_and_indexed(fake_model, tmp_path, make, suffix):
+    import docgen
+
+    made = {"docx": lambda p: docgen.make_docx(p, ["Quarterly template"]),
+            "pptx": lambda p: docgen.make_pptx(p, ["Quarterly template"]),
+            "xlsx": lambda p: docgen.make_xlsx(p, [("quarter", "revenue"), ("Q1", 10)])}[make](tmp_path / f"source.{make}")
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    docs.mkdir()
+    subprocess.run(["soffice", "--headless", f"-env:UserInstallation=file://{tmp_path}/lo-profile", "--convert-to",
+                    suffix[1:], "--outdir", str(docs), str(made)], check=True, capture_output=True, timeout=180)
+    template = docs / f"source{suffix}"
+    assert template.is_file()  # made by LibreOffice itself
+    result, report = _build(docs, index, "--model", str(fake_model))
+    assert result.exit_code == 0, result.stderr
+    assert report["indexed"] == 1 and report["pages_embedded"] >= 1
+    listed = json.loads(run_cli("ls", "--index-dir", str(index), "--json").stdout)["documents"]
+    assert [(Path(d["path"]).name, d["converter"]) for d in listed] == [(template.name, "libreoffice")]
