@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import faulty_model, run_cli, validate
+from conftest import faulty_model, run_cli, run_process, validate
 from docgen import make_pdf, make_png
 
 
@@ -245,3 +245,52 @@ def test_a_libreoffice_template_is_converted_and_indexed(fake_model, tmp_path, m
     assert report["indexed"] == 1 and report["pages_embedded"] >= 1
     listed = json.loads(run_cli("ls", "--index-dir", str(index), "--json").stdout)["documents"]
     assert [(Path(d["path"]).name, d["converter"]) for d in listed] == [(template.name, "libreoffice")]
+
+
+# 4, 5. Ray: a local cluster on loopback only; an address where nothing listens
+
+LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+
+
+@pytest.mark.slow
+def test_a_local_ray_cluster_listens_on_loopback_only(fake_model, tmp_path):
+    import psutil
+
+    docs, release = tmp_path / "docs", tmp_path / "release"
+    make_pdf(docs / "a.pdf", [f"page {p}" for p in range(3)])
+    args = ["build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local"]
+    build = _held_build(args, release, "encode")  # the cluster is up and encoding
+    try:
+        listening = []
+        for process in [psutil.Process(build.pid), *psutil.Process(build.pid).children(recursive=True)]:
+            try:
+                sockets = process.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            listening += [(process.name(), s.laddr.ip, s.laddr.port) for s in sockets if s.status == psutil.CONN_LISTEN]
+    finally:
+        release.touch()
+    out, err = build.communicate(timeout=300)
+    assert build.returncode == 0, err[-3000:]
+    names = {name for name, _, _ in listening}
+    assert {"gcs_server", "raylet"} <= names, listening
+    assert [entry for entry in listening if entry[1] not in LOOPBACK] == []
+
+
+@pytest.mark.slow
+def test_a_ray_address_where_nothing_listens_fails_at_once(fake_model, tmp_path):
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "a.pdf", ["a"])
+    # a process of its own, ended after 60 s: the old code waited for ever
+    result = run_process("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ray",
+                         f"127.0.0.1:{port}", timeout=60)
+    assert result.returncode == 4, result.stderr
+    assert f"--ray 127.0.0.1:{port}: nothing accepts a connection" in result.stderr
+    assert "Traceback" not in result.stderr
+    again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    assert again.exit_code == 0, again.stderr
