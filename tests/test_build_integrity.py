@@ -294,3 +294,32 @@ def test_a_ray_address_where_nothing_listens_fails_at_once(fake_model, tmp_path)
     assert "Traceback" not in result.stderr
     again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
     assert again.exit_code == 0, again.stderr
+
+
+# 6. converted documents through a byaldi export and import
+
+@pytest.mark.slow
+def test_converted_documents_imported_from_byaldi_are_converted_by_the_next_build(tiny_model, tmp_path, unstable_converter):
+    docs, first, second = tmp_path / "docs", tmp_path / "first", tmp_path / "second"
+    report_pdf = make_pdf(docs / "report.pdf", ["Quarterly revenue"])
+    (docs / "notes.txt").write_text("Meeting notes: the budget")
+    assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(first)).exit_code == 0
+    exported = tmp_path / "export" / "colpali"
+    assert run_cli("export", str(exported), "--format", "byaldi", "--index-dir", str(first)).exit_code == 0
+    assert run_cli("import", str(exported), "--format", "byaldi", "--index-dir", str(second)).exit_code == 0
+    query = ["query", "notes", "-k", "5", "--index-dir", str(second), "--export-pages"]
+
+    refused = run_cli(*query, str(tmp_path / "pages-1"))  # no PDF of notes.txt yet, and poppler is not run on it
+    assert refused.exit_code == 1
+    assert "notes.txt: its pages cannot be shown" in refused.stderr and "Run build" in refused.stderr
+
+    result = run_cli("build", str(docs), "--index-dir", str(second), "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["indexed"], report["unchanged"]) == (1, 1)  # notes.txt converted, report.pdf kept as imported
+    listed = json.loads(run_cli("ls", "--index-dir", str(second), "--json").stdout)["documents"]
+    assert {Path(d["path"]).name: d["converter"] for d in listed} == {"notes.txt": "unstable", "report.pdf": None}
+    shown = run_cli(*query, str(tmp_path / "pages-2"))
+    assert shown.exit_code == 0, shown.stderr
+    manifest = json.loads((tmp_path / "pages-2" / "manifest.json").read_text())
+    assert {Path(h["path"]).name for h in manifest["queries"][0]["results"]} == {"notes.txt", report_pdf.name}
