@@ -128,15 +128,19 @@ def _loopback_only(ray) -> Iterator[None]:
     127.0.0.1 when the node's address is 127.0.0.1. Ray on Linux turns a loopback node address
     into the machine's network address unless clusters are off (its Windows/macOS default), which
     is what this does while the cluster starts (its processes inherit the setting)."""
-    from ray._private import ray_constants
-
-    before = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        with _environ(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0"):
+        from ray._private import ray_constants
+    except ImportError:  # another layout (a Ray this was not written against): its own defaults
+        ray_constants = None
+    before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    if before is not None:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        with _environ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0"):
             yield
     finally:
-        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def disconnect() -> None:
