@@ -323,3 +323,20 @@ def test_converted_documents_imported_from_byaldi_are_converted_by_the_next_buil
     assert shown.exit_code == 0, shown.stderr
     manifest = json.loads((tmp_path / "pages-2" / "manifest.json").read_text())
     assert {Path(h["path"]).name for h in manifest["queries"][0]["results"]} == {"notes.txt", report_pdf.name}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, code", [({"prepare_error_color": [0, 255, 0]}, 3),
+                                         ({"page_error_color": [0, 255, 0], "page_error_type": "TypeError"}, 1)],
+                         ids=["refused-page", "bug"])
+def test_page_refusals_and_bugs_through_ray(tmp_path, fault, code):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _refusal_corpus(docs)
+    model = faulty_model(tmp_path / "m", **fault)
+    result, report = _build(docs, index, "--model", str(model), "--ray", "local")
+    assert result.exit_code == code, result.stderr
+    if code == 3:
+        assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("refused.bmp", "encode")]
+        assert report["indexed"] == 3
+    else:
+        assert "internal error: TypeError" in result.stderr and "Traceback" not in result.stderr
