@@ -12,6 +12,7 @@ from typing import Callable
 
 from PIL import Image
 
+from .discover import IMAGE, PDF
 from .errors import LgptError
 from .search import Index, SearchHit
 
@@ -26,7 +27,7 @@ def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Im
         raise LgptError(f"{hit.path}: no page {hit.page} in the index.")
     if doc.pdf:
         return _render_page(index.store.pdf_file(doc.pdf), hit.page, dpi, doc.path)
-    if doc.kind not in ("pdf", "image"):  # converted by a build, which stores the PDF; imported without one
+    if doc.kind not in (PDF, IMAGE):  # converted by a build, which stores the PDF; imported without one
         raise LgptError(f"{doc.path}: its pages cannot be shown: the index holds no PDF of this {doc.kind} document "
                         "(imported from byaldi?).", hint="Run build on its folder: it converts the document and keeps the PDF.")
     _check_unchanged(doc)
