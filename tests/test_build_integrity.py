@@ -101,7 +101,7 @@ def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_mod
     assert _listed(index)[str(red)] == _sha256(red)
 
 
-@pytest.mark.parametrize("how", [["--export-pages", "out"], ["--json", "--with-images"]])
+@pytest.mark.parametrize("how", [["--export-pages", "out"], ["--json", "--with-images"]], ids=["export-pages", "with-images"])
 def test_pages_of_a_file_rewritten_in_place_since_the_build_are_refused(fake_model, tmp_path, how):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     picture = _bmp(docs / "a.bmp", (255, 0, 0))
@@ -147,7 +147,8 @@ def test_a_page_the_model_refuses_fails_its_document_only(tmp_path):
 
 @pytest.mark.parametrize("fault", [{"page_error_type": "TypeError", "page_error_color": [0, 255, 0]},
                                    {"page_error_type": "AssertionError", "page_error_color": [0, 255, 0]},
-                                   {"prepare_error_type": "AttributeError", "prepare_error_color": [0, 255, 0]}])
+                                   {"prepare_error_type": "AttributeError", "prepare_error_color": [0, 255, 0]}],
+                         ids=["TypeError-in-encode", "AssertionError-in-encode", "AttributeError-in-prepare"])
 def test_a_bug_in_the_encoder_is_an_internal_error_not_a_bad_page(tmp_path, fault):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _refusal_corpus(docs)
