@@ -80,6 +80,7 @@ class BuildReport:
     documents_seen: int = 0
     indexed: int = 0
     unchanged: int = 0
+    retagged: int = 0  # unchanged, but given other metadata (--metadata): counted in unchanged too
     reused: int = 0  # renamed or duplicate content: vectors reused, nothing embedded
     removed: int = 0
     kept: int = 0  # documents of other folders, of folders that could not be listed, or outside the globs
@@ -168,6 +169,7 @@ def build_index(
         started = time.perf_counter()
         hashes, unreadable = hash_files(files_to_hash(found, base, options.rehash or options.rebuild))
         timer.add("hash", started)
+        failpoint("hashed")
         found.unreadable += unreadable
         report.hashed = len(hashes)
         report.unreadable = [{"path": p, "reason": why} for p, why in found.unreadable]
@@ -175,6 +177,7 @@ def build_index(
                           options.rebuild, scan_started)
         _check_rebuild_keeps(plan, base, model, options, found)
         report.unchanged, report.reused, report.removed = plan.unchanged, len(plan.reused), len(plan.removed)
+        report.retagged = plan.retagged
         report.kept = plan.kept_elsewhere + plan.kept_unlisted + plan.kept_filtered
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
@@ -697,6 +700,8 @@ def _changed_since_discovery(file) -> str | None:
         stat = os.stat(file.path)
     except OSError:
         return "the file disappeared during the build"
-    if (stat.st_size, stat.st_mtime_ns, stat.st_ino) != (file.stat.size, file.stat.mtime_ns, file.stat.ino):
+    # ctime too: a rewrite in place that restores size and mtime (cp -p, rsync --inplace -t) still moves it
+    now = (stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
+    if now != (file.stat.size, file.stat.mtime_ns, file.stat.ino, file.stat.ctime_ns):
         return "the file changed during the build; the next build indexes its new content"
     return None

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from .discover import KIND_BY_SUFFIX, PDF, sha256_file
+from .discover import IMAGE, KIND_BY_SUFFIX, PDF, sha256_file
 from .errors import IndexProblem, LgptError, UsageError
 from .failpoints import failpoint
 from .families import FAMILY_NAMES, family_named
@@ -292,12 +292,16 @@ def _document(doc_id: int, tables: _Tables, pages: int) -> Document:
     file = Path(path)
     exists = file.is_absolute() and file.is_file()
     info = file.stat() if exists else None
+    kind = KIND_BY_SUFFIX.get(file.suffix.lower(), PDF)
+    # a PDF or picture still there gets its real sha256, so a later build of its folder embeds nothing
+    # that did not change; a file a build converts (office, text, Markdown) comes without the PDF its
+    # pages are shown from, so it must not look unchanged: the next build converts and embeds it
+    real = exists and kind in (PDF, IMAGE)
     return Document(
         path=str(file.resolve()) if exists else path,
-        # a file still there gets its real sha256, so a later build of its folder embeds nothing that did not change
-        sha256=sha256_file(file) if exists else hashlib.sha256(f"byaldi:{doc_id}:{path}".encode("utf-8", "surrogateescape")).hexdigest(),
+        sha256=sha256_file(file) if real else hashlib.sha256(f"byaldi:{doc_id}:{path}".encode("utf-8", "surrogateescape")).hexdigest(),
         size=info.st_size if info else 0,
-        kind=KIND_BY_SUFFIX.get(file.suffix.lower(), PDF),
+        kind=kind,
         pages=pages,
         spans=[Span(segment="seg-placeholder", first=0, pages=pages)],
         metadata={str(k): str(v) for k, v in tables.metadata.get(str(doc_id), {}).items()},

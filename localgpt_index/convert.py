@@ -27,7 +27,8 @@ LIBREOFFICE_INSTALL_HINT = (
 )
 
 OFFICE_SUFFIXES = frozenset(
-    {".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".xlsx", ".xls", ".ods", ".html", ".htm", ".txt", ".md", ".markdown"}
+    {".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".xlsx", ".xls", ".ods", ".html", ".htm", ".txt", ".md", ".markdown",
+     ".dotx", ".dot", ".ott", ".potx", ".pot", ".otp", ".xltx", ".xlt", ".ots"}  # templates convert as their documents do
 )
 
 
@@ -36,8 +37,9 @@ OFFICE_SUFFIXES = frozenset(
 _ZIP = (b"PK\x03\x04",)
 _OLE2 = (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",)
 SIGNATURES: dict[str, tuple[tuple[bytes, ...], str]] = {
-    **{s: (_ZIP, "a ZIP archive") for s in (".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods")},
-    **{s: (_OLE2, "an OLE2 compound file") for s in (".doc", ".ppt", ".xls")},
+    **{s: (_ZIP, "a ZIP archive") for s in (".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods",
+                                              ".dotx", ".potx", ".xltx", ".ott", ".otp", ".ots")},
+    **{s: (_OLE2, "an OLE2 compound file") for s in (".doc", ".ppt", ".xls", ".dot", ".pot", ".xlt")},
     ".rtf": ((b"{\\rtf",), "RTF"),
 }
 

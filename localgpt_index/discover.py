@@ -31,9 +31,9 @@ KIND_BY_SUFFIX: dict[str, str] = {
     **{
         s: OFFICE
         for s in (
-            ".docx", ".doc", ".odt", ".rtf",  # word processing
-            ".pptx", ".ppt", ".odp",  # presentations
-            ".xlsx", ".xls", ".ods",  # spreadsheets
+            ".docx", ".doc", ".odt", ".rtf", ".dotx", ".dot", ".ott",  # word processing (and templates)
+            ".pptx", ".ppt", ".odp", ".potx", ".pot", ".otp",  # presentations
+            ".xlsx", ".xls", ".ods", ".xltx", ".xlt", ".ots",  # spreadsheets
             ".html", ".htm", ".txt",
         )
     },
@@ -238,6 +238,37 @@ def discover(
     twice (a loop) is walked once; folders in `skip_dirs` (the index) are never entered.
     """
     root_text = os.path.abspath(os.fsdecode(root))
+    if os.path.isfile(root_text):
+        return _discover_file(root_text, tuple(include), tuple(exclude), tuple(os.fspath(d) for d in skip_dirs))
     if not os.path.isdir(root_text):
-        raise UsageError(f"{root_text}: not a folder.")
+        raise UsageError(f"{root_text}: not a folder or a file.")
     return _Walker(root_text, tuple(include), tuple(exclude), tuple(os.fspath(d) for d in skip_dirs)).walk()
+
+
+def _discover_file(path: str, include: tuple[str, ...], exclude: tuple[str, ...], skip_dirs: tuple[str, ...]) -> Discovery:
+    """One file given as DOCS: its folder is the root, but no folder counts as listed, so the
+    documents beside it are kept, never taken for deleted."""
+    folder, name = os.path.split(path)
+    real = os.path.realpath(path)
+    if any(_inside(real, os.path.realpath(d)) for d in skip_dirs):
+        raise UsageError(f"{path}: a file of the index itself, not a document.")
+    kind = KIND_BY_SUFFIX.get(os.path.splitext(name)[1].lower())
+    if kind is None:
+        known = ", ".join(sorted(KIND_BY_SUFFIX))
+        raise UsageError(f"{path}: unsupported type {os.path.splitext(name)[1] or '(no extension)'}.", hint=f"Supported: {known}.")
+    result = Discovery(folder, [], [], frozenset())
+    if is_junk(name):
+        result.skipped.append((path, "a hidden or temporary file"))
+        return result
+    if not selected(name, include, exclude):
+        return result
+    if len(os.fsencode(path)) > MAX_PATH_BYTES:
+        result.skipped.append((path, f"path longer than {MAX_PATH_BYTES} bytes"))
+        return result
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        result.unreadable.append((path, f"cannot read: {exc.strerror or exc}"))
+        return result
+    result.files.append(FoundFile(path, kind, file_stat(info)))
+    return result

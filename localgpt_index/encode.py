@@ -113,12 +113,27 @@ class PageEncoder(ABC):
         """One float32 array (tokens, dim) per query."""
 
 
+def page_failure(stage: str, exc: BaseException) -> "DocumentError | None":
+    """The DocumentError to pin on a page for `exc`, or None where `exc` is not one a page can cause:
+    a model or processor refusing its input raises ValueError, RuntimeError or OSError (PIL); a
+    TypeError, AttributeError, AssertionError ... is a bug of ours, and must not pass for a bad page."""
+    from .errors import DocumentError
+
+    if isinstance(exc, DocumentError):
+        return exc
+    if isinstance(exc, (NotImplementedError, RecursionError)) or not isinstance(
+            exc, (ValueError, RuntimeError, OSError, Image.DecompressionBombError)):
+        return None
+    return DocumentError(stage, " ".join(str(exc).split())[:300] or type(exc).__name__)
+
+
 def encode_resiliently(encoder: PageEncoder, pages: list, log=lambda message: None) -> list:
     """Vectors per page, or the DocumentError of a page that cannot be encoded.
 
     Out of memory halves the encoder's batch and tries again; a lost device (DeviceLost)
-    stops the caller; any other failure is pinned on the pages that fail alone."""
-    from .errors import DocumentError, LgptError
+    stops the caller; an error a page can cause (page_failure) is pinned on the pages that
+    fail alone; any other error (a bug) propagates."""
+    from .errors import LgptError
 
     try:
         out: list = []
@@ -137,8 +152,11 @@ def encode_resiliently(encoder: PageEncoder, pages: list, log=lambda message: No
     except (LgptError, KeyboardInterrupt):
         raise
     except Exception as exc:
+        failure = page_failure("encode", exc)
+        if failure is None:
+            raise
         if len(pages) == 1:
-            return [DocumentError("encode", " ".join(str(exc).split())[:300] or type(exc).__name__)]
+            return [failure]
         return [r for page in pages for r in encode_resiliently(encoder, [page], log)]
 
 

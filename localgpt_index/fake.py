@@ -26,7 +26,9 @@ MODEL_TYPE = "lgpt-fake"
 def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, render_size: tuple[int, int] = (64, 64),
                           **faults: object) -> Path:
     """Write a fake checkpoint. `faults`: oom_above_batch, device_lost_after_pages,
-    page_error_color ([r, g, b]: a page whose centre pixel has it fails), seconds_per_page,
+    page_error_color ([r, g, b]: a page whose centre pixel has it fails in the forward pass, raising
+    page_error_type: RuntimeError by default, TypeError to play a bug of ours), prepare_error_color and
+    prepare_error_type (the same in prepare_page: ValueError by default, as a processor rejecting a page), seconds_per_page,
     seconds_per_query (per call of encode_queries), seconds_to_load."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -60,7 +62,10 @@ class FakeEncoder(PageEncoder):
         rgb = image.convert("RGB")
         if rgb.size != self.render_size:
             rgb = rgb.resize(self.render_size)
-        return rgb.tobytes()
+        data = rgb.tobytes()
+        if self._is_poison(data, "prepare_error_color"):
+            raise _fault_type(self.faults.get("prepare_error_type", "ValueError"))("fake: the processor rejects this page")
+        return data
 
     def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
         limit = self.faults.get("oom_above_batch")
@@ -72,16 +77,16 @@ class FakeEncoder(PageEncoder):
         vectors = []
         for page in pages:
             data = page if isinstance(page, bytes) else self.prepare_page(page)
-            if self._is_poison(data):
-                raise RuntimeError("fake: this page makes the forward pass fail")
+            if self._is_poison(data, "page_error_color"):
+                raise _fault_type(self.faults.get("page_error_type", "RuntimeError"))("fake: this page makes the forward pass fail")
             vectors.append(_unit_vectors(data, self.page_tokens, self.dim).astype(np.float16))
         time.sleep(float(self.faults.get("seconds_per_page", 0)) * len(pages))
         self.forward_calls += 1
         self.pages_encoded += len(pages)
         return vectors
 
-    def _is_poison(self, data: bytes) -> bool:
-        color = self.faults.get("page_error_color")
+    def _is_poison(self, data: bytes, fault: str) -> bool:
+        color = self.faults.get(fault)
         if not color:
             return False
         width, height = self.render_size
@@ -93,6 +98,12 @@ class FakeEncoder(PageEncoder):
         time.sleep(float(self.faults.get("seconds_per_query", 0)))
         self.forward_calls += 1
         return [_unit_vectors(text.encode("utf-8", "surrogateescape"), min(4 + len(text.split()), 32), self.dim) for text in texts]
+
+
+def _fault_type(name: str) -> type[Exception]:
+    """The exception class a configured fault raises (a built-in, by name)."""
+    kinds = {kind.__name__: kind for kind in (ValueError, RuntimeError, OSError, TypeError, AttributeError, AssertionError)}
+    return kinds[name]
 
 
 def _unit_vectors(data: bytes, rows: int, dim: int) -> np.ndarray:

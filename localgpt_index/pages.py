@@ -12,6 +12,7 @@ from typing import Callable
 
 from PIL import Image
 
+from .discover import IMAGE, PDF
 from .errors import LgptError
 from .search import Index, SearchHit
 
@@ -26,6 +27,9 @@ def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Im
         raise LgptError(f"{hit.path}: no page {hit.page} in the index.")
     if doc.pdf:
         return _render_page(index.store.pdf_file(doc.pdf), hit.page, dpi, doc.path)
+    if doc.kind not in (PDF, IMAGE):  # converted by a build, which stores the PDF; imported without one
+        raise LgptError(f"{doc.path}: its pages cannot be shown: the index holds no PDF of this {doc.kind} document "
+                        "(imported from byaldi?).", hint="Run build on its folder: it converts the document and keeps the PDF.")
     _check_unchanged(doc)
     if doc.kind == "image":
         try:
@@ -43,9 +47,21 @@ def _check_unchanged(doc) -> None:
     except OSError:
         raise LgptError(f"{doc.path} disappeared since it was indexed.", hint="Run build again.") from None
     recorded = doc.stat
-    same = stat.st_size == doc.size and (recorded is None or stat.st_mtime_ns == recorded.mtime_ns)
-    if not same:
+    # ctime too: a rewrite in place that restores size and mtime (cp -p, rsync --inplace -t) still moves it;
+    # a stat that differs only where content cannot have changed (chmod, a racy record) is settled by the sha256
+    same = stat.st_size == doc.size and recorded is not None and (stat.st_mtime_ns, stat.st_ctime_ns) == (
+        recorded.mtime_ns, recorded.ctime_ns)
+    if not same and (stat.st_size != doc.size or _sha256(doc.path) != doc.sha256):
         raise LgptError(f"{doc.path} changed since it was indexed.", hint="Run build again.")
+
+
+def _sha256(path: str) -> str | None:
+    from .discover import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
 
 
 def _render_page(pdf: Path, page: int, dpi: int, source: str) -> Image.Image:

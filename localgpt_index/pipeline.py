@@ -28,6 +28,7 @@ from PIL import Image
 from . import processes
 from .convert import ConverterSet, check_signature
 from .discover import IMAGE, MARKDOWN, OFFICE
+from .encode import page_failure
 from .errors import DocumentError
 from .render import (
     DEFAULT_RENDER_TIMEOUT_S,
@@ -147,6 +148,7 @@ class PageFeed:
         self._ahead: deque[PageEvent | None] = deque()  # rendered before prepare was known; the producer's own
         self._ahead_bytes = 0
         self._ahead_folder: Path | None = None
+        self._refused: set[int] = set()  # documents a page of which the encoder's processor refused
         self._prepare_known = threading.Event()
         if prepare is not None:
             self._prepare_known.set()
@@ -276,13 +278,10 @@ class PageFeed:
         return True
 
     def _deliver(self, event: PageEvent | None) -> bool:
+        if event is not None and event.number in self._refused:
+            return True  # a page of the document was refused: the consumer has its error
         if event is not None and event.kind == "page":
-            image = event.image
-            if isinstance(image, Path):
-                image = _read_set_aside(image)
-            started = time.perf_counter()
-            event = replace(event, image=self.prepare(image))
-            self.timings("prepare", time.perf_counter() - started)
+            event = self._prepared(event)
         while not self._stop.is_set():
             try:
                 self._queue.put(event, timeout=0.2)
@@ -290,6 +289,24 @@ class PageFeed:
             except queue.Full:
                 continue
         return False
+
+    def _prepared(self, event: PageEvent) -> PageEvent:
+        """The page prepared for the model, or the document's error where its processor refuses the
+        page (a bug of ours is no page's fault: it propagates)."""
+        image = event.image
+        if isinstance(image, Path):
+            image = _read_set_aside(image)
+        started = time.perf_counter()
+        try:
+            event = replace(event, image=self.prepare(image))
+        except Exception as exc:
+            failure = page_failure("encode", exc)
+            if failure is None:
+                raise
+            self._refused.add(event.number)
+            event = PageEvent(event.number, "error", error=failure)
+        self.timings("prepare", time.perf_counter() - started)
+        return event
 
     def _produce(self) -> None:
         jobs = plan_jobs(self.sources, self.converters)
@@ -310,10 +327,23 @@ class PageFeed:
                         del opening[future]
                         if not self._send_job(future.result()):
                             return
+            except BaseException as exc:
+                self._fail_feed(exc)
+                raise
             finally:
                 for future in opening:
                     future.cancel()
-                self._put(None)
+                if self._failure is None:
+                    self._put(None)
+
+    def _fail_feed(self, exc: BaseException) -> None:
+        """End the feed with `exc`, recorded before the end is signalled: a consumer that saw the
+        end first would take a feed that lost documents for a complete one."""
+        if self._failure is not None or isinstance(exc, processes.Stopped):
+            return
+        self._failure = exc
+        self._ahead.clear()  # their set-aside files go with the staging folder
+        self._deliver(None)
 
     def _send_job(self, opened: dict[int, OpenedDocument | DocumentError]) -> bool:
         for number, document in opened.items():
@@ -370,8 +400,7 @@ class PageFeed:
         except processes.Stopped:
             pass
         except BaseException as exc:  # surfaced in the consumer thread
-            self._failure = exc
-            self._put(None)
+            self._fail_feed(exc)
 
 
 def _read_set_aside(path: Path) -> Image.Image:

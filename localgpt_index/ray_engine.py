@@ -42,22 +42,105 @@ def require_ray():
     return ray
 
 
+PROBE_TIMEOUT_S = 5.0  # a cluster address that does not accept a connection in this long is down
+# Ray retries a GCS that accepts but does not answer (not a Ray head) about 35 s a try, 20 tries:
+# one try, unless the operator set RAY_gcs_server_port_wait_time_s
+GCS_TRIES = "1"
+
+
 def connect(address: str) -> bool:
-    """Join the cluster at `address` (auto, an address, or local: start one here). True when this
-    call started Ray (and the build should shut it down)."""
+    """Join the cluster at `address` (auto, an address, or local: start one here, on loopback only).
+    True when this call started Ray (and the build should shut it down)."""
     ray = require_ray()
     if ray.is_initialized():
         return False
     options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     try:
         if address == "local":
-            ray.init(num_cpus=os.cpu_count() or 1, **options)
+            with _loopback_only(ray):
+                ray.init(num_cpus=os.cpu_count() or 1, _node_ip_address="127.0.0.1", **options)
         else:
-            ray.init(address=address, **options)
+            probe(address)
+            with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES):
+                ray.init(address=address, **options)
+    except LgptError:
+        raise
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
         raise EnvironmentMissing(f"--ray {address}: cannot join the cluster ({' '.join(str(exc).split())[:200]}).",
                                  hint="Start it (ray start --head) or pass --ray local.") from None
     return True
+
+
+def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail at once, naming the address, where nothing accepts a connection at a cluster's address
+    (Ray itself would retry for ever). auto is left to Ray (it fails fast without a cluster)."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    host, port = _host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        where = f"{host}:{port}" if f"{host}:{port}" != address else address
+        raise EnvironmentMissing(f"--ray {address}: nothing accepts a connection at {where} "
+                                 f"({exc.strerror or exc or 'timed out'}).",
+                                 hint="Start the cluster (ray start --head), check the address, or pass --ray local.") from None
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """Where Ray will connect for `address`: ray://HOST:PORT (Ray Client) as given, HOST:PORT as Ray
+    resolves it (localhost becomes this node's address)."""
+    from .errors import UsageError
+
+    client = address.startswith("ray://")
+    target = address[len("ray://"):] if client else address
+    if not client:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            target = canonicalize_bootstrap_address(address) or target
+        except Exception:  # an address Ray cannot parse: the check below says why
+            pass
+    host, sep, port = target.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--ray {address}: not a cluster address (auto, local, HOST:PORT or ray://HOST:PORT).")
+    return host, int(port)
+
+
+@contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` for the duration, unless already set."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+@contextmanager
+def _loopback_only(ray) -> Iterator[None]:
+    """A local cluster reachable from this machine only: its GCS, raylet, workers and agents listen on
+    127.0.0.1 when the node's address is 127.0.0.1. Ray on Linux turns a loopback node address
+    into the machine's network address unless clusters are off (its Windows/macOS default), which
+    is what this does while the cluster starts (its processes inherit the setting)."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # another layout (a Ray this was not written against): its own defaults
+        ray_constants = None
+    before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    if before is not None:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        with _environ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0"):
+            yield
+    finally:
+        if before is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def disconnect() -> None:
@@ -108,7 +191,7 @@ def open_document(path: str, kind: str, data: bytes, root: str, convert_timeout_
             converters = ConverterSet.detect(convert_timeout_s)
             try:
                 converter = converters.for_suffix(scratch.suffix)
-                staged, notes = converter.stage(original, Path(tmp) / "work", "doc", Path(root) if os.path.isdir(root) else None)
+                staged, notes = converter.stage(original, Path(tmp) / "work", "doc", Path(root) if os.path.exists(root) else None)
                 [pdf] = converter.convert_staged([staged])
                 if isinstance(pdf, DocumentError):
                     raise pdf
@@ -158,11 +241,17 @@ class EncoderWorker:
         """Vectors per page (float16), or a DocumentError per page that cannot be encoded."""
         from PIL import Image
 
-        from .encode import encode_resiliently
+        from .encode import encode_resiliently, page_failure
 
         if isinstance(images, DocumentError):
             return images
-        prepared = [self.encoder.prepare_page(Image.fromarray(array)) for array in images]
+        try:
+            prepared = [self.encoder.prepare_page(Image.fromarray(array)) for array in images]
+        except Exception as exc:  # the processor refused a page: its document fails; a bug propagates
+            failure = page_failure("encode", exc)
+            if failure is None:
+                raise
+            return failure
         results = encode_resiliently(self.encoder, prepared)
         if self.options.pool_factor > 1:
             from .build import _pool_some
@@ -327,10 +416,13 @@ class RayFeed:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
+            from .encode import page_failure
+
             cause = _cause(exc)
-            if isinstance(cause, LgptError):
+            failure = None if isinstance(cause, LgptError) else page_failure("encode", cause)
+            if failure is None:  # a lost device, or a bug of ours: not one document's fault
                 raise cause from None
-            return DocumentError("encode", " ".join(str(cause).split())[:300])
+            return failure
 
 
 def _cause(exc) -> BaseException:

@@ -95,6 +95,19 @@ class Application:
         self.print_error(exc.message, exc.exit_code, error_kind(exc), exc.hint)
         sys.exit(int(exc.exit_code))
 
+    def internal_error(self, exc: Exception) -> NoReturn:
+        """A bug of ours: one message asking for a report (the traceback with -v), exit 1."""
+        import traceback
+
+        if self.verbosity > 0:
+            traceback.print_exception(exc, file=sys.stderr)
+        what = " ".join(str(exc).split())[:500]
+        message = f"internal error: {type(exc).__name__}{': ' + what if what else ''}"
+        self.terminal.error(f"{message}. This is a bug in lgpt-index; please report it with the command line "
+                            "(run it with -v for the traceback).")
+        self.print_error(message, ExitCode.FAILURE, "internal", "a bug in lgpt-index: please report it")
+        sys.exit(int(ExitCode.FAILURE))
+
     def interrupted(self) -> NoReturn:
         from .. import processes
 
@@ -129,9 +142,8 @@ class AppGroup(click.Group):
         except click.ClickException as exc:  # a usage error: Click prints it and exits with its code
             app.print_error(exc.format_message(), exc.exit_code, "usage" if exc.exit_code == ExitCode.USAGE else "failure")
             raise
-        except Exception as exc:  # a bug: the traceback stays on stderr, a script still gets its document
-            app.print_error(f"internal error: {type(exc).__name__}: {exc}", ExitCode.FAILURE, "internal")
-            raise
+        except Exception as exc:  # a bug: one message (the traceback with -v), and under --json its document
+            app.internal_error(exc)
         finally:
             app.close()
 

@@ -11,7 +11,7 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 
 
 @click.command(epilog=EXIT_CODES)
-@click.argument("docs", type=click.Path(exists=True, file_okay=False))
+@click.argument("docs", type=click.Path(exists=True))
 @click.option("--model", "-m", default=None, metavar="ID|PATH",
               help="Hub id or local folder of a ColPali-family model (see README: Models). "
                    "[default: the index's model, else vidore/colpali-v1.3]")
@@ -52,7 +52,8 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, max_visual_tokens, strict,
           compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s,
           ray_address, ray_actors, ray_gpus_per_actor) -> None:
-    """Index the documents under DOCS (or bring the index up to date with it)."""
+    """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
+    that document is indexed or updated, the others in the index are left as they are."""
     from ..build import BuildOptions, build_index
     from ..metadata import load_rules
 
@@ -113,8 +114,9 @@ def _summarise(app: Application, report) -> None:
             f"aligned [{fix['stage']}] {fix['module']}: {fix['count']} tensors {fix['found']} -> {fix['aligned_to']}"
         )
     kept = f", {report.kept} kept" if report.kept else ""
+    retagged = f" ({report.retagged} re-tagged)" if report.retagged else ""
     terminal.info(
-        f"{report.indexed} indexed, {report.unchanged} unchanged, {report.reused} reused, {report.removed} removed{kept}, "
+        f"{report.indexed} indexed, {report.unchanged} unchanged{retagged}, {report.reused} reused, {report.removed} removed{kept}, "
         f"{report.failed} failed, {report.skipped} skipped; {report.pages_embedded} pages embedded, "
         f"{report.pages_total} in the index ({report.index})"
     )
