@@ -88,7 +88,9 @@ class IndexService:
         if self.encoder is None:
             return
         recorded = self._index.manifest.model
-        if recorded.fingerprint != self.encoder.model.fingerprint:
+        from .models import same_model
+
+        if not same_model(self.encoder.model, recorded.fingerprint, recorded.fingerprint_scheme):
             self.stale = (f"the index was rebuilt with another model ({recorded.id}); this server has "
                           f"{self.encoder.model.id} loaded: restart it")
         else:
