@@ -308,8 +308,12 @@ def _downgrade_to_format_1(root: Path) -> None:
 
     from localgpt_index.store import block_checksums
 
+    from localgpt_index.models import fingerprint_in, resolve_model
+
     head = json.loads((root / "HEAD").read_text())
     data = json.loads((root / head["manifest"]).read_text())
+    data["model"].pop("fingerprint_scheme")  # format 1 fingerprinted a model the first way
+    data["model"]["fingerprint"] = fingerprint_in(resolve_model(data["model"]["path"]), 1)
     documents = []
     for doc in data["documents"]:
         [span] = doc.pop("spans")
