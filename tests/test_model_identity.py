@@ -259,3 +259,39 @@ def test_doctor_without_an_index_checks_the_default_model(tmp_path):
     diagnosis = json.loads(result.stdout)
     assert result.exit_code == 4 and diagnosis["model"]["id"] == "vidore/colpali-v1.3"
     assert diagnosis["model"]["source"] == "default" and not (tmp_path / ".lgpt-index").exists()
+
+
+def test_a_server_on_an_index_fingerprinted_the_old_way_answers_before_and_after_its_upgrade(tmp_path):
+    from localgpt_index.service import IndexService, SearchRequest
+
+    model = _fake_with_weights(tmp_path / "model")
+    docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
+    assert _build(docs, index, "--model", str(model))[0].exit_code == 0
+    _downgrade_to_format_2(index, model)
+    service = IndexService(index / "default")
+    service.load()
+    assert service.failure is None and service.stale is None
+    before = service.search([SearchRequest(("doc 1",), 3)])[0].results
+
+    assert _build(docs, index)[0].exit_code == 0  # the upgrade, committed beside the server
+    after = service.search([SearchRequest(("doc 1",), 3)])[0]
+    assert service.switches == 1 and service.stale is None
+    assert after.index.manifest.model.fingerprint_scheme == 2 and after.results == before
+
+
+def test_a_remove_on_an_index_fingerprinted_the_old_way_keeps_the_old_scheme_and_it_still_answers(tmp_path):
+    """remove writes without loading the model: it keeps the fingerprint as recorded, with its scheme."""
+    model = _fake_with_weights(tmp_path / "model")
+    docs, index = _docs(tmp_path / "docs", 3), tmp_path / "idx"
+    assert _build(docs, index, "--model", str(model))[0].exit_code == 0
+    _downgrade_to_format_2(index, model)
+
+    removed = run_cli("remove", str(docs / "doc-2.pdf"), "--index-dir", str(index))
+    assert removed.exit_code == 0, removed.stderr
+    head, manifest = _raw_manifest(index)
+    assert head["format"] == "lgpt-index/3"
+    assert manifest["model"]["fingerprint_scheme"] == 1 and manifest["model"]["fingerprint"] == _old_fingerprint(model)
+    assert _query(index).exit_code == 0
+    result, report = _build(docs, index)
+    assert result.exit_code == 0 and report["pages_embedded"] == 2  # doc-2 again, nothing else
+    assert _raw_manifest(index)[1]["model"]["fingerprint_scheme"] == 2
