@@ -671,8 +671,10 @@ class ColpaliEngineEncoder(ByaldiEncoder):
         from .families import family_named
 
         family = family_named(self.model.family)
-        import colpali_engine.models as engine
-
+        try:
+            import colpali_engine.models as engine
+        except ImportError as exc:  # pragma: no cover - a broken install
+            raise EnvironmentMissing(f"colpali-engine cannot be imported: {exc}") from exc
         with _loading(self.model, "colpali-engine"):  # a checkpoint that does not fit the class
             net = getattr(engine, family.architecture).from_pretrained(self.model.path, dtype=self._torch_dtype)
             processor = getattr(engine, family.processor).from_pretrained(self.model.path)
