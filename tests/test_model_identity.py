@@ -57,6 +57,11 @@ def _query(index: Path, *args: str):
     return run_cli("query", "doc 1 page 2", "--index-dir", str(index), "--json", *args)
 
 
+def _said(result) -> str:
+    """What a command told: its message on stderr (and, under --json, its error document on stdout)."""
+    return result.stderr + result.stdout
+
+
 def _raw_manifest(index: Path) -> tuple[dict, dict]:
     root = index / "default"
     head = json.loads((root / "HEAD").read_text())
@@ -77,12 +82,12 @@ def test_a_weight_change_past_the_first_mib_is_another_model(tmp_path):
 
     query = _query(index)
     assert query.exit_code == 1
-    assert "was built with" in query.stderr and "cannot be compared with another model" in query.stderr
-    assert "Traceback" not in query.stderr
+    assert "was built with" in _said(query) and "cannot be compared with another model" in _said(query)
+    assert "Traceback" not in _said(query)
     build, _ = _build(docs, index, "--model", str(model))
-    assert build.exit_code == 1 and "is a different model" in build.stderr
+    assert build.exit_code == 1 and "is a different model" in _said(build)
     build, _ = _build(docs, index)  # the index's own model, as recorded: the same folder, other weights
-    assert build.exit_code == 1 and "is a different model" in build.stderr
+    assert build.exit_code == 1 and "is a different model" in _said(build)
     _, manifest = _raw_manifest(index)
     assert manifest["model"]["fingerprint"] == before  # nothing was written
 
@@ -102,9 +107,9 @@ def test_an_adapter_is_known_by_its_base_models_weights_too(tmp_path):
     _flip_in_place(base / "model.safetensors", 100)  # the base changes; the adapter's own files do not
 
     query = _query(index)
-    assert query.exit_code == 1 and "was built with" in query.stderr
+    assert query.exit_code == 1 and "was built with" in _said(query)
     build, _ = _build(docs, index, "--model", str(adapter))
-    assert build.exit_code == 1 and "is a different model" in build.stderr
+    assert build.exit_code == 1 and "is a different model" in _said(build)
 
 
 def test_weight_digests_are_remembered_by_stat_and_a_change_in_place_is_seen(tmp_path):
@@ -206,9 +211,9 @@ def test_an_index_fingerprinted_the_old_way_still_refuses_what_the_old_way_told_
 
     _flip_in_place(model / "model.safetensors", 1000)  # inside the first MiB: the old scheme sees it
     query = _query(index)
-    assert query.exit_code == 1 and "was built with" in query.stderr
+    assert query.exit_code == 1 and "was built with" in _said(query)
     result, _ = _build(docs, index)
-    assert result.exit_code == 1 and "is a different model" in result.stderr
+    assert result.exit_code == 1 and "is a different model" in _said(result)
     head, manifest = _raw_manifest(index)
     assert head["format"] == "lgpt-index/2" and "fingerprint_scheme" not in manifest["model"]  # not upgraded
 
