@@ -34,7 +34,7 @@ from .errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, L
 from .failpoints import failpoint
 from .manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
 from .metadata import Rules
-from .models import DEFAULT_MODEL, ModelRef, resolve_model, resolve_recorded
+from .models import DEFAULT_MODEL, FINGERPRINT_SCHEME, ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .pipeline import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
 from .render import DEFAULT_RENDER_TIMEOUT_S, size_setting
@@ -200,9 +200,10 @@ def _choose_model(base: Manifest | None, options: BuildOptions) -> ModelRef:
 def _check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, store: IndexStore) -> None:
     if base is None or options.rebuild or not base.documents:
         return
-    if base.model.fingerprint != model.fingerprint:
+    if not same_model(model, base.model.fingerprint, base.model.fingerprint_scheme):
+        theirs = fingerprint_in(model, base.model.fingerprint_scheme)
         raise IndexProblem(
-            f"{store.location} was built with {base.model.id} ({base.model.fingerprint}); {model.id} ({model.fingerprint}) is a different model.",
+            f"{store.location} was built with {base.model.id} ({base.model.fingerprint}); {model.id} ({theirs}) is a different model.",
             hint="Use --rebuild to embed everything again with the new model, or another --name.",
         )
     if base.settings.pool_factor != options.pool_factor:
@@ -211,6 +212,14 @@ def _check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, 
             "pages pooled differently would not score alike.",
             hint=f"Use --pool-factor {base.settings.pool_factor}, or --rebuild to change it.",
         )
+
+
+def _upgraded(recorded: ModelInfo, model: ModelRef) -> ModelInfo:
+    """The index's model record, with the current fingerprint scheme where it is the same model
+    recorded under an older one (the next commit writes it: writers upgrade, readers never do)."""
+    if recorded.fingerprint_scheme == FINGERPRINT_SCHEME or not same_model(model, recorded.fingerprint, recorded.fingerprint_scheme):
+        return recorded
+    return ModelInfo(**{**recorded.model_dump(), "fingerprint": model.fingerprint, "fingerprint_scheme": FINGERPRINT_SCHEME})
 
 
 def _with_recorded_visual_tokens(base: Manifest | None, options: BuildOptions) -> BuildOptions:
@@ -236,7 +245,7 @@ def _check_rebuild_keeps(plan: BuildPlan, base: Manifest | None, model: ModelRef
     """A rebuild with another model (or pool factor) cannot keep documents it does not embed again."""
     if not options.rebuild or base is None or not plan.keep:
         return
-    if base.model.fingerprint == model.fingerprint and base.settings.pool_factor == options.pool_factor:
+    if same_model(model, base.model.fingerprint, base.model.fingerprint_scheme) and base.settings.pool_factor == options.pool_factor:
         return
     folders = sorted({os.path.dirname(d.path) for d in plan.keep})
     shown = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
@@ -297,7 +306,7 @@ class _Build:
         self.scan_started_ns = scan_started_ns
         self.once = options.rebuild or options.strict  # one commit, at the end
         base = txn.base
-        self.model_info = base.model if base is not None else None
+        self.model_info = _upgraded(base.model, model) if base is not None else None
         self.settings = base.settings if base is not None else Settings()
         self.documents: dict[str, Document] = {d.path: d for d in plan.documents}
         if not options.rebuild:  # a changed file's old entry answers until its new one is committed

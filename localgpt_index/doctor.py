@@ -6,13 +6,18 @@ import os
 import platform
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from importlib import metadata
+from typing import TYPE_CHECKING, Callable
 
 from .convert import find_soffice, network_isolation, word_is_installed
 from .errors import LgptError
-from .models import DEFAULT_MODEL, hub_offline, resolve_model
+from .models import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
+
+if TYPE_CHECKING:
+    from .manifest import ModelInfo
 
 PACKAGES = ("torch", "torchvision", "transformers", "colpali-engine", "byaldi", "pdf2image", "docx2pdf", "huggingface-hub")
 
@@ -53,10 +58,13 @@ def _converters() -> dict:
     }
 
 
-def _devices() -> dict:
+def _devices() -> tuple[dict, object]:
     from .device import detect_capabilities
 
-    caps = detect_capabilities()
+    try:
+        caps = detect_capabilities()
+    except ImportError:  # no torch: the probe says so, and build's models cannot run here
+        return {"cuda": [], "mps": False, "cpu": {"cores": os.cpu_count(), "machine": platform.machine(), "native_bf16": None}}, None
     return {
         "cuda": [
             {
@@ -79,13 +87,17 @@ def _cache() -> dict:
     return {"hf_home": constants.HF_HOME, "hub_cache": constants.HF_HUB_CACHE, "offline": hub_offline()}
 
 
-def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto") -> dict:
-    """Everything `build` depends on; `missing` lists what it lacks here."""
+def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto",
+             recorded: "ModelInfo | None" = None, index: str | None = None) -> dict:
+    """Everything `build` depends on; `missing` lists what it lacks here. The model checked is
+    `model`, else the one the index at `index` was built with (`recorded`), else the default."""
     from .device import choose_precision
 
     missing: list[str] = []
     devices, caps = _devices()
     try:
+        if caps is None:
+            raise LgptError("torch cannot be imported: pip install torch (https://pytorch.org/get-started/locally/)")
         precision = choose_precision(caps, device, dtype)
         probe = {**precision.to_dict(), "warnings": list(precision.warnings)}
     except LgptError as exc:
@@ -99,7 +111,7 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
         missing.append("LibreOffice, to convert office, HTML, text and Markdown files: apt-get install "
                        "libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui")
 
-    model_report = _model_report(model or DEFAULT_MODEL, precision, load=model is not None)
+    model_report = _model_report(*_target(model, recorded, index), precision, load=model is not None)
     if not model_report["available"]:
         missing.append(f"model {model_report['id']}: {model_report['error']}")
 
@@ -117,13 +129,30 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
     }
 
 
-def _model_report(model: str, precision, load: bool) -> dict:
+def _target(model: str | None, recorded: "ModelInfo | None", index: str | None) -> tuple[str, dict, Callable[[], ModelRef]]:
+    """The model to check, where it was named, and how to resolve it (never downloading)."""
+    if model is not None:
+        return model, {"source": "--model", "index": None}, lambda: resolve_model(model, allow_download=False)
+    if recorded is not None:
+        def resolve() -> ModelRef:
+            ref = resolve_recorded(recorded.id, recorded.path, recorded.revision, allow_download=False)
+            if not same_model(ref, recorded.fingerprint, recorded.fingerprint_scheme):
+                raise LgptError(f"{ref.path} is not the model the index was built with: its fingerprint is "
+                                f"{fingerprint_in(ref, recorded.fingerprint_scheme)}, the index recorded {recorded.fingerprint}. "
+                                "Queries and builds will refuse it.")
+            return ref
+
+        return recorded.id, {"source": "index", "index": index}, resolve
+    return DEFAULT_MODEL, {"source": "default", "index": None}, lambda: resolve_model(DEFAULT_MODEL, allow_download=False)
+
+
+def _model_report(model: str, origin: dict, resolve: Callable[[], ModelRef], precision, load: bool) -> dict:
     from .guard import declared_dtypes, stored_dtypes
 
-    report: dict = {"id": model, "available": False, "path": None, "revision": None, "error": None,
+    report: dict = {"id": model, **origin, "available": False, "path": None, "revision": None, "error": None,
                     "declared_dtypes": {}, "stored_dtypes": {}, "audit": [], "smoke_test": None}
     try:
-        ref = resolve_model(model, allow_download=False)
+        ref = resolve()
     except LgptError as exc:
         report["error"] = exc.message + (f" {exc.hint}" if exc.hint else "")
         return report
@@ -132,8 +161,13 @@ def _model_report(model: str, precision, load: bool) -> dict:
     family = family_named(ref.family)
     report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family,
                   family_name=family.display, loader=family.loader, dynamic_resolution=family.dynamic)
-    report["declared_dtypes"] = declared_dtypes(ref.path)
-    report["stored_dtypes"] = {group: dict(counter) for group, counter in stored_dtypes(ref.path).items()}
+    try:
+        report["declared_dtypes"] = declared_dtypes(ref.path)
+        report["stored_dtypes"] = {group: dict(counter) for group, counter in stored_dtypes(ref.path).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error) as exc:  # a damaged checkpoint
+        report.update(available=False, error=f"{ref.path}: its config or weight headers cannot be read "
+                                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}).")
+        return report
     if load and precision is not None:
         report["audit"], report["smoke_test"] = _load_and_audit(ref, precision)
     return report
@@ -165,7 +199,10 @@ def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
     from .encode import open_encoder
 
     started = time.perf_counter()
-    encoder = open_encoder(ref, precision, batch_size=1)
+    try:
+        encoder = open_encoder(ref, precision, batch_size=1)
+    except LgptError as exc:
+        return [], {"ok": False, "error": exc.message, "hint": exc.hint}
     loaded = time.perf_counter()
     page_image = Image.new("RGB", _a4_page(encoder.render_size or 448), "white")
     try:

@@ -22,9 +22,9 @@ import numpy as np
 from PIL import Image
 
 from .device import Precision
-from .errors import EnvironmentMissing
+from .errors import EnvironmentMissing, LgptError
 from .guard import DtypeFix, ModuleTracker, audit_checkpoint, audit_live, translate_error
-from .models import ModelRef
+from .models import ModelRef, offline_hint, weight_files
 
 if TYPE_CHECKING:
     from .build import BuildOptions
@@ -225,9 +225,66 @@ def open_encoder(model: ModelRef, precision: Precision, batch_size: int, compile
     """The model loaded by its family's loader: byaldi where byaldi can, else colpali-engine."""
     from .families import family_named
 
+    check_weights(model)
     if family_named(model.family).loader == "byaldi":
         return ByaldiEncoder(model, precision, batch_size, compile=compile)
     return ColpaliEngineEncoder(model, precision, batch_size, compile=compile)
+
+
+def check_weights(model: ModelRef) -> None:
+    """A checkpoint folder without weights is refused before anything is imported or loaded."""
+    folder = Path(model.path)
+    if any(path.is_file() for path in weight_files(folder)):
+        return
+    try:
+        present = sorted(path.name for path in folder.iterdir())
+    except OSError:
+        present = []
+    shown = ", ".join(present[:8]) + (f" and {len(present) - 8} more" if len(present) > 8 else "")
+    raise EnvironmentMissing(f"model {folder}: no weights: no *.safetensors or *.bin file there (it holds {shown or 'nothing'}).",
+                             hint=_load_hint(model))
+
+
+def _load_hint(model: ModelRef) -> str:
+    if model.revision:  # a hub snapshot: fetch it again
+        return "Its copy in the Hugging Face cache looks damaged. " + offline_hint(model.id, model.revision)
+    return ("Point --model at a complete checkpoint, as save_pretrained writes one: config.json (whose architectures "
+            "name the family), the processor's files and the weights (safetensors), all of the same model.")
+
+
+@contextmanager
+def _loading(model: ModelRef, loader: str, shown_as: str | None = None) -> Iterator[None]:
+    """A checkpoint that cannot be loaded (pickled code, weights whose shapes do not match its
+    config, another family's files) stops the command with one message naming the folder and the
+    reason, exit 4. The loaders below are third-party code reading files from anywhere: whatever
+    they raise is turned into that message (the exception stays chained for a debugger)."""
+    from .families import family_named
+
+    try:
+        yield
+    except LgptError:
+        raise
+    except Exception as exc:
+        reason = _load_reason(exc)
+        if shown_as:
+            reason = reason.replace(shown_as, model.path)
+        display = family_named(model.family).display
+        raise EnvironmentMissing(f"model {model.path}: cannot be loaded as {display} by {loader}: {reason}.",
+                                 hint=_load_hint(model)) from exc
+
+
+def _load_reason(exc: BaseException) -> str:
+    """What went wrong, in the terms of the checkpoint rather than of the loader's code."""
+    import pickle
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, pickle.UnpicklingError) or "Weights only load failed" in text:
+        return ("its pickled weights (*.bin) hold more than tensors, and lgpt-index loads tensors only (no pickled "
+                "code runs); convert them to safetensors")
+    if "ignore_mismatched_sizes" in text or "size mismatch" in text:
+        return "the shapes of its weights do not match the widths its config.json declares"
+    first = re.split(r"(?<=[.!?]) ", text, maxsplit=1)[0]  # loaders put the cause first, then advice for their own API
+    return f"{type(exc).__name__}: {first[:300].rstrip('.')}"
 
 
 def check_visual_tokens_supported(model: ModelRef, tokens: int | None) -> None:
@@ -300,7 +357,7 @@ class ByaldiEncoder(PageEncoder):
             raise EnvironmentMissing(f"byaldi cannot be imported: {exc}") from exc
         if rag is None:
             byaldi_device = "cuda" if self.precision.device == "cuda:0" else self.precision.device
-            with _byaldi_visible_path(self.model) as path:
+            with _byaldi_visible_path(self.model) as path, _loading(self.model, "byaldi", shown_as=path):
                 rag = RAGMultiModalModel.from_pretrained(path, device=byaldi_device, verbose=0)
         return rag.model.model, rag.model.processor
 
@@ -629,16 +686,14 @@ class ColpaliEngineEncoder(ByaldiEncoder):
     dtype audit, boundary casts and error translation are the same."""
 
     def _load(self, rag):
-        from .errors import UsageError
         from .families import family_named
 
         family = family_named(self.model.family)
         try:
             import colpali_engine.models as engine
-
+        except ImportError as exc:  # pragma: no cover - a broken install
+            raise EnvironmentMissing(f"colpali-engine cannot be imported: {exc}") from exc
+        with _loading(self.model, "colpali-engine"):  # a checkpoint that does not fit the class
             net = getattr(engine, family.architecture).from_pretrained(self.model.path, dtype=self._torch_dtype)
             processor = getattr(engine, family.processor).from_pretrained(self.model.path)
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:  # a checkpoint that does not fit the class
-            reason = " ".join(str(exc).split())[:300]
-            raise UsageError(f"{self.model.id}: cannot be loaded as {family.display} by colpali-engine ({reason}).") from None
-        return net.to(self._device), processor
+            return net.to(self._device), processor

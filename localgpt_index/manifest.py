@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 from . import __version__
 from .errors import IndexProblem
 
-FORMAT = "lgpt-index/2"
-READABLE_FORMATS = ("lgpt-index/1", FORMAT)
+FORMAT = "lgpt-index/3"
+READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", FORMAT)
 CHECK_BLOCK = 64 << 20  # bytes of vectors per block checksum
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -138,6 +138,8 @@ class ModelInfo(_Strict):
     family: Annotated[str, Field(max_length=64)]
     revision: Annotated[str, Field(max_length=256)] | None = None
     fingerprint: Text
+    # how the fingerprint was computed (models.FINGERPRINT_SCHEME); 1: format 2's, upgraded on the next write
+    fingerprint_scheme: Literal[1, 2] = 2
     dim: Annotated[int, Field(ge=1, le=8192)] | None = None
 
 
@@ -165,7 +167,7 @@ class Failure(_Strict):
 class Manifest(_Strict):
     """One generation of an index: what it holds and where every page's vectors are."""
 
-    format: Literal["lgpt-index/2"] = FORMAT
+    format: Literal["lgpt-index/3"] = FORMAT
     generation: Annotated[int, Field(ge=1, le=10**12 - 1)]
     created: float = Field(default_factory=time.time)
     tool_version: Annotated[str, Field(max_length=64)] = __version__
@@ -233,7 +235,7 @@ class Manifest(_Strict):
 class Head(_Strict):
     """The pointer to the current generation; replaced atomically by every commit."""
 
-    format: Literal["lgpt-index/1", "lgpt-index/2"]
+    format: Literal["lgpt-index/1", "lgpt-index/2", "lgpt-index/3"]
     generation: Annotated[int, Field(ge=1, le=10**12 - 1)]
     manifest: ManifestName
     sha256: Sha256
@@ -266,7 +268,9 @@ def migrate(data: Any, where: str) -> Any:
     if found == FORMAT:
         return data
     if found == "lgpt-index/1":
-        return _migrate_1_to_2(data, where)
+        return _migrate_2_to_3(_migrate_1_to_2(data, where), where)
+    if found == "lgpt-index/2":
+        return _migrate_2_to_3(data, where)
     raise IndexProblem(
         f"{where}: unknown index format {found!r} (this lgpt-index {__version__} reads {', '.join(READABLE_FORMATS)}).",
         hint="A newer lgpt-index wrote it: upgrade lgpt-index (pip install -U lgpt-index), or rebuild the index.",
@@ -295,7 +299,7 @@ def _migrate_1_to_2(data: dict, where: str) -> dict:
         settings = {k: v for k, v in dict(data.get("settings") or {}).items() if k in Settings.model_fields}
         return {
             **data,
-            "format": FORMAT,
+            "format": "lgpt-index/2",
             "documents": documents,
             "segments": segments,
             "settings": settings,
@@ -306,11 +310,21 @@ def _migrate_1_to_2(data: dict, where: str) -> dict:
         raise IndexProblem(f"{where}: a format 1 manifest that cannot be read ({_short(exc)}).", hint=REBUILD_HINT) from None
 
 
+def _migrate_2_to_3(data: dict, where: str) -> dict:
+    """Format 2 -> 3: the model's fingerprint names its scheme. Format 2 fingerprinted a local
+    model by its config and the first MiB of each weight file (scheme 1); that value is kept and
+    compared the same way (models.same_model) until the next write records the whole-weights one."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        raise IndexProblem(f"{where}: a format 2 manifest that cannot be read (no model).", hint=REBUILD_HINT)
+    return {**data, "format": FORMAT, "model": {**model, "fingerprint_scheme": 1}}
+
+
 def json_schema() -> dict:
     """The published JSON schema of the manifest (localgpt_index/schemas/manifest.schema.json)."""
     schema = Manifest.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "lgpt-index manifest (format 2)"
+    schema["title"] = "lgpt-index manifest (format 3)"
     return schema
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,6 +19,11 @@ from .errors import EnvironmentMissing, UsageError
 from .families import detect_family, supported
 
 DEFAULT_MODEL = "vidore/colpali-v1.3"
+# How ModelRef.fingerprint is computed (a manifest records the scheme beside the fingerprint):
+# 1: config bytes and the first MiB of each weight file (lgpt-index up to index format 2);
+# 2: config bytes and every byte of every weight file (XXH3-128), the base model's too for an adapter.
+FINGERPRINT_SCHEME = 2
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,7 @@ class ModelRef:
     path: str  # local folder with config and weights
     family: str  # a name from localgpt_index.families
     revision: str | None  # hub commit, when from the hub
-    fingerprint: str  # identifies the weights; an index only answers queries from the same one
+    fingerprint: str  # identifies the weights (FINGERPRINT_SCHEME); an index only answers queries from the same one
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,18 +66,128 @@ def model_family(folder: Path, base: Path | None = None) -> str:
     return family.name
 
 
-def _folder_fingerprint(folder: Path) -> str:
-    """Config bytes plus the name, size and head of every weight file: cheap, and changes with the weights."""
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files of a checkpoint folder, in the order the fingerprints read them."""
+    return [path for pattern in WEIGHT_PATTERNS for path in sorted(folder.glob(pattern))]
+
+
+def _legacy_folder_fingerprint(folder: Path) -> str:
+    """Scheme 1 (kept to compare with indexes fingerprinted before scheme 2): config bytes plus
+    the name, size and first MiB of every weight file."""
     digest = hashlib.sha256()
     for name in ("config.json", "adapter_config.json"):
         if (folder / name).exists():
             digest.update((folder / name).read_bytes())
-    for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+    for weights in weight_files(folder):
         digest.update(weights.name.encode())
         digest.update(str(weights.stat().st_size).encode())
         with open(weights, "rb") as handle:
             digest.update(handle.read(1 << 20))
     return "sha256:" + digest.hexdigest()
+
+
+def _folder_fingerprint(folder: Path, base: str | None, digests: "WeightDigests") -> str:
+    """Scheme 2: config bytes, then the name, size and XXH3-128 of every byte of every weight
+    file, then `base` (the identity of an adapter's base model)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    for name in ("config.json", "adapter_config.json"):
+        if (folder / name).exists():
+            digest.update(f"{name}\0".encode() + (folder / name).read_bytes() + b"\0")
+    for weights in weight_files(folder):
+        try:
+            digest.update(f"{weights.name}\0{weights.stat().st_size}\0{digests.of(weights)}\0".encode())
+        except OSError as exc:
+            raise EnvironmentMissing(f"model {folder}: {weights.name} cannot be read ({exc.strerror or exc}).") from None
+    if base is not None:
+        digest.update(f"base\0{base}".encode())
+    return "xxh3:" + digest.hexdigest()
+
+
+def _cache_file() -> Path:
+    """The user's cache of weight digests: beside Hugging Face's (~/.cache), under XDG_CACHE_HOME when set."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "lgpt-index" / "weight-digests.json"
+
+
+class WeightDigests:
+    """XXH3-128 digests of weight files, remembered by path and stat (size, mtime, ctime, inode,
+    device), like the documents' sha256 in a manifest: a model's weights are read once, not by
+    every command. Kept in the user's cache folder rather than in an index, since readers
+    (query, serve) never write into an index, and one model serves many indexes. A lost or
+    unreadable cache only costs a hash; a file changed in place changes its ctime, so it is
+    never trusted stale."""
+
+    LIMIT = 4096  # entries kept; the oldest go first
+    VERSION = 1
+
+    def __init__(self, path: Path | None = None, clock=time.time_ns) -> None:
+        self.path = path or _cache_file()
+        self.clock = clock
+        self.entries = self._read()
+        self.changed = False
+
+    def _read(self) -> dict[str, dict]:
+        try:
+            with open(self.path, "rb") as handle:
+                data = json.loads(handle.read(64 << 20))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("version") != self.VERSION or not isinstance(data.get("files"), dict):
+            return {}
+        return {k: v for k, v in data["files"].items() if isinstance(v, dict) and isinstance(v.get("xxh3_128"), str)}
+
+    @staticmethod
+    def _stamp(info: os.stat_result) -> list[int]:
+        return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
+
+    def of(self, path: Path) -> str:
+        """The digest of `path`'s whole content: remembered, or read now at memory speed."""
+        import xxhash
+
+        key = str(path.resolve())
+        stamp = self._stamp(os.stat(path))
+        entry = self.entries.get(key)
+        if entry is not None and entry.get("stat") == stamp:
+            return entry["xxh3_128"]
+        started = self.clock()
+        digest = xxhash.xxh3_128()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(16 << 20):
+                digest.update(chunk)
+        value = digest.hexdigest()
+        # remembered only when it did not change meanwhile, and not so recently that a change within
+        # the same timestamp tick could go unseen (git's "racily clean" entries)
+        if self._stamp(os.stat(path)) == stamp and max(stamp[1], stamp[2]) < started - _racy_ns():
+            self.entries.pop(key, None)
+            self.entries[key] = {"stat": stamp, "xxh3_128": value}
+            self.changed = True
+        return value
+
+    def save(self) -> None:
+        """Write the cache (atomically) when it learnt something; a cache that cannot be written is skipped."""
+        if not self.changed:
+            return
+        self.changed = False
+        kept = dict(list(self.entries.items())[-self.LIMIT :])
+        temporary = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".digests-", suffix=".json")
+            with os.fdopen(handle, "w") as out:
+                json.dump({"version": self.VERSION, "files": kept}, out)
+            os.replace(temporary, self.path)
+        except OSError:
+            if temporary is not None:
+                with suppress(OSError):
+                    os.unlink(temporary)
+
+
+def _racy_ns() -> int:
+    from .plan import RACY_NS
+
+    return RACY_NS
 
 
 def offline_hint(model_id: str, revision: str | None = None) -> str:
@@ -89,19 +207,42 @@ def resolve_model(model: str, allow_download: bool = True, revision: str | None 
     """Resolve a hub id (at `revision`, a commit, when given) or a local folder; raise
     EnvironmentMissing when the weights are not here."""
     folder = Path(model).expanduser()
+    digests = WeightDigests()
     if folder.is_dir():
         folder = folder.resolve()
         base = _adapter_base(folder, allow_download)
-        return ModelRef(model, str(folder), model_family(folder, base), None, _folder_fingerprint(folder))
-    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        family = model_family(folder, base and base[0])
+        ref = ModelRef(model, str(folder), family, None, _folder_fingerprint(folder, _base_identity(base, digests), digests))
+    elif model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise UsageError(f"--model {model}: no such folder.")
-    snapshot = _hub_snapshot(model, allow_download, revision)
-    base = _adapter_base(snapshot, allow_download)
-    return ModelRef(model, str(snapshot), model_family(snapshot, base), snapshot.name, f"hub:{model}@{snapshot.name}")
+    else:
+        snapshot = _hub_snapshot(model, allow_download, revision)
+        base = _adapter_base(snapshot, allow_download)
+        identity = _base_identity(base, digests)
+        fingerprint = f"hub:{model}@{snapshot.name}" + (f"+base:{identity}" if identity else "")
+        ref = ModelRef(model, str(snapshot), model_family(snapshot, base and base[0]), snapshot.name, fingerprint)
+    digests.save()
+    return ref
 
 
-def _adapter_base(folder: Path, allow_download: bool) -> Path | None:
-    """For an adapter (colpali-v1.3 is one), the folder of its base model, which must be here too."""
+def fingerprint_in(ref: ModelRef, scheme: int) -> str:
+    """`ref`'s fingerprint as the given scheme computes it (an index records the scheme it used)."""
+    if scheme == FINGERPRINT_SCHEME:
+        return ref.fingerprint
+    if scheme == 1:
+        return f"hub:{ref.id}@{ref.revision}" if ref.revision else _legacy_folder_fingerprint(Path(ref.path))
+    raise ValueError(f"unknown fingerprint scheme {scheme}")
+
+
+def same_model(ref: ModelRef, fingerprint: str, scheme: int) -> bool:
+    """Whether `ref` is the model recorded as `fingerprint` under `scheme`: an index fingerprinted the
+    old way is compared the old way (on the same folder) until a writer records the current scheme."""
+    return fingerprint_in(ref, scheme) == fingerprint
+
+
+def _adapter_base(folder: Path, allow_download: bool) -> tuple[Path, str | None] | None:
+    """For an adapter (colpali-v1.3 is one), the folder of its base model, which must be here too,
+    and its hub id when it came from the hub cache."""
     adapter = folder / "adapter_config.json"
     if not adapter.exists():
         return None
@@ -109,8 +250,19 @@ def _adapter_base(folder: Path, allow_download: bool) -> Path | None:
     if not base or not isinstance(base, str):
         return None
     if Path(base).is_dir():
-        return Path(base)
-    return _hub_snapshot(base, allow_download)
+        return Path(base), None
+    return _hub_snapshot(base, allow_download), base
+
+
+def _base_identity(base: tuple[Path, str | None] | None, digests: WeightDigests) -> str | None:
+    """What an adapter's fingerprint says of its base: a hub base by its id and revision, a local one
+    by its own fingerprint (every byte of its weights)."""
+    if base is None:
+        return None
+    folder, hub_id = base
+    if hub_id is not None:  # a snapshot folder is named by its revision
+        return f"hub:{hub_id}@{folder.name}"
+    return _folder_fingerprint(folder.resolve(), None, digests)
 
 
 def _hub_snapshot(model_id: str, allow_download: bool = True, revision: str | None = None) -> Path:

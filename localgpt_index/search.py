@@ -12,7 +12,7 @@ from .encode import PageEncoder, check_queries
 from .errors import IndexProblem
 from .manifest import Document, Manifest
 from .metadata import matches
-from .models import ModelRef, resolve_model, resolve_recorded
+from .models import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .score import maxsim
 from .store import IndexStore, MissingIndexFile, index_path
 
@@ -85,9 +85,10 @@ class Index:
             ref = resolve_recorded(recorded.id, recorded.path, recorded.revision)
         else:
             ref = resolve_model(model)
-        if ref.fingerprint != recorded.fingerprint:
+        if not same_model(ref, recorded.fingerprint, recorded.fingerprint_scheme):
+            theirs = fingerprint_in(ref, recorded.fingerprint_scheme)
             raise IndexProblem(
-                f"{self.store.location} was built with {recorded.id} ({recorded.fingerprint}), not {ref.id} ({ref.fingerprint}); "
+                f"{self.store.location} was built with {recorded.id} ({recorded.fingerprint}), not {ref.id} ({theirs}); "
                 "its vectors cannot be compared with another model's.",
                 hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
             )

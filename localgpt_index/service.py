@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .encode import PageEncoder, check_queries
 from .errors import EnvironmentMissing, IndexProblem, LgptError
+from .models import same_model
 from .search import Index, SearchHit
 from .store import IndexStore, MissingIndexFile
 
@@ -88,7 +89,7 @@ class IndexService:
         if self.encoder is None:
             return
         recorded = self._index.manifest.model
-        if recorded.fingerprint != self.encoder.model.fingerprint:
+        if not same_model(self.encoder.model, recorded.fingerprint, recorded.fingerprint_scheme):
             self.stale = (f"the index was rebuilt with another model ({recorded.id}); this server has "
                           f"{self.encoder.model.id} loaded: restart it")
         else:

@@ -282,6 +282,7 @@ def test_a_query_uses_the_model_revision_the_index_recorded(tmp_path, monkeypatc
 
 
 def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_path):
+    from localgpt_index.manifest import FORMAT
     from localgpt_index.store import block_checksums
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
@@ -295,7 +296,7 @@ def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_p
     result, report = _build(docs, index)
     assert result.exit_code == 0 and report["pages_embedded"] == 0
     manifest = _manifest(index)
-    assert manifest.format == "lgpt-index/2"
+    assert manifest.format == FORMAT
     [segment] = manifest.segments.values()
     assert segment.checksum.algorithm == "xxh3_64"
     assert segment.checksum.blocks == block_checksums(root / "segments" / f"{segment.id}.vectors.npy")
@@ -307,8 +308,12 @@ def _downgrade_to_format_1(root: Path) -> None:
 
     from localgpt_index.store import block_checksums
 
+    from localgpt_index.models import fingerprint_in, resolve_model
+
     head = json.loads((root / "HEAD").read_text())
     data = json.loads((root / head["manifest"]).read_text())
+    data["model"].pop("fingerprint_scheme")  # format 1 fingerprinted a model the first way
+    data["model"]["fingerprint"] = fingerprint_in(resolve_model(data["model"]["path"]), 1)
     documents = []
     for doc in data["documents"]:
         [span] = doc.pop("spans")

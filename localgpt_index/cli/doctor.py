@@ -6,25 +6,28 @@ import sys
 
 import click
 
-from ..errors import ExitCode
+from ..errors import ExitCode, LgptError
 from .app import Application, output_options
-from .options import model_options
+from .options import index_options, model_options
 
 
 @click.command()
 @click.option("--model", "-m", default=None, metavar="ID|PATH",
               help="Also load this checkpoint, audit its dtypes and run one page through it.")
 @model_options
+@index_options
 @output_options
 @click.pass_obj
 def doctor(app: Application, model, device, dtype) -> None:
     """Check this machine: packages, devices, the precision the probe picks, converters, the model.
 
-    Exits 4 when something `build` needs is missing, and names it.
+    The model checked is --model, else the one the index at hand (--index-dir/--name/--store)
+    was built with, else the default. Exits 4 when something `build` needs is missing, and names it.
     """
     from ..doctor import diagnose
 
-    report = diagnose(model, device, dtype)
+    recorded, location = _index_model(app) if model is None else (None, None)
+    report = diagnose(model, device, dtype, recorded=recorded, index=location)
     if report["model"]["smoke_test"] and not report["model"]["smoke_test"]["ok"]:
         report["missing"].append(f"model {report['model']['id']} does not run: {report['model']['smoke_test']['error']}")
         report["ok"] = False
@@ -33,6 +36,17 @@ def doctor(app: Application, model, device, dtype) -> None:
     else:
         _print(report)
     sys.exit(int(ExitCode.OK if report["ok"] else ExitCode.ENVIRONMENT))
+
+
+def _index_model(app: Application):
+    """The model the index at hand records, and where that index is; (None, None) without an index.
+    A damaged or unreachable index is not doctor's concern (verify's is): the default is checked."""
+    try:
+        store = app.store()
+        manifest = store.read_manifest()
+    except LgptError:
+        return None, None
+    return (manifest.model, store.location) if manifest is not None else (None, None)
 
 
 def _print(report: dict) -> None:
@@ -67,7 +81,8 @@ def _print(report: dict) -> None:
     cache = report["model_cache"]
     echo(f"model cache  {cache['hub_cache']}{' (HF_HUB_OFFLINE)' if cache['offline'] else ''}")
     model = report["model"]
-    echo(f"model        {model['id']}: {'available at ' + model['path'] if model['available'] else 'NOT AVAILABLE'}")
+    source = {"index": f" (the index's, {model['index']})", "default": " (the default)"}.get(model["source"], "")
+    echo(f"model        {model['id']}{source}: {'available at ' + model['path'] if model['available'] else 'NOT AVAILABLE'}")
     if model["available"]:
         echo(f"  family     {model['family_name']}, loaded by {model['loader']}"
              f"{' (dynamic resolution)' if model['dynamic_resolution'] else ''}")
