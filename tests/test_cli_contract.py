@@ -127,6 +127,18 @@ def test_failure_documents_of_their_own_carry_the_same_error_object(built, fake_
     assert not findings["ok"] and findings["error"]["message"] == findings["problems"][0]
 
 
+def test_doctors_failing_report_carries_the_error_object(fake_model, tmp_path):
+    """doctor exiting 4 prints its own report (doctor.schema.json) with the same error object."""
+    import jsonschema
+
+    result = run_process("doctor", "--json", "--model", str(tmp_path / "no-such-model"), timeout=120)
+    assert result.returncode == 4, result
+    report = json.loads(result.stdout)
+    validate(report, "doctor")
+    jsonschema.validate(report["error"], {**load_schema("error")["$defs"]["error"]})
+    assert not report["ok"] and report["error"]["exit_code"] == 4 and report["error"]["kind"] == "environment"
+    assert all(m in report["error"]["message"] for m in report["missing"])
+
 def test_a_successful_build_document_has_no_error_object(built, fake_model, tmp_path):
     result = run_cli("build", str(built["docs"]), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
     report = json.loads(result.stdout)

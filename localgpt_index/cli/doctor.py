@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import ExitCode, LgptError
-from .app import Application, output_options
+from .app import Application, error_object, output_options
 from .options import index_options, model_options
 
 
@@ -32,6 +32,9 @@ def doctor(app: Application, model, device, dtype) -> None:
         report["missing"].append(f"model {report['model']['id']} does not run: {report['model']['smoke_test']['error']}")
         report["ok"] = False
     if app.as_json:
+        if not report["ok"]:
+            report["error"] = error_object("missing: " + "; ".join(report["missing"]), ExitCode.ENVIRONMENT, "environment",
+                                           "lgpt-index doctor (without --json) says what each piece is and how to add it")
         app.print_json(report)
     else:
         _print(report)
