@@ -22,6 +22,8 @@ points, in `<physical>__catalog`, split into chunks, with a HEAD point replaced 
 name users give is an alias of the physical collection `<name>__<10 hex digits>`: --rebuild
 writes a new physical collection and switches the alias once it is complete. A name that is
 anything else (another tool's collection, or an alias of one) is refused before any work.
+A catalog of an older format (HEAD's `format`) is migrated on read and written in the current
+format by the next writer's commit, even one that changes no document.
 
 One writer at a time: a lease point in `<name>__lease` (holder, token, expiry), taken and
 renewed by compare-and-swap (a conditional upsert, `update_filter`), renewed by a timer thread
@@ -236,6 +238,7 @@ class QdrantStore:
         self.lease: _Lease | None = None
         self._may_create = False  # readers never create an in-process folder; writers may
         self.legacy_paths = False
+        self.head_format: str | None = None  # HEAD's `format` of the manifest last read (older: upgraded by the next writer)
 
     # plumbing
 
@@ -376,6 +379,7 @@ class QdrantStore:
             return None
         manifest = self._manifest(physical, head)
         self.legacy_paths = head.get("paths") != PATHS_VERSION  # of the manifest last read
+        self.head_format = head.get("format")
         return manifest
 
     def _manifest(self, physical: str, head: dict) -> Manifest:
@@ -809,6 +813,8 @@ class QdrantTransaction:
                 filter=_flt(generation=(g + 1, PENDING))))
             if self.store.legacy_paths and not self.rebuild:
                 self._upgrade_paths()
+            if self.store.head_format != FORMAT and not self.rebuild:
+                self.needs_upgrade = True  # an older catalog (migrated on read): the next commit writes the current format
         self._created = not self.rebuild
 
     def _claim_head(self, physical: str) -> None:
