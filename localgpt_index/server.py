@@ -25,11 +25,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import __version__
-from .encode import MAX_QUERY_CHARS, check_queries
-from .errors import IndexProblem, LgptError, UsageError
-from .metadata import parse_filters
-from .reports import documents_document, query_document, status_document
+from ._version import __version__
+from .models.encode import MAX_QUERY_CHARS, check_queries
+from .core.errors import IndexProblem, LgptError, UsageError
+from .core.metadata import parse_filters
+from .interop.reports import documents_document, query_document, status_document
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
 
 MAX_BODY_BYTES = 1 << 20
@@ -300,8 +300,8 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
 
 
 def _page_png(service: IndexService, sha256: str, page: int, dpi: int) -> bytes:
-    from .pages import page_image
-    from .search import SearchHit
+    from .interop.pages import page_image
+    from .query.search import SearchHit
 
     index = service.index()
     doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
@@ -340,7 +340,7 @@ def bind(host: str, port: int):
     import os
     import socket
 
-    from .errors import EnvironmentMissing
+    from .core.errors import EnvironmentMissing
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on connections

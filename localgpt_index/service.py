@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .encode import PageEncoder, check_queries
-from .errors import EnvironmentMissing, IndexProblem, LgptError
-from .models import same_model
-from .search import Index, SearchHit
-from .store import IndexStore, MissingIndexFile
+from .models.encode import PageEncoder, check_queries
+from .core.errors import EnvironmentMissing, IndexProblem, LgptError
+from .models.resolve import same_model
+from .query.search import Index, SearchHit
+from .index.store import IndexStore, MissingIndexFile
 
 
 class NotReady(LgptError):

@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=None, help="where to write the folder (default: the temporary folder)")
     args = parser.parse_args()
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="lgpt-bench-noop-", dir=args.work))
     try:

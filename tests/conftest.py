@@ -46,21 +46,21 @@ def isolated_env(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def fake_model(tmp_path_factory) -> Path:
     """A fake checkpoint: deterministic vectors from page bytes, no torch (the fast tier)."""
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     return write_fake_checkpoint(tmp_path_factory.mktemp("models") / "fake")
 
 
 def faulty_model(folder: Path, **faults) -> Path:
-    """A fake checkpoint whose device fails as configured (see localgpt_index.fake)."""
-    from localgpt_index.fake import write_fake_checkpoint
+    """A fake checkpoint whose device fails as configured (see localgpt_index.testing.fake)."""
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     return write_fake_checkpoint(folder, **faults)
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     return make_checkpoint(tmp_path_factory.mktemp("models") / "tiny-colpali", "tiny")
 
@@ -138,6 +138,6 @@ class UnstableConverter:
 
 @pytest.fixture
 def unstable_converter(monkeypatch):
-    from localgpt_index.convert import ConverterSet
+    from localgpt_index.ingest.convert import ConverterSet
 
     monkeypatch.setattr(ConverterSet, "detect", classmethod(lambda cls, timeout_s=120.0: cls([UnstableConverter()])))

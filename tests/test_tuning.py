@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import localgpt_index.tuning as tuning
+import localgpt_index.models.tuning as tuning
 
 
 @pytest.fixture(autouse=True)
@@ -223,7 +223,7 @@ def test_the_page_queue_shrinks_to_two_batches_of_the_size_kept(tiny_model, tmp_
     from conftest import run_cli
     from docgen import make_pdf
 
-    from localgpt_index.pipeline import PageFeed
+    from localgpt_index.ingest.feed import PageFeed
 
     decide = tuning.CpuTuner._decide
 

@@ -10,8 +10,8 @@ import gc
 
 import click
 
-from .. import __version__
-from ..collector import own_process
+from .._version import __version__
+from ..core.collector import own_process
 from .app import AppGroup
 from .options import EXIT_CODES
 

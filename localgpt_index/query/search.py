@@ -8,13 +8,13 @@ from typing import Sequence
 
 import numpy as np
 
-from .encode import PageEncoder, check_queries
-from .errors import IndexProblem
-from .manifest import Document, Manifest
-from .metadata import matches
-from .models import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
-from .score import maxsim
-from .store import IndexStore, MissingIndexFile, index_path
+from ..models.encode import PageEncoder, check_queries
+from ..core.errors import IndexProblem
+from ..index.manifest import Document, Manifest
+from ..core.metadata import matches
+from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
+from ..index.score import maxsim
+from ..index.store import IndexStore, MissingIndexFile, index_path
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,10 @@ PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> PageEncoder:
     """The encoder for queries: the fake family without torch, else the probe and the family's loader."""
     if ref.family == "fake":
-        from .fake import FakeEncoder
+        from ..testing.fake import FakeEncoder
 
         return FakeEncoder(ref)
-    from .encode import open_probed_encoder
+    from ..models.encode import open_probed_encoder
 
     return open_probed_encoder(ref, device, dtype, queries=True)
 
@@ -139,7 +139,7 @@ class Index:
 
     def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
         """Per query, the page table narrowed to the `candidates` pages the sign codes rank best."""
-        from .score import approximate_maxsim, sign_codes
+        from ..index.score import approximate_maxsim, sign_codes
 
         parts, owners = [], []
         for segment_id, (rows, _, _) in table.items():

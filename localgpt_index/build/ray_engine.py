@@ -26,8 +26,8 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import DocumentError, EnvironmentMissing, LgptError
-from .render import RenderSize
+from ..core.errors import DocumentError, EnvironmentMissing, LgptError
+from ..ingest.render import RenderSize
 
 CHUNK_PAGES = 8  # pages per render task and per encoder call
 OPEN_AHEAD = 8  # documents being opened ahead of the one the driver waits for
@@ -91,7 +91,7 @@ def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
 def _host_port(address: str) -> tuple[str, int]:
     """Where Ray will connect for `address`: ray://HOST:PORT (Ray Client) as given, HOST:PORT as Ray
     resolves it (localhost becomes this node's address)."""
-    from .errors import UsageError
+    from ..core.errors import UsageError
 
     client = address.startswith("ray://")
     target = address[len("ray://"):] if client else address
@@ -171,9 +171,9 @@ def _scratch(name: str, data: bytes, folder: Path) -> Path:
 
 def open_document(path: str, kind: str, data: bytes, root: str, convert_timeout_s: float, render_timeout_s: float):
     """(OpenInfo or DocumentError, the converted PDF's bytes or None): on a worker."""
-    from .convert import ConverterSet, check_signature
-    from .discover import IMAGE, MARKDOWN, OFFICE
-    from .render import image_frame_count, pdf_page_count
+    from ..ingest.convert import ConverterSet, check_signature
+    from ..ingest.discover import IMAGE, MARKDOWN, OFFICE
+    from ..ingest.render import image_frame_count, pdf_page_count
 
     with tempfile.TemporaryDirectory(prefix="lgpt-ray-") as tmp:
         try:
@@ -204,8 +204,8 @@ def open_document(path: str, kind: str, data: bytes, root: str, convert_timeout_
 
 def render_chunk(path: str, kind: str, data: bytes, first: int, last: int, size, render_timeout_s: float):
     """Pages first..last of a document as uint8 RGB arrays at the model's size, or a DocumentError."""
-    from .discover import IMAGE
-    from .render import image_file_pages, render_pdf_pages
+    from ..ingest.discover import IMAGE
+    from ..ingest.render import image_file_pages, render_pdf_pages
 
     with tempfile.TemporaryDirectory(prefix="lgpt-ray-") as tmp:
         source = _scratch(path if kind != "converted" else "converted.pdf", data, Path(tmp))
@@ -224,9 +224,9 @@ class EncoderWorker:
     """A model on one device of the cluster (a Ray actor)."""
 
     def __init__(self, model: dict, options: dict) -> None:
-        from .build import BuildOptions
-        from .encode import load_page_encoder
-        from .models import ModelRef
+        from .run import BuildOptions
+        from ..models.encode import load_page_encoder
+        from ..models.resolve import ModelRef
 
         self.options = BuildOptions(**options)
         self.encoder = load_page_encoder(ModelRef(**model), self.options)
@@ -241,7 +241,7 @@ class EncoderWorker:
         """Vectors per page (float16), or a DocumentError per page that cannot be encoded."""
         from PIL import Image
 
-        from .encode import encode_resiliently, page_failure
+        from ..models.encode import encode_resiliently, page_failure
 
         if isinstance(images, DocumentError):
             return images
@@ -254,7 +254,7 @@ class EncoderWorker:
             return failure
         results = encode_resiliently(self.encoder, prepared)
         if self.options.pool_factor > 1:
-            from .build import _pool_some
+            from .run import _pool_some
 
             results = _pool_some(results, self.options.pool_factor)
         return results
@@ -300,7 +300,7 @@ class RayEngine:
 
     def _describe(self) -> RemoteEncoder:
         """Every actor's precision probe must agree: the index records one dtype."""
-        from .device import Precision
+        from ..models.device import Precision
 
         try:
             described = self.ray.get([actor.describe.remote() for actor in self.actors])
@@ -344,7 +344,7 @@ class RayFeed:
         self._next_actor = 0
 
     def __iter__(self):
-        from .pipeline import OpenedDocument, PageEvent
+        from ..ingest.feed import OpenedDocument, PageEvent
 
         opening: deque = deque()
         pending: deque = deque()  # ("open", n, info, pdf_path) / ("chunk", n, ref) / ("end", n) / ("error", n, err)
@@ -416,7 +416,7 @@ class RayFeed:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
-            from .encode import page_failure
+            from ..models.encode import page_failure
 
             cause = _cause(exc)
             failure = None if isinstance(cause, LgptError) else page_failure("encode", cause)

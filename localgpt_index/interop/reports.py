@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from .search import Index, SearchHit
+from ..query.search import Index, SearchHit
 
 QUERY_SCHEMA_VERSION = 1
 

@@ -26,13 +26,13 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from .discover import IMAGE, KIND_BY_SUFFIX, PDF, sha256_file
-from .errors import IndexProblem, LgptError, UsageError
-from .failpoints import failpoint
-from .families import FAMILY_NAMES, family_named
-from .manifest import Document, ModelInfo, Settings, Span, describe
-from .search import Index, SearchHit
-from .store import IndexStore
+from ..ingest.discover import IMAGE, KIND_BY_SUFFIX, PDF, sha256_file
+from ..core.errors import IndexProblem, LgptError, UsageError
+from ..core.failpoints import failpoint
+from ..models.families import FAMILY_NAMES, family_named
+from ..index.manifest import Document, ModelInfo, Settings, Span, describe
+from ..query.search import Index, SearchHit
+from ..index.store import IndexStore
 from .transfer import write_documents
 
 CHUNK = 500
@@ -201,7 +201,7 @@ class ImportReport:
 
 def import_byaldi(source: Path, store: IndexStore, model: str | None = None) -> ImportReport:
     """Read a byaldi index folder into a new index, without embedding anything again."""
-    from .models import expected_dim, resolve_model
+    from ..models.resolve import expected_dim, resolve_model
 
     config, tables = _read_tables(source)
     ref = resolve_model(model or config.model_name)

@@ -19,10 +19,10 @@ from typing import Callable
 
 import numpy as np
 
-from . import processes
-from .convert import ConverterSet, MissingConverter
-from .discover import Discovery, discover, hash_files
-from .encode import (
+from ..ingest import processes
+from ..ingest.convert import ConverterSet, MissingConverter
+from ..ingest.discover import Discovery, discover, hash_files
+from ..models.encode import (
     DeviceLost,
     PageEncoder,
     check_visual_tokens_supported,
@@ -30,17 +30,17 @@ from .encode import (
     expected_render_size,
     load_page_encoder,
 )
-from .errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
-from .failpoints import failpoint
-from .manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
-from .metadata import Rules
-from .models import DEFAULT_MODEL, FINGERPRINT_SCHEME, ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
-from .pipeline import FeedSource, OpenedDocument, PageFeed
+from ..core.errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
+from ..core.failpoints import failpoint
+from ..index.manifest import Document, Failure, Manifest, ModelInfo, Settings, Span
+from ..core.metadata import Rules
+from ..models.resolve import DEFAULT_MODEL, FINGERPRINT_SCHEME, ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
+from ..ingest.feed import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
-from .render import DEFAULT_RENDER_TIMEOUT_S, size_setting
-from .store import IndexStore, PageRef, SegmentWriter, Transaction
-from .tuning import CANDIDATES, CpuTuner, cpu_threads
-from .terminal import ProgressSink
+from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S, size_setting
+from ..index.store import IndexStore, PageRef, SegmentWriter, Transaction
+from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads
+from ..core.terminal import ProgressSink
 
 DEFAULT_COMMIT_PAGES = 1000
 COMMIT_SHARE = 20  # by default, commits take at most about 1/20 of a build's time (a huge catalog commits less often)

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator, model_validator
 
-from . import __version__
-from .errors import IndexProblem
+from .._version import __version__
+from ..core.errors import IndexProblem
 
 FORMAT = "lgpt-index/3"
 READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", FORMAT)

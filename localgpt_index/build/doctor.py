@@ -12,12 +12,12 @@ import sys
 from importlib import metadata
 from typing import TYPE_CHECKING, Callable
 
-from .convert import find_soffice, network_isolation, word_is_installed
-from .errors import LgptError
-from .models import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
+from ..ingest.convert import find_soffice, network_isolation, word_is_installed
+from ..core.errors import LgptError
+from ..models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
 
 if TYPE_CHECKING:
-    from .manifest import ModelInfo
+    from ..index.manifest import ModelInfo
 
 PACKAGES = ("torch", "torchvision", "transformers", "colpali-engine", "byaldi", "pdf2image", "docx2pdf", "huggingface-hub")
 
@@ -59,7 +59,7 @@ def _converters() -> dict:
 
 
 def _devices() -> tuple[dict, object]:
-    from .device import detect_capabilities
+    from ..models.device import detect_capabilities
 
     try:
         caps = detect_capabilities()
@@ -91,7 +91,7 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
              recorded: "ModelInfo | None" = None, index: str | None = None) -> dict:
     """Everything `build` depends on; `missing` lists what it lacks here. The model checked is
     `model`, else the one the index at `index` was built with (`recorded`), else the default."""
-    from .device import choose_precision
+    from ..models.device import choose_precision
 
     missing: list[str] = []
     devices, caps = _devices()
@@ -147,7 +147,7 @@ def _target(model: str | None, recorded: "ModelInfo | None", index: str | None) 
 
 
 def _model_report(model: str, origin: dict, resolve: Callable[[], ModelRef], precision, load: bool) -> dict:
-    from .guard import declared_dtypes, stored_dtypes
+    from ..models.guard import declared_dtypes, stored_dtypes
 
     report: dict = {"id": model, **origin, "available": False, "path": None, "revision": None, "error": None,
                     "declared_dtypes": {}, "stored_dtypes": {}, "audit": [], "smoke_test": None}
@@ -156,7 +156,7 @@ def _model_report(model: str, origin: dict, resolve: Callable[[], ModelRef], pre
     except LgptError as exc:
         report["error"] = exc.message + (f" {exc.hint}" if exc.hint else "")
         return report
-    from .families import family_named
+    from ..models.families import family_named
 
     family = family_named(ref.family)
     report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family,
@@ -183,7 +183,7 @@ def _image_tokens(encoder, page) -> int | None:
 
 def _a4_page(size) -> tuple[int, int]:
     """(width, height) an A4 page is rendered at for the model."""
-    from .render import PDF_DPI, PixelBudget
+    from ..ingest.render import PDF_DPI, PixelBudget
 
     if isinstance(size, PixelBudget):
         return size.fit(210 / 25.4 * PDF_DPI, 297 / 25.4 * PDF_DPI)
@@ -196,7 +196,7 @@ def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
 
     from PIL import Image
 
-    from .encode import open_encoder
+    from ..models.encode import open_encoder
 
     started = time.perf_counter()
     try:

@@ -16,9 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .device import Precision
-from .encode import DeviceLost, DeviceOutOfMemory, PageEncoder, check_queries
-from .models import ModelRef
+from ..models.device import Precision
+from ..models.encode import DeviceLost, DeviceOutOfMemory, PageEncoder, check_queries
+from ..models.resolve import ModelRef
 
 MODEL_TYPE = "lgpt-fake"
 

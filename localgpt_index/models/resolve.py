@@ -15,7 +15,7 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import EnvironmentMissing, UsageError
+from ..core.errors import EnvironmentMissing, UsageError
 from .families import detect_family, supported
 
 DEFAULT_MODEL = "vidore/colpali-v1.3"
@@ -185,7 +185,7 @@ class WeightDigests:
 
 
 def _racy_ns() -> int:
-    from .plan import RACY_NS
+    from ..build.plan import RACY_NS
 
     return RACY_NS
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .discover import Discovery, FoundFile, selected
-from .manifest import Document, FileStat, Manifest
-from .metadata import Rules, metadata_for
+from ..ingest.discover import Discovery, FoundFile, selected
+from ..index.manifest import Document, FileStat, Manifest
+from ..core.metadata import Rules, metadata_for
 
 RACY_NS = 2_000_000_000  # a file modified this close to its stat may change again within the timestamp's granularity
 

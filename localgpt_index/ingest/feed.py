@@ -28,8 +28,8 @@ from PIL import Image
 from . import processes
 from .convert import ConverterSet, check_signature
 from .discover import IMAGE, MARKDOWN, OFFICE
-from .encode import page_failure
-from .errors import DocumentError
+from ..models.encode import page_failure
+from ..core.errors import DocumentError
 from .render import (
     DEFAULT_RENDER_TIMEOUT_S,
     PagePoints,

@@ -7,9 +7,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import IndexProblem
-from .manifest import Document, Span
-from .store import PageRef
+from ..core.errors import IndexProblem
+from ..index.manifest import Document, Span
+from ..index.store import PageRef
 
 SEGMENT_PAGES = 1000  # pages per segment written
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .errors import EnvironmentMissing, UsageError
+from ..core.errors import EnvironmentMissing, UsageError
 
 DTYPES = ("bfloat16", "float16", "float32")
 

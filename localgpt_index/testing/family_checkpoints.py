@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .checkpoints import _CORPUS, mark_random_checkpoint
-from .families import QWEN_GRID
+from ..models.families import QWEN_GRID
 
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                  "<|video_pad|>"]
@@ -174,7 +174,7 @@ def make_family_checkpoint(out_dir: Path, family: str, seed: int = 0, geometry: 
     import colpali_engine.models as engine
     from transformers.utils import logging as hf_logging
 
-    from .families import family_named
+    from ..models.families import family_named
 
     if family not in CHECKPOINT_FAMILIES:
         raise ValueError(f"no checkpoint recipe for {family!r}; there are: {', '.join(CHECKPOINT_FAMILIES)}")

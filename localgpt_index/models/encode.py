@@ -22,13 +22,13 @@ import numpy as np
 from PIL import Image
 
 from .device import Precision
-from .errors import EnvironmentMissing, LgptError
+from ..core.errors import EnvironmentMissing, LgptError
 from .guard import DtypeFix, ModuleTracker, audit_checkpoint, audit_live, translate_error
-from .models import ModelRef, offline_hint, weight_files
+from .resolve import ModelRef, offline_hint, weight_files
 
 if TYPE_CHECKING:
-    from .build import BuildOptions
-    from .render import RenderSize
+    from ..build.run import BuildOptions
+    from ..ingest.render import RenderSize
 
 MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
 MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
@@ -67,7 +67,7 @@ def classify_failure(exc: BaseException) -> str:
 
 def check_queries(texts: Sequence[str]) -> list[str]:
     """Queries fit for a model: not empty, not longer than it reads (UsageError otherwise)."""
-    from .errors import UsageError
+    from ..core.errors import UsageError
 
     checked = []
     for number, text in enumerate(texts, 1):
@@ -117,7 +117,7 @@ def page_failure(stage: str, exc: BaseException) -> "DocumentError | None":
     """The DocumentError to pin on a page for `exc`, or None where `exc` is not one a page can cause:
     a model or processor refusing its input raises ValueError, RuntimeError or OSError (PIL); a
     TypeError, AttributeError, AssertionError ... is a bug of ours, and must not pass for a bad page."""
-    from .errors import DocumentError
+    from ..core.errors import DocumentError
 
     if isinstance(exc, DocumentError):
         return exc
@@ -133,7 +133,7 @@ def encode_resiliently(encoder: PageEncoder, pages: list, log=lambda message: No
     Out of memory halves the encoder's batch and tries again; a lost device (DeviceLost)
     stops the caller; an error a page can cause (page_failure) is pinned on the pages that
     fail alone; any other error (a bug) propagates."""
-    from .errors import LgptError
+    from ..core.errors import LgptError
 
     try:
         out: list = []
@@ -165,7 +165,7 @@ def expected_render_size(model: ModelRef, max_visual_tokens: int | None = None) 
     before anything is imported or loaded (a build renders pages while the model loads). None
     where they do not tell; the loaded encoder's render_size is the authority, and a build whose
     expectation was wrong renders its pages again."""
-    from .render import PixelBudget, render_size_for
+    from ..ingest.render import PixelBudget, render_size_for
 
     folder = Path(model.path)
     if model.family == "fake":
@@ -198,7 +198,7 @@ def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
     """The encoder for a model's family: the fake one for tests and benchmarks, else byaldi's loader
     on the device and dtype the probe picks."""
     if model.family == "fake":
-        from .fake import FakeEncoder
+        from ..testing.fake import FakeEncoder
 
         return FakeEncoder(model, options.batch_size)
     encoder = open_probed_encoder(model, options.device, options.dtype, options.batch_size, compile=options.compile)
@@ -212,7 +212,7 @@ def open_probed_encoder(model: ModelRef, device: str = "auto", dtype: str = "aut
     """The model on the device and dtype the probe picks for `device`/`dtype` (`queries`: for a query
     encoder), in batches of `batch_size` (None: the device's default); the collector paused meanwhile
     in the command's process (collector.py)."""
-    from .collector import frozen_after
+    from ..core.collector import frozen_after
     from .device import choose_precision, default_batch_size, detect_capabilities
 
     with frozen_after():  # torch and byaldi import here
@@ -289,7 +289,7 @@ def _load_reason(exc: BaseException) -> str:
 
 def check_visual_tokens_supported(model: ModelRef, tokens: int | None) -> None:
     """--max-visual-tokens applies to the Qwen families, whose processors size the grid by a pixel budget."""
-    from .errors import UsageError
+    from ..core.errors import UsageError
     from .families import QWEN_GRID, family_named
 
     if tokens is not None and model.family not in QWEN_GRID:
@@ -372,7 +372,7 @@ class ByaldiEncoder(PageEncoder):
     @property
     def _grid_cell(self) -> int | None:
         """Pixels a side of one image token, where the processor sizes its grid by a pixel budget."""
-        from .render import grid_cell
+        from ..ingest.render import grid_cell
 
         image_processor = self.processor.image_processor
         return grid_cell(_size_of(image_processor), getattr(image_processor, "patch_size", None),
@@ -397,7 +397,7 @@ class ByaldiEncoder(PageEncoder):
         """What pages are rendered at: (width, height) for a family with a fixed input size; for a
         dynamic one, the processor's pixel budget (each page then comes out at the size the
         processor would give it, and is not resized again), or its longest edge."""
-        from .render import render_size_for
+        from ..ingest.render import render_size_for
 
         image_processor = self.processor.image_processor
         return render_size_for(_size_of(image_processor), getattr(image_processor, "patch_size", None),
@@ -575,7 +575,7 @@ class ByaldiEncoder(PageEncoder):
         never do. Padding would make a query's vectors depend on its neighbours: with the sdpa
         attention of transformers 5, a padded PaliGemma query differs from the same query alone
         by up to 0.07 per component (tests/test_encoder.py), which reorders results."""
-        from .errors import UsageError
+        from ..core.errors import UsageError
 
         texts = check_queries(texts)
         tokenised = [self.processor.process_queries([text]) for text in texts]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import processes
 from .confine import confine_html
-from .errors import DocumentError
+from ..core.errors import DocumentError
 
 LIBREOFFICE_INSTALL_HINT = (
     "install LibreOffice (Debian/Ubuntu: apt-get install libreoffice-writer-nogui "

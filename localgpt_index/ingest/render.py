@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 from PIL import Image
 
 from . import processes
-from .errors import DocumentError
+from ..core.errors import DocumentError
 
 DEFAULT_LONG_SIDE = 1024
 PDF_DPI = 200  # what pdf2image renders at by default: the size a plain pipeline hands the processor

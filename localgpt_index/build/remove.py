@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .errors import IndexProblem
-from .store import IndexStore
+from ..core.errors import IndexProblem
+from ..index.store import IndexStore
 
 
 @dataclass

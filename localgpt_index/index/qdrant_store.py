@@ -55,11 +55,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .discover import sha256_file
-from .errors import IndexBusy, IndexProblem, LgptError, UsageError
-from .failpoints import failpoint
+from ..ingest.discover import sha256_file
+from ..core.errors import IndexBusy, IndexProblem, LgptError, UsageError
+from ..core.failpoints import failpoint
 from .manifest import FORMAT, REBUILD_HINT, Document, Failure, Manifest, ModelInfo, Segment, Settings, Span
-from .search import Index
+from ..query.search import Index
 from .store import NAME_PATTERN, IndexWriteError, MissingIndexFile, PageRef, regular_size
 
 PENDING = 1 << 40
@@ -118,7 +118,7 @@ def point_key(payload: dict, legacy: bool = False) -> tuple[str, str]:
 
 def check_server_version(version: str, where: str) -> None:
     """Writers need conditional updates: Qdrant 1.16 or later (an older server would ignore the condition)."""
-    from .errors import EnvironmentMissing
+    from ..core.errors import EnvironmentMissing
 
     numbers = re.match(r"v?(\d+)\.(\d+)", version or "")
     if numbers is None or (int(numbers[1]), int(numbers[2])) < MIN_SERVER:
@@ -192,7 +192,7 @@ def _models():
     try:
         from qdrant_client import models
     except ImportError:  # pragma: no cover - a broken install
-        from .errors import EnvironmentMissing
+        from ..core.errors import EnvironmentMissing
 
         raise EnvironmentMissing("qdrant-client is not installed.", hint="pip install 'lgpt-index[qdrant]'") from None
     return models
@@ -309,7 +309,7 @@ class QdrantStore:
         except LgptError:
             raise
         except Exception as exc:  # qdrant-client raises httpx, grpc and its own types
-            from .errors import EnvironmentMissing
+            from ..core.errors import EnvironmentMissing
 
             text = " ".join(str(exc).split())[:300] or type(exc).__name__
             if any(word in text for word in ("Connection refused", "ConnectError", "Name or service", "timed out", "UNAVAILABLE")):
@@ -1120,7 +1120,7 @@ class QdrantIndex(Index):
     def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
         With `candidates`, Qdrant first takes that many pages by the pooled vector (lossy)."""
-        from .search import SearchHit
+        from ..query.search import SearchHit
 
         models = _models()
         if not len(query_vectors):

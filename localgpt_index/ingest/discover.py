@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .errors import UsageError
-from .manifest import FileStat
+from ..core.errors import UsageError
+from ..index.manifest import FileStat
 
 PDF = "pdf"
 IMAGE = "image"
