@@ -74,7 +74,7 @@ class IndexService:
         for attempt in range(3):
             store = self._index.store.reopened() if self._index is not None else self.store
             try:
-                index = store.open_view()
+                index = Index(store.open_view())
                 break
             except MissingIndexFile:
                 if attempt == 2:

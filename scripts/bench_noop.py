@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")  # the fake family registers as a plugin, here and in the processes started
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SIDE = 418  # 418 x 418 RGB = 524,172 bytes of pixels per file

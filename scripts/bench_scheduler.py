@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")  # the fake family registers as a plugin, here and in the processes started
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 

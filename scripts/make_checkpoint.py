@@ -40,6 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.spec == "fake":
         print(write_fake_checkpoint(args.out))
+        print("(the fake family is a plugin: run lgpt-index with LGPT_PLUGINS=localgpt_index.testing.fake)", file=sys.stderr)
         return
     if args.spec in CHECKPOINT_FAMILIES:
         print(make_family_checkpoint(args.out, args.spec, seed=args.seed, geometry=args.geometry, dtype=args.dtype))

@@ -18,6 +18,10 @@ from docgen import make_corpus, make_pdf  # noqa: E402
 SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
 WITHOUT_TORCH = Path(__file__).resolve().parent / "without_torch"
 
+# The fake model family registers through the family registry's plugin list, in this process
+# and in every CLI, server or Ray worker process the tests start (they inherit the environment).
+os.environ["LGPT_PLUGINS"] = ",".join(filter(None, [os.environ.get("LGPT_PLUGINS"), "localgpt_index.testing.fake"]))
+
 
 def pytest_configure(config) -> None:
     """The fast tier (-m "not slow") runs without torch, in this process and in every CLI or server

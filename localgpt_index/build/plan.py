@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from ..ingest.discover import Discovery, FoundFile, selected
 from ..index.manifest import Document, FileStat, Manifest
+from ..core.files import RACY_NS
 from ..core.metadata import Rules, metadata_for
 
-RACY_NS = 2_000_000_000  # a file modified this close to its stat may change again within the timestamp's granularity
 
 
 @dataclass(frozen=True)

@@ -223,13 +223,12 @@ def render_chunk(path: str, kind: str, data: bytes, first: int, last: int, size,
 class EncoderWorker:
     """A model on one device of the cluster (a Ray actor)."""
 
-    def __init__(self, model: dict, options: dict) -> None:
-        from .run import BuildOptions
-        from ..models.encode import load_page_encoder
+    def __init__(self, model: dict, options: dict, pool_factor: int = 1) -> None:
+        from ..models.encode import EncoderOptions, load_page_encoder
         from ..models.resolve import ModelRef
 
-        self.options = BuildOptions(**options)
-        self.encoder = load_page_encoder(ModelRef(**model), self.options)
+        self.pool_factor = pool_factor
+        self.encoder = load_page_encoder(ModelRef(**model), EncoderOptions(**options))
 
     def describe(self) -> dict:
         encoder = self.encoder
@@ -241,7 +240,8 @@ class EncoderWorker:
         """Vectors per page (float16), or a DocumentError per page that cannot be encoded."""
         from PIL import Image
 
-        from ..models.encode import encode_resiliently, page_failure
+        from ..core.errors import page_failure
+        from ..models.encode import encode_resiliently
 
         if isinstance(images, DocumentError):
             return images
@@ -253,10 +253,10 @@ class EncoderWorker:
                 raise
             return failure
         results = encode_resiliently(self.encoder, prepared)
-        if self.options.pool_factor > 1:
-            from .run import _pool_some
+        if self.pool_factor > 1:
+            from ..models.pooling import pool_some
 
-            results = _pool_some(results, self.options.pool_factor)
+            results = pool_some(results, self.pool_factor)
         return results
 
     def stats(self) -> dict:
@@ -291,9 +291,9 @@ class RayEngine:
         count = options.ray_actors or (max(1, int(gpus // per_actor)) if gpus else max(1, int(cpus // 2)))
         remote = ray.remote(num_gpus=per_actor, num_cpus=0 if gpus else 1, max_restarts=-1, max_task_retries=-1)(EncoderWorker)
         worker_options = {"device": options.device if not gpus else "auto", "dtype": options.dtype,
-                          "batch_size": options.batch_size, "compile": options.compile, "pool_factor": options.pool_factor,
+                          "batch_size": options.batch_size, "compile": options.compile,
                           "max_visual_tokens": options.max_visual_tokens}
-        self.actors = [remote.remote(model.to_dict(), worker_options) for _ in range(count)]
+        self.actors = [remote.remote(model.to_dict(), worker_options, options.pool_factor) for _ in range(count)]
         self._open = ray.remote(num_cpus=0.5, max_retries=3)(open_document).options(num_returns=2)
         self._render = ray.remote(num_cpus=0.5, max_retries=3)(render_chunk)
         self.encoder = self._describe()
@@ -416,7 +416,7 @@ class RayFeed:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
-            from ..models.encode import page_failure
+            from ..core.errors import page_failure
 
             cause = _cause(exc)
             failure = None if isinstance(cause, LgptError) else page_failure("encode", cause)

@@ -28,6 +28,7 @@ from ..models.encode import (
     check_visual_tokens_supported,
     encode_resiliently,
     expected_render_size,
+    EncoderOptions,
     load_page_encoder,
 )
 from ..core.errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
@@ -39,6 +40,8 @@ from ..ingest.feed import FeedSource, OpenedDocument, PageFeed
 from .plan import BuildPlan, Embed, files_to_hash, plan_build, trusted_stat
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S, size_setting
 from ..index.store import IndexStore, PageRef, SegmentWriter, Transaction
+from ..models.families import family_named
+from ..models.pooling import pool_some
 from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads
 from ..core.terminal import ProgressSink
 
@@ -70,6 +73,10 @@ class BuildOptions:
     ray_actors: int | None = None  # encoder actors (default: one per GPU, or half the CPUs)
     ray_gpus_per_actor: float = 1.0
     max_visual_tokens: int | None = None  # dynamic-resolution families: image tokens a page at most (None: the index's, else the model's)
+
+    def encoder_options(self) -> EncoderOptions:
+        """What the model layer needs of these options to load the page encoder."""
+        return EncoderOptions(self.device, self.dtype, self.batch_size, self.compile, self.max_visual_tokens)
 
 
 @dataclass
@@ -119,7 +126,7 @@ class BuildReport:
 
 
 Log = Callable[[str], None]
-EncoderFactory = Callable[[ModelRef, BuildOptions], PageEncoder]
+EncoderFactory = Callable[[ModelRef, EncoderOptions], PageEncoder]
 
 
 class _Timer:
@@ -392,10 +399,10 @@ class _Build:
 
     def _load(self, encoder_factory: EncoderFactory) -> None:
         started = time.perf_counter()
-        self._adopt(encoder_factory(self.model, self.options))
+        self._adopt(encoder_factory(self.model, self.options.encoder_options()))
         self.timer.add("load_model", started)
         encoder = self.encoder
-        if encoder.precision.device_type == "cpu" and encoder.model.family != "fake":
+        if encoder.precision.device_type == "cpu" and family_named(encoder.model.family).torch:
             self.tuner = CpuTuner(encoder, fixed_batch=self.options.batch_size is not None)
 
     def _adopt(self, encoder) -> None:
@@ -562,7 +569,7 @@ class _Build:
             self.tuner.batch_done(len(batch), time.perf_counter() - started)
         if self.options.pool_factor > 1:
             started = time.perf_counter()
-            vectors = _pool_some(vectors, self.options.pool_factor)
+            vectors = pool_some(vectors, self.options.pool_factor)
             self.timer.add("pool", started)
         ended: list[int] = []
         for (number, _), result in zip(batch, vectors):
@@ -681,26 +688,6 @@ class _Build:
         self.last_commit = time.monotonic()
         self.commit_seconds = time.perf_counter() - started
         self.timer.add("commit", started)
-
-
-def _pool_some(results: list, factor: int) -> list:
-    """Token pooling for the pages that were encoded (errors pass through)."""
-    vectors = [r for r in results if not isinstance(r, DocumentError)]
-    pooled = iter(pool_tokens(vectors, factor) if vectors else [])
-    return [r if isinstance(r, DocumentError) else next(pooled) for r in results]
-
-
-def pool_tokens(vectors: list[np.ndarray], factor: int) -> list[np.ndarray]:
-    """colpali-engine's HierarchicalTokenPooler: each page keeps about 1/factor of its vectors,
-    each the normalised mean of a cluster of similar ones. Its authors report about 98 % of
-    retrieval quality kept at factor 3."""
-    import torch
-    from colpali_engine.compression.token_pooling import HierarchicalTokenPooler
-
-    pooled = HierarchicalTokenPooler().pool_embeddings(
-        [torch.from_numpy(v.astype(np.float32)) for v in vectors], pool_factor=factor, num_workers=os.cpu_count() or 1
-    )
-    return [p.numpy().astype(np.float16) for p in pooled]
 
 
 def _changed_since_discovery(file) -> str | None:

@@ -93,7 +93,7 @@ def _error(report) -> dict:
 
 
 def _summarise(app: Application, report) -> None:
-    from ..testing.checkpoints import is_random_checkpoint
+    from ..models.resolve import is_random_checkpoint
 
     terminal = app.terminal
     if report.model and is_random_checkpoint(report.model["path"]):

@@ -65,7 +65,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
 
 
 def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi):
-    from ..testing.checkpoints import is_random_checkpoint
+    from ..models.resolve import is_random_checkpoint
     from ..interop.pages import local_page
     from ..interop.reports import query_document
     from ..query.search import open_index

@@ -67,3 +67,17 @@ def _rebuild_document_error(cls, stage: str, reason: str) -> "DocumentError":
     error = DocumentError.__new__(cls)
     DocumentError.__init__(error, stage, reason)
     return error
+
+
+def page_failure(stage: str, exc: BaseException) -> "DocumentError | None":
+    """The DocumentError to pin on a page for `exc`, or None where `exc` is not one a page can cause:
+    a model or processor refusing its input raises ValueError, RuntimeError or OSError (PIL); a
+    TypeError, AttributeError, AssertionError ... is a bug of ours, and must not pass for a bad page."""
+    from PIL import Image
+
+    if isinstance(exc, DocumentError):
+        return exc
+    if isinstance(exc, (NotImplementedError, RecursionError)) or not isinstance(
+            exc, (ValueError, RuntimeError, OSError, Image.DecompressionBombError)):
+        return None
+    return DocumentError(stage, " ".join(str(exc).split())[:300] or type(exc).__name__)

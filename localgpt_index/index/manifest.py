@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 
 from .._version import __version__
 from ..core.errors import IndexProblem
+from ..core.types import FileStat
 
 FORMAT = "lgpt-index/3"
 READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", FORMAT)
@@ -50,15 +51,6 @@ Kind = Literal["pdf", "image", "office", "markdown"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class FileStat(_Strict):
-    """What a build compares to decide, without reading a byte, that a file did not change (like git's index)."""
-
-    size: Count
-    mtime_ns: int
-    ino: Count
-    ctime_ns: int
 
 
 class Span(_Strict):

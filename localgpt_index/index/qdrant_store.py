@@ -55,11 +55,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..ingest.discover import sha256_file
+from ..core.files import sha256_file
 from ..core.errors import IndexBusy, IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
 from .manifest import FORMAT, REBUILD_HINT, Document, Failure, Manifest, ModelInfo, Segment, Settings, Span
-from ..query.search import Index
+from .view import IndexView
 from .store import NAME_PATTERN, IndexWriteError, MissingIndexFile, PageRef, regular_size
 
 PENDING = 1 << 40
@@ -1107,7 +1107,7 @@ def _holder_gone(lease: dict) -> bool:
             and not _alive(int(parts[1])))
 
 
-class QdrantIndex(Index):
+class QdrantIndex(IndexView):
     """A read-only view of one committed generation in Qdrant: the catalog from the catalog
     collection, pages ranked by Qdrant's exact MaxSim over the points visible to it."""
 
@@ -1120,7 +1120,7 @@ class QdrantIndex(Index):
     def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
         With `candidates`, Qdrant first takes that many pages by the pooled vector (lossy)."""
-        from ..query.search import SearchHit
+        from ..core.types import SearchHit
 
         models = _models()
         if not len(query_vectors):

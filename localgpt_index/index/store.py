@@ -38,13 +38,14 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from ..ingest.discover import sha256_file
+from ..core.files import sha256_file
 from ..core.errors import IndexBusy, IndexProblem, UsageError
 from ..core.failpoints import failpoint
+from ..core.types import PageRef
 from .manifest import (
     CHECK_BLOCK,
     FORMAT,
@@ -58,6 +59,9 @@ from .manifest import (
     Segment,
     Settings,
 )
+
+if TYPE_CHECKING:
+    from .view import IndexView
 
 DEFAULT_INDEX_DIR = ".lgpt-index"
 DEFAULT_INDEX_NAME = "default"
@@ -249,11 +253,11 @@ class IndexStore:
         fresh.adopt(self)
         return fresh
 
-    def open_view(self):
-        """The current generation, checked, as a searchable Index."""
-        from ..query.search import Index
+    def open_view(self) -> "IndexView":
+        """The current generation, checked, as an index view."""
+        from .view import IndexView
 
-        return Index(self, self.open())
+        return IndexView(self, self.open())
 
     def pdf_file(self, rel: str) -> Path:
         """A stored PDF: inside the index and a plain file, else a clear IndexProblem."""
@@ -493,17 +497,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-@dataclass(frozen=True)
-class PageRef:
-    """Whose page a vector block is: stores that keep one record per page (Qdrant) need it."""
-
-    path: str
-    page: int  # 1-based
-    sha256: str
-    kind: str
-    metadata: dict
 
 
 class SegmentWriter:

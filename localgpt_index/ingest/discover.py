@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Iterable
 
 from ..core.errors import UsageError
-from ..index.manifest import FileStat
+from ..core.files import sha256_file
+from ..core.types import FileStat
 
 PDF = "pdf"
 IMAGE = "image"
@@ -75,14 +76,6 @@ class Discovery:
 
 def file_stat(info: os.stat_result) -> FileStat:
     return FileStat(size=info.st_size, mtime_ns=info.st_mtime_ns, ino=info.st_ino, ctime_ns=info.st_ctime_ns)
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def hash_files(files: Iterable[FoundFile], workers: int = 2) -> tuple[dict[str, str], list[tuple[str, str]]]:

@@ -28,7 +28,7 @@ from PIL import Image
 from . import processes
 from .convert import ConverterSet, check_signature
 from .discover import IMAGE, MARKDOWN, OFFICE
-from ..models.encode import page_failure
+from ..core.errors import page_failure
 from ..core.errors import DocumentError
 from .render import (
     DEFAULT_RENDER_TIMEOUT_S,

@@ -20,38 +20,12 @@ from PIL import Image
 
 from . import processes
 from ..core.errors import DocumentError
+from ..core.sizes import PixelBudget, RenderSize, grid_cell, render_size_for  # noqa: F401 (re-exported)
 
 DEFAULT_LONG_SIDE = 1024
 PDF_DPI = 200  # what pdf2image renders at by default: the size a plain pipeline hands the processor
 
 
-@dataclass(frozen=True)
-class PixelBudget:
-    """Dynamic resolution by area (the Qwen-VL processors): a page becomes a grid of cells of
-    `cell` pixels, with at most `max_pixels` (at least `min_pixels`) in all, proportions kept."""
-
-    max_pixels: int
-    min_pixels: int
-    cell: int
-
-    def fit(self, width: float, height: float) -> tuple[int, int]:
-        """(width, height) the processor resizes a width x height picture to (transformers'
-        qwen2_vl smart_resize); a page rendered at this size is not resized again."""
-        f = self.cell
-        h_bar, w_bar = round(height / f) * f, round(width / f) * f
-        if h_bar * w_bar > self.max_pixels:
-            beta = math.sqrt(height * width / self.max_pixels)
-            h_bar, w_bar = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
-        elif h_bar * w_bar < self.min_pixels:
-            beta = math.sqrt(self.min_pixels / (height * width))
-            h_bar, w_bar = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
-        return w_bar, h_bar
-
-
-# A page size: (width, height) for a model with a fixed input size; the long side in pixels
-# for a dynamic-resolution one that scales the long side; a PixelBudget for one that sizes
-# its grid by area (then every page gets its own size); None: DEFAULT_LONG_SIDE.
-RenderSize = tuple[int, int] | int | PixelBudget | None
 DEFAULT_RENDER_TIMEOUT_S = 60.0  # per call of pdftoppm (a few pages) or pdfinfo
 
 processes.use_in_pdf2image()
@@ -285,29 +259,6 @@ def _whole_seconds(timeout_s: float) -> int:
 def _short(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     return text[:300] or type(exc).__name__
-
-
-def render_size_for(size: dict, patch_size: int | None = None, merge_size: int | None = None) -> RenderSize:
-    """What pages are rendered at for an image processor with this `size` (and patch and merge
-    sizes): (width, height) for a fixed input size; a PixelBudget where it sizes a grid of tokens
-    by area; the longest edge where it scales that; None where it says nothing."""
-    size = {key: value for key, value in size.items() if value is not None}
-    if "height" in size and "width" in size:
-        return (int(size["width"]), int(size["height"]))
-    cell = grid_cell(size, patch_size, merge_size)
-    if cell is not None:
-        return PixelBudget(int(size["longest_edge"]), int(size["shortest_edge"]), cell)
-    if "longest_edge" in size:
-        return int(size["longest_edge"])
-    return None
-
-
-def grid_cell(size: dict, patch_size: int | None, merge_size: int | None) -> int | None:
-    """Pixels a side of one image token, for a processor that sizes its grid of tokens by a pixel
-    budget (its size's "longest_edge" then counts pixels)."""
-    if patch_size is None or merge_size is None or size.get("shortest_edge") is None or size.get("longest_edge") is None:
-        return None
-    return int(patch_size) * int(merge_size)
 
 
 def size_setting(size: RenderSize) -> list[int] | None:

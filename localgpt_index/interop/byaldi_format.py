@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from ..ingest.discover import IMAGE, KIND_BY_SUFFIX, PDF, sha256_file
 from ..core.errors import IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
-from ..models.families import FAMILY_NAMES, family_named
+from ..models.families import find_family
 from ..index.manifest import Document, ModelInfo, Settings, Span, describe
-from ..query.search import Index, SearchHit
+from ..core.types import SearchHit
+from ..index.view import IndexView as Index
 from ..index.store import IndexStore
 from .transfer import write_documents
 
@@ -95,7 +96,7 @@ def export_byaldi(index: Index, out: Path, with_images: bool = False, dpi: int =
     failed export leaves an earlier one as it was."""
     out = check_export_target(out, index.store.local_folders)
     model_name = index.manifest.model.path or index.manifest.model.id
-    family = family_named(index.manifest.model.family) if index.manifest.model.family in FAMILY_NAMES else None
+    family = find_family(index.manifest.model.family)
     if family is not None and family.loader == "colpali-engine":
         raise UsageError(f"byaldi 0.0.7 loads ColPali and ColQwen2 only; this index's model is {family.display} ({model_name}).",
                          hint="Use the index itself (query, serve, the Python API), or export --format qdrant.")

@@ -14,7 +14,8 @@ from PIL import Image
 
 from ..ingest.discover import IMAGE, PDF
 from ..core.errors import LgptError
-from ..query.search import Index, SearchHit
+from ..core.types import SearchHit
+from ..index.view import IndexView as Index
 
 DEFAULT_DPI = 150
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from ..query.search import Index, SearchHit
+from ..core.types import SearchHit
+from ..index.view import IndexView as Index
 
 QUERY_SCHEMA_VERSION = 1
 

@@ -15,6 +15,7 @@ import re
 import tempfile
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
@@ -22,13 +23,12 @@ import numpy as np
 from PIL import Image
 
 from .device import Precision
-from ..core.errors import EnvironmentMissing, LgptError
+from ..core.errors import EnvironmentMissing, LgptError, page_failure
 from .guard import DtypeFix, ModuleTracker, audit_checkpoint, audit_live, translate_error
 from .resolve import ModelRef, offline_hint, weight_files
 
 if TYPE_CHECKING:
-    from ..build.run import BuildOptions
-    from ..ingest.render import RenderSize
+    from ..core.sizes import RenderSize
 
 MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
 MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
@@ -113,20 +113,6 @@ class PageEncoder(ABC):
         """One float32 array (tokens, dim) per query."""
 
 
-def page_failure(stage: str, exc: BaseException) -> "DocumentError | None":
-    """The DocumentError to pin on a page for `exc`, or None where `exc` is not one a page can cause:
-    a model or processor refusing its input raises ValueError, RuntimeError or OSError (PIL); a
-    TypeError, AttributeError, AssertionError ... is a bug of ours, and must not pass for a bad page."""
-    from ..core.errors import DocumentError
-
-    if isinstance(exc, DocumentError):
-        return exc
-    if isinstance(exc, (NotImplementedError, RecursionError)) or not isinstance(
-            exc, (ValueError, RuntimeError, OSError, Image.DecompressionBombError)):
-        return None
-    return DocumentError(stage, " ".join(str(exc).split())[:300] or type(exc).__name__)
-
-
 def encode_resiliently(encoder: PageEncoder, pages: list, log=lambda message: None) -> list:
     """Vectors per page, or the DocumentError of a page that cannot be encoded.
 
@@ -165,12 +151,13 @@ def expected_render_size(model: ModelRef, max_visual_tokens: int | None = None) 
     before anything is imported or loaded (a build renders pages while the model loads). None
     where they do not tell; the loaded encoder's render_size is the authority, and a build whose
     expectation was wrong renders its pages again."""
-    from ..ingest.render import PixelBudget, render_size_for
+    from ..core.sizes import PixelBudget, render_size_for
+    from .families import family_named
 
     folder = Path(model.path)
-    if model.family == "fake":
-        size = _small_json(folder / "config.json").get("render_size", [64, 64])
-        return tuple(size) if isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size) else None
+    own = family_named(model.family).render_size
+    if own is not None:
+        return own(folder)
     image = _small_json(folder / "preprocessor_config.json") or _small_json(folder / "processor_config.json").get("image_processor")
     if not isinstance(image, dict) or not isinstance(image.get("size"), dict):
         return None
@@ -194,13 +181,25 @@ def _small_json(path: Path, limit: int = 1 << 20) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def load_page_encoder(model: ModelRef, options: "BuildOptions") -> PageEncoder:
-    """The encoder for a model's family: the fake one for tests and benchmarks, else byaldi's loader
-    on the device and dtype the probe picks."""
-    if model.family == "fake":
-        from ..testing.fake import FakeEncoder
+@dataclass(frozen=True)
+class EncoderOptions:
+    """How to load a page encoder: what the model layer needs of a build's options."""
 
-        return FakeEncoder(model, options.batch_size)
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int | None = None  # None: the device's default
+    compile: bool = False
+    max_visual_tokens: int | None = None
+
+
+def load_page_encoder(model: ModelRef, options: EncoderOptions) -> PageEncoder:
+    """The encoder for a model's family: a plugin family's own (as the test double's), else byaldi's
+    or colpali-engine's loader on the device and dtype the probe picks."""
+    from .families import family_named
+
+    own = family_named(model.family).encoder
+    if own is not None:
+        return own(model, options.batch_size)
     encoder = open_probed_encoder(model, options.device, options.dtype, options.batch_size, compile=options.compile)
     if options.max_visual_tokens is not None:
         encoder.limit_visual_tokens(options.max_visual_tokens)
@@ -372,7 +371,7 @@ class ByaldiEncoder(PageEncoder):
     @property
     def _grid_cell(self) -> int | None:
         """Pixels a side of one image token, where the processor sizes its grid by a pixel budget."""
-        from ..ingest.render import grid_cell
+        from ..core.sizes import grid_cell
 
         image_processor = self.processor.image_processor
         return grid_cell(_size_of(image_processor), getattr(image_processor, "patch_size", None),
@@ -397,7 +396,7 @@ class ByaldiEncoder(PageEncoder):
         """What pages are rendered at: (width, height) for a family with a fixed input size; for a
         dynamic one, the processor's pixel budget (each page then comes out at the size the
         processor would give it, and is not resized again), or its longest edge."""
-        from ..ingest.render import render_size_for
+        from ..core.sizes import render_size_for
 
         image_processor = self.processor.image_processor
         return render_size_for(_size_of(image_processor), getattr(image_processor, "patch_size", None),

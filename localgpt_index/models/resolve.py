@@ -185,7 +185,7 @@ class WeightDigests:
 
 
 def _racy_ns() -> int:
-    from ..build.plan import RACY_NS
+    from ..core.files import RACY_NS
 
     return RACY_NS
 
@@ -310,6 +310,15 @@ def expected_dim(ref: ModelRef) -> int:
 
     family = family_named(ref.family)
     config = Path(ref.path) / "config.json"
-    if family.name in ("fake", "colqwen3_5") and config.exists():
+    if family.config_dim and config.exists():
         return int(_read_json(config).get("dim", family.dim))
     return family.dim
+
+
+RANDOM_MARKER = "lgpt_checkpoint.json"
+
+
+def is_random_checkpoint(folder: str | Path) -> bool:
+    """True for a checkpoint written by `make_checkpoint` or `make_family_checkpoint`."""
+    marker = Path(folder) / RANDOM_MARKER
+    return marker.exists() and json.loads(marker.read_text()).get("random_weights", False)

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from .families import family_named
+
 # Batch sizes tried; 16 and more never won on the CPU. 1 is tried first: in float32 on a 2-core AVX2
 # machine the model-bound cpu checkpoint ran as fast with 1 as with 2 (either won, by the noise), and
 # starting there keeps a model-bound build from ever paying for the activations of 4 (about 100 MiB on
@@ -173,7 +175,7 @@ def set_threads(count: int) -> None:
 def cpu_threads(encoder) -> Iterator[None]:
     """Every core for a model on the CPU while a build runs (the tuner may give one back);
     the count is restored afterwards."""
-    if encoder is None or encoder.precision.device_type != "cpu" or encoder.model.family == "fake":
+    if encoder is None or encoder.precision.device_type != "cpu" or not family_named(encoder.model.family).torch:
         yield
         return
     import torch

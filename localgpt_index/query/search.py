@@ -1,82 +1,47 @@
-"""Open an index and answer queries: encode, score with exact MaxSim, rank."""
+"""Open an index and answer queries: the index view (index.view) with the query encoder of the model
+the index was built with (models), encoded in one batch, scored with exact MaxSim, ranked."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from ..models.encode import PageEncoder, check_queries
 from ..core.errors import IndexProblem
-from ..index.manifest import Document, Manifest
-from ..core.metadata import matches
-from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
-from ..index.score import maxsim
+from ..core.types import SearchHit
 from ..index.store import IndexStore, MissingIndexFile, index_path
+from ..index.view import IndexView
+from ..models.encode import PageEncoder, check_queries
+from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 
-
-@dataclass(frozen=True)
-class SearchHit:
-    rank: int
-    score: float
-    path: str
-    page: int  # 1-based
-    sha256: str
-    kind: str
-    metadata: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# per segment: the rows (page indices in the segment) to score, and the document and page of each
-PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+__all__ = ["Index", "SearchHit", "load_query_encoder", "open_index"]
 
 
 def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> PageEncoder:
-    """The encoder for queries: the fake family without torch, else the probe and the family's loader."""
-    if ref.family == "fake":
-        from ..testing.fake import FakeEncoder
+    """The encoder for queries: a plugin family's own encoder, else the probe and the family's loader."""
+    from ..models.families import family_named
 
-        return FakeEncoder(ref)
+    own = family_named(ref.family).encoder
+    if own is not None:
+        return own(ref, None)
     from ..models.encode import open_probed_encoder
 
     return open_probed_encoder(ref, device, dtype, queries=True)
 
 
 class Index:
-    """A read-only view of one committed generation of an index."""
+    """A read-only view of one committed generation of an index (an IndexView: its store, manifest,
+    documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
 
-    def __init__(self, store: IndexStore, manifest: Manifest) -> None:
-        self.store = store
-        self.manifest = manifest
+    def __init__(self, view: IndexView) -> None:
+        self.view = view
         self._encoder: PageEncoder | None = None
-        self._codes: dict = {}  # segment id -> sign codes, for the first pass
-        self._table: PageTable | None = None  # of all documents, built on first use
-        self._by_path: dict[str, Document] | None = None
 
-    @property
-    def documents(self) -> list[Document]:
-        return self.manifest.documents
-
-    @property
-    def page_count(self) -> int:
-        return self.manifest.page_count
-
-    def document(self, path: str) -> Document | None:
-        if self._by_path is None:
-            self._by_path = {d.path: d for d in self.manifest.documents}
-        return self._by_path.get(path)
-
-    def page_vectors(self, doc: Document) -> list[np.ndarray]:
-        """Every page's vectors of a document, in page order (exports)."""
-        pages = []
-        for span in doc.spans:
-            vectors, offsets = self.store.segment_arrays(self.manifest.segments[span.segment])
-            pages += [np.asarray(vectors[offsets[r] : offsets[r + 1]]) for r in range(span.first, span.first + span.pages)]
-        return pages
+    def __getattr__(self, name: str) -> Any:
+        if name == "view":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.view, name)
 
     def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> PageEncoder:
         """Load the model the index was built with (the revision it recorded); another model is refused."""
@@ -110,96 +75,10 @@ class Index:
             encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters, candidates=candidates
         )
 
-    def search_vectors(
-        self,
-        query_vectors: Sequence[np.ndarray],
-        k: int,
-        device: str = "cpu",
-        filters: dict[str, str] | None = None,
-        candidates: int | None = None,
-    ) -> list[list[SearchHit]]:
-        """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
-
-        Filtered-out documents are not scored at all. With `candidates`, a first pass over
-        sign-quantised vectors (built on first use and kept, half the size of the index)
-        picks that many pages per query, and only those are scored exactly (lossy: a page
-        the first pass misses is not returned)."""
-        docs = self.manifest.documents
-        if filters:
-            docs = [d for d in docs if matches(d.metadata, filters)]
-            table = page_table(docs)
-        else:
-            table = self._table = self._table or page_table(docs)
-        if not docs or not len(query_vectors):
-            return [[] for _ in query_vectors]
-        if candidates:
-            table = self._first_pass(query_vectors, table, candidates)
-            return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, table)]
-        return self._rank(query_vectors, docs, k, device, table)
-
-    def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
-        """Per query, the page table narrowed to the `candidates` pages the sign codes rank best."""
-        from ..index.score import approximate_maxsim, sign_codes
-
-        parts, owners = [], []
-        for segment_id, (rows, _, _) in table.items():
-            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
-            if segment_id not in self._codes:
-                self._codes[segment_id] = sign_codes(vectors)
-            parts.append(approximate_maxsim(query_vectors, self._codes[segment_id], offsets)[:, rows])
-            owners += [(segment_id, i) for i in range(len(rows))]
-        approx = np.concatenate(parts, axis=1)
-        narrowed = []
-        for row in approx:
-            chosen: dict[str, list[int]] = {}
-            for column in np.argsort(-row, kind="stable")[:candidates]:
-                segment_id, i = owners[column]
-                chosen.setdefault(segment_id, []).append(i)
-            narrowed.append({sid: tuple(a[np.sort(idx)] for a in table[sid]) for sid, idx in chosen.items()})
-        return narrowed
-
-    def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
-        """Exact scores for the pages of `table`."""
-        score_parts, doc_parts, page_parts = [], [], []
-        for segment_id, (rows, doc_of, page_of) in table.items():
-            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
-            score_parts.append(maxsim(query_vectors, vectors, offsets, rows, device=device))
-            doc_parts.append(doc_of)
-            page_parts.append(page_of)
-        scores = np.concatenate(score_parts, axis=1)
-        doc_of = np.concatenate(doc_parts)
-        page_of = np.concatenate(page_parts)
-        results = []
-        for row in scores:
-            order = np.lexsort((page_of, doc_of, -row))[:k]
-            results.append(
-                [
-                    SearchHit(rank, float(row[i]), docs[doc_of[i]].path, int(page_of[i]), docs[doc_of[i]].sha256,
-                              docs[doc_of[i]].kind, dict(docs[doc_of[i]].metadata))
-                    for rank, i in enumerate(order, 1)
-                ]
-            )
-        return results
-
-
-def page_table(docs: list[Document]) -> PageTable:
-    """Where every page of `docs` is: per segment, its rows, and the document number and page of each."""
-    by_segment: dict[str, list[tuple[int, int, int, int]]] = {}
-    for number, doc in enumerate(docs):
-        offset = 0
-        for span in doc.spans:
-            by_segment.setdefault(span.segment, []).append((span.first, span.pages, number, offset))
-            offset += span.pages
-    table: PageTable = {}
-    for segment_id, parts in by_segment.items():
-        firsts, counts, numbers, offsets = (np.array(column, dtype=np.int64) for column in zip(*parts))
-        total = int(counts.sum())
-        starts = np.repeat(np.cumsum(counts) - counts, counts)  # where each part begins in the flat arrays
-        within = np.arange(total) - starts
-        rows = np.repeat(firsts, counts) + within
-        order = np.argsort(rows, kind="stable")  # in row order: the scorer reads contiguous runs in one copy
-        table[segment_id] = (rows[order], np.repeat(numbers, counts)[order], (np.repeat(offsets, counts) + within + 1)[order])
-    return table
+    def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
+                       filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:
+        """The view's ranking of already-encoded queries (IndexView.search_vectors)."""
+        return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
 
 
 def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None) -> Index:
@@ -211,7 +90,7 @@ def open_index(index_dir: str | Path | None = None, name: str | None = None, sto
     store = store if store is not None else IndexStore(index_path(index_dir, name))
     for attempt in range(3):
         try:
-            return store.open_view()
+            return Index(store.open_view())
         except MissingIndexFile:
             if attempt == 2:
                 raise

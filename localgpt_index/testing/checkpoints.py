@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.resolve import RANDOM_MARKER, is_random_checkpoint  # noqa: F401 (the marker's reader lives with the models)
+
 # Words the tiny tokenizer is trained on: enough for queries and page text.
 _CORPUS = """
 the quick brown fox jumps over the lazy dog. what was q3 revenue in 2024?
@@ -82,15 +84,6 @@ def _build_tokenizer(vocab_size: int):
         unk_token="<unk>",
         padding_side="right",
     )
-
-
-RANDOM_MARKER = "lgpt_checkpoint.json"
-
-
-def is_random_checkpoint(folder: str | Path) -> bool:
-    """True for a checkpoint written by `make_checkpoint` or `make_family_checkpoint`."""
-    marker = Path(folder) / RANDOM_MARKER
-    return marker.exists() and json.loads(marker.read_text()).get("random_weights", False)
 
 
 def mark_random_checkpoint(folder: Path, spec: str, seed: int) -> None:

@@ -5,6 +5,10 @@ resolved, fingerprinted and recorded like any model, so the CLI, the planner, th
 and the pipeline run exactly as with a real model, in milliseconds. Its config can also
 inject the failures a real device has (out of memory above a batch size, a device lost
 after some pages, a page that fails), so those paths are tested without a GPU.
+
+The family registers itself when this module is imported: tests and benchmarks name it in
+$LGPT_PLUGINS (tests/conftest.py does, for every process the suite starts); production
+code never imports it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ..models.device import Precision
+from ..models.families import Family, register
 from ..models.encode import DeviceLost, DeviceOutOfMemory, PageEncoder, check_queries
 from ..models.resolve import ModelRef
 
@@ -112,3 +117,17 @@ def _unit_vectors(data: bytes, rows: int, dim: int) -> np.ndarray:
     rng = np.random.default_rng(xxhash.xxh3_64_intdigest(data))
     vectors = rng.standard_normal((rows, dim), dtype=np.float32)
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def expected_render_size(folder: Path) -> tuple[int, int] | None:
+    """The render size a fake checkpoint's config asks for, read before the encoder loads."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_bytes()[: 1 << 20])
+    except (OSError, ValueError):
+        config = {}
+    size = (config if isinstance(config, dict) else {}).get("render_size", [64, 64])
+    return tuple(size) if isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size) else None
+
+
+FAMILY = register(Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", "fake", False, config_dim=True, torch=False,
+                         encoder=FakeEncoder, render_size=expected_render_size))
