@@ -221,3 +221,11 @@ def test_a_known_violation_that_is_gone_must_leave_the_list():
     graph = {"localgpt_index.core.a": set(), "localgpt_index.core.b": set()}
     assert contract_problems(graph, frozenset({("localgpt_index.core.a", "localgpt_index.build.run")})) == [
         "localgpt_index.core.a -> localgpt_index.build.run: listed in KNOWN_VIOLATIONS but no longer imported: remove it"]
+
+
+def test_no_production_module_names_the_fake_family():
+    """The fake family is a plugin of the testing package: production code has no case for it."""
+    named = [path.relative_to(PACKAGE.parent) for path in PACKAGE.rglob("*.py")
+             if "testing" not in path.relative_to(PACKAGE).parts
+             and any(word in path.read_text() for word in ('"fake"', "'fake'", "testing.fake", "FakeEncoder"))]
+    assert named == []

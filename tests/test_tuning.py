@@ -73,7 +73,7 @@ def test_a_batch_shape_first_call_is_a_warm_up(monkeypatch):
 def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
     threads = []
     monkeypatch.setattr(tuning, "set_threads", threads.append)
-    monkeypatch.setattr(tuning.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
     encoder = _encoder()
     tuner = tuning.CpuTuner(encoder, fixed_batch=False)
     _run(tuner, encoder, {size: 0.001 for size in tuning.CANDIDATES}, wait=0.01)

@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Callable
 
 from ..ingest.convert import find_soffice, network_isolation, word_is_installed
+from ..core.cpus import available_cpus
 from ..core.errors import LgptError
 from ..models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
 
@@ -64,7 +65,7 @@ def _devices() -> tuple[dict, object]:
     try:
         caps = detect_capabilities()
     except ImportError:  # no torch: the probe says so, and build's models cannot run here
-        return {"cuda": [], "mps": False, "cpu": {"cores": os.cpu_count(), "machine": platform.machine(), "native_bf16": None}}, None
+        return {"cuda": [], "mps": False, "cpu": {"cores": available_cpus(), "machine": platform.machine(), "native_bf16": None}}, None
     return {
         "cuda": [
             {
@@ -77,7 +78,7 @@ def _devices() -> tuple[dict, object]:
             for gpu in caps.cuda
         ],
         "mps": caps.mps,
-        "cpu": {"cores": os.cpu_count(), "machine": platform.machine(), "native_bf16": caps.cpu_bf16},
+        "cpu": {"cores": available_cpus(), "machine": platform.machine(), "native_bf16": caps.cpu_bf16},
     }, caps
 
 

@@ -26,6 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ..core.cpus import available_cpus
 from ..core.errors import DocumentError, EnvironmentMissing, LgptError
 from ..ingest.render import RenderSize
 
@@ -58,7 +59,7 @@ def connect(address: str) -> bool:
     try:
         if address == "local":
             with _loopback_only(ray):
-                ray.init(num_cpus=os.cpu_count() or 1, _node_ip_address="127.0.0.1", **options)
+                ray.init(num_cpus=available_cpus(), _node_ip_address="127.0.0.1", **options)
         else:
             probe(address)
             with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES):

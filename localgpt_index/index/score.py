@@ -7,12 +7,13 @@ model, and its queries take that path (equal to torch's within float32 rounding;
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+from ..core.cpus import available_cpus
 
 if TYPE_CHECKING:
     import torch
@@ -75,7 +76,7 @@ def maxsim(
                     at += int(e - s)
             scores[:, lo:hi].index_add_(0, q_owner, _best_per_page(q_all, block[:n_rows], lengths))
 
-    workers = min(os.cpu_count() or 1, 8, len(chunks)) if device == "cpu" else 1
+    workers = min(available_cpus(), 8, len(chunks)) if device == "cpu" else 1
     if workers <= 1:
         score_chunks(chunks)
     else:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
+from ..core.cpus import available_cpus
 from ..core.errors import DocumentError
 
 
@@ -24,6 +24,6 @@ def pool_tokens(vectors: list[np.ndarray], factor: int) -> list[np.ndarray]:
     from colpali_engine.compression.token_pooling import HierarchicalTokenPooler
 
     pooled = HierarchicalTokenPooler().pool_embeddings(
-        [torch.from_numpy(v.astype(np.float32)) for v in vectors], pool_factor=factor, num_workers=os.cpu_count() or 1
+        [torch.from_numpy(v.astype(np.float32)) for v in vectors], pool_factor=factor, num_workers=available_cpus()
     )
     return [p.numpy().astype(np.float16) for p in pooled]

@@ -13,13 +13,13 @@ start and at most once more, never from concurrent code).
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..core.cpus import available_cpus
 from .families import family_named
 
 # Batch sizes tried; 16 and more never won on the CPU. 1 is tried first: in float32 on a 2-core AVX2
@@ -77,7 +77,7 @@ class CpuTuner:
 
     def __init__(self, encoder, fixed_batch: bool) -> None:
         self.encoder = encoder
-        self.cores = os.cpu_count() or 1
+        self.cores = available_cpus()
         self._trials = [] if fixed_batch else list(CANDIDATES)  # sizes still to try, the current one first
         self._trial = _Trial()
         self._results: dict[int, float] = {}  # batch size -> seconds a page
@@ -181,7 +181,7 @@ def cpu_threads(encoder) -> Iterator[None]:
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(available_cpus())
     try:
         yield
     finally:
