@@ -59,11 +59,11 @@ def connect(address: str) -> bool:
     options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     try:
         if address == "local":
-            with _loopback_only(ray):
+            with _loopback_only(ray), _sigterm_kept():
                 ray.init(num_cpus=os.cpu_count() or 1, _node_ip_address="127.0.0.1", **options)
         else:
             probe(address)
-            with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES):
+            with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES), _sigterm_kept():
                 _init_interruptibly(ray, address=address, **options)
     except LgptError:
         raise
@@ -132,6 +132,24 @@ def _host_port(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--ray {address}: not a cluster address (auto, local, HOST:PORT or ray://HOST:PORT).")
     return host, int(port)
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """The SIGTERM handler put back after ray.init, which replaces it: on the main thread with its
+    own (exit with status 15, skipping the CLI's interrupt handling, its message and exit code), and
+    in any thread with a C++ one that prints a stack dump before calling it."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if before is not None:  # None: set from C, cannot be put back from Python
+            signal.signal(signal.SIGTERM, before)
 
 
 @contextmanager

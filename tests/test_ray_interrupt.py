@@ -1,9 +1,11 @@
 """Issue 24: `build --ray HOST:PORT` where something accepts connections but is not a Ray head. Ray's
 connect then waits in its C++ code; a SIGTERM meanwhile ends the build at once, with the usual
-message, and releases the index's writer lock. Black-box: the CLI in a process of its own."""
+message, and releases the index's writer lock. And once connected, a SIGTERM is still the CLI's
+interrupt (Ray replaces the handler). Black-box: the CLI in a process of its own."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -53,8 +55,6 @@ class SilentServer:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_an_interrupt_while_ray_waits_for_a_silent_head_ends_the_build_at_once(fake_model, tmp_path: Path, sig):
-    import os
-
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "a.pdf", ["a"])
     server = SilentServer()
@@ -79,5 +79,31 @@ def test_an_interrupt_while_ray_waits_for_a_silent_head_ends_the_build_at_once(f
     assert proc.returncode == 1, stderr
     assert "interrupted; the index keeps its last committed generation" in stderr, stderr
     assert "Traceback" not in stderr and "SIGTERM handler" not in stderr, stderr
+    again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    assert again.exit_code == 0, again.stderr
+
+
+def test_a_sigterm_during_a_local_ray_build_is_an_interrupt(fake_model, tmp_path: Path):
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdf(docs / "a.pdf", ["a", "b"])
+    env = {**os.environ, "LGPT_FAILPOINT": "encode:1:hold", "LGPT_FAILPOINT_HOLD": str(release)}
+    proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
+                             "--index-dir", str(index), "--ray", "local"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(f"{release}.reached").exists():  # the cluster is up, the build held before encoding
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        release.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, stderr  # was 15: Ray's handler, sys.exit(15), without the message
+    assert "interrupted; the index keeps its last committed generation" in stderr, stderr
+    assert "Traceback" not in stderr and "SIGTERM received" not in stderr, stderr
     again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
     assert again.exit_code == 0, again.stderr
