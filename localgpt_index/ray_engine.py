@@ -77,8 +77,7 @@ def _init_interruptibly(ray, **options) -> None:
     """ray.init(**options) in a daemon thread, the main thread waiting in short joins. Against an
     address that accepts but is not a Ray head, Ray waits about 40 s in its C++ code, where a
     signal (SIGTERM, Ctrl-C) is not handled; here it interrupts the wait at once, and the thread is
-    left to end with the process (Ray's own exit handler finds nothing connected yet). Off the main
-    thread ray.init also leaves the process's SIGTERM handler as it was."""
+    left to end with the process (Ray's own exit handler finds nothing connected yet)."""
     failure: list[BaseException] = []
 
     def init() -> None:
