@@ -8,7 +8,18 @@ from __future__ import annotations
 
 __version__ = "0.2.0"
 
-__all__ = ["__version__", "build_index", "BuildOptions", "open_index", "Index", "SearchHit"]
+__all__ = ["__version__", "build_index", "BuildOptions", "open_index", "Index", "SearchHit",
+           "open_store", "IndexStore", "index_path", "load_rules", "page_image", "LgptError"]
+
+# public name -> the module that defines it (the other five are above)
+_EXPORTS = {
+    "open_store": "stores",
+    "IndexStore": "store",
+    "index_path": "store",
+    "load_rules": "metadata",
+    "page_image": "pages",
+    "LgptError": "errors",
+}
 
 
 def __getattr__(name: str):
@@ -20,4 +31,8 @@ def __getattr__(name: str):
         from . import search
 
         return getattr(search, name)
+    if name in _EXPORTS:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     raise AttributeError(name)
