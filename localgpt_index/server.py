@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
-from .encode import MAX_QUERY_CHARS, check_queries
+from .encode import MAX_QUERY_CHARS
 from .errors import IndexProblem, LgptError, UsageError
+from .httpguard import check_query_texts
 from .metadata import parse_filters
 from .reports import documents_document, query_document, status_document
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
@@ -257,7 +258,7 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
     @app.post("/query", responses={200: {"model": QueryDocument}})
     async def query(body: QueryBody):
         """The pages that best answer each query: exactly `lgpt-index query --json`."""
-        texts = check_queries(body.queries)
+        texts = check_query_texts(body.queries)
         filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
         if any(not key for key in filters):
             raise UsageError("filters: a key may not be empty")
@@ -288,7 +289,7 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
     def healthz():
         """200 once the model is loaded (503 while it loads, or when it could not be)."""
         if service.ready and not service.stale:
-            return {"status": "ready", "generation": service.index().manifest.generation}
+            return {"status": "ready", "generation": service.index().manifest.generation, "queued": batcher.queued}
         state = "failed" if service.failure else ("stale" if service.stale else "loading")
         return JSONResponse({"status": state}, status_code=503)
 

@@ -1,0 +1,131 @@
+"""`lgpt-index serve` under hostile clients and concurrency (issue 26): a real server on a real
+port, spoken to with httpx or raw sockets, synchronised on failpoints and observable state."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import faulty_model, run_cli
+from docgen import make_pdf, make_png
+from served import Server
+
+
+@pytest.fixture(scope="module")
+def corpus(fake_model, tmp_path_factory):
+    work = tmp_path_factory.mktemp("hardening")
+    docs = work / "docs"
+    for i in range(3):
+        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(2)])
+    make_png(docs / "scan.png", "a scan")
+    rules = work / "meta.json"
+    rules.write_text(json.dumps({"report-0.pdf": {"team": "finance"}}))
+    index = work / "idx"
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--metadata", str(rules)).exit_code == 0
+    return {"docs": docs, "index": index, "work": work}
+
+
+class Hold:
+    """A failpoint with :hold: reached() once the server waits there, release() to let it go on."""
+
+    def __init__(self, folder: Path, name: str, count: int = 1) -> None:
+        self.file = folder / f"hold-{name}"
+        self.env = {"LGPT_FAILPOINT": f"{name}:{count}:hold", "LGPT_FAILPOINT_HOLD": str(self.file)}
+
+    def wait_reached(self, server: Server, timeout: float = 60) -> None:
+        wait_for(lambda: Path(f"{self.file}.reached").exists(), timeout, lambda: "\n".join(server.lines))
+
+    def release(self) -> None:
+        self.file.touch()
+
+
+def wait_for(condition, timeout: float = 60, why=lambda: "") -> None:
+    """Poll an observable condition (not a sleep standing in for one) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time: " + why())
+        time.sleep(0.02)
+
+
+# 1. one malformed query fails its own request only
+
+GOOD = [{"queries": ["quarterly report"], "k": 3}, {"queries": ["a scan", "page one"], "k": 1},
+        {"queries": ["finance"], "k": 5, "filters": {"team": "finance"}}, {"queries": ["report"], "k": 2, "first_pass": 4},
+        {"queries": ["numbers"], "filters": ["team=finance"]}]
+BAD = [({"queries": ["fine", "broken \ud800 text"]}, 400, "queries[1]"), ({"queries": ["\udfff"]}, 400, "queries[0]"),
+       ({"queries": ["x" * 2049]}, 400, "queries[0]"), ({"queries": ["q"], "k": 0}, 400, "k"),
+       ({"queries": ["q"], "filters": ["no-equals"]}, 400, "filter"), ({"queries": ["q"] * 65, "k": 1}, 400, "queries")]
+
+
+def test_a_malformed_query_fails_only_its_own_request(corpus, tmp_path):
+    """Requests held behind one batch are gathered into the next: the good ones are answered, each
+    bad one (lone surrogates, over-long, over-sized, bad k or filters) gets its own 4xx."""
+    hold = Hold(tmp_path, "serve.batch")
+    running = Server("--index-dir", str(corpus["index"]), "-q", env=hold.env)
+    try:
+        running.wait_ready()
+        with ThreadPoolExecutor(24) as pool, running.client() as probe:
+            primer = pool.submit(_post, running, {"queries": ["primer"]})
+            hold.wait_reached(running)
+            mixed = [(body, None, None) for body in GOOD * 2] + BAD + [({"queries": ["bad \ud834 pair"], "k": 2}, 400, "queries[0]")] * 3
+            mixed.append(({"queries": ["y" * (2 << 20)]}, 413, "larger than"))
+            futures = [pool.submit(_post, running, body) for body, _, _ in mixed]
+            good = sum(1 for _, status, _ in mixed if status is None)
+            wait_for(lambda: probe.get("/healthz").json().get("queued", good) >= good, 60, lambda: probe.get("/healthz").text)
+            hold.release()
+            assert primer.result().status_code == 200
+            answers = [f.result() for f in futures]
+    finally:
+        hold.release()
+        assert running.stop() == 0
+    batched = []
+    for (body, status, words), answer in zip(mixed, answers):
+        if status is None:
+            assert answer.status_code == 200, (body, answer.text)
+            document = answer.json()
+            assert [q["query"] for q in document["queries"]] == body["queries"]
+            assert all(q["results"] for q in document["queries"])
+            batched.append(int(answer.headers["X-Lgpt-Batch-Queries"]))
+        else:
+            assert answer.status_code == status, (body, answer.text)
+            assert answer.json()["error"]["status"] == status and words in answer.json()["error"]["message"]
+    assert max(batched) > 2  # the good requests did share a batch
+
+
+def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
+    """Past the HTTP checks (a library caller, a tokenizer with rules of its own): a batch that
+    fails is answered request by request, so only the request the model cannot read fails."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from localgpt_index.errors import UsageError
+    from localgpt_index.service import QueryBatcher, SearchRequest
+
+    def search(requests):
+        if any("poison" in q for r in requests for q in r.queries):
+            raise TypeError("TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]")
+        return [SimpleNamespace(request=r) for r in requests]
+
+    async def scenario():
+        batcher = QueryBatcher(SimpleNamespace(search=search))
+        batcher.start()
+        requests = [SearchRequest((text,)) for text in ("one", "poison", "two", "three")]
+        answers = await asyncio.gather(*(batcher.submit(r) for r in requests), return_exceptions=True)
+        await batcher.stop()
+        return batcher.batches, answers
+
+    batches, answers = asyncio.run(scenario())
+    assert batches < 4  # some requests were batched together
+    assert isinstance(answers[1], UsageError) and "cannot read" in answers[1].message
+    assert [a.request.queries[0] for i, a in enumerate(answers) if i != 1] == ["one", "two", "three"]
+
+
+def _post(server: Server, body: dict) -> httpx.Response:
+    with server.client() as client:
+        return client.post("/query", content=json.dumps(body).encode(), headers={"content-type": "application/json"})
