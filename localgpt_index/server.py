@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
 from .encode import MAX_QUERY_CHARS
-from .errors import IndexProblem, LgptError, UsageError
+from .errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
 from .httpguard import check_query_texts
 from .metadata import parse_filters
 from .reports import documents_document, query_document, status_document
@@ -208,7 +208,8 @@ def create_app(service: IndexService, token: str | None = None, log: RequestLog 
     async def lifespan(app: FastAPI):
         batcher.start()
         if service.encoder is None:
-            asyncio.get_running_loop().run_in_executor(None, _load, service, log, on_failure)
+            loader = threading.Thread(target=_load, args=(service, batcher, log, on_failure), name="lgpt-load", daemon=True)
+            loader.start()
         yield
         await batcher.stop()
 
@@ -222,11 +223,15 @@ def create_app(service: IndexService, token: str | None = None, log: RequestLog 
     return app
 
 
-def _load(service: IndexService, log: RequestLog, on_failure: Callable[[LgptError], None]) -> None:
+def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_failure: Callable[[LgptError], None]) -> None:
+    """Load the model, then warm it up on the model thread (where queries run, one batch at a time)."""
     started = time.perf_counter()
-    service.load()
-    if service.failure is None:
-        service.warm_up()
+    try:
+        service.load()
+        if service.failure is None:
+            batcher.run_on_model_thread(service.warm_up).result()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, serve stops with the reason instead of loading for ever
+        service.failure = service.failure or EnvironmentMissing(f"{type(exc).__name__} while loading the model: {' '.join(str(exc).split())[:300]}")
     if service.failure is not None:
         log.message(f"error: the model could not be loaded: {service.failure.message}", "error")
         on_failure(service.failure)
@@ -287,11 +292,16 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
 
     @app.get("/healthz")
     def healthz():
-        """200 once the model is loaded (503 while it loads, or when it could not be)."""
-        if service.ready and not service.stale:
-            return {"status": "ready", "generation": service.index().manifest.generation, "queued": batcher.queued}
-        state = "failed" if service.failure else ("stale" if service.stale else "loading")
-        return JSONResponse({"status": state}, status_code=503)
+        """200 once the model is loaded and warmed up, and matches the current generation (503 while it
+        loads, when it could not be, or when the index was rebuilt with another model)."""
+        if service.failure is not None:
+            return JSONResponse({"status": "failed"}, status_code=503)
+        if not (service.ready and service.warmed):
+            return JSONResponse({"status": "loading"}, status_code=503)
+        index = service.index()  # follows HEAD here, not only when another endpoint did
+        if service.stale:
+            return JSONResponse({"status": "stale"}, status_code=503)
+        return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued}
 
     @app.get("/pages/{sha256}/{page}.png", response_class=Response,
              responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})

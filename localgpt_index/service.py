@@ -55,6 +55,7 @@ class IndexService:
         self.encoder: PageEncoder | None = None
         self.failure: LgptError | None = None  # why the model could not be loaded
         self.stale: str | None = None  # why the current generation cannot be queried with this model
+        self.warmed = False  # the warm-up query has run
         self._index: Index | None = None
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
@@ -107,14 +108,20 @@ class IndexService:
                 self._check_model()
         except LgptError as exc:
             self.failure = exc
+        except Exception as exc:  # noqa: BLE001 - the model libraries raise OSError, RuntimeError, ValueError...
+            reason = " ".join(str(exc).split())[:300] or "no reason given"
+            self.failure = EnvironmentMissing(f"{type(exc).__name__} while loading the model: {reason}")
 
     def warm_up(self) -> None:
         """One query through the model and the scorer, so that the first client does not pay for
-        what loads lazily (kernels, torch's scorer)."""
+        what loads lazily (kernels, torch's scorer). Run it on the model thread (QueryBatcher)."""
+        failpoint("serve.warm_up")
         try:
             self.search([SearchRequest(("warm up",), 1)])
         except LgptError:
             pass  # an empty index, a stale one: real requests will say so
+        finally:
+            self.warmed = True
 
     @property
     def ready(self) -> bool:

@@ -129,3 +129,62 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
 def _post(server: Server, body: dict) -> httpx.Response:
     with server.client() as client:
         return client.post("/query", content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
+# 2. ready only after the warm-up, which runs on the model thread; /healthz follows HEAD itself
+
+def test_healthz_is_not_ready_until_the_warm_up_has_run(corpus, tmp_path):
+    hold = Hold(tmp_path, "serve.warm_up")
+    running = Server("--index-dir", str(corpus["index"]), env=hold.env)
+    try:
+        hold.wait_reached(running)
+        with running.client() as client:
+            for _ in range(3):
+                held = client.get("/healthz")
+                assert held.status_code == 503 and held.json() == {"status": "loading"}
+            hold.release()
+            running.wait_ready()
+            assert client.get("/healthz").json()["status"] == "ready"
+        assert not any("Traceback" in line for line in running.lines)
+    finally:
+        hold.release()
+        assert running.stop() == 0
+
+
+def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "one.pdf", ["one"])
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+    other = faulty_model(tmp_path / "other-model", dim=128, page_tokens=8)
+    running = Server("--index-dir", str(index), "-q")
+    try:
+        running.wait_ready()
+        with running.client() as client:
+            assert run_cli("build", str(docs), "--rebuild", "--model", str(other), "--index-dir", str(index)).exit_code == 0
+            assert client.post("/query", json={"queries": ["q"]}).status_code == 503
+            assert client.get("/healthz").json() == {"status": "stale"}
+            assert run_cli("build", str(docs), "--rebuild", "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+            healthz = client.get("/healthz")  # no other endpoint asked in between
+            assert healthz.status_code == 200 and healthz.json()["status"] == "ready", healthz.text
+            assert client.post("/query", json={"queries": ["q"]}).status_code == 200
+    finally:
+        assert running.stop() == 0
+
+
+# 3. a model library's own error at load: exit 4 with the reason
+
+def test_a_model_library_error_at_load_is_exit_4_with_the_reason(fake_model, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    model = Path(shutil.copytree(fake_model, tmp_path / "model"))
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "one.pdf", ["one"])
+    assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(index)).exit_code == 0
+    (model / "faults.json").write_text(json.dumps({"load_error": "safetensors header is damaged"}))
+    result = subprocess.run([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "--index-dir", str(index)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 4, result.stderr
+    assert "OSError" in result.stderr and "safetensors header is damaged" in result.stderr
+    assert "Traceback" not in result.stderr
