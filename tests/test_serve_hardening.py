@@ -188,3 +188,46 @@ def test_a_model_library_error_at_load_is_exit_4_with_the_reason(fake_model, tmp
     assert result.returncode == 4, result.stderr
     assert "OSError" in result.stderr and "safetensors header is damaged" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# 4. the scorer never touches torch's process-wide thread count per call
+
+@pytest.mark.slow
+def test_overlapping_queries_never_change_torch_s_thread_count(monkeypatch):
+    import threading
+
+    import numpy as np
+    import torch
+
+    import localgpt_index.score as score_module
+
+    monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # side by side even on a one-core machine
+    rng = np.random.default_rng(7)
+    offsets = np.arange(0, 20_001, 20)  # 1,000 pages of 20 rows: several chunks
+    vectors = rng.standard_normal((20_000, 64)).astype(np.float16)
+    queries = [rng.standard_normal((6, 64)).astype(np.float32)]
+    expected = score_module.maxsim(queries, vectors, offsets)  # the scorer's threads start (once per process)
+    threads = torch.get_num_threads()
+    calls: list[int] = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), real(n)))
+    seen: list[int] = []
+    both = threading.Barrier(2)
+
+    def query() -> None:
+        for _ in range(10):
+            both.wait(timeout=60)  # the two calls start together and overlap
+            np.testing.assert_allclose(score_module.maxsim(queries, vectors, offsets), expected, rtol=1e-5)
+            seen.append(torch.get_num_threads())
+
+    workers = [threading.Thread(target=query) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    fresh: list[int] = []
+    probe = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+    probe.start()
+    probe.join()
+    assert calls == [] and len(seen) == 20
+    assert set(seen) == {threads} and fresh == [threads] and torch.get_num_threads() == threads
