@@ -24,11 +24,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import __version__
 from .encode import MAX_QUERY_CHARS
 from .errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
-from .httpguard import check_query_texts
+from .httpguard import ConnectionLimits, check_query_texts, default_max_connections, guarded_protocol
 from .metadata import parse_filters
 from .reports import documents_document, query_document, status_document
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
@@ -140,6 +141,8 @@ class _Guard:
 
         try:
             await self._guarded(scope, receive, tracked_send)
+        except ClientDisconnect:  # the client left, or was dropped at its body deadline: no one to answer
+            state["status"] = 408 if not state["started"] else state["status"]
         except Exception as exc:  # the client gets JSON, the log one line: no traceback for either
             self.log.message("error: " + "".join(traceback.format_exception_only(type(exc), exc)).strip(), "error")
             if not state["started"]:
@@ -374,10 +377,13 @@ def bind(host: str, port: int):
         raise EnvironmentMissing(f"cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
 
 
-def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog) -> LgptError | None:
+def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog,
+               limits: ConnectionLimits | None = None) -> LgptError | None:
     """Serve until SIGTERM or SIGINT (requests in flight are answered first); the model loads
     in the background meanwhile. Returns why the server stopped early, if it did."""
     import uvicorn
+
+    limits = limits or ConnectionLimits(max_connections=default_max_connections())
 
     sock = bind(host, port)
     failures: list[LgptError] = []
@@ -388,7 +394,7 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
         server.should_exit = True
 
     app = create_app(service, token, log, on_failure=fail)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=guarded_protocol(limits),
                                            timeout_graceful_shutdown=60, server_header=False))
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -231,3 +231,81 @@ def test_overlapping_queries_never_change_torch_s_thread_count(monkeypatch):
     probe.join()
     assert calls == [] and len(seen) == 20
     assert set(seen) == {threads} and fresh == [threads] and torch.get_num_threads() == threads
+
+
+# 5. slow and silent connections are dropped; past the connection cap a loopback /healthz still answers
+
+def _connect(server: Server):
+    import socket
+
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _closed_within(sock, bound: float, trickle: bytes = b"") -> float:
+    """Seconds until the server closes `sock` (recv gives b'' or a reset), at most `bound`; with
+    `trickle`, one byte of it is sent every 0.1 s meanwhile, as a slow client would."""
+    import socket
+
+    started = time.monotonic()
+    for byte in trickle or [None] * 10**6:
+        left = bound - (time.monotonic() - started)
+        assert left > 0, "the server kept the connection open"
+        if byte is not None:
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                return time.monotonic() - started
+        sock.settimeout(min(left, 0.1) if trickle else left)
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - started
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - started
+    raise AssertionError("the server kept the connection open")
+
+
+def test_slow_and_silent_connections_are_dropped_at_their_deadlines(corpus):
+    running = Server("--index-dir", str(corpus["index"]), "-q", "--header-timeout", "0.5", "--body-timeout", "0.5")
+    try:
+        running.wait_ready()
+        silent = _connect(running)
+        assert 0.4 < _closed_within(silent, 3) < 3
+        slow_headers = _connect(running)  # a byte every 0.1 s: the deadline does not move with them
+        assert 0.4 < _closed_within(slow_headers, 3, b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200) < 3
+        slow_body = _connect(running)
+        slow_body.sendall(b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n")
+        assert 0.4 < _closed_within(slow_body, 3, b'{"queries": ["' + b"a" * 400) < 3
+        kept_alive = _connect(running)  # a second request on a kept-alive connection has the same deadline
+        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert kept_alive.recv(65536).startswith(b"HTTP/1.1 200")
+        assert _closed_within(kept_alive, 3, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X: y\r\n" * 40) < 3
+        with running.client() as client:  # and the server answers as before
+            assert client.post("/query", json={"queries": ["report"]}).status_code == 200
+    finally:
+        assert running.stop() == 0
+
+
+def test_past_the_connection_cap_a_loopback_healthz_still_answers(corpus):
+    running = Server("--index-dir", str(corpus["index"]), "-q", "--max-connections", "4", "--header-timeout", "60")
+    held = []
+    try:
+        running.wait_ready()
+        for _ in range(4):  # unfinished headers hold every slot
+            held.append(_connect(running))
+            held[-1].sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        with running.client() as client:
+            health = client.get("/healthz")
+            assert health.status_code == 200 and health.json()["status"] == "ready"
+            refused = client.get("/status")
+            assert refused.status_code == 503 and "too many connections" in refused.json()["error"]["message"]
+        for sock in held:
+            sock.close()
+        with running.client() as client:
+            wait_for(lambda: client.get("/status").status_code == 200, 30)
+    finally:
+        for sock in held:
+            sock.close()
+        assert running.stop() == 0
