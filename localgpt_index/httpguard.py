@@ -8,6 +8,7 @@ another server can apply the same rules.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
 import re
@@ -164,3 +165,64 @@ def guarded_protocol(limits: ConnectionLimits) -> type:
                 self.transport.close()
 
     return GuardedH11Protocol
+
+
+# who may ask: loopback names without a token (DNS rebinding), no foreign browser origin, the token as bytes
+
+LOOPBACK_NAMES = ("localhost", "localhost.")
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a Host header (a name or an address, with or without its port) names this machine's loopback."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name = host[1 : host.find("]")] if "]" in host else ""
+    else:
+        name, _, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+        if port and not port.isdigit():
+            return False
+    return name in LOOPBACK_NAMES or is_loopback(name)
+
+
+def host_refusal(host: str | None, origin: str | None, token: str | None) -> str | None:
+    """Why a request is refused for where it claims to come from, or None. Without a token only a
+    loopback Host is answered (a web page that rebinds its own name to 127.0.0.1 sends its name);
+    an Origin header that is not loopback is refused always (no page elsewhere is meant to call this)."""
+    from urllib.parse import urlsplit
+
+    if origin is not None:
+        try:
+            origin_host = urlsplit(origin).hostname or ""
+        except ValueError:
+            origin_host = ""
+        if not loopback_host(f"[{origin_host}]" if ":" in origin_host else origin_host):
+            return f"Origin {printable(origin)[:200]} is not this machine: requests from other web pages are refused."
+    if token is None and host is not None and not loopback_host(host):
+        return (f"Host {printable(host)[:200]} is not a loopback name: without --token only localhost, 127.0.0.1 "
+                "and [::1] are answered (a guard against DNS rebinding).")
+    return None
+
+
+def token_matches(header: bytes, token: str) -> bool:
+    """`Authorization: Bearer TOKEN`, compared as UTF-8 bytes in constant time (a token that is not
+    ASCII matches what a client sends as UTF-8)."""
+    scheme, _, given = header.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode("utf-8", "surrogateescape"))
+
+
+# what an answer, an error or a log line may carry
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+_SECRET_PARAM = re.compile(r"(?i)\b(api[_-]?key|token|password|secret)=([^&\s]+)")
+
+
+def redact(text: str) -> str:
+    """`text` without secrets: the user:password@ of URLs and api_key=... parameters become ***."""
+    text = _USERINFO.sub(r"\1***@", text)
+    return _SECRET_PARAM.sub(r"\1=***", text)
+
+
+def printable(text: str) -> str:
+    """`text` fit for one log line: control characters (newlines, ESC) and lone surrogates as escapes."""
+    return "".join(c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else c.encode("unicode_escape").decode("ascii")
+                   for c in text)

@@ -9,7 +9,6 @@ one is set. Request bodies, query counts and lengths, k and dpi are bounded.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import io
 import json
 import sys
@@ -29,7 +28,8 @@ from starlette.requests import ClientDisconnect
 from . import __version__
 from .encode import MAX_QUERY_CHARS
 from .errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
-from .httpguard import ConnectionLimits, check_query_texts, default_max_connections, guarded_protocol
+from .httpguard import (ConnectionLimits, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
+                        redact, token_matches)
 from .metadata import parse_filters
 from .reports import documents_document, query_document, status_document
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
@@ -114,7 +114,8 @@ class RequestLog:
         """info: quiet with -q; notice (the address) and error: always."""
         if self.quiet and level == "info":
             return
-        self.write(json.dumps({"time": time.time(), "level": level, "message": text}) if self.as_json else text)
+        text = redact(text)
+        self.write(json.dumps({"time": time.time(), "level": level, "message": text}) if self.as_json else printable(text))
 
     def write(self, line: str) -> None:
         with self._lock:
@@ -144,15 +145,20 @@ class _Guard:
         except ClientDisconnect:  # the client left, or was dropped at its body deadline: no one to answer
             state["status"] = 408 if not state["started"] else state["status"]
         except Exception as exc:  # the client gets JSON, the log one line: no traceback for either
-            self.log.message("error: " + "".join(traceback.format_exception_only(type(exc), exc)).strip(), "error")
+            self.log.message("error: " + printable(redact("".join(traceback.format_exception_only(type(exc), exc)).strip())), "error")
             if not state["started"]:
                 await error_response(500, "internal error; the server log says more")(scope, receive, tracked_send)
         finally:
-            self.log.request(scope["method"], scope["path"], state["status"], 1000 * (time.perf_counter() - started))
+            self.log.request(scope["method"], printable(scope["path"]), state["status"], 1000 * (time.perf_counter() - started))
 
     async def _guarded(self, scope, receive, send) -> None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if self.token and scope["path"] != "/healthz" and not self._authorized(headers.get("authorization", "")):
+        raw = {k.lower(): v for k, v in scope.get("headers", [])}
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw.items()}
+        refusal = host_refusal(headers.get("host"), headers.get("origin"), self.token)
+        if refusal:
+            await error_response(403, refusal)(scope, receive, send)
+            return
+        if self.token and scope["path"] != "/healthz" and not token_matches(raw.get(b"authorization", b""), self.token):
             response = error_response(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)")
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
@@ -162,10 +168,6 @@ class _Guard:
             await error_response(413, f"request body larger than {MAX_BODY_BYTES} bytes")(scope, receive, send)
             return
         await self.app(scope, _limited(receive), send)
-
-    def _authorized(self, header: str) -> bool:
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
 
 def _limited(receive):

@@ -309,3 +309,64 @@ def test_past_the_connection_cap_a_loopback_healthz_still_answers(corpus):
         for sock in held:
             sock.close()
         assert running.stop() == 0
+
+
+# 6. DNS rebinding: without a token only loopback Host names; no foreign Origin
+
+def test_without_a_token_only_loopback_host_names_are_answered(server_plain):
+    port = server_plain.url.rsplit(":", 1)[1]
+    with server_plain.client() as client:
+        sha = client.get("/documents").json()["documents"][0]["sha256"]
+        for path in ("/documents", "/status", f"/pages/{sha}/1.png", "/healthz"):
+            refused = client.get(path, headers={"Host": f"rebind.attacker.example:{port}"})
+            assert refused.status_code == 403 and "not a loopback name" in refused.json()["error"]["message"], path
+        query = client.post("/query", json={"queries": ["q"]}, headers={"Host": "rebind.attacker.example"})
+        assert query.status_code == 403
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"[::1]:{port}"):
+            assert client.get("/status", headers={"Host": host}).status_code == 200, host
+        foreign = client.get("/status", headers={"Origin": "http://rebind.attacker.example"})
+        assert foreign.status_code == 403 and "Origin" in foreign.json()["error"]["message"]
+        assert client.get("/status", headers={"Origin": f"http://localhost:{port}"}).status_code == 200
+
+
+def test_with_a_token_any_host_but_no_foreign_origin(corpus):
+    guarded = Server("--index-dir", str(corpus["index"]), "-q", "--token", "s3cret")
+    try:
+        guarded.wait_ready()
+        with guarded.client("s3cret") as client:
+            assert client.get("/status", headers={"Host": "index.internal:8765"}).status_code == 200
+            assert client.get("/status", headers={"Origin": "https://elsewhere.example"}).status_code == 403
+    finally:
+        assert guarded.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def server_plain(corpus):
+    running = Server("--index-dir", str(corpus["index"]))
+    running.wait_ready()
+    yield running
+    assert running.stop() == 0
+
+
+# 8. log lines cannot be forged; a token that is not ASCII matches
+
+def test_request_paths_cannot_forge_log_lines(server_plain):
+    with server_plain.client() as client:
+        client.get("/nowhere%0aGET /status 200 1.0 ms%1b[2J")
+        client.get("/healthz")  # its line comes after the one above
+    wait_for(lambda: any(line.startswith("GET /healthz") for line in server_plain.lines))
+    assert not any(line.startswith("GET /status 200 1.0 ms") for line in server_plain.lines)
+    assert not any("\x1b" in line for line in server_plain.lines)
+    assert any("/nowhere\\nGET /status 200 1.0 ms\\x1b[2J 404" in line for line in server_plain.lines)
+
+
+def test_a_token_that_is_not_ascii_matches(corpus):
+    guarded = Server("--index-dir", str(corpus["index"]), "-q", "--token", "clé-secrète")
+    try:
+        guarded.wait_ready()
+        with httpx.Client(base_url=guarded.url) as client:
+            right = client.get("/status", headers={"Authorization": "Bearer clé-secrète".encode()})
+            wrong = client.get("/status", headers={"Authorization": "Bearer cle-secrete".encode()})
+        assert right.status_code == 200 and wrong.status_code == 401
+    finally:
+        assert guarded.stop() == 0
