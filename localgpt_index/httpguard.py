@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -226,3 +227,92 @@ def printable(text: str) -> str:
     """`text` fit for one log line: control characters (newlines, ESC) and lone surrogates as escapes."""
     return "".join(c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else c.encode("unicode_escape").decode("ascii")
                    for c in text)
+
+
+class PathPolicy:
+    """What answers and errors say about where things are (one decision for every HTTP front).
+
+    By default documents are named relative to the folder they were indexed from (the deepest
+    folder holding them all), the index by its name and the model by its folder's name: a client
+    learns nothing of this machine's layout. `absolute` (serve --absolute-paths) keeps the paths
+    as the CLI prints them. Secrets (a URL's user:password@, api_key=...) are never echoed."""
+
+    def __init__(self, absolute: bool = False) -> None:
+        self.absolute = absolute
+        self._known: dict[str, str] = {}  # absolute prefix -> what a client sees instead
+        self._roots: dict[int, str | None] = {}  # generation -> its root
+
+    def root(self, index) -> str | None:
+        """The folder the documents of this generation were indexed from."""
+        generation = index.manifest.generation
+        roots = self._roots
+        if generation in roots:
+            return roots[generation]
+        paths = [d.path for d in index.manifest.documents] + [f.path for f in index.manifest.failures]
+        folders = [os.path.dirname(p) for p in paths if os.path.isabs(p)]
+        try:
+            root = os.path.commonpath(folders) if folders else None
+        except ValueError:  # paths on different drives
+            root = None
+        self._roots = {generation: root}  # one generation is asked at a time, mostly
+        return root
+
+    def publish(self, document: dict, index) -> dict:
+        """`document` (a query, status or documents answer of `index`) as a client may see it."""
+        if self.absolute:
+            return {**document, "index": redact(document["index"])} if "index" in document else document
+        root = self.root(index)
+        self._remember(index, root)
+        document = json.loads(json.dumps(document))  # a deep copy: the CLI's builders are shared
+        document["index"] = self.index_name(document.get("index", ""))
+        if isinstance(document.get("model"), str):
+            document["model"] = _last_part(document["model"])
+        elif isinstance(document.get("model"), dict):
+            document["model"] = {**document["model"], "id": _last_part(document["model"]["id"])}
+            if document["model"].get("path"):
+                document["model"]["path"] = _last_part(document["model"]["path"])
+        groups = [document.get(key) for key in ("results", "documents", "failures")]
+        groups += [answer["results"] for answer in document.get("queries") or []]
+        for group in (g for g in groups if isinstance(g, list)):  # status has a count of documents
+            for entry in group:
+                entry["path"] = self.relative(entry["path"], root)
+        return document
+
+    def relative(self, path: str, root: str | None) -> str:
+        if root and os.path.isabs(path) and (path + os.sep).startswith(root.rstrip(os.sep) + os.sep):
+            return os.path.relpath(path, root)
+        return _last_part(path) if os.path.isabs(path) else path
+
+    def prefix(self, prefix: str, index) -> str:
+        """A /documents prefix as the index stores paths: one relative to the root joins it."""
+        root = self.root(index)
+        if self.absolute or not prefix or os.path.isabs(prefix) or root is None:
+            return prefix
+        return os.path.join(root, prefix)
+
+    @staticmethod
+    def index_name(location: str) -> str:
+        return _last_part(redact(location).rstrip("/"))
+
+    def message(self, text: str) -> str:
+        """An error message without secrets, and in the default policy without this machine's paths."""
+        text = redact(text)
+        if self.absolute:
+            return text
+        for prefix in sorted(self._known, key=len, reverse=True):
+            text = text.replace(prefix, self._known[prefix])
+        return text
+
+    def _remember(self, index, root: str | None) -> None:
+        location = index.store.location
+        self._known[location] = self.index_name(location)
+        model = index.manifest.model
+        for path in (model.path, model.id):
+            if path and os.path.isabs(path):
+                self._known[path] = _last_part(path)
+        if root:
+            self._known[root.rstrip(os.sep) + os.sep] = ""
+
+
+def _last_part(path: str) -> str:
+    return path.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] if path else path

@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect
 from . import __version__
 from .encode import MAX_QUERY_CHARS
 from .errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
-from .httpguard import (ConnectionLimits, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
+from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
                         redact, token_matches)
 from .metadata import parse_filters
 from .reports import documents_document, query_document, status_document
@@ -85,7 +85,8 @@ class ErrorDocument(BaseModel):
 
 
 def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+    """The one error shape: {"error": {"status", "message"}}, the message never with a secret in it."""
+    return JSONResponse({"error": {"status": status, "message": redact(message)}}, status_code=status)
 
 
 def json_response(document: dict) -> Response:
@@ -204,9 +205,10 @@ def _status_of(exc: LgptError) -> int:
 
 
 def create_app(service: IndexService, token: str | None = None, log: RequestLog | None = None,
-               on_failure: Callable[[LgptError], None] = lambda exc: None) -> FastAPI:
+               on_failure: Callable[[LgptError], None] = lambda exc: None, policy: PathPolicy | None = None) -> FastAPI:
     """The HTTP application around `service`; its model loads in the background once it starts."""
     log = log or RequestLog()
+    policy = policy or PathPolicy()
     batcher = QueryBatcher(service)
 
     @asynccontextmanager
@@ -222,8 +224,8 @@ def create_app(service: IndexService, token: str | None = None, log: RequestLog 
                   description="A warm lgpt-index: the pages that answer a question, for LocalGPT-style answerers.",
                   responses={400: {"model": ErrorDocument}, 401: {"model": ErrorDocument}, 503: {"model": ErrorDocument}})
     app.state.service, app.state.batcher = service, batcher
-    _install_handlers(app, log)
-    _install_routes(app, service, batcher)
+    _install_handlers(app, log, policy)
+    _install_routes(app, service, batcher, policy)
     app.add_middleware(_Guard, token=token, log=log)
     return app
 
@@ -245,10 +247,10 @@ def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_fail
                 f"on {service.encoder.precision.device}")
 
 
-def _install_handlers(app: FastAPI, log: RequestLog) -> None:
+def _install_handlers(app: FastAPI, log: RequestLog, policy: PathPolicy) -> None:
     @app.exception_handler(LgptError)
     async def lgpt_error(request: Request, exc: LgptError):
-        return error_response(_status_of(exc), exc.message)
+        return error_response(_status_of(exc), policy.message(exc.message))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -260,11 +262,11 @@ def _install_handlers(app: FastAPI, log: RequestLog) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, policy.message(str(exc.detail)))
 
 
 
-def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) -> None:
+def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:
     @app.post("/query", responses={200: {"model": QueryDocument}})
     async def query(body: QueryBody):
         """The pages that best answer each query: exactly `lgpt-index query --json`."""
@@ -280,7 +282,7 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
                 None, query_document, answer.index, texts, answer.results, body.k, True, body.dpi)
         else:
             document = query_document(answer.index, texts, answer.results, body.k)
-        response = json_response(document)
+        response = json_response(policy.publish(document, answer.index))
         response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
         response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
         return response
@@ -288,12 +290,15 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
     @app.get("/status")
     def status():
         """What the index holds: exactly `lgpt-index status --json`."""
-        return json_response(status_document(service.index()))
+        index = service.index()
+        return json_response(policy.publish(status_document(index), index))
 
     @app.get("/documents")
     def documents(prefix: str = Query("", max_length=4096), failed: bool = False):
         """The documents (or with failed=true, the failures) under a path prefix: `lgpt-index ls --json`."""
-        return json_response(documents_document(service.index(), prefix, failed))
+        index = service.index()
+        document = policy.publish(documents_document(index, policy.prefix(prefix, index), failed), index)
+        return json_response({**document, "prefix": prefix})
 
     @app.get("/healthz")
     def healthz():
@@ -380,7 +385,7 @@ def bind(host: str, port: int):
 
 
 def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog,
-               limits: ConnectionLimits | None = None) -> LgptError | None:
+               limits: ConnectionLimits | None = None, policy: PathPolicy | None = None) -> LgptError | None:
     """Serve until SIGTERM or SIGINT (requests in flight are answered first); the model loads
     in the background meanwhile. Returns why the server stopped early, if it did."""
     import uvicorn
@@ -395,7 +400,7 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
         failures.append(exc)
         server.should_exit = True
 
-    app = create_app(service, token, log, on_failure=fail)
+    app = create_app(service, token, log, on_failure=fail, policy=policy)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=guarded_protocol(limits),
                                            timeout_graceful_shutdown=60, server_header=False))
     bound_host, bound_port = sock.getsockname()[:2]

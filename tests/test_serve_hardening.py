@@ -370,3 +370,46 @@ def test_a_token_that_is_not_ascii_matches(corpus):
         assert right.status_code == 200 and wrong.status_code == 401
     finally:
         assert guarded.stop() == 0
+
+
+# 7. answers name documents relative to the folder they were indexed from; no secret is echoed
+
+def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, corpus, fake_model):
+    from conftest import validate
+
+    secret_places = [str(corpus["work"]), str(corpus["docs"]), str(corpus["index"]), str(fake_model)]
+    with server_plain.client() as client:
+        answers = {"query": client.post("/query", json={"queries": ["report", "scan"], "k": 10}),
+                   "status": client.get("/status"), "documents": client.get("/documents"),
+                   "failures": client.get("/documents", params={"failed": "true"}),
+                   "under": client.get("/documents", params={"prefix": "report-1"}),
+                   "error": client.get("/pages/" + "0" * 64 + "/1.png")}
+    for name, answer in answers.items():
+        assert not any(place in answer.text for place in secret_places), (name, answer.text)
+    query = answers["query"].json()
+    validate(query, "query")
+    validate(answers["status"].json(), "status")
+    validate(answers["documents"].json(), "documents")
+    assert {h["path"] for q in query["queries"] for h in q["results"]} == {"report-0.pdf", "report-1.pdf", "report-2.pdf", "scan.png"}
+    assert query["index"] == "default" and "/" not in query["model"]
+    assert [d["path"] for d in answers["under"].json()["documents"]] == ["report-1.pdf"]
+    absolute = Server("--index-dir", str(corpus["index"]), "-q", "--absolute-paths")
+    try:
+        absolute.wait_ready()
+        with absolute.client() as client:
+            hits = client.post("/query", json={"queries": ["report"], "k": 2}).json()["results"]
+        assert all(h["path"].startswith(str(corpus["docs"])) for h in hits)
+    finally:
+        assert absolute.stop() == 0
+
+
+def test_errors_never_echo_a_secret():
+    """A Qdrant URL with user:password@ or an api key, in any error message or log line."""
+    from localgpt_index.httpguard import PathPolicy, redact
+    from localgpt_index.server import error_response
+
+    message = "cannot reach Qdrant at qdrant://admin:hunter2@db.internal:6333/docs?api_key=k3y (refused)."
+    body = error_response(503, message).body.decode()
+    assert "hunter2" not in body and "k3y" not in body and "qdrant://***@db.internal:6333/docs" in body
+    assert "hunter2" not in PathPolicy(absolute=True).message(message) and "hunter2" not in redact(message)
+    assert PathPolicy.index_name("qdrant://admin:hunter2@db.internal:6333/docs") == "docs"

@@ -29,15 +29,18 @@ Exit codes:
 @click.option("--max-connections", type=click.IntRange(min=1), default=None, metavar="N",
               help="Connections served at once; more are refused with 503, but for GET /healthz from loopback. "
                    "[default: 256, or less under a low file-descriptor limit]")
+@click.option("--absolute-paths", is_flag=True,
+              help="Answers name documents, the index and the model by absolute paths, as the CLI does "
+                   "(default: documents relative to the folder they were indexed from, the rest by name).")
 @click.option("--json-logs", is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request; errors only.")
 @model_options
 @index_options
 @click.pass_obj
-def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, json_logs, quiet, device, dtype) -> None:
+def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet, device, dtype) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json and /docs)."""
-    from ..httpguard import ConnectionLimits, default_max_connections
+    from ..httpguard import ConnectionLimits, PathPolicy, default_max_connections
     from ..server import RequestLog, check_exposure, run_server
     from ..service import open_service
 
@@ -45,7 +48,7 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     limits = ConnectionLimits(header_timeout, body_timeout, max_connections or default_max_connections())
     service = open_service(app.store(), device, dtype)
     log = RequestLog(quiet=quiet, as_json=json_logs)
-    failure = run_server(service, host, port, token, log, limits)
+    failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths))
     if failure is not None:
         app.fail(failure)
     sys.exit(0)
