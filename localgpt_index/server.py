@@ -220,7 +220,8 @@ def create_app(service: IndexService, token: str | None = None, log: RequestLog 
         yield
         await batcher.stop()
 
-    app = FastAPI(title="lgpt-index", version=__version__, lifespan=lifespan,
+    # no /docs or /redoc: FastAPI's pages load Swagger UI from a CDN, blank on an offline machine
+    app = FastAPI(title="lgpt-index", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="A warm lgpt-index: the pages that answer a question, for LocalGPT-style answerers.",
                   responses={400: {"model": ErrorDocument}, 401: {"model": ErrorDocument}, 503: {"model": ErrorDocument}})
     app.state.service, app.state.batcher = service, batcher

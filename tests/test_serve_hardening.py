@@ -413,3 +413,14 @@ def test_errors_never_echo_a_secret():
     assert "hunter2" not in body and "k3y" not in body and "qdrant://***@db.internal:6333/docs" in body
     assert "hunter2" not in PathPolicy(absolute=True).message(message) and "hunter2" not in redact(message)
     assert PathPolicy.index_name("qdrant://admin:hunter2@db.internal:6333/docs") == "docs"
+
+
+# 10. nothing loads from the internet: no Swagger UI page from a CDN, the OpenAPI description stays
+
+def test_no_page_loads_assets_from_a_cdn(server_plain):
+    with server_plain.client() as client:
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            answer = client.get(path)
+            assert answer.status_code == 404 and "cdn" not in answer.text.lower(), path
+        spec = client.get("/openapi.json")
+    assert spec.status_code == 200 and "/query" in spec.json()["paths"]

@@ -39,7 +39,7 @@ Exit codes:
 @click.pass_obj
 def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet, device, dtype) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
-    /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json and /docs)."""
+    /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
     from ..httpguard import ConnectionLimits, PathPolicy, default_max_connections
     from ..server import RequestLog, check_exposure, run_server
     from ..service import open_service
