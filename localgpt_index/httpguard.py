@@ -257,6 +257,10 @@ class PathPolicy:
         self._roots = {generation: root}  # one generation is asked at a time, mostly
         return root
 
+    def learn(self, index) -> None:
+        """Know this generation's folders, so that messages about it leave them out."""
+        self._remember(index, self.root(index))
+
     def publish(self, document: dict, index) -> dict:
         """`document` (a query, status or documents answer of `index`) as a client may see it."""
         if self.absolute:

@@ -9,12 +9,14 @@ one is set. Request bodies, query counts and lengths, k and dpi are bounded.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import sys
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from typing import Any, Callable
 
@@ -37,6 +39,9 @@ from .service import IndexService, NotReady, QueryBatcher, SearchRequest
 MAX_BODY_BYTES = 1 << 20
 MAX_QUERIES = 64
 MAX_K = 1000
+MAX_IMAGE_BUDGET = 32  # with_images: page images per answer, counted at 150 dpi (one at 300 dpi counts 4)
+RENDER_SLOTS = 2  # pages rendered at once, all requests together
+IMAGE_CACHE_BYTES = 64 << 20  # PNGs kept for reuse
 
 
 class QueryBody(BaseModel):
@@ -61,6 +66,7 @@ class Hit(BaseModel):
     kind: str
     metadata: dict[str, str]
     image_base64: str | None = None
+    image_error: str | None = None
 
 
 class QueryAnswer(BaseModel):
@@ -268,8 +274,10 @@ def _install_handlers(app: FastAPI, log: RequestLog, policy: PathPolicy) -> None
 
 
 def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:
+    images = PageImages()
+
     @app.post("/query", responses={200: {"model": QueryDocument}})
-    async def query(body: QueryBody):
+    async def query(body: QueryBody, http_request: Request):
         """The pages that best answer each query: exactly `lgpt-index query --json`."""
         texts = check_query_texts(body.queries)
         filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
@@ -278,12 +286,12 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, 
         service.require_ready()
         request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass)
         answer = await batcher.submit(request)
+        document = query_document(answer.index, texts, answer.results, body.k)
+        rendered = 0
         if body.with_images:
-            document = await asyncio.get_running_loop().run_in_executor(
-                None, query_document, answer.index, texts, answer.results, body.k, True, body.dpi)
-        else:
-            document = query_document(answer.index, texts, answer.results, body.k)
+            rendered = await images.fill(document, answer, body.dpi, http_request, policy)
         response = json_response(policy.publish(document, answer.index))
+        response.headers["X-Lgpt-Images-Rendered"] = str(rendered)  # the others came from the cache, or failed
         response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
         response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
         return response
@@ -316,29 +324,105 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, 
 
     @app.get("/pages/{sha256}/{page}.png", response_class=Response,
              responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})
-    def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
+    async def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
         """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document."""
-        return Response(_page_png(service, sha256, page, dpi), media_type="image/png")
+        from .search import SearchHit
+
+        index = service.index()
+        doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
+        if doc is None:
+            raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
+        if not 1 <= page <= doc.pages:
+            raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
+        try:
+            png = await images.render(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind), dpi)
+        except LgptError:
+            raise StarletteHTTPException(409, CANNOT_RENDER) from None
+        return Response(png, media_type="image/png")
 
 
-def _page_png(service: IndexService, sha256: str, page: int, dpi: int) -> bytes:
-    from .pages import page_image
-    from .search import SearchHit
+CANNOT_RENDER = ("the page cannot be rendered: its source changed or disappeared since it was indexed (run build), "
+                 "or the stored PDF is damaged")
 
-    index = service.index()
-    doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
-    if doc is None:
-        raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
-    if not 1 <= page <= doc.pages:
-        raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
-    try:
-        image = page_image(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind))
-    except LgptError:
-        raise StarletteHTTPException(409, "the page cannot be rendered: its source changed or disappeared since "
-                                          "it was indexed (run build), or the stored PDF is damaged") from None
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+
+class PageImages:
+    """Rendered pages for /pages and with_images: a bounded number per answer, a few renders at once,
+    the PNGs last asked for kept (by document sha256, page and dpi: the same bytes for the same page)."""
+
+    def __init__(self, budget: int = MAX_IMAGE_BUDGET, slots: int = RENDER_SLOTS, cache_bytes: int = IMAGE_CACHE_BYTES) -> None:
+        self.budget, self.cache_bytes = budget, cache_bytes
+        self._slots = threading.BoundedSemaphore(slots)
+        self._cache: OrderedDict[tuple, bytes] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def cost(dpi: int) -> float:
+        """A page at `dpi` in pages at 150 dpi (pixels grow with the square of the dpi)."""
+        return max(1.0, (dpi / 150) ** 2)
+
+    def png(self, index, hit, dpi: int) -> tuple[bytes, bool]:
+        """The page as PNG bytes, and whether it was rendered now (else it came from the cache)."""
+        from .pages import _check_unchanged, page_image
+
+        key = (hit.sha256, hit.page, dpi)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+        doc = index.document(hit.path)
+        if cached is not None and doc is not None:
+            if not doc.pdf:
+                _check_unchanged(doc)  # a source that changed since it was indexed is refused, as when rendering
+            return cached, False
+        with self._slots:
+            image = page_image(index, hit, dpi)
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+        data = buffer.getvalue()
+        with self._lock:
+            self._cache[key] = data
+            self._held += len(data)
+            while self._held > self.cache_bytes and self._cache:
+                self._held -= len(self._cache.popitem(last=False)[1])
+        return data, True
+
+    async def render(self, index, hit, dpi: int) -> bytes:
+        return (await asyncio.get_running_loop().run_in_executor(None, self.png, index, hit, dpi))[0]
+
+    async def fill(self, document: dict, answer, dpi: int, request: Request, policy: PathPolicy) -> int:
+        """Give each hit of `document` its image: a page that cannot be rendered gets an error of its
+        own, pages past the budget say so, and rendering stops when the client is gone.
+        Returns the pages rendered now (the others came from the cache)."""
+        policy.learn(answer.index)
+        done: dict[tuple, tuple[str | None, str | None, int]] = {}
+        spent = 0.0
+        for entries, hits in zip([q["results"] for q in document["queries"]], answer.results):
+            for entry, hit in zip(entries, hits):
+                key = (hit.sha256, hit.page)
+                if key not in done:
+                    if spent + self.cost(dpi) > self.budget:
+                        done[key] = (None, self._over_budget(hit, dpi), 0)
+                    elif await request.is_disconnected():
+                        return sum(d[2] for d in done.values())  # no one to answer: the rest is not rendered
+                    else:
+                        spent += self.cost(dpi)
+                        done[key] = await self._one(answer.index, hit, dpi, policy)
+                entry["image_base64"], error, _ = done[key]
+                if error:
+                    entry["image_error"] = error
+        return sum(d[2] for d in done.values())
+
+    def _over_budget(self, hit, dpi: int) -> str:
+        return (f"not rendered: at most {self.budget} pages at 150 dpi per answer ({int(self.budget / self.cost(dpi))} "
+                f"at {dpi} dpi); fetch it from /pages/{hit.sha256}/{hit.page}.png?dpi={dpi}")
+
+    async def _one(self, index, hit, dpi: int, policy: PathPolicy) -> tuple[str | None, str | None, int]:
+        try:
+            data, new = await asyncio.get_running_loop().run_in_executor(None, self.png, index, hit, dpi)
+        except LgptError as exc:
+            return None, policy.message(exc.message), 0
+        return base64.b64encode(data).decode("ascii"), None, int(new)
 
 
 def check_exposure(host: str, token: str | None) -> None:

@@ -424,3 +424,69 @@ def test_no_page_loads_assets_from_a_cdn(server_plain):
             assert answer.status_code == 404 and "cdn" not in answer.text.lower(), path
         spec = client.get("/openapi.json")
     assert spec.status_code == 200 and "/query" in spec.json()["paths"]
+
+
+# 8. /pages honours dpi; a changed source fails its own hit's image, not the whole answer
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def test_pages_honour_dpi(server_plain):
+    with server_plain.client() as client:
+        doc = next(d for d in client.get("/documents").json()["documents"] if d["kind"] == "pdf")
+        low = client.get(f"/pages/{doc['sha256']}/1.png", params={"dpi": 40})
+        high = client.get(f"/pages/{doc['sha256']}/1.png", params={"dpi": 80})
+    assert low.status_code == high.status_code == 200
+    (w1, h1), (w2, h2) = _png_size(low.content), _png_size(high.content)
+    assert abs(w2 - 2 * w1) <= 2 and abs(h2 - 2 * h1) <= 2
+
+
+def test_a_changed_source_fails_its_own_image_not_the_answer(fake_model, tmp_path):
+    import base64
+
+    from conftest import validate
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "kept.pdf", ["kept"])
+    make_pdf(docs / "changed.pdf", ["changed"])
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+    running = Server("--index-dir", str(index), "-q")
+    try:
+        running.wait_ready()
+        make_pdf(docs / "changed.pdf", ["changed since", "and longer"])
+        with running.client() as client:
+            answer = client.post("/query", json={"queries": ["kept", "changed"], "k": 5, "with_images": True, "dpi": 40})
+            sha = next(d["sha256"] for d in client.get("/documents").json()["documents"] if d["path"] == "changed.pdf")
+            assert client.get(f"/pages/{sha}/1.png").status_code == 409
+    finally:
+        assert running.stop() == 0
+    assert answer.status_code == 200, answer.text
+    document = answer.json()
+    validate(document, "query")
+    hits = [h for q in document["queries"] for h in q["results"]]
+    by_path = {h["path"]: h for h in hits}
+    assert base64.b64decode(by_path["kept.pdf"]["image_base64"])[:4] == b"\x89PNG"
+    assert by_path["changed.pdf"]["image_base64"] is None and "changed since it was indexed" in by_path["changed.pdf"]["image_error"]
+    assert str(docs) not in answer.text
+
+
+# 9. with_images is bounded per answer and reuses pages already rendered
+
+def test_with_images_is_bounded_and_reuses_rendered_pages(server_plain):
+    with server_plain.client() as client:
+        first = client.post("/query", json={"queries": ["report", "scan", "page"], "k": 7, "with_images": True, "dpi": 600})
+        again = client.post("/query", json={"queries": ["report", "scan", "page"], "k": 7, "with_images": True, "dpi": 600})
+    assert first.status_code == again.status_code == 200
+    hits = [h for q in first.json()["queries"] for h in q["results"]]
+    distinct = {(h["sha256"], h["page"]) for h in hits if h["image_base64"]}
+    assert len(distinct) == 2 and int(first.headers["X-Lgpt-Images-Rendered"]) == 2  # 32 pages at 150 dpi = 2 at 600 dpi
+    capped = [h for h in hits if h["image_base64"] is None]
+    assert capped and all("at most 32 pages at 150 dpi per answer (2 at 600 dpi)" in h["image_error"] for h in capped)
+    assert int(again.headers["X-Lgpt-Images-Rendered"]) == 0  # every page came from the cache
+    assert again.json() == first.json()
