@@ -30,6 +30,7 @@ from starlette.requests import ClientDisconnect
 from . import __version__
 from .encode import MAX_QUERY_CHARS
 from .errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
+from .failpoints import failpoint
 from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
                         redact, token_matches)
 from .metadata import parse_filters
@@ -376,6 +377,7 @@ class PageImages:
                 _check_unchanged(doc)  # a source that changed since it was indexed is refused, as when rendering
             return cached, False
         with self._slots:
+            failpoint("serve.render")
             image = page_image(index, hit, dpi)
             buffer = io.BytesIO()
             image.save(buffer, format="PNG")
@@ -445,8 +447,6 @@ def bind(host: str, port: int):
     import errno
     import os
     import socket
-
-    from .errors import EnvironmentMissing
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on connections

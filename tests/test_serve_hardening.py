@@ -490,3 +490,28 @@ def test_with_images_is_bounded_and_reuses_rendered_pages(server_plain):
     assert capped and all("at most 32 pages at 150 dpi per answer (2 at 600 dpi)" in h["image_error"] for h in capped)
     assert int(again.headers["X-Lgpt-Images-Rendered"]) == 0  # every page came from the cache
     assert again.json() == first.json()
+
+
+def test_rendering_stops_when_the_client_is_gone(corpus, tmp_path):
+    """The first page renders while the client hangs up: no other page of that answer is rendered
+    (a later identical request renders them itself)."""
+    hold = Hold(tmp_path, "serve.render")
+    running = Server("--index-dir", str(corpus["index"]), env=hold.env)
+    body = {"queries": ["report", "scan"], "k": 7, "with_images": True, "dpi": 40}
+    try:
+        running.wait_ready()
+        leaving = _connect(running)
+        payload = json.dumps(body).encode()
+        leaving.sendall(b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        hold.wait_reached(running)
+        leaving.close()
+        hold.release()
+        wait_for(lambda: any(line.startswith("POST /query") for line in running.lines))  # that request is over
+        with running.client() as client:
+            again = client.post("/query", json=body)
+        assert again.status_code == 200
+        assert int(again.headers["X-Lgpt-Images-Rendered"]) == 6  # 7 pages; the one held was the only one rendered before
+    finally:
+        hold.release()
+        assert running.stop() == 0
