@@ -72,7 +72,7 @@ OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application
                  b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
 
 
-def _over_capacity_response() -> bytes:
+def over_capacity_response() -> bytes:
     body = json.dumps({"error": {"status": 503, "message": "too many connections; try again"}}).encode()
     return OVER_CAPACITY % (len(body), body)
 
@@ -89,83 +89,9 @@ def is_loopback(host: str | None) -> bool:
 def guarded_protocol(limits: ConnectionLimits) -> type:
     """uvicorn's h11 protocol with the deadlines and the cap of `limits` (uvicorn has neither a
     header nor a body read timeout: only keep-alive between requests)."""
-    import h11
-    from uvicorn.protocols.http.flow_control import CLOSE_HEADER
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from .httpconn import GuardedH11Protocol
 
-    class GuardedH11Protocol(H11Protocol):
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            self._deadline = None
-            self._phase = "headers"
-            self._over_cap = len(self.connections) >= limits.max_connections
-            self._pending = b""
-            self._one_request = False
-            super().connection_made(transport)
-            if self._over_cap and not is_loopback((self.client or ("",))[0]):
-                self._refuse()  # only a loopback /healthz may pass the cap
-                return
-            self._arm(limits.header_timeout, "headers")
-
-        def connection_lost(self, exc) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._over_cap:
-                self._pending += data
-                line, found, _ = self._pending.partition(b"\n")
-                if not found and len(self._pending) < 2048:
-                    return
-                target = line.split(b" ")[1:2]
-                if not target or target[0].partition(b"?")[0] != b"/healthz" or not line.startswith(b"GET "):
-                    self._refuse()
-                    return
-                self._over_cap, data, self._pending = False, self._pending, b""
-                self._one_request = True
-            if self._deadline is None and self.conn.their_state is h11.IDLE:
-                self._arm(limits.header_timeout, "headers")  # a next request on a kept-alive connection
-            super().data_received(data)
-            if self._one_request and self.cycle is not None:  # past the cap: this answer, then the connection closes
-                self.cycle.keep_alive = False
-                self.scope["headers"].append(CLOSE_HEADER)
-                self._one_request = False
-            self._follow()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._follow()
-
-        def _follow(self) -> None:
-            """Move the deadline along with the request: headers, then body, then none while it is answered."""
-            state = self.conn.their_state
-            if state is h11.SEND_BODY and self._phase == "headers":
-                self._arm(limits.body_timeout, "body")
-            elif state is not h11.IDLE and state is not h11.SEND_BODY:
-                self._disarm()
-
-        def _arm(self, seconds: float, phase: str) -> None:
-            self._disarm()
-            self._phase = phase
-            self._deadline = self.loop.call_later(seconds, self._expired)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-            self._phase = "headers"
-
-        def _expired(self) -> None:
-            self._deadline = None
-            if not self.transport.is_closing():
-                self.transport.close()  # a silent or trickling client: its request is not waited for
-
-        def _refuse(self) -> None:
-            self._disarm()
-            if not self.transport.is_closing():
-                self.transport.write(_over_capacity_response())
-                self.transport.close()
-
-    return GuardedH11Protocol
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
 
 
 # who may ask: loopback names without a token (DNS rebinding), no foreign browser origin, the token as bytes

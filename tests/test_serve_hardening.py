@@ -37,7 +37,7 @@ class Hold:
         self.file = folder / f"hold-{name}"
         self.env = {"LGPT_FAILPOINT": f"{name}:{count}:hold", "LGPT_FAILPOINT_HOLD": str(self.file)}
 
-    def wait_reached(self, server: Server, timeout: float = 60) -> None:
+    def wait_reached(self, server: Server, timeout: float = 30) -> None:
         wait_for(lambda: Path(f"{self.file}.reached").exists(), timeout, lambda: "\n".join(server.lines))
 
     def release(self) -> None:
