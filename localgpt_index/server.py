@@ -327,19 +327,21 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, 
              responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})
     async def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
         """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document."""
-        from .search import SearchHit
+        return Response(await _page_png(service.index(), images, sha256, page, dpi), media_type="image/png")
 
-        index = service.index()
-        doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
-        if doc is None:
-            raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
-        if not 1 <= page <= doc.pages:
-            raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
-        try:
-            png = await images.render(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind), dpi)
-        except LgptError:
-            raise StarletteHTTPException(409, CANNOT_RENDER) from None
-        return Response(png, media_type="image/png")
+
+async def _page_png(index, images: "PageImages", sha256: str, page: int, dpi: int) -> bytes:
+    from .search import SearchHit
+
+    doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
+    if doc is None:
+        raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
+    if not 1 <= page <= doc.pages:
+        raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
+    try:
+        return await images.render(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind), dpi)
+    except LgptError:
+        raise StarletteHTTPException(409, CANNOT_RENDER) from None
 
 
 CANNOT_RENDER = ("the page cannot be rendered: its source changed or disappeared since it was indexed (run build), "
