@@ -91,9 +91,10 @@ class ErrorDocument(BaseModel):
     error: dict[str, Any] = Field(description='{"status": 400, "message": "..."}')
 
 
-def error_response(status: int, message: str) -> JSONResponse:
+def error_response(status: int, message: str) -> Response:
     """The one error shape: {"error": {"status", "message"}}, the message never with a secret in it."""
-    return JSONResponse({"error": {"status": status, "message": redact(message)}}, status_code=status)
+    body = json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True)  # a lone surrogate too
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def json_response(document: dict) -> Response:
