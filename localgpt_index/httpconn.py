@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import h11
 from uvicorn.protocols.http.flow_control import CLOSE_HEADER
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .httpguard import ConnectionLimits, over_capacity_response, is_loopback
+from .httpguard import ConnectionLimits, is_loopback, over_capacity_response
+
+SPARE_CONNECTIONS = 8  # past the cap: loopback connections given the chance to ask for /healthz
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -15,6 +19,7 @@ class GuardedH11Protocol(H11Protocol):
     past the cap only a loopback GET /healthz is answered (then the connection closes)."""
 
     limits: ConnectionLimits = ConnectionLimits()
+    waiting: deque  # connections past the cap that may yet ask for /healthz (one deque per server)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._deadline = None
@@ -23,13 +28,18 @@ class GuardedH11Protocol(H11Protocol):
         self._pending = b""
         self._one_request = False
         super().connection_made(transport)
-        if self._over_cap and not is_loopback((self.client or ("",))[0]):
-            self._refuse()  # only a loopback /healthz may pass the cap
-            return
+        if self._over_cap:
+            if not is_loopback((self.client or ("",))[0]):
+                self._refuse()  # only a loopback /healthz may pass the cap
+                return
+            if len(self.waiting) >= SPARE_CONNECTIONS:
+                self.waiting.popleft()._refuse()  # the oldest gives way: a prober asks as soon as it connects
+            self.waiting.append(self)
         self._arm(self.limits.header_timeout, "headers")
 
     def connection_lost(self, exc) -> None:
         self._disarm()
+        self._stop_waiting()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -38,6 +48,7 @@ class GuardedH11Protocol(H11Protocol):
             line, found, _ = self._pending.partition(b"\n")
             if not found and len(self._pending) < 2048:
                 return
+            self._stop_waiting()
             target = line.split(b" ")[1:2]
             if not target or target[0].partition(b"?")[0] != b"/healthz" or not line.startswith(b"GET "):
                 self._refuse()
@@ -80,6 +91,10 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline = None
         if not self.transport.is_closing():
             self.transport.close()  # a silent or trickling client: its request is not waited for
+
+    def _stop_waiting(self) -> None:
+        if self._over_cap and self in self.waiting:
+            self.waiting.remove(self)
 
     def _refuse(self) -> None:
         self._disarm()

@@ -55,8 +55,9 @@ class ConnectionLimits:
 
 
 def default_max_connections(wanted: int = 256) -> int:
-    """`wanted`, kept well under this process's file-descriptor limit (the index, the model and a
-    loopback /healthz need descriptors of their own)."""
+    """`wanted`, kept well under this process's file-descriptor limit: the connections served, as
+    many again accepted at once and refused, a few past the cap for a loopback /healthz, and the
+    descriptors of the index and the model must all fit."""
     try:
         import resource
 
@@ -65,7 +66,7 @@ def default_max_connections(wanted: int = 256) -> int:
         return wanted
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(1, min(wanted, (soft - 64) // 2))
+    return max(1, min(wanted, (soft - 96) // 2))
 
 
 OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -91,7 +92,9 @@ def guarded_protocol(limits: ConnectionLimits) -> type:
     header nor a body read timeout: only keep-alive between requests)."""
     from .httpconn import GuardedH11Protocol
 
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
+    from collections import deque
+
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "waiting": deque()})
 
 
 # who may ask: loopback names without a token (DNS rebinding), no foreign browser origin, the token as bytes

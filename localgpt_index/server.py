@@ -489,7 +489,9 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
         server.should_exit = True
 
     app = create_app(service, token, log, on_failure=fail, policy=policy)
+    # backlog: also how many connections asyncio accepts at once before any is refused past the cap
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=guarded_protocol(limits),
+                                           backlog=max(16, min(2048, limits.max_connections)),
                                            timeout_graceful_shutdown=60, server_header=False))
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -515,3 +515,26 @@ def test_rendering_stops_when_the_client_is_gone(corpus, tmp_path):
     finally:
         hold.release()
         assert running.stop() == 0
+
+
+def test_under_a_file_descriptor_limit_a_flood_leaves_healthz_answering(corpus):
+    """200 silent connections against a server allowed 160 descriptors: its default cap keeps it
+    under the limit, so a loopback /healthz is still answered (it used to time out)."""
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+
+    running = Server("--index-dir", str(corpus["index"]), "-q", preexec_fn=low_limit)
+    flood = []
+    try:
+        running.wait_ready()
+        flood = [_connect(running) for _ in range(200)]
+        with httpx.Client(base_url=running.url, timeout=20) as client:
+            health = client.get("/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "ready"
+    finally:
+        for sock in flood:
+            sock.close()
+        assert running.stop() == 0
+    assert not any("Traceback" in line for line in running.lines), running.lines
