@@ -1,9 +1,12 @@
 """`lgpt-index serve`: the warm index service over HTTP (FastAPI on uvicorn).
 
-Endpoints answer with the same JSON documents as the CLI (reports.py). Every error is a
-JSON document `{"error": {"status", "message"}}` with a 4xx or 5xx status, never a traceback
-and never a path outside the index. Every endpoint but /healthz wants the bearer token when
-one is set. Request bodies, query counts and lengths, k and dpi are bounded.
+Endpoints answer with the same JSON documents as the CLI (reports.py), paths as the path
+policy says (httpguard.PathPolicy: relative to the indexed folder unless --absolute-paths). Every
+error is a JSON document `{"error": {"status", "message"}}` with a 4xx or 5xx status, never a
+traceback, a secret, or a path outside the index. Every endpoint but /healthz wants the bearer
+token when one is set; without one only loopback Host names are answered. Request bodies, query
+counts and lengths, k, dpi and the images of an answer are bounded; connections have header and
+body deadlines and a cap (httpconn.py).
 """
 
 from __future__ import annotations
