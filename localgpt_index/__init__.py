@@ -25,6 +25,7 @@ _EXPORTS = {
     "index_path": "localgpt_index.index.store",
     "load_rules": "localgpt_index.core.metadata",
     "page_image": "localgpt_index.interop.pages",
+    "LgptError": "localgpt_index.core.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

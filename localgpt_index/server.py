@@ -1,21 +1,25 @@
 """`lgpt-index serve`: the warm index service over HTTP (FastAPI on uvicorn).
 
-Endpoints answer with the same JSON documents as the CLI (reports.py). Every error is a
-JSON document `{"error": {"status", "message"}}` with a 4xx or 5xx status, never a traceback
-and never a path outside the index. Every endpoint but /healthz wants the bearer token when
-one is set. Request bodies, query counts and lengths, k and dpi are bounded.
+Endpoints answer with the same JSON documents as the CLI (reports.py), paths as the path
+policy says (httpguard.PathPolicy: relative to the indexed folder unless --absolute-paths). Every
+error is a JSON document `{"error": {"status", "message"}}` with a 4xx or 5xx status, never a
+traceback, a secret, or a path outside the index. Every endpoint but /healthz wants the bearer
+token when one is set; without one only loopback Host names are answered. Request bodies, query
+counts and lengths, k, dpi and the images of an answer are bounded; connections have header and
+body deadlines and a cap (httpconn.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import base64
 import io
 import json
 import sys
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from typing import Any, Callable
 
@@ -24,10 +28,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ._version import __version__
-from .models.encode import MAX_QUERY_CHARS, check_queries
-from .core.errors import IndexProblem, LgptError, UsageError
+from .models.encode import MAX_QUERY_CHARS
+from .core.errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
+from .core.failpoints import failpoint
+from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
+                        redact, token_matches)
 from .core.metadata import parse_filters
 from .interop.reports import documents_document, query_document, status_document
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
@@ -35,6 +43,9 @@ from .service import IndexService, NotReady, QueryBatcher, SearchRequest
 MAX_BODY_BYTES = 1 << 20
 MAX_QUERIES = 64
 MAX_K = 1000
+MAX_IMAGE_BUDGET = 32  # with_images: page images per answer, counted at 150 dpi (one at 300 dpi counts 4)
+RENDER_SLOTS = 2  # pages rendered at once, all requests together
+IMAGE_CACHE_BYTES = 64 << 20  # PNGs kept for reuse
 
 
 class QueryBody(BaseModel):
@@ -59,6 +70,7 @@ class Hit(BaseModel):
     kind: str
     metadata: dict[str, str]
     image_base64: str | None = None
+    image_error: str | None = None
 
 
 class QueryAnswer(BaseModel):
@@ -82,8 +94,10 @@ class ErrorDocument(BaseModel):
     error: dict[str, Any] = Field(description='{"status": 400, "message": "..."}')
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+def error_response(status: int, message: str) -> Response:
+    """The one error shape: {"error": {"status", "message"}}, the message never with a secret in it."""
+    body = json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True)  # a lone surrogate too
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def json_response(document: dict) -> Response:
@@ -112,7 +126,8 @@ class RequestLog:
         """info: quiet with -q; notice (the address) and error: always."""
         if self.quiet and level == "info":
             return
-        self.write(json.dumps({"time": time.time(), "level": level, "message": text}) if self.as_json else text)
+        text = redact(text)
+        self.write(json.dumps({"time": time.time(), "level": level, "message": text}) if self.as_json else printable(text))
 
     def write(self, line: str) -> None:
         with self._lock:
@@ -139,16 +154,23 @@ class _Guard:
 
         try:
             await self._guarded(scope, receive, tracked_send)
+        except ClientDisconnect:  # the client left, or was dropped at its body deadline: no one to answer
+            state["status"] = 408 if not state["started"] else state["status"]
         except Exception as exc:  # the client gets JSON, the log one line: no traceback for either
-            self.log.message("error: " + "".join(traceback.format_exception_only(type(exc), exc)).strip(), "error")
+            self.log.message("error: " + printable(redact("".join(traceback.format_exception_only(type(exc), exc)).strip())), "error")
             if not state["started"]:
                 await error_response(500, "internal error; the server log says more")(scope, receive, tracked_send)
         finally:
-            self.log.request(scope["method"], scope["path"], state["status"], 1000 * (time.perf_counter() - started))
+            self.log.request(scope["method"], printable(scope["path"]), state["status"], 1000 * (time.perf_counter() - started))
 
     async def _guarded(self, scope, receive, send) -> None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if self.token and scope["path"] != "/healthz" and not self._authorized(headers.get("authorization", "")):
+        raw = {k.lower(): v for k, v in scope.get("headers", [])}
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw.items()}
+        refusal = host_refusal(headers.get("host"), headers.get("origin"), self.token)
+        if refusal:
+            await error_response(403, refusal)(scope, receive, send)
+            return
+        if self.token and scope["path"] != "/healthz" and not token_matches(raw.get(b"authorization", b""), self.token):
             response = error_response(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)")
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
@@ -158,10 +180,6 @@ class _Guard:
             await error_response(413, f"request body larger than {MAX_BODY_BYTES} bytes")(scope, receive, send)
             return
         await self.app(scope, _limited(receive), send)
-
-    def _authorized(self, header: str) -> bool:
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
 
 def _limited(receive):
@@ -198,34 +216,41 @@ def _status_of(exc: LgptError) -> int:
 
 
 def create_app(service: IndexService, token: str | None = None, log: RequestLog | None = None,
-               on_failure: Callable[[LgptError], None] = lambda exc: None) -> FastAPI:
+               on_failure: Callable[[LgptError], None] = lambda exc: None, policy: PathPolicy | None = None) -> FastAPI:
     """The HTTP application around `service`; its model loads in the background once it starts."""
     log = log or RequestLog()
+    policy = policy or PathPolicy()
     batcher = QueryBatcher(service)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         batcher.start()
         if service.encoder is None:
-            asyncio.get_running_loop().run_in_executor(None, _load, service, log, on_failure)
+            loader = threading.Thread(target=_load, args=(service, batcher, log, on_failure), name="lgpt-load", daemon=True)
+            loader.start()
         yield
         await batcher.stop()
 
-    app = FastAPI(title="lgpt-index", version=__version__, lifespan=lifespan,
+    # no /docs or /redoc: FastAPI's pages load Swagger UI from a CDN, blank on an offline machine
+    app = FastAPI(title="lgpt-index", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="A warm lgpt-index: the pages that answer a question, for LocalGPT-style answerers.",
                   responses={400: {"model": ErrorDocument}, 401: {"model": ErrorDocument}, 503: {"model": ErrorDocument}})
     app.state.service, app.state.batcher = service, batcher
-    _install_handlers(app, log)
-    _install_routes(app, service, batcher)
+    _install_handlers(app, log, policy)
+    _install_routes(app, service, batcher, policy)
     app.add_middleware(_Guard, token=token, log=log)
     return app
 
 
-def _load(service: IndexService, log: RequestLog, on_failure: Callable[[LgptError], None]) -> None:
+def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_failure: Callable[[LgptError], None]) -> None:
+    """Load the model, then warm it up on the model thread (where queries run, one batch at a time)."""
     started = time.perf_counter()
-    service.load()
-    if service.failure is None:
-        service.warm_up()
+    try:
+        service.load()
+        if service.failure is None:
+            batcher.run_on_model_thread(service.warm_up).result()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, serve stops with the reason instead of loading for ever
+        service.failure = service.failure or EnvironmentMissing(f"{type(exc).__name__} while loading the model: {' '.join(str(exc).split())[:300]}")
     if service.failure is not None:
         log.message(f"error: the model could not be loaded: {service.failure.message}", "error")
         on_failure(service.failure)
@@ -234,10 +259,10 @@ def _load(service: IndexService, log: RequestLog, on_failure: Callable[[LgptErro
                 f"on {service.encoder.precision.device}")
 
 
-def _install_handlers(app: FastAPI, log: RequestLog) -> None:
+def _install_handlers(app: FastAPI, log: RequestLog, policy: PathPolicy) -> None:
     @app.exception_handler(LgptError)
     async def lgpt_error(request: Request, exc: LgptError):
-        return error_response(_status_of(exc), exc.message)
+        return error_response(_status_of(exc), policy.message(exc.message))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -249,27 +274,29 @@ def _install_handlers(app: FastAPI, log: RequestLog) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, policy.message(str(exc.detail)))
 
 
 
-def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) -> None:
+def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:
+    images = PageImages()
+
     @app.post("/query", responses={200: {"model": QueryDocument}})
-    async def query(body: QueryBody):
+    async def query(body: QueryBody, http_request: Request):
         """The pages that best answer each query: exactly `lgpt-index query --json`."""
-        texts = check_queries(body.queries)
+        texts = check_query_texts(body.queries)
         filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
         if any(not key for key in filters):
             raise UsageError("filters: a key may not be empty")
         service.require_ready()
         request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass)
         answer = await batcher.submit(request)
+        document = query_document(answer.index, texts, answer.results, body.k)
+        rendered = 0
         if body.with_images:
-            document = await asyncio.get_running_loop().run_in_executor(
-                None, query_document, answer.index, texts, answer.results, body.k, True, body.dpi)
-        else:
-            document = query_document(answer.index, texts, answer.results, body.k)
-        response = json_response(document)
+            rendered = await images.fill(document, answer, body.dpi, http_request, policy)
+        response = json_response(policy.publish(document, answer.index))
+        response.headers["X-Lgpt-Images-Rendered"] = str(rendered)  # the others came from the cache, or failed
         response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
         response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
         return response
@@ -277,46 +304,133 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher) 
     @app.get("/status")
     def status():
         """What the index holds: exactly `lgpt-index status --json`."""
-        return json_response(status_document(service.index()))
+        index = service.index()
+        return json_response(policy.publish(status_document(index), index))
 
     @app.get("/documents")
     def documents(prefix: str = Query("", max_length=4096), failed: bool = False):
         """The documents (or with failed=true, the failures) under a path prefix: `lgpt-index ls --json`."""
-        return json_response(documents_document(service.index(), prefix, failed))
+        index = service.index()
+        document = policy.publish(documents_document(index, policy.prefix(prefix, index), failed), index)
+        return json_response({**document, "prefix": prefix})
 
     @app.get("/healthz")
     def healthz():
-        """200 once the model is loaded (503 while it loads, or when it could not be)."""
-        if service.ready and not service.stale:
-            return {"status": "ready", "generation": service.index().manifest.generation}
-        state = "failed" if service.failure else ("stale" if service.stale else "loading")
-        return JSONResponse({"status": state}, status_code=503)
+        """200 once the model is loaded and warmed up, and matches the current generation (503 while it
+        loads, when it could not be, or when the index was rebuilt with another model)."""
+        if service.failure is not None:
+            return JSONResponse({"status": "failed"}, status_code=503)
+        if not (service.ready and service.warmed):
+            return JSONResponse({"status": "loading"}, status_code=503)
+        index = service.index()  # follows HEAD here, not only when another endpoint did
+        if service.stale:
+            return JSONResponse({"status": "stale"}, status_code=503)
+        return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued}
 
     @app.get("/pages/{sha256}/{page}.png", response_class=Response,
              responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})
-    def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
+    async def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
         """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document."""
-        return Response(_page_png(service, sha256, page, dpi), media_type="image/png")
+        return Response(await _page_png(service.index(), images, sha256, page, dpi), media_type="image/png")
 
 
-def _page_png(service: IndexService, sha256: str, page: int, dpi: int) -> bytes:
-    from .interop.pages import page_image
+async def _page_png(index, images: "PageImages", sha256: str, page: int, dpi: int) -> bytes:
     from .query.search import SearchHit
 
-    index = service.index()
     doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
     if doc is None:
         raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
     if not 1 <= page <= doc.pages:
         raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
     try:
-        image = page_image(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind))
+        return await images.render(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind), dpi)
     except LgptError:
-        raise StarletteHTTPException(409, "the page cannot be rendered: its source changed or disappeared since "
-                                          "it was indexed (run build), or the stored PDF is damaged") from None
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+        raise StarletteHTTPException(409, CANNOT_RENDER) from None
+
+
+CANNOT_RENDER = ("the page cannot be rendered: its source changed or disappeared since it was indexed (run build), "
+                 "or the stored PDF is damaged")
+
+
+class PageImages:
+    """Rendered pages for /pages and with_images: a bounded number per answer, a few renders at once,
+    the PNGs last asked for kept (by document sha256, page and dpi: the same bytes for the same page)."""
+
+    def __init__(self, budget: int = MAX_IMAGE_BUDGET, slots: int = RENDER_SLOTS, cache_bytes: int = IMAGE_CACHE_BYTES) -> None:
+        self.budget, self.cache_bytes = budget, cache_bytes
+        self._slots = threading.BoundedSemaphore(slots)
+        self._cache: OrderedDict[tuple, bytes] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def cost(dpi: int) -> float:
+        """A page at `dpi` in pages at 150 dpi (pixels grow with the square of the dpi)."""
+        return max(1.0, (dpi / 150) ** 2)
+
+    def png(self, index, hit, dpi: int) -> tuple[bytes, bool]:
+        """The page as PNG bytes, and whether it was rendered now (else it came from the cache)."""
+        from .interop.pages import _check_unchanged, page_image
+
+        key = (hit.sha256, hit.page, dpi)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+        doc = index.document(hit.path)
+        if cached is not None and doc is not None:
+            if not doc.pdf:
+                _check_unchanged(doc)  # a source that changed since it was indexed is refused, as when rendering
+            return cached, False
+        with self._slots:
+            failpoint("serve.render")
+            image = page_image(index, hit, dpi)
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+        data = buffer.getvalue()
+        with self._lock:
+            self._cache[key] = data
+            self._held += len(data)
+            while self._held > self.cache_bytes and self._cache:
+                self._held -= len(self._cache.popitem(last=False)[1])
+        return data, True
+
+    async def render(self, index, hit, dpi: int) -> bytes:
+        return (await asyncio.get_running_loop().run_in_executor(None, self.png, index, hit, dpi))[0]
+
+    async def fill(self, document: dict, answer, dpi: int, request: Request, policy: PathPolicy) -> int:
+        """Give each hit of `document` its image: a page that cannot be rendered gets an error of its
+        own, pages past the budget say so, and rendering stops when the client is gone.
+        Returns the pages rendered now (the others came from the cache)."""
+        policy.learn(answer.index)
+        done: dict[tuple, tuple[str | None, str | None, int]] = {}
+        spent = 0.0
+        for entries, hits in zip([q["results"] for q in document["queries"]], answer.results):
+            for entry, hit in zip(entries, hits):
+                key = (hit.sha256, hit.page)
+                if key not in done:
+                    if spent + self.cost(dpi) > self.budget:
+                        done[key] = (None, self._over_budget(hit, dpi), 0)
+                    elif await request.is_disconnected():
+                        return sum(d[2] for d in done.values())  # no one to answer: the rest is not rendered
+                    else:
+                        spent += self.cost(dpi)
+                        done[key] = await self._one(answer.index, hit, dpi, policy)
+                entry["image_base64"], error, _ = done[key]
+                if error:
+                    entry["image_error"] = error
+        return sum(d[2] for d in done.values())
+
+    def _over_budget(self, hit, dpi: int) -> str:
+        return (f"not rendered: at most {self.budget} pages at 150 dpi per answer ({int(self.budget / self.cost(dpi))} "
+                f"at {dpi} dpi); fetch it from /pages/{hit.sha256}/{hit.page}.png?dpi={dpi}")
+
+    async def _one(self, index, hit, dpi: int, policy: PathPolicy) -> tuple[str | None, str | None, int]:
+        try:
+            data, new = await asyncio.get_running_loop().run_in_executor(None, self.png, index, hit, dpi)
+        except LgptError as exc:
+            return None, policy.message(exc.message), 0
+        return base64.b64encode(data).decode("ascii"), None, int(new)
 
 
 def check_exposure(host: str, token: str | None) -> None:
@@ -340,8 +454,6 @@ def bind(host: str, port: int):
     import os
     import socket
 
-    from .core.errors import EnvironmentMissing
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP, not socket.create_server's 0: asyncio sets TCP_NODELAY only on connections
     # whose socket says TCP, and without it every response on a kept-alive connection after the
@@ -363,10 +475,13 @@ def bind(host: str, port: int):
         raise EnvironmentMissing(f"cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
 
 
-def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog) -> LgptError | None:
+def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog,
+               limits: ConnectionLimits | None = None, policy: PathPolicy | None = None) -> LgptError | None:
     """Serve until SIGTERM or SIGINT (requests in flight are answered first); the model loads
     in the background meanwhile. Returns why the server stopped early, if it did."""
     import uvicorn
+
+    limits = limits or ConnectionLimits(max_connections=default_max_connections())
 
     sock = bind(host, port)
     failures: list[LgptError] = []
@@ -376,8 +491,10 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
         failures.append(exc)
         server.should_exit = True
 
-    app = create_app(service, token, log, on_failure=fail)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+    app = create_app(service, token, log, on_failure=fail, policy=policy)
+    # backlog: also how many connections asyncio accepts at once before any is refused past the cap
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=guarded_protocol(limits),
+                                           backlog=max(16, min(2048, limits.max_connections)),
                                            timeout_graceful_shutdown=60, server_header=False))
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

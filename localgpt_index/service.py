@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .models.encode import PageEncoder, check_queries
 from .core.errors import EnvironmentMissing, IndexProblem, LgptError
+from .core.failpoints import failpoint
 from .models.resolve import same_model
 from .query.search import Index, SearchHit
 from .index.store import IndexStore, MissingIndexFile
@@ -55,6 +56,7 @@ class IndexService:
         self.encoder: PageEncoder | None = None
         self.failure: LgptError | None = None  # why the model could not be loaded
         self.stale: str | None = None  # why the current generation cannot be queried with this model
+        self.warmed = False  # the warm-up query has run
         self._index: Index | None = None
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
@@ -107,14 +109,20 @@ class IndexService:
                 self._check_model()
         except LgptError as exc:
             self.failure = exc
+        except Exception as exc:  # noqa: BLE001 - the model libraries raise OSError, RuntimeError, ValueError...
+            reason = " ".join(str(exc).split())[:300] or "no reason given"
+            self.failure = EnvironmentMissing(f"{type(exc).__name__} while loading the model: {reason}")
 
     def warm_up(self) -> None:
         """One query through the model and the scorer, so that the first client does not pay for
-        what loads lazily (kernels, torch's scorer)."""
+        what loads lazily (kernels, torch's scorer). Run it on the model thread (QueryBatcher)."""
+        failpoint("serve.warm_up")
         try:
             self.search([SearchRequest(("warm up",), 1)])
         except LgptError:
             pass  # an empty index, a stale one: real requests will say so
+        finally:
+            self.warmed = True
 
     @property
     def ready(self) -> bool:
@@ -190,6 +198,11 @@ class QueryBatcher:
             self._task.cancel()
         self._executor.shutdown(wait=True)
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for the model thread."""
+        return self._queue.qsize() if self._queue is not None else 0
+
     async def submit(self, request: SearchRequest) -> SearchAnswer:
         future = asyncio.get_running_loop().create_future()
         await self._queue.put((request, future))
@@ -221,10 +234,7 @@ class QueryBatcher:
             batch = await self._gather(await self._queue.get())
             self.batches += 1
             started = time.monotonic()
-            try:
-                answers = await loop.run_in_executor(self._executor, self.service.search, [r for r, _ in batch])
-            except Exception as exc:  # every request of the batch gets the error
-                answers = [exc] * len(batch)
+            answers = await loop.run_in_executor(self._executor, self._answer, [r for r, _ in batch])
             self.window_s = min(self.MAX_WINDOW_S, max(0.002, 0.25 * (time.monotonic() - started)))
             self._expected = len(batch)
             for (_, future), answer in zip(batch, answers):
@@ -234,6 +244,40 @@ class QueryBatcher:
                     future.set_exception(answer)
                 else:
                     future.set_result(answer)
+
+
+    def _answer(self, requests: list[SearchRequest]) -> list:
+        """Answers for a batch (on the model thread). When the batch fails, each request is answered
+        alone, so that one query the model cannot read fails its own request and no other."""
+        failpoint("serve.batch")
+        try:
+            return self.service.search(requests)
+        except NotReady as exc:
+            return [exc] * len(requests)
+        except Exception as exc:
+            if len(requests) == 1:
+                return [_request_error(exc)]
+        answers: list = []
+        for request in requests:
+            try:
+                answers += self.service.search([request])
+            except Exception as exc:
+                answers.append(_request_error(exc))
+        return answers
+
+    def run_on_model_thread(self, work, *args):
+        """`work(*args)` on the model thread, between batches (a concurrent.futures.Future)."""
+        return self._executor.submit(work, *args)
+
+
+def _request_error(exc: Exception) -> Exception:
+    """What failed one request alone: text the tokenizer cannot read is the request's fault (a 4xx)."""
+    from .core.errors import UsageError
+
+    if isinstance(exc, (TypeError, ValueError, UnicodeError)) and not isinstance(exc, LgptError):
+        reason = " ".join(str(exc).split())[:200]
+        return UsageError(f"queries: the model cannot read this request's text ({type(exc).__name__}: {reason}).")
+    return exc
 
 
 def open_service(store, device: str = "auto", dtype: str = "auto") -> IndexService:

@@ -16,9 +16,10 @@ import httpx
 class Server:
     """A running `lgpt-index serve`, its address read from its first line."""
 
-    def __init__(self, *args: str, env: dict | None = None) -> None:
+    def __init__(self, *args: str, env: dict | None = None, **popen) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", *args],
-                                     env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     **popen)
         first = self.proc.stderr.readline()
         match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
         assert match, first + self.proc.stderr.read()

@@ -226,7 +226,7 @@ def test_serve_over_a_qdrant_store(fake_model, tmp_path):
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
     assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
     expected = json.loads(run_cli("query", *QUERIES, "-k", "5", "--json", "--store", url).stdout)
-    running = Server("--store", url)
+    running = Server("--store", url, "--absolute-paths")  # answers compared with the CLI's
     try:
         running.wait_ready()
         with running.client() as client:

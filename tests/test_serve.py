@@ -35,7 +35,7 @@ def corpus(fake_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(corpus):
-    running = Server("--index-dir", str(corpus["index"]))
+    running = Server("--index-dir", str(corpus["index"]), "--absolute-paths")  # answers compared with the CLI's
     running.wait_ready()
     yield running
     assert running.stop() == 0

@@ -15,9 +15,11 @@ taken exactly once, in order, so a retry never loses or duplicates a page.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
+import threading
 from collections import deque
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
@@ -58,18 +60,40 @@ def connect(address: str) -> bool:
     options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     try:
         if address == "local":
-            with _loopback_only(ray):
+            with _loopback_only(ray), _sigterm_kept():
                 ray.init(num_cpus=available_cpus(), _node_ip_address="127.0.0.1", **options)
         else:
             probe(address)
-            with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES):
-                ray.init(address=address, **options)
+            with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES), _sigterm_kept():
+                _init_interruptibly(ray, address=address, **options)
     except LgptError:
         raise
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
         raise EnvironmentMissing(f"--ray {address}: cannot join the cluster ({' '.join(str(exc).split())[:200]}).",
                                  hint="Start it (ray start --head) or pass --ray local.") from None
     return True
+
+
+def _init_interruptibly(ray, **options) -> None:
+    """ray.init(**options) in a daemon thread, the main thread waiting in short joins. Against an
+    address that accepts but is not a Ray head, Ray waits about 40 s in its C++ code, where a
+    signal (SIGTERM, Ctrl-C) is not handled; here it interrupts the wait at once, and the thread is
+    left to end with the process (Ray's own exit handler finds nothing connected yet)."""
+    failure: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            with _unlogged("ray._private.worker", "SIGTERM handler is not set"):  # as intended
+                ray.init(**options)
+        except BaseException as exc:  # re-raised on the main thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=init, name="lgpt-ray-init", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+    if failure:
+        raise failure[0]
 
 
 def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -108,6 +132,39 @@ def _host_port(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--ray {address}: not a cluster address (auto, local, HOST:PORT or ray://HOST:PORT).")
     return host, int(port)
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """The SIGTERM handler put back after ray.init, which replaces it: on the main thread with its
+    own (exit with status 15, skipping the CLI's interrupt handling, its message and exit code), and
+    in any thread with a C++ one that prints a stack dump before calling it."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if before is not None:  # None: set from C, cannot be put back from Python
+            signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
+def _unlogged(logger_name: str, text: str) -> Iterator[None]:
+    """Log records of `logger_name` that contain `text` dropped for the duration."""
+    logger = logging.getLogger(logger_name)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return text not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 @contextmanager

@@ -22,22 +22,34 @@ Exit codes:
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
 @click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="Bearer token every request but /healthz must carry. [env: LGPT_SERVE_TOKEN]")
+@click.option("--header-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
+              help="Drop a connection whose request headers are not complete this long after it opened (or after its last answer).")
+@click.option("--body-timeout", type=click.FloatRange(min=0.01), default=30.0, show_default=True, metavar="SECONDS",
+              help="Drop a connection whose request body is not complete this long after its headers.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Connections served at once; more are refused with 503, but for GET /healthz from loopback. "
+                   "[default: 256, or less under a low file-descriptor limit]")
+@click.option("--absolute-paths", is_flag=True,
+              help="Answers name documents, the index and the model by absolute paths, as the CLI does "
+                   "(default: documents relative to the folder they were indexed from, the rest by name).")
 @click.option("--json-logs", is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request; errors only.")
 @json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
 @model_options
 @index_options
 @click.pass_obj
-def serve(app: Application, host, port, token, json_logs, quiet, device, dtype) -> None:
+def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet, device, dtype) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
-    /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json and /docs)."""
+    /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
+    from ..httpguard import ConnectionLimits, PathPolicy, default_max_connections
     from ..server import RequestLog, check_exposure, run_server
     from ..service import open_service
 
     check_exposure(host, token)
+    limits = ConnectionLimits(header_timeout, body_timeout, max_connections or default_max_connections())
     service = open_service(app.store(), device, dtype)
     log = RequestLog(quiet=quiet, as_json=json_logs)
-    failure = run_server(service, host, port, token, log)
+    failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths))
     if failure is not None:
         app.fail(failure)
     sys.exit(0)

@@ -7,6 +7,7 @@ model, and its queries take that path (equal to torch's within float32 rounding;
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Sequence
@@ -76,20 +77,51 @@ def maxsim(
                     at += int(e - s)
             scores[:, lo:hi].index_add_(0, q_owner, _best_per_page(q_all, block[:n_rows], lengths))
 
-    workers = min(available_cpus(), 8, len(chunks)) if device == "cpu" else 1
+    workers = min(SCORE_WORKERS, len(chunks)) if device == "cpu" else 1
     if workers <= 1:
         score_chunks(chunks)
     else:
-        # Chunks side by side, one torch thread each: widening float16 and the skinny
-        # matrix product keep one core busy each far better than one op on all cores.
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(score_chunks, [chunks[i::workers] for i in range(workers)]))
-        finally:
-            torch.set_num_threads(before)
+        # Chunks side by side on the scorer's threads, one torch thread each: widening float16 and
+        # the skinny matrix product keep one core busy each far better than one op on all cores.
+        list(scoring_pool().map(score_chunks, [chunks[i::workers] for i in range(workers)]))
     return scores.cpu().numpy()
+
+
+SCORE_WORKERS = min(available_cpus(), 8)
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def scoring_pool() -> ThreadPoolExecutor:
+    """The scorer's threads, started once per process, each with one torch thread of its own.
+
+    torch's thread count is per thread once a thread has used torch, and new threads start with
+    the count last set anywhere: each worker sets its own to 1, then the count the process had is
+    set back once, here. No call of maxsim touches a process-wide setting (overlapping calls used to
+    leave the whole process at one thread)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = _start_pool(SCORE_WORKERS)
+        return _pool
+
+
+def _start_pool(workers: int) -> ThreadPoolExecutor:
+    import torch
+
+    threads = torch.get_num_threads()
+    started = threading.Barrier(workers + 1)
+
+    def one_torch_thread() -> None:
+        torch.set_num_threads(1)
+        started.wait()
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="lgpt-score", initializer=one_torch_thread)
+    for _ in range(workers):  # every worker starts now (each is busy in its initializer, so the next submit makes another)
+        pool.submit(lambda: None)
+    started.wait()
+    torch.set_num_threads(threads)  # the default for threads started from now on, as before the pool
+    return pool
 
 
 @functools.cache

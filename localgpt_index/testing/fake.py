@@ -34,7 +34,9 @@ def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, r
     page_error_color ([r, g, b]: a page whose centre pixel has it fails in the forward pass, raising
     page_error_type: RuntimeError by default, TypeError to play a bug of ours), prepare_error_color and
     prepare_error_type (the same in prepare_page: ValueError by default, as a processor rejecting a page), seconds_per_page,
-    seconds_per_query (per call of encode_queries), seconds_to_load."""
+    seconds_per_query (per call of encode_queries), seconds_to_load,
+    load_error (a message: loading raises OSError with it). A faults.json beside config.json adds
+    faults to a checkpoint without changing its fingerprint."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {"model_type": MODEL_TYPE, "dim": dim, "page_tokens": page_tokens, "render_size": list(render_size), "faults": faults}
@@ -52,12 +54,17 @@ class FakeEncoder(PageEncoder):
         self.page_tokens = int(config.get("page_tokens", 16))
         self._render_size = tuple(config.get("render_size", (64, 64)))
         self.faults: dict = config.get("faults") or {}
+        late = Path(model.path) / "faults.json"  # faults added after a build: not part of the fingerprint
+        if late.exists():
+            self.faults = {**self.faults, **json.loads(late.read_text())}
         self.batch_size = batch_size or 4
         self.precision = Precision("cpu", "float32", False, "fake encoder: deterministic vectors, no model")
         self.forward_calls = 0
         self.pages_encoded = 0
         self.dtype_fixes = []
         time.sleep(float(self.faults.get("seconds_to_load", 0)))
+        if self.faults.get("load_error"):  # what a model library raises: not one of our errors
+            raise OSError(str(self.faults["load_error"]))
 
     @property
     def render_size(self) -> tuple[int, int]:

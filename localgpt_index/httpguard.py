@@ -1,0 +1,251 @@
+"""The HTTP layer's policies, shared by `serve` and any later HTTP front (the MCP server):
+what a request may carry, how long a connection may take, who may ask, and what an answer
+or an error may reveal.
+
+Everything here is plain functions and small classes with no FastAPI in them, so that
+another server can apply the same rules.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from .models.encode import MAX_QUERY_CHARS
+from .core.errors import UsageError
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_query_texts(texts: Sequence[str], field: str = "queries") -> list[str]:
+    """Each query on its own, before it joins a batch: a query the model could not read
+    (empty, longer than it reads, a lone surrogate that no tokenizer encodes) is refused
+    here, naming its place, so that it fails its own request and no other."""
+    for number, text in enumerate(texts):
+        where = f"{field}[{number}]"
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError(f"{where}: empty.")
+        if len(text) > MAX_QUERY_CHARS:
+            raise UsageError(f"{where}: {len(text):,} characters; queries are limited to {MAX_QUERY_CHARS:,}.")
+        bad = _SURROGATE.search(text)
+        if bad:
+            raise UsageError(f"{where}: a lone surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}; "
+                             "send text that is valid Unicode.")
+    return list(texts)
+
+
+# connections: header and body deadlines, a cap that still lets a loopback /healthz through
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a client may take to send a request, and how many connections are served at once."""
+
+    header_timeout: float = 10.0  # from the connection (or its first byte after a response) to the end of the headers
+    body_timeout: float = 30.0  # from the end of the headers to the end of the body
+    max_connections: int = 256
+
+    def __post_init__(self) -> None:
+        if not (self.header_timeout > 0 and self.body_timeout > 0 and self.max_connections >= 1):
+            raise UsageError("--header-timeout and --body-timeout must be above 0, --max-connections at least 1.")
+
+
+def default_max_connections(wanted: int = 256) -> int:
+    """`wanted`, kept well under this process's file-descriptor limit: the connections served, as
+    many again accepted at once and refused, a few past the cap for a loopback /healthz, and the
+    descriptors of the index and the model must all fit."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, (soft - 96) // 2))
+
+
+OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                 b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
+
+
+def over_capacity_response() -> bytes:
+    body = json.dumps({"error": {"status": 503, "message": "too many connections; try again"}}).encode()
+    return OVER_CAPACITY % (len(body), body)
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type:
+    """uvicorn's h11 protocol with the deadlines and the cap of `limits` (uvicorn has neither a
+    header nor a body read timeout: only keep-alive between requests)."""
+    from .httpconn import GuardedH11Protocol
+
+    from collections import deque
+
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "waiting": deque()})
+
+
+# who may ask: loopback names without a token (DNS rebinding), no foreign browser origin, the token as bytes
+
+LOOPBACK_NAMES = ("localhost", "localhost.")
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a Host header (a name or an address, with or without its port) names this machine's loopback."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name = host[1 : host.find("]")] if "]" in host else ""
+    else:
+        name, _, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+        if port and not port.isdigit():
+            return False
+    return name in LOOPBACK_NAMES or is_loopback(name)
+
+
+def host_refusal(host: str | None, origin: str | None, token: str | None) -> str | None:
+    """Why a request is refused for where it claims to come from, or None. Without a token only a
+    loopback Host is answered (a web page that rebinds its own name to 127.0.0.1 sends its name);
+    an Origin header that is not loopback is refused always (no page elsewhere is meant to call this)."""
+    from urllib.parse import urlsplit
+
+    if origin is not None:
+        try:
+            origin_host = urlsplit(origin).hostname or ""
+        except ValueError:
+            origin_host = ""
+        if not loopback_host(f"[{origin_host}]" if ":" in origin_host else origin_host):
+            return f"Origin {printable(origin)[:200]} is not this machine: requests from other web pages are refused."
+    if token is None and host is not None and not loopback_host(host):
+        return (f"Host {printable(host)[:200]} is not a loopback name: without --token only localhost, 127.0.0.1 "
+                "and [::1] are answered (a guard against DNS rebinding).")
+    return None
+
+
+def token_matches(header: bytes, token: str) -> bool:
+    """`Authorization: Bearer TOKEN`, compared as UTF-8 bytes in constant time (a token that is not
+    ASCII matches what a client sends as UTF-8)."""
+    scheme, _, given = header.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode("utf-8", "surrogateescape"))
+
+
+# what an answer, an error or a log line may carry
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+_SECRET_PARAM = re.compile(r"(?i)\b(api[_-]?key|token|password|secret)=([^&\s]+)")
+
+
+def redact(text: str) -> str:
+    """`text` without secrets: the user:password@ of URLs and api_key=... parameters become ***."""
+    text = _USERINFO.sub(r"\1***@", text)
+    return _SECRET_PARAM.sub(r"\1=***", text)
+
+
+def printable(text: str) -> str:
+    """`text` fit for one log line: control characters (newlines, ESC) and lone surrogates as escapes."""
+    return "".join(c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+class PathPolicy:
+    """What answers and errors say about where things are (one decision for every HTTP front).
+
+    By default documents are named relative to the folder they were indexed from (the deepest
+    folder holding them all), the index by its name and the model by its folder's name: a client
+    learns nothing of this machine's layout. `absolute` (serve --absolute-paths) keeps the paths
+    as the CLI prints them. Secrets (a URL's user:password@, api_key=...) are never echoed."""
+
+    def __init__(self, absolute: bool = False) -> None:
+        self.absolute = absolute
+        self._known: dict[str, str] = {}  # absolute prefix -> what a client sees instead
+        self._roots: dict[int, str | None] = {}  # generation -> its root
+
+    def root(self, index) -> str | None:
+        """The folder the documents of this generation were indexed from."""
+        generation = index.manifest.generation
+        roots = self._roots
+        if generation in roots:
+            return roots[generation]
+        paths = [d.path for d in index.manifest.documents] + [f.path for f in index.manifest.failures]
+        folders = [os.path.dirname(p) for p in paths if os.path.isabs(p)]
+        try:
+            root = os.path.commonpath(folders) if folders else None
+        except ValueError:  # paths on different drives
+            root = None
+        self._roots = {generation: root}  # one generation is asked at a time, mostly
+        return root
+
+    def learn(self, index) -> None:
+        """Know this generation's folders, so that messages about it leave them out."""
+        self._remember(index, self.root(index))
+
+    def publish(self, document: dict, index) -> dict:
+        """`document` (a query, status or documents answer of `index`) as a client may see it."""
+        if self.absolute:
+            return {**document, "index": redact(document["index"])} if "index" in document else document
+        root = self.root(index)
+        self._remember(index, root)
+        document = json.loads(json.dumps(document))  # a deep copy: the CLI's builders are shared
+        document["index"] = self.index_name(document.get("index", ""))
+        if isinstance(document.get("model"), str):
+            document["model"] = _last_part(document["model"])
+        elif isinstance(document.get("model"), dict):
+            document["model"] = {**document["model"], "id": _last_part(document["model"]["id"])}
+            if document["model"].get("path"):
+                document["model"]["path"] = _last_part(document["model"]["path"])
+        groups = [document.get(key) for key in ("results", "documents", "failures")]
+        groups += [answer["results"] for answer in document.get("queries") or []]
+        for group in (g for g in groups if isinstance(g, list)):  # status has a count of documents
+            for entry in group:
+                entry["path"] = self.relative(entry["path"], root)
+        return document
+
+    def relative(self, path: str, root: str | None) -> str:
+        if root and os.path.isabs(path) and (path + os.sep).startswith(root.rstrip(os.sep) + os.sep):
+            return os.path.relpath(path, root)
+        return _last_part(path) if os.path.isabs(path) else path
+
+    def prefix(self, prefix: str, index) -> str:
+        """A /documents prefix as the index stores paths: one relative to the root joins it."""
+        root = self.root(index)
+        if self.absolute or not prefix or os.path.isabs(prefix) or root is None:
+            return prefix
+        return os.path.join(root, prefix)
+
+    @staticmethod
+    def index_name(location: str) -> str:
+        return _last_part(redact(location).rstrip("/"))
+
+    def message(self, text: str) -> str:
+        """An error message without secrets, and in the default policy without this machine's paths."""
+        text = redact(text)
+        if self.absolute:
+            return text
+        for prefix in sorted(self._known, key=len, reverse=True):
+            text = text.replace(prefix, self._known[prefix])
+        return text
+
+    def _remember(self, index, root: str | None) -> None:
+        location = index.store.location
+        self._known[location] = self.index_name(location)
+        model = index.manifest.model
+        for path in (model.path, model.id):
+            if path and os.path.isabs(path):
+                self._known[path] = _last_part(path)
+        if root:
+            self._known[root.rstrip(os.sep) + os.sep] = ""
+
+
+def _last_part(path: str) -> str:
+    return path.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] if path else path
