@@ -320,9 +320,9 @@ def json_schema() -> dict:
     return schema
 
 
-if __name__ == "__main__":  # python -m localgpt_index.manifest: write the published schema
+if __name__ == "__main__":  # python -m localgpt_index.index.manifest: write the published schema
     from pathlib import Path
 
-    target = Path(__file__).parent / "schemas" / "manifest.schema.json"
+    target = Path(__file__).parent.parent / "schemas" / "manifest.schema.json"
     target.write_text(json.dumps(json_schema(), indent=2) + "\n")
     print(target)
