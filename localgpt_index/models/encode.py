@@ -210,7 +210,7 @@ def open_probed_encoder(model: ModelRef, device: str = "auto", dtype: str = "aut
                         queries: bool = False, compile: bool = False) -> "ByaldiEncoder":
     """The model on the device and dtype the probe picks for `device`/`dtype` (`queries`: for a query
     encoder), in batches of `batch_size` (None: the device's default); the collector paused meanwhile
-    in the command's process (collector.py)."""
+    in the command's process (core/collector.py)."""
     from ..core.collector import frozen_after
     from .device import choose_precision, default_batch_size, detect_capabilities
 
