@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from ._version import __version__
-from .models.encode import MAX_QUERY_CHARS
+from .models.protocols import MAX_QUERY_CHARS
 from .core.errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
 from .core.failpoints import failpoint
 from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .models.encode import PageEncoder, check_queries
+from .models.protocols import QueryEncoder, check_queries
 from .core.errors import EnvironmentMissing, IndexProblem, LgptError
 from .core.failpoints import failpoint
 from .models.resolve import same_model
@@ -53,7 +53,7 @@ class IndexService:
     def __init__(self, store, device: str = "auto", dtype: str = "auto") -> None:
         self.store = store if not isinstance(store, (str, Path)) else IndexStore(Path(store))
         self.device, self.dtype = device, dtype
-        self.encoder: PageEncoder | None = None
+        self.encoder: QueryEncoder | None = None
         self.failure: LgptError | None = None  # why the model could not be loaded
         self.stale: str | None = None  # why the current generation cannot be queried with this model
         self.warmed = False  # the warm-up query has run
@@ -128,7 +128,7 @@ class IndexService:
     def ready(self) -> bool:
         return self.encoder is not None and self.failure is None
 
-    def require_ready(self) -> PageEncoder:
+    def require_ready(self) -> QueryEncoder:
         if self.failure is not None:
             raise NotReady(f"the model could not be loaded: {self.failure.message}")
         if self.encoder is None:

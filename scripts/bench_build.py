@@ -90,9 +90,9 @@ import json, sys, time
 started = time.perf_counter()
 import torch
 from byaldi import RAGMultiModalModel
-from localgpt_index.models.encode import _byaldi_visible_path
+from localgpt_index.models.byaldi_family import byaldi_visible_path
 from localgpt_index.models.resolve import resolve_model
-with _byaldi_visible_path(resolve_model(sys.argv[1])) as path:
+with byaldi_visible_path(resolve_model(sys.argv[1])) as path:
     rag = RAGMultiModalModel.from_pretrained(path, device="cpu", verbose=0, index_root=sys.argv[3])
 rag.model.model = rag.model.model.to(getattr(torch, sys.argv[4]))  # byaldi hard-codes bfloat16
 loaded = time.perf_counter()
@@ -130,7 +130,7 @@ print(json.dumps({"pages": pages, "load_s": loaded - started, "index_s": time.pe
 MODEL_ALONE = """
 import json, sys, time
 from pathlib import Path
-from localgpt_index.models.encode import open_probed_encoder
+from localgpt_index.models.loading import open_probed_encoder
 from localgpt_index.models.resolve import resolve_model
 from localgpt_index.ingest.render import render_pdf_pages
 from localgpt_index.models.tuning import cpu_threads
@@ -152,12 +152,12 @@ OURS = """
 import atexit, sys, time
 started = time.perf_counter()
 atexit.register(lambda: print(f"BUILD DONE {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True))
-import localgpt_index.models.encode as encode
-load = encode.ByaldiEncoder.__init__
+from localgpt_index.models.torch_encoder import TorchEncoder
+load = TorchEncoder.__init__
 def loaded(self, *args, **kwargs):
     load(self, *args, **kwargs)
     print(f"MODEL READY {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True)
-encode.ByaldiEncoder.__init__ = loaded
+TorchEncoder.__init__ = loaded
 from localgpt_index.cli import run
 sys.argv[0] = "lgpt-index"
 run()

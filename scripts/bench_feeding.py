@@ -73,7 +73,7 @@ def main() -> None:
     from docgen import make_pdf
 
     from localgpt_index.testing.checkpoints import make_checkpoint
-    from localgpt_index.models.encode import open_probed_encoder
+    from localgpt_index.models.loading import open_probed_encoder
     from localgpt_index.models.resolve import resolve_model
     from localgpt_index.ingest.render import render_pdf_pages
     from localgpt_index.models.tuning import cpu_threads

@@ -153,7 +153,7 @@ def main() -> None:
 
     from localgpt_index.testing.checkpoints import make_checkpoint
     from localgpt_index.models.device import choose_precision, detect_capabilities
-    from localgpt_index.models.encode import ByaldiEncoder
+    from localgpt_index.models.loading import open_encoder
     from localgpt_index.models.resolve import resolve_model
 
     caps = detect_capabilities()
@@ -170,7 +170,7 @@ def main() -> None:
         print(f"checkpoint {args.spec} written in {time.perf_counter() - started:.1f} s", flush=True)
         started = time.perf_counter()
         rag = RAGMultiModalModel.from_pretrained(str(path), device="cuda" if init_device == "cuda" else "cpu", verbose=0)
-        encoder = ByaldiEncoder(resolve_model(str(path)), precision, args.batch_sizes[0], rag=rag)
+        encoder = open_encoder(resolve_model(str(path)), precision, args.batch_sizes[0], rag=rag)
         params = sum(p.numel() for p in encoder.net.parameters())
         print(f"loaded through byaldi in {time.perf_counter() - started:.1f} s: {params / 1e9:.2f} B parameters", flush=True)
 
@@ -223,7 +223,7 @@ def main() -> None:
         if args.compile:
             # after byaldi's own measurement: compiling changes the modules it shares
             reference = encoder.encode_pages(prepared[:2])
-            compiled = ByaldiEncoder(resolve_model(str(path)), precision, args.batch_sizes[0], rag=rag, compile=True)
+            compiled = open_encoder(resolve_model(str(path)), precision, args.batch_sizes[0], rag=rag, compile=True)
             for batch in args.batch_sizes:
                 compiled.batch_size = batch
                 pages = [prepared[i % len(prepared)] for i in range(batch)]
@@ -255,7 +255,7 @@ def family_main(args) -> None:
 
     import colpali_engine.models as engine
     from localgpt_index.models.device import choose_precision, detect_capabilities
-    from localgpt_index.models.encode import open_encoder
+    from localgpt_index.models.loading import open_encoder
     from localgpt_index.testing.family_checkpoints import make_family_checkpoint
     from localgpt_index.models.resolve import resolve_model
 

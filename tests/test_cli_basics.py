@@ -91,10 +91,11 @@ def test_the_command_loads_its_model_with_the_collector_paused(command, tiny_mod
         assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(index)).exit_code == 0
     args = ["build", str(docs), "--model", str(tiny_model)] if command == "build" else ["query", "one page"]
     code = (
-        "import gc, sys; import localgpt_index.models.encode as e; seen = []; load = e.ByaldiEncoder.__init__; forward = e.ByaldiEncoder._forward\n"
+        "import gc, sys; from localgpt_index.models.torch_encoder import TorchEncoder; from localgpt_index.models.runner import NetRunner\n"
+        "seen = []; load = TorchEncoder.__init__; forward = NetRunner.__call__\n"
         "def loading(self, *a, **k): seen.append(('load', gc.isenabled(), 'torch' in sys.modules)); load(self, *a, **k)\n"
         "def running(self, *a, **k): seen.append(('run', gc.isenabled(), gc.get_freeze_count() > 0)); return forward(self, *a, **k)\n"
-        "e.ByaldiEncoder.__init__ = loading; e.ByaldiEncoder._forward = running\n"
+        "TorchEncoder.__init__ = loading; NetRunner.__call__ = running\n"
         "import atexit; atexit.register(lambda: print(sorted(set(seen))))\n"
         f"from localgpt_index.cli import run; sys.argv = ['lgpt-index', *{args + ['--index-dir', str(index)]!r}]; run()"
     )

@@ -6,18 +6,19 @@ import pytest
 from PIL import Image
 
 from localgpt_index.models.device import Capabilities, choose_precision
-from localgpt_index.models.encode import ByaldiEncoder
+from localgpt_index.models.loading import open_encoder
+from localgpt_index.models.torch_encoder import TorchEncoder
 from localgpt_index.models.resolve import resolve_model
 
 pytestmark = pytest.mark.slow  # the real-component tier
 
 
-def _encoder(model_dir, dtype: str, batch_size: int = 3) -> ByaldiEncoder:
+def _encoder(model_dir, dtype: str, batch_size: int = 3) -> TorchEncoder:
     precision = choose_precision(Capabilities(), device="cpu", dtype=dtype)
-    return ByaldiEncoder(resolve_model(str(model_dir)), precision, batch_size)
+    return open_encoder(resolve_model(str(model_dir)), precision, batch_size)
 
 
-def _observe_autocast(encoder: ByaldiEncoder) -> list[tuple[bool, object, object]]:
+def _observe_autocast(encoder: TorchEncoder) -> list[tuple[bool, object, object]]:
     import torch
 
     seen = []
@@ -125,7 +126,7 @@ def test_compiled_encoder_matches_eager_and_keeps_one_shape(tiny_model):
     eager = _encoder(tiny_model, "float32")
     pages = [Image.new("RGB", (60, 80), c) for c in ("white", "black", "red", "blue", "green")]
     expected = eager.encode_pages(pages)
-    compiled = ByaldiEncoder(resolve_model(str(tiny_model)), eager.precision, batch_size=3, compile=True)
+    compiled = open_encoder(resolve_model(str(tiny_model)), eager.precision, batch_size=3, compile=True)
     shapes = []
     compiled.net.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["pixel_values"].shape)), with_kwargs=True)
     got = compiled.encode_pages(pages)

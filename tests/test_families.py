@@ -55,7 +55,7 @@ def family_model(request, tmp_path_factory) -> Path:
 
 def _encoder(model: Path, batch_size: int = 4):
     from localgpt_index.models.device import Capabilities, choose_precision
-    from localgpt_index.models.encode import open_encoder
+    from localgpt_index.models.loading import open_encoder
 
     return open_encoder(resolve_model(str(model)), choose_precision(Capabilities(), device="cpu", dtype="float32"), batch_size)
 
@@ -76,12 +76,11 @@ def _engine(model: Path):
 
 @pytest.mark.slow
 def test_the_right_library_loads_the_family(family_model):
-    from localgpt_index.models.encode import ColpaliEngineEncoder
     from localgpt_index.models.families import family_named
 
     encoder = _encoder(family_model)
     family = family_named(encoder.model.family)
-    assert isinstance(encoder, ColpaliEngineEncoder) == (family.loader == "colpali-engine")
+    assert encoder.loader == family.loader
     assert type(encoder.net).__name__ == family.architecture
 
 
@@ -151,7 +150,8 @@ def test_a_prepared_page_is_what_process_images_gives(family_model, dtype):
     import torch
 
     from localgpt_index.models.device import Capabilities, choose_precision
-    from localgpt_index.models.encode import first_frame, open_encoder
+    from localgpt_index.models.loading import open_encoder
+    from localgpt_index.models.qwen_frames import first_frame
 
     encoder = open_encoder(resolve_model(str(family_model)), choose_precision(Capabilities(), device="cpu", dtype=dtype), 2)
     qwen = encoder.model.family in QWEN_GRID
@@ -175,7 +175,7 @@ def test_a_prepared_page_is_what_process_images_gives(family_model, dtype):
                 expected = expected.unsqueeze(0).to(getattr(torch, dtype))
             assert ours[key].dtype == expected.dtype and torch.equal(ours[key], expected), (key, size)
     if qwen:
-        assert [encoder._grid_texts[size][1] is not None for size in sizes] == [False] * 3 + [True] * 4
+        assert [encoder.grid._texts[size][1] is not None for size in sizes] == [False] * 3 + [True] * 4
 
 
 @pytest.mark.slow
@@ -185,12 +185,14 @@ def test_a_batch_of_pages_reaches_the_model_without_a_copy_of_their_pixels(famil
     pages are concatenated once. Either way a page's vectors are those it has alone."""
     import torch
 
+    from localgpt_index.models.page_batches import collate
+
     encoder = _encoder(family_model)
     images = [Image.effect_noise((220, 300), 40).convert("RGB") for _ in range(3)]
     pages = [encoder.prepare_page(image) for image in images]
     if encoder.model.family == "colpali":
         pages = [{"pixel_values": page.unsqueeze(0)} for page in pages]  # its batches come from process_pages
-    pixels = encoder._collate(pages)["pixel_values"]
+    pixels = collate(pages, family_named(encoder.model.family).pixel_grid)["pixel_values"]
     if encoder.model.family in QWEN_GRID:
         assert [p.data_ptr() for p in pixels] == [page["pixel_values"].data_ptr() for page in pages]
     else:
@@ -366,7 +368,7 @@ def test_the_full_colqwen2_5_geometry_has_the_3b_model_s_layers(tmp_path):
 def test_the_render_size_its_settings_promise_is_the_loaded_processor_s(family_model, tokens):
     """A build renders while the model loads, at the size read from the saved processor settings;
     for every family that is the size the loaded processor asks for (with --max-visual-tokens too)."""
-    from localgpt_index.models.encode import expected_render_size
+    from localgpt_index.models.render_size import expected_render_size
 
     encoder = _encoder(family_model)
     if encoder.max_visual_tokens is None:
@@ -379,7 +381,8 @@ def test_the_render_size_its_settings_promise_is_the_loaded_processor_s(family_m
 @pytest.mark.slow
 def test_colpali_s_render_size_is_known_before_it_loads(tiny_model):
     from localgpt_index.models.device import Capabilities, choose_precision
-    from localgpt_index.models.encode import expected_render_size, open_encoder
+    from localgpt_index.models.loading import open_encoder
+    from localgpt_index.models.render_size import expected_render_size
 
     encoder = open_encoder(resolve_model(str(tiny_model)), choose_precision(Capabilities(), device="cpu", dtype="float32"), 2)
     assert expected_render_size(encoder.model) == encoder.render_size == (56, 56)  # the tiny geometry

@@ -205,8 +205,8 @@ def test_a_planted_upward_import_inside_a_function_fails_the_contract(tmp_path):
 
 
 def test_a_planted_peer_import_under_type_checking_fails_the_contract(tmp_path):
-    graph = _planted(tmp_path, {"index/bad.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..models import encode\n"})
-    assert "localgpt_index.index.bad -> localgpt_index.models.encode: between peers (index, models)" in contract_problems(graph)
+    graph = _planted(tmp_path, {"index/bad.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..models import loading\n"})
+    assert "localgpt_index.index.bad -> localgpt_index.models.loading: between peers (index, models)" in contract_problems(graph)
 
 
 def test_planted_cycles_and_imports_of_the_root_or_testing_fail_the_contract(tmp_path):

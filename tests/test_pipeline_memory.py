@@ -32,17 +32,17 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
         return images
 
     monkeypatch.setattr("localgpt_index.ingest.feed.render_pdf_pages", tracked)
-    from localgpt_index.models.encode import ByaldiEncoder
+    from localgpt_index.models.torch_encoder import TorchEncoder
 
     prepared: list[weakref.ref] = []
-    original_prepare = ByaldiEncoder.prepare_page
+    original_prepare = TorchEncoder.prepare_page
 
     def tracked_prepare(self, image):
         tensor = original_prepare(self, image)
         prepared.append(weakref.ref(tensor))
         return tensor
 
-    monkeypatch.setattr(ByaldiEncoder, "prepare_page", tracked_prepare)
+    monkeypatch.setattr(TorchEncoder, "prepare_page", tracked_prepare)
     peak = {"images": 0, "tensors": 0}
     batch = 4
 

@@ -10,7 +10,8 @@ from PIL import Image
 
 from conftest import run_cli, validate
 from localgpt_index.models.device import Precision
-from localgpt_index.models.encode import ByaldiEncoder
+from localgpt_index.models.loading import open_encoder
+from localgpt_index.models.torch_encoder import TorchEncoder
 from localgpt_index.models.guard import PrecisionError, translate_error
 from localgpt_index.models.resolve import resolve_model
 
@@ -59,9 +60,9 @@ def test_seed2_mixed_checkpoint_builds_queries_and_is_reported(mixed_models, cor
         assert diagnosis["model"]["declared_dtypes"]["vision_config.dtype"] == "float32"
 
 
-def _encoder(model_dir, dtype: str, autocast: bool) -> ByaldiEncoder:
+def _encoder(model_dir, dtype: str, autocast: bool) -> TorchEncoder:
     precision = Precision("cpu", dtype, autocast, "test")
-    return ByaldiEncoder(resolve_model(str(model_dir)), precision, batch_size=2)
+    return open_encoder(resolve_model(str(model_dir)), precision, batch_size=2)
 
 
 def test_seed1_bfloat16_model_fed_float32_pixels(tiny_model):

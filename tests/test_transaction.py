@@ -140,7 +140,7 @@ class _Tracking:
 @pytest.mark.parametrize("mode", [(), ("--rebuild",), ("--strict",)], ids=["plain", "rebuild", "strict"])
 def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, mode):
     from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.models.encode import load_page_encoder
+    from localgpt_index.models.loading import load_page_encoder
     from localgpt_index.index.store import IndexStore
 
     docs = tmp_path / "docs"

@@ -197,7 +197,7 @@ def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
 
     from PIL import Image
 
-    from ..models.encode import open_encoder
+    from ..models.loading import open_encoder
 
     started = time.perf_counter()
     try:

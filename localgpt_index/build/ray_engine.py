@@ -282,7 +282,7 @@ class EncoderWorker:
     """A model on one device of the cluster (a Ray actor)."""
 
     def __init__(self, model: dict, options: dict, pool_factor: int = 1) -> None:
-        from ..models.encode import EncoderOptions, load_page_encoder
+        from ..models.loading import EncoderOptions, load_page_encoder
         from ..models.resolve import ModelRef
 
         self.pool_factor = pool_factor
@@ -299,7 +299,7 @@ class EncoderWorker:
         from PIL import Image
 
         from ..core.errors import page_failure
-        from ..models.encode import encode_resiliently
+        from ..models.batching import encode_resiliently
 
         if isinstance(images, DocumentError):
             return images

@@ -22,15 +22,12 @@ import numpy as np
 from ..ingest import processes
 from ..ingest.convert import ConverterSet, MissingConverter
 from ..ingest.discover import Discovery, discover, hash_files
-from ..models.encode import (
-    DeviceLost,
-    PageEncoder,
-    check_visual_tokens_supported,
-    encode_resiliently,
-    expected_render_size,
-    EncoderOptions,
-    load_page_encoder,
-)
+from ..models.batching import encode_resiliently
+from ..models.failures import DeviceLost
+from ..models.families import check_visual_tokens_supported
+from ..models.loading import EncoderOptions, load_page_encoder
+from ..models.protocols import PageEncoder
+from ..models.render_size import expected_render_size
 from ..core.errors import DocumentError, EnvironmentMissing, ExitCode, IndexProblem, LgptError
 from ..core.failpoints import failpoint
 from ..index.manifest import Document, Failure, Manifest, ModelInfo, Settings, Span

@@ -34,7 +34,7 @@ from .options import EXIT_CODES, display_path, index_options, model_options
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, server, token,
           model, device, dtype) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
-    from ..models.encode import check_queries
+    from ..models.protocols import check_queries
     from ..core.errors import UsageError
     from ..core.metadata import parse_filters
 

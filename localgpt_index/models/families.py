@@ -16,6 +16,7 @@ it calls).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Callable
@@ -39,23 +40,35 @@ class Family:
     encoder: Callable[[Any, int | None], Any] | None = None
     # a plugin's expected render size, from the checkpoint folder (None: read the processor's settings)
     render_size: Callable[[Any], Any] | None = None
+    # a grid of image tokens sized by a pixel budget (Qwen): --max-visual-tokens applies, and pages
+    # go to the model as one temporal frame, their pixels as a list of pages
+    pixel_grid: bool = False
+    # a fixed-size image, so every page has the same prompt: pages are stacked into batches (ColPali)
+    shared_prompt: bool = False
+    logits_to_keep: bool = False  # the network takes logits_to_keep (it reads the last hidden states only)
+    compile_parts: tuple[str, ...] = ()  # the parts torch.compile compiles apart (dotted paths; none: the whole)
 
 
 # Published checkpoints, scores and the hardware each suits: the README's Models table.
 FAMILIES: tuple[Family, ...] = (
-    Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", "byaldi", False),
-    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", "byaldi", True),
-    Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", "colpali-engine", True),
-    Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", "colpali-engine", True, dim=320),
+    Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", "byaldi", False, shared_prompt=True,
+           logits_to_keep=True, compile_parts=("model.model.vision_tower", "model.model.language_model")),
+    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", "byaldi", True, pixel_grid=True),
+    Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", "colpali-engine", True,
+           pixel_grid=True),
+    Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", "colpali-engine", True, dim=320,
+           pixel_grid=True),
     Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", "colpali-engine", True,
-           config_dim=True),
+           config_dim=True, pixel_grid=True),
     Family("colidefics3", "ColIdefics3 (ColSmol)", ("idefics3",), "ColIdefics3", "ColIdefics3Processor",
            "colpali-engine", True),
     Family("colmodernvbert", "ColModernVBert", ("modernvbert",), "ColModernVBert", "ColModernVBertProcessor",
            "colpali-engine", True),
     Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", "colpali-engine", False),
 )
-QWEN_GRID = ("colqwen2", "colqwen2_5", "colqwen3", "colqwen3_5")  # a grid of image tokens sized by a pixel budget
+QWEN_GRID = tuple(family.name for family in FAMILIES if family.pixel_grid)  # the built-ins --max-visual-tokens applies to
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # a family's name, as an index records it (the schemas' pattern for plugins')
+LOADER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
 PLUGINS_ENV = "LGPT_PLUGINS"
 ENTRY_POINT_GROUP = "lgpt_index.families"
 
@@ -64,7 +77,10 @@ _plugins_loaded = False
 
 
 def register(family: Family) -> Family:
-    """Add a family (or replace the one of that name): built-ins and plugins alike."""
+    """Add a family (or replace the one of that name): built-ins and plugins alike. Its name and
+    loader are lowercase words (NAME_PATTERN, LOADER_PATTERN: what the published schemas allow)."""
+    if not re.match(NAME_PATTERN, family.name) or not re.match(LOADER_PATTERN, family.loader):
+        raise ValueError(f"a model family's name and loader are lowercase words: {family.name!r}, {family.loader!r}")
     _REGISTRY[family.name] = family
     return family
 
@@ -99,6 +115,11 @@ def registered() -> tuple[Family, ...]:
     """Every family: the built-ins, then the plugins' in the order they registered."""
     _load_plugins()
     return tuple(_REGISTRY.values())
+
+
+def built_in() -> tuple[Family, ...]:
+    """The families lgpt-index itself registers (the published schemas list these)."""
+    return FAMILIES
 
 
 def family_names() -> frozenset[str]:
@@ -136,3 +157,13 @@ def detect_family(config: dict) -> Family | None:
         if model_type in family.model_types:
             return family
     return None
+
+
+def check_visual_tokens_supported(model: Any, tokens: int | None) -> None:
+    """--max-visual-tokens applies to the families whose processors size the grid by a pixel budget."""
+    from ..core.errors import UsageError
+
+    if tokens is not None and not family_named(model.family).pixel_grid:
+        grid = ", ".join(family.display for family in registered() if family.pixel_grid)
+        raise UsageError(f"--max-visual-tokens: {family_named(model.family).display} does not support it; "
+                         f"it applies to {grid}.")

@@ -12,20 +12,20 @@ from ..core.errors import IndexProblem
 from ..core.types import SearchHit
 from ..index.store import IndexStore, MissingIndexFile, index_path
 from ..index.view import IndexView
-from ..models.encode import PageEncoder, check_queries
+from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 
 __all__ = ["Index", "SearchHit", "load_query_encoder", "open_index"]
 
 
-def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> PageEncoder:
+def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> QueryEncoder:
     """The encoder for queries: a plugin family's own encoder, else the probe and the family's loader."""
     from ..models.families import family_named
 
     own = family_named(ref.family).encoder
     if own is not None:
         return own(ref, None)
-    from ..models.encode import open_probed_encoder
+    from ..models.loading import open_probed_encoder
 
     return open_probed_encoder(ref, device, dtype, queries=True)
 
@@ -36,14 +36,14 @@ class Index:
 
     def __init__(self, view: IndexView) -> None:
         self.view = view
-        self._encoder: PageEncoder | None = None
+        self._encoder: QueryEncoder | None = None
 
     def __getattr__(self, name: str) -> Any:
         if name == "view":  # not set yet (a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self.view, name)
 
-    def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> PageEncoder:
+    def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> QueryEncoder:
         """Load the model the index was built with (the revision it recorded); another model is refused."""
         recorded = self.manifest.model
         if model is None or model == recorded.id:

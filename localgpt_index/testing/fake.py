@@ -22,7 +22,8 @@ import numpy as np
 
 from ..models.device import Precision
 from ..models.families import Family, register
-from ..models.encode import DeviceLost, DeviceOutOfMemory, PageEncoder, check_queries
+from ..models.failures import DeviceLost, DeviceOutOfMemory
+from ..models.protocols import PageEncoder, check_queries
 from ..models.resolve import ModelRef
 
 MODEL_TYPE = "lgpt-fake"

@@ -1,0 +1,41 @@
+"""Encoding a build's pages whatever the device does: out of memory halves the batch, a page
+that cannot be encoded is pinned on that page alone."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..core.errors import LgptError, page_failure
+from .failures import DeviceLost, DeviceOutOfMemory
+from .protocols import PageEncoder
+
+
+def encode_resiliently(encoder: PageEncoder, pages: list, log: Callable[[str], None] = lambda message: None) -> list:
+    """Vectors per page, or the DocumentError of a page that cannot be encoded.
+
+    Out of memory halves the encoder's batch and tries again; a lost device (DeviceLost)
+    stops the caller; an error a page can cause (page_failure) is pinned on the pages that
+    fail alone; any other error (a bug) propagates."""
+    try:
+        out: list = []
+        for start in range(0, len(pages), encoder.batch_size):
+            out += encoder.encode_pages(pages[start : start + encoder.batch_size])
+        return out
+    except DeviceOutOfMemory as exc:
+        if encoder.batch_size <= 1:
+            raise DeviceLost(
+                f"the device {encoder.precision.device} is out of memory with a single page ({exc}).",
+                hint="Free the device (other processes?), or use --device cpu.",
+            ) from None
+        encoder.batch_size = max(1, encoder.batch_size // 2)
+        log(f"warning: out of memory; batch size lowered to {encoder.batch_size}")
+        return encode_resiliently(encoder, pages, log)
+    except (LgptError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        failure = page_failure("encode", exc)
+        if failure is None:
+            raise
+        if len(pages) == 1:
+            return [failure]
+        return [r for page in pages for r in encode_resiliently(encoder, [page], log)]
