@@ -11,8 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import load_schema
+
 from localgpt_index.models import families, schemas
 from localgpt_index.models.families import FAMILIES, Family, register
 

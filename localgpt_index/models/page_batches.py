@@ -41,7 +41,7 @@ def collate(inputs: list[dict], pixels_as_list: bool = False) -> dict:
     would be copied twice."""
     import torch
 
-    batch = {key: torch.cat([one[key] for one in inputs]) for key in inputs[0] if key != "pixel_values"}
+    batch: dict[str, Any] = {key: torch.cat([one[key] for one in inputs]) for key in inputs[0] if key != "pixel_values"}
     if "pixel_values" in inputs[0]:
         pixels = [one["pixel_values"] for one in inputs]
         batch["pixel_values"] = [page for many in pixels for page in many] if pixels_as_list else torch.cat(pixels)
@@ -76,7 +76,8 @@ class SharedPromptPages:
         import torch
 
         if self._page_text is None:
-            blank = self.processor.process_images([Image.new("RGB", self.geometry.render_size or (448, 448), "white")])
+            size = self.geometry.render_size  # (width, height) for ColPali's fixed-size image
+            blank = self.processor.process_images([Image.new("RGB", size if isinstance(size, tuple) else (448, 448), "white")])
             self._page_text = {k: v for k, v in blank.items() if k not in ("pixel_values", "labels")}
         pixels = [p if isinstance(p, torch.Tensor) else self.prepare(p) for p in pages]
         batch = {k: v.expand(len(pages), -1) for k, v in self._page_text.items()}

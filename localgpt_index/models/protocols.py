@@ -3,7 +3,7 @@ limits every query encoder applies (check_queries)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class PageEncoder(QueryEncoder, Protocol):
         """(width, height) the model consumes; for dynamic resolution the long side pages are rendered at (or None)."""
         ...
 
-    def prepare_page(self, image):  # noqa: ANN001, ANN201 - an image in, whatever encode_pages takes out
+    def prepare_page(self, image: Any) -> Any:
         """Work on one page that may run in another thread before encode_pages (default: none)."""
         return image
 

@@ -76,6 +76,8 @@ class ProcessorGeometry:
     def limit_visual_tokens(self, tokens: int) -> None:
         """At most `tokens` image tokens a page (what colpali-engine's `max_num_visual_tokens` sets)."""
         cell = self.grid_cell
+        if cell is None:
+            raise ValueError("this processor does not size its grid by a pixel budget")
         size = self.image_processor.size
         size["longest_edge"] = tokens * cell * cell
         size["shortest_edge"] = min(int(size["shortest_edge"]), tokens * cell * cell)

@@ -45,9 +45,7 @@ class NetRunner:
 
     def __call__(self, batch: dict) -> list[np.ndarray]:
         """One forward pass: float32 vectors (tokens, dim) per input, without its padding."""
-        import torch
-
-        inputs = {}
+        inputs: dict[str, Any] = {}
         for key, value in batch.items():
             if key == "labels":  # training targets: only cost a loss computation
                 continue

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .families import check_visual_tokens_supported, family_named
-from .page_batches import QUERY_BATCH, GridPages, SharedPromptPages, ShapedPages, forward_by_shape
+from .page_batches import QUERY_BATCH, GridPages, ShapedPages, SharedPromptPages, forward_by_shape
 from .protocols import MAX_QUERY_TOKENS, PageEncoder, check_queries
-from .qwen_frames import patch_embeddings_as_products, temporal_frames
 from .quiet import quiet_transformers
+from .qwen_frames import patch_embeddings_as_products, temporal_frames
 from .render_size import ProcessorGeometry
 from .runner import NetRunner
 

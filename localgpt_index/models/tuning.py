@@ -146,7 +146,7 @@ class CpuTuner:
     def _decide(self) -> None:
         self.decided = True
         if self._results:
-            self.encoder.batch_size = min(self._results, key=self._results.get)
+            self.encoder.batch_size = min(self._results, key=lambda size: self._results[size])
         self._share_at_decision = self.waited_share
         if self._share_at_decision > WAIT_SHARE and self.cores > 1:
             self.threads = self.cores - 1
