@@ -65,6 +65,19 @@ def tiny_model(tmp_path_factory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("models") / "tiny-colpali", "tiny")
 
 
+@pytest.fixture
+def process_mark(monkeypatch) -> str:
+    """A token in the environment of every process this test starts from here on (helpers.MARK), so
+    that `helpers.marked_processes(token)` finds them and their descendants, and nobody else's."""
+    import uuid
+
+    from helpers import MARK
+
+    token = uuid.uuid4().hex
+    monkeypatch.setenv(MARK, token)
+    return token
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     root = tmp_path_factory.mktemp("corpus") / "docs"

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import run_cli, run_process
 from docgen import make_docx, make_pdf, make_png, make_xobject_bomb
+from helpers import marked_processes, pid_alive, wait_until
 
 
 def _build(docs: Path, index: Path, *args: str):
@@ -21,7 +22,7 @@ def _build(docs: Path, index: Path, *args: str):
     return result, (json.loads(result.stdout) if result.stdout.strip() else None)
 
 
-def test_a_pdf_that_renders_for_ever_is_stopped_and_reported(fake_model, tmp_path):
+def test_a_pdf_that_renders_for_ever_is_stopped_and_reported(fake_model, tmp_path, process_mark):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_xobject_bomb(docs / "bomb.pdf")
     make_pdf(docs / "fine.pdf", ["fine"])
@@ -33,8 +34,7 @@ def test_a_pdf_that_renders_for_ever_is_stopped_and_reported(fake_model, tmp_pat
     [failure] = report["failures"]
     assert Path(failure["path"]).name == "bomb.pdf" and failure["stage"] == "render" and "within 2 s" in failure["reason"]
     assert report["indexed"] == 2 and report["committed"]
-    leftover = subprocess.run(["pgrep", "-f", str(docs / "bomb.pdf")], capture_output=True, text=True).stdout.strip()
-    assert leftover == ""
+    assert wait_until(lambda: not marked_processes(process_mark, "bomb.pdf"), 10, "the renderer's end")
 
 
 FAKE_SOFFICE = """#!/bin/sh
@@ -59,27 +59,14 @@ def test_an_interrupt_during_a_conversion_ends_it_and_leaves_nothing_behind(fake
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(scratch), "LGPT_TEST_MARK": str(mark)}
     proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
                              "--index-dir", str(tmp_path / "idx")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (mark.exists() and len(mark.read_text().split()) >= 2):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    wait_until(lambda: mark.exists() and len(mark.read_text().split()) >= 2, 60, "the fake soffice's start", proc)
     pids = [int(p) for p in mark.read_text().split()]
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=15)
     assert proc.returncode == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
-    time.sleep(5 if sig == signal.SIGTERM else 0.5)
-    assert [pid for pid in pids if _alive(pid)] == []
+    assert wait_until(lambda: not [pid for pid in pids if pid_alive(pid)], 15, "the fake soffice's end")
     assert list(scratch.iterdir()) == []
     assert len(mark.read_text().split()) == 2  # nothing was retried after the interrupt
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as handle:  # a zombie waiting for its parent is gone too
-        return handle.read().split()[2] != "Z"
 
 
 def test_image_frames_are_decoded_one_at_a_time(tmp_path, monkeypatch):

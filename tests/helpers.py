@@ -1,0 +1,73 @@
+"""Helpers shared by the test files: building an index through the CLI, document sets, waiting on
+a condition with a deadline, and finding the processes one test started (never the machine's others)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from docgen import make_pdf
+
+MARK = "LGPT_TEST_RUN"  # an environment variable every process a test starts inherits (see `process_mark`)
+
+
+def build(docs: Path, model: Path | str | None, *args: str, index: Path | None = None, env: dict | None = None):
+    """`lgpt-index build DOCS [--model M] [--index-dir I] ARGS...` through the CLI; it must exit 0."""
+    from conftest import run_cli
+
+    where = ["--index-dir", str(index)] if index is not None else []
+    model_args = ["--model", str(model)] if model is not None else []
+    result = run_cli("build", str(docs), *model_args, *where, *args, env=env)
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+def make_pdfs(folder: Path, count: int, pages: int, stem: str = "report") -> list[Path]:
+    """`count` PDFs named STEM-N.pdf, each of `pages` pages saying "STEM N page P"."""
+    return [make_pdf(folder / f"{stem}-{n}.pdf", [f"{stem} {n} page {p}" for p in range(pages)]) for n in range(count)]
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "the condition",
+               proc=None, interval: float = 0.05) -> object:
+    """Poll `condition` until it is true (returned) or `timeout` passes (the test fails); if `proc`
+    (a Popen) ends first, fail at once with what it printed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended ({proc.returncode}) before {what}: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie left to be reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def marked_processes(token: str, cmdline_contains: str = "") -> list[psutil.Process]:
+    """The live processes, other than this one, whose environment has MARK=token (the processes this
+    test started and their descendants, even orphaned ones), optionally only those whose command line
+    contains `cmdline_contains`."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) != token:
+                continue
+            if cmdline_contains and cmdline_contains not in " ".join(proc.cmdline()):
+                continue
+            found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
