@@ -71,3 +71,20 @@ def marked_processes(token: str, cmdline_contains: str = "") -> list[psutil.Proc
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def descendants(pid: int, cmdline_contains: str = "") -> list[psutil.Process]:
+    """The live descendants of process `pid` (optionally only those whose command line, as they set it,
+    contains `cmdline_contains`)."""
+    found = []
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and cmdline_contains in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found

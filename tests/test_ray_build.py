@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 
 from conftest import copy_tree, faulty_model, run_cli
 from docgen import make_pdf, make_pdf_of_shapes, make_png
+from helpers import descendants, wait_until
 
 pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
@@ -73,11 +73,6 @@ def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tm
     assert max(float(np.abs(ours[k] - theirs[k]).max()) for k in ours) <= 1e-3
 
 
-def _actor_pids() -> list[int]:
-    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in listing.splitlines() if "EncoderWorker" in line and "ps -eo" not in line]
-
-
 def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
     docs = tmp_path / "docs"
     for i in range(6):
@@ -87,16 +82,17 @@ def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
     plain = tmp_path / "plain"
     assert run_cli("build", str(docs), "--model", str(slow), "--index-dir", str(plain)).exit_code == 0
     index = tmp_path / "ray"
+    release = tmp_path / "release"  # the build holds at its second encoded batch until this file exists
+    env = {**os.environ, "LGPT_FAILPOINT": "encode:2:hold", "LGPT_FAILPOINT_HOLD": str(release)}
     proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(slow), "--index-dir",
                              str(index), "--ray", "local", "--commit-every", "8", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    deadline = time.monotonic() + 120
-    while not (pids := _actor_pids()):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    time.sleep(2.5)  # well into the encoding
-    for pid in pids:
-        os.kill(pid, 9)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    wait_until(Path(f"{release}.reached").exists, 120, "the second encoded batch", proc)
+    workers = descendants(proc.pid, "EncoderWorker")  # this build's actors, not another test's
+    assert workers
+    for worker in workers:
+        worker.kill()
+    release.touch()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert json.loads(out)["failed"] == 0

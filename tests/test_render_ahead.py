@@ -4,6 +4,7 @@ held unprepared within a memory budget, and go out in order, prepared, once the 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -12,7 +13,8 @@ import localgpt_index.build as build
 import localgpt_index.pipeline as pipeline
 from conftest import run_cli
 from docgen import make_docx, make_pdf
-from localgpt_index import processes
+from helpers import pid_alive, wait_until
+from localgpt_index import failpoints, processes
 from localgpt_index.discover import OFFICE, PDF
 from localgpt_index.pipeline import FeedSource, PageFeed
 
@@ -47,11 +49,13 @@ def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp
 
     staging = tmp_path / "staging"
     staging.mkdir()
-    early = PageFeed(sources, None, staging, (64, 64), queue_pages=4, prepare=None).start()
-    deadline = time.monotonic() + 30
-    while early._ahead_bytes < 5 * page_file and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # the producer now waits for the encoder: nothing more is rendered
+    waits = threading.Event()  # the producer has stopped rendering and waits for the encoder
+    failpoints.set_hook(lambda name: waits.set() if name == "ahead-full" else None)
+    try:
+        early = PageFeed(sources, None, staging, (64, 64), queue_pages=4, prepare=None).start()
+        assert waits.wait(30), "the producer never stopped to wait for the encoder"
+    finally:
+        failpoints.set_hook(None)
     waiting = [e.image for e in early._ahead if e is not None and e.kind == "page"]
     assert early._ahead_bytes == 5 * page_file and early._queue.empty()
     assert len(waiting) == 5 and all(path.is_file() and staging in path.parents for path in waiting)
@@ -79,7 +83,8 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
     the PDF pages it rendered before go out at once."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "soffice").write_text("#!/bin/sh\nsleep 300\n")
+    started = tmp_path / "soffice-pid"  # the stuck LibreOffice's pid, once it runs
+    (bin_dir / "soffice").write_text(f"#!/bin/sh\necho $$ > {started}.part && mv {started}.part {started}\nexec sleep 300\n")
     (bin_dir / "soffice").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     from localgpt_index.convert import ConverterSet
@@ -90,14 +95,12 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
     sources = [FeedSource(p, PDF, p.stat().st_size) for p in pdfs] + [FeedSource(docx, OFFICE, docx.stat().st_size)]
     feed = PageFeed(sources, converters, tmp_path / "staging", (64, 64), queue_pages=8, prepare=None).start()
     try:
-        deadline = time.monotonic() + 30
-        while len(feed._ahead) < 8 and time.monotonic() < deadline:  # open, 2 pages, end, twice
-            time.sleep(0.01)
-        started = time.monotonic()
+        # open, 2 pages, end, twice; and the conversion under way
+        wait_until(lambda: len(feed._ahead) >= 8 and started.exists(), 30, "the PDFs' pages and the conversion's start")
         feed.set_prepare(lambda image: image)
         events = iter(feed)
         got = [next(events) for _ in range(8)]
-        assert time.monotonic() - started < 5
+        assert pid_alive(int(started.read_text())), "the pages waited for the conversion to end"
         by_document: dict[int, list[str]] = {}
         for event in got:
             by_document.setdefault(event.number, []).append(event.kind)
@@ -113,30 +116,41 @@ def _query(index) -> list:
     return [(hit["path"].rsplit("/", 1)[-1], hit["page"], hit["score"]) for hit in json.loads(result.stdout)["results"]]
 
 
-def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch):
-    from localgpt_index.fake import write_fake_checkpoint
-
+def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
     _pdfs(docs, 4, 3)
-    model = write_fake_checkpoint(tmp_path / "slow-model", seconds_to_load=1.0)
-    rendered: list[float] = []
+    rendered: list[str] = []
     render = pipeline.render_pdf_pages
 
-    def timed(*args, **kwargs):
-        rendered.append(time.monotonic())
+    def counted(*args, **kwargs):
+        rendered.append("pdf")
         return render(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "render_pdf_pages", timed)
-    started = time.monotonic()
-    result = run_cli("build", str(docs), "--model", str(model), "--index-dir", str(tmp_path / "early"), "--json")
-    assert result.exit_code == 0, result.stderr
-    assert len(rendered) == 4 and max(rendered) < started + 1.0  # all of it while the model loaded
+    at_load: list[int] = []  # the documents rendered when the model's load began
 
-    monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
-    rendered.clear()
-    started = time.monotonic()
-    assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(tmp_path / "after")).exit_code == 0
-    assert min(rendered) > started + 1.0
+    def on_load(name: str) -> None:
+        """The model load waits (up to a deadline) for the feed beside it to render every document."""
+        if name == "model-load":
+            deadline = time.monotonic() + (30 if wait_for_feed else 0)
+            while len(rendered) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            at_load.append(len(rendered))
+
+    monkeypatch.setattr(pipeline, "render_pdf_pages", counted)
+    failpoints.set_hook(on_load)
+    try:
+        wait_for_feed = True
+        result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "early"), "--json")
+        assert result.exit_code == 0, result.stderr
+        assert at_load == [4] and len(rendered) == 4  # all of it while the model loaded, none again after
+
+        monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
+        rendered.clear()
+        wait_for_feed = False
+        assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "after")).exit_code == 0
+        assert at_load == [4, 0] and len(rendered) == 4
+    finally:
+        failpoints.set_hook(None)
     assert _query(tmp_path / "early") == _query(tmp_path / "after")
 
 
@@ -159,11 +173,11 @@ def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_
     _pdfs(docs, 3, 2)
 
     def failing(model, options):
-        time.sleep(0.5)  # the feed is rendering by now
+        wait_until(lambda: any(t.name == "lgpt-render" for t in threading.enumerate()), 30, "the feed's start")
         raise RuntimeError("the weights are not there")
 
     with pytest.raises(RuntimeError, match="weights"):
         build_index(docs, IndexStore(tmp_path / "idx" / "default"), BuildOptions(model=str(fake_model)),
                     encoder_factory=failing)
     assert processes.running_count() == 0
-    assert not [t for t in __import__("threading").enumerate() if t.name == "lgpt-render"]
+    assert not [t for t in threading.enumerate() if t.name == "lgpt-render"]
