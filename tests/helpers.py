@@ -88,3 +88,17 @@ def descendants(pid: int, cmdline_contains: str = "") -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def held_build(args: list[str], release: Path, point: str, nth: int = 1, env: dict | None = None):
+    """`lgpt-index ARGS...` in a process of its own (a Popen, output piped), held at the `nth` time it
+    reaches the failpoint `point` until the file `release` exists; returned once it is held there."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {}), "LGPT_FAILPOINT": f"{point}:{nth}:hold",
+                                    "LGPT_FAILPOINT_HOLD": str(release)})
+    wait_until(Path(f"{release}.reached").exists, 120, f"the failpoint {point}", process)
+    return process

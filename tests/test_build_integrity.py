@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import faulty_model, run_cli, run_process, validate
 from docgen import make_pdf, make_png
+from helpers import held_build
 
 
 def _bmp(path: Path, color: tuple[int, int, int]) -> Path:
@@ -63,18 +62,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _held_build(args: list[str], release: Path, point: str) -> subprocess.Popen:
-    """A build in a process of its own, held at the failpoint `point` until `release` exists."""
-    process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "LGPT_FAILPOINT": f"{point}:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
-    deadline = time.monotonic() + 120
-    while not Path(f"{release}.reached").exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
-    return process
-
-
 # 1. a file rewritten in place during a build, same size, mtime restored
 
 def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_model, tmp_path):
@@ -82,7 +69,7 @@ def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_mod
     red, blue = _bmp(docs / "a.bmp", (255, 0, 0)), _bmp(docs / "b.bmp", (0, 0, 255))
     old_sha = _sha256(red)
     args = ["build", str(docs), "--index-dir", str(index), "--model", str(fake_model), "--json"]
-    build = _held_build(args, release, "hashed")  # hashed, nothing rendered yet
+    build = held_build(args, release, "hashed")  # hashed, nothing rendered yet
     try:
         _rewrite_in_place(red, (0, 255, 0))
     finally:
@@ -260,7 +247,7 @@ def test_a_local_ray_cluster_listens_on_loopback_only(fake_model, tmp_path):
     docs, release = tmp_path / "docs", tmp_path / "release"
     make_pdf(docs / "a.pdf", [f"page {p}" for p in range(3)])
     args = ["build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local"]
-    build = _held_build(args, release, "encode")  # the cluster is up and encoding
+    build = held_build(args, release, "encode")  # the cluster is up and encoding
     try:
         listening = []
         for process in [psutil.Process(build.pid), *psutil.Process(build.pid).children(recursive=True)]:

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf, make_png
+from helpers import held_build
 
 QUERIES = ["quarterly revenue", "invoice total", "market outlook"]
 
@@ -171,14 +172,8 @@ def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     args = ["build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir)]
     release = tmp_path / "release"
-    first = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "LGPT_FAILPOINT": "encode:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
+    first = held_build(args, release, "encode")
     try:
-        deadline = time.monotonic() + 120
-        while not Path(f"{release}.reached").exists():
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.05)
         second = _cli(*args)  # the first writer holds the lock, mid-build
     finally:
         release.touch()

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import copy_tree, faulty_model, run_cli
 from docgen import make_pdf, make_pdf_of_shapes, make_png
-from helpers import descendants, wait_until
+from helpers import descendants, held_build
 
 pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
@@ -83,11 +83,8 @@ def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
     assert run_cli("build", str(docs), "--model", str(slow), "--index-dir", str(plain)).exit_code == 0
     index = tmp_path / "ray"
     release = tmp_path / "release"  # the build holds at its second encoded batch until this file exists
-    env = {**os.environ, "LGPT_FAILPOINT": "encode:2:hold", "LGPT_FAILPOINT_HOLD": str(release)}
-    proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(slow), "--index-dir",
-                             str(index), "--ray", "local", "--commit-every", "8", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    wait_until(Path(f"{release}.reached").exists, 120, "the second encoded batch", proc)
+    proc = held_build(["build", str(docs), "--model", str(slow), "--index-dir", str(index), "--ray", "local",
+                       "--commit-every", "8", "--json"], release, "encode", nth=2)
     workers = descendants(proc.pid, "EncoderWorker")  # this build's actors, not another test's
     assert workers
     for worker in workers:
