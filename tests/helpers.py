@@ -15,15 +15,41 @@ from docgen import make_pdf
 MARK = "LGPT_TEST_RUN"  # an environment variable every process a test starts inherits (see `process_mark`)
 
 
-def build(docs: Path, model: Path | str | None, *args: str, index: Path | None = None, env: dict | None = None):
-    """`lgpt-index build DOCS [--model M] [--index-dir I] ARGS...` through the CLI; it must exit 0."""
+def build_ok(*args: str, env: dict | None = None):
+    """`lgpt-index build ARGS...` through the CLI (in this process); it must exit 0 (else its stderr is shown)."""
     from conftest import run_cli
 
-    where = ["--index-dir", str(index)] if index is not None else []
-    model_args = ["--model", str(model)] if model is not None else []
-    result = run_cli("build", str(docs), *model_args, *where, *args, env=env)
+    result = run_cli("build", *args, env=env)
     assert result.exit_code == 0, result.stderr
     return result
+
+
+def build_json(docs: Path, index: Path, *args: str):
+    """`lgpt-index build DOCS --index-dir INDEX --json ARGS...`: the result and its report (None if none)."""
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+def verify_ok(index: Path) -> None:
+    """`lgpt-index verify --index-dir INDEX` exits 0 and reports the index sound."""
+    import json
+
+    from conftest import run_cli
+
+    out = run_cli("verify", "--index-dir", str(index), "--json")
+    assert out.exit_code == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["ok"] is True
+
+
+def open_qdrant(folder: Path):
+    """A Qdrant client on the local (embedded) store in `folder`."""
+    from qdrant_client import QdrantClient
+
+    return QdrantClient(path=str(folder))
 
 
 def make_pdfs(folder: Path, count: int, pages: int, stem: str = "report") -> list[Path]:

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import copy_tree, faulty_model, run_cli
 from docgen import make_pdf, make_pdf_of_shapes, make_png
-from helpers import descendants, held_build
+from helpers import build_ok, descendants, held_build
 
 pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
@@ -38,7 +38,7 @@ def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path
     docs = copy_tree(root, tmp_path / "docs")
     make_pdf(docs / "long.pdf", [f"long page {p}" for p in range(20)])  # several chunks
     plain, distributed = tmp_path / "plain", tmp_path / "ray"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(plain))
     result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(distributed), "--ray", "local", "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
@@ -63,7 +63,7 @@ def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tm
     make_pdf_of_shapes(docs / "shapes.pdf")
     make_png(docs / "scan.png", "scan", size=(500, 300))
     plain, distributed = tmp_path / "plain", tmp_path / "ray"
-    assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(model), "--index-dir", str(plain))
     result = run_cli("build", str(docs), "--model", str(model), "--index-dir", str(distributed), "--ray", "local", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["failed"] == 0
@@ -80,7 +80,7 @@ def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
     make_png(docs / "scan.png", "scan")
     slow = faulty_model(tmp_path / "slow-model", seconds_per_page=0.15)
     plain = tmp_path / "plain"
-    assert run_cli("build", str(docs), "--model", str(slow), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(slow), "--index-dir", str(plain))
     index = tmp_path / "ray"
     release = tmp_path / "release"  # the build holds at its second encoded batch until this file exists
     proc = held_build(["build", str(docs), "--model", str(slow), "--index-dir", str(index), "--ray", "local",
@@ -118,7 +118,7 @@ def test_ray_into_a_qdrant_store(fake_model, tmp_path):
     make_png(docs / "scan.png", "scan")
     plain = ["--index-dir", str(tmp_path / "plain")]
     store = ["--store", f"qdrant+path://{tmp_path / 'qd'}/docs"]
-    assert run_cli("build", str(docs), "--model", str(fake_model), *plain).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), *plain)
     result = run_cli("build", str(docs), "--model", str(fake_model), "--ray", "local", *store)
     assert result.exit_code == 0, result.stderr
     answers = [json.loads(run_cli("query", "report", "-k", "20", "--json", *where).stdout)["results"] for where in (plain, store)]

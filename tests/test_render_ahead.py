@@ -13,7 +13,7 @@ import localgpt_index.build as build
 import localgpt_index.pipeline as pipeline
 from conftest import run_cli
 from docgen import make_docx, make_pdf
-from helpers import pid_alive, wait_until
+from helpers import build_ok, pid_alive, wait_until
 from localgpt_index import failpoints, processes
 from localgpt_index.discover import OFFICE, PDF
 from localgpt_index.pipeline import FeedSource, PageFeed
@@ -147,7 +147,7 @@ def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tm
         monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
         rendered.clear()
         wait_for_feed = False
-        assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "after")).exit_code == 0
+        build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "after"))
         assert at_load == [4, 0] and len(rendered) == 4
     finally:
         failpoints.set_hook(None)
@@ -157,7 +157,7 @@ def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tm
 def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
     _pdfs(docs, 2, 3)
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "right")).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "right"))
     monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: (50, 70))
     wrong = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "wrong"), "-v")
     assert wrong.exit_code == 0, wrong.stderr
