@@ -301,7 +301,7 @@ def test_converted_documents_imported_from_byaldi_are_converted_by_the_next_buil
     report = json.loads(result.stdout)
     assert (report["indexed"], report["unchanged"]) == (1, 1)  # notes.txt converted, report.pdf kept as imported
     listed = json.loads(run_cli("ls", "--index-dir", str(second), "--json").stdout)["documents"]
-    assert {Path(d["path"]).name: d["converter"] for d in listed} == {"notes.txt": "unstable", "report.pdf": None}
+    assert {Path(d["path"]).name: d["converter"] for d in listed} == {"notes.txt": "libreoffice", "report.pdf": None}
     shown = run_cli(*query, str(tmp_path / "pages-2"))
     assert shown.exit_code == 0, shown.stderr
     manifest = json.loads((tmp_path / "pages-2" / "manifest.json").read_text())

@@ -4,6 +4,8 @@ held unprepared within a memory budget, and go out in order, prepared, once the 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 import time
 
@@ -119,12 +121,16 @@ def _query(index) -> list:
 def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
     _pdfs(docs, 4, 3)
-    rendered: list[str] = []
-    render = pipeline.render_pdf_pages
+    log, bin_dir = tmp_path / "pdftoppm.log", tmp_path / "bin"  # each pdftoppm start, logged by a wrapper on PATH
+    bin_dir.mkdir()
+    (bin_dir / "pdftoppm").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("pdftoppm")} "$@"\n')
+    (bin_dir / "pdftoppm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    def counted(*args, **kwargs):
-        rendered.append("pdf")
-        return render(*args, **kwargs)
+    def rendered() -> list[str]:
+        """The documents pdftoppm has rendered so far, once per run."""
+        runs = log.read_text().splitlines() if log.exists() else []
+        return [next(arg for arg in run.split() if arg.endswith(".pdf")) for run in runs]
 
     at_load: list[int] = []  # the documents rendered when the model's load began
 
@@ -132,23 +138,22 @@ def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tm
         """The model load waits (up to a deadline) for the feed beside it to render every document."""
         if name == "model-load":
             deadline = time.monotonic() + (30 if wait_for_feed else 0)
-            while len(rendered) < 4 and time.monotonic() < deadline:
+            while len(rendered()) < 4 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            at_load.append(len(rendered))
+            at_load.append(len(rendered()))
 
-    monkeypatch.setattr(pipeline, "render_pdf_pages", counted)
     failpoints.set_hook(on_load)
     try:
         wait_for_feed = True
         result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "early"), "--json")
         assert result.exit_code == 0, result.stderr
-        assert at_load == [4] and len(rendered) == 4  # all of it while the model loaded, none again after
+        assert at_load == [4] and len(rendered()) == 4  # all of it while the model loaded, none again after
 
         monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
-        rendered.clear()
+        log.unlink()
         wait_for_feed = False
         build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "after"))
-        assert at_load == [4, 0] and len(rendered) == 4
+        assert at_load == [4, 0] and len(rendered()) == 4
     finally:
         failpoints.set_hook(None)
     assert _query(tmp_path / "early") == _query(tmp_path / "after")
