@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_cli, run_process
 from docgen import make_pdf, make_png
-from helpers import build_ok
+from helpers import build_ok, make_pdfs
 
 QUERIES = ["quarterly report", "a scanned receipt", "market outlook"]
 
@@ -78,13 +78,11 @@ def qdrant_scenario(fake_model, tmp_path_factory):
     """A collection built from BASE documents, and the answers before and after adding EXTRA."""
     work = tmp_path_factory.mktemp("qdrant-kill")
     docs = work / "docs"
-    for i in range(3):
-        make_pdf(docs / f"base-{i}.pdf", [f"base {i} page {p}" for p in range(2)])
+    make_pdfs(docs, 3, 2, "base")
     store = ["--store", f"qdrant+path://{work / 'qd'}/docs"]
     build_ok(str(docs), "--model", str(fake_model), "--batch-size", "1", *store)
     before = _answers(*store)
-    for i in range(4):
-        make_pdf(docs / f"extra-{i}.pdf", [f"extra {i} page {p}" for p in range(3)])
+    make_pdfs(docs, 4, 3, "extra")
     full = work / "full"
     build_ok(str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{full}/docs")
     after = _answers("--store", f"qdrant+path://{full}/docs")

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import copy_tree, faulty_model, run_cli
 from docgen import make_pdf, make_pdf_of_shapes, make_png
-from helpers import build_ok, descendants, held_build
+from helpers import build_ok, descendants, held_build, make_pdfs
 
 pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
@@ -75,8 +75,7 @@ def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tm
 
 def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
     docs = tmp_path / "docs"
-    for i in range(6):
-        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(6)])
+    make_pdfs(docs, 6, 6)
     make_png(docs / "scan.png", "scan")
     slow = faulty_model(tmp_path / "slow-model", seconds_per_page=0.15)
     plain = tmp_path / "plain"
@@ -113,8 +112,7 @@ def test_without_ray_the_option_names_the_extra(fake_model, tmp_path):
 
 def test_ray_into_a_qdrant_store(fake_model, tmp_path):
     docs = tmp_path / "docs"
-    for i in range(3):
-        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(3)])
+    make_pdfs(docs, 3, 3)
     make_png(docs / "scan.png", "scan")
     plain = ["--index-dir", str(tmp_path / "plain")]
     store = ["--store", f"qdrant+path://{tmp_path / 'qd'}/docs"]

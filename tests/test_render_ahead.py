@@ -14,8 +14,8 @@ import pytest
 import localgpt_index.build as build
 import localgpt_index.pipeline as pipeline
 from conftest import run_cli
-from docgen import make_docx, make_pdf
-from helpers import build_ok, pid_alive, wait_until
+from docgen import make_docx
+from helpers import build_ok, make_pdfs, pid_alive, wait_until
 from localgpt_index import failpoints, processes
 from localgpt_index.discover import OFFICE, PDF
 from localgpt_index.pipeline import FeedSource, PageFeed
@@ -25,10 +25,6 @@ from localgpt_index.pipeline import FeedSource, PageFeed
 def processes_allowed():
     yield
     processes.reset()  # a closed feed stops every external process and refuses new ones
-
-
-def _pdfs(folder, count: int, pages: int) -> list:
-    return [make_pdf(folder / f"doc-{n}.pdf", [f"doc {n} page {p}" for p in range(pages)]) for n in range(count)]
 
 
 def _events(feed: PageFeed) -> dict[int, list[tuple]]:
@@ -42,7 +38,7 @@ def _events(feed: PageFeed) -> dict[int, list[tuple]]:
 def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp_path, monkeypatch):
     """While the model loads, rendered pages wait as files in the staging folder (not in memory),
     up to AHEAD_BYTES; once the encoder is ready they are prepared and go out in their order."""
-    pdfs = _pdfs(tmp_path, 3, 4)
+    pdfs = make_pdfs(tmp_path, 3, 4, "doc")
     sources = [FeedSource(pdf, PDF, pdf.stat().st_size) for pdf in pdfs]
     page_file = len(b"P6\n64 64\n255\n") + 64 * 64 * 3
     monkeypatch.setattr(pipeline, "AHEAD_BYTES", 5 * page_file)
@@ -70,7 +66,7 @@ def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp
 def test_a_feed_given_up_removes_the_pages_it_set_aside(tmp_path):
     staging = tmp_path / "staging"
     staging.mkdir()
-    pdf = _pdfs(tmp_path, 1, 3)[0]
+    pdf = make_pdfs(tmp_path, 1, 3, "doc")[0]
     early = PageFeed([FeedSource(pdf, PDF, pdf.stat().st_size)], None, staging, (64, 64), queue_pages=4, prepare=None).start()
     deadline = time.monotonic() + 30
     while len(early._ahead) < 5 and time.monotonic() < deadline:  # open, 3 pages, end
@@ -92,7 +88,7 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
     from localgpt_index.convert import ConverterSet
 
     converters = ConverterSet.detect(timeout_s=60)
-    pdfs = _pdfs(tmp_path, 2, 2)
+    pdfs = make_pdfs(tmp_path, 2, 2, "doc")
     docx = make_docx(tmp_path / "memo.docx", ["memo"])
     sources = [FeedSource(p, PDF, p.stat().st_size) for p in pdfs] + [FeedSource(docx, OFFICE, docx.stat().st_size)]
     feed = PageFeed(sources, converters, tmp_path / "staging", (64, 64), queue_pages=8, prepare=None).start()
@@ -120,7 +116,7 @@ def _query(index) -> list:
 
 def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
-    _pdfs(docs, 4, 3)
+    make_pdfs(docs, 4, 3, "doc")
     log, bin_dir = tmp_path / "pdftoppm.log", tmp_path / "bin"  # each pdftoppm start, logged by a wrapper on PATH
     bin_dir.mkdir()
     (bin_dir / "pdftoppm").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("pdftoppm")} "$@"\n')
@@ -161,7 +157,7 @@ def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tm
 
 def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
-    _pdfs(docs, 2, 3)
+    make_pdfs(docs, 2, 3, "doc")
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "right"))
     monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: (50, 70))
     wrong = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "wrong"), "-v")
@@ -175,7 +171,7 @@ def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_
     from localgpt_index.store import IndexStore
 
     docs = tmp_path / "docs"
-    _pdfs(docs, 3, 2)
+    make_pdfs(docs, 3, 2, "doc")
 
     def failing(model, options):
         wait_until(lambda: any(t.name == "lgpt-render" for t in threading.enumerate()), 30, "the feed's start")
