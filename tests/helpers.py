@@ -126,5 +126,10 @@ def held_build(args: list[str], release: Path, point: str, nth: int = 1, env: di
                                stderr=subprocess.PIPE, text=True,
                                env={**os.environ, **(env or {}), "LGPT_FAILPOINT": f"{point}:{nth}:hold",
                                     "LGPT_FAILPOINT_HOLD": str(release)})
-    wait_until(Path(f"{release}.reached").exists, 120, f"the failpoint {point}", process)
+    try:
+        wait_until(Path(f"{release}.reached").exists, 120, f"the failpoint {point}", process)
+    except BaseException:
+        process.kill()  # never left running behind a failed test
+        process.communicate()
+        raise
     return process
