@@ -1,38 +1,41 @@
 """lgpt-index: index folders of everyday documents for visual retrieval with ColPali-family models.
 
-The library behind the `lgpt-index` command. Heavy dependencies (torch, byaldi)
-load only when a model is used.
+The library behind the `lgpt-index` command, and its public Python API: the names below,
+re-exported lazily from the packages that define them (heavy dependencies such as torch
+and byaldi load only when a model is used). The root package is the top layer: no module
+of the library imports it (the version lives in `_version`).
 """
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
+from importlib import import_module
+from typing import Any
 
-__all__ = ["__version__", "build_index", "BuildOptions", "open_index", "Index", "SearchHit",
-           "open_store", "IndexStore", "index_path", "load_rules", "page_image", "LgptError"]
+from ._version import __version__
 
-# public name -> the module that defines it (the other five are above)
+# public name -> the module that defines it
 _EXPORTS = {
-    "open_store": "stores",
-    "IndexStore": "store",
-    "index_path": "store",
-    "load_rules": "metadata",
-    "page_image": "pages",
-    "LgptError": "errors",
+    "build_index": "localgpt_index.build.run",
+    "BuildOptions": "localgpt_index.build.run",
+    "open_index": "localgpt_index.query.search",
+    "Index": "localgpt_index.query.search",
+    "SearchHit": "localgpt_index.query.search",
+    "open_store": "localgpt_index.index.open",
+    "IndexStore": "localgpt_index.index.store",
+    "index_path": "localgpt_index.index.store",
+    "load_rules": "localgpt_index.core.metadata",
+    "page_image": "localgpt_index.interop.pages",
+    "LgptError": "localgpt_index.core.errors",
 }
 
+__all__ = ["__version__", *_EXPORTS]
 
-def __getattr__(name: str):
-    if name in ("build_index", "BuildOptions"):
-        from . import build
 
-        return getattr(build, name)
-    if name in ("open_index", "Index", "SearchHit"):
-        from . import search
-
-        return getattr(search, name)
+def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        from importlib import import_module
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'localgpt_index' has no attribute {name!r}")
 
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(name)
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -69,7 +69,7 @@ def make_corpus(folder: Path, pdfs: int, pages: int, office: bool) -> None:
 
 def byaldi_copy(corpus: Path, target: Path) -> None:
     """The corpus as byaldi can read it: PDFs as they are, office files converted to PDF first."""
-    from localgpt_index.convert import ConverterSet
+    from localgpt_index.ingest.convert import ConverterSet
 
     target.mkdir(parents=True)
     converters = ConverterSet.detect()
@@ -90,8 +90,8 @@ import json, sys, time
 started = time.perf_counter()
 import torch
 from byaldi import RAGMultiModalModel
-from localgpt_index.encode import _byaldi_visible_path
-from localgpt_index.models import resolve_model
+from localgpt_index.models.encode import _byaldi_visible_path
+from localgpt_index.models.resolve import resolve_model
 with _byaldi_visible_path(resolve_model(sys.argv[1])) as path:
     rag = RAGMultiModalModel.from_pretrained(path, device="cpu", verbose=0, index_root=sys.argv[3])
 rag.model.model = rag.model.model.to(getattr(torch, sys.argv[4]))  # byaldi hard-codes bfloat16
@@ -109,7 +109,7 @@ started = time.perf_counter()
 import torch
 import colpali_engine.models as engine
 from pdf2image import convert_from_path
-from localgpt_index.families import family_named
+from localgpt_index.models.families import family_named
 family = family_named(sys.argv[3])
 model = getattr(engine, family.architecture).from_pretrained(sys.argv[1], dtype=getattr(torch, sys.argv[4])).eval()
 processor = getattr(engine, family.processor).from_pretrained(sys.argv[1])
@@ -130,10 +130,10 @@ print(json.dumps({"pages": pages, "load_s": loaded - started, "index_s": time.pe
 MODEL_ALONE = """
 import json, sys, time
 from pathlib import Path
-from localgpt_index.encode import open_probed_encoder
-from localgpt_index.models import resolve_model
-from localgpt_index.render import render_pdf_pages
-from localgpt_index.tuning import cpu_threads
+from localgpt_index.models.encode import open_probed_encoder
+from localgpt_index.models.resolve import resolve_model
+from localgpt_index.ingest.render import render_pdf_pages
+from localgpt_index.models.tuning import cpu_threads
 encoder = open_probed_encoder(resolve_model(sys.argv[1]), dtype=sys.argv[3], batch_size=int(sys.argv[4]))
 pdfs = sorted(Path(sys.argv[2]).glob("*.pdf"))[:4]
 pages = [encoder.prepare_page(page) for pdf in pdfs for page in render_pdf_pages(pdf, encoder.render_size, 1, 5)]
@@ -152,7 +152,7 @@ OURS = """
 import atexit, sys, time
 started = time.perf_counter()
 atexit.register(lambda: print(f"BUILD DONE {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True))
-import localgpt_index.encode as encode
+import localgpt_index.models.encode as encode
 load = encode.ByaldiEncoder.__init__
 def loaded(self, *args, **kwargs):
     load(self, *args, **kwargs)
@@ -217,7 +217,7 @@ def model_alone(python: str, model: str, docs: Path, dtype: str, batch: int) -> 
 def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path, baseline: Path | None,
            repeat: int = 1) -> bool:
     """`repeat` rounds of every system, one after the other in each, and the median ratios (see family_regime)."""
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     model = str(make_checkpoint(tmp / f"{spec}-colpali", spec))
     corpus = tmp / f"corpus-{spec}"
@@ -291,7 +291,7 @@ def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, b
 def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, repeat: int = 1) -> bool:
     """`repeat` rounds, the systems one after the other in each: this machine's speed drifts by a
     third within an hour, so a ratio is only as good as the rounds it comes from (the median)."""
-    from localgpt_index.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
 
     model = str(make_family_checkpoint(tmp / f"bench-{family}", family, geometry="bench"))
     corpus = tmp / "corpus-family"

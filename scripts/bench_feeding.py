@@ -38,7 +38,7 @@ class Feeder(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from localgpt_index.render import render_pdf_pages
+        from localgpt_index.ingest.render import render_pdf_pages
 
         number = 0
         while not self.stopped.is_set():
@@ -72,11 +72,11 @@ def main() -> None:
         sys.setswitchinterval(args.switch_interval)
     from docgen import make_pdf
 
-    from localgpt_index.checkpoints import make_checkpoint
-    from localgpt_index.encode import open_probed_encoder
-    from localgpt_index.models import resolve_model
-    from localgpt_index.render import render_pdf_pages
-    from localgpt_index.tuning import cpu_threads
+    from localgpt_index.testing.checkpoints import make_checkpoint
+    from localgpt_index.models.encode import open_probed_encoder
+    from localgpt_index.models.resolve import resolve_model
+    from localgpt_index.ingest.render import render_pdf_pages
+    from localgpt_index.models.tuning import cpu_threads
 
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-feeding-") as tmp:
         tmp = Path(tmp)

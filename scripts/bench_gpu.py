@@ -151,10 +151,10 @@ def main() -> None:
     from byaldi import RAGMultiModalModel
     from PIL import Image
 
-    from localgpt_index.checkpoints import make_checkpoint
-    from localgpt_index.device import choose_precision, detect_capabilities
-    from localgpt_index.encode import ByaldiEncoder
-    from localgpt_index.models import resolve_model
+    from localgpt_index.testing.checkpoints import make_checkpoint
+    from localgpt_index.models.device import choose_precision, detect_capabilities
+    from localgpt_index.models.encode import ByaldiEncoder
+    from localgpt_index.models.resolve import resolve_model
 
     caps = detect_capabilities()
     precision = choose_precision(caps, args.device, args.dtype)
@@ -254,10 +254,10 @@ def family_main(args) -> None:
     from PIL import Image
 
     import colpali_engine.models as engine
-    from localgpt_index.device import choose_precision, detect_capabilities
-    from localgpt_index.encode import open_encoder
-    from localgpt_index.family_checkpoints import make_family_checkpoint
-    from localgpt_index.models import resolve_model
+    from localgpt_index.models.device import choose_precision, detect_capabilities
+    from localgpt_index.models.encode import open_encoder
+    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.models.resolve import resolve_model
 
     caps = detect_capabilities()
     precision = choose_precision(caps, args.device, args.dtype)

@@ -31,8 +31,8 @@ from build_worker import print_result, run_worker  # noqa: E402
 
 
 def worker(args) -> None:
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
 
     started = time.perf_counter()
     options = BuildOptions(model=args.model, rebuild=args.rebuild, batch_size=args.batch_size)
@@ -66,7 +66,7 @@ def main() -> None:
         return
     from docgen import make_pdf
 
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-memory-") as tmp:
         tmp = Path(tmp)

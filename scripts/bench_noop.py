@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")  # the fake family registers as a plugin, here and in the processes started
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SIDE = 418  # 418 x 418 RGB = 524,172 bytes of pixels per file
@@ -66,7 +68,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=None, help="where to write the folder (default: the temporary folder)")
     args = parser.parse_args()
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="lgpt-bench-noop-", dir=args.work))
     try:

@@ -41,8 +41,8 @@ def unit(rng, rows: int) -> np.ndarray:
 
 
 def make_index(index_dir: Path, pages: int, seed: int = 0) -> None:
-    from localgpt_index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.store import IndexStore
+    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.store import IndexStore
 
     rng = np.random.default_rng(seed)
     store = IndexStore(index_dir / "default")
@@ -62,7 +62,7 @@ def first_result(index_dir: Path, query: np.ndarray) -> dict:
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-from localgpt_index.search import open_index
+from localgpt_index.query.search import open_index
 import torch
 t1 = time.perf_counter()
 index = open_index({str(index_dir)!r})
@@ -80,7 +80,7 @@ def bench(pages: int, batch: int, baseline_queries: int, tokens: int) -> bool:
     import torch
     from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     rng = np.random.default_rng(1)
     queries = [unit(rng, tokens) for _ in range(max(batch, baseline_queries))]

@@ -30,8 +30,8 @@ from build_worker import print_result, run_worker  # noqa: E402
 
 
 def worker(args) -> None:
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
 
     options = BuildOptions(model=args.model, ray=args.ray or None)
     started = time.perf_counter()
@@ -60,7 +60,7 @@ def main() -> None:
         return
     from docgen import make_pdf
 
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     failed = False
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-ray-") as tmp:

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")  # the fake family registers as a plugin, here and in the processes started
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -48,8 +50,8 @@ def make_pngs(folder: Path, count: int) -> None:
 
 
 def run(count: int, work: Path, model: Path) -> float:
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
 
     docs = work / f"docs-{count}"
     make_pngs(docs, count)
@@ -70,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
     args = parser.parse_args()
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-scheduler-") as tmp:
         work = Path(tmp)

@@ -90,7 +90,7 @@ def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int) -
 # against 8 stacked (the server's batched pass), median of 5 each, with the server idle.
 SCORING = """
 import json, statistics, sys, time
-from localgpt_index.search import open_index
+from localgpt_index.query.search import open_index
 index = open_index(sys.argv[1])
 encoder = index.load_encoder()
 vectors = encoder.encode_queries([f"revenue growth {i}" for i in range(8)])
@@ -123,7 +123,7 @@ def main() -> None:
     from docgen import make_pdf
     from served import Server
 
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     failed = False
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-serve-") as tmp:

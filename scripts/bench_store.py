@@ -46,7 +46,7 @@ def unit(rng, rows: int) -> np.ndarray:
 
 
 def timed_build(docs: Path, store, model: Path) -> float:
-    from localgpt_index.build import BuildOptions, build_index
+    from localgpt_index.build.run import BuildOptions, build_index
 
     started = time.perf_counter()
     report = build_index(docs, store, BuildOptions(model=str(model), batch_size=16))
@@ -72,9 +72,9 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=2000, help="a multiple of 10")
     parser.add_argument("--queries", type=int, default=10)
     args = parser.parse_args()
-    from localgpt_index.fake import write_fake_checkpoint
-    from localgpt_index.search import open_index
-    from localgpt_index.stores import open_store
+    from localgpt_index.testing.fake import write_fake_checkpoint
+    from localgpt_index.query.search import open_index
+    from localgpt_index.index.open import open_store
 
     rng = np.random.default_rng(0)
     queries = [unit(rng, 20) for _ in range(args.queries)]

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localgpt_index.checkpoints import SPECS, make_checkpoint  # noqa: E402
-from localgpt_index.fake import write_fake_checkpoint  # noqa: E402
-from localgpt_index.family_checkpoints import CHECKPOINT_FAMILIES, make_family_checkpoint  # noqa: E402
+from localgpt_index.testing.checkpoints import SPECS, make_checkpoint  # noqa: E402
+from localgpt_index.testing.fake import write_fake_checkpoint  # noqa: E402
+from localgpt_index.testing.family_checkpoints import CHECKPOINT_FAMILIES, make_family_checkpoint  # noqa: E402
 
 
 def main() -> None:
@@ -40,6 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.spec == "fake":
         print(write_fake_checkpoint(args.out))
+        print("(the fake family is a plugin: run lgpt-index with LGPT_PLUGINS=localgpt_index.testing.fake)", file=sys.stderr)
         return
     if args.spec in CHECKPOINT_FAMILIES:
         print(make_family_checkpoint(args.out, args.spec, seed=args.seed, geometry=args.geometry, dtype=args.dtype))

@@ -18,6 +18,10 @@ from docgen import make_corpus  # noqa: E402
 SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
 WITHOUT_TORCH = Path(__file__).resolve().parent / "without_torch"
 
+# The fake model family registers through the family registry's plugin list, in this process
+# and in every CLI, server or Ray worker process the tests start (they inherit the environment).
+os.environ["LGPT_PLUGINS"] = ",".join(filter(None, [os.environ.get("LGPT_PLUGINS"), "localgpt_index.testing.fake"]))
+
 
 def pytest_configure(config) -> None:
     """The fast tier (-m "not slow") runs without torch, in this process and in every CLI or server
@@ -46,21 +50,21 @@ def isolated_env(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def fake_model(tmp_path_factory) -> Path:
     """A fake checkpoint: deterministic vectors from page bytes, no torch (the fast tier)."""
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     return write_fake_checkpoint(tmp_path_factory.mktemp("models") / "fake")
 
 
 def faulty_model(folder: Path, **faults) -> Path:
-    """A fake checkpoint whose device fails as configured (see localgpt_index.fake)."""
-    from localgpt_index.fake import write_fake_checkpoint
+    """A fake checkpoint whose device fails as configured (see localgpt_index.testing.fake)."""
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     return write_fake_checkpoint(folder, **faults)
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     return make_checkpoint(tmp_path_factory.mktemp("models") / "tiny-colpali", "tiny")
 

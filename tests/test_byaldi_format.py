@@ -37,7 +37,7 @@ def _bf16_step(score: float) -> float:
 def test_byaldi_loads_and_searches_our_export(indexed):
     from byaldi import RAGMultiModalModel
 
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     out = indexed / "exported" / "lgpt"
     result = run_cli("export", str(out), "--format", "byaldi", "--with-images", "--dpi", "30", "--index-dir", str(indexed / "idx"))
@@ -91,7 +91,7 @@ def test_import_an_index_byaldi_built(tiny_model, tmp_path):
     report = json.loads(result.stdout)
     assert (report["documents"], report["pages"]) == (2, 3)
 
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     index = open_index(tmp_path / "idx")
     by_name = {Path(d.path).name: d for d in index.documents}

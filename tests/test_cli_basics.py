@@ -48,7 +48,7 @@ def test_the_command_exits_without_the_collectors_last_passes(entry):
 @pytest.fixture
 def collector_state():
     """The collector as the test found it, whatever the test did to it."""
-    from localgpt_index import collector
+    from localgpt_index.core import collector
 
     yield collector
     collector._policy.owned = False
@@ -92,7 +92,7 @@ def test_the_command_loads_its_model_with_the_collector_paused(command, tiny_mod
         build_ok(str(docs), "--model", str(tiny_model), "--index-dir", str(index))
     args = ["build", str(docs), "--model", str(tiny_model)] if command == "build" else ["query", "one page"]
     code = (
-        "import gc, sys; import localgpt_index.encode as e; seen = []; load = e.ByaldiEncoder.__init__; forward = e.ByaldiEncoder._forward\n"
+        "import gc, sys; import localgpt_index.models.encode as e; seen = []; load = e.ByaldiEncoder.__init__; forward = e.ByaldiEncoder._forward\n"
         "def loading(self, *a, **k): seen.append(('load', gc.isenabled(), 'torch' in sys.modules)); load(self, *a, **k)\n"
         "def running(self, *a, **k): seen.append(('run', gc.isenabled(), gc.get_freeze_count() > 0)); return forward(self, *a, **k)\n"
         "e.ByaldiEncoder.__init__ = loading; e.ByaldiEncoder._forward = running\n"

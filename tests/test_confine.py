@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localgpt_index.confine import confine_html
+from localgpt_index.ingest.confine import confine_html
 
 
 @pytest.fixture

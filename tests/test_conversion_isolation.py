@@ -57,7 +57,7 @@ def test_a_build_fetches_nothing_and_reads_nothing_outside_the_folder(fake_model
     assert "md.png" in notes["notes.md"] and "../secret.png" in notes["notes.md"]
     from pypdf import PdfReader
 
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     index = open_index(tmp_path / "idx")
     for doc in (d for d in index.documents if d.pdf):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localgpt_index.device import Capabilities, CudaDevice, choose_precision, default_batch_size
-from localgpt_index.errors import EnvironmentMissing, UsageError
+from localgpt_index.models.device import Capabilities, CudaDevice, choose_precision, default_batch_size
+from localgpt_index.core.errors import EnvironmentMissing, UsageError
 
 GIB = 2**30
 T4 = CudaDevice(0, "Tesla T4", (7, 5), 16 * GIB)
@@ -76,7 +76,7 @@ def test_the_probe_finds_the_cpu_bfloat16_instructions_linux_lists():
     """detect_capabilities against /proc/cpuinfo's flags (amx_bf16, avx512_bf16) on this machine."""
     from pathlib import Path
 
-    from localgpt_index.device import detect_capabilities
+    from localgpt_index.models.device import detect_capabilities
 
     cpuinfo = Path("/proc/cpuinfo")
     if not cpuinfo.exists():
@@ -122,8 +122,8 @@ def test_batch_size_scales_with_gpu_memory():
 @pytest.mark.slow
 def test_a_query_encoder_on_a_cpu_is_float32(tiny_model):
     """On any CPU, bfloat16-capable or not, `query` and `serve` encode queries in float32."""
-    from localgpt_index.models import resolve_model
-    from localgpt_index.search import load_query_encoder
+    from localgpt_index.models.resolve import resolve_model
+    from localgpt_index.query.search import load_query_encoder
 
     encoder = load_query_encoder(resolve_model(str(tiny_model)), device="cpu")
     assert (encoder.precision.dtype, encoder.precision.autocast) == ("float32", False)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from localgpt_index.device import Capabilities, choose_precision
-from localgpt_index.encode import ByaldiEncoder
-from localgpt_index.models import resolve_model
+from localgpt_index.models.device import Capabilities, choose_precision
+from localgpt_index.models.encode import ByaldiEncoder
+from localgpt_index.models.resolve import resolve_model
 
 pytestmark = pytest.mark.slow  # the real-component tier
 

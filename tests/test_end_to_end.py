@@ -49,7 +49,7 @@ def test_build_indexes_every_page_exactly_once(built):
     validate(report, "build")
     assert report["documents_seen"] == 6 and report["indexed"] == 6 and report["failed"] == 0
 
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     index = open_index(built["index_dir"])
     docs = {Path(d.path).relative_to(built["docs"]).as_posix(): d for d in index.documents}
@@ -88,7 +88,7 @@ def test_query_json_returns_k_valid_results(built):
     hits = document["results"]
     assert [h["rank"] for h in hits] == [1, 2, 3, 4]
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:]))
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     pages = {d.path: d.pages for d in open_index(built["index_dir"]).documents}
     for hit in hits:
@@ -123,7 +123,7 @@ def test_status_json(built):
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     validate(document, "status")
-    from localgpt_index.device import choose_precision, detect_capabilities
+    from localgpt_index.models.device import choose_precision, detect_capabilities
 
     # the probe's choice here: float32, or bfloat16 on a CPU with AMX or AVX512-BF16
     assert document["documents"] == 6 and document["settings"]["dtype"] == choose_precision(detect_capabilities()).dtype
@@ -139,7 +139,7 @@ def test_second_build_of_unchanged_folder_does_no_model_work(built, tiny_model):
 
 
 def test_query_with_another_model_is_refused(built, tmp_path):
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     other = make_checkpoint(tmp_path / "other-colpali", "tiny", seed=1)
     result = run_cli("query", "revenue", "--model", str(other), "--index-dir", str(built["index_dir"]))

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # torch.save writes byaldi's files
 
 @pytest.fixture
 def indexed(tmp_path, monkeypatch) -> Path:
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     model = write_fake_checkpoint(tmp_path / "fake-colpali")  # byaldi loads only names with "colpali"
     docs = tmp_path / "docs"

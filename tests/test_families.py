@@ -13,10 +13,10 @@ from PIL import Image
 from conftest import run_cli
 from docgen import PAGE_SHAPES, make_docx, make_pdf, make_pdf_of_shapes, make_png
 from helpers import build_ok
-from localgpt_index.errors import UsageError
-from localgpt_index.families import FAMILIES, QWEN_GRID, detect_family, family_named
-from localgpt_index.family_checkpoints import CHECKPOINT_FAMILIES
-from localgpt_index.models import resolve_model
+from localgpt_index.core.errors import UsageError
+from localgpt_index.models.families import FAMILIES, QWEN_GRID, detect_family, family_named
+from localgpt_index.testing.family_checkpoints import CHECKPOINT_FAMILIES
+from localgpt_index.models.resolve import resolve_model
 
 
 def _folder(tmp_path: Path, config: dict) -> Path:
@@ -49,14 +49,14 @@ def test_an_unknown_or_single_vector_model_is_refused_with_the_supported_list(tm
 
 @pytest.fixture(scope="module", params=CHECKPOINT_FAMILIES)
 def family_model(request, tmp_path_factory) -> Path:
-    from localgpt_index.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
 
     return make_family_checkpoint(tmp_path_factory.mktemp("models") / request.param, request.param)
 
 
 def _encoder(model: Path, batch_size: int = 4):
-    from localgpt_index.device import Capabilities, choose_precision
-    from localgpt_index.encode import open_encoder
+    from localgpt_index.models.device import Capabilities, choose_precision
+    from localgpt_index.models.encode import open_encoder
 
     return open_encoder(resolve_model(str(model)), choose_precision(Capabilities(), device="cpu", dtype="float32"), batch_size)
 
@@ -67,7 +67,7 @@ def _engine(model: Path):
     import colpali_engine.models as engine
     import torch
 
-    from localgpt_index.families import family_named
+    from localgpt_index.models.families import family_named
 
     family = family_named(resolve_model(str(model)).family)
     dtype = torch.bfloat16 if family.loader == "byaldi" else torch.float32
@@ -77,8 +77,8 @@ def _engine(model: Path):
 
 @pytest.mark.slow
 def test_the_right_library_loads_the_family(family_model):
-    from localgpt_index.encode import ColpaliEngineEncoder
-    from localgpt_index.families import family_named
+    from localgpt_index.models.encode import ColpaliEngineEncoder
+    from localgpt_index.models.families import family_named
 
     encoder = _encoder(family_model)
     family = family_named(encoder.model.family)
@@ -107,7 +107,7 @@ def test_pages_are_rendered_at_the_size_the_processor_uses(family_model, tmp_pat
     200 dpi one (what colpali-engine's loop hands it), and does not resize ours."""
     from pdf2image import convert_from_path
 
-    from localgpt_index.render import PixelBudget, render_pdf_pages
+    from localgpt_index.ingest.render import PixelBudget, render_pdf_pages
 
     encoder = _encoder(family_model)
     size = encoder.render_size
@@ -151,8 +151,8 @@ def test_a_prepared_page_is_what_process_images_gives(family_model, dtype):
     and the pixels are the first of the processor's temporal frames, which are all the same."""
     import torch
 
-    from localgpt_index.device import Capabilities, choose_precision
-    from localgpt_index.encode import first_frame, open_encoder
+    from localgpt_index.models.device import Capabilities, choose_precision
+    from localgpt_index.models.encode import first_frame, open_encoder
 
     encoder = open_encoder(resolve_model(str(family_model)), choose_precision(Capabilities(), device="cpu", dtype=dtype), 2)
     qwen = encoder.model.family in QWEN_GRID
@@ -277,7 +277,7 @@ def _vectors_per_page(index_dir: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_max_visual_tokens_is_recorded_and_kept(tmp_path):
-    from localgpt_index.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
 
     model = make_family_checkpoint(tmp_path / "colqwen2_5", "colqwen2_5")
     docs = tmp_path / "docs"
@@ -315,7 +315,7 @@ def test_max_visual_tokens_is_refused_where_the_family_has_no_budget(fake_model,
 @pytest.mark.slow
 def test_doctor_reports_family_loader_tokens_and_bytes(family_model):
     from conftest import validate
-    from localgpt_index.families import family_named
+    from localgpt_index.models.families import family_named
 
     result = run_cli("doctor", "--model", str(family_model), "--device", "cpu", "--json")
     report = json.loads(result.stdout)
@@ -331,7 +331,7 @@ def test_doctor_reports_family_loader_tokens_and_bytes(family_model):
 
 @pytest.mark.slow
 def test_byaldi_export_is_refused_for_a_family_byaldi_cannot_load(tmp_path):
-    from localgpt_index.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
 
     model = make_family_checkpoint(tmp_path / "colidefics3", "colidefics3")
     docs = tmp_path / "docs"
@@ -348,7 +348,7 @@ def test_the_full_colqwen2_5_geometry_has_the_3b_model_s_layers(tmp_path):
     import torch
 
     import colpali_engine.models as engine
-    from localgpt_index.family_checkpoints import QWEN_CELLS, _qwen_parts, make_family_checkpoint
+    from localgpt_index.testing.family_checkpoints import QWEN_CELLS, _qwen_parts, make_family_checkpoint
 
     _, images, _, config = _qwen_parts("colqwen2_5", "full")
     with torch.device("meta"):  # the shapes without 14 GB of float32 weights
@@ -367,7 +367,7 @@ def test_the_full_colqwen2_5_geometry_has_the_3b_model_s_layers(tmp_path):
 def test_the_render_size_its_settings_promise_is_the_loaded_processor_s(family_model, tokens):
     """A build renders while the model loads, at the size read from the saved processor settings;
     for every family that is the size the loaded processor asks for (with --max-visual-tokens too)."""
-    from localgpt_index.encode import expected_render_size
+    from localgpt_index.models.encode import expected_render_size
 
     encoder = _encoder(family_model)
     if encoder.max_visual_tokens is None:
@@ -379,8 +379,8 @@ def test_the_render_size_its_settings_promise_is_the_loaded_processor_s(family_m
 
 @pytest.mark.slow
 def test_colpali_s_render_size_is_known_before_it_loads(tiny_model):
-    from localgpt_index.device import Capabilities, choose_precision
-    from localgpt_index.encode import expected_render_size, open_encoder
+    from localgpt_index.models.device import Capabilities, choose_precision
+    from localgpt_index.models.encode import expected_render_size, open_encoder
 
     encoder = open_encoder(resolve_model(str(tiny_model)), choose_precision(Capabilities(), device="cpu", dtype="float32"), 2)
     assert expected_render_size(encoder.model) == encoder.render_size == (56, 56)  # the tiny geometry

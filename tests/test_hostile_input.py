@@ -128,7 +128,7 @@ def test_build_reports_every_bad_document_and_indexes_the_rest(hostile, first_bu
 
 
 def test_every_valid_document_has_its_page_count(hostile, first_build):
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     index = open_index(first_build["index_dir"])
     by_path = {d.path: d for d in index.documents}
@@ -198,8 +198,8 @@ class _ChangeFilesDuringBuild:
 
 
 def test_files_changing_or_vanishing_during_the_build(tiny_model, tmp_path):
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
 
     docs = tmp_path / "docs"
     first = make_pdf(docs / "a-first.pdf", ["First"])
@@ -241,7 +241,7 @@ def test_include_and_exclude_globs(hostile, tiny_model, tmp_path):
                      "--exclude", "copy-*", "--index-dir", str(tmp_path / "idx"), "--json")
     report = json.loads(result.stdout)
     seen = {Path(f["path"]).name for f in report["failures"]} | {
-        Path(d.path).name for d in __import__("localgpt_index.search", fromlist=["open_index"]).open_index(tmp_path / "idx").documents
+        Path(d.path).name for d in __import__("localgpt_index.query.search", fromlist=["open_index"]).open_index(tmp_path / "idx").documents
     }
     assert all(name.lower().endswith(".pdf") for name in seen)
     assert "copy-of-report.pdf" not in seen and "report.pdf" in seen and "UPPER.PDF" in seen

@@ -110,7 +110,7 @@ def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
     status = json.loads(run_cli("status", "--index-dir", str(index_dir), "--json").stdout)
     committed_extra = status["documents"] - len(BASE)
     assert 1 <= committed_extra < len(EXTRA)  # some batches committed, not all
-    from localgpt_index.store import IndexStore
+    from localgpt_index.index.store import IndexStore
 
     partial = sum(d.pages for d in IndexStore(index_dir / "default").read_manifest().in_progress)  # carried on, not redone
     resumed = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1", "--json")
@@ -145,7 +145,7 @@ def test_incremental_change_delete_rename(fake_model, tmp_path):
 
 
 def _catalog(index_dir: Path) -> list[dict]:
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     return [vars(d) for d in open_index(index_dir).documents]
 
@@ -179,7 +179,7 @@ def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
 
 
 def test_lock_wait_and_stale_lock(scenario, tmp_path):
-    from localgpt_index.store import IndexStore
+    from localgpt_index.index.store import IndexStore
 
     index_dir = _fresh_copy(scenario, tmp_path)
     store = IndexStore(index_dir / "default")
@@ -190,7 +190,7 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
         assert _results(index_dir) == scenario["before"]
     # a writer killed while holding the lock leaves nothing that blocks
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from localgpt_index.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
+        "import time; from localgpt_index.index.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
         "cm = s.lock(); cm.__enter__(); print('locked', flush=True); time.sleep(60)") % store.root],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"

@@ -24,7 +24,7 @@ def _weights(folder: Path, name: str = "model.safetensors", size: int = 3 * MIB)
 
 
 def _fake_with_weights(folder: Path) -> Path:
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     write_fake_checkpoint(folder)
     _weights(folder)
@@ -54,7 +54,7 @@ def _query(index: Path, *args: str):
 
 
 def _current_format() -> str:
-    from localgpt_index.manifest import FORMAT
+    from localgpt_index.index.manifest import FORMAT
 
     return FORMAT
 
@@ -95,7 +95,7 @@ def test_a_weight_change_past_the_first_mib_is_another_model(tmp_path):
 
 
 def test_an_adapter_is_known_by_its_base_models_weights_too(tmp_path):
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     base = _fake_with_weights(tmp_path / "base")
     adapter = write_fake_checkpoint(tmp_path / "adapter")
@@ -118,7 +118,7 @@ def test_weight_digests_are_remembered_by_stat_and_a_change_in_place_is_seen(tmp
     """The cache of whole-weight digests: trusted while size, mtime, ctime and inode are those it
     recorded, never for a file changed in place (its ctime moves), and not for a file modified
     too recently to tell (an injected clock stands for the time passing)."""
-    from localgpt_index.models import WeightDigests
+    from localgpt_index.models.resolve import WeightDigests
 
     weights = _weights(tmp_path, "w.safetensors", MIB + 10)
     cache = tmp_path / "digests.json"
@@ -221,7 +221,7 @@ def test_an_index_fingerprinted_the_old_way_still_refuses_what_the_old_way_told_
 
 
 def test_a_format_2_manifest_migrates_to_the_old_fingerprint_scheme():
-    from localgpt_index.manifest import FORMAT, migrate
+    from localgpt_index.index.manifest import FORMAT, migrate
 
     data = {"format": "lgpt-index/2", "model": {"id": "m", "family": "fake", "fingerprint": "sha256:" + "0" * 64}}
     migrated = migrate(data, "test")

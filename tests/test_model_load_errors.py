@@ -1,7 +1,7 @@
 """A model folder that cannot be loaded (issue 24): pickled code in a `.bin` without safetensors, a
 config that claims another family, weights whose shapes do not match the config, no weights at
 all. Each stops `build`, `query` and `serve` with one message naming the folder and the reason,
-exit 4, and no traceback. Real-component tier: tiny checkpoints from localgpt_index.checkpoints."""
+exit 4, and no traceback. Real-component tier: tiny checkpoints from localgpt_index.testing.checkpoints."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _index_on_a_cached_snapshot(tmp_path: Path, monkeypatch) -> tuple[Path, Path
     is then damaged: queries reach the loader with a model that passes the identity check."""
     import huggingface_hub.constants
 
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     hub = tmp_path / "hf-home" / "hub"
     repo = hub / "models--acme--retriever"

@@ -7,16 +7,16 @@ import weakref
 
 import pytest
 
-import localgpt_index.render as render
+import localgpt_index.ingest.render as render
 from docgen import make_pdf
 
 pytestmark = pytest.mark.slow  # the real-component tier
 
 
 def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, monkeypatch):
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.pipeline import RENDER_CHUNK
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.ingest.feed import RENDER_CHUNK
+    from localgpt_index.index.store import IndexStore
 
     docs = tmp_path / "docs"
     make_pdf(docs / "long.pdf", [f"page {i}" for i in range(120)])
@@ -31,8 +31,8 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
         alive.extend(weakref.ref(image) for image in images)
         return images
 
-    monkeypatch.setattr("localgpt_index.pipeline.render_pdf_pages", tracked)
-    from localgpt_index.encode import load_page_encoder
+    monkeypatch.setattr("localgpt_index.ingest.feed.render_pdf_pages", tracked)
+    from localgpt_index.models.encode import load_page_encoder
 
     prepared: list[weakref.ref] = []
 

@@ -9,10 +9,10 @@ import pytest
 from PIL import Image
 
 from conftest import run_cli, validate
-from localgpt_index.device import Precision
-from localgpt_index.encode import ByaldiEncoder
-from localgpt_index.guard import PrecisionError, translate_error
-from localgpt_index.models import resolve_model
+from localgpt_index.models.device import Precision
+from localgpt_index.models.encode import ByaldiEncoder
+from localgpt_index.models.guard import PrecisionError, translate_error
+from localgpt_index.models.resolve import resolve_model
 
 pytestmark = pytest.mark.slow  # the real-component tier
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # the real-component tier
 @pytest.fixture(scope="module")
 def mixed_models(tmp_path_factory):
     """Seed 2's shape: float16 checkpoints with the vision tower, or the projector alone, stored in float32."""
-    from localgpt_index.checkpoints import make_checkpoint
+    from localgpt_index.testing.checkpoints import make_checkpoint
 
     root = tmp_path_factory.mktemp("mixed")
     return {
@@ -140,7 +140,7 @@ def test_translator_leaves_other_errors_alone():
 
 
 def test_doctor_exit_code_flips_without_libreoffice_or_poppler(tiny_model, tmp_path):
-    from localgpt_index.device import detect_capabilities
+    from localgpt_index.models.device import detect_capabilities
 
     ok = run_cli("doctor", "--model", str(tiny_model), "--json")
     assert ok.exit_code == 0, ok.stdout

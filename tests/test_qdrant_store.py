@@ -117,7 +117,7 @@ def test_a_killed_rebuild_leaves_the_old_collection_answering(qdrant_scenario, t
                          env={"LGPT_FAILPOINT": "encode:5"})
     assert killed.returncode == -9
     assert _answers(*store) == qdrant_scenario["before"]
-    from localgpt_index.stores import open_store
+    from localgpt_index.index.open import open_store
 
     client_store = open_store(f"qdrant+path://{copy}/docs")
     names = {c.name for c in client_store.client.get_collections().collections}
@@ -136,9 +136,9 @@ def test_a_killed_rebuild_leaves_the_old_collection_answering(qdrant_scenario, t
 def test_one_writer_at_a_time_and_an_expired_lease_is_taken_over(fake_model, tmp_path):
     from qdrant_client import models
 
-    from localgpt_index.errors import IndexBusy
-    from localgpt_index.qdrant_store import LEASE_ID
-    from localgpt_index.stores import open_store
+    from localgpt_index.core.errors import IndexBusy
+    from localgpt_index.index.qdrant_store import LEASE_ID
+    from localgpt_index.index.open import open_store
 
     store = open_store(f"qdrant+path://{tmp_path / 'qd'}/docs")
     with store.begin():
@@ -190,7 +190,7 @@ def test_a_missing_pdf_store_is_said(fake_model, tmp_path, unstable_converter):
 def test_verify_finds_a_lost_page(fake_model, tmp_path):
     from qdrant_client import models
 
-    from localgpt_index.stores import open_store
+    from localgpt_index.index.open import open_store
 
     docs = tmp_path / "docs"
     _docs(docs)

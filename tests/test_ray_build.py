@@ -19,14 +19,14 @@ pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
 
 def _catalog(index: Path) -> dict[str, tuple]:
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     opened = open_index(index)
     return {d.path: (d.pages, d.sha256, d.kind, d.converter) for d in opened.documents}
 
 
 def _vectors(index: Path) -> dict[tuple[str, int], np.ndarray]:
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     opened = open_index(index)
     return {(d.path, page): vectors.astype(np.float32) for d in opened.documents
@@ -56,7 +56,7 @@ def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path
 @pytest.mark.parametrize("family", ["colqwen2_5", "colidefics3"], ids=["pixel-budget", "long-side"])
 def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tmp_path):
     """Pages of every shape rendered by Ray tasks at the family's sizes: the same vectors."""
-    from localgpt_index.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
 
     model = make_family_checkpoint(tmp_path / family, family)
     docs = tmp_path / "docs"

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from docgen import PAGE_SHAPES, make_pdf_of_shapes
-from localgpt_index.errors import DocumentError
-from localgpt_index.render import PixelBudget, image_file_pages, render_pdf_pages
+from localgpt_index.core.errors import DocumentError
+from localgpt_index.ingest.render import PixelBudget, image_file_pages, render_pdf_pages
 
 # colqwen2.5's processor: 768 cells of 28 px at most, 4 at least
 BUDGET = PixelBudget(max_pixels=768 * 28 * 28, min_pixels=4 * 28 * 28, cell=28)
@@ -99,8 +99,8 @@ def test_a_pdf_in_the_feed_costs_one_pdfinfo_and_one_pdftoppm_per_run_of_equal_s
     import os
     import shutil
 
-    from localgpt_index.discover import PDF
-    from localgpt_index.pipeline import FeedSource, PageFeed
+    from localgpt_index.ingest.discover import PDF
+    from localgpt_index.ingest.feed import FeedSource, PageFeed
 
     letter, slide = (612, 792, 0), (960, 540, 0)
     shapes = [letter, letter, slide, slide, letter]  # three runs of equal sizes under the budget

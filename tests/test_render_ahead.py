@@ -11,14 +11,15 @@ import time
 
 import pytest
 
-import localgpt_index.build as build
-import localgpt_index.pipeline as pipeline
+import localgpt_index.build.run as build
+import localgpt_index.ingest.feed as pipeline
 from conftest import run_cli
 from docgen import make_docx
 from helpers import build_ok, make_pdfs, pid_alive, wait_until
-from localgpt_index import failpoints, processes
-from localgpt_index.discover import OFFICE, PDF
-from localgpt_index.pipeline import FeedSource, PageFeed
+from localgpt_index.core import failpoints
+from localgpt_index.ingest import processes
+from localgpt_index.ingest.discover import OFFICE, PDF
+from localgpt_index.ingest.feed import FeedSource, PageFeed
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +86,7 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
     (bin_dir / "soffice").write_text(f"#!/bin/sh\necho $$ > {started}.part && mv {started}.part {started}\nexec sleep 300\n")
     (bin_dir / "soffice").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    from localgpt_index.convert import ConverterSet
+    from localgpt_index.ingest.convert import ConverterSet
 
     converters = ConverterSet.detect(timeout_s=60)
     pdfs = make_pdfs(tmp_path, 2, 2, "doc")
@@ -167,8 +168,8 @@ def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, 
 
 
 def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_path, fake_model):
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
 
     docs = tmp_path / "docs"
     make_pdfs(docs, 3, 2, "doc")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import localgpt_index.score as score_module
-from localgpt_index.score import maxsim
+import localgpt_index.index.score as score_module
+from localgpt_index.index.score import maxsim
 
 
 
@@ -130,7 +130,7 @@ def test_first_pass_with_every_page_is_exact_and_narrower_passes_return_exact_sc
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     from bench_query import make_index, unit
 
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     make_index(tmp_path, 300)
     index = open_index(tmp_path)

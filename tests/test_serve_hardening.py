@@ -104,7 +104,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
     import asyncio
     from types import SimpleNamespace
 
-    from localgpt_index.errors import UsageError
+    from localgpt_index.core.errors import UsageError
     from localgpt_index.service import QueryBatcher, SearchRequest
 
     def search(requests):
@@ -199,7 +199,7 @@ def test_overlapping_queries_never_change_torch_s_thread_count(monkeypatch):
     import numpy as np
     import torch
 
-    import localgpt_index.score as score_module
+    import localgpt_index.index.score as score_module
 
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # side by side even on a one-core machine
     rng = np.random.default_rng(7)

@@ -26,7 +26,7 @@ def _docs(folder: Path, count: int, prefix: str = "doc", pages: int = 1) -> list
 
 
 def _manifest(index: Path):
-    from localgpt_index.store import IndexStore
+    from localgpt_index.index.store import IndexStore
 
     return IndexStore(index / "default").read_manifest()
 
@@ -130,9 +130,9 @@ class _Tracking:
 
 @pytest.mark.parametrize("mode", [(), ("--rebuild",), ("--strict",)], ids=["plain", "rebuild", "strict"])
 def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, mode):
-    from localgpt_index.build import BuildOptions, build_index
-    from localgpt_index.encode import load_page_encoder
-    from localgpt_index.store import IndexStore
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.models.encode import load_page_encoder
+    from localgpt_index.index.store import IndexStore
 
     docs = tmp_path / "docs"
     for i in range(60):
@@ -210,7 +210,7 @@ def test_a_full_disk_during_remove_is_one_clean_message(fake_model, tmp_path, mo
 
 
 def test_a_no_op_build_reads_no_file(fake_model, tmp_path, monkeypatch):
-    import localgpt_index.discover as discover
+    import localgpt_index.ingest.discover as discover
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     files = _docs(docs, 4)
@@ -245,7 +245,7 @@ def test_a_change_that_keeps_size_and_mtime_is_still_found(fake_model, tmp_path)
 
 
 def test_a_query_uses_the_model_revision_the_index_recorded(tmp_path, monkeypatch):
-    from localgpt_index.fake import write_fake_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
 
     hub = tmp_path / "hf-home" / "hub" / "models--acme--fake-retriever"
     first, second = "1" * 40, "2" * 40
@@ -273,8 +273,8 @@ def test_a_query_uses_the_model_revision_the_index_recorded(tmp_path, monkeypatc
 
 
 def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_path):
-    from localgpt_index.manifest import FORMAT
-    from localgpt_index.store import block_checksums
+    from localgpt_index.index.manifest import FORMAT
+    from localgpt_index.index.store import block_checksums
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 2, pages=2)
@@ -297,9 +297,9 @@ def _downgrade_to_format_1(root: Path) -> None:
     """Rewrite the current generation in format 1, as lgpt-index 0.1 wrote it."""
     import hashlib
 
-    from localgpt_index.store import block_checksums
+    from localgpt_index.index.store import block_checksums
 
-    from localgpt_index.models import fingerprint_in, resolve_model
+    from localgpt_index.models.resolve import fingerprint_in, resolve_model
 
     head = json.loads((root / "HEAD").read_text())
     data = json.loads((root / head["manifest"]).read_text())
@@ -344,7 +344,7 @@ def test_a_long_document_commits_inside_itself_and_a_resumed_build_carries_on(fa
 
 
 def _vectors(index: Path, doc) -> list[bytes]:
-    from localgpt_index.search import open_index
+    from localgpt_index.query.search import open_index
 
     opened = open_index(index)
     out = []

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import localgpt_index.tuning as tuning
+import localgpt_index.models.tuning as tuning
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +75,7 @@ def test_a_batch_shape_first_call_is_a_warm_up(monkeypatch):
 def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
     threads = []
     monkeypatch.setattr(tuning, "set_threads", threads.append)
-    monkeypatch.setattr(tuning.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
     encoder = _encoder()
     tuner = tuning.CpuTuner(encoder, fixed_batch=False)
     _run(tuner, encoder, {size: 0.001 for size in tuning.CANDIDATES}, wait=0.01)
@@ -216,7 +216,7 @@ def test_the_page_queue_shrinks_to_two_batches_of_the_size_kept(tiny_model, tmp_
     from conftest import run_cli
     from docgen import make_pdf
 
-    from localgpt_index.pipeline import PageFeed
+    from localgpt_index.ingest.feed import PageFeed
 
     decide = tuning.CpuTuner._decide
 

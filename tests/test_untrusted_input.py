@@ -67,7 +67,7 @@ def test_an_interrupt_during_a_conversion_ends_it_and_leaves_nothing_behind(fake
 def test_image_frames_are_decoded_one_at_a_time(tmp_path, monkeypatch):
     from PIL import Image
 
-    import localgpt_index.render as render
+    import localgpt_index.ingest.render as render
 
     frames = [Image.new("RGB", (40, 30), (i, 0, 0)) for i in range(30)]
     path = tmp_path / "scan.tiff"

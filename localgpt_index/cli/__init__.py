@@ -10,8 +10,8 @@ import gc
 
 import click
 
-from .. import __version__
-from ..collector import own_process
+from .._version import __version__
+from ..core.collector import own_process
 from .app import AppGroup
 from .options import EXIT_CODES
 
@@ -54,7 +54,7 @@ _register()
 
 def run() -> None:
     """The console command (and `python -m localgpt_index`): `main`, with the collector paused while
-    a model loads (collector.py), then an exit without the garbage collector's last passes."""
+    a model loads (core/collector.py), then an exit without the garbage collector's last passes."""
     own_process()
     try:
         main(prog_name="lgpt-index")

@@ -10,8 +10,8 @@ from typing import Any, NoReturn
 
 import click
 
-from ..errors import EnvironmentMissing, ExitCode, IndexBusy, IndexProblem, LgptError, UsageError
-from ..terminal import Terminal
+from ..core.errors import EnvironmentMissing, ExitCode, IndexBusy, IndexProblem, LgptError, UsageError
+from ..core.terminal import Terminal
 
 ERROR_SCHEMA_VERSION = 1
 # The most specific class first: a subclass of IndexProblem is an index problem, and so on.
@@ -49,7 +49,7 @@ class Application:
 
     def store(self):
         """The index's store, from --store, --index-dir/--name and friends (closed when the command ends)."""
-        from ..stores import open_store
+        from ..index.open import open_store
 
         return self.keep(open_store(self.store_url, self.index_dir, self.index_name, self.qdrant_api_key, self.pdf_store))
 
@@ -109,7 +109,7 @@ class Application:
         sys.exit(int(ExitCode.FAILURE))
 
     def interrupted(self) -> NoReturn:
-        from .. import processes
+        from ..ingest import processes
 
         processes.stop_all()
         message = "interrupted; the index keeps its last committed generation."
@@ -127,7 +127,7 @@ class AppGroup(click.Group):
         return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: click.Context):
-        from .. import processes
+        from ..ingest import processes
 
         processes.terminate_as_interrupt()
         app: Application = ctx.obj

@@ -54,8 +54,8 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
           ray_address, ray_actors, ray_gpus_per_actor) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
-    from ..build import BuildOptions, build_index
-    from ..metadata import load_rules
+    from ..build.run import BuildOptions, build_index
+    from ..core.metadata import load_rules
 
     store = app.store()
     options = BuildOptions(
@@ -79,7 +79,7 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
 
 def _error(report) -> dict:
     """The error object of a build that failed in part or whole (the one error shape, app.error_object)."""
-    from ..errors import ExitCode
+    from ..core.errors import ExitCode
     from .app import error_object
 
     failed = f"{len(report.failures)} document(s) failed"
@@ -93,7 +93,7 @@ def _error(report) -> dict:
 
 
 def _summarise(app: Application, report) -> None:
-    from ..checkpoints import is_random_checkpoint
+    from ..models.resolve import is_random_checkpoint
 
     terminal = app.terminal
     if report.model and is_random_checkpoint(report.model["path"]):

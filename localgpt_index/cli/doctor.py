@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import ExitCode, LgptError
+from ..core.errors import ExitCode, LgptError
 from .app import Application, error_object, output_options
 from .options import index_options, model_options
 
@@ -24,7 +24,7 @@ def doctor(app: Application, model, device, dtype) -> None:
     The model checked is --model, else the one the index at hand (--index-dir/--name/--store)
     was built with, else the default. Exits 4 when something `build` needs is missing, and names it.
     """
-    from ..doctor import diagnose
+    from ..build.doctor import diagnose
 
     recorded, location = _index_model(app) if model is None else (None, None)
     report = diagnose(model, device, dtype, recorded=recorded, index=location)

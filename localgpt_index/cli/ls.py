@@ -18,8 +18,8 @@ def ls(app: Application, prefix, failed) -> None:
     """List the documents in the index (those under PREFIX: a folder or the start of a path)."""
     import os
 
-    from ..reports import documents_document
-    from ..search import open_index
+    from ..interop.reports import documents_document
+    from ..query.search import open_index
 
     if prefix and not prefix.startswith(os.sep):
         prefix = os.path.abspath(prefix) + (os.sep if prefix.endswith(os.sep) else "")

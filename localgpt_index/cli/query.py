@@ -34,9 +34,9 @@ from .options import EXIT_CODES, display_path, index_options, model_options
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, server, token,
           model, device, dtype) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
-    from ..encode import check_queries
-    from ..errors import UsageError
-    from ..metadata import parse_filters
+    from ..models.encode import check_queries
+    from ..core.errors import UsageError
+    from ..core.metadata import parse_filters
 
     texts = check_queries(_utf8(list(text), "query") + (read_queries_file(queries_file) if queries_file else []))
     if not texts:
@@ -54,7 +54,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     if export_dir:
         from pathlib import Path
 
-        from ..pages import export_pages
+        from ..interop.pages import export_pages
 
         manifest = export_pages(document, Path(export_dir), dpi, fetch)
         app.terminal.info(f"page images and {manifest.name} written to {export_dir}")
@@ -65,10 +65,10 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
 
 
 def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi):
-    from ..checkpoints import is_random_checkpoint
-    from ..pages import local_page
-    from ..reports import query_document
-    from ..search import open_index
+    from ..models.resolve import is_random_checkpoint
+    from ..interop.pages import local_page
+    from ..interop.reports import query_document
+    from ..query.search import open_index
 
     index = open_index(store=app.store())
     encoder = index.load_encoder(model, device, dtype)
@@ -90,7 +90,7 @@ def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi):
 def _utf8(values: list[str], what: str) -> list[str]:
     """Command-line values as given; one that is not UTF-8 (bytes Python kept as surrogate escapes)
     is refused here, before a tokenizer or an HTTP body meets it."""
-    from ..errors import UsageError
+    from ..core.errors import UsageError
 
     for number, value in enumerate(values, 1):
         try:
@@ -112,7 +112,7 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
     ignored: the server answers from the index it serves). Their environment variables stay quiet."""
     from click.core import ParameterSource
 
-    from ..errors import UsageError
+    from ..core.errors import UsageError
 
     given = [flag for name, flag in _LOCAL_ONLY.items() if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
     if given:
@@ -124,7 +124,7 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
 
 def read_queries_file(path: str) -> list[str]:
     """One query per line; a file that is not UTF-8 text is refused with a message."""
-    from ..errors import UsageError
+    from ..core.errors import UsageError
 
     try:
         with click.open_file(path, "rb") as handle:

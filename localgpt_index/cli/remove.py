@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import ExitCode
+from ..core.errors import ExitCode
 from .app import Application, error_object, output_options
 from .options import SECONDS, display_path, index_options
 
@@ -24,7 +24,7 @@ def remove(app: Application, paths, wait_s) -> None:
     """
     from dataclasses import asdict
 
-    from ..remove import remove_documents
+    from ..build.remove import remove_documents
 
     report = remove_documents(app.store(), list(paths), wait_s)
     if app.as_json:

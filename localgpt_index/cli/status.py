@@ -14,8 +14,8 @@ from .options import display_path, index_options
 @click.pass_obj
 def status(app: Application) -> None:
     """Show what the index holds: documents, pages, model, settings, size, failures."""
-    from ..reports import status_document
-    from ..search import open_index
+    from ..interop.reports import status_document
+    from ..query.search import open_index
 
     index = open_index(store=app.store())
     data = status_document(index)

@@ -27,13 +27,13 @@ def export(app: Application, out, fmt, with_images, dpi, force) -> None:
     OUT is written beside its final place and swapped in once complete. A Qdrant OUT must be empty;
     --pdf-store names its folder for converted PDFs.
     """
-    from ..search import open_index
+    from ..query.search import open_index
 
     index = open_index(store=app.store())
     if fmt == "qdrant":
         result = _copy(app, index, _empty_target(_qdrant(app, out), out))
     else:
-        from ..byaldi_format import export_byaldi
+        from ..interop.byaldi_format import export_byaldi
 
         result = export_byaldi(index, Path(out), with_images, dpi, force)
     if app.as_json:
@@ -55,16 +55,16 @@ def import_(app: Application, source, fmt, model) -> None:
     Every field of a byaldi folder is checked: a malformed or hostile folder is refused (exit 2)
     with the reason. --pdf-store names the Qdrant side's folder of converted PDFs.
     """
-    from ..errors import UsageError
+    from ..core.errors import UsageError
 
     if fmt == "qdrant":
-        from ..search import open_index
+        from ..query.search import open_index
 
         result = _copy(app, open_index(store=_qdrant(app, source)), app.store())
     else:
         from dataclasses import asdict
 
-        from ..byaldi_format import import_byaldi
+        from ..interop.byaldi_format import import_byaldi
 
         if not Path(source).is_dir():
             raise UsageError(f"{source}: not a folder (a byaldi index is one).")
@@ -75,8 +75,8 @@ def import_(app: Application, source, fmt, model) -> None:
 
 
 def _qdrant(app: Application, url: str):
-    from ..errors import UsageError
-    from ..stores import open_store
+    from ..core.errors import UsageError
+    from ..index.open import open_store
 
     if not url.startswith(("qdrant://", "qdrants://", "qdrant+path://")):
         raise UsageError(f"{url}: expected a Qdrant store URL (qdrant://HOST:PORT/COLLECTION or qdrant+path://DIR/COLLECTION).")
@@ -85,7 +85,7 @@ def _qdrant(app: Application, url: str):
 
 def _empty_target(target, out: str):
     """An export goes into a new or empty index: anything else is refused (exit 2, as byaldi's export)."""
-    from ..errors import UsageError
+    from ..core.errors import UsageError
 
     manifest = target.writable().read_manifest()  # another tool's collection is refused here
     if manifest is not None and (manifest.documents or manifest.in_progress):
@@ -97,6 +97,6 @@ def _empty_target(target, out: str):
 def _copy(app: Application, index, target) -> dict:
     from dataclasses import asdict
 
-    from ..transfer import copy_index
+    from ..interop.transfer import copy_index
 
     return asdict(copy_index(index, target))

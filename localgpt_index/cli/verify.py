@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import ExitCode
+from ..core.errors import ExitCode
 from .app import Application, error_object, output_options
 from .options import index_options
 

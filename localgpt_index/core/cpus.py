@@ -1,0 +1,41 @@
+"""How many CPUs this process may use: its affinity mask, and a cgroup's CPU quota (a container's
+--cpus), not the machine's count that os.cpu_count() reports."""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def quota_cpus(root: Path = CGROUP_ROOT) -> float | None:
+    """The CPUs a cgroup quota allows (cgroup v2 cpu.max, else v1 cfs_quota/period); None: no quota."""
+    try:
+        quota, _, period = (root / "cpu.max").read_text().partition(" ")
+        if quota.strip() != "max":
+            return int(quota) / int(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
+@lru_cache(maxsize=1)
+def available_cpus() -> int:
+    """CPUs this process may run on: the affinity mask, capped by a cgroup quota (rounded up); at least 1."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        count = os.cpu_count() or 1
+    quota = quota_cpus()
+    if quota is not None:
+        count = min(count, max(1, math.ceil(quota)))
+    return max(1, count)

@@ -1,0 +1,48 @@
+"""Value types shared across the layers: what a file looked like, a page's owner, a search hit."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Count = Annotated[int, Field(ge=0, le=1 << 48)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class FileStat(_Strict):
+    """What a build compares to decide, without reading a byte, that a file did not change (like git's index)."""
+
+    size: Count
+    mtime_ns: int
+    ino: Count
+    ctime_ns: int
+
+
+@dataclass(frozen=True)
+class PageRef:
+    """Whose page a vector block is: stores that keep one record per page (Qdrant) need it."""
+
+    path: str
+    page: int  # 1-based
+    sha256: str
+    kind: str
+    metadata: dict
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    rank: int
+    score: float
+    path: str
+    page: int  # 1-based
+    sha256: str
+    kind: str
+    metadata: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

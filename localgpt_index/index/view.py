@@ -1,0 +1,140 @@
+"""An index view: one committed generation, opened and checked, and exact or two-pass MaxSim scoring
+of query vectors against its pages. It never loads a model (query.search composes it with one)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.metadata import matches
+from ..core.types import SearchHit
+from .manifest import Document, Manifest
+from .score import maxsim
+
+# per segment: the rows (page indices in the segment) to score, and the document and page of each
+PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+class IndexView:
+    """A read-only view of one committed generation of an index: its documents, and the scoring of
+    query vectors against them (no model: query.search.Index adds the query encoder)."""
+
+    def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore or a QdrantStore
+        self.store = store
+        self.manifest = manifest
+        self._codes: dict = {}  # segment id -> sign codes, for the first pass
+        self._table: PageTable | None = None  # of all documents, built on first use
+        self._by_path: dict[str, Document] | None = None
+
+    @property
+    def documents(self) -> list[Document]:
+        return self.manifest.documents
+
+    @property
+    def page_count(self) -> int:
+        return self.manifest.page_count
+
+    def document(self, path: str) -> Document | None:
+        if self._by_path is None:
+            self._by_path = {d.path: d for d in self.manifest.documents}
+        return self._by_path.get(path)
+
+    def page_vectors(self, doc: Document) -> list[np.ndarray]:
+        """Every page's vectors of a document, in page order (exports)."""
+        pages = []
+        for span in doc.spans:
+            vectors, offsets = self.store.segment_arrays(self.manifest.segments[span.segment])
+            pages += [np.asarray(vectors[offsets[r] : offsets[r + 1]]) for r in range(span.first, span.first + span.pages)]
+        return pages
+
+    def search_vectors(
+        self,
+        query_vectors: Sequence[np.ndarray],
+        k: int,
+        device: str = "cpu",
+        filters: dict[str, str] | None = None,
+        candidates: int | None = None,
+    ) -> list[list[SearchHit]]:
+        """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
+
+        Filtered-out documents are not scored at all. With `candidates`, a first pass over
+        sign-quantised vectors (built on first use and kept, half the size of the index)
+        picks that many pages per query, and only those are scored exactly (lossy: a page
+        the first pass misses is not returned)."""
+        docs = self.manifest.documents
+        if filters:
+            docs = [d for d in docs if matches(d.metadata, filters)]
+            table = page_table(docs)
+        else:
+            table = self._table = self._table or page_table(docs)
+        if not docs or not len(query_vectors):
+            return [[] for _ in query_vectors]
+        if candidates:
+            table = self._first_pass(query_vectors, table, candidates)
+            return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, table)]
+        return self._rank(query_vectors, docs, k, device, table)
+
+    def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
+        """Per query, the page table narrowed to the `candidates` pages the sign codes rank best."""
+        from .score import approximate_maxsim, sign_codes
+
+        parts, owners = [], []
+        for segment_id, (rows, _, _) in table.items():
+            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
+            if segment_id not in self._codes:
+                self._codes[segment_id] = sign_codes(vectors)
+            parts.append(approximate_maxsim(query_vectors, self._codes[segment_id], offsets)[:, rows])
+            owners += [(segment_id, i) for i in range(len(rows))]
+        approx = np.concatenate(parts, axis=1)
+        narrowed = []
+        for row in approx:
+            chosen: dict[str, list[int]] = {}
+            for column in np.argsort(-row, kind="stable")[:candidates]:
+                segment_id, i = owners[column]
+                chosen.setdefault(segment_id, []).append(i)
+            narrowed.append({sid: tuple(a[np.sort(idx)] for a in table[sid]) for sid, idx in chosen.items()})
+        return narrowed
+
+    def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
+        """Exact scores for the pages of `table`."""
+        score_parts, doc_parts, page_parts = [], [], []
+        for segment_id, (rows, doc_of, page_of) in table.items():
+            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
+            score_parts.append(maxsim(query_vectors, vectors, offsets, rows, device=device))
+            doc_parts.append(doc_of)
+            page_parts.append(page_of)
+        scores = np.concatenate(score_parts, axis=1)
+        doc_of = np.concatenate(doc_parts)
+        page_of = np.concatenate(page_parts)
+        results = []
+        for row in scores:
+            order = np.lexsort((page_of, doc_of, -row))[:k]
+            results.append(
+                [
+                    SearchHit(rank, float(row[i]), docs[doc_of[i]].path, int(page_of[i]), docs[doc_of[i]].sha256,
+                              docs[doc_of[i]].kind, dict(docs[doc_of[i]].metadata))
+                    for rank, i in enumerate(order, 1)
+                ]
+            )
+        return results
+
+
+def page_table(docs: list[Document]) -> PageTable:
+    """Where every page of `docs` is: per segment, its rows, and the document number and page of each."""
+    by_segment: dict[str, list[tuple[int, int, int, int]]] = {}
+    for number, doc in enumerate(docs):
+        offset = 0
+        for span in doc.spans:
+            by_segment.setdefault(span.segment, []).append((span.first, span.pages, number, offset))
+            offset += span.pages
+    table: PageTable = {}
+    for segment_id, parts in by_segment.items():
+        firsts, counts, numbers, offsets = (np.array(column, dtype=np.int64) for column in zip(*parts))
+        total = int(counts.sum())
+        starts = np.repeat(np.cumsum(counts) - counts, counts)  # where each part begins in the flat arrays
+        within = np.arange(total) - starts
+        rows = np.repeat(firsts, counts) + within
+        order = np.argsort(rows, kind="stable")  # in row order: the scorer reads contiguous runs in one copy
+        table[segment_id] = (rows[order], np.repeat(numbers, counts)[order], (np.repeat(offsets, counts) + within + 1)[order])
+    return table

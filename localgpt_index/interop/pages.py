@@ -1,0 +1,118 @@
+"""Page images for answerers: the pages of search hits, rendered from their source at a chosen dpi."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+from PIL import Image
+
+from ..ingest.discover import IMAGE, PDF
+from ..core.errors import LgptError
+from ..core.types import SearchHit
+from ..index.view import IndexView as Index
+
+DEFAULT_DPI = 150
+
+
+def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Image:
+    """The page as an image: from the PDF a document was converted to (kept in the index), the
+    source PDF, or the image file. A source that changed since it was indexed is refused."""
+    doc = index.document(hit.path)
+    if doc is None or not 1 <= hit.page <= doc.pages:
+        raise LgptError(f"{hit.path}: no page {hit.page} in the index.")
+    if doc.pdf:
+        return _render_page(index.store.pdf_file(doc.pdf), hit.page, dpi, doc.path)
+    if doc.kind not in (PDF, IMAGE):  # converted by a build, which stores the PDF; imported without one
+        raise LgptError(f"{doc.path}: its pages cannot be shown: the index holds no PDF of this {doc.kind} document "
+                        "(imported from byaldi?).", hint="Run build on its folder: it converts the document and keeps the PDF.")
+    _check_unchanged(doc)
+    if doc.kind == "image":
+        try:
+            with Image.open(doc.path) as image:
+                image.seek(hit.page - 1)
+                return image.convert("RGB")
+        except (OSError, ValueError, EOFError, Image.DecompressionBombError) as exc:
+            raise LgptError(f"{doc.path}: frame {hit.page} cannot be decoded ({' '.join(str(exc).split())[:200]}).") from None
+    return _render_page(Path(doc.path), hit.page, dpi, doc.path)
+
+
+def _check_unchanged(doc) -> None:
+    try:
+        stat = os.stat(doc.path)
+    except OSError:
+        raise LgptError(f"{doc.path} disappeared since it was indexed.", hint="Run build again.") from None
+    recorded = doc.stat
+    # ctime too: a rewrite in place that restores size and mtime (cp -p, rsync --inplace -t) still moves it;
+    # a stat that differs only where content cannot have changed (chmod, a racy record) is settled by the sha256
+    same = stat.st_size == doc.size and recorded is not None and (stat.st_mtime_ns, stat.st_ctime_ns) == (
+        recorded.mtime_ns, recorded.ctime_ns)
+    if not same and (stat.st_size != doc.size or _sha256(doc.path) != doc.sha256):
+        raise LgptError(f"{doc.path} changed since it was indexed.", hint="Run build again.")
+
+
+def _sha256(path: str) -> str | None:
+    from ..ingest.discover import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def _render_page(pdf: Path, page: int, dpi: int, source: str) -> Image.Image:
+    from ..core.errors import DocumentError
+    from ..ingest.render import render_page_at_dpi
+
+    try:
+        return render_page_at_dpi(pdf, page, dpi)
+    except DocumentError as exc:
+        raise LgptError(f"{source}: page {page} cannot be rendered ({exc.reason}).") from None
+
+
+def png_base64(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
+    """Write every hit of a query document as PNG into `out` (`fetch` gives a hit's PNG bytes),
+    with manifest.json describing them; returns the manifest's path."""
+    try:
+        return _export_pages(document, out, dpi, fetch)
+    except OSError as exc:
+        raise LgptError(f"--export-pages {out}: cannot write ({exc.strerror or exc}).") from None
+
+
+def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {"version": 1, "dpi": dpi, "queries": []}
+    for q_number, answer in enumerate(document["queries"], 1):
+        entries = []
+        for hit in answer["results"]:
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(hit["path"]).stem)[:60] or "page"
+            name = f"q{q_number:02d}-r{hit['rank']:02d}-{stem}-p{hit['page']}.png"
+            (out / name).write_bytes(fetch(hit))
+            entries.append({**{k: v for k, v in hit.items() if k != "image_base64"}, "image": name})
+        manifest["queries"].append({"query": answer["query"], "results": entries})
+    path = out / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=True))
+    return path
+
+
+def local_page(index: Index, dpi: int) -> Callable[[dict], bytes]:
+    """A fetcher for export_pages that renders from this index."""
+
+    def fetch(hit: dict) -> bytes:
+        image = page_image(index, SearchHit(hit["rank"], hit["score"], hit["path"], hit["page"], hit["sha256"], hit["kind"]), dpi)
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    return fetch

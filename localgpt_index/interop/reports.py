@@ -1,0 +1,72 @@
+"""The JSON documents the CLI prints and the server answers with: one definition for both
+(schemas in localgpt_index/schemas/)."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from ..core.types import SearchHit
+from ..index.view import IndexView as Index
+
+QUERY_SCHEMA_VERSION = 1
+
+
+def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
+                   with_images: bool = False, dpi: int = 150) -> dict:
+    """`query --json` and `POST /query` (query.schema.json)."""
+    from .pages import page_image, png_base64
+
+    def result(hit: SearchHit) -> dict:
+        data = hit.to_dict()
+        if with_images:
+            data["image_base64"] = png_base64(page_image(index, hit, dpi))
+        return data
+
+    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
+    document = {
+        "version": QUERY_SCHEMA_VERSION,
+        "index": index.store.location,
+        "model": index.manifest.model.id,
+        "k": k,
+        "queries": queries,
+    }
+    if len(queries) == 1:
+        document.update(queries[0])
+    return document
+
+
+def status_document(index: Index) -> dict:
+    """`status --json` and `GET /status` (status.schema.json)."""
+    m = index.manifest
+    return {
+        "index": index.store.location,
+        "generation": m.generation,
+        "documents": len(m.documents),
+        "pages": m.page_count,
+        "vectors": sum(s.rows for s in m.segments.values()),
+        "in_progress": len(m.in_progress),
+        "model": m.model.model_dump(),
+        "settings": m.settings.model_dump(exclude_none=True),
+        "size_bytes": index.store.size_bytes(m),
+        "last_build": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(m.created)),
+        "tool_version": m.tool_version,
+        "format": m.format,
+        "failures": [f.model_dump() for f in m.failures],
+    }
+
+
+def documents_document(index: Index, prefix: str = "", failed: bool = False) -> dict:
+    """`ls --json` and `GET /documents` (documents.schema.json): the documents under `prefix`
+    (a path prefix, absolute or as given), or with `failed` the documents the last build could not index."""
+    m = index.manifest
+    document: dict = {"index": index.store.location, "generation": m.generation, "prefix": prefix}
+    if failed:
+        document["failures"] = [f.model_dump() for f in m.failures if f.path.startswith(prefix)]
+        return document
+    document["documents"] = [
+        {"path": d.path, "pages": d.pages, "kind": d.kind, "converter": d.converter, "sha256": d.sha256,
+         "size": d.size, "metadata": dict(d.metadata)}
+        for d in m.documents if d.path.startswith(prefix)
+    ]
+    return document

@@ -1,0 +1,70 @@
+"""Moving documents and their vectors between stores without embedding again (imports, exports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..core.errors import IndexProblem
+from ..index.manifest import Document, Span
+from ..index.store import PageRef
+
+SEGMENT_PAGES = 1000  # pages per segment written
+
+
+def write_documents(txn, items: Iterable[tuple[Document, Sequence[np.ndarray]]], dim: int) -> list[Document]:
+    """Write each document's pages into `txn`, in segments of about SEGMENT_PAGES pages; returns
+    the documents with the spans of their new home (their other fields as given)."""
+    placed: list[tuple[Document, list[tuple[object, int, int]]]] = []
+    writer, in_writer = txn.segment_writer(dim), []
+    for doc, pages in items:
+        spans: list[tuple[object, int, int]] = []
+        for number, vectors in enumerate(pages, 1):
+            with txn.writing():
+                row = writer.append(vectors, PageRef(doc.path, number, doc.sha256, doc.kind, dict(doc.metadata)))
+            if spans and spans[-1][0] is writer and spans[-1][1] + spans[-1][2] == row:
+                spans[-1] = (writer, spans[-1][1], spans[-1][2] + 1)
+            else:
+                spans.append((writer, row, 1))
+            if writer.pages >= SEGMENT_PAGES:
+                in_writer.append((writer, txn.finish_segment(writer)))
+                writer = txn.segment_writer(dim)
+        placed.append((doc, spans))
+    in_writer.append((writer, txn.finish_segment(writer)))
+    segment_of = {id(w): segment.id for w, segment in in_writer if segment is not None}
+    return [doc.model_copy(update={"spans": [Span(segment=segment_of[id(w)], first=first, pages=n) for w, first, n in spans],
+                                   "pages": sum(n for _, _, n in spans)}) for doc, spans in placed if spans]
+
+
+@dataclass
+class CopyReport:
+    source: str
+    target: str
+    documents: int
+    pages: int
+    generation: int
+
+
+def copy_index(index, target) -> CopyReport:
+    """The current generation of `index` (any store) into the empty store `target`, stored PDFs included."""
+    manifest = index.manifest
+    dim = manifest.model.dim or manifest.settings.dim
+    with target.begin(rebuild=True) as txn:
+        if txn.base is not None and (txn.base.documents or txn.base.in_progress):
+            raise IndexProblem(f"{target.location} already holds documents.", hint="Copy into a new, empty index.")
+        documents = write_documents(txn, ((doc, index.page_vectors(doc)) for doc in index.documents), dim)
+        documents = [_with_pdf(txn, index, doc) for doc in documents]
+        committed = txn.commit(documents, manifest.model, manifest.settings, manifest.failures)
+    return CopyReport(index.store.location, target.location, len(documents), committed.page_count, committed.generation)
+
+
+def _with_pdf(txn, index, doc: Document) -> Document:
+    """A converted document's stored PDF comes along where the target keeps PDFs."""
+    if not doc.pdf:
+        return doc
+    stored = txn.store_pdf(index.store.pdf_file(doc.pdf))
+    if stored is None:
+        return doc.model_copy(update={"pdf": None, "pdf_sha256": None})
+    return doc.model_copy(update={"pdf": stored[0], "pdf_sha256": stored[1]})

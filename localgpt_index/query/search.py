@@ -1,0 +1,98 @@
+"""Open an index and answer queries: the index view (index.view) with the query encoder of the model
+the index was built with (models), encoded in one batch, scored with exact MaxSim, ranked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.errors import IndexProblem
+from ..core.types import SearchHit
+from ..index.store import IndexStore, MissingIndexFile, index_path
+from ..index.view import IndexView
+from ..models.encode import PageEncoder, check_queries
+from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
+
+__all__ = ["Index", "SearchHit", "load_query_encoder", "open_index"]
+
+
+def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> PageEncoder:
+    """The encoder for queries: a plugin family's own encoder, else the probe and the family's loader."""
+    from ..models.families import family_named
+
+    own = family_named(ref.family).encoder
+    if own is not None:
+        return own(ref, None)
+    from ..models.encode import open_probed_encoder
+
+    return open_probed_encoder(ref, device, dtype, queries=True)
+
+
+class Index:
+    """A read-only view of one committed generation of an index (an IndexView: its store, manifest,
+    documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
+
+    def __init__(self, view: IndexView) -> None:
+        self.view = view
+        self._encoder: PageEncoder | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "view":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.view, name)
+
+    def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> PageEncoder:
+        """Load the model the index was built with (the revision it recorded); another model is refused."""
+        recorded = self.manifest.model
+        if model is None or model == recorded.id:
+            ref = resolve_recorded(recorded.id, recorded.path, recorded.revision)
+        else:
+            ref = resolve_model(model)
+        if not same_model(ref, recorded.fingerprint, recorded.fingerprint_scheme):
+            theirs = fingerprint_in(ref, recorded.fingerprint_scheme)
+            raise IndexProblem(
+                f"{self.store.location} was built with {recorded.id} ({recorded.fingerprint}), not {ref.id} ({theirs}); "
+                "its vectors cannot be compared with another model's.",
+                hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
+            )
+        self._encoder = load_query_encoder(ref, device, dtype)
+        return self._encoder
+
+    def search(
+        self,
+        queries: str | Sequence[str],
+        k: int = 5,
+        filters: dict[str, str] | None = None,
+        candidates: int | None = None,
+    ) -> list[list[SearchHit]]:
+        """Top-k pages for each query (all queries are encoded in one batch), among the
+        documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors."""
+        texts = check_queries([queries] if isinstance(queries, str) else list(queries))
+        encoder = self._encoder or self.load_encoder()
+        return self.search_vectors(
+            encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters, candidates=candidates
+        )
+
+    def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
+                       filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:
+        """The view's ranking of already-encoded queries (IndexView.search_vectors)."""
+        return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
+
+
+def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None) -> Index:
+    """Open the current generation of an index (default ./.lgpt-index/default), or of `store`.
+
+    The manifest is validated and every segment is checked (sizes, offsets, checksums)
+    here, so a damaged index fails now with a clear message instead of answering wrongly later.
+    """
+    store = store if store is not None else IndexStore(index_path(index_dir, name))
+    for attempt in range(3):
+        try:
+            return Index(store.open_view())
+        except MissingIndexFile:
+            if attempt == 2:
+                raise
+            store = store.reopened()  # a writer committed and collected meanwhile: follow the new HEAD
+    raise AssertionError("unreachable")

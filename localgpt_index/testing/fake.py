@@ -1,0 +1,140 @@
+"""A fake model family for tests and benchmarks: deterministic vectors from page bytes, no torch.
+
+A "fake checkpoint" is a folder with a config.json of `model_type: "lgpt-fake"`; it is
+resolved, fingerprinted and recorded like any model, so the CLI, the planner, the store
+and the pipeline run exactly as with a real model, in milliseconds. Its config can also
+inject the failures a real device has (out of memory above a batch size, a device lost
+after some pages, a page that fails), so those paths are tested without a GPU.
+
+The family registers itself when this module is imported: tests and benchmarks name it in
+$LGPT_PLUGINS (tests/conftest.py does, for every process the suite starts); production
+code never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..models.device import Precision
+from ..models.families import Family, register
+from ..models.encode import DeviceLost, DeviceOutOfMemory, PageEncoder, check_queries
+from ..models.resolve import ModelRef
+
+MODEL_TYPE = "lgpt-fake"
+
+
+def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, render_size: tuple[int, int] = (64, 64),
+                          **faults: object) -> Path:
+    """Write a fake checkpoint. `faults`: oom_above_batch, device_lost_after_pages,
+    page_error_color ([r, g, b]: a page whose centre pixel has it fails in the forward pass, raising
+    page_error_type: RuntimeError by default, TypeError to play a bug of ours), prepare_error_color and
+    prepare_error_type (the same in prepare_page: ValueError by default, as a processor rejecting a page), seconds_per_page,
+    seconds_per_query (per call of encode_queries), seconds_to_load,
+    load_error (a message: loading raises OSError with it). A faults.json beside config.json adds
+    faults to a checkpoint without changing its fingerprint."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": MODEL_TYPE, "dim": dim, "page_tokens": page_tokens, "render_size": list(render_size), "faults": faults}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+class FakeEncoder(PageEncoder):
+    """Vectors that depend only on the page's pixels (and the query's text): same page, same vectors."""
+
+    def __init__(self, model: ModelRef, batch_size: int | None = None) -> None:
+        config = json.loads((Path(model.path) / "config.json").read_text())
+        self.model = model
+        self.dim = int(config.get("dim", 128))
+        self.page_tokens = int(config.get("page_tokens", 16))
+        self._render_size = tuple(config.get("render_size", (64, 64)))
+        self.faults: dict = config.get("faults") or {}
+        late = Path(model.path) / "faults.json"  # faults added after a build: not part of the fingerprint
+        if late.exists():
+            self.faults = {**self.faults, **json.loads(late.read_text())}
+        self.batch_size = batch_size or 4
+        self.precision = Precision("cpu", "float32", False, "fake encoder: deterministic vectors, no model")
+        self.forward_calls = 0
+        self.pages_encoded = 0
+        self.dtype_fixes = []
+        time.sleep(float(self.faults.get("seconds_to_load", 0)))
+        if self.faults.get("load_error"):  # what a model library raises: not one of our errors
+            raise OSError(str(self.faults["load_error"]))
+
+    @property
+    def render_size(self) -> tuple[int, int]:
+        return self._render_size  # type: ignore[return-value]
+
+    def prepare_page(self, image) -> bytes:
+        rgb = image.convert("RGB")
+        if rgb.size != self.render_size:
+            rgb = rgb.resize(self.render_size)
+        data = rgb.tobytes()
+        if self._is_poison(data, "prepare_error_color"):
+            raise _fault_type(self.faults.get("prepare_error_type", "ValueError"))("fake: the processor rejects this page")
+        return data
+
+    def encode_pages(self, pages: Sequence) -> list[np.ndarray]:
+        limit = self.faults.get("oom_above_batch")
+        if limit is not None and len(pages) > int(limit):
+            raise DeviceOutOfMemory(f"fake: out of memory for a batch of {len(pages)} pages")
+        lost_after = self.faults.get("device_lost_after_pages")
+        if lost_after is not None and self.pages_encoded + len(pages) > int(lost_after):
+            raise DeviceLost("the device cpu failed: fake: CUDA error: unspecified launch failure")
+        vectors = []
+        for page in pages:
+            data = page if isinstance(page, bytes) else self.prepare_page(page)
+            if self._is_poison(data, "page_error_color"):
+                raise _fault_type(self.faults.get("page_error_type", "RuntimeError"))("fake: this page makes the forward pass fail")
+            vectors.append(_unit_vectors(data, self.page_tokens, self.dim).astype(np.float16))
+        time.sleep(float(self.faults.get("seconds_per_page", 0)) * len(pages))
+        self.forward_calls += 1
+        self.pages_encoded += len(pages)
+        return vectors
+
+    def _is_poison(self, data: bytes, fault: str) -> bool:
+        color = self.faults.get(fault)
+        if not color:
+            return False
+        width, height = self.render_size
+        centre = ((height // 2) * width + width // 2) * 3
+        return list(data[centre : centre + 3]) == list(color)
+
+    def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        texts = check_queries(texts)
+        time.sleep(float(self.faults.get("seconds_per_query", 0)))
+        self.forward_calls += 1
+        return [_unit_vectors(text.encode("utf-8", "surrogateescape"), min(4 + len(text.split()), 32), self.dim) for text in texts]
+
+
+def _fault_type(name: str) -> type[Exception]:
+    """The exception class a configured fault raises (a built-in, by name)."""
+    kinds = {kind.__name__: kind for kind in (ValueError, RuntimeError, OSError, TypeError, AttributeError, AssertionError)}
+    return kinds[name]
+
+
+def _unit_vectors(data: bytes, rows: int, dim: int) -> np.ndarray:
+    import xxhash
+
+    rng = np.random.default_rng(xxhash.xxh3_64_intdigest(data))
+    vectors = rng.standard_normal((rows, dim), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def expected_render_size(folder: Path) -> tuple[int, int] | None:
+    """The render size a fake checkpoint's config asks for, read before the encoder loads."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_bytes()[: 1 << 20])
+    except (OSError, ValueError):
+        config = {}
+    size = (config if isinstance(config, dict) else {}).get("render_size", [64, 64])
+    return tuple(size) if isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size) else None
+
+
+FAMILY = register(Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", "fake", False, config_dim=True, torch=False,
+                         encoder=FakeEncoder, render_size=expected_render_size))

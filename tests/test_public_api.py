@@ -1,0 +1,80 @@
+"""The public Python API after the package layout (issue 25): the root package's names, the
+deprecated 0.2 paths, and the family registry's plugins reaching the processes the CLI starts."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+from conftest import run_process
+from docgen import make_pdf
+
+import localgpt_index
+
+
+def test_every_root_name_resolves_to_the_module_that_defines_it():
+    for name in localgpt_index.__all__:
+        assert getattr(localgpt_index, name) is not None
+    assert localgpt_index.IndexStore is importlib.import_module("localgpt_index.index.store").IndexStore
+    assert localgpt_index.SearchHit is importlib.import_module("localgpt_index.core.types").SearchHit
+    with pytest.raises(AttributeError, match="no_such_name"):
+        localgpt_index.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("old, new, name", [
+    ("localgpt_index.store", "localgpt_index.index.store", "IndexStore"),
+    ("localgpt_index.metadata", "localgpt_index.core.metadata", "load_rules"),
+    ("localgpt_index.pages", "localgpt_index.interop.pages", "page_image"),
+])
+def test_the_0_2_paths_still_import_with_a_deprecation_warning(old, new, name):
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
+
+
+def _without_plugins() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "LGPT_PLUGINS"}
+
+
+def test_a_family_named_in_lgpt_plugins_registers_in_a_fresh_process():
+    probe = "from localgpt_index.models.families import find_family; print(find_family('fake') is not None)"
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_without_plugins())
+    plugged = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             env={**_without_plugins(), "LGPT_PLUGINS": "localgpt_index.testing.fake"})
+    assert (plain.stdout.strip(), plugged.stdout.strip()) == ("False", "True"), plain.stderr + plugged.stderr
+
+
+def test_the_cli_builds_with_a_plugin_family_only_when_it_is_registered(fake_model, tmp_path):
+    make_pdf(tmp_path / "docs" / "a.pdf", ["alpha"])
+    args = ("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
+    refused = run_process(*args, env={"LGPT_PLUGINS": ""})
+    assert refused.returncode == 2 and "not a supported multi-vector family" in refused.stderr, refused.stderr
+    built = run_process(*args)  # conftest names the fake family in LGPT_PLUGINS for the session
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout)["indexed"] == 1
+
+
+def test_a_plugin_module_that_cannot_be_imported_is_named():
+    probe = "from localgpt_index.models.families import family_named; family_named('colpali')"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env={**_without_plugins(), "LGPT_PLUGINS": "no_such_plugin_module"})
+    assert result.returncode != 0 and "LGPT_PLUGINS: the plugin module no_such_plugin_module cannot be imported" in result.stderr
+
+
+def test_a_registered_url_scheme_opens_its_store_and_an_unknown_one_lists_the_forms(monkeypatch, tmp_path):
+    from localgpt_index.core.errors import UsageError
+    from localgpt_index.index import open as opening
+
+    monkeypatch.setattr(opening, "_SCHEMES", dict(opening._SCHEMES))
+    opening.register_scheme("mem", lambda request: ("a store for", request.url, request.pdf_store), "mem://NAME")
+    assert localgpt_index.open_store("mem://x", pdf_store=tmp_path) == ("a store for", "mem://x", tmp_path)
+    with pytest.raises(UsageError, match=r"expected local, .* qdrant\+path://DIR/COLLECTION or mem://NAME\.$"):
+        localgpt_index.open_store("redis://host/docs")
