@@ -230,10 +230,14 @@ def test_a_server_answer_that_is_not_a_query_document_is_one_message(case, built
     assert _one_error_document(as_json, 1)["error"]["message"].startswith(f"the server at {fake_server.url}")
 
 
+WIDE = {"COLUMNS": "300"}  # a table wide enough for whole paths (under xdist the terminal is 80 columns)
+
+
 def test_a_good_server_answer_is_printed_and_exported(built, fake_server, tmp_path):
     """The check accepts what a real server sends (the local query's own document)."""
     fake_server.answer(built["answer"])
-    result = run_process("query", "alpha", "-k", "2", "--server", fake_server.url, "--export-pages", str(tmp_path / "p"), timeout=60)
+    result = run_process("query", "alpha", "-k", "2", "--server", fake_server.url, "--export-pages", str(tmp_path / "p"),
+                         env=WIDE, timeout=60)
     assert result.returncode == 0, result
     assert "alpha.pdf" in result.stdout
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
@@ -277,7 +281,7 @@ def test_server_with_a_local_index_option_is_a_usage_error(option, server_from, 
 def test_server_with_index_settings_in_the_environment_still_asks_the_server(built, fake_server):
     """LGPT_INDEX_DIR set for `serve` in the same shell is not a mistake: the server answers."""
     fake_server.answer(built["answer"])
-    result = run_cli("query", "alpha", "--server", fake_server.url, env={"LGPT_INDEX_DIR": "elsewhere", "LGPT_INDEX_NAME": "x"})
+    result = run_cli("query", "alpha", "--server", fake_server.url, env={"LGPT_INDEX_DIR": "elsewhere", "LGPT_INDEX_NAME": "x", **WIDE})
     assert result.exit_code == 0 and fake_server.hits == 1 and "alpha.pdf" in result.stdout
 
 
@@ -293,7 +297,7 @@ def test_a_filter_that_matches_nothing_says_so(built):
     document = json.loads(as_json.stdout)
     validate(document, "query")
     assert document["results"] == []
-    matching = run_cli("query", "alpha", "--filter", "team=finance", *index)
+    matching = run_cli("query", "alpha", "--filter", "team=finance", *index, env=WIDE)
     assert matching.exit_code == 0 and "no document matches" not in matching.stderr and "alpha.pdf" in matching.stdout
 
 

@@ -251,7 +251,8 @@ def test_damaged_files_are_detected(request, tmp_path, kind, damage):
     assert "damaged" in checked.stderr or "unreadable" in checked.stderr, checked.stderr
     if kind != "pdf":  # the PDFs are for page images; answers come from the vectors
         queried = run_cli("query", "revenue", "--index-dir", str(damaged), "--json")
-        assert queried.exit_code == 1 and queried.stdout == ""
+        assert queried.exit_code == 1  # under --json, the error document and nothing else
+        assert json.loads(queried.stdout)["error"]["kind"] == "index", queried.stdout
         assert "Traceback" not in queried.stderr
 
 
