@@ -156,8 +156,10 @@ def test_rebuild_keeps_the_old_generation_until_it_commits(scenario, tmp_path):
                   "--index-dir", str(index_dir), env={"LGPT_FAILPOINT": "encode:6"})
     assert killed.returncode == -9
     assert _results(index_dir) == scenario["before"]  # no partial commit of a rebuild
-    report = json.loads(run_cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
-                                "--index-dir", str(index_dir), "--json").stdout)
+    rebuilt = run_cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
+                      "--index-dir", str(index_dir), "--json")
+    assert rebuilt.exit_code == 0, (rebuilt.stdout, rebuilt.stderr)
+    report = json.loads(rebuilt.stdout)
     assert report["indexed"] == len(BASE + EXTRA) and report["generation"] == 2
     assert _results(index_dir) == scenario["after"]
 
