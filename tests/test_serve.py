@@ -213,7 +213,7 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     each response on a kept-alive connection waited about 40 ms (Nagle and delayed ACKs)."""
     import asyncio
 
-    from localgpt_index.server import bind
+    from localgpt_index.serve.server import bind
 
     listening = bind("127.0.0.1", 0)
     seen: list[int] = []
@@ -304,7 +304,7 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     import gc
     import weakref
 
-    from localgpt_index.service import IndexService, SearchRequest
+    from localgpt_index.serve.service import IndexService, SearchRequest
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "first.pdf", ["first"])
@@ -334,7 +334,7 @@ def test_clients_answered_together_are_gathered_again_when_they_come_back():
     import asyncio
     from types import SimpleNamespace
 
-    from localgpt_index.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
 
     sizes: list[int] = []
 

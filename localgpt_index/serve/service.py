@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .models.encode import PageEncoder, check_queries
-from .core.errors import EnvironmentMissing, IndexProblem, LgptError
-from .core.failpoints import failpoint
-from .models.resolve import same_model
-from .query.search import Index, SearchHit
-from .index.store import IndexStore, MissingIndexFile
+from ..models.encode import PageEncoder, check_queries
+from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
+from ..core.failpoints import failpoint
+from ..models.resolve import same_model
+from ..query.search import Index, SearchHit
+from ..index.store import IndexStore, MissingIndexFile
 
 
 class NotReady(LgptError):
@@ -272,7 +272,7 @@ class QueryBatcher:
 
 def _request_error(exc: Exception) -> Exception:
     """What failed one request alone: text the tokenizer cannot read is the request's fault (a 4xx)."""
-    from .core.errors import UsageError
+    from ..core.errors import UsageError
 
     if isinstance(exc, (TypeError, ValueError, UnicodeError)) and not isinstance(exc, LgptError):
         reason = " ".join(str(exc).split())[:200]

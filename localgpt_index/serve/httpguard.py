@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .models.encode import MAX_QUERY_CHARS
-from .core.errors import UsageError
+from ..models.encode import MAX_QUERY_CHARS
+from ..core.errors import UsageError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -30,14 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from ._version import __version__
-from .models.encode import MAX_QUERY_CHARS
-from .core.errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
-from .core.failpoints import failpoint
+from .._version import __version__
+from ..models.encode import MAX_QUERY_CHARS
+from ..core.errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
+from ..core.failpoints import failpoint
 from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
                         redact, token_matches)
-from .core.metadata import parse_filters
-from .interop.reports import documents_document, query_document, status_document
+from ..core.metadata import parse_filters
+from ..interop.reports import documents_document, query_document, status_document
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
 
 MAX_BODY_BYTES = 1 << 20
@@ -335,7 +335,7 @@ def _install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, 
 
 
 async def _page_png(index, images: "PageImages", sha256: str, page: int, dpi: int) -> bytes:
-    from .query.search import SearchHit
+    from ..query.search import SearchHit
 
     doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
     if doc is None:
@@ -370,7 +370,7 @@ class PageImages:
 
     def png(self, index, hit, dpi: int) -> tuple[bytes, bool]:
         """The page as PNG bytes, and whether it was rendered now (else it came from the cache)."""
-        from .interop.pages import _check_unchanged, page_image
+        from ..interop.pages import _check_unchanged, page_image
 
         key = (hit.sha256, hit.page, dpi)
         with self._lock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .core.errors import EnvironmentMissing, LgptError, UsageError
+from ..core.errors import EnvironmentMissing, LgptError, UsageError
 
 TIMEOUT_S = 300.0  # a first query may wait for a model that is still loading
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
