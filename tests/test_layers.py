@@ -38,12 +38,7 @@ LAYERS: dict[str, tuple[int, str]] = {
 
 # Known violations still to be cut, as (importer, imported) edges; an entry that no longer
 # exists fails the test too, so that the list only shrinks, and nothing new can join it.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # httpguard.guarded_protocol imports httpconn inside the function, and httpconn imports
-    # httpguard: a cycle within the serving modules, which another branch is changing now; the
-    # server split (issue 25's next step) cuts it by moving guarded_protocol into httpconn.
-    ("localgpt_index.serve.httpguard", "localgpt_index.serve.httpconn"),
-})
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

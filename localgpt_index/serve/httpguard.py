@@ -87,16 +87,6 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def guarded_protocol(limits: ConnectionLimits) -> type:
-    """uvicorn's h11 protocol with the deadlines and the cap of `limits` (uvicorn has neither a
-    header nor a body read timeout: only keep-alive between requests)."""
-    from .httpconn import GuardedH11Protocol
-
-    from collections import deque
-
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "waiting": deque()})
-
-
 # who may ask: loopback names without a token (DNS rebinding), no foreign browser origin, the token as bytes
 
 LOOPBACK_NAMES = ("localhost", "localhost.")

@@ -34,10 +34,11 @@ from .._version import __version__
 from ..models.encode import MAX_QUERY_CHARS
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
-from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, guarded_protocol, host_refusal, printable,
+from .httpguard import (ConnectionLimits, PathPolicy, check_query_texts, default_max_connections, host_refusal, printable,
                         redact, token_matches)
 from ..core.metadata import parse_filters
 from ..interop.reports import documents_document, query_document, status_document
+from .httpconn import guarded_protocol
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
 
 MAX_BODY_BYTES = 1 << 20
