@@ -213,7 +213,7 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     each response on a kept-alive connection waited about 40 ms (Nagle and delayed ACKs)."""
     import asyncio
 
-    from localgpt_index.serve.server import bind
+    from localgpt_index.serve.runner import bind
 
     listening = bind("127.0.0.1", 0)
     seen: list[int] = []

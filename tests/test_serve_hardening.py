@@ -406,7 +406,7 @@ def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, co
 def test_errors_never_echo_a_secret():
     """A Qdrant URL with user:password@ or an api key, in any error message or log line."""
     from localgpt_index.serve.httpguard import PathPolicy, redact
-    from localgpt_index.serve.server import error_response
+    from localgpt_index.serve.schemas import error_response
 
     message = "cannot reach Qdrant at qdrant://admin:hunter2@db.internal:6333/docs?api_key=k3y (refused)."
     body = error_response(503, message).body.decode()

@@ -42,7 +42,8 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
     from ..serve.httpguard import ConnectionLimits, PathPolicy, default_max_connections
-    from ..serve.server import RequestLog, check_exposure, run_server
+    from ..serve.middleware import RequestLog
+    from ..serve.runner import check_exposure, run_server
     from ..serve.service import open_service
 
     check_exposure(host, token)

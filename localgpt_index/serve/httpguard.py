@@ -13,11 +13,11 @@ import ipaddress
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from ..models.encode import MAX_QUERY_CHARS
 from ..core.errors import UsageError
+from ..models.encode import MAX_QUERY_CHARS
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
