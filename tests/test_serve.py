@@ -126,6 +126,21 @@ def test_the_openapi_description_lists_the_endpoints(server):
     assert {"/query", "/status", "/documents", "/healthz", "/pages/{sha256}/{page}.png"} <= set(spec["paths"])
 
 
+def test_the_openapi_query_answer_is_the_published_query_document(server):
+    """The /query answer's OpenAPI schema is generated from the one definition of the query result,
+    the same as query.schema.json (constraints included: rank and page from 1, the kinds, the sha256)."""
+    from localgpt_index.interop.results import json_schema
+
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+    answer = spec["paths"]["/query"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/QueryDocument"}
+    published = json.loads(json.dumps(json_schema()).replace("#/$defs/", "#/components/schemas/"))
+    components = spec["components"]["schemas"]
+    assert components["QueryDocument"]["properties"] == published["properties"]
+    assert {name: components[name] for name in published["$defs"]} == published["$defs"]
+
+
 def test_concurrent_requests_share_a_forward_pass(corpus, tmp_path, fake_model):
     slow = faulty_model(tmp_path / "slow", seconds_per_query=0.3)
     index = tmp_path / "idx"

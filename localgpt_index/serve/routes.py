@@ -12,15 +12,10 @@ from ..core.errors import IndexProblem, LgptError, UsageError
 from ..core.metadata import parse_filters
 from ..core.types import SearchHit
 from ..interop.reports import documents_document, query_document, status_document
+from ..interop.results import QueryDocument
 from .httpguard import PathPolicy, check_query_texts
 from .images import CANNOT_RENDER, PageImages
-from .schemas import (
-    ErrorDocument,
-    QueryBody,
-    QueryDocument,
-    error_response,
-    json_response,
-)
+from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .service import IndexService, NotReady, QueryBatcher, SearchRequest
 
 
@@ -61,7 +56,9 @@ def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, p
 
 
 def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy, images: PageImages) -> None:
-    @app.post("/query", responses={200: {"model": QueryDocument}})
+    # the response model is the OpenAPI's description; the route answers with its own Response
+    # (the document as the path policy publishes it), which FastAPI passes on unconverted
+    @app.post("/query", response_model=QueryDocument)
     async def query(body: QueryBody, http_request: Request):
         """The pages that best answer each query: exactly `lgpt-index query --json`."""
         texts = check_query_texts(body.queries)

@@ -1,5 +1,6 @@
 """What `serve` accepts and answers: the request body, the limits, the error document, and the
-two ways a document leaves (JSON with ASCII escapes, the one error shape)."""
+two ways a document leaves (JSON with ASCII escapes, the one error shape). The query document
+it answers with is the CLI's own (interop.results.QueryDocument)."""
 
 from __future__ import annotations
 
@@ -28,35 +29,6 @@ class QueryBody(BaseModel):
     first_pass: int | None = Field(None, ge=1, le=1_000_000, description="lossy: score sign codes first, then only the best N pages exactly")
     with_images: bool = Field(False, description="each result carries its page as base64 PNG")
     dpi: int = Field(150, ge=20, le=600, description="resolution of those images")
-
-
-class Hit(BaseModel):
-    rank: int
-    score: float
-    path: str
-    page: int
-    sha256: str
-    kind: str
-    metadata: dict[str, str]
-    image_base64: str | None = None
-    image_error: str | None = None
-
-
-class QueryAnswer(BaseModel):
-    query: str
-    results: list[Hit]
-
-
-class QueryDocument(BaseModel):
-    """The `query --json` document (localgpt_index/schemas/query.schema.json)."""
-
-    version: int
-    index: str
-    model: str
-    k: int
-    queries: list[QueryAnswer]
-    query: str | None = None
-    results: list[Hit] | None = None
 
 
 class ErrorDocument(BaseModel):
