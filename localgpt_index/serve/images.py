@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import threading
 from collections import OrderedDict
 
@@ -42,7 +41,7 @@ class PageImages:
 
     def png(self, index, hit, dpi: int) -> tuple[bytes, bool]:
         """The page as PNG bytes, and whether it was rendered now (else it came from the cache)."""
-        from ..interop.pages import _check_unchanged, page_image
+        from ..interop.pages import _check_unchanged, page_image, png_bytes
 
         key = (hit.sha256, hit.page, dpi)
         with self._lock:
@@ -56,10 +55,7 @@ class PageImages:
             return cached, False
         with self._slots:
             failpoint("serve.render")
-            image = page_image(index, hit, dpi)
-            buffer = io.BytesIO()
-            image.save(buffer, format="PNG")
-        data = buffer.getvalue()
+            data = png_bytes(page_image(index, hit, dpi))
         with self._lock:
             self._cache[key] = data
             self._held += len(data)
