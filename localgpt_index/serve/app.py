@@ -54,7 +54,8 @@ def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_fail
         if service.failure is None:
             batcher.run_on_model_thread(service.warm_up).result()
     except Exception as exc:  # noqa: BLE001 - whatever it is, serve stops with the reason instead of loading for ever
-        service.failure = service.failure or EnvironmentMissing(f"{type(exc).__name__} while loading the model: {' '.join(str(exc).split())[:300]}")
+        reason = " ".join(str(exc).split())[:300]
+        service.failure = service.failure or EnvironmentMissing(f"{type(exc).__name__} while loading the model: {reason}")
     if service.failure is not None:
         log.message(f"error: the model could not be loaded: {service.failure.message}", "error")
         on_failure(service.failure)

@@ -23,10 +23,13 @@ class QueryBody(BaseModel):
     requests that arrive within a few milliseconds."""
 
     model_config = ConfigDict(extra="forbid")
-    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES, description=f"at most {MAX_QUERIES}, each at most {MAX_QUERY_CHARS} characters")
+    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES,
+                               description=f"at most {MAX_QUERIES}, each at most {MAX_QUERY_CHARS} characters")
     k: int = Field(5, ge=1, le=MAX_K, description="pages per query")
-    filters: dict[str, str] | list[str] = Field(default_factory=dict, description='{"team": "finance"} or ["team=finance"]: all must match')
-    first_pass: int | None = Field(None, ge=1, le=1_000_000, description="lossy: score sign codes first, then only the best N pages exactly")
+    filters: dict[str, str] | list[str] = Field(default_factory=dict,
+                                                description='{"team": "finance"} or ["team=finance"]: all must match')
+    first_pass: int | None = Field(None, ge=1, le=1_000_000,
+                                   description="lossy: score sign codes first, then only the best N pages exactly")
     with_images: bool = Field(False, description="each result carries its page as base64 PNG")
     dpi: int = Field(150, ge=20, le=600, description="resolution of those images")
 
