@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-QUERY_SCHEMA_VERSION = 1
+QUERY_SCHEMA_VERSION: Final = 1
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "query.schema.json"
 
 
