@@ -269,7 +269,7 @@ def test_doctor_without_an_index_checks_the_default_model(tmp_path):
 
 
 def test_a_server_on_an_index_fingerprinted_the_old_way_answers_before_and_after_its_upgrade(tmp_path):
-    from localgpt_index.service import IndexService, SearchRequest
+    from localgpt_index.serve.service import IndexService, SearchRequest
 
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"

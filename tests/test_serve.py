@@ -126,6 +126,21 @@ def test_the_openapi_description_lists_the_endpoints(server):
     assert {"/query", "/status", "/documents", "/healthz", "/pages/{sha256}/{page}.png"} <= set(spec["paths"])
 
 
+def test_the_openapi_query_answer_is_the_published_query_document(server):
+    """The /query answer's OpenAPI schema is generated from the one definition of the query result,
+    the same as query.schema.json (constraints included: rank and page from 1, the kinds, the sha256)."""
+    from localgpt_index.interop.results import json_schema
+
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+    answer = spec["paths"]["/query"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/QueryDocument"}
+    published = json.loads(json.dumps(json_schema()).replace("#/$defs/", "#/components/schemas/"))
+    components = spec["components"]["schemas"]
+    assert components["QueryDocument"]["properties"] == published["properties"]
+    assert {name: components[name] for name in published["$defs"]} == published["$defs"]
+
+
 def test_concurrent_requests_share_a_forward_pass(report_index, tmp_path, fake_model):
     slow = faulty_model(tmp_path / "slow", seconds_per_query=0.3)
     index = tmp_path / "idx"
@@ -213,7 +228,7 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     each response on a kept-alive connection waited about 40 ms (Nagle and delayed ACKs)."""
     import asyncio
 
-    from localgpt_index.server import bind
+    from localgpt_index.serve.runner import bind
 
     listening = bind("127.0.0.1", 0)
     seen: list[int] = []
@@ -304,7 +319,7 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     import gc
     import weakref
 
-    from localgpt_index.service import IndexService, SearchRequest
+    from localgpt_index.serve.service import IndexService, SearchRequest
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "first.pdf", ["first"])
@@ -335,7 +350,7 @@ def test_clients_answered_together_are_gathered_again_when_they_come_back():
     import asyncio
     from types import SimpleNamespace
 
-    from localgpt_index.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
 
     sizes: list[int] = []
 

@@ -105,7 +105,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
     from types import SimpleNamespace
 
     from localgpt_index.core.errors import UsageError
-    from localgpt_index.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
 
     def search(requests):
         if any("poison" in q for r in requests for q in r.queries):
@@ -405,8 +405,8 @@ def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, ha
 
 def test_errors_never_echo_a_secret():
     """A Qdrant URL with user:password@ or an api key, in any error message or log line."""
-    from localgpt_index.httpguard import PathPolicy, redact
-    from localgpt_index.server import error_response
+    from localgpt_index.serve.httpguard import PathPolicy, redact
+    from localgpt_index.serve.schemas import error_response
 
     message = "cannot reach Qdrant at qdrant://admin:hunter2@db.internal:6333/docs?api_key=k3y (refused)."
     body = error_response(503, message).body.decode()
