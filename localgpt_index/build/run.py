@@ -395,6 +395,7 @@ class _Build:
         return feed
 
     def _load(self, encoder_factory: EncoderFactory) -> None:
+        failpoint("model-load")  # tests: what was rendered before the model began to load
         started = time.perf_counter()
         self._adopt(encoder_factory(self.model, self.options.encoder_options()))
         self.timer.add("load_model", started)

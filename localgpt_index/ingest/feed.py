@@ -30,6 +30,7 @@ from .convert import ConverterSet, check_signature
 from .discover import IMAGE, MARKDOWN, OFFICE
 from ..core.errors import page_failure
 from ..core.errors import DocumentError
+from ..core.failpoints import failpoint
 from .render import (
     DEFAULT_RENDER_TIMEOUT_S,
     PagePoints,
@@ -250,6 +251,7 @@ class PageFeed:
         self._ahead.append(event)
         if event is not None and self._ahead_bytes < AHEAD_BYTES:
             return True
+        failpoint("ahead-full")  # tests: the producer now waits for the encoder, nothing more is rendered
         while not self._prepare_known.wait(timeout=0.2):
             if self._stop.is_set():
                 return False
