@@ -78,6 +78,14 @@ class _SetAside:
         self.bytes += path.stat().st_size
         return path
 
+    def drain(self, deliver: Callable[[Queued], bool]) -> bool:
+        """Pass every event kept on (False, and the rest kept, once `deliver` refuses one)."""
+        while self.events:
+            if not deliver(self.events.popleft()):
+                return False
+        self.bytes = 0
+        return True
+
     def clear(self) -> None:
         self.events.clear()  # their files go with the staging folder
 
@@ -107,16 +115,12 @@ class PageFeed:
         render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
         root: Path | None = None,
     ) -> None:
-        self.sources = sources
-        self.converters = converters
-        self.render_size = render_size
+        self.sources, self.converters, self.render_size, self.timings = sources, converters, render_size, timings
         self.convert_workers = max(1, convert_workers)
-        self.timings = timings
         self.opener = DocumentOpener(sources, converters, staging, render_size, render_timeout_s, root, timings)
         # per-page preprocessing for the model, done here, off its thread. None: not known yet (the
         # model is loading); events then wait, their pages in files, up to AHEAD_BYTES (set_prepare)
-        self.prepare = prepare
-        self.render_timeout_s = render_timeout_s
+        self.prepare, self.render_timeout_s = prepare, render_timeout_s
         self._queue: queue.Queue[Queued] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
         self._failure: BaseException | None = None
@@ -177,17 +181,15 @@ class PageFeed:
 
     def _drain_ahead(self) -> bool:
         """Prepare and pass on the events that waited for the encoder (the producer's thread only)."""
-        while self._ahead.events:
-            if not self._deliver(self._ahead.events.popleft()):
-                return False
-        self._ahead.bytes = 0
-        return True
+        return self._ahead.drain(self._deliver)
 
     def _deliver(self, event: Queued) -> bool:
         if not isinstance(event, FeedEnded) and event.number in self._refused:
             return True  # a page of the document was refused: the consumer has its error
         if isinstance(event, PageReady):
-            event = self._prepared(event)
+            event = _prepared(event, self.prepare, self.timings)
+            if isinstance(event, DocumentFailed):
+                self._refused.add(event.number)
         while not self._stop.is_set():
             try:
                 self._queue.put(event, timeout=0.2)
@@ -195,25 +197,6 @@ class PageFeed:
             except queue.Full:
                 continue
         return False
-
-    def _prepared(self, event: PageReady) -> PageReady | DocumentFailed:
-        """The page prepared for the model, or the document's error where its processor refuses the
-        page (a bug of ours is no page's fault: it propagates)."""
-        image = event.image
-        if isinstance(image, Path):
-            image = _read_set_aside(image)
-        started = time.perf_counter()
-        prepared: PageReady | DocumentFailed
-        try:
-            prepared = replace(event, image=self.prepare(image))
-        except Exception as exc:
-            failure = page_failure("encode", exc)
-            if failure is None:
-                raise
-            self._refused.add(event.number)
-            prepared = DocumentFailed(event.number, failure)
-        self.timings("prepare", time.perf_counter() - started)
-        return prepared
 
     def _produce(self) -> None:
         jobs = plan_jobs(self.sources, self.converters)
@@ -267,19 +250,17 @@ class PageFeed:
     def _send_pages(self, number: int, document: OpenedDocument) -> bool:
         if not self._put(DocumentOpened(number, document)):
             return False
-        first = self.sources[number].first_page
-        if document.image is not None:
-            pages: Iterator[Image.Image] = image_file_pages(document.image, self.render_size, first)
-        else:
-            pages = self._render(document, first)
         sent = 0
-        for image in pages:
+        for image in self._pages(document, self.sources[number].first_page):
             if not self._put(PageReady(number, image)):
                 return False
             sent += 1
         return self._put(DocumentDone(number, sent))
 
-    def _render(self, document: OpenedDocument, first_page: int) -> Iterator[Image.Image]:
+    def _pages(self, document: OpenedDocument, first_page: int) -> Iterator[Image.Image]:
+        if document.image is not None:
+            yield from image_file_pages(document.image, self.render_size, first_page)
+            return
         for first in range(first_page, document.pages + 1, RENDER_CHUNK):
             started = time.perf_counter()
             last = min(document.pages, first + RENDER_CHUNK - 1)
@@ -310,6 +291,25 @@ class PageFeed:
             pass
         except BaseException as exc:  # surfaced in the consumer thread
             self._fail_feed(exc)
+
+
+def _prepared(event: PageReady, prepare: Callable, timings: Callable[[str, float], None]) -> PageReady | DocumentFailed:
+    """The page prepared for the model, or the document's error where its processor refuses the
+    page (a bug of ours is no page's fault: it propagates)."""
+    image = event.image
+    if isinstance(image, Path):
+        image = _read_set_aside(image)
+    started = time.perf_counter()
+    prepared: PageReady | DocumentFailed
+    try:
+        prepared = replace(event, image=prepare(image))
+    except Exception as exc:
+        failure = page_failure("encode", exc)
+        if failure is None:
+            raise
+        prepared = DocumentFailed(event.number, failure)
+    timings("prepare", time.perf_counter() - started)
+    return prepared
 
 
 def _read_set_aside(path: Path) -> Image.Image:
