@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -163,21 +163,22 @@ class CommitPolicy:
 
     def handle(self, event: EngineEvent) -> None:
         """One event of an engine, then a commit if one is due."""
-        if isinstance(event, PagesEncoded):
-            if event.numbers <= self.gone:
+        match event:
+            case PagesEncoded() if event.numbers <= self.gone:
                 return
-            self._take(event)
-        elif event.number in self.gone:
-            return
-        elif isinstance(event, DocumentOpened):
-            self._open(event.number, event.document)
-        elif isinstance(event, DocumentDone):
-            self.states[event.number].sent = event.pages
-            self._finish_ready([event.number])
-        elif isinstance(event, DocumentFailed):
-            self.fail(event.number, self._why_failed(event.number, event.error))
-        else:
-            raise TypeError(f"not an engine event: {event!r}")
+            case DocumentOpened() | DocumentDone() | DocumentFailed() if event.number in self.gone:
+                return
+            case PagesEncoded():
+                self._take(event)
+            case DocumentOpened(number, document):
+                self._open(number, document)
+            case DocumentDone(number, pages):
+                self.states[number].sent = pages
+                self._finish_ready([number])
+            case DocumentFailed(number, error):
+                self.fail(number, self._why_failed(number, error))
+            case _:
+                raise TypeError(f"not an engine event: {event!r}")
         self.commit_if_due()
 
     def _open(self, number: int, document: OpenedDocument) -> None:

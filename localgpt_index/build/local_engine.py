@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Generator, Iterator
 
 from ..ingest import processes
 from ..ingest.convert import ConverterSet

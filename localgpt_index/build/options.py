@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from ..core.errors import ExitCode
 from ..core.metadata import Rules
 from ..index.manifest import Failure
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S
-from ..models.encode import EncoderOptions
+
+if TYPE_CHECKING:
+    from ..models.encode import EncoderOptions
 
 @dataclass
 class BuildOptions:
@@ -40,6 +43,8 @@ class BuildOptions:
 
     def encoder_options(self) -> EncoderOptions:
         """What the model layer needs of these options to load the page encoder."""
+        from ..models.encode import EncoderOptions  # the commit policy's modules need no model layer
+
         return EncoderOptions(self.device, self.dtype, self.batch_size, self.compile, self.max_visual_tokens)
 
 

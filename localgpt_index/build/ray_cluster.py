@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
-from typing import Iterator
 
 from ..core.cpus import available_cpus
 from ..core.errors import EnvironmentMissing, LgptError

@@ -19,10 +19,10 @@ import os
 import tempfile
 import time
 from collections import deque
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generator, Iterator
 
 import numpy as np
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Generator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Generator, Protocol
+from typing import Protocol
 
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
@@ -34,7 +35,7 @@ from .model_checks import check_model, check_rebuild_keeps, choose_model, upgrad
 from .options import BuildOptions, BuildReport, Log, StageTimer
 from .plan import BuildPlan, files_to_hash, plan_build
 
-__all__ = ["BuildOptions", "BuildReport", "COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "EncoderFactory", "build_index"]
+__all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport", "EncoderFactory", "build_index"]
 
 
 def build_index(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 from ..core.errors import DocumentError
 from .render import PagePoints
@@ -73,5 +72,5 @@ class PagesEncoded:
         return {number for number, _ in self.pages}
 
 
-FeedEvent = Union[DocumentOpened, PageReady, DocumentDone, DocumentFailed]
-EngineEvent = Union[DocumentOpened, PagesEncoded, DocumentDone, DocumentFailed]
+FeedEvent = DocumentOpened | PageReady | DocumentDone | DocumentFailed
+EngineEvent = DocumentOpened | PagesEncoded | DocumentDone | DocumentFailed

@@ -18,21 +18,21 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Union
 
 from PIL import Image
 
-from . import processes
 from ..core.errors import DocumentError, page_failure
+from . import processes
 from .convert import ConverterSet
 from .events import DocumentDone, DocumentFailed, DocumentOpened, FeedEnded, FeedEvent, OpenedDocument, PageReady
 from .opening import CONVERT_BATCH, DocumentOpener, FeedSource, plan_jobs
 from .render import DEFAULT_RENDER_TIMEOUT_S, RenderSize, image_file_pages, render_pdf_pages
 
-__all__ = ["AHEAD_BYTES", "CONVERT_BATCH", "FeedSource", "OpenedDocument", "PageFeed", "RENDER_CHUNK", "plan_jobs"]
+__all__ = ["AHEAD_BYTES", "CONVERT_BATCH", "RENDER_CHUNK", "FeedSource", "OpenedDocument", "PageFeed", "plan_jobs"]
 
 RENDER_CHUNK = 8  # pages per pdftoppm call
 # While the model loads, pages are rendered this far ahead, using a core that would otherwise wait.
@@ -40,7 +40,7 @@ RENDER_CHUNK = 8  # pages per pdftoppm call
 # memory: the build's peak RSS is often the model's load, and must not grow with this.
 AHEAD_BYTES = 512 << 20
 
-Queued = Union[FeedEvent, FeedEnded]
+Queued = FeedEvent | FeedEnded
 
 
 class _SetAside:
@@ -136,7 +136,7 @@ class PageFeed:
         self.prepare = prepare
         self._prepare_known.set()
 
-    def start(self) -> "PageFeed":
+    def start(self) -> PageFeed:
         """Start converting and rendering now, before the pages are asked for (once)."""
         if self._producer is None:
             self._producer = threading.Thread(target=self._produce_guarded, name="lgpt-render", daemon=True)
