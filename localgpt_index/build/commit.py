@@ -23,7 +23,7 @@ from ..index.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..index.store import PageRef, SegmentWriter, Transaction
 from ..ingest.convert import MissingConverter
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
-from .options import BuildReport, Log, StageTimer
+from .options import BuildOptions, BuildReport, Log, StageTimer
 from .plan import BuildPlan, Embed, trusted_stat
 
 DEFAULT_COMMIT_PAGES = 1000
@@ -142,7 +142,7 @@ class Catalog:
 class CommitPolicy:
     """Takes the engines' events into the transaction, and commits as the cadence says."""
 
-    def __init__(self, txn: Transaction, plan: BuildPlan, options, report: BuildReport, timer: StageTimer,
+    def __init__(self, txn: Transaction, plan: BuildPlan, options: BuildOptions, report: BuildReport, timer: StageTimer,
                  progress: ProgressSink | None, log: Log, scan_started_ns: int, clock: Clock = time.monotonic) -> None:
         self.txn, self.plan, self.report, self.timer, self.progress, self.log = txn, plan, report, timer, progress, log
         self.scan_started_ns = scan_started_ns

@@ -50,11 +50,12 @@ def pooled(vectors: list, factor: int, timer: StageTimer | None = None) -> list:
 class LocalEngine:
     """A feed of this process's pages, encoded here in batches."""
 
+    encoder: PageEncoder  # once loaded
+
     def __init__(self, model: ModelRef, options: BuildOptions, sources: list[FeedSource], root: Path,
                  converters: ConverterSet, staging: Path, timer: StageTimer, log: Log) -> None:
         self.model, self.options, self.sources, self.root = model, options, sources, root
         self.converters, self.staging, self.timer, self.log = converters, staging, timer, log
-        self.encoder: PageEncoder | None = None
         self.tuner: CpuTuner | None = None
         self.buffer: list[tuple[int, object]] = []  # (document number, prepared page)
         self.gone: set[int] = set()

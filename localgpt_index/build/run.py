@@ -16,7 +16,7 @@ import time
 from collections.abc import Generator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
@@ -94,7 +94,9 @@ def build_index(
 class Engine(Protocol):
     """What the build needs of an engine (local_engine.LocalEngine, ray_engine.RayBuildEngine)."""
 
-    encoder: object  # the facts of its encoder: precision, dim, batch_size, render_size, max_visual_tokens
+    @property
+    def encoder(self) -> Any:
+        """The facts of its encoder: precision, dim, batch_size, render_size, max_visual_tokens."""
 
     def describe(self) -> str | None: ...
 
