@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from docgen import make_corpus, make_pdf  # noqa: E402
+from docgen import make_corpus  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
 WITHOUT_TORCH = Path(__file__).resolve().parent / "without_torch"
@@ -69,6 +69,19 @@ def tiny_model(tmp_path_factory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("models") / "tiny-colpali", "tiny")
 
 
+@pytest.fixture
+def process_mark(monkeypatch) -> str:
+    """A token in the environment of every process this test starts from here on (helpers.MARK), so
+    that `helpers.marked_processes(token)` finds them and their descendants, and nobody else's."""
+    import uuid
+
+    from helpers import MARK
+
+    token = uuid.uuid4().hex
+    monkeypatch.setenv(MARK, token)
+    return token
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     root = tmp_path_factory.mktemp("corpus") / "docs"
@@ -113,35 +126,36 @@ def run_process(*args: str, env: dict | None = None, timeout: float = 300, **pop
                           env={**os.environ, **(env or {})}, timeout=timeout, **popen)
 
 
-class UnstableConverter:
-    """A converter whose PDFs differ in bytes every run, as LibreOffice's do (time stamps, ids)."""
+UNSTABLE_SOFFICE = """#!{python}
+# stands in for LibreOffice: its PDFs differ in bytes every run, as LibreOffice's do (time stamps, ids)
+import sys
+from pathlib import Path
 
-    name = "unstable"
-    suffixes = frozenset({".txt"})
-    runs = 0
+sys.path.insert(0, {tests!r})
+from docgen import make_pdf
 
-    def batch_key(self, suffix):
-        return None
+args = sys.argv[1:]
+if "--convert-to" not in args:
+    sys.exit(0)
+runs = Path(__file__).with_name("runs")
+run = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(run))
+outdir = Path(args[args.index("--outdir") + 1])
+for name in args[args.index("--outdir") + 2:]:
+    make_pdf(outdir / (Path(name).stem + ".pdf"), [Path(name).read_text(), f"run {{run}}"])
+"""
 
-    def stage(self, source, workdir, stem, root=None):
-        workdir.mkdir(parents=True, exist_ok=True)
-        return Path(shutil.copy(source, workdir / f"{stem}.txt")), []
 
-    def convert_staged(self, staged):
-        UnstableConverter.runs += 1
-        results = []
-        for path in staged:
-            pdf = path.with_suffix(".pdf")
-            make_pdf(pdf, [path.read_text(), f"run {UnstableConverter.runs}"])
-            results.append(Path(pdf))
-        return results
-
-    def close(self):
-        pass
+def unstable_soffice(folder: Path) -> dict[str, str]:
+    """An environment whose `soffice` (first on PATH) is UNSTABLE_SOFFICE, written into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "soffice"
+    script.write_text(UNSTABLE_SOFFICE.format(python=sys.executable, tests=str(Path(__file__).parent)))
+    script.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
 
 
 @pytest.fixture
-def unstable_converter(monkeypatch):
-    from localgpt_index.ingest.convert import ConverterSet
-
-    monkeypatch.setattr(ConverterSet, "detect", classmethod(lambda cls, timeout_s=120.0: cls([UnstableConverter()])))
+def unstable_converter(tmp_path, monkeypatch):
+    """Converted documents without LibreOffice: a stand-in `soffice` on PATH (see UNSTABLE_SOFFICE)."""
+    monkeypatch.setenv("PATH", unstable_soffice(tmp_path / "unstable-bin")["PATH"])

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import faulty_model, run_cli, run_process, validate
 from docgen import make_pdf, make_png
+from helpers import build_json, build_ok, held_build
 
 
 def _bmp(path: Path, color: tuple[int, int, int]) -> Path:
@@ -43,11 +42,6 @@ def _rewrite_in_place(path: Path, color: tuple[int, int, int]) -> None:
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
-def _build(docs: Path, index: Path, *args: str):
-    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
-    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
-
-
 def _listed(index: Path) -> dict[str, str]:
     """path -> sha256 of the documents the index holds."""
     result = run_cli("ls", "--index-dir", str(index), "--json")
@@ -63,18 +57,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _held_build(args: list[str], release: Path, point: str) -> subprocess.Popen:
-    """A build in a process of its own, held at the failpoint `point` until `release` exists."""
-    process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "LGPT_FAILPOINT": f"{point}:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
-    deadline = time.monotonic() + 120
-    while not Path(f"{release}.reached").exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
-    return process
-
-
 # 1. a file rewritten in place during a build, same size, mtime restored
 
 def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_model, tmp_path):
@@ -82,7 +64,7 @@ def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_mod
     red, blue = _bmp(docs / "a.bmp", (255, 0, 0)), _bmp(docs / "b.bmp", (0, 0, 255))
     old_sha = _sha256(red)
     args = ["build", str(docs), "--index-dir", str(index), "--model", str(fake_model), "--json"]
-    build = _held_build(args, release, "hashed")  # hashed, nothing rendered yet
+    build = held_build(args, release, "hashed")  # hashed, nothing rendered yet
     try:
         _rewrite_in_place(red, (0, 255, 0))
     finally:
@@ -96,7 +78,7 @@ def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_mod
     assert old_sha not in listed.values()  # never the old sha256 with the new content's vectors
     assert listed == {str(blue): _sha256(blue)}
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
-    again, report = _build(docs, index, "--model", str(fake_model))
+    again, report = build_json(docs, index, "--model", str(fake_model))
     assert again.exit_code == 0, again.stderr
     assert _listed(index)[str(red)] == _sha256(red)
 
@@ -105,7 +87,7 @@ def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_mod
 def test_pages_of_a_file_rewritten_in_place_since_the_build_are_refused(fake_model, tmp_path, how):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     picture = _bmp(docs / "a.bmp", (255, 0, 0))
-    assert _build(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
     query = ["query", "red", "--index-dir", str(index), *how]
     assert run_cli(*query).exit_code == 0
     os.chmod(picture, 0o640)  # its ctime moves, its content does not: still shown
@@ -128,7 +110,7 @@ def test_a_page_the_processor_refuses_fails_its_document_only(tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _refusal_corpus(docs)
     model = faulty_model(tmp_path / "m", prepare_error_color=[0, 255, 0])
-    result, report = _build(docs, index, "--model", str(model), "--batch-size", "2")
+    result, report = build_json(docs, index, "--model", str(model), "--batch-size", "2")
     assert result.exit_code == 3, result.stderr
     assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("refused.bmp", "encode")]
     assert "rejects this page" in report["failures"][0]["reason"]
@@ -140,7 +122,7 @@ def test_a_page_the_model_refuses_fails_its_document_only(tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _refusal_corpus(docs)
     model = faulty_model(tmp_path / "m", page_error_color=[0, 255, 0], page_error_type="ValueError")
-    result, report = _build(docs, index, "--model", str(model), "--batch-size", "2")
+    result, report = build_json(docs, index, "--model", str(model), "--batch-size", "2")
     assert result.exit_code == 3, result.stderr
     assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("refused.bmp", "encode")]
 
@@ -153,7 +135,7 @@ def test_a_bug_in_the_encoder_is_an_internal_error_not_a_bad_page(tmp_path, faul
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _refusal_corpus(docs)
     model = faulty_model(tmp_path / "m", **fault)
-    result, report = _build(docs, index, "--model", str(model), "--batch-size", "2")
+    result, report = build_json(docs, index, "--model", str(model), "--batch-size", "2")
     assert result.exit_code == 1, result.stderr
     error = next(iter(fault.values()))
     assert f"internal error: {error}" in result.stderr and "please report" in result.stderr
@@ -166,19 +148,19 @@ def test_build_of_a_single_file_indexes_it_and_leaves_the_others(fake_model, tmp
     docs, index = tmp_path / "docs", tmp_path / "idx"
     a = make_pdf(docs / "a.pdf", ["alpha"])
     b = make_pdf(docs / "sub" / "b.pdf", ["beta"])
-    first, report = _build(a, index, "--model", str(fake_model))  # a fresh index from one file
+    first, report = build_json(a, index, "--model", str(fake_model))  # a fresh index from one file
     assert first.exit_code == 0, first.stderr
     assert report["indexed"] == 1 and _listed(index) == {str(a): _sha256(a)}
-    assert _build(docs, index, "--model", str(fake_model))[1]["indexed"] == 1  # b joins
+    assert build_json(docs, index, "--model", str(fake_model))[1]["indexed"] == 1  # b joins
     make_pdf(a, ["alpha, second edition"])
     b.unlink()  # not looked at by a build of a.pdf: it stays
     c = make_pdf(docs / "c.pdf", ["gamma"])  # not looked at either: not added
-    result, report = _build(a, index, "--model", str(fake_model))
+    result, report = build_json(a, index, "--model", str(fake_model))
     assert result.exit_code == 0, result.stderr
     assert (report["indexed"], report["removed"], report["documents_seen"]) == (1, 0, 1)
     assert set(_listed(index)) == {str(a), str(b)} and _listed(index)[str(a)] == _sha256(a)
     validate(report, "build")
-    assert _build(c, index, "--model", str(fake_model))[1]["indexed"] == 1
+    assert build_json(c, index, "--model", str(fake_model))[1]["indexed"] == 1
     assert set(_listed(index)) == {str(a), str(b), str(c)}
 
 
@@ -196,10 +178,10 @@ def test_a_metadata_retag_is_reported(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     for i in range(3):
         make_pdf(docs / f"doc-{i}.pdf", [f"doc {i}"])
-    assert _build(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"doc-1.pdf": {"team": "blue"}, "doc-2.pdf": {"team": "red"}}))
-    result, report = _build(docs, index, "--metadata", str(rules))
+    result, report = build_json(docs, index, "--metadata", str(rules))
     assert result.exit_code == 0, result.stderr
     validate(report, "build")
     assert (report["indexed"], report["unchanged"], report["retagged"]) == (0, 3, 2)
@@ -220,7 +202,7 @@ def test_office_templates_are_recognised(fake_model, tmp_path):
     docs.mkdir()
     for suffix in TEMPLATES:
         (docs / f"t{suffix}").write_bytes(f"not an office file ({suffix})".encode())
-    result, report = _build(docs, index, "--model", str(fake_model))
+    result, report = build_json(docs, index, "--model", str(fake_model))
     assert report["skipped_files"] == [], report["skipped_files"]
     reasons = {Path(f["path"]).suffix: f["reason"] for f in report["failures"]}
     assert sorted(reasons) == sorted(TEMPLATES)
@@ -241,7 +223,7 @@ def test_a_libreoffice_template_is_converted_and_indexed(fake_model, tmp_path, m
                     suffix[1:], "--outdir", str(docs), str(made)], check=True, capture_output=True, timeout=180)
     template = docs / f"source{suffix}"
     assert template.is_file()  # made by LibreOffice itself
-    result, report = _build(docs, index, "--model", str(fake_model))
+    result, report = build_json(docs, index, "--model", str(fake_model))
     assert result.exit_code == 0, result.stderr
     assert report["indexed"] == 1 and report["pages_embedded"] >= 1
     listed = json.loads(run_cli("ls", "--index-dir", str(index), "--json").stdout)["documents"]
@@ -260,7 +242,7 @@ def test_a_local_ray_cluster_listens_on_loopback_only(fake_model, tmp_path):
     docs, release = tmp_path / "docs", tmp_path / "release"
     make_pdf(docs / "a.pdf", [f"page {p}" for p in range(3)])
     args = ["build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local"]
-    build = _held_build(args, release, "encode")  # the cluster is up and encoding
+    build = held_build(args, release, "encode")  # the cluster is up and encoding
     try:
         listening = []
         for process in [psutil.Process(build.pid), *psutil.Process(build.pid).children(recursive=True)]:
@@ -304,7 +286,7 @@ def test_converted_documents_imported_from_byaldi_are_converted_by_the_next_buil
     docs, first, second = tmp_path / "docs", tmp_path / "first", tmp_path / "second"
     report_pdf = make_pdf(docs / "report.pdf", ["Quarterly revenue"])
     (docs / "notes.txt").write_text("Meeting notes: the budget")
-    assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(first)).exit_code == 0
+    build_ok(str(docs), "--model", str(tiny_model), "--index-dir", str(first))
     exported = tmp_path / "export" / "colpali"
     assert run_cli("export", str(exported), "--format", "byaldi", "--index-dir", str(first)).exit_code == 0
     assert run_cli("import", str(exported), "--format", "byaldi", "--index-dir", str(second)).exit_code == 0
@@ -319,7 +301,7 @@ def test_converted_documents_imported_from_byaldi_are_converted_by_the_next_buil
     report = json.loads(result.stdout)
     assert (report["indexed"], report["unchanged"]) == (1, 1)  # notes.txt converted, report.pdf kept as imported
     listed = json.loads(run_cli("ls", "--index-dir", str(second), "--json").stdout)["documents"]
-    assert {Path(d["path"]).name: d["converter"] for d in listed} == {"notes.txt": "unstable", "report.pdf": None}
+    assert {Path(d["path"]).name: d["converter"] for d in listed} == {"notes.txt": "libreoffice", "report.pdf": None}
     shown = run_cli(*query, str(tmp_path / "pages-2"))
     assert shown.exit_code == 0, shown.stderr
     manifest = json.loads((tmp_path / "pages-2" / "manifest.json").read_text())
@@ -334,7 +316,7 @@ def test_page_refusals_and_bugs_through_ray(tmp_path, fault, code):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _refusal_corpus(docs)
     model = faulty_model(tmp_path / "m", **fault)
-    result, report = _build(docs, index, "--model", str(model), "--ray", "local")
+    result, report = build_json(docs, index, "--model", str(model), "--ray", "local")
     assert result.exit_code == code, result.stderr
     if code == 3:
         assert [(Path(f["path"]).name, f["stage"]) for f in report["failures"]] == [("refused.bmp", "encode")]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_tree, run_cli
+from helpers import build_ok
 
 
 def test_help_does_not_import_torch_or_byaldi():
@@ -88,7 +89,7 @@ def test_the_command_loads_its_model_with_the_collector_paused(command, tiny_mod
     make_pdf(docs / "a.pdf", ["one page"])
     index = tmp_path / "idx"
     if command == "query":
-        assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(index)).exit_code == 0
+        build_ok(str(docs), "--model", str(tiny_model), "--index-dir", str(index))
     args = ["build", str(docs), "--model", str(tiny_model)] if command == "build" else ["query", "one page"]
     code = (
         "import gc, sys; import localgpt_index.models.encode as e; seen = []; load = e.ByaldiEncoder.__init__; forward = e.ByaldiEncoder._forward\n"

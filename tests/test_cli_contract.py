@@ -5,6 +5,7 @@ is empty, headers on tables. Fast tier: the fake model, real processes where std
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -242,6 +243,32 @@ def test_a_good_server_answer_is_printed_and_exported(built, fake_server, tmp_pa
     assert "alpha.pdf" in result.stdout
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert all((tmp_path / "p" / r["image"]).is_file() for r in manifest["queries"][0]["results"])
+
+
+def test_a_server_answer_with_a_page_it_could_not_render_is_accepted(built, fake_server):
+    """A hit whose image the server could not render carries "image_base64": null and an image_error
+    (the server's own answer, POST /query with_images): the client's check accepts it, and the CLI
+    prints it as the server sent it."""
+    answer = _with_hit(built["answer"], image_base64=None, image_error="not rendered: at most 32 pages at 150 dpi per answer")
+    for hit in answer["queries"][0]["results"][1:]:
+        hit["image_base64"] = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode("ascii")
+    fake_server.answer(answer)
+    result = run_process("query", "alpha", "-k", "2", "--with-images", "--json", "--server", fake_server.url, timeout=60)
+    assert result.returncode == 0, result
+    assert json.loads(result.stdout) == answer
+    validate(answer, "query")
+
+
+def test_the_published_query_schema_is_generated_from_the_one_definition():
+    """query.schema.json is interop.results.QueryDocument's schema (the CLI builds the document with
+    it, the server's OpenAPI and the client's check use it); its kinds are discover's."""
+    from typing import get_args
+
+    from localgpt_index.ingest.discover import KIND_BY_SUFFIX
+    from localgpt_index.interop.results import Hit, json_schema
+
+    assert load_schema("query") == json_schema(), "regenerate: python -m localgpt_index.interop.results"
+    assert set(get_args(Hit.model_fields["kind"].annotation)) == set(KIND_BY_SUFFIX.values())
 
 
 def _raw_cli(*args: str | bytes, env: dict | None = None) -> subprocess.CompletedProcess:

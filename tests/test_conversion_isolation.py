@@ -65,14 +65,14 @@ def test_a_build_fetches_nothing_and_reads_nothing_outside_the_folder(fake_model
         assert len(images) == 1, (doc.path, images)  # the picture inside the folder, and only that one
 
 
-def test_sigterm_during_a_real_libreoffice_conversion_leaves_no_process_and_no_folder(fake_model, tmp_path):
+def test_sigterm_during_a_real_libreoffice_conversion_leaves_no_process_and_no_folder(fake_model, tmp_path, process_mark):
     import os
     import signal
     import subprocess
     import sys
-    import time
 
     from docgen import make_docx
+    from helpers import marked_processes, wait_until
 
     docs, scratch = tmp_path / "docs", tmp_path / "tmp"
     scratch.mkdir()
@@ -81,18 +81,13 @@ def test_sigterm_during_a_real_libreoffice_conversion_leaves_no_process_and_no_f
     proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
                              "--index-dir", str(tmp_path / "idx")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def soffice_running() -> bool:
-        found = subprocess.run(["pgrep", "-f", f"{scratch}/lgpt-lo-profile"], capture_output=True, text=True).stdout.split()
-        return any(int(pid) != os.getpid() for pid in found)
+    def soffice_running() -> bool:  # this test's LibreOffice only, not the machine's others
+        return bool(marked_processes(process_mark, f"{scratch}/lgpt-lo-profile"))
 
-    deadline = time.monotonic() + 60
-    while not soffice_running():
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)  # well into the conversion
+    # LibreOffice is running and has written its profile into the scratch folder: well into the conversion
+    wait_until(lambda: soffice_running() and list(scratch.glob("lgpt-lo-profile*/user")), 60, "LibreOffice's start", proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "interrupted" in stderr, stderr
-    time.sleep(5)
-    assert not soffice_running()
+    assert wait_until(lambda: not soffice_running(), 15, "LibreOffice's end")
     assert list(scratch.iterdir()) == []

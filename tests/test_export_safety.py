@@ -9,6 +9,7 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf
+from helpers import build_ok
 
 pytestmark = pytest.mark.slow  # torch.save writes byaldi's files
 
@@ -21,7 +22,7 @@ def indexed(tmp_path, monkeypatch) -> Path:
     docs = tmp_path / "docs"
     make_pdf(docs / "a.pdf", ["a", "b"])
     monkeypatch.chdir(tmp_path)
-    assert run_cli("build", str(docs), "--model", str(model)).exit_code == 0
+    build_ok(str(docs), "--model", str(model))
     return tmp_path
 
 

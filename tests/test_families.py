@@ -12,6 +12,7 @@ from PIL import Image
 
 from conftest import run_cli
 from docgen import PAGE_SHAPES, make_docx, make_pdf, make_pdf_of_shapes, make_png
+from helpers import build_ok
 from localgpt_index.core.errors import UsageError
 from localgpt_index.models.families import FAMILIES, QWEN_GRID, detect_family, family_named
 from localgpt_index.testing.family_checkpoints import CHECKPOINT_FAMILIES
@@ -282,7 +283,7 @@ def test_max_visual_tokens_is_recorded_and_kept(tmp_path):
     docs = tmp_path / "docs"
     make_pdf(docs / "report.pdf", ["quarterly revenue", "invoice total"])
     full, capped = ["--index-dir", str(tmp_path / "full")], ["--index-dir", str(tmp_path / "capped")]
-    assert run_cli("build", str(docs), "--model", str(model), *full).exit_code == 0
+    build_ok(str(docs), "--model", str(model), *full)
     built = run_cli("build", str(docs), "--model", str(model), "--max-visual-tokens", "8", *capped)
     assert built.exit_code == 0, built.stderr
     assert json.loads(run_cli("status", "--json", *capped).stdout)["settings"]["max_visual_tokens"] == 8
@@ -336,7 +337,7 @@ def test_byaldi_export_is_refused_for_a_family_byaldi_cannot_load(tmp_path):
     docs = tmp_path / "docs"
     make_pdf(docs / "report.pdf", ["quarterly revenue"])
     index = ["--index-dir", str(tmp_path / "idx")]
-    assert run_cli("build", str(docs), "--model", str(model), *index).exit_code == 0
+    build_ok(str(docs), "--model", str(model), *index)
     result = run_cli("export", "--format", "byaldi", str(tmp_path / "out"), *index)
     assert result.exit_code == 2 and "ColIdefics3" in result.stderr and not (tmp_path / "out").exists()
 

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf, make_png
+from helpers import build_ok, held_build, verify_ok
 
 QUERIES = ["quarterly revenue", "invoice total", "market outlook"]
 
@@ -48,12 +49,6 @@ def _results(index_dir: Path) -> list:
     return [[(h["path"], h["page"], round(h["score"], 4)) for h in q["results"]] for q in json.loads(out.stdout)["queries"]]
 
 
-def _verify_ok(index_dir: Path) -> None:
-    out = run_cli("verify", "--index-dir", str(index_dir), "--json")
-    assert out.exit_code == 0, out.stdout + out.stderr
-    assert json.loads(out.stdout)["ok"] is True
-
-
 @pytest.fixture(scope="module")
 def scenario(fake_model, tmp_path_factory):
     """A folder indexed with BASE (generation 1), EXTRA then added; reference results for both states."""
@@ -63,11 +58,11 @@ def scenario(fake_model, tmp_path_factory):
     base_index = work / "base-index"
     os.environ["HF_HUB_OFFLINE"] = "1"
     args = ["--model", str(fake_model), "--batch-size", "1"]
-    assert run_cli("build", str(docs), *args, "--index-dir", str(base_index)).exit_code == 0
+    build_ok(str(docs), *args, "--index-dir", str(base_index))
     before = _results(base_index)
     _make_docs(docs, EXTRA, start=len(BASE))
     full_index = work / "full-index"
-    assert run_cli("build", str(docs), *args, "--index-dir", str(full_index)).exit_code == 0
+    build_ok(str(docs), *args, "--index-dir", str(full_index))
     after = _results(full_index)
     assert before != after
     return {"work": work, "docs": docs, "base_index": base_index, "before": before, "after": after, "args": args}
@@ -85,10 +80,10 @@ def test_kill_before_the_switch_leaves_the_old_generation(scenario, tmp_path, po
     killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir),
                   env={"LGPT_FAILPOINT": point})
     assert killed.returncode == -9, killed.stderr
-    _verify_ok(index_dir)
+    verify_ok(index_dir)
     assert _results(index_dir) == scenario["before"]
     # the next build cleans up the orphans and finishes the job
-    assert run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1").exit_code == 0
+    build_ok(str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1")
     assert _results(index_dir) == scenario["after"]
     segments = {p.name.split(".")[0] for p in (index_dir / "default" / "segments").iterdir()}
     manifests = sorted(p.name for p in (index_dir / "default").glob("gen-*.json"))
@@ -100,7 +95,7 @@ def test_kill_right_after_the_switch_is_the_new_generation(scenario, tmp_path):
     killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir),
                   env={"LGPT_FAILPOINT": "after-head"})
     assert killed.returncode == -9
-    _verify_ok(index_dir)
+    verify_ok(index_dir)
     assert _results(index_dir) == scenario["after"]
     again = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--json")
     assert json.loads(again.stdout)["model_calls"] == 0
@@ -111,7 +106,7 @@ def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
     killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--commit-every", "1", "--index-dir",
                   str(index_dir), env={"LGPT_FAILPOINT": "encode:5"})
     assert killed.returncode == -9
-    _verify_ok(index_dir)
+    verify_ok(index_dir)
     status = json.loads(run_cli("status", "--index-dir", str(index_dir), "--json").stdout)
     committed_extra = status["documents"] - len(BASE)
     assert 1 <= committed_extra < len(EXTRA)  # some batches committed, not all
@@ -161,8 +156,10 @@ def test_rebuild_keeps_the_old_generation_until_it_commits(scenario, tmp_path):
                   "--index-dir", str(index_dir), env={"LGPT_FAILPOINT": "encode:6"})
     assert killed.returncode == -9
     assert _results(index_dir) == scenario["before"]  # no partial commit of a rebuild
-    report = json.loads(run_cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
-                                "--index-dir", str(index_dir), "--json").stdout)
+    rebuilt = run_cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
+                      "--index-dir", str(index_dir), "--json")
+    assert rebuilt.exit_code == 0, (rebuilt.stdout, rebuilt.stderr)
+    report = json.loads(rebuilt.stdout)
     assert report["indexed"] == len(BASE + EXTRA) and report["generation"] == 2
     assert _results(index_dir) == scenario["after"]
 
@@ -171,14 +168,8 @@ def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     args = ["build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir)]
     release = tmp_path / "release"
-    first = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "LGPT_FAILPOINT": "encode:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
+    first = held_build(args, release, "encode")
     try:
-        deadline = time.monotonic() + 120
-        while not Path(f"{release}.reached").exists():
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.05)
         second = _cli(*args)  # the first writer holds the lock, mid-build
     finally:
         release.touch()
@@ -224,7 +215,7 @@ def test_remove_documents(scenario, tmp_path):
     assert str(target) not in paths and len(paths) == 2
     missing = run_cli("remove", str(tmp_path / "nope.pdf"), "--index-dir", str(index_dir))
     assert missing.exit_code == 1 and "not in the index" in missing.stderr
-    _verify_ok(index_dir)
+    verify_ok(index_dir)
 
 
 def _flip(path: Path, offset_from_end: int = 10) -> None:
@@ -277,7 +268,7 @@ def office_index(fake_model, corpus, tmp_path_factory) -> Path:
     """An index with converted documents (real LibreOffice), so that it holds stored PDFs too."""
     root, _ = corpus
     index_dir = tmp_path_factory.mktemp("office-index")
-    assert run_cli("build", str(root), "--model", str(fake_model), "--index-dir", str(index_dir)).exit_code == 0
+    build_ok(str(root), "--model", str(fake_model), "--index-dir", str(index_dir))
     return index_dir
 
 
@@ -286,7 +277,7 @@ def test_token_pooling_shrinks_the_index_and_is_kept_consistent(tiny_model, tmp_
     docs = tmp_path / "docs"
     _make_docs(docs, BASE)
     plain, pooled = tmp_path / "plain", tmp_path / "pooled"
-    assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(tiny_model), "--index-dir", str(plain))
     result = run_cli("build", str(docs), "--model", str(tiny_model), "--pool-factor", "3", "--index-dir", str(pooled), "--json")
     assert result.exit_code == 0, result.stderr
     status = {name: json.loads(run_cli("status", "--index-dir", str(d), "--json").stdout) for name, d in (("plain", plain), ("pooled", pooled))}
@@ -294,7 +285,7 @@ def test_token_pooling_shrinks_the_index_and_is_kept_consistent(tiny_model, tmp_
     # 29 vectors per tiny page pool to 29 // 3 = 9
     assert status["pooled"]["vectors"] == status["plain"]["pages"] * 9 and status["plain"]["vectors"] == status["plain"]["pages"] * 29
     assert status["pooled"]["settings"]["pool_factor"] == 3
-    _verify_ok(pooled)
+    verify_ok(pooled)
     hits = json.loads(run_cli("query", "report", "-k", "3", "--index-dir", str(pooled), "--json").stdout)["results"]
     assert len(hits) == 3
     mixed = run_cli("build", str(docs), "--pool-factor", "2", "--index-dir", str(pooled))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from conftest import run_cli
 from docgen import make_pdf
+from helpers import build_json, build_ok
 
 MIB = 1 << 20
 
@@ -48,11 +49,6 @@ def _docs(folder: Path, count: int = 2) -> Path:
     return folder
 
 
-def _build(docs: Path, index: Path, *args: str):
-    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
-    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
-
-
 def _query(index: Path, *args: str):
     return run_cli("query", "doc 1 page 2", "--index-dir", str(index), "--json", *args)
 
@@ -80,7 +76,7 @@ def _raw_manifest(index: Path) -> tuple[dict, dict]:
 def test_a_weight_change_past_the_first_mib_is_another_model(tmp_path):
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
-    result, report = _build(docs, index, "--model", str(model))
+    result, report = build_json(docs, index, "--model", str(model))
     assert result.exit_code == 0, result.stderr
     before = report["model"]["fingerprint"]
 
@@ -90,9 +86,9 @@ def test_a_weight_change_past_the_first_mib_is_another_model(tmp_path):
     assert query.exit_code == 1
     assert "was built with" in _said(query) and "cannot be compared with another model" in _said(query)
     assert "Traceback" not in _said(query)
-    build, _ = _build(docs, index, "--model", str(model))
+    build, _ = build_json(docs, index, "--model", str(model))
     assert build.exit_code == 1 and "is a different model" in _said(build)
-    build, _ = _build(docs, index)  # the index's own model, as recorded: the same folder, other weights
+    build, _ = build_json(docs, index)  # the index's own model, as recorded: the same folder, other weights
     assert build.exit_code == 1 and "is a different model" in _said(build)
     _, manifest = _raw_manifest(index)
     assert manifest["model"]["fingerprint"] == before  # nothing was written
@@ -106,7 +102,7 @@ def test_an_adapter_is_known_by_its_base_models_weights_too(tmp_path):
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base), "peft_type": "LORA"}))
     _weights(adapter, "adapter_model.safetensors", 4096)
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
-    result, _ = _build(docs, index, "--model", str(adapter))
+    result, _ = build_json(docs, index, "--model", str(adapter))
     assert result.exit_code == 0, result.stderr
     assert _query(index).exit_code == 0
 
@@ -114,7 +110,7 @@ def test_an_adapter_is_known_by_its_base_models_weights_too(tmp_path):
 
     query = _query(index)
     assert query.exit_code == 1 and "was built with" in _said(query)
-    build, _ = _build(docs, index, "--model", str(adapter))
+    build, _ = build_json(docs, index, "--model", str(adapter))
     assert build.exit_code == 1 and "is a different model" in _said(build)
 
 
@@ -182,7 +178,7 @@ def _downgrade_to_format_2(index: Path, model: Path) -> None:
 def test_an_index_fingerprinted_the_old_way_opens_queries_and_builds_incrementally(tmp_path):
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs", 3), tmp_path / "idx"
-    result, report = _build(docs, index, "--model", str(model))
+    result, report = build_json(docs, index, "--model", str(model))
     assert result.exit_code == 0, result.stderr
     current = report["model"]["fingerprint"]
     answers = _query(index)
@@ -197,7 +193,7 @@ def test_an_index_fingerprinted_the_old_way_opens_queries_and_builds_incremental
     assert old.exit_code == 0 and old.stdout == answers.stdout
     assert {p.name: p.read_bytes() for p in (index / "default").iterdir() if p.is_file()} == files  # readers never write
 
-    result, report = _build(docs, index)
+    result, report = build_json(docs, index)
     assert result.exit_code == 0, result.stderr
     assert report["pages_embedded"] == 0 and report["unchanged"] == 3
     head, manifest = _raw_manifest(index)
@@ -212,13 +208,13 @@ def test_an_index_fingerprinted_the_old_way_opens_queries_and_builds_incremental
 def test_an_index_fingerprinted_the_old_way_still_refuses_what_the_old_way_told_apart(tmp_path):
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
-    assert _build(docs, index, "--model", str(model))[0].exit_code == 0
+    assert build_json(docs, index, "--model", str(model))[0].exit_code == 0
     _downgrade_to_format_2(index, model)
 
     _flip_in_place(model / "model.safetensors", 1000)  # inside the first MiB: the old scheme sees it
     query = _query(index)
     assert query.exit_code == 1 and "was built with" in _said(query)
-    result, _ = _build(docs, index)
+    result, _ = build_json(docs, index)
     assert result.exit_code == 1 and "is a different model" in _said(result)
     head, manifest = _raw_manifest(index)
     assert head["format"] == "lgpt-index/2" and "fingerprint_scheme" not in manifest["model"]  # not upgraded
@@ -238,7 +234,7 @@ def test_a_format_2_manifest_migrates_to_the_old_fingerprint_scheme():
 
 def test_doctor_checks_the_model_the_index_at_hand_was_built_with(fake_model, tmp_path):
     docs = _docs(tmp_path / "docs")
-    assert run_cli("build", str(docs), "--model", str(fake_model)).exit_code == 0  # ./.lgpt-index/default
+    build_ok(str(docs), "--model", str(fake_model))  # ./.lgpt-index/default
 
     result = run_cli("doctor", "--json")
     diagnosis = json.loads(result.stdout)
@@ -255,7 +251,7 @@ def test_doctor_checks_the_model_the_index_at_hand_was_built_with(fake_model, tm
 def test_doctor_says_when_the_index_model_changed(tmp_path):
     model = _fake_with_weights(tmp_path / "model")
     docs = _docs(tmp_path / "docs")
-    assert run_cli("build", str(docs), "--model", str(model), "--name", "mine").exit_code == 0
+    build_ok(str(docs), "--model", str(model), "--name", "mine")
     _flip_in_place(model / "model.safetensors", 2 * MIB)
 
     result = run_cli("doctor", "--json", "--name", "mine")
@@ -273,18 +269,18 @@ def test_doctor_without_an_index_checks_the_default_model(tmp_path):
 
 
 def test_a_server_on_an_index_fingerprinted_the_old_way_answers_before_and_after_its_upgrade(tmp_path):
-    from localgpt_index.service import IndexService, SearchRequest
+    from localgpt_index.serve.service import IndexService, SearchRequest
 
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
-    assert _build(docs, index, "--model", str(model))[0].exit_code == 0
+    assert build_json(docs, index, "--model", str(model))[0].exit_code == 0
     _downgrade_to_format_2(index, model)
     service = IndexService(index / "default")
     service.load()
     assert service.failure is None and service.stale is None
     before = service.search([SearchRequest(("doc 1",), 3)])[0].results
 
-    assert _build(docs, index)[0].exit_code == 0  # the upgrade, committed beside the server
+    assert build_json(docs, index)[0].exit_code == 0  # the upgrade, committed beside the server
     after = service.search([SearchRequest(("doc 1",), 3)])[0]
     assert service.switches == 1 and service.stale is None
     assert after.index.manifest.model.fingerprint_scheme == 2 and after.results == before
@@ -294,7 +290,7 @@ def test_a_remove_on_an_index_fingerprinted_the_old_way_keeps_the_old_scheme_and
     """remove writes without loading the model: it keeps the fingerprint as recorded, with its scheme."""
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs", 3), tmp_path / "idx"
-    assert _build(docs, index, "--model", str(model))[0].exit_code == 0
+    assert build_json(docs, index, "--model", str(model))[0].exit_code == 0
     _downgrade_to_format_2(index, model)
 
     removed = run_cli("remove", str(docs / "doc-2.pdf"), "--index-dir", str(index))
@@ -303,6 +299,6 @@ def test_a_remove_on_an_index_fingerprinted_the_old_way_keeps_the_old_scheme_and
     assert head["format"] == _current_format() != "lgpt-index/2"
     assert manifest["model"]["fingerprint_scheme"] == 1 and manifest["model"]["fingerprint"] == _old_fingerprint(model)
     assert _query(index).exit_code == 0
-    result, report = _build(docs, index)
+    result, report = build_json(docs, index)
     assert result.exit_code == 0 and report["pages_embedded"] == 2  # doc-2 again, nothing else
     assert _raw_manifest(index)[1]["model"]["fingerprint_scheme"] == 2

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import copy_tree, run_cli, run_process
 from docgen import make_pdf
+from helpers import build_ok
 
 pytestmark = pytest.mark.slow  # the real-component tier
 
@@ -105,7 +106,7 @@ def _index_on_a_cached_snapshot(tmp_path: Path, monkeypatch) -> tuple[Path, Path
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))  # read at import; processes read HF_HOME
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "a.pdf", ["revenue"])
-    assert run_cli("build", str(docs), "--model", "acme/retriever", "--index-dir", str(index)).exit_code == 0
+    build_ok(str(docs), "--model", "acme/retriever", "--index-dir", str(index))
     return snapshot, index
 
 

@@ -32,17 +32,23 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
         return images
 
     monkeypatch.setattr("localgpt_index.ingest.feed.render_pdf_pages", tracked)
-    from localgpt_index.models.encode import ByaldiEncoder
+    from localgpt_index.models.encode import load_page_encoder
 
     prepared: list[weakref.ref] = []
-    original_prepare = ByaldiEncoder.prepare_page
 
-    def tracked_prepare(self, image):
-        tensor = original_prepare(self, image)
-        prepared.append(weakref.ref(tensor))
-        return tensor
+    def tracking_encoder(model, options):
+        """The real encoder, its prepared pages watched (build_index's encoder_factory seam)."""
+        encoder = load_page_encoder(model, options)
+        original_prepare = encoder.prepare_page
 
-    monkeypatch.setattr(ByaldiEncoder, "prepare_page", tracked_prepare)
+        def tracked_prepare(image):
+            tensor = original_prepare(image)
+            prepared.append(weakref.ref(tensor))
+            return tensor
+
+        encoder.prepare_page = tracked_prepare
+        return encoder
+
     peak = {"images": 0, "tensors": 0}
     batch = 4
 
@@ -58,7 +64,8 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
             peak["tensors"] = max(peak["tensors"], sum(ref() is not None for ref in prepared))
 
     report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
-                         BuildOptions(model=str(tiny_model), batch_size=batch), progress=Watch())
+                         BuildOptions(model=str(tiny_model), batch_size=batch), progress=Watch(),
+                         encoder_factory=tracking_encoder)
     assert report.pages_embedded == 132
     # rendered images: at most the chunk being prepared; prepared pages: the queue (2 batches),
     # the batch being encoded and one in the producer's hand

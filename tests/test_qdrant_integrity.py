@@ -18,16 +18,11 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf, make_png
-
-
-def _client(folder: Path):
-    from qdrant_client import QdrantClient
-
-    return QdrantClient(path=str(folder))
+from helpers import build_ok, open_qdrant
 
 
 def _collections(folder: Path) -> set[str]:
-    client = _client(folder)
+    client = open_qdrant(folder)
     try:
         return {c.name for c in client.get_collections().collections}
     finally:
@@ -44,7 +39,7 @@ def _foreign_collection(folder: Path, name: str, alias: str | None = None) -> No
     """Another tool's collection (4 points), and optionally an alias of it."""
     from qdrant_client import models
 
-    client = _client(folder)
+    client = open_qdrant(folder)
     client.create_collection(name, vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
     client.upsert(name, [models.PointStruct(id=i, vector=[1.0, i, 0.0, 1.0], payload={"theirs": i}) for i in range(4)])
     if alias:
@@ -54,7 +49,7 @@ def _foreign_collection(folder: Path, name: str, alias: str | None = None) -> No
 
 
 def _foreign_intact(folder: Path, name: str, alias: str | None = None) -> None:
-    client = _client(folder)
+    client = open_qdrant(folder)
     try:
         assert client.count(name, exact=True).count == 4
         assert sorted(p.payload["theirs"] for p in client.scroll(name, limit=10)[0]) == [0, 1, 2, 3]
@@ -77,7 +72,7 @@ def test_an_alias_of_another_tools_collection_is_refused_and_kept(fake_model, tm
         result = run_cli("build", str(docs), "--model", str(fake_model), "--store", url)
     else:
         local = ["--index-dir", str(tmp_path / "idx")]
-        assert run_cli("build", str(docs), "--model", str(fake_model), *local).exit_code == 0
+        build_ok(str(docs), "--model", str(fake_model), *local)
         result = run_cli("export", url, "--format", "qdrant", *local)
     assert result.exit_code == 2, result.stderr
     assert "docs is an alias of their_data, which is not an lgpt-index index" in result.stderr
@@ -107,12 +102,12 @@ def test_a_stray_collection_named_like_ours_but_not_ours_is_kept(fake_model, tmp
 
     qd = tmp_path / "qd"
     _foreign_collection(qd, "docs__0123456789")
-    client = _client(qd)
+    client = open_qdrant(qd)
     client.create_collection("docs__0123456789__catalog", vectors_config={})
     client.upsert("docs__0123456789__catalog", [models.PointStruct(id=1, vector={}, payload={"theirs": 1})])
     client.close()
     docs = _small_docs(tmp_path / "docs")
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{qd}/docs").exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{qd}/docs")
     _foreign_intact(qd, "docs__0123456789")
     assert "docs__0123456789__catalog" in _collections(qd)
 
@@ -141,7 +136,7 @@ def test_paths_that_are_not_utf8_stay_apart(fake_model, tmp_path):
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
     local = ["--index-dir", str(tmp_path / "idx")]
     for store in (["--store", url], local):
-        assert run_cli("build", str(docs), "--model", str(fake_model), *store).exit_code == 0
+        build_ok(str(docs), "--model", str(fake_model), *store)
     verified = run_cli("verify", "--store", url)
     assert verified.exit_code == 0, verified.stderr
     queries = ["raw byte name", "literal backslash name three", "second page"]
@@ -186,7 +181,7 @@ def test_an_index_from_before_path_raw_is_read_and_upgraded_by_the_next_build(fa
     make_pdf(Path(raw), ["raw byte name first page", "raw byte name second page"])
     make_png(docs / "plain.png", "a plain name")
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", url)
     before = _hits(run_cli("query", "raw byte name", "-k", "3", "--json", "--store", url))
     _make_legacy(url)
     assert run_cli("verify", "--store", url).exit_code == 0  # read the old way
@@ -217,7 +212,7 @@ def test_points_deleted_by_another_client_are_damage_at_open(fake_model, tmp_pat
 
     docs = _small_docs(tmp_path / "docs")
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", url)
     store = open_store(url)
     physical = store.physical()
     store.client.delete(physical, points_selector=models.FilterSelector(filter=models.Filter(must=[
@@ -248,7 +243,7 @@ def test_a_local_build_skips_a_qdrant_store_and_its_pdf_store(fake_model, tmp_pa
     (docs / "note.txt").write_text("a converted note")
     make_png(docs / "scan.png", "a scan")
     store = ["--store", f"qdrant+path://{docs / 'qd'}/notes", "--pdf-store", str(docs / "pdfs")]
-    assert run_cli("build", str(docs), "--model", str(fake_model), *store).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), *store)
     assert list((docs / "pdfs" / "pdf").glob("*.pdf"))  # a stored PDF lies in the folder now
     result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
     assert result.exit_code == 0, result.stderr
@@ -264,7 +259,7 @@ def test_a_refused_qdrant_export_is_a_usage_error_like_byaldis(tmp_path):
     docs = _small_docs(tmp_path / "docs")
     local = ["--index-dir", str(tmp_path / "idx")]
     model = faulty_model(tmp_path / "colpali-fake")  # byaldi exports only a model named so
-    assert run_cli("build", str(docs), "--model", str(model), *local).exit_code == 0
+    build_ok(str(docs), "--model", str(model), *local)
     url = f"qdrant+path://{tmp_path / 'qd'}/copy"
     assert run_cli("export", url, "--format", "qdrant", *local).exit_code == 0
     again = run_cli("export", url, "--format", "qdrant", *local)
@@ -368,7 +363,7 @@ STEPS = {"take": {("A", "lease-take")}, "renew": {("A", "upsert"), ("A-lease", "
 def base_collection(fake_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("writers")
     docs = _small_docs(work / "docs")
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{work / 'qd'}/docs").exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{work / 'qd'}/docs")
     return work / "qd"
 
 

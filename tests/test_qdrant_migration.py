@@ -10,13 +10,8 @@ import json
 from pathlib import Path
 
 from conftest import run_cli
+from helpers import open_qdrant
 from test_model_identity import MIB, _docs, _fake_with_weights, _flip_in_place, _old_fingerprint
-
-
-def _client(folder: Path):
-    from qdrant_client import QdrantClient
-
-    return QdrantClient(path=str(folder))
 
 
 def _catalog(client, collection: str) -> str:
@@ -28,7 +23,7 @@ def _read_catalog(folder: Path, collection: str = "docs") -> tuple[dict, dict]:
     """HEAD's payload and the manifest it names, read the way the store reads them."""
     from localgpt_index.index.qdrant_store import HEAD_ID, chunk_id
 
-    client = _client(folder)
+    client = open_qdrant(folder)
     try:
         catalog = _catalog(client, collection)
         head = dict(client.retrieve(catalog, [HEAD_ID])[0].payload)
@@ -54,7 +49,7 @@ def _downgrade_to_format_2(folder: Path, model: Path, collection: str = "docs") 
     text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
     chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
     generation, key = head["generation"], head.get("chunk_key")
-    client = _client(folder)
+    client = open_qdrant(folder)
     try:
         catalog = _catalog(client, collection)
         client.delete(catalog, points_selector=models.PointIdsList(points=[chunk_id(generation, i, key) for i in range(head["chunks"])]))
@@ -68,7 +63,7 @@ def _downgrade_to_format_2(folder: Path, model: Path, collection: str = "docs") 
 
 def _everything(folder: Path) -> dict[str, dict]:
     """Every collection's points (id -> payload and vectors): what a reader must leave as it found it."""
-    client = _client(folder)
+    client = open_qdrant(folder)
     try:
         found = {}
         for name in sorted(c.name for c in client.get_collections().collections):

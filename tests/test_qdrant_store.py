@@ -12,6 +12,7 @@ import pytest
 
 from conftest import run_cli, run_process
 from docgen import make_pdf, make_png
+from helpers import build_ok, make_pdfs
 
 QUERIES = ["quarterly report", "a scanned receipt", "market outlook"]
 
@@ -77,15 +78,13 @@ def qdrant_scenario(fake_model, tmp_path_factory):
     """A collection built from BASE documents, and the answers before and after adding EXTRA."""
     work = tmp_path_factory.mktemp("qdrant-kill")
     docs = work / "docs"
-    for i in range(3):
-        make_pdf(docs / f"base-{i}.pdf", [f"base {i} page {p}" for p in range(2)])
+    make_pdfs(docs, 3, 2, "base")
     store = ["--store", f"qdrant+path://{work / 'qd'}/docs"]
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--batch-size", "1", *store).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--batch-size", "1", *store)
     before = _answers(*store)
-    for i in range(4):
-        make_pdf(docs / f"extra-{i}.pdf", [f"extra {i} page {p}" for p in range(3)])
+    make_pdfs(docs, 4, 3, "extra")
     full = work / "full"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{full}/docs").exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", f"qdrant+path://{full}/docs")
     after = _answers("--store", f"qdrant+path://{full}/docs")
     return {"work": work, "docs": docs, "qd": work / "qd", "before": before, "after": after}
 
@@ -160,7 +159,7 @@ def test_export_to_qdrant_and_import_back_embed_nothing(fake_model, tmp_path, un
     _docs(docs)
     (docs / "note.txt").write_text("a converted note")
     local = ["--index-dir", str(tmp_path / "idx")]
-    assert run_cli("build", str(docs), "--model", str(fake_model), *local).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), *local)
     url = f"qdrant+path://{tmp_path / 'qd'}/copy"
     exported = run_cli("export", url, "--format", "qdrant", *local, "--json")
     assert exported.exit_code == 0, exported.stderr
@@ -182,7 +181,7 @@ def test_a_missing_pdf_store_is_said(fake_model, tmp_path, unstable_converter):
     docs.mkdir()
     (docs / "note.txt").write_text("converted")
     store = ["--store", f"qdrant+path://{tmp_path / 'qd'}/docs"]
-    assert run_cli("build", str(docs), "--model", str(fake_model), *store).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), *store)
     shutil.rmtree(tmp_path / "qd" / "docs-pdf")
     result = run_cli("query", "note", "--export-pages", str(tmp_path / "pages"), *store)
     assert result.exit_code == 1 and "missing from the PDF store" in result.stderr and "--pdf-store" in result.stderr
@@ -196,7 +195,7 @@ def test_verify_finds_a_lost_page(fake_model, tmp_path):
     docs = tmp_path / "docs"
     _docs(docs)
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", url)
     store = open_store(url)
     [point] = store.client.scroll(store.physical(), limit=1, scroll_filter=models.Filter(must=[
         models.FieldCondition(key="path", match=models.MatchValue(value=str(docs / "scan.png")))]))[0]
@@ -212,7 +211,7 @@ def test_another_model_is_refused_as_with_the_local_store(fake_model, tmp_path):
     docs = tmp_path / "docs"
     _docs(docs)
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", url)
     other = faulty_model(tmp_path / "other", page_tokens=4)
     assert run_cli("query", "q", "--model", str(other), "--store", url).exit_code == 1
     assert run_cli("build", str(docs), "--model", str(other), "--store", url).exit_code == 1
@@ -224,7 +223,7 @@ def test_serve_over_a_qdrant_store(fake_model, tmp_path):
     docs = tmp_path / "docs"
     _docs(docs)
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--store", url)
     expected = json.loads(run_cli("query", *QUERIES, "-k", "5", "--json", "--store", url).stdout)
     running = Server("--store", url, "--absolute-paths")  # answers compared with the CLI's
     try:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 
 from conftest import copy_tree, faulty_model, run_cli
 from docgen import make_pdf, make_pdf_of_shapes, make_png
+from helpers import build_ok, descendants, held_build, make_pdfs
 
 pytestmark = pytest.mark.slow  # a real Ray cluster, real LibreOffice
 
@@ -38,7 +38,7 @@ def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path
     docs = copy_tree(root, tmp_path / "docs")
     make_pdf(docs / "long.pdf", [f"long page {p}" for p in range(20)])  # several chunks
     plain, distributed = tmp_path / "plain", tmp_path / "ray"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(plain))
     result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(distributed), "--ray", "local", "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
@@ -63,7 +63,7 @@ def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tm
     make_pdf_of_shapes(docs / "shapes.pdf")
     make_png(docs / "scan.png", "scan", size=(500, 300))
     plain, distributed = tmp_path / "plain", tmp_path / "ray"
-    assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(model), "--index-dir", str(plain))
     result = run_cli("build", str(docs), "--model", str(model), "--index-dir", str(distributed), "--ray", "local", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["failed"] == 0
@@ -73,30 +73,22 @@ def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tm
     assert max(float(np.abs(ours[k] - theirs[k]).max()) for k in ours) <= 1e-3
 
 
-def _actor_pids() -> list[int]:
-    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in listing.splitlines() if "EncoderWorker" in line and "ps -eo" not in line]
-
-
 def test_a_worker_killed_mid_build_loses_and_duplicates_nothing(tmp_path):
     docs = tmp_path / "docs"
-    for i in range(6):
-        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(6)])
+    make_pdfs(docs, 6, 6)
     make_png(docs / "scan.png", "scan")
     slow = faulty_model(tmp_path / "slow-model", seconds_per_page=0.15)
     plain = tmp_path / "plain"
-    assert run_cli("build", str(docs), "--model", str(slow), "--index-dir", str(plain)).exit_code == 0
+    build_ok(str(docs), "--model", str(slow), "--index-dir", str(plain))
     index = tmp_path / "ray"
-    proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(slow), "--index-dir",
-                             str(index), "--ray", "local", "--commit-every", "8", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    deadline = time.monotonic() + 120
-    while not (pids := _actor_pids()):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    time.sleep(2.5)  # well into the encoding
-    for pid in pids:
-        os.kill(pid, 9)
+    release = tmp_path / "release"  # the build holds at its second encoded batch until this file exists
+    proc = held_build(["build", str(docs), "--model", str(slow), "--index-dir", str(index), "--ray", "local",
+                       "--commit-every", "8", "--json"], release, "encode", nth=2)
+    workers = descendants(proc.pid, "EncoderWorker")  # this build's actors, not another test's
+    assert workers
+    for worker in workers:
+        worker.kill()
+    release.touch()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert json.loads(out)["failed"] == 0
@@ -120,12 +112,11 @@ def test_without_ray_the_option_names_the_extra(fake_model, tmp_path):
 
 def test_ray_into_a_qdrant_store(fake_model, tmp_path):
     docs = tmp_path / "docs"
-    for i in range(3):
-        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(3)])
+    make_pdfs(docs, 3, 3)
     make_png(docs / "scan.png", "scan")
     plain = ["--index-dir", str(tmp_path / "plain")]
     store = ["--store", f"qdrant+path://{tmp_path / 'qd'}/docs"]
-    assert run_cli("build", str(docs), "--model", str(fake_model), *plain).exit_code == 0
+    build_ok(str(docs), "--model", str(fake_model), *plain)
     result = run_cli("build", str(docs), "--model", str(fake_model), "--ray", "local", *store)
     assert result.exit_code == 0, result.stderr
     answers = [json.loads(run_cli("query", "report", "-k", "20", "--json", *where).stdout)["results"] for where in (plain, store)]

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf
+from helpers import held_build
 
 pytestmark = pytest.mark.slow  # imports Ray
 
@@ -86,15 +87,10 @@ def test_an_interrupt_while_ray_waits_for_a_silent_head_ends_the_build_at_once(f
 def test_a_sigterm_during_a_local_ray_build_is_an_interrupt(fake_model, tmp_path: Path):
     docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
     make_pdf(docs / "a.pdf", ["a", "b"])
-    env = {**os.environ, "LGPT_FAILPOINT": "encode:1:hold", "LGPT_FAILPOINT_HOLD": str(release)}
-    proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
-                             "--index-dir", str(index), "--ray", "local"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # the cluster is up, the build held before encoding
+    proc = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ray", "local"],
+                      release, "encode")
     try:
-        deadline = time.monotonic() + 120
-        while not Path(f"{release}.reached").exists():  # the cluster is up, the build held before encoding
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:

@@ -96,7 +96,9 @@ def test_a_pdf_in_the_feed_costs_one_pdfinfo_and_one_pdftoppm_per_run_of_equal_s
     """Every process start costs a few ms of CPU beside the model: the feed reads every page's size
     with the page count (one pdfinfo), and pdftoppm runs alone (pdf2image's convert_from_path would
     start pdfinfo and `pdftoppm -v` as well, each call)."""
-    from localgpt_index.ingest import processes
+    import os
+    import shutil
+
     from localgpt_index.ingest.discover import PDF
     from localgpt_index.ingest.events import PageReady
     from localgpt_index.ingest.feed import FeedSource, PageFeed
@@ -104,20 +106,18 @@ def test_a_pdf_in_the_feed_costs_one_pdfinfo_and_one_pdftoppm_per_run_of_equal_s
     letter, slide = (612, 792, 0), (960, 540, 0)
     shapes = [letter, letter, slide, slide, letter]  # three runs of equal sizes under the budget
     pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf", shapes)
-    started: list[list[str]] = []
-    start = processes.Tracked.__init__
-
-    def counting(self, args, **kwargs):
-        started.append([Path(args[0]).name, *args[1:]])
-        start(self, args, **kwargs)
-
-    monkeypatch.setattr(processes.Tracked, "__init__", counting)
+    log, bin_dir = tmp_path / "started", tmp_path / "bin"  # each poppler start, logged by a wrapper on PATH
+    bin_dir.mkdir()
+    for tool in ("pdfinfo", "pdftoppm"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\nexec {shutil.which(tool)} "$@"\n')
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     feed = PageFeed([FeedSource(pdf, PDF, pdf.stat().st_size)], converters=None, staging=tmp_path, render_size=size,
                     queue_pages=8)
     images = [event.image for event in feed if isinstance(event, PageReady)]
+    started = [line.split() for line in log.read_text().splitlines()]
     assert [args[0] for args in started] == ["pdfinfo"] + ["pdftoppm"] * pdftoppm_runs
     assert "-v" not in started[1]
-    monkeypatch.setattr(processes.Tracked, "__init__", start)
     assert [im.size for im in images] == [im.size for im in render_pdf_pages(pdf, size, 1, len(shapes))]
 
 

@@ -4,6 +4,9 @@ held unprepared within a memory budget, and go out in order, prepared, once the 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import threading
 import time
 
 import pytest
@@ -11,7 +14,9 @@ import pytest
 import localgpt_index.build.local_engine as local_engine
 import localgpt_index.ingest.feed as pipeline
 from conftest import run_cli
-from docgen import make_docx, make_pdf
+from docgen import make_docx
+from helpers import build_ok, make_pdfs, pid_alive, wait_until
+from localgpt_index.core import failpoints
 from localgpt_index.ingest import processes
 from localgpt_index.ingest.discover import OFFICE, PDF
 from localgpt_index.ingest.events import DocumentDone, DocumentOpened, PageReady
@@ -26,10 +31,6 @@ def processes_allowed():
     processes.reset()  # a closed feed stops every external process and refuses new ones
 
 
-def _pdfs(folder, count: int, pages: int) -> list:
-    return [make_pdf(folder / f"doc-{n}.pdf", [f"doc {n} page {p}" for p in range(pages)]) for n in range(count)]
-
-
 def _events(feed: PageFeed) -> dict[int, list[tuple]]:
     """Each document's events in order (documents go out as their opening finishes)."""
     events: dict[int, list[tuple]] = {}
@@ -41,7 +42,7 @@ def _events(feed: PageFeed) -> dict[int, list[tuple]]:
 def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp_path, monkeypatch):
     """While the model loads, rendered pages wait as files in the staging folder (not in memory),
     up to AHEAD_BYTES; once the encoder is ready they are prepared and go out in their order."""
-    pdfs = _pdfs(tmp_path, 3, 4)
+    pdfs = make_pdfs(tmp_path, 3, 4, "doc")
     sources = [FeedSource(pdf, PDF, pdf.stat().st_size) for pdf in pdfs]
     page_file = len(b"P6\n64 64\n255\n") + 64 * 64 * 3
     monkeypatch.setattr(pipeline, "AHEAD_BYTES", 5 * page_file)
@@ -50,11 +51,13 @@ def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp
 
     staging = tmp_path / "staging"
     staging.mkdir()
-    early = PageFeed(sources, None, staging, (64, 64), queue_pages=4, prepare=None).start()
-    deadline = time.monotonic() + 30
-    while early._ahead.bytes < 5 * page_file and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # the producer now waits for the encoder: nothing more is rendered
+    waits = threading.Event()  # the producer has stopped rendering and waits for the encoder
+    failpoints.set_hook(lambda name: waits.set() if name == "ahead-full" else None)
+    try:
+        early = PageFeed(sources, None, staging, (64, 64), queue_pages=4, prepare=None).start()
+        assert waits.wait(30), "the producer never stopped to wait for the encoder"
+    finally:
+        failpoints.set_hook(None)
     waiting = [e.image for e in early._ahead if isinstance(e, PageReady)]
     assert early._ahead.bytes == 5 * page_file and early._queue.empty()
     assert len(waiting) == 5 and all(path.is_file() and staging in path.parents for path in waiting)
@@ -67,7 +70,7 @@ def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp
 def test_a_feed_given_up_removes_the_pages_it_set_aside(tmp_path):
     staging = tmp_path / "staging"
     staging.mkdir()
-    pdf = _pdfs(tmp_path, 1, 3)[0]
+    pdf = make_pdfs(tmp_path, 1, 3, "doc")[0]
     early = PageFeed([FeedSource(pdf, PDF, pdf.stat().st_size)], None, staging, (64, 64), queue_pages=4, prepare=None).start()
     deadline = time.monotonic() + 30
     while len(early._ahead) < 5 and time.monotonic() < deadline:  # open, 3 pages, end
@@ -82,25 +85,24 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
     the PDF pages it rendered before go out at once."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "soffice").write_text("#!/bin/sh\nsleep 300\n")
+    started = tmp_path / "soffice-pid"  # the stuck LibreOffice's pid, once it runs
+    (bin_dir / "soffice").write_text(f"#!/bin/sh\necho $$ > {started}.part && mv {started}.part {started}\nexec sleep 300\n")
     (bin_dir / "soffice").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     from localgpt_index.ingest.convert import ConverterSet
 
     converters = ConverterSet.detect(timeout_s=60)
-    pdfs = _pdfs(tmp_path, 2, 2)
+    pdfs = make_pdfs(tmp_path, 2, 2, "doc")
     docx = make_docx(tmp_path / "memo.docx", ["memo"])
     sources = [FeedSource(p, PDF, p.stat().st_size) for p in pdfs] + [FeedSource(docx, OFFICE, docx.stat().st_size)]
     feed = PageFeed(sources, converters, tmp_path / "staging", (64, 64), queue_pages=8, prepare=None).start()
     try:
-        deadline = time.monotonic() + 30
-        while len(feed._ahead) < 8 and time.monotonic() < deadline:  # open, 2 pages, end, twice
-            time.sleep(0.01)
-        started = time.monotonic()
+        # open, 2 pages, end, twice; and the conversion under way
+        wait_until(lambda: len(feed._ahead) >= 8 and started.exists(), 30, "the PDFs' pages and the conversion's start")
         feed.set_prepare(lambda image: image)
         events = iter(feed)
         got = [next(events) for _ in range(8)]
-        assert time.monotonic() - started < 5
+        assert pid_alive(int(started.read_text())), "the pages waited for the conversion to end"
         by_document: dict[int, list[str]] = {}
         for event in got:
             by_document.setdefault(event.number, []).append(KINDS[type(event)])
@@ -116,37 +118,51 @@ def _query(index) -> list:
     return [(hit["path"].rsplit("/", 1)[-1], hit["page"], hit["score"]) for hit in json.loads(result.stdout)["results"]]
 
 
-def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch):
-    from localgpt_index.testing.fake import write_fake_checkpoint
-
+def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
-    _pdfs(docs, 4, 3)
-    model = write_fake_checkpoint(tmp_path / "slow-model", seconds_to_load=1.0)
-    rendered: list[float] = []
-    render = pipeline.render_pdf_pages
+    make_pdfs(docs, 4, 3, "doc")
+    log, bin_dir = tmp_path / "pdftoppm.log", tmp_path / "bin"  # each pdftoppm start, logged by a wrapper on PATH
+    bin_dir.mkdir()
+    (bin_dir / "pdftoppm").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("pdftoppm")} "$@"\n')
+    (bin_dir / "pdftoppm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    def timed(*args, **kwargs):
-        rendered.append(time.monotonic())
-        return render(*args, **kwargs)
+    def rendered() -> list[str]:
+        """The documents pdftoppm has rendered so far, once per run."""
+        runs = log.read_text().splitlines() if log.exists() else []
+        return [next(arg for arg in run.split() if arg.endswith(".pdf")) for run in runs]
 
-    monkeypatch.setattr(pipeline, "render_pdf_pages", timed)
-    started = time.monotonic()
-    result = run_cli("build", str(docs), "--model", str(model), "--index-dir", str(tmp_path / "early"), "--json")
-    assert result.exit_code == 0, result.stderr
-    assert len(rendered) == 4 and max(rendered) < started + 1.0  # all of it while the model loaded
+    at_load: list[int] = []  # the documents rendered when the model's load began
 
-    monkeypatch.setattr(local_engine, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
-    rendered.clear()
-    started = time.monotonic()
-    assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(tmp_path / "after")).exit_code == 0
-    assert min(rendered) > started + 1.0
+    def on_load(name: str) -> None:
+        """The model load waits (up to a deadline) for the feed beside it to render every document."""
+        if name == "model-load":
+            deadline = time.monotonic() + (30 if wait_for_feed else 0)
+            while len(rendered()) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            at_load.append(len(rendered()))
+
+    failpoints.set_hook(on_load)
+    try:
+        wait_for_feed = True
+        result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "early"), "--json")
+        assert result.exit_code == 0, result.stderr
+        assert at_load == [4] and len(rendered()) == 4  # all of it while the model loaded, none again after
+
+        monkeypatch.setattr(local_engine, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
+        log.unlink()
+        wait_for_feed = False
+        build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "after"))
+        assert at_load == [4, 0] and len(rendered()) == 4
+    finally:
+        failpoints.set_hook(None)
     assert _query(tmp_path / "early") == _query(tmp_path / "after")
 
 
 def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, monkeypatch, fake_model):
     docs = tmp_path / "docs"
-    _pdfs(docs, 2, 3)
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "right")).exit_code == 0
+    make_pdfs(docs, 2, 3, "doc")
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "right"))
     monkeypatch.setattr(local_engine, "expected_render_size", lambda model, tokens=None: (50, 70))
     wrong = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "wrong"), "-v")
     assert wrong.exit_code == 0, wrong.stderr
@@ -159,14 +175,14 @@ def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_
     from localgpt_index.index.store import IndexStore
 
     docs = tmp_path / "docs"
-    _pdfs(docs, 3, 2)
+    make_pdfs(docs, 3, 2, "doc")
 
     def failing(model, options):
-        time.sleep(0.5)  # the feed is rendering by now
+        wait_until(lambda: any(t.name == "lgpt-render" for t in threading.enumerate()), 30, "the feed's start")
         raise RuntimeError("the weights are not there")
 
     with pytest.raises(RuntimeError, match="weights"):
         build_index(docs, IndexStore(tmp_path / "idx" / "default"), BuildOptions(model=str(fake_model)),
                     encoder_factory=failing)
     assert processes.running_count() == 0
-    assert not [t for t in __import__("threading").enumerate() if t.name == "lgpt-render"]
+    assert not [t for t in threading.enumerate() if t.name == "lgpt-render"]

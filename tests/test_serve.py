@@ -20,7 +20,7 @@ from served import Server
 
 
 @pytest.fixture(scope="module")
-def corpus(fake_model, tmp_path_factory):
+def report_index(fake_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("serve")
     docs = work / "docs"
     for i in range(4):
@@ -34,39 +34,39 @@ def corpus(fake_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(corpus):
-    running = Server("--index-dir", str(corpus["index"]), "--absolute-paths")  # answers compared with the CLI's
+def server(report_index):
+    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths")  # answers compared with the CLI's
     running.wait_ready()
     yield running
     assert running.stop() == 0
 
 
-def test_query_answers_exactly_what_the_cli_prints(server, corpus):
+def test_query_answers_exactly_what_the_cli_prints(server, report_index):
     queries = ["quarterly report", "a scan of a receipt"]
     with server.client() as client:
         served = client.post("/query", json={"queries": queries, "k": 4}).json()
         filtered = client.post("/query", json={"queries": queries[:1], "k": 4, "filters": {"team": "finance"}}).json()
         first_pass = client.post("/query", json={"queries": queries[:1], "k": 3, "first_pass": 5}).json()
-    cli = json.loads(run_cli("query", *queries, "-k", "4", "--json", "--index-dir", str(corpus["index"])).stdout)
+    cli = json.loads(run_cli("query", *queries, "-k", "4", "--json", "--index-dir", str(report_index["index"])).stdout)
     assert served == cli
     validate(served, "query")
     assert {Path(h["path"]).name for h in filtered["results"]} == {"report-0.pdf"}
     assert len(first_pass["results"]) == 3
 
 
-def test_status_documents_and_ls_are_the_cli_documents(server, corpus):
+def test_status_documents_and_ls_are_the_cli_documents(server, report_index):
     with server.client() as client:
         status = client.get("/status").json()
         documents = client.get("/documents").json()
-        under = client.get("/documents", params={"prefix": str(corpus["docs"] / "report-1")}).json()
-    index = ["--index-dir", str(corpus["index"])]
+        under = client.get("/documents", params={"prefix": str(report_index["docs"] / "report-1")}).json()
+    index = ["--index-dir", str(report_index["index"])]
     assert status == json.loads(run_cli("status", "--json", *index).stdout)
     assert documents == json.loads(run_cli("ls", "--json", *index).stdout)
     validate(status, "status")
     validate(documents, "documents")
     validate(json.loads(run_cli("ls", "--failed", "--json", *index).stdout), "documents")
     assert [Path(d["path"]).name for d in under["documents"]] == ["report-1.pdf"]
-    listed = run_cli("ls", str(corpus["docs"] / "report-2"), *index)
+    listed = run_cli("ls", str(report_index["docs"] / "report-2"), *index)
     assert listed.exit_code == 0 and "report-2.pdf" in listed.stdout and "report-1.pdf" not in listed.stdout
 
 
@@ -126,10 +126,25 @@ def test_the_openapi_description_lists_the_endpoints(server):
     assert {"/query", "/status", "/documents", "/healthz", "/pages/{sha256}/{page}.png"} <= set(spec["paths"])
 
 
-def test_concurrent_requests_share_a_forward_pass(corpus, tmp_path, fake_model):
+def test_the_openapi_query_answer_is_the_published_query_document(server):
+    """The /query answer's OpenAPI schema is generated from the one definition of the query result,
+    the same as query.schema.json (constraints included: rank and page from 1, the kinds, the sha256)."""
+    from localgpt_index.interop.results import json_schema
+
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+    answer = spec["paths"]["/query"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/QueryDocument"}
+    published = json.loads(json.dumps(json_schema()).replace("#/$defs/", "#/components/schemas/"))
+    components = spec["components"]["schemas"]
+    assert components["QueryDocument"]["properties"] == published["properties"]
+    assert {name: components[name] for name in published["$defs"]} == published["$defs"]
+
+
+def test_concurrent_requests_share_a_forward_pass(report_index, tmp_path, fake_model):
     slow = faulty_model(tmp_path / "slow", seconds_per_query=0.3)
     index = tmp_path / "idx"
-    assert run_cli("build", str(corpus["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
+    assert run_cli("build", str(report_index["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
     running = Server("--index-dir", str(index), "-q")
     try:
         running.wait_ready()
@@ -175,8 +190,8 @@ def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
         assert running.stop() == 0
 
 
-def test_a_token_guards_everything_but_healthz(server, corpus):
-    guarded = Server("--index-dir", str(corpus["index"]), "--token", "s3cret")
+def test_a_token_guards_everything_but_healthz(server, report_index):
+    guarded = Server("--index-dir", str(report_index["index"]), "--token", "s3cret")
     try:
         guarded.wait_ready()
         with guarded.client() as anonymous, guarded.client("wrong") as wrong, guarded.client("s3cret") as right:
@@ -193,18 +208,18 @@ def test_a_token_guards_everything_but_healthz(server, corpus):
         assert guarded.stop() == 0
 
 
-def test_beyond_loopback_a_token_is_required(corpus):
-    result = run_cli("serve", "--host", "0.0.0.0", "--index-dir", str(corpus["index"]))
+def test_beyond_loopback_a_token_is_required(report_index):
+    result = run_cli("serve", "--host", "0.0.0.0", "--index-dir", str(report_index["index"]))
     assert result.exit_code == 2 and "needs a bearer token" in result.stderr
 
 
-def test_a_taken_port_is_exit_4(corpus):
+def test_a_taken_port_is_exit_4(report_index):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run([sys.executable, "-m", "localgpt_index", "serve", "--port", str(port), "--index-dir",
-                                 str(corpus["index"])], capture_output=True, text=True, timeout=60)
+                                 str(report_index["index"])], capture_output=True, text=True, timeout=60)
     assert result.returncode == 4 and f"port {port} on 127.0.0.1 is taken" in result.stderr
 
 
@@ -213,7 +228,7 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     each response on a kept-alive connection waited about 40 ms (Nagle and delayed ACKs)."""
     import asyncio
 
-    from localgpt_index.server import bind
+    from localgpt_index.serve.runner import bind
 
     listening = bind("127.0.0.1", 0)
     seen: list[int] = []
@@ -238,16 +253,16 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     assert seen == [1]
 
 
-def test_query_server_unreachable_is_exit_4_and_no_fallback(corpus):
+def test_query_server_unreachable_is_exit_4_and_no_fallback(report_index):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens there once closed
-    result = run_cli("query", "q", env={"LGPT_SERVER": f"http://127.0.0.1:{port}", "LGPT_INDEX_DIR": str(corpus["index"])})
+    result = run_cli("query", "q", env={"LGPT_SERVER": f"http://127.0.0.1:{port}", "LGPT_INDEX_DIR": str(report_index["index"])})
     assert result.exit_code == 4 and "cannot reach the lgpt-index server" in result.stderr and result.stdout == ""
 
 
-def test_query_server_prints_the_same_table_and_exports_pages(server, corpus, tmp_path):
-    index = ["--index-dir", str(corpus["index"])]
+def test_query_server_prints_the_same_table_and_exports_pages(server, report_index, tmp_path):
+    index = ["--index-dir", str(report_index["index"])]
     local = run_cli("query", "report", "-k", "3", *index)
     remote = run_cli("query", "report", "-k", "3", "--server", server.url, "--export-pages", str(tmp_path / "pages"))
     assert remote.exit_code == 0 and remote.stdout == local.stdout
@@ -256,10 +271,10 @@ def test_query_server_prints_the_same_table_and_exports_pages(server, corpus, tm
     assert all((tmp_path / "pages" / r["image"]).read_bytes()[:4] == b"\x89PNG" for r in manifest["queries"][0]["results"])
 
 
-def test_healthz_is_ready_only_once_the_model_is_loaded(corpus, tmp_path):
+def test_healthz_is_ready_only_once_the_model_is_loaded(report_index, tmp_path):
     slow = faulty_model(tmp_path / "slow-load", seconds_to_load=3)
     index = tmp_path / "idx"
-    assert run_cli("build", str(corpus["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
+    assert run_cli("build", str(report_index["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
     running = Server("--index-dir", str(index))
     try:
         with running.client() as client:
@@ -272,10 +287,10 @@ def test_healthz_is_ready_only_once_the_model_is_loaded(corpus, tmp_path):
         assert running.stop() == 0
 
 
-def test_sigterm_finishes_the_request_in_flight_then_exits_0(corpus, tmp_path):
+def test_sigterm_finishes_the_request_in_flight_then_exits_0(report_index, tmp_path):
     slow = faulty_model(tmp_path / "slow", seconds_per_query=2)
     index = tmp_path / "idx"
-    assert run_cli("build", str(corpus["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
+    assert run_cli("build", str(report_index["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
     running = Server("--index-dir", str(index))
     running.wait_ready(timeout=90)
     with ThreadPoolExecutor(1) as pool:
@@ -287,8 +302,8 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(corpus, tmp_path):
     assert running.proc.wait(timeout=60) == 0
 
 
-def test_one_log_line_per_request_and_json_logs(corpus):
-    running = Server("--index-dir", str(corpus["index"]), "--json-logs")
+def test_one_log_line_per_request_and_json_logs(report_index):
+    running = Server("--index-dir", str(report_index["index"]), "--json-logs")
     try:
         running.wait_ready()
         with running.client() as client:
@@ -304,7 +319,7 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     import gc
     import weakref
 
-    from localgpt_index.service import IndexService, SearchRequest
+    from localgpt_index.serve.service import IndexService, SearchRequest
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "first.pdf", ["first"])
@@ -328,13 +343,14 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
 
 
 def test_clients_answered_together_are_gathered_again_when_they_come_back():
-    """8 clients answered by one batch return 0 to 28 ms apart (each parses its answer first): the
-    next batch waits for all 8 (its window: a quarter of the last batch's time, at most 50 ms)
-    instead of going with the first few and leaving the rest a whole batch behind."""
+    """8 clients answered by one batch come back one after another (client N after N turns of the
+    event loop, as each parses its answer first): the next batch waits for all 8 (its window: a
+    quarter of the last batch's time, at most 50 ms) instead of going with the first few and leaving
+    the rest a whole batch behind. No client waits on a clock: the order of their returns is fixed."""
     import asyncio
     from types import SimpleNamespace
 
-    from localgpt_index.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
 
     sizes: list[int] = []
 
@@ -345,7 +361,8 @@ def test_clients_answered_together_are_gathered_again_when_they_come_back():
 
     async def client(batcher, number: int) -> None:
         await batcher.submit(SearchRequest((f"first {number}",)))
-        await asyncio.sleep(0.004 * number)
+        for _ in range(number):  # the batch begins with client 0's question, before client 7 is back
+            await asyncio.sleep(0)
         await batcher.submit(SearchRequest((f"second {number}",)))
 
     async def scenario() -> None:

@@ -17,7 +17,7 @@ from served import Server
 
 
 @pytest.fixture(scope="module")
-def corpus(fake_model, tmp_path_factory):
+def hardening_index(fake_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("hardening")
     docs = work / "docs"
     for i in range(3):
@@ -63,11 +63,11 @@ BAD = [({"queries": ["fine", "broken \ud800 text"]}, 400, "queries[1]"), ({"quer
        ({"queries": ["q"], "filters": ["no-equals"]}, 400, "filter"), ({"queries": ["q"], "filters": ["\udc80"]}, 400, "filter"), ({"queries": ["q"] * 65, "k": 1}, 400, "queries")]
 
 
-def test_a_malformed_query_fails_only_its_own_request(corpus, tmp_path):
+def test_a_malformed_query_fails_only_its_own_request(hardening_index, tmp_path):
     """Requests held behind one batch are gathered into the next: the good ones are answered, each
     bad one (lone surrogates, over-long, over-sized, bad k or filters) gets its own 4xx."""
     hold = Hold(tmp_path, "serve.batch")
-    running = Server("--index-dir", str(corpus["index"]), "-q", env=hold.env)
+    running = Server("--index-dir", str(hardening_index["index"]), "-q", env=hold.env)
     try:
         running.wait_ready()
         with ThreadPoolExecutor(24) as pool, running.client() as probe:
@@ -105,7 +105,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
     from types import SimpleNamespace
 
     from localgpt_index.core.errors import UsageError
-    from localgpt_index.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
 
     def search(requests):
         if any("poison" in q for r in requests for q in r.queries):
@@ -133,9 +133,9 @@ def _post(server: Server, body: dict) -> httpx.Response:
 
 # 2. ready only after the warm-up, which runs on the model thread; /healthz follows HEAD itself
 
-def test_healthz_is_not_ready_until_the_warm_up_has_run(corpus, tmp_path):
+def test_healthz_is_not_ready_until_the_warm_up_has_run(hardening_index, tmp_path):
     hold = Hold(tmp_path, "serve.warm_up")
-    running = Server("--index-dir", str(corpus["index"]), env=hold.env)
+    running = Server("--index-dir", str(hardening_index["index"]), env=hold.env)
     try:
         hold.wait_reached(running)
         with running.client() as client:
@@ -267,8 +267,8 @@ def _closed_within(sock, bound: float, trickle: bytes = b"") -> float:
     raise AssertionError("the server kept the connection open")
 
 
-def test_slow_and_silent_connections_are_dropped_at_their_deadlines(corpus):
-    running = Server("--index-dir", str(corpus["index"]), "-q", "--header-timeout", "0.5", "--body-timeout", "0.5")
+def test_slow_and_silent_connections_are_dropped_at_their_deadlines(hardening_index):
+    running = Server("--index-dir", str(hardening_index["index"]), "-q", "--header-timeout", "0.5", "--body-timeout", "0.5")
     try:
         running.wait_ready()
         silent = _connect(running)
@@ -288,8 +288,8 @@ def test_slow_and_silent_connections_are_dropped_at_their_deadlines(corpus):
         assert running.stop() == 0
 
 
-def test_past_the_connection_cap_a_loopback_healthz_still_answers(corpus):
-    running = Server("--index-dir", str(corpus["index"]), "-q", "--max-connections", "4", "--header-timeout", "60")
+def test_past_the_connection_cap_a_loopback_healthz_still_answers(hardening_index):
+    running = Server("--index-dir", str(hardening_index["index"]), "-q", "--max-connections", "4", "--header-timeout", "60")
     held = []
     try:
         running.wait_ready()
@@ -329,8 +329,8 @@ def test_without_a_token_only_loopback_host_names_are_answered(server_plain):
         assert client.get("/status", headers={"Origin": f"http://localhost:{port}"}).status_code == 200
 
 
-def test_with_a_token_any_host_but_no_foreign_origin(corpus):
-    guarded = Server("--index-dir", str(corpus["index"]), "-q", "--token", "s3cret")
+def test_with_a_token_any_host_but_no_foreign_origin(hardening_index):
+    guarded = Server("--index-dir", str(hardening_index["index"]), "-q", "--token", "s3cret")
     try:
         guarded.wait_ready()
         with guarded.client("s3cret") as client:
@@ -341,8 +341,8 @@ def test_with_a_token_any_host_but_no_foreign_origin(corpus):
 
 
 @pytest.fixture(scope="module")
-def server_plain(corpus):
-    running = Server("--index-dir", str(corpus["index"]))
+def server_plain(hardening_index):
+    running = Server("--index-dir", str(hardening_index["index"]))
     running.wait_ready()
     yield running
     assert running.stop() == 0
@@ -360,8 +360,8 @@ def test_request_paths_cannot_forge_log_lines(server_plain):
     assert any("/nowhere\\nGET /forged 200 1.0 ms\\x1b[2J 404" in line for line in server_plain.lines)
 
 
-def test_a_token_that_is_not_ascii_matches(corpus):
-    guarded = Server("--index-dir", str(corpus["index"]), "-q", "--token", "clé-secrète")
+def test_a_token_that_is_not_ascii_matches(hardening_index):
+    guarded = Server("--index-dir", str(hardening_index["index"]), "-q", "--token", "clé-secrète")
     try:
         guarded.wait_ready()
         with httpx.Client(base_url=guarded.url) as client:
@@ -374,10 +374,10 @@ def test_a_token_that_is_not_ascii_matches(corpus):
 
 # 7. answers name documents relative to the folder they were indexed from; no secret is echoed
 
-def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, corpus, fake_model):
+def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, hardening_index, fake_model):
     from conftest import validate
 
-    secret_places = [str(corpus["work"]), str(corpus["docs"]), str(corpus["index"]), str(fake_model)]
+    secret_places = [str(hardening_index["work"]), str(hardening_index["docs"]), str(hardening_index["index"]), str(fake_model)]
     with server_plain.client() as client:
         answers = {"query": client.post("/query", json={"queries": ["report", "scan"], "k": 10}),
                    "status": client.get("/status"), "documents": client.get("/documents"),
@@ -393,20 +393,20 @@ def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, co
     assert {h["path"] for q in query["queries"] for h in q["results"]} == {"report-0.pdf", "report-1.pdf", "report-2.pdf", "scan.png"}
     assert query["index"] == "default" and "/" not in query["model"]
     assert [d["path"] for d in answers["under"].json()["documents"]] == ["report-1.pdf"]
-    absolute = Server("--index-dir", str(corpus["index"]), "-q", "--absolute-paths")
+    absolute = Server("--index-dir", str(hardening_index["index"]), "-q", "--absolute-paths")
     try:
         absolute.wait_ready()
         with absolute.client() as client:
             hits = client.post("/query", json={"queries": ["report"], "k": 2}).json()["results"]
-        assert all(h["path"].startswith(str(corpus["docs"])) for h in hits)
+        assert all(h["path"].startswith(str(hardening_index["docs"])) for h in hits)
     finally:
         assert absolute.stop() == 0
 
 
 def test_errors_never_echo_a_secret():
     """A Qdrant URL with user:password@ or an api key, in any error message or log line."""
-    from localgpt_index.httpguard import PathPolicy, redact
-    from localgpt_index.server import error_response
+    from localgpt_index.serve.httpguard import PathPolicy, redact
+    from localgpt_index.serve.schemas import error_response
 
     message = "cannot reach Qdrant at qdrant://admin:hunter2@db.internal:6333/docs?api_key=k3y (refused)."
     body = error_response(503, message).body.decode()
@@ -492,11 +492,11 @@ def test_with_images_is_bounded_and_reuses_rendered_pages(server_plain):
     assert again.json() == first.json()
 
 
-def test_rendering_stops_when_the_client_is_gone(corpus, tmp_path):
+def test_rendering_stops_when_the_client_is_gone(hardening_index, tmp_path):
     """The first page renders while the client hangs up: no other page of that answer is rendered
     (a later identical request renders them itself)."""
     hold = Hold(tmp_path, "serve.render")
-    running = Server("--index-dir", str(corpus["index"]), env=hold.env)
+    running = Server("--index-dir", str(hardening_index["index"]), env=hold.env)
     body = {"queries": ["report", "scan"], "k": 7, "with_images": True, "dpi": 40}
     try:
         running.wait_ready()
@@ -517,7 +517,7 @@ def test_rendering_stops_when_the_client_is_gone(corpus, tmp_path):
         assert running.stop() == 0
 
 
-def test_under_a_file_descriptor_limit_a_flood_leaves_healthz_answering(corpus):
+def test_under_a_file_descriptor_limit_a_flood_leaves_healthz_answering(hardening_index):
     """200 silent connections against a server allowed 160 descriptors: its default cap keeps it
     under the limit, so a loopback /healthz is still answered (it used to time out)."""
     import resource
@@ -525,7 +525,7 @@ def test_under_a_file_descriptor_limit_a_flood_leaves_healthz_answering(corpus):
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
 
-    running = Server("--index-dir", str(corpus["index"]), "-q", preexec_fn=low_limit)
+    running = Server("--index-dir", str(hardening_index["index"]), "-q", preexec_fn=low_limit)
     flood = []
     try:
         running.wait_ready()

@@ -18,26 +18,17 @@ import pytest
 
 from conftest import faulty_model, run_cli
 from docgen import make_pdf, make_png
+from helpers import build_json, verify_ok
 
 
 def _docs(folder: Path, count: int, prefix: str = "doc", pages: int = 1) -> list[Path]:
     return [make_pdf(folder / f"{prefix}-{i:03d}.pdf", [f"{prefix} {i} page {p}" for p in range(pages)]) for i in range(count)]
 
 
-def _build(docs: Path, index: Path, *args: str):
-    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
-    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
-
-
 def _manifest(index: Path):
     from localgpt_index.index.store import IndexStore
 
     return IndexStore(index / "default").read_manifest()
-
-
-def _verify_ok(index: Path) -> None:
-    out = run_cli("verify", "--index-dir", str(index))
-    assert out.exit_code == 0, out.stderr
 
 
 def _age(folder: Path, seconds: float = 3600) -> None:
@@ -52,24 +43,24 @@ def test_rebuild_of_one_folder_keeps_the_documents_of_another(fake_model, tmp_pa
     a, b, index = tmp_path / "a", tmp_path / "b", tmp_path / "idx"
     _docs(a, 2, "a")
     _docs(b, 3, "b")
-    assert _build(a, index, "--model", str(fake_model))[0].exit_code == 0
-    assert _build(b, index)[0].exit_code == 0
-    result, report = _build(a, index, "--rebuild")
+    assert build_json(a, index, "--model", str(fake_model))[0].exit_code == 0
+    assert build_json(b, index)[0].exit_code == 0
+    result, report = build_json(a, index, "--rebuild")
     assert result.exit_code == 0, result.stderr
     assert report["indexed"] == 2 and report["kept"] == 3 and report["removed"] == 0
     paths = {Path(d.path).parent.name for d in _manifest(index).documents}
     assert paths == {"a", "b"} and len(_manifest(index).documents) == 5
-    _verify_ok(index)
+    verify_ok(index)
 
 
 def test_rebuild_with_another_model_will_not_silently_drop_another_folder(fake_model, tmp_path):
     a, b, index = tmp_path / "a", tmp_path / "b", tmp_path / "idx"
     _docs(a, 1, "a")
     _docs(b, 1, "b")
-    _build(a, index, "--model", str(fake_model))
-    _build(b, index)
+    build_json(a, index, "--model", str(fake_model))
+    build_json(b, index)
     other = faulty_model(tmp_path / "other-model", page_tokens=8)
-    result, _ = _build(a, index, "--rebuild", "--model", str(other))
+    result, _ = build_json(a, index, "--rebuild", "--model", str(other))
     assert result.exit_code == 1 and str(b) in result.stderr and "lgpt-index remove" in result.stderr
     assert len(_manifest(index).documents) == 2  # nothing changed
 
@@ -78,7 +69,7 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(fake_model, tmp_path
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs / "shared", 2, "s")
     _docs(docs, 1, "top")
-    _build(docs, index, "--model", str(fake_model))
+    build_json(docs, index, "--model", str(fake_model))
     real_scandir = os.scandir
 
     def failing(path):
@@ -87,7 +78,7 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(fake_model, tmp_path
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", failing)
-    result, report = _build(docs, index)
+    result, report = build_json(docs, index)
     assert report["removed"] == 0 and report["kept"] == 2
     assert report["unreadable"][0]["path"].endswith("shared") and "Permission denied" in report["unreadable"][0]["reason"]
     assert "its documents stay in the index" in result.stderr
@@ -99,23 +90,23 @@ def test_stored_pdfs_are_named_by_their_content_and_an_aborted_rebuild_leaves_th
     docs.mkdir()
     (docs / "note.txt").write_text("a converted note")
     _docs(docs, 1)
-    assert _build(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
     [stored] = [d for d in _manifest(index).documents if d.pdf]
     assert stored.pdf == f"pdf/{stored.pdf_sha256}.pdf"
     before = (index / "default" / stored.pdf).read_bytes()
 
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
-    result, _ = _build(docs, index, "--rebuild", "--strict")  # converts again (other bytes), then aborts
+    result, _ = build_json(docs, index, "--rebuild", "--strict")  # converts again (other bytes), then aborts
     assert result.exit_code == 1
-    _verify_ok(index)
+    verify_ok(index)
     assert (index / "default" / stored.pdf).read_bytes() == before
     assert sorted(p.name for p in (index / "default" / "pdf").iterdir()) == [Path(stored.pdf).name]  # nothing staged is left
 
     (docs / "broken.pdf").unlink()
-    assert _build(docs, index, "--rebuild")[0].exit_code == 0
+    assert build_json(docs, index, "--rebuild")[0].exit_code == 0
     [restored] = [d for d in _manifest(index).documents if d.pdf]
     assert restored.pdf != stored.pdf  # a new conversion, a new name: the old file was never touched
-    _verify_ok(index)
+    verify_ok(index)
 
 
 class _Tracking:
@@ -165,7 +156,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 6)
     model = faulty_model(tmp_path / "m", oom_above_batch=2)
-    result, report = _build(docs, index, "--model", str(model), "--batch-size", "8")
+    result, report = build_json(docs, index, "--model", str(model), "--batch-size", "8")
     assert result.exit_code == 0, result.stderr
     assert report["indexed"] == 6 and report["failed"] == 0
     assert "batch size lowered to 2" in result.stderr
@@ -175,11 +166,11 @@ def test_a_lost_device_stops_the_build_with_exit_4_and_keeps_what_was_committed(
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 10)
     model = faulty_model(tmp_path / "m", device_lost_after_pages=5)
-    result, report = _build(docs, index, "--model", str(model), "--batch-size", "1")
+    result, report = build_json(docs, index, "--model", str(model), "--batch-size", "1")
     assert result.exit_code == 4 and report["exit_code"] == 4
     assert "device" in report["stopped"] and report["failed"] == 0  # not 5 "failed documents"
     assert len(_manifest(index).documents) == 5  # what was embedded before is committed
-    _verify_ok(index)
+    verify_ok(index)
 
 
 def test_a_page_that_fails_alone_fails_only_its_document(tmp_path):
@@ -190,7 +181,7 @@ def test_a_page_that_fails_alone_fails_only_its_document(tmp_path):
 
     Image.new("RGB", (64, 64), (255, 0, 255)).save(docs / "poison.png")
     model = faulty_model(tmp_path / "m", page_error_color=[255, 0, 255])
-    result, report = _build(docs, index, "--model", str(model), "--batch-size", "4")
+    result, report = build_json(docs, index, "--model", str(model), "--batch-size", "4")
     assert result.exit_code == 3
     assert [Path(f["path"]).name for f in report["failures"]] == ["poison.png"]
     assert report["failures"][0]["stage"] == "encode" and report["indexed"] == 5
@@ -199,7 +190,7 @@ def test_a_page_that_fails_alone_fails_only_its_document(tmp_path):
 def test_first_pass_with_a_filter_that_matches_nothing(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 3)
-    _build(docs, index, "--model", str(fake_model))
+    build_json(docs, index, "--model", str(fake_model))
     result = run_cli("query", "anything", "--first-pass", "5", "--filter", "team=nobody", "--index-dir", str(index), "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["results"] == []
@@ -208,14 +199,14 @@ def test_first_pass_with_a_filter_that_matches_nothing(fake_model, tmp_path):
 def test_a_full_disk_during_remove_is_one_clean_message(fake_model, tmp_path, monkeypatch):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     files = _docs(docs, 2)
-    _build(docs, index, "--model", str(fake_model))
+    build_json(docs, index, "--model", str(fake_model))
     monkeypatch.setenv("LGPT_FAILPOINT", "before-head:1:enospc")
     result = run_cli("remove", str(files[0]), "--index-dir", str(index))
     assert result.exit_code == 1
     assert "No space left on device" in result.stderr and "keeps generation 1" in result.stderr
     monkeypatch.delenv("LGPT_FAILPOINT")
     assert len(_manifest(index).documents) == 2
-    _verify_ok(index)
+    verify_ok(index)
 
 
 def test_a_no_op_build_reads_no_file(fake_model, tmp_path, monkeypatch):
@@ -224,18 +215,18 @@ def test_a_no_op_build_reads_no_file(fake_model, tmp_path, monkeypatch):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     files = _docs(docs, 4)
     _age(docs)
-    _build(docs, index, "--model", str(fake_model))
+    build_json(docs, index, "--model", str(fake_model))
     reads: list[str] = []
     real = discover.sha256_file
     monkeypatch.setattr(discover, "sha256_file", lambda path, *a: reads.append(str(path)) or real(path, *a))
-    result, report = _build(docs, index)
+    result, report = build_json(docs, index)
     assert report["hashed"] == 0 and reads == [] and report["unchanged"] == 4 and report["generation"] == 1
 
     os.utime(files[1])  # touched, bytes unchanged: hashed again, nothing embedded
-    _, report = _build(docs, index)
+    _, report = build_json(docs, index)
     assert reads == [str(files[1])] and report["hashed"] == 1 and report["pages_embedded"] == 0 and report["unchanged"] == 4
 
-    _, report = _build(docs, index, "--rehash")
+    _, report = build_json(docs, index, "--rehash")
     assert report["hashed"] == 4 and report["pages_embedded"] == 0
 
 
@@ -243,13 +234,13 @@ def test_a_change_that_keeps_size_and_mtime_is_still_found(fake_model, tmp_path)
     docs, index = tmp_path / "docs", tmp_path / "idx"
     [doc] = _docs(docs, 1)
     _age(docs)
-    _build(docs, index, "--model", str(fake_model))
+    build_json(docs, index, "--model", str(fake_model))
     info = doc.stat()
     data = bytearray(doc.read_bytes())
     data[-20] ^= 1  # same size; the next line restores the times
     doc.write_bytes(bytes(data))
     os.utime(doc, ns=(info.st_atime_ns, info.st_mtime_ns))
-    _, report = _build(docs, index)
+    _, report = build_json(docs, index)
     assert report["hashed"] == 1 and report["indexed"] == 1  # the inode's ctime moved, as git's index would notice
 
 
@@ -266,14 +257,14 @@ def test_a_query_uses_the_model_revision_the_index_recorded(tmp_path, monkeypatc
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))  # read at import
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 2)
-    result, report = _build(docs, index, "--model", "acme/fake-retriever")
+    result, report = build_json(docs, index, "--model", "acme/fake-retriever")
     assert result.exit_code == 0, result.stderr
     assert report["model"]["revision"] == first
 
     write_fake_checkpoint(hub / "snapshots" / second)  # the cache moves on to a newer snapshot
     (hub / "refs" / "main").write_text(second)
     assert run_cli("query", "q", "--index-dir", str(index)).exit_code == 0
-    assert _build(docs, index)[0].exit_code == 0  # and builds keep the recorded revision too
+    assert build_json(docs, index)[0].exit_code == 0  # and builds keep the recorded revision too
 
     shutil.rmtree(hub / "snapshots" / first)
     gone = run_cli("query", "q", "--index-dir", str(index))
@@ -287,13 +278,13 @@ def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_p
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 2, pages=2)
-    _build(docs, index, "--model", str(fake_model))
+    build_json(docs, index, "--model", str(fake_model))
     root = index / "default"
     before = run_cli("query", "doc", "--index-dir", str(index), "--json").stdout
     _downgrade_to_format_1(root)
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
     assert run_cli("query", "doc", "--index-dir", str(index), "--json").stdout == before
-    result, report = _build(docs, index)
+    result, report = build_json(docs, index)
     assert result.exit_code == 0 and report["pages_embedded"] == 0
     manifest = _manifest(index)
     assert manifest.format == FORMAT
@@ -341,14 +332,14 @@ def test_a_long_document_commits_inside_itself_and_a_resumed_build_carries_on(fa
     assert killed.returncode == -9
     manifest = _manifest(index)
     assert not manifest.documents and [d.pages for d in manifest.in_progress] == [30]
-    _verify_ok(index)
-    result, report = _build(docs, index, "--batch-size", "5")
+    verify_ok(index)
+    result, report = build_json(docs, index, "--batch-size", "5")
     assert result.exit_code == 0, result.stderr
     assert report["pages_embedded"] == 30 and report["pages_total"] == 60  # carried on from page 31
     [doc] = _manifest(index).documents
     assert doc.pages == 60 and len(doc.spans) > 1 and not _manifest(index).in_progress
     fresh = tmp_path / "fresh"
-    _build(docs, fresh, "--model", str(fake_model))
+    build_json(docs, fresh, "--model", str(fake_model))
     assert _vectors(index, doc) == _vectors(fresh, _manifest(fresh).documents[0])  # same as one uninterrupted build
 
 
@@ -368,7 +359,7 @@ def test_identical_files_are_embedded_once(fake_model, tmp_path):
     [original] = _docs(docs, 1, pages=3)
     shutil.copy(original, docs / "copy-1.pdf")
     shutil.copy(original, docs / "copy-2.pdf")
-    _, report = _build(docs, index, "--model", str(fake_model))
+    _, report = build_json(docs, index, "--model", str(fake_model))
     assert report["pages_embedded"] == 3 and report["indexed"] == 1 and report["reused"] == 2
     spans = {tuple(d.spans) for d in _manifest(index).documents}
     assert len(spans) == 1 and len(_manifest(index).documents) == 3

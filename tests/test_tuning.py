@@ -12,9 +12,12 @@ import localgpt_index.models.tuning as tuning
 
 
 @pytest.fixture(autouse=True)
-def steady_memory(monkeypatch):
-    """Peak RSS does not move unless a test says so (larger batches then cost nothing)."""
+def steady_memory(monkeypatch, request):
+    """Peak RSS does not move unless a test says so (larger batches then cost nothing); outside the
+    real builds of the slow tier, the tuner's thread settings do not reach this process's torch."""
     monkeypatch.setattr(tuning, "peak_rss", lambda: 1_000_000)
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setattr(tuning, "set_threads", lambda n: None)
 
 
 def _encoder():
@@ -56,7 +59,6 @@ def test_the_fastest_measured_batch_size_is_kept(monkeypatch, best):
 
 
 def test_a_batch_shape_first_call_is_a_warm_up(monkeypatch):
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     tuner = tuning.CpuTuner(encoder, fixed_batch=False)
     first_call = set()
@@ -81,7 +83,6 @@ def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
 
 
 def test_a_batch_size_given_by_the_user_is_kept(monkeypatch):
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     tuner = tuning.CpuTuner(encoder, fixed_batch=True)
     for _ in range(6):
@@ -93,7 +94,6 @@ def test_one_lucky_batch_does_not_decide(monkeypatch):
     """A cheap model's batch of two pages: a warm-up, one batch that ran alone (10 ms a page), then
     the usual 50 ms with the feeders busy. Each trial averages several batches, so batches of 4
     (30 ms a page, steadily) win."""
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     tuner = tuning.CpuTuner(encoder, fixed_batch=False)
     calls: dict[int, list[float]] = {}
@@ -111,7 +111,6 @@ def test_one_lucky_batch_does_not_decide(monkeypatch):
 
 
 def test_larger_batches_are_not_tried_once_they_stop_paying(monkeypatch):
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, {1: 0.12, 2: 0.1, 4: 0.15, 8: 0.05})
     assert tried == [1, 2, 4]
@@ -122,7 +121,6 @@ def test_a_larger_batch_that_neither_pays_nor_is_cheap_ends_the_trials(monkeypat
     """Model-bound (float32 on a 2-core AVX2 machine, the cpu checkpoint: 1 and 2 within the noise of
     each other, 2 costing about 60 MiB of activations more): batches of 2 run about as fast as 1 a
     page, and the doubling costs memory: 4 and 8 are not tried, and the faster of the two is kept."""
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     flat = {1: 0.172, 2: 0.170, 4: 0.165, 8: 0.150}
     tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, flat, rss_kib=_growing(100_000), monkeypatch=monkeypatch)
@@ -136,7 +134,6 @@ def test_a_larger_batch_that_neither_pays_nor_is_cheap_ends_the_trials(monkeypat
 def test_a_doubling_that_gains_a_few_percent_at_a_memory_cost_ends_the_trials(monkeypatch):
     """The cpu checkpoint in bfloat16 on a 2-core Zen 4: pages/s 6.97, 7.50, 8.06, 7.58 for 1, 2, 4, 8,
     peak RSS 913, 953, 1022, 1204 MiB. 4 is kept, and 8, which raised the peak by 18 % for nothing, is not tried."""
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     measured = {1: 1 / 6.97, 2: 1 / 7.50, 4: 1 / 8.06, 8: 1 / 7.58}
     # +40,000 KiB a page of batch: 1 -> 2 raises the peak 3.8 % (cheap), 2 -> 4 7.4 % for 7.5 % more pages/s
@@ -148,7 +145,6 @@ def test_the_page_queue_filling_during_the_first_trials_does_not_end_them(monkey
     """The ColQwen2.5 bench checkpoint: peak RSS rose 8-14 % during the first trials as the page
     queue filled, not for the batch. Growth counts from the start of each size's own trials: 4,
     which gained 6 % on 2 and cost nothing more during its trials, is followed by 8."""
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     measured = {1: 1 / 21.0, 2: 1 / 24.0, 4: 1 / 25.4, 8: 1 / 26.7}
     tried = _run(tuning.CpuTuner(encoder, fixed_batch=False), encoder, measured, monkeypatch=monkeypatch,
@@ -157,7 +153,6 @@ def test_the_page_queue_filling_during_the_first_trials_does_not_end_them(monkey
 
 
 def test_a_larger_batch_that_pays_is_tried_at_a_memory_cost(monkeypatch):
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     rising = {1: 0.2, 2: 0.15, 4: 0.1, 8: 0.09}
     tuner = tuning.CpuTuner(encoder, fixed_batch=False)
@@ -173,7 +168,6 @@ def test_no_batch_is_tried_whose_forecast_memory_is_past_the_cap_however_much_it
     noisy trial of 2), peak RSS 1011, 1177, 1402 MiB from about 1000 before the trials (1 is put at
     2.60 pages/s and 1005 MiB). 4 "paid" 27 %, but 8 is forecast at 1177 + 2 x 166 MiB, 51 % above
     the start: it is not tried."""
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     encoder = _encoder()
     measured = {1: 1 / 2.60, 2: 1 / 2.65, 4: 1 / 3.37, 8: 1 / 2.99}
     peaks = {1: 1005 * 1024, 2: 1011 * 1024, 4: 1177 * 1024, 8: 1402 * 1024}
@@ -190,7 +184,6 @@ def test_no_batch_is_tried_whose_forecast_memory_is_past_the_cap_however_much_it
 
 
 def test_the_page_queue_is_sized_for_the_batches_that_will_run(monkeypatch):
-    monkeypatch.setattr(tuning, "set_threads", lambda n: None)
     assert tuning.CpuTuner(_encoder(), fixed_batch=True).largest_batch == 4
     assert tuning.CpuTuner(_encoder(), fixed_batch=False).largest_batch == max(tuning.CANDIDATES)
 

@@ -11,23 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import UnstableConverter, run_cli
+from conftest import run_cli, unstable_soffice
 from docgen import make_pdf, make_png
 
 
 @pytest.fixture(scope="module")
 def built(fake_model, tmp_path_factory) -> Path:
-    from localgpt_index.ingest.convert import ConverterSet
-
     work = tmp_path_factory.mktemp("untrusted")
     docs = work / "docs"
     make_pdf(docs / "a.pdf", ["one", "two"])
     make_png(docs / "b.png", "image")
     (docs / "c.txt").write_text("converted text")
     index = work / "idx"
-    with pytest.MonkeyPatch.context() as patch:  # a converted document without LibreOffice
-        patch.setattr(ConverterSet, "detect", classmethod(lambda cls, timeout_s=120.0: cls([UnstableConverter()])))
-        result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    env = unstable_soffice(work / "bin")  # a converted document without LibreOffice
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), env=env)
     assert result.exit_code == 0, result.stderr
     return index
 

@@ -14,27 +14,22 @@ import pytest
 
 from conftest import run_cli, run_process
 from docgen import make_docx, make_pdf, make_png, make_xobject_bomb
+from helpers import build_json, marked_processes, pid_alive, wait_until
 
 
-def _build(docs: Path, index: Path, *args: str):
-    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
-    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
-
-
-def test_a_pdf_that_renders_for_ever_is_stopped_and_reported(fake_model, tmp_path):
+def test_a_pdf_that_renders_for_ever_is_stopped_and_reported(fake_model, tmp_path, process_mark):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_xobject_bomb(docs / "bomb.pdf")
     make_pdf(docs / "fine.pdf", ["fine"])
     make_png(docs / "photo.png", "photo")
     started = time.monotonic()
-    result, report = _build(docs, index, "--model", str(fake_model), "--render-timeout", "2")
+    result, report = build_json(docs, index, "--model", str(fake_model), "--render-timeout", "2")
     assert time.monotonic() - started < 2 + 60
     assert result.exit_code == 3
     [failure] = report["failures"]
     assert Path(failure["path"]).name == "bomb.pdf" and failure["stage"] == "render" and "within 2 s" in failure["reason"]
     assert report["indexed"] == 2 and report["committed"]
-    leftover = subprocess.run(["pgrep", "-f", str(docs / "bomb.pdf")], capture_output=True, text=True).stdout.strip()
-    assert leftover == ""
+    assert wait_until(lambda: not marked_processes(process_mark, "bomb.pdf"), 10, "the renderer's end")
 
 
 FAKE_SOFFICE = """#!/bin/sh
@@ -59,27 +54,14 @@ def test_an_interrupt_during_a_conversion_ends_it_and_leaves_nothing_behind(fake
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(scratch), "LGPT_TEST_MARK": str(mark)}
     proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(fake_model),
                              "--index-dir", str(tmp_path / "idx")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (mark.exists() and len(mark.read_text().split()) >= 2):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    wait_until(lambda: mark.exists() and len(mark.read_text().split()) >= 2, 60, "the fake soffice's start", proc)
     pids = [int(p) for p in mark.read_text().split()]
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=15)
     assert proc.returncode == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
-    time.sleep(5 if sig == signal.SIGTERM else 0.5)
-    assert [pid for pid in pids if _alive(pid)] == []
+    assert wait_until(lambda: not [pid for pid in pids if pid_alive(pid)], 15, "the fake soffice's end")
     assert list(scratch.iterdir()) == []
     assert len(mark.read_text().split()) == 2  # nothing was retried after the interrupt
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as handle:  # a zombie waiting for its parent is gone too
-        return handle.read().split()[2] != "Z"
 
 
 def test_image_frames_are_decoded_one_at_a_time(tmp_path, monkeypatch):
@@ -106,7 +88,7 @@ def test_a_multi_frame_tiff_is_indexed_page_by_page(fake_model, tmp_path):
     docs.mkdir()
     frames = [Image.new("RGB", (40, 30), (i * 8, 0, 0)) for i in range(12)]
     frames[0].save(docs / "scan.tiff", save_all=True, append_images=frames[1:])
-    _, report = _build(docs, tmp_path / "idx", "--model", str(fake_model))
+    _, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model))
     assert report["pages_embedded"] == 12
 
 
@@ -115,10 +97,10 @@ def test_an_index_inside_the_documents_folder_is_not_indexed(fake_model, tmp_pat
     make_pdf(docs / "a.pdf", ["a"])
     (docs / "note.txt").write_text("converted, so the index stores a PDF")
     index = docs / "idx"
-    first, report = _build(docs, index, "--model", str(fake_model))
+    first, report = build_json(docs, index, "--model", str(fake_model))
     assert first.exit_code == 0 and report["indexed"] == 2
     assert list((index / "default" / "pdf").iterdir())
-    again, report = _build(docs, index)
+    again, report = build_json(docs, index)
     assert again.exit_code == 0 and report["pages_embedded"] == 0 and report["documents_seen"] == 2
     assert {"path": str(index / "default"), "reason": "the index folder"} in report["skipped_files"]
 
@@ -135,7 +117,7 @@ def test_a_fifo_named_like_a_document_is_listed_not_read(fake_model, tmp_path):
     make_pdf(docs / "real.pdf", ["real"])
     os.mkfifo(docs / "pipe.pdf")
     os.symlink(docs / "pipe.pdf", docs / "link-to-pipe.pdf")
-    _, report = _build(docs, tmp_path / "idx", "--model", str(fake_model))
+    _, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model))
     reasons = {Path(s["path"]).name: s["reason"] for s in report["skipped_files"]}
     assert reasons["pipe.pdf"] == "not a regular file (a FIFO)"
     assert reasons["link-to-pipe.pdf"] == "not a regular file (a FIFO)"
@@ -147,7 +129,7 @@ def test_a_metadata_csv_from_excel_with_a_byte_order_mark(fake_model, tmp_path):
     make_pdf(docs / "q3.pdf", ["q3"])
     rules = tmp_path / "meta.csv"
     rules.write_bytes("glob,team\n*.pdf,finance\n".encode("utf-8-sig"))
-    result, _ = _build(docs, tmp_path / "idx", "--model", str(fake_model), "--metadata", str(rules))
+    result, _ = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--metadata", str(rules))
     assert result.exit_code == 0, result.stderr
     found = run_cli("query", "q3", "--filter", "team=finance", "--index-dir", str(tmp_path / "idx"), "--json")
     assert len(json.loads(found.stdout)["results"]) == 1
@@ -162,7 +144,7 @@ def test_wait_must_be_a_finite_number_of_seconds(fake_model, tmp_path, value):
 def test_a_newline_in_a_file_name_does_not_split_a_table_row(fake_model, tmp_path):
     docs = tmp_path / "docs"
     make_pdf(docs / "two\nlines.pdf", ["odd name"])
-    _build(docs, tmp_path / "idx", "--model", str(fake_model))
+    build_json(docs, tmp_path / "idx", "--model", str(fake_model))
     table = run_cli("query", "odd", "--index-dir", str(tmp_path / "idx")).stdout
     assert "two\\nlines.pdf" in table
     assert not any(line.strip().startswith("lines.pdf") for line in table.splitlines())
@@ -185,7 +167,7 @@ def test_a_folder_1100_levels_deep(fake_model, tmp_path):
     subprocess.run(["mkdir", "-p", str(deep)], check=True)  # os.makedirs itself recurses too deep
     try:
         make_pdf(deep / "bottom.pdf", ["deep down"])
-        result, report = _build(docs, tmp_path / "idx", "--model", str(fake_model))
+        result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model))
         assert result.exit_code == 0 and report["indexed"] == 1, result.stderr
     finally:
         subprocess.run(["rm", "-rf", str(docs)], check=True)  # so does shutil.rmtree, in pytest's clean-up
@@ -197,7 +179,7 @@ def test_binary_option_files_are_refused_with_a_message(fake_model, tmp_path, op
     binary.write_bytes(bytes(range(256)) * 40)
     docs = tmp_path / "docs"
     make_pdf(docs / "a.pdf", ["a"])
-    _build(docs, tmp_path / "idx", "--model", str(fake_model))
+    build_json(docs, tmp_path / "idx", "--model", str(fake_model))
     if option == "--queries-file":
         result = run_cli("query", "--queries-file", str(binary), "--index-dir", str(tmp_path / "idx"))
     else:
@@ -231,7 +213,7 @@ def test_a_missing_stored_pdf_under_export_pages(fake_model, tmp_path, unstable_
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "note.txt").write_text("converted")
-    _build(docs, tmp_path / "idx", "--model", str(fake_model))
+    build_json(docs, tmp_path / "idx", "--model", str(fake_model))
     for stored in (tmp_path / "idx" / "default" / "pdf").iterdir():
         stored.unlink()
     result = run_cli("query", "note", "--export-pages", str(tmp_path / "pages"), "--index-dir", str(tmp_path / "idx"))
@@ -242,5 +224,5 @@ def test_two_identical_files_are_embedded_once(fake_model, tmp_path):
     docs = tmp_path / "docs"
     original = make_pdf(docs / "a.pdf", ["same", "bytes"])
     (docs / "b.pdf").write_bytes(original.read_bytes())
-    _, report = _build(docs, tmp_path / "idx", "--model", str(fake_model))
+    _, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model))
     assert report["pages_embedded"] == 2 and report["model_calls"] == 1 and report["reused"] == 1

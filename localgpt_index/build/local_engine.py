@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..core.failpoints import failpoint
 from ..ingest import processes
 from ..ingest.convert import ConverterSet
 from ..ingest.events import EngineEvent, PageReady, PagesEncoded
@@ -30,6 +31,7 @@ EncoderFactory = Callable[[ModelRef, EncoderOptions], PageEncoder]
 
 def load_encoder(factory: EncoderFactory, model: ModelRef, options: BuildOptions, timer: StageTimer) -> PageEncoder:
     """The page encoder, its load timed."""
+    failpoint("model-load")  # tests: what was rendered before the model began to load
     started = time.perf_counter()
     encoder = factory(model, options.encoder_options())
     timer.add("load_model", started)

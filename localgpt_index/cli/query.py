@@ -80,7 +80,7 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
 
 
 def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi):
-    from ..client import ServerClient
+    from ..serve.client import ServerClient
 
     client = ServerClient(server, token)
     document = client.query(texts, top_k, filters, candidates, images, dpi)

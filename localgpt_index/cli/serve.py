@@ -41,9 +41,10 @@ Exit codes:
 def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet, device, dtype) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
-    from ..httpguard import ConnectionLimits, PathPolicy, default_max_connections
-    from ..server import RequestLog, check_exposure, run_server
-    from ..service import open_service
+    from ..serve.httpguard import ConnectionLimits, PathPolicy, default_max_connections
+    from ..serve.middleware import RequestLog
+    from ..serve.runner import check_exposure, run_server
+    from ..serve.service import open_service
 
     check_exposure(host, token)
     limits = ConnectionLimits(header_timeout, body_timeout, max_connections or default_max_connections())

@@ -26,6 +26,7 @@ from pathlib import Path
 from PIL import Image
 
 from ..core.errors import DocumentError, page_failure
+from ..core.failpoints import failpoint
 from . import processes
 from .convert import ConverterSet
 from .events import DocumentDone, DocumentFailed, DocumentOpened, FeedEnded, FeedEvent, OpenedDocument, PageReady
@@ -174,6 +175,7 @@ class PageFeed:
             return self._drain_ahead() and self._deliver(event)
         if self._ahead.add(event):
             return True
+        failpoint("ahead-full")  # tests: the producer now waits for the encoder, nothing more is rendered
         while not self._prepare_known.wait(timeout=0.2):
             if self._stop.is_set():
                 return False

@@ -75,10 +75,15 @@ def _render_page(pdf: Path, page: int, dpi: int, source: str) -> Image.Image:
         raise LgptError(f"{source}: page {page} cannot be rendered ({exc.reason}).") from None
 
 
-def png_base64(image: Image.Image) -> str:
+def png_bytes(image: Image.Image) -> bytes:
+    """A page image as PNG: the one encoding of every page image the tool hands out."""
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return buffer.getvalue()
+
+
+def png_base64(image: Image.Image) -> str:
+    return base64.b64encode(png_bytes(image)).decode("ascii")
 
 
 def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
@@ -110,9 +115,6 @@ def local_page(index: Index, dpi: int) -> Callable[[dict], bytes]:
     """A fetcher for export_pages that renders from this index."""
 
     def fetch(hit: dict) -> bytes:
-        image = page_image(index, SearchHit(hit["rank"], hit["score"], hit["path"], hit["page"], hit["sha256"], hit["kind"]), dpi)
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
-        return buffer.getvalue()
+        return png_bytes(page_image(index, SearchHit(hit["rank"], hit["score"], hit["path"], hit["page"], hit["sha256"], hit["kind"]), dpi))
 
     return fetch

@@ -4,35 +4,28 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..core.types import SearchHit
 from ..index.view import IndexView as Index
-
-QUERY_SCHEMA_VERSION = 1
+from .results import QUERY_SCHEMA_VERSION, Hit, QueryAnswer, QueryDocument
 
 
 def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
                    with_images: bool = False, dpi: int = 150) -> dict:
-    """`query --json` and `POST /query` (query.schema.json)."""
+    """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
     from .pages import page_image, png_base64
 
-    def result(hit: SearchHit) -> dict:
-        data = hit.to_dict()
+    def result(hit: SearchHit) -> Hit:
         if with_images:
-            data["image_base64"] = png_base64(page_image(index, hit, dpi))
-        return data
+            return Hit(**hit.to_dict(), image_base64=png_base64(page_image(index, hit, dpi)))
+        return Hit(**hit.to_dict())
 
-    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
-    document = {
-        "version": QUERY_SCHEMA_VERSION,
-        "index": index.store.location,
-        "model": index.manifest.model.id,
-        "k": k,
-        "queries": queries,
-    }
-    if len(queries) == 1:
-        document.update(queries[0])
+    queries = [QueryAnswer(query=q, results=[result(hit) for hit in hits]) for q, hits in zip(texts, results)]
+    document = QueryDocument(version=QUERY_SCHEMA_VERSION, index=index.store.location, model=index.manifest.model.id,
+                             k=k, queries=queries).to_json()
+    if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
+        document.update(document["queries"][0])
     return document
 
 

@@ -1,5 +1,5 @@
 """The connection layer of `serve`: uvicorn's h11 protocol with read deadlines and a connection cap
-(httpguard.guarded_protocol makes it with the limits of one server)."""
+(guarded_protocol makes it with the limits of one server; the limits themselves are httpguard's)."""
 
 from __future__ import annotations
 
@@ -101,3 +101,9 @@ class GuardedH11Protocol(H11Protocol):
         if not self.transport.is_closing():
             self.transport.write(over_capacity_response())
             self.transport.close()
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type:
+    """uvicorn's h11 protocol with the deadlines and the cap of `limits` (uvicorn has neither a
+    header nor a body read timeout: only keep-alive between requests)."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "waiting": deque()})

@@ -1,7 +1,7 @@
 """A warm index for a long-lived process: the model loaded once, the current generation
 followed, queries that arrive together answered together.
 
-`IndexService` is the typed core of `lgpt-index serve` (server.py puts HTTP in front of
+`IndexService` is the typed core of `lgpt-index serve` (app.py and routes.py put HTTP in front of
 it). It notices a new HEAD (a build or remove beside it) between batches and opens the new
 generation, reusing the segments it has already checked; a batch in flight keeps the
 generation it started with, and the old one's memory maps go with the last reference.
@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .models.encode import PageEncoder, check_queries
-from .core.errors import EnvironmentMissing, IndexProblem, LgptError
-from .core.failpoints import failpoint
-from .models.resolve import same_model
-from .query.search import Index, SearchHit
-from .index.store import IndexStore, MissingIndexFile
+from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
+from ..core.failpoints import failpoint
+from ..index.store import IndexStore, MissingIndexFile
+from ..models.encode import PageEncoder, check_queries
+from ..models.resolve import same_model
+from ..query.search import Index, SearchHit
 
 
 class NotReady(LgptError):
@@ -254,14 +254,14 @@ class QueryBatcher:
             return self.service.search(requests)
         except NotReady as exc:
             return [exc] * len(requests)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure: each request is tried alone
             if len(requests) == 1:
                 return [_request_error(exc)]
         answers: list = []
         for request in requests:
             try:
                 answers += self.service.search([request])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - it fails this request only
                 answers.append(_request_error(exc))
         return answers
 
@@ -272,7 +272,7 @@ class QueryBatcher:
 
 def _request_error(exc: Exception) -> Exception:
     """What failed one request alone: text the tokenizer cannot read is the request's fault (a 4xx)."""
-    from .core.errors import UsageError
+    from ..core.errors import UsageError
 
     if isinstance(exc, (TypeError, ValueError, UnicodeError)) and not isinstance(exc, LgptError):
         reason = " ".join(str(exc).split())[:200]

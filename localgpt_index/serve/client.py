@@ -1,50 +1,17 @@
 """A client of `lgpt-index serve` (`query --server URL`): the same documents, over HTTP (httpx).
 
-What the server answers is checked before use (a query document of query.schema.json, a PNG
+What the server answers is checked before use (interop.results.QueryDocument, strictly; a PNG
 for a page): a server is a peer, and its answer names files that `--export-pages` writes."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from .core.errors import EnvironmentMissing, LgptError, UsageError
+from ..core.errors import EnvironmentMissing, LgptError, UsageError
+from ..interop.results import QueryDocument
 
 TIMEOUT_S = 300.0  # a first query may wait for a model that is still loading
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class AnswerHit(_Strict):
-    """One result, as query.schema.json has it (strict: a rank or page given as a string is refused)."""
-
-    rank: int = Field(ge=1)
-    score: float
-    path: str
-    page: int = Field(ge=1)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    kind: str
-    metadata: dict[str, str]
-    image_base64: str | None = None
-
-
-class AnswerQuery(_Strict):
-    query: str
-    results: list[AnswerHit]
-
-
-class AnswerDocument(_Strict):
-    """The `query --json` document (query.schema.json, version 1)."""
-
-    version: int = Field(ge=1, le=1)
-    index: str
-    model: str
-    k: int = Field(ge=1)
-    queries: list[AnswerQuery]
-    query: str | None = None
-    results: list[AnswerHit] | None = None
 
 
 class ServerClient:
@@ -68,7 +35,7 @@ class ServerClient:
             raise self._bad_answer(f"not JSON ({response.headers.get('content-type', 'no content type')}: "
                                    f"{_excerpt(response.text)})") from None
         try:
-            AnswerDocument.model_validate(document)
+            QueryDocument.model_validate(document, strict=True)  # strict: a rank or page given as a string is refused
         except ValidationError as exc:
             raise self._bad_answer(_problems(exc)) from None
         if len(document["queries"]) != len(texts):

@@ -13,11 +13,11 @@ import ipaddress
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from .models.encode import MAX_QUERY_CHARS
-from .core.errors import UsageError
+from ..core.errors import UsageError
+from ..models.encode import MAX_QUERY_CHARS
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -85,16 +85,6 @@ def is_loopback(host: str | None) -> bool:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
     except ValueError:
         return False
-
-
-def guarded_protocol(limits: ConnectionLimits) -> type:
-    """uvicorn's h11 protocol with the deadlines and the cap of `limits` (uvicorn has neither a
-    header nor a body read timeout: only keep-alive between requests)."""
-    from .httpconn import GuardedH11Protocol
-
-    from collections import deque
-
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "waiting": deque()})
 
 
 # who may ask: loopback names without a token (DNS rebinding), no foreign browser origin, the token as bytes

@@ -1,0 +1,90 @@
+"""The query result document (`query --json`, `POST /query`), defined once.
+
+The CLI builds it (reports.query_document), the server names it as its response model (so the
+OpenAPI is generated from it), `query --server` checks a server's answer against it (strictly),
+and the published schema localgpt_index/schemas/query.schema.json is generated from it:
+`python -m localgpt_index.interop.results` writes it, and a test holds the file current.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+QUERY_SCHEMA_VERSION: Final = 1
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "query.schema.json"
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    """An optional field that is absent rather than null: its schema shows no `"default": null`."""
+    schema.pop("default", None)
+
+
+def _png(schema: dict[str, Any]) -> None:
+    _no_default(schema)
+    schema.update(contentEncoding="base64", contentMediaType="image/png")
+
+
+def _absent(description: str) -> Any:
+    """A field that is left out of the document when it does not apply: never null (an explicit null
+    is refused), its default unvalidated and unpublished."""
+    return Field(None, description=description, json_schema_extra=_no_default)
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Hit(_Document):
+    """One page that answers a query."""
+
+    rank: int = Field(ge=1)
+    score: float
+    path: str
+    page: int = Field(ge=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    kind: Literal["pdf", "image", "office", "markdown"]  # discover's kinds (a test holds them equal)
+    metadata: dict[str, str]
+    image_base64: str | None = Field(None, description="the page as PNG; null when it was not rendered: image_error says why",
+                                     json_schema_extra=_png)
+    image_error: str = _absent("why the page carries no image")
+
+
+class QueryAnswer(_Document):
+    """The hits of one query, best first."""
+
+    query: str
+    results: list[Hit]
+
+
+class QueryDocument(_Document):
+    """The `query --json` document: the hits of every query, and with exactly one query, that
+    query's `query` and `results` at the top too."""
+
+    version: Literal[1] = Field(description="the version of this document's schema")
+    index: str
+    model: str
+    k: int = Field(ge=1)
+    queries: list[QueryAnswer]
+    query: str = _absent("present when exactly one query was asked")
+    results: list[Hit] = _absent("present when exactly one query was asked")
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as the CLI prints it: fields that do not apply are left out, not null."""
+        return self.model_dump(exclude_unset=True)
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON schema of the query document (query.schema.json)."""
+    schema = QueryDocument.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://lgpt-index/schemas/query.schema.json",
+            **schema, "title": "lgpt-index query --json"}
+
+
+if __name__ == "__main__":  # python -m localgpt_index.interop.results: write the published schema
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
+    print(SCHEMA_FILE)

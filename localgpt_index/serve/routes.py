@@ -1,0 +1,127 @@
+"""The endpoints of `serve` and how errors become answers: each endpoint answers with the
+CLI's own document (interop.reports), published as the path policy says."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..core.errors import IndexProblem, LgptError, UsageError
+from ..core.metadata import parse_filters
+from ..core.types import SearchHit
+from ..interop.reports import documents_document, query_document, status_document
+from ..interop.results import QueryDocument
+from .httpguard import PathPolicy, check_query_texts
+from .images import CANNOT_RENDER, PageImages
+from .schemas import ErrorDocument, QueryBody, error_response, json_response
+from .service import IndexService, NotReady, QueryBatcher, SearchRequest
+
+
+def _status_of(exc: LgptError) -> int:
+    if isinstance(exc, NotReady):
+        return 503
+    if isinstance(exc, UsageError):
+        return 400
+    if isinstance(exc, IndexProblem):
+        return 503
+    return 500
+
+
+def install_handlers(app: FastAPI, policy: PathPolicy) -> None:
+    @app.exception_handler(LgptError)
+    async def lgpt_error(request: Request, exc: LgptError):
+        return error_response(_status_of(exc), policy.message(exc.message))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        problems = []
+        for error in exc.errors()[:3]:
+            where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+            problems.append(f"{where}: {error.get('msg', 'invalid')}")
+        return error_response(400, "; ".join(problems))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, policy.message(str(exc.detail)))
+
+
+def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:
+    """POST /query, GET /status, /documents, /healthz and /pages/SHA256/PAGE.png."""
+    images = PageImages()
+    _query_route(app, service, batcher, policy, images)
+    _index_routes(app, service, batcher, policy)
+    _page_route(app, service, images)
+
+
+def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy, images: PageImages) -> None:
+    # the response model is the OpenAPI's description; the route answers with its own Response
+    # (the document as the path policy publishes it), which FastAPI passes on unconverted
+    @app.post("/query", response_model=QueryDocument)
+    async def query(body: QueryBody, http_request: Request):
+        """The pages that best answer each query: exactly `lgpt-index query --json`."""
+        texts = check_query_texts(body.queries)
+        filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
+        if any(not key for key in filters):
+            raise UsageError("filters: a key may not be empty")
+        service.require_ready()
+        request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass)
+        answer = await batcher.submit(request)
+        document = query_document(answer.index, texts, answer.results, body.k)
+        rendered = 0
+        if body.with_images:
+            rendered = await images.fill(document, answer, body.dpi, http_request, policy)
+        response = json_response(policy.publish(document, answer.index))
+        response.headers["X-Lgpt-Images-Rendered"] = str(rendered)  # the others came from the cache, or failed
+        response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
+        response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
+        return response
+
+
+def _index_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:
+    @app.get("/status")
+    def status():
+        """What the index holds: exactly `lgpt-index status --json`."""
+        index = service.index()
+        return json_response(policy.publish(status_document(index), index))
+
+    @app.get("/documents")
+    def documents(prefix: str = Query("", max_length=4096), failed: bool = False):
+        """The documents (or with failed=true, the failures) under a path prefix: `lgpt-index ls --json`."""
+        index = service.index()
+        document = policy.publish(documents_document(index, policy.prefix(prefix, index), failed), index)
+        return json_response({**document, "prefix": prefix})
+
+    @app.get("/healthz")
+    def healthz():
+        """200 once the model is loaded and warmed up, and matches the current generation (503 while it
+        loads, when it could not be, or when the index was rebuilt with another model)."""
+        if service.failure is not None:
+            return JSONResponse({"status": "failed"}, status_code=503)
+        if not (service.ready and service.warmed):
+            return JSONResponse({"status": "loading"}, status_code=503)
+        index = service.index()  # follows HEAD here, not only when another endpoint did
+        if service.stale:
+            return JSONResponse({"status": "stale"}, status_code=503)
+        return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued}
+
+
+def _page_route(app: FastAPI, service: IndexService, images: PageImages) -> None:
+    @app.get("/pages/{sha256}/{page}.png", response_class=Response,
+             responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})
+    async def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
+        """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document."""
+        return Response(await _page_png(service.index(), images, sha256, page, dpi), media_type="image/png")
+
+
+async def _page_png(index, images: PageImages, sha256: str, page: int, dpi: int) -> bytes:
+    doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
+    if doc is None:
+        raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
+    if not 1 <= page <= doc.pages:
+        raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
+    try:
+        return await images.render(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind), dpi)
+    except LgptError:
+        raise StarletteHTTPException(409, CANNOT_RENDER) from None

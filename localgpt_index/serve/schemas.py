@@ -1,0 +1,49 @@
+"""What `serve` accepts and answers: the request body, the limits, the error document, and the
+two ways a document leaves (JSON with ASCII escapes, the one error shape). The query document
+it answers with is the CLI's own (interop.results.QueryDocument)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models.encode import MAX_QUERY_CHARS
+from .httpguard import redact
+
+MAX_BODY_BYTES = 1 << 20
+MAX_QUERIES = 64
+MAX_K = 1000
+
+
+class QueryBody(BaseModel):
+    """`POST /query`: the queries of one request are encoded together, and with those of
+    requests that arrive within a few milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES,
+                               description=f"at most {MAX_QUERIES}, each at most {MAX_QUERY_CHARS} characters")
+    k: int = Field(5, ge=1, le=MAX_K, description="pages per query")
+    filters: dict[str, str] | list[str] = Field(default_factory=dict,
+                                                description='{"team": "finance"} or ["team=finance"]: all must match')
+    first_pass: int | None = Field(None, ge=1, le=1_000_000,
+                                   description="lossy: score sign codes first, then only the best N pages exactly")
+    with_images: bool = Field(False, description="each result carries its page as base64 PNG")
+    dpi: int = Field(150, ge=20, le=600, description="resolution of those images")
+
+
+class ErrorDocument(BaseModel):
+    error: dict[str, Any] = Field(description='{"status": 400, "message": "..."}')
+
+
+def error_response(status: int, message: str) -> Response:
+    """The one error shape: {"error": {"status", "message"}}, the message never with a secret in it."""
+    body = json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True)  # a lone surrogate too
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def json_response(document: dict) -> Response:
+    # ensure_ascii: file names that are not UTF-8 travel as \udcXX escapes, as in the CLI's JSON
+    return Response(json.dumps(document, ensure_ascii=True), media_type="application/json")

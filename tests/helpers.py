@@ -1,0 +1,135 @@
+"""Helpers shared by the test files: building an index through the CLI, document sets, waiting on
+a condition with a deadline, and finding the processes one test started (never the machine's others)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from docgen import make_pdf
+
+MARK = "LGPT_TEST_RUN"  # an environment variable every process a test starts inherits (see `process_mark`)
+
+
+def build_ok(*args: str, env: dict | None = None):
+    """`lgpt-index build ARGS...` through the CLI (in this process); it must exit 0 (else its stderr is shown)."""
+    from conftest import run_cli
+
+    result = run_cli("build", *args, env=env)
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+def build_json(docs: Path, index: Path, *args: str):
+    """`lgpt-index build DOCS --index-dir INDEX --json ARGS...`: the result and its report (None if none)."""
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("build", str(docs), "--index-dir", str(index), "--json", *args)
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+def verify_ok(index: Path) -> None:
+    """`lgpt-index verify --index-dir INDEX` exits 0 and reports the index sound."""
+    import json
+
+    from conftest import run_cli
+
+    out = run_cli("verify", "--index-dir", str(index), "--json")
+    assert out.exit_code == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["ok"] is True
+
+
+def open_qdrant(folder: Path):
+    """A Qdrant client on the local (embedded) store in `folder`."""
+    from qdrant_client import QdrantClient
+
+    return QdrantClient(path=str(folder))
+
+
+def make_pdfs(folder: Path, count: int, pages: int, stem: str = "report") -> list[Path]:
+    """`count` PDFs named STEM-N.pdf, each of `pages` pages saying "STEM N page P"."""
+    return [make_pdf(folder / f"{stem}-{n}.pdf", [f"{stem} {n} page {p}" for p in range(pages)]) for n in range(count)]
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "the condition",
+               proc=None, interval: float = 0.05) -> object:
+    """Poll `condition` until it is true (returned) or `timeout` passes (the test fails); if `proc`
+    (a Popen) ends first, fail at once with what it printed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended ({proc.returncode}) before {what}: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie left to be reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def marked_processes(token: str, cmdline_contains: str = "") -> list[psutil.Process]:
+    """The live processes, other than this one, whose environment has MARK=token (the processes this
+    test started and their descendants, even orphaned ones), optionally only those whose command line
+    contains `cmdline_contains`."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) != token:
+                continue
+            if cmdline_contains and cmdline_contains not in " ".join(proc.cmdline()):
+                continue
+            found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def descendants(pid: int, cmdline_contains: str = "") -> list[psutil.Process]:
+    """The live descendants of process `pid` (optionally only those whose command line, as they set it,
+    contains `cmdline_contains`)."""
+    found = []
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and cmdline_contains in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def held_build(args: list[str], release: Path, point: str, nth: int = 1, env: dict | None = None):
+    """`lgpt-index ARGS...` in a process of its own (a Popen, output piped), held at the `nth` time it
+    reaches the failpoint `point` until the file `release` exists; returned once it is held there."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {}), "LGPT_FAILPOINT": f"{point}:{nth}:hold",
+                                    "LGPT_FAILPOINT_HOLD": str(release)})
+    try:
+        wait_until(Path(f"{release}.reached").exists, 120, f"the failpoint {point}", process)
+    except BaseException:
+        process.kill()  # never left running behind a failed test
+        process.communicate()
+        raise
+    return process
