@@ -100,6 +100,7 @@ def test_a_pdf_in_the_feed_costs_one_pdfinfo_and_one_pdftoppm_per_run_of_equal_s
     import shutil
 
     from localgpt_index.ingest.discover import PDF
+    from localgpt_index.ingest.events import PageReady
     from localgpt_index.ingest.feed import FeedSource, PageFeed
 
     letter, slide = (612, 792, 0), (960, 540, 0)
@@ -113,7 +114,7 @@ def test_a_pdf_in_the_feed_costs_one_pdfinfo_and_one_pdftoppm_per_run_of_equal_s
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     feed = PageFeed([FeedSource(pdf, PDF, pdf.stat().st_size)], converters=None, staging=tmp_path, render_size=size,
                     queue_pages=8)
-    images = [event.image for event in feed if event.kind == "page"]
+    images = [event.image for event in feed if isinstance(event, PageReady)]
     started = [line.split() for line in log.read_text().splitlines()]
     assert [args[0] for args in started] == ["pdfinfo"] + ["pdftoppm"] * pdftoppm_runs
     assert "-v" not in started[1]

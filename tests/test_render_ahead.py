@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import localgpt_index.build.run as build
+import localgpt_index.build.local_engine as local_engine
 import localgpt_index.ingest.feed as pipeline
 from conftest import run_cli
 from docgen import make_docx
@@ -19,7 +19,10 @@ from helpers import build_ok, make_pdfs, pid_alive, wait_until
 from localgpt_index.core import failpoints
 from localgpt_index.ingest import processes
 from localgpt_index.ingest.discover import OFFICE, PDF
+from localgpt_index.ingest.events import DocumentDone, DocumentOpened, PageReady
 from localgpt_index.ingest.feed import FeedSource, PageFeed
+
+KINDS = {DocumentOpened: "open", PageReady: "page", DocumentDone: "end"}
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +35,7 @@ def _events(feed: PageFeed) -> dict[int, list[tuple]]:
     """Each document's events in order (documents go out as their opening finishes)."""
     events: dict[int, list[tuple]] = {}
     for e in feed:
-        events.setdefault(e.number, []).append((e.kind, e.image if e.kind == "page" else None))
+        events.setdefault(e.number, []).append((KINDS[type(e)], e.image if isinstance(e, PageReady) else None))
     return events
 
 
@@ -55,8 +58,8 @@ def test_pages_wait_in_files_within_the_budget_then_go_out_in_order_prepared(tmp
         assert waits.wait(30), "the producer never stopped to wait for the encoder"
     finally:
         failpoints.set_hook(None)
-    waiting = [e.image for e in early._ahead if e is not None and e.kind == "page"]
-    assert early._ahead_bytes == 5 * page_file and early._queue.empty()
+    waiting = [e.image for e in early._ahead if isinstance(e, PageReady)]
+    assert early._ahead.bytes == 5 * page_file and early._queue.empty()
     assert len(waiting) == 5 and all(path.is_file() and staging in path.parents for path in waiting)
     early.set_prepare(prepare)
     assert _events(early) == expected  # every page prepared, every document's events in their order
@@ -102,7 +105,7 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
         assert pid_alive(int(started.read_text())), "the pages waited for the conversion to end"
         by_document: dict[int, list[str]] = {}
         for event in got:
-            by_document.setdefault(event.number, []).append(event.kind)
+            by_document.setdefault(event.number, []).append(KINDS[type(event)])
         assert by_document == {0: ["open", "page", "page", "end"], 1: ["open", "page", "page", "end"]}
     finally:
         feed.close()
@@ -146,7 +149,7 @@ def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tm
         assert result.exit_code == 0, result.stderr
         assert at_load == [4] and len(rendered()) == 4  # all of it while the model loaded, none again after
 
-        monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
+        monkeypatch.setattr(local_engine, "expected_render_size", lambda model, tokens=None: None)  # the model first, as before
         log.unlink()
         wait_for_feed = False
         build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "after"))
@@ -160,7 +163,7 @@ def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, 
     docs = tmp_path / "docs"
     make_pdfs(docs, 2, 3, "doc")
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "right"))
-    monkeypatch.setattr(build, "expected_render_size", lambda model, tokens=None: (50, 70))
+    monkeypatch.setattr(local_engine, "expected_render_size", lambda model, tokens=None: (50, 70))
     wrong = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "wrong"), "-v")
     assert wrong.exit_code == 0, wrong.stderr
     assert "not (50, 70) as its saved settings say: rendering again" in wrong.stderr

@@ -1,7 +1,7 @@
 """`build --ray`: conversion, rendering and encoding spread over a Ray cluster.
 
-The planner and the commit stay on the driver (build/run.py, the same store transaction as a
-local build). Here: documents are opened (converted, counted) by Ray tasks, rendered in
+The planner and the commit stay on the driver (build/run.py, the same store transaction and
+commit policy as a local build; joining the cluster: build/ray_cluster.py). Here: documents are opened (converted, counted) by Ray tasks, rendered in
 chunks of pages by Ray tasks, and encoded by a pool of actors, one model each (one per GPU,
 or CPU actors on a cluster without GPUs). The driver receives each document's pages in
 order, a bounded number of chunks ahead, whatever the corpus size. Sources travel through
@@ -15,203 +15,28 @@ taken exactly once, in order, so a retry never loses or duplicates a page.
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 import tempfile
-import threading
+import time
 from collections import deque
-from contextlib import contextmanager, redirect_stdout
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
-from ..core.cpus import available_cpus
 from ..core.errors import DocumentError, EnvironmentMissing, LgptError
+from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
+from ..ingest.feed import FeedSource
 from ..ingest.render import RenderSize
+from .options import BuildOptions, BuildReport, Log, StageTimer
+from .ray_cluster import connect, disconnect, quiet_stdout, require_ray
+
+__all__ = ["RayEngine", "connect", "disconnect", "quiet_stdout", "ray_engine", "require_ray"]
 
 CHUNK_PAGES = 8  # pages per render task and per encoder call
 OPEN_AHEAD = 8  # documents being opened ahead of the one the driver waits for
-
-
-def require_ray():
-    try:
-        import ray
-    except ImportError:
-        raise EnvironmentMissing("--ray needs Ray, which is not installed.",
-                                 hint="pip install 'lgpt-index[ray]' (on the driver and every node of the cluster).") from None
-    return ray
-
-
-PROBE_TIMEOUT_S = 5.0  # a cluster address that does not accept a connection in this long is down
-# Ray retries a GCS that accepts but does not answer (not a Ray head) about 35 s a try, 20 tries:
-# one try, unless the operator set RAY_gcs_server_port_wait_time_s
-GCS_TRIES = "1"
-
-
-def connect(address: str) -> bool:
-    """Join the cluster at `address` (auto, an address, or local: start one here, on loopback only).
-    True when this call started Ray (and the build should shut it down)."""
-    ray = require_ray()
-    if ray.is_initialized():
-        return False
-    options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-    try:
-        if address == "local":
-            with _loopback_only(ray), _sigterm_kept():
-                ray.init(num_cpus=available_cpus(), _node_ip_address="127.0.0.1", **options)
-        else:
-            probe(address)
-            with _environ("RAY_gcs_server_port_wait_time_s", GCS_TRIES), _sigterm_kept():
-                _init_interruptibly(ray, address=address, **options)
-    except LgptError:
-        raise
-    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
-        raise EnvironmentMissing(f"--ray {address}: cannot join the cluster ({' '.join(str(exc).split())[:200]}).",
-                                 hint="Start it (ray start --head) or pass --ray local.") from None
-    return True
-
-
-def _init_interruptibly(ray, **options) -> None:
-    """ray.init(**options) in a daemon thread, the main thread waiting in short joins. Against an
-    address that accepts but is not a Ray head, Ray waits about 40 s in its C++ code, where a
-    signal (SIGTERM, Ctrl-C) is not handled; here it interrupts the wait at once, and the thread is
-    left to end with the process (Ray's own exit handler finds nothing connected yet)."""
-    failure: list[BaseException] = []
-
-    def init() -> None:
-        try:
-            with _unlogged("ray._private.worker", "SIGTERM handler is not set"):  # as intended
-                ray.init(**options)
-        except BaseException as exc:  # re-raised on the main thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=init, name="lgpt-ray-init", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.1)
-    if failure:
-        raise failure[0]
-
-
-def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Fail at once, naming the address, where nothing accepts a connection at a cluster's address
-    (Ray itself would retry for ever). auto is left to Ray (it fails fast without a cluster)."""
-    import socket
-
-    if address in ("auto", "local"):
-        return
-    host, port = _host_port(address)
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as exc:
-        where = f"{host}:{port}" if f"{host}:{port}" != address else address
-        raise EnvironmentMissing(f"--ray {address}: nothing accepts a connection at {where} "
-                                 f"({exc.strerror or exc or 'timed out'}).",
-                                 hint="Start the cluster (ray start --head), check the address, or pass --ray local.") from None
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    """Where Ray will connect for `address`: ray://HOST:PORT (Ray Client) as given, HOST:PORT as Ray
-    resolves it (localhost becomes this node's address)."""
-    from ..core.errors import UsageError
-
-    client = address.startswith("ray://")
-    target = address[len("ray://"):] if client else address
-    if not client:
-        try:
-            from ray._private.services import canonicalize_bootstrap_address
-
-            target = canonicalize_bootstrap_address(address) or target
-        except Exception:  # an address Ray cannot parse: the check below says why
-            pass
-    host, sep, port = target.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--ray {address}: not a cluster address (auto, local, HOST:PORT or ray://HOST:PORT).")
-    return host, int(port)
-
-
-@contextmanager
-def _sigterm_kept() -> Iterator[None]:
-    """The SIGTERM handler put back after ray.init, which replaces it: on the main thread with its
-    own (exit with status 15, skipping the CLI's interrupt handling, its message and exit code), and
-    in any thread with a C++ one that prints a stack dump before calling it."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        yield
-    finally:
-        if before is not None:  # None: set from C, cannot be put back from Python
-            signal.signal(signal.SIGTERM, before)
-
-
-@contextmanager
-def _unlogged(logger_name: str, text: str) -> Iterator[None]:
-    """Log records of `logger_name` that contain `text` dropped for the duration."""
-    logger = logging.getLogger(logger_name)
-
-    def keep(record: logging.LogRecord) -> bool:
-        return text not in record.getMessage()
-
-    logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
-
-
-@contextmanager
-def _environ(name: str, value: str) -> Iterator[None]:
-    """`name` set to `value` for the duration, unless already set."""
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        os.environ.pop(name, None)
-
-
-@contextmanager
-def _loopback_only(ray) -> Iterator[None]:
-    """A local cluster reachable from this machine only: its GCS, raylet, workers and agents listen on
-    127.0.0.1 when the node's address is 127.0.0.1. Ray on Linux turns a loopback node address
-    into the machine's network address unless clusters are off (its Windows/macOS default), which
-    is what this does while the cluster starts (its processes inherit the setting)."""
-    try:
-        from ray._private import ray_constants
-    except ImportError:  # another layout (a Ray this was not written against): its own defaults
-        ray_constants = None
-    before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
-    if before is not None:
-        ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        with _environ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0"):
-            yield
-    finally:
-        if before is not None:
-            ray_constants.ENABLE_RAY_CLUSTER = before
-
-
-def disconnect() -> None:
-    with quiet_stdout():
-        require_ray().shutdown()
-
-
-@contextmanager
-def quiet_stdout() -> Iterator[None]:
-    """stdout carries only results (a --json report): what Ray prints meanwhile (a retried task,
-    a restarted actor) goes to stderr."""
-    with redirect_stdout(sys.stderr):
-        yield
 
 
 @dataclass
@@ -388,12 +213,20 @@ class RayEngine:
         for actor in self.actors:
             self.ray.kill(actor)
 
-    def feed(self, sources, root: Path, staging: Path, max_chunks: int | None = None) -> Iterator:
-        return RayFeed(self, sources, root, staging, max_chunks or 4 * len(self.actors))
+    def feed(self, sources, root: Path, staging: Path, max_chunks: int | None = None) -> Generator[EngineEvent, None, None]:
+        return iter(RayFeed(self, sources, root, staging, max_chunks or 4 * len(self.actors)))
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Pages of a document being rendered and encoded on the cluster."""
+
+    number: int
+    ref: object
 
 
 class RayFeed:
-    """PageEvents for the build, in document order: open, encoded (a chunk's vectors), end, error."""
+    """The engine events of the build, in document order; a chunk's vectors go out as PagesEncoded."""
 
     def __init__(self, engine: RayEngine, sources, root: Path, staging: Path, max_chunks: int) -> None:
         self.engine, self.ray = engine, engine.ray
@@ -401,11 +234,9 @@ class RayFeed:
         self.max_chunks = max_chunks
         self._next_actor = 0
 
-    def __iter__(self):
-        from ..ingest.feed import OpenedDocument, PageEvent
-
+    def __iter__(self) -> Generator[EngineEvent, None, None]:
         opening: deque = deque()
-        pending: deque = deque()  # ("open", n, info, pdf_path) / ("chunk", n, ref) / ("end", n) / ("error", n, err)
+        pending: deque = deque()  # engine events, and _Chunks whose results are to be taken in turn
         next_source, in_flight = 0, 0
         while True:
             while next_source < len(self.sources) and len(opening) < OPEN_AHEAD:
@@ -420,17 +251,12 @@ class RayFeed:
             if not pending:
                 return
             item = pending.popleft()
-            kind, number = item[0], item[1]
-            if kind == "open":
-                yield PageEvent(number, "open", document=OpenedDocument(pdf=item[3], pages=item[2].pages,
-                                                                       converter=item[2].converter, notes=item[2].notes))
-            elif kind == "chunk":
+            if isinstance(item, _Chunk):
                 in_flight -= 1
-                yield PageEvent(number, "encoded", image=self._result(item[2]))
-            elif kind == "end":
-                yield PageEvent(number, "end")
-            else:
-                yield PageEvent(number, "error", error=item[2])
+                results = self._result(item.ref)
+                item = DocumentFailed(item.number, results) if isinstance(results, DocumentError) else \
+                    PagesEncoded(tuple((item.number, result) for result in results))
+            yield item
             del item
 
     def _open(self, number: int):
@@ -449,14 +275,15 @@ class RayFeed:
         except self.ray.exceptions.RayError as exc:
             info = DocumentError("convert", f"the worker opening it failed: {' '.join(str(exc).split())[:200]}")
         if isinstance(info, DocumentError):
-            pending.append(("error", number, info))
+            pending.append(DocumentFailed(number, info))
             return 0
         pdf_path, render_ref, kind = None, data_ref, source.kind if source.pdf is None else "pdf"
         if info.converter:
             pdf_path = self.staging / f"converted-{number}.pdf"
             pdf_path.write_bytes(self.ray.get(pdf_ref))
             render_ref, kind = pdf_ref, "converted"
-        pending.append(("open", number, info, pdf_path))
+        opened = OpenedDocument(pdf=pdf_path, pages=info.pages, converter=info.converter, notes=info.notes)
+        pending.append(DocumentOpened(number, opened))
         chunks = 0
         size = self.engine.encoder.render_size
         for first in range(source.first_page, info.pages + 1, CHUNK_PAGES):
@@ -465,9 +292,9 @@ class RayFeed:
                                                 self.engine.options.render_timeout_s)
             actor = self.engine.actors[self._next_actor % len(self.engine.actors)]
             self._next_actor += 1
-            pending.append(("chunk", number, actor.encode.remote(images)))
+            pending.append(_Chunk(number, actor.encode.remote(images)))
             chunks += 1
-        pending.append(("end", number))
+        pending.append(DocumentDone(number, max(0, info.pages - source.first_page + 1)))
         return chunks
 
     def _result(self, ref) -> list | DocumentError:
@@ -488,3 +315,43 @@ def _cause(exc) -> BaseException:
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
 
+
+class RayBuildEngine:
+    """The build's view of the cluster: the same events as the local engine (ready once connected)."""
+
+    def __init__(self, engine: RayEngine, sources: list[FeedSource], root: Path, staging: Path) -> None:
+        self.engine, self.sources, self.root, self.staging = engine, sources, root, staging
+        self.encoder = engine.encoder
+
+    def describe(self) -> str:
+        return (f"ray: {len(self.engine.actors)} encoder actor(s) on {self.encoder.precision.device}, "
+                f"{self.encoder.precision.dtype}")
+
+    def events(self) -> Generator[EngineEvent, None, None]:
+        return self.engine.feed(self.sources, self.root, self.staging)
+
+    def discard(self, number: int) -> None:
+        """Nothing to drop: a failed document's chunks still in flight are skipped as they come."""
+
+    def tally(self, report: BuildReport) -> None:
+        """Let the actors go, their model calls and dtype fixes into the report."""
+        self.engine.finish()
+        report.model_calls = self.encoder.forward_calls
+        report.dtype_fixes = list(self.encoder.dtype_fixes or [])
+
+
+@contextmanager
+def ray_engine(model, options: BuildOptions, sources: list[FeedSource], root: Path, timer: StageTimer,
+               log: Log) -> Iterator[RayBuildEngine]:
+    """Joined to the cluster (started, for --ray local), its actors loaded, for the duration."""
+    started_ray = connect(options.ray)
+    try:
+        with quiet_stdout():
+            started = time.perf_counter()
+            engine = RayEngine(model, options)
+            timer.add("load_model", started)
+            with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging:
+                yield RayBuildEngine(engine, sources, root, Path(staging))
+    finally:
+        if started_ray:
+            disconnect()

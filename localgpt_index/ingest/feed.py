@@ -18,100 +18,85 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator
 
 from PIL import Image
 
-from . import processes
-from .convert import ConverterSet, check_signature
-from .discover import IMAGE, MARKDOWN, OFFICE
-from ..core.errors import page_failure
-from ..core.errors import DocumentError
+from ..core.errors import DocumentError, page_failure
 from ..core.failpoints import failpoint
-from .render import (
-    DEFAULT_RENDER_TIMEOUT_S,
-    PagePoints,
-    PixelBudget,
-    RenderSize,
-    image_file_pages,
-    image_frame_count,
-    read_pdf_pages,
-    render_pdf_pages,
-)
+from . import processes
+from .convert import ConverterSet
+from .events import DocumentDone, DocumentFailed, DocumentOpened, FeedEnded, FeedEvent, OpenedDocument, PageReady
+from .opening import CONVERT_BATCH, DocumentOpener, FeedSource, plan_jobs
+from .render import DEFAULT_RENDER_TIMEOUT_S, RenderSize, image_file_pages, render_pdf_pages
+
+__all__ = ["AHEAD_BYTES", "CONVERT_BATCH", "RENDER_CHUNK", "FeedSource", "OpenedDocument", "PageFeed", "plan_jobs"]
 
 RENDER_CHUNK = 8  # pages per pdftoppm call
 # While the model loads, pages are rendered this far ahead, using a core that would otherwise wait.
 # They wait as files in the staging folder (1.8 MB a ColQwen2.5 page, 0.6 MB a ColPali one), not in
 # memory: the build's peak RSS is often the model's load, and must not grow with this.
 AHEAD_BYTES = 512 << 20
-CONVERT_BATCH = 8  # office files per LibreOffice run
+
+Queued = FeedEvent | FeedEnded
 
 
-@dataclass(frozen=True)
-class FeedSource:
-    """A document to turn into pages."""
+class _SetAside:
+    """Events rendered before the encoder was known, their pages in files (the producer's own)."""
 
-    path: Path
-    kind: str
-    size: int
-    first_page: int = 1  # carry on from this page (a long document whose first pages are committed)
-    pdf: Path | None = None  # render this PDF (the one stored for a resumed document) instead of converting
+    def __init__(self, staging: Path) -> None:
+        self.staging = staging
+        self.events: deque[Queued] = deque()
+        self.bytes = 0
+        self.folder: Path | None = None
 
-    @property
-    def suffix(self) -> str:
-        return self.path.suffix.lower()
+    def __len__(self) -> int:
+        return len(self.events)
 
+    def __iter__(self) -> Iterator[Queued]:
+        return iter(self.events)
 
-@dataclass
-class OpenedDocument:
-    """A document ready to render: its PDF (converted or not) or image file, and its page count."""
+    def add(self, event: Queued) -> bool:
+        """Keep `event`; True while there is room for more."""
+        if isinstance(event, PageReady):
+            event = replace(event, image=self._page_file(event.image))
+        self.events.append(event)
+        return not isinstance(event, FeedEnded) and self.bytes < AHEAD_BYTES
 
-    pdf: Path | None = None
-    image: Path | None = None
-    pages: int = 0
-    converter: str | None = None
-    notes: tuple[str, ...] = ()  # what conversion changed (references dropped to stay inside the folder)
-    points: tuple[PagePoints, ...] = ()  # every page's size, where the render size depends on it
+    def _page_file(self, image: Image.Image) -> Path | Image.Image:
+        """A page written to the staging folder (kept in memory, and nothing more rendered, if it cannot be)."""
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="ahead-", dir=self.staging))
+        path = self.folder / f"{len(self.events)}-{time.monotonic_ns()}.ppm"
+        try:
+            image.save(path, "PPM")
+        except OSError:
+            self.bytes = AHEAD_BYTES
+            return image
+        self.bytes += path.stat().st_size
+        return path
 
+    def drain(self, deliver: Callable[[Queued], bool]) -> bool:
+        """Pass every event kept on (False, and the rest kept, once `deliver` refuses one)."""
+        while self.events:
+            if not deliver(self.events.popleft()):
+                return False
+        self.bytes = 0
+        return True
 
-@dataclass
-class PageEvent:
-    number: int  # the document's position in the work list
-    kind: str  # "open" (its page count is known), "page", "end" (all its pages were sent), "error"
-    image: object = None  # the page, as the encoder's prepare_page left it
-    document: OpenedDocument | None = None  # with "open" and "end"
-    error: DocumentError | None = None
+    def clear(self) -> None:
+        self.events.clear()  # their files go with the staging folder
 
-
-def plan_jobs(sources: list[FeedSource], converters: ConverterSet) -> list[list[int]]:
-    """Group the documents into opening jobs: office files that can share a conversion run
-    go together (up to CONVERT_BATCH), everything else alone. Jobs are ordered by their
-    first document."""
-    jobs: list[list[int]] = []
-    open_batch: dict[tuple[int, str], int] = {}
-    for number, source in enumerate(sources):
-        key = None
-        if source.kind in (OFFICE, MARKDOWN) and source.size > 0 and source.pdf is None:
-            try:
-                converter = converters.for_suffix(source.suffix)
-                batch = converter.batch_key(source.suffix)
-                key = (id(converter), batch) if batch else None
-            except DocumentError:
-                key = None
-        if key is not None and key in open_batch and len(jobs[open_batch[key]]) < CONVERT_BATCH:
-            jobs[open_batch[key]].append(number)
-            continue
-        if key is not None:
-            open_batch[key] = len(jobs)
-        jobs.append([number])
-    return jobs
+    def remove_files(self) -> None:
+        if self.folder is not None:  # pages set aside and never read (a feed given up)
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class PageFeed:
-    """Iterate PageEvents for `sources`, produced ahead of the consumer.
+    """Iterate the events of `sources` (ingest/events.py), produced ahead of the consumer.
 
     Documents go out as their opening jobs finish (a PDF never waits behind a slow
     conversion); a document's own events always go out in order, from one thread.
@@ -131,24 +116,17 @@ class PageFeed:
         render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
         root: Path | None = None,
     ) -> None:
-        self.sources = sources
-        self.root = root  # the indexed folder: converted HTML may only reference files inside it
-        self.converters = converters
-        self.staging = staging
-        self.render_size = render_size
+        self.sources, self.converters, self.render_size, self.timings = sources, converters, render_size, timings
         self.convert_workers = max(1, convert_workers)
-        self.timings = timings
+        self.opener = DocumentOpener(sources, converters, staging, render_size, render_timeout_s, root, timings)
         # per-page preprocessing for the model, done here, off its thread. None: not known yet (the
         # model is loading); events then wait, their pages in files, up to AHEAD_BYTES (set_prepare)
-        self.prepare = prepare
-        self.render_timeout_s = render_timeout_s
-        self._queue: queue.Queue[PageEvent | None] = queue.Queue(maxsize=max(1, queue_pages))
+        self.prepare, self.render_timeout_s = prepare, render_timeout_s
+        self._queue: queue.Queue[Queued] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
         self._failure: BaseException | None = None
         self._producer: threading.Thread | None = None
-        self._ahead: deque[PageEvent | None] = deque()  # rendered before prepare was known; the producer's own
-        self._ahead_bytes = 0
-        self._ahead_folder: Path | None = None
+        self._ahead = _SetAside(staging)
         self._refused: set[int] = set()  # documents a page of which the encoder's processor refused
         self._prepare_known = threading.Event()
         if prepare is not None:
@@ -159,7 +137,7 @@ class PageFeed:
         self.prepare = prepare
         self._prepare_known.set()
 
-    def start(self) -> "PageFeed":
+    def start(self) -> PageFeed:
         """Start converting and rendering now, before the pages are asked for (once)."""
         if self._producer is None:
             self._producer = threading.Thread(target=self._produce_guarded, name="lgpt-render", daemon=True)
@@ -188,68 +166,14 @@ class PageFeed:
             processes.stop_all()
         if self._producer is not None:
             self._producer.join()
-        if self._ahead_folder is not None:  # pages set aside and never read (a feed given up)
-            shutil.rmtree(self._ahead_folder, ignore_errors=True)
+        self._ahead.remove_files()
 
-    def _open_job(self, numbers: list[int]) -> dict[int, OpenedDocument | DocumentError]:
-        """Convert (several office files in one run where possible) and count pages."""
-        started = time.perf_counter()
-        results: dict[int, OpenedDocument | DocumentError] = {}
-        staged: dict[int, Path] = {}
-        notes: dict[int, list[str]] = {}
-        converter = None
-        workdir = self.staging / f"job-{numbers[0]}"
-        for number in numbers:
-            source = self.sources[number]
-            try:
-                results[number] = self._open_one(source)
-            except _NeedsConversion:
-                try:
-                    check_signature(source.path, source.suffix)
-                    converter = self.converters.for_suffix(source.suffix)
-                    staged[number], notes[number] = converter.stage(source.path, workdir, f"doc-{number}", self.root)
-                except DocumentError as exc:
-                    results[number] = exc
-            except DocumentError as exc:
-                results[number] = exc
-        if staged:
-            for number, pdf in zip(staged, converter.convert_staged(list(staged.values()))):
-                try:
-                    if isinstance(pdf, DocumentError):
-                        raise pdf
-                    results[number] = replace(self._open_pdf(pdf), converter=converter.name, notes=tuple(notes[number]))
-                except DocumentError as exc:
-                    results[number] = exc
-        self.timings("convert", time.perf_counter() - started)
-        return dict(sorted(results.items()))
-
-    def _open_one(self, source: FeedSource) -> OpenedDocument:
-        if source.size == 0:
-            raise DocumentError("discover", "the file is empty (0 bytes)")
-        if not source.path.exists():
-            raise DocumentError("discover", "the file disappeared during the build")
-        if source.pdf is not None:
-            return self._open_pdf(source.pdf)
-        if source.kind == IMAGE:
-            return OpenedDocument(image=source.path, pages=image_frame_count(source.path))
-        if source.kind in (OFFICE, MARKDOWN):
-            raise _NeedsConversion()
-        return self._open_pdf(source.path)
-
-    def _open_pdf(self, pdf: Path) -> OpenedDocument:
-        """A PDF's page count, and its pages' sizes where they decide the render size: one pdfinfo."""
-        info = read_pdf_pages(pdf, self.render_timeout_s, points=isinstance(self.render_size, PixelBudget))
-        return OpenedDocument(pdf=pdf, pages=info.count, points=info.points)
-
-    def _put(self, event: PageEvent | None) -> bool:
+    def _put(self, event: Queued) -> bool:
         """Pass an event on (False once the feed is stopping). While the model loads, events wait
         here, their pages in files, until AHEAD_BYTES of pages have been rendered, then for the encoder."""
         if self._prepare_known.is_set():
             return self._drain_ahead() and self._deliver(event)
-        if isinstance(event, PageEvent) and event.kind == "page":
-            event = replace(event, image=self._set_aside(event.image))
-        self._ahead.append(event)
-        if event is not None and self._ahead_bytes < AHEAD_BYTES:
+        if self._ahead.add(event):
             return True
         failpoint("ahead-full")  # tests: the producer now waits for the encoder, nothing more is rendered
         while not self._prepare_known.wait(timeout=0.2):
@@ -257,33 +181,17 @@ class PageFeed:
                 return False
         return self._drain_ahead()
 
-    def _set_aside(self, image: Image.Image) -> Path | Image.Image:
-        """A page that waits for the encoder, written to the staging folder (kept in memory, and
-        nothing more rendered, if it cannot be)."""
-        if self._ahead_folder is None:
-            self._ahead_folder = Path(tempfile.mkdtemp(prefix="ahead-", dir=self.staging))
-        path = self._ahead_folder / f"{len(self._ahead)}-{time.monotonic_ns()}.ppm"
-        try:
-            image.save(path, "PPM")
-        except OSError:
-            self._ahead_bytes = AHEAD_BYTES
-            return image
-        self._ahead_bytes += path.stat().st_size
-        return path
-
     def _drain_ahead(self) -> bool:
         """Prepare and pass on the events that waited for the encoder (the producer's thread only)."""
-        while self._ahead:
-            if not self._deliver(self._ahead.popleft()):
-                return False
-        self._ahead_bytes = 0
-        return True
+        return self._ahead.drain(self._deliver)
 
-    def _deliver(self, event: PageEvent | None) -> bool:
-        if event is not None and event.number in self._refused:
+    def _deliver(self, event: Queued) -> bool:
+        if not isinstance(event, FeedEnded) and event.number in self._refused:
             return True  # a page of the document was refused: the consumer has its error
-        if event is not None and event.kind == "page":
-            event = self._prepared(event)
+        if isinstance(event, PageReady):
+            event = _prepared(event, self.prepare, self.timings)
+            if isinstance(event, DocumentFailed):
+                self._refused.add(event.number)
         while not self._stop.is_set():
             try:
                 self._queue.put(event, timeout=0.2)
@@ -291,24 +199,6 @@ class PageFeed:
             except queue.Full:
                 continue
         return False
-
-    def _prepared(self, event: PageEvent) -> PageEvent:
-        """The page prepared for the model, or the document's error where its processor refuses the
-        page (a bug of ours is no page's fault: it propagates)."""
-        image = event.image
-        if isinstance(image, Path):
-            image = _read_set_aside(image)
-        started = time.perf_counter()
-        try:
-            event = replace(event, image=self.prepare(image))
-        except Exception as exc:
-            failure = page_failure("encode", exc)
-            if failure is None:
-                raise
-            self._refused.add(event.number)
-            event = PageEvent(event.number, "error", error=failure)
-        self.timings("prepare", time.perf_counter() - started)
-        return event
 
     def _produce(self) -> None:
         jobs = plan_jobs(self.sources, self.converters)
@@ -319,7 +209,7 @@ class PageFeed:
             try:
                 while (next_job < len(jobs) or opening) and not self._stop.is_set():
                     while next_job < len(jobs) and len(opening) < window:
-                        opening[pool.submit(self._open_job, jobs[next_job])] = next_job
+                        opening[pool.submit(self.opener.open_job, jobs[next_job])] = next_job
                         next_job += 1
                     # pages rendered while the model loaded go out as soon as it is ready, not after a slow conversion
                     if self._prepare_known.is_set() and not self._drain_ahead():
@@ -336,7 +226,7 @@ class PageFeed:
                 for future in opening:
                     future.cancel()
                 if self._failure is None:
-                    self._put(None)
+                    self._put(FeedEnded())
 
     def _fail_feed(self, exc: BaseException) -> None:
         """End the feed with `exc`, recorded before the end is signalled: a consumer that saw the
@@ -344,8 +234,8 @@ class PageFeed:
         if self._failure is not None or isinstance(exc, processes.Stopped):
             return
         self._failure = exc
-        self._ahead.clear()  # their set-aside files go with the staging folder
-        self._deliver(None)
+        self._ahead.clear()
+        self._deliver(FeedEnded())
 
     def _send_job(self, opened: dict[int, OpenedDocument | DocumentError]) -> bool:
         for number, document in opened.items():
@@ -355,24 +245,24 @@ class PageFeed:
                 if not self._send_pages(number, document):
                     return False
             except DocumentError as exc:
-                if not self._put(PageEvent(number, "error", error=exc)):
+                if not self._put(DocumentFailed(number, exc)):
                     return False
         return True
 
     def _send_pages(self, number: int, document: OpenedDocument) -> bool:
-        if not self._put(PageEvent(number, "open", document=document)):
+        if not self._put(DocumentOpened(number, document)):
             return False
-        first = self.sources[number].first_page
-        if document.image is not None:
-            pages: Iterator[Image.Image] = image_file_pages(document.image, self.render_size, first)
-        else:
-            pages = self._render(document, first)
-        for image in pages:
-            if not self._put(PageEvent(number, "page", image=image)):
+        sent = 0
+        for image in self._pages(document, self.sources[number].first_page):
+            if not self._put(PageReady(number, image)):
                 return False
-        return self._put(PageEvent(number, "end", document=document))
+            sent += 1
+        return self._put(DocumentDone(number, sent))
 
-    def _render(self, document: OpenedDocument, first_page: int) -> Iterator[Image.Image]:
+    def _pages(self, document: OpenedDocument, first_page: int) -> Iterator[Image.Image]:
+        if document.image is not None:
+            yield from image_file_pages(document.image, self.render_size, first_page)
+            return
         for first in range(first_page, document.pages + 1, RENDER_CHUNK):
             started = time.perf_counter()
             last = min(document.pages, first + RENDER_CHUNK - 1)
@@ -381,13 +271,13 @@ class PageFeed:
             self.timings("render", time.perf_counter() - started)
             yield from chunk
 
-    def __iter__(self) -> Iterator[PageEvent]:
+    def __iter__(self) -> Iterator[FeedEvent]:
         self.start()
         finished = False
         try:
             while True:
                 event = self._queue.get()
-                if event is None:
+                if isinstance(event, FeedEnded):
                     break
                 yield event
             if self._failure is not None:
@@ -405,12 +295,27 @@ class PageFeed:
             self._fail_feed(exc)
 
 
+def _prepared(event: PageReady, prepare: Callable, timings: Callable[[str, float], None]) -> PageReady | DocumentFailed:
+    """The page prepared for the model, or the document's error where its processor refuses the
+    page (a bug of ours is no page's fault: it propagates)."""
+    image = event.image
+    if isinstance(image, Path):
+        image = _read_set_aside(image)
+    started = time.perf_counter()
+    prepared: PageReady | DocumentFailed
+    try:
+        prepared = replace(event, image=prepare(image))
+    except Exception as exc:
+        failure = page_failure("encode", exc)
+        if failure is None:
+            raise
+        prepared = DocumentFailed(event.number, failure)
+    timings("prepare", time.perf_counter() - started)
+    return prepared
+
+
 def _read_set_aside(path: Path) -> Image.Image:
     with Image.open(path) as image:
         image.load()
     path.unlink()
     return image
-
-
-class _NeedsConversion(Exception):
-    """An office or Markdown file: opened by a converter, in a batch."""

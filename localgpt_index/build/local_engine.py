@@ -1,0 +1,180 @@
+"""The local engine: the page feed in this process, the model here, pages encoded in batches.
+
+It yields the events the commit policy takes (ingest/events.py), as the Ray engine does:
+a feed's pages are batched, encoded (and pooled) here, and go out as PagesEncoded.
+The model loads while the first pages are converted and rendered, at the size its processor
+settings say (seconds of a second core that would otherwise wait).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..core.failpoints import failpoint
+from ..ingest import processes
+from ..ingest.convert import ConverterSet
+from ..ingest.events import EngineEvent, PageReady, PagesEncoded
+from ..ingest.feed import FeedSource, PageFeed
+from ..models.batching import encode_resiliently
+from ..models.loading import EncoderOptions
+from ..models.protocols import PageEncoder
+from ..models.render_size import expected_render_size
+from ..models.families import family_named
+from ..models.pooling import pool_some
+from ..models.resolve import ModelRef
+from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads
+from .options import BuildOptions, BuildReport, Log, StageTimer
+
+EncoderFactory = Callable[[ModelRef, EncoderOptions], PageEncoder]
+
+
+def load_encoder(factory: EncoderFactory, model: ModelRef, options: BuildOptions, timer: StageTimer) -> PageEncoder:
+    """The page encoder, its load timed."""
+    failpoint("model-load")  # tests: what was rendered before the model began to load
+    started = time.perf_counter()
+    encoder = factory(model, options.encoder_options())
+    timer.add("load_model", started)
+    return encoder
+
+
+def pooled(vectors: list, factor: int, timer: StageTimer | None = None) -> list:
+    """Hierarchical token pooling of a batch's vectors (factor > 1), timed as the "pool" stage."""
+    if factor <= 1:
+        return vectors
+    started = time.perf_counter()
+    vectors = pool_some(vectors, factor)
+    if timer is not None:
+        timer.add("pool", started)
+    return vectors
+
+
+class LocalEngine:
+    """A feed of this process's pages, encoded here in batches."""
+
+    encoder: PageEncoder  # once loaded
+
+    def __init__(self, model: ModelRef, options: BuildOptions, sources: list[FeedSource], root: Path,
+                 converters: ConverterSet, staging: Path, timer: StageTimer, log: Log) -> None:
+        self.model, self.options, self.sources, self.root = model, options, sources, root
+        self.converters, self.staging, self.timer, self.log = converters, staging, timer, log
+        self.tuner: CpuTuner | None = None
+        self.buffer: list[tuple[int, object]] = []  # (document number, prepared page)
+        self.gone: set[int] = set()
+        self._early: PageFeed | None = None
+
+    def load(self, factory: EncoderFactory) -> None:
+        """Load the model while the first pages are converted and rendered."""
+        expected = expected_render_size(self.model, self.options.max_visual_tokens)
+        if expected is not None:
+            self._early = self._feed(expected, 2 * max(CANDIDATES)).start()
+        try:
+            self.encoder = load_encoder(factory, self.model, self.options, self.timer)
+        except BaseException:
+            self.close()
+            raise
+        if self.encoder.precision.device_type == "cpu" and family_named(self.encoder.model.family).torch:
+            self.tuner = CpuTuner(self.encoder, fixed_batch=self.options.batch_size is not None)
+
+    def close(self) -> None:
+        """End a feed started during the load that was never read."""
+        if self._early is not None:
+            self._early.close()
+            self._early = None
+
+    def _feed(self, render_size, queue_pages: int) -> PageFeed:
+        return PageFeed(
+            self.sources, self.converters, self.staging, render_size, queue_pages=queue_pages,
+            convert_workers=self.options.convert_workers, timings=self.timer.add_seconds,
+            render_timeout_s=self.options.render_timeout_s, root=self.root, prepare=None,
+        )
+
+    def _feed_for_encoder(self) -> PageFeed:
+        """The feed started during the load, now preparing pages for the encoder; a new one if the
+        encoder renders at another size than its settings said (what was rendered is thrown away)."""
+        encoder, early, self._early = self.encoder, self._early, None
+        if early is not None and early.render_size != encoder.render_size:
+            self.log(f"note: the model's processor wants pages at {encoder.render_size}, not {early.render_size} "
+                     "as its saved settings say: rendering again")
+            early.close()
+            processes.reset()
+            early = None
+        queue_pages = self._queue_pages()
+        feed = early or self._feed(encoder.render_size, queue_pages)
+        feed.set_queue_pages(queue_pages)
+        feed.set_prepare(encoder.prepare_page)
+        return feed
+
+    def describe(self) -> str | None:
+        return None
+
+    def events(self) -> Generator[EngineEvent, None, None]:
+        """The feed's events, its pages encoded in batches (PagesEncoded)."""
+        feed = self._feed_for_encoder()
+        for event in feed:
+            if event.number in self.gone:
+                continue
+            if not isinstance(event, PageReady):
+                yield event
+                continue
+            self.buffer.append((event.number, event.image))
+            if len(self.buffer) >= self.encoder.batch_size:
+                yield self._flush()
+                self._size_queue(feed)
+        if self.buffer:
+            yield self._flush()
+
+    def discard(self, number: int) -> None:
+        """The build gave the document up: its pages not yet encoded are dropped."""
+        self.gone.add(number)
+        self.buffer = [item for item in self.buffer if item[0] != number]
+
+    def _flush(self) -> PagesEncoded:
+        """Encode the buffered pages."""
+        batch, self.buffer = self.buffer, []
+        started = time.perf_counter()
+        vectors = encode_resiliently(self.encoder, [page for _, page in batch], self.log)
+        self.timer.add("encode", started)
+        if self.tuner is not None:
+            self.tuner.batch_done(len(batch), time.perf_counter() - started)
+        vectors = pooled(vectors, self.options.pool_factor, self.timer)
+        if self.tuner is not None:
+            self.tuner.waiting()
+        return PagesEncoded(tuple((number, result) for (number, _), result in zip(batch, vectors)))
+
+    def _queue_pages(self) -> int:
+        """Two batches of the largest size still to run: once the trials are over, of the size kept
+        (a processed ColQwen2.5 page is 7 MB in float32; the queue is sized for 8 while they run)."""
+        return 2 * (self.tuner.largest_batch if self.tuner else self.encoder.batch_size)
+
+    def _size_queue(self, feed: PageFeed) -> None:
+        pages = self._queue_pages()
+        if feed.queue_pages != pages:
+            feed.set_queue_pages(pages)
+
+    def tally(self, report: BuildReport) -> None:
+        """The model's calls, the dtype fixes and the CPU tuning, into the report."""
+        report.model_calls = self.encoder.forward_calls
+        report.dtype_fixes = [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]
+        report.cpu_tuning = self.tuner.summary() if self.tuner else None
+
+
+@contextmanager
+def local_engine(model: ModelRef, options: BuildOptions, sources: list[FeedSource], root: Path,
+                 timer: StageTimer, log: Log, factory: EncoderFactory) -> Iterator[LocalEngine]:
+    """A loaded local engine, its converters and staging folder for the duration."""
+    with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging:
+        converters = ConverterSet.detect(options.convert_timeout_s)
+        try:
+            engine = LocalEngine(model, options, sources, root, converters, Path(staging), timer, log)
+            engine.load(factory)
+            try:
+                with cpu_threads(engine.encoder):
+                    yield engine
+            finally:
+                engine.close()
+        finally:
+            converters.close()
