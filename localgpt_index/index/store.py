@@ -247,6 +247,13 @@ class IndexStore:
             return ()
         return info.st_ino, info.st_mtime_ns, info.st_size
 
+    def writable(self) -> "IndexStore":
+        """This store, about to be written (a local folder is always created on demand)."""
+        return self
+
+    def close(self) -> None:
+        """Nothing to let go (a Qdrant store closes its client)."""
+
     def reopened(self) -> "IndexStore":
         """A fresh view of this index that reuses the segments this one has checked already."""
         fresh = IndexStore(self.root)
