@@ -40,10 +40,8 @@ Stored PDFs (for page images and resumed conversions) go to --pdf-store, a local
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import shutil
 import socket
 import threading
 import time
@@ -55,12 +53,29 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..core.files import sha256_file
 from ..core.errors import IndexBusy, IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
-from .manifest import FORMAT, REBUILD_HINT, Document, Failure, Manifest, ModelInfo, Segment, Settings, Span
+from ..core.files import sha256_file
+from .manifest import (
+    FORMAT,
+    REBUILD_HINT,
+    Document,
+    Failure,
+    Manifest,
+    ModelInfo,
+    Segment,
+    Settings,
+    Span,
+)
+from .pdfstore import PdfStore
+from .store import (
+    NAME_PATTERN,
+    IndexWriteError,
+    MissingIndexFile,
+    PageRef,
+    regular_size,
+)
 from .view import IndexView
-from .store import NAME_PATTERN, IndexWriteError, MissingIndexFile, PageRef, regular_size
 
 PENDING = 1 << 40
 VECTOR, POOLED = "page", "pooled"
@@ -231,6 +246,10 @@ class QdrantStore:
         if pdf_store is None and spec.path is not None:
             pdf_store = spec.path / f"{spec.collection}-pdf"  # in-process mode: beside the data, on this machine
         self.pdf_store = Path(pdf_store) if pdf_store else None
+        # the PDFs of the in-process mode's own folder are this collection's alone: collected after a
+        # commit; a --pdf-store elsewhere may be shared by several collections, so it is never cleaned
+        self.pdf_store_owned = self.pdf_store is not None and spec.path is not None and (
+            os.path.realpath(self.pdf_store) == os.path.realpath(spec.path / f"{spec.collection}-pdf"))
         self._client = client
         self._shared = client is not None
         self.clock = clock
@@ -441,13 +460,17 @@ class QdrantStore:
                             hint="Point --pdf-store at the folder the build used, or build again.") from None
         return self.pdf_store / rel
 
+    def pdfs(self) -> PdfStore | None:
+        """The PDF store, as a writer or a checker sees it (None: no --pdf-store here)."""
+        if self.pdf_store is None:
+            return None
+        return PdfStore(self.pdf_store, owned=self.pdf_store_owned, marker=PDF_STORE_MARKER)
+
     def size_bytes(self, manifest: Manifest) -> int:
         """Vectors as Qdrant holds them (float16 with the server's datatype), plus the stored PDFs here."""
         total = sum(s.rows * s.dim * 2 for s in manifest.segments.values())
-        for rel in {d.pdf for d in manifest.documents if d.pdf}:
-            if self.pdf_store is not None and (self.pdf_store / rel).is_file():
-                total += (self.pdf_store / rel).stat().st_size
-        return total
+        pdfs = self.pdfs()
+        return total + (pdfs.size(manifest) if pdfs is not None else 0)
 
     def verify(self) -> list[str]:
         """The catalog, the collection's configuration, and every document's pages against the points."""
@@ -484,13 +507,18 @@ class QdrantStore:
                 problems.append(f"{path}: {len(seen.get(key, ()))} of its {len(pages)} pages are in the collection.")
         for key in set(seen) - set(expected):
             problems.append(f"{shown[key]}: {len(seen[key])} page(s) in the collection but not in the catalog.")
-        for doc in manifest.documents:
+        for doc in [*manifest.documents, *manifest.in_progress]:
             if doc.pdf and self.pdf_store is not None:
                 pdf = self.pdf_store / doc.pdf
-                if not pdf.is_file():
+                try:
+                    regular_size(self.pdf_store, doc.pdf)  # never through a link out of the store
+                except MissingIndexFile:
                     problems.append(f"{pdf}: missing (the converted PDF of {doc.path}).")
-                elif sha256_file(pdf) != doc.pdf_sha256:
-                    problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
+                except IndexProblem as exc:
+                    problems.append(f"{exc.message} (the converted PDF of {doc.path})")
+                else:
+                    if sha256_file(pdf) != doc.pdf_sha256:
+                        problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
         return problems
 
     def scroll(self, collection: str, flt, fields: list[str] | bool = True, with_vectors: bool | list[str] = False):
@@ -718,7 +746,9 @@ class QdrantTransaction:
         self.lease = lease
         self.base = base
         self.current = base
+        self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
         self.generation = base.generation if base else 0
+        self.pdfs = store.pdfs()
         self.needs_upgrade = False
         self.previous_physical = physical
         self.rebuild = rebuild or physical is None or base is None
@@ -798,6 +828,8 @@ class QdrantTransaction:
         g = self.generation
         ours = re.compile(rf"^{re.escape(self.store.spec.collection)}__[0-9a-f]{{10}}(__catalog)?$")
         keep = {self.previous_physical, QdrantStore.catalog_of(self.previous_physical)} if self.previous_physical else set()
+        if self.pdfs is not None:
+            self.pdfs.sweep_temporary()
         with self.writing():
             for name in [c.name for c in self.client.get_collections().collections]:
                 if ours.match(name) and name not in keep and self.store.ours_shaped(name):
@@ -889,19 +921,10 @@ class QdrantTransaction:
 
     def store_pdf(self, pdf: Path) -> tuple[str, str] | None:
         """A converted PDF into the PDF store, named by its own sha256 (None without a PDF store)."""
-        if self.store.pdf_store is None:
+        if self.pdfs is None:
             return None
-        digest = sha256_file(pdf)
-        rel = f"pdf/{digest}.pdf"
-        target = self.store.pdf_store / rel
         with self.writing():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (self.store.pdf_store / PDF_STORE_MARKER).touch()  # a build of a folder holding it skips it
-            if not (target.is_file() and target.stat().st_size == pdf.stat().st_size):
-                tmp = target.with_name(f".tmp-{uuid.uuid4().hex[:12]}.pdf")
-                shutil.copyfile(pdf, tmp)
-                os.replace(tmp, target)
-        return rel, digest
+            return self.pdfs.put(pdf)
 
     def pdf_path(self, rel: str) -> Path:
         return self.store.pdf_file(rel)
@@ -941,10 +964,13 @@ class QdrantTransaction:
             if self.physical != self.previous_physical:
                 self.fence()
                 self._switch_alias()
-        self.current, self.generation, self._committed_owners = manifest, following, None
+        self.previous, self.current, self.generation, self._committed_owners = self.current, manifest, following, None
         self._staged -= live
         self._wrote = bool(self._staged)
         self._collect(following)
+        if self.pdfs is not None:
+            self.pdfs.committed(manifest)
+            self.pdfs.collect([manifest, self.previous])
         return manifest
 
     def _rows(self, doc: Document) -> list[tuple[str, int]]:
@@ -1084,6 +1110,8 @@ class QdrantTransaction:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
         models = _models()
         self._writers.clear()
+        if self.pdfs is not None:
+            self.pdfs.discard([self.current, self.previous])
         if not self._staged and not self._wrote:
             return
         try:

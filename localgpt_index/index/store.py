@@ -29,23 +29,27 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 import stat
 import struct
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core.files import sha256_file
 from ..core.errors import IndexBusy, IndexProblem, UsageError
 from ..core.failpoints import failpoint
+from ..core.files import sha256_file
 from ..core.types import PageRef
+from .errors import IndexWriteError, MissingIndexFile
+from .files import TMP_PREFIX as _TMP_PREFIX
+from .files import fsync_dir as _fsync_dir
+from .files import plain_files, read_member, regular_size, sweep_temporary
+from .files import write_atomic as _write_atomic
 from .manifest import (
     CHECK_BLOCK,
     FORMAT,
@@ -59,6 +63,7 @@ from .manifest import (
     Segment,
     Settings,
 )
+from .pdfstore import PdfStore
 
 if TYPE_CHECKING:
     from .view import IndexView
@@ -69,15 +74,6 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 HEAD_LIMIT = 4096
 MANIFEST_LIMIT = 1 << 30
 NPY_HEADER = 128  # bytes: numpy's format 1.0 header, padded to a fixed size so it can be written last
-_TMP_PREFIX = ".tmp-"
-
-
-class MissingIndexFile(IndexProblem):
-    """A file the manifest names is gone (damage, or a writer collected it under a slow reader)."""
-
-
-class IndexWriteError(IndexProblem):
-    """Writing the index failed (full disk, permissions); the index keeps its last generation."""
 
 
 def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
@@ -128,80 +124,6 @@ def _sum64(block: np.ndarray) -> int:
     return total % (1 << 64)
 
 
-# safe reading of an untrusted folder
-
-
-def _inside(root: Path, path: Path) -> bool:
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    return real.startswith(real_root.rstrip(os.sep) + os.sep)
-
-
-def read_member(root: Path, rel: str, limit: int) -> bytes:
-    """The bytes of `rel` inside `root`: a regular file inside the folder, at most `limit` bytes."""
-    path = root / rel
-    if not _inside(root, path):
-        raise IndexProblem(f"{path}: the manifest names a file outside the index.", hint=REBUILD_HINT)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise MissingIndexFile(f"{path} is missing.", hint=REBUILD_HINT) from None
-    except OSError as exc:
-        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise IndexProblem(f"{path}: not a regular file; the index is damaged.", hint=REBUILD_HINT)
-        if info.st_size > limit:
-            raise IndexProblem(f"{path}: {info.st_size} bytes, more than the {limit} allowed; the index is damaged.", hint=REBUILD_HINT)
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
-    except OSError as exc:
-        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise IndexProblem(f"{path}: more than {limit} bytes; the index is damaged.", hint=REBUILD_HINT)
-    return data
-
-
-def regular_size(root: Path, rel: str) -> int:
-    """The size of a regular file inside `root` (never following a link out, never opening a FIFO)."""
-    path = root / rel
-    if not _inside(root, path):
-        raise IndexProblem(f"{path}: the manifest names a file outside the index.", hint=REBUILD_HINT)
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        raise MissingIndexFile(f"{path} is missing.", hint=REBUILD_HINT) from None
-    except OSError as exc:
-        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise IndexProblem(f"{path}: not a regular file; the index is damaged.", hint=REBUILD_HINT)
-    return info.st_size
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex[:12]}-{path.name}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _npy_header(rows: int, dim: int) -> bytes:
     """numpy's format 1.0 header for a (rows, dim) float16 array, padded to NPY_HEADER bytes."""
     text = "{'descr': '<f2', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, dim)
@@ -217,7 +139,7 @@ class IndexStore:
         self._mmaps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._adopted: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def adopt(self, other: "IndexStore") -> None:
+    def adopt(self, other: IndexStore) -> None:
         """Reuse the segments another view of this index has already checked and mapped: a segment
         is named by its content, so the same id is the same bytes. Those `open` does not need are let go."""
         self._adopted = dict(other._mmaps)
@@ -247,20 +169,20 @@ class IndexStore:
             return ()
         return info.st_ino, info.st_mtime_ns, info.st_size
 
-    def writable(self) -> "IndexStore":
+    def writable(self) -> IndexStore:
         """This store, about to be written (a local folder is always created on demand)."""
         return self
 
     def close(self) -> None:
         """Nothing to let go (a Qdrant store closes its client)."""
 
-    def reopened(self) -> "IndexStore":
+    def reopened(self) -> IndexStore:
         """A fresh view of this index that reuses the segments this one has checked already."""
         fresh = IndexStore(self.root)
         fresh.adopt(self)
         return fresh
 
-    def open_view(self) -> "IndexView":
+    def open_view(self) -> IndexView:
         """The current generation, checked, as an index view."""
         from .view import IndexView
 
@@ -412,7 +334,7 @@ class IndexStore:
     # writing
 
     @contextmanager
-    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator["Transaction"]:
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator[Transaction]:
         """Take the writers' lock and start a transaction on the current generation.
 
         A damaged index stops here (exit 1, pointing to --rebuild) unless `rebuild`: then
@@ -524,7 +446,7 @@ class SegmentWriter:
     def pages(self) -> int:
         return len(self.lengths)
 
-    def append(self, vectors: np.ndarray, page: "PageRef | None" = None) -> int:
+    def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
         """Add one page (tokens, dim); returns its index in the segment. (`page` says whose page it
         is; a local segment does not need to know: the manifest's spans say it.)"""
         page = np.ascontiguousarray(vectors, dtype=np.float16)
@@ -588,7 +510,8 @@ class Transaction:
         self.current = base  # the last manifest committed (or the base)
         self._segments: dict[str, Segment] = dict(base.segments) if base else {}
         self._staged_segments: set[str] = set()
-        self._staged_pdfs: set[str] = set()
+        self.pdfs = PdfStore(store.root)
+        self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
         self._writers: list[SegmentWriter] = []
         self.needs_upgrade = False  # the index is in an older format: the next commit writes the current one
 
@@ -652,19 +575,7 @@ class Transaction:
     def store_pdf(self, pdf: Path) -> tuple[str, str]:
         """Keep a converted PDF, named by the sha256 of its own bytes; returns its name and sha256."""
         with self.writing():
-            digest = sha256_file(pdf)
-            rel = f"pdf/{digest}.pdf"
-            target = self.root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if not (target.is_file() and not target.is_symlink() and target.stat().st_size == pdf.stat().st_size):
-                tmp = target.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex[:12]}.pdf")
-                shutil.copyfile(pdf, tmp)
-                with open(tmp, "rb+") as handle:
-                    os.fsync(handle.fileno())
-                os.replace(tmp, target)
-                _fsync_dir(target.parent)
-        self._staged_pdfs.add(rel)
-        return rel, digest
+            return self.pdfs.put(pdf)
 
     def commit(
         self,
@@ -699,10 +610,10 @@ class Transaction:
             head = Head(format=manifest.format, generation=manifest.generation, manifest=name, sha256=hashlib.sha256(raw).hexdigest())
             _write_atomic(self.root / "HEAD", head.model_dump_json().encode())
             failpoint("after-head")
-        previous, self.current, self.generation = self.current, manifest, manifest.generation
+        self.previous, self.current, self.generation = self.current, manifest, manifest.generation
         self._staged_segments -= live
-        self._staged_pdfs -= {d.pdf for d in [*documents, *in_progress] if d.pdf}
-        self._collect([m for m in (manifest, previous) if m is not None])
+        self.pdfs.committed(manifest)
+        self._collect([m for m in (manifest, self.previous) if m is not None])
         return manifest
 
     def _upgraded(self, segment: Segment) -> Segment:
@@ -719,35 +630,21 @@ class Transaction:
         has just read the old HEAD can still open it), nor this transaction has staged."""
         live_manifests = {f"gen-{m.generation:08d}.json" for m in keep}
         live_segments = {s for m in keep for s in m.segments} | self._staged_segments
-        live_pdfs = {d.pdf for m in keep for d in [*m.documents, *m.in_progress] if d.pdf} | self._staged_pdfs
         try:
             for path in self.root.iterdir():
                 if path.name.startswith("gen-") and path.name.endswith(".json") and path.name not in live_manifests:
                     path.unlink(missing_ok=True)
-            for folder, live in (("segments", live_segments), ("pdf", live_pdfs)):
-                for path in self._plain_files(folder):
-                    key = path.name.split(".")[0] if folder == "segments" else f"pdf/{path.name}"
-                    if not path.name.startswith(_TMP_PREFIX) and key not in live:
-                        path.unlink(missing_ok=True)
+            for path in plain_files(self.store.segments_dir):
+                if not path.name.startswith(_TMP_PREFIX) and path.name.split(".")[0] not in live_segments:
+                    path.unlink(missing_ok=True)
         except OSError:
             pass  # collection is best effort; the next commit tries again
-
-    def _plain_files(self, folder: str) -> list[Path]:
-        path = self.root / folder
-        if not os.path.isdir(path) or os.path.islink(path):
-            return []
-        return [p for p in path.iterdir() if p.is_file() or p.is_symlink()]
+        self.pdfs.collect(keep)
 
     def collect_temporary(self) -> None:
         """Temporary files of writers that were killed (only the lock holder writes, so none is live)."""
-        try:
-            for folder in (self.root, self.root / "segments", self.root / "pdf"):
-                if folder.is_dir() and not folder.is_symlink():
-                    for path in folder.iterdir():
-                        if path.name.startswith(_TMP_PREFIX) or (path.name.startswith(".") and path.name.endswith(".tmp")):
-                            path.unlink(missing_ok=True)
-        except OSError:
-            pass
+        sweep_temporary([self.root, self.store.segments_dir])
+        self.pdfs.sweep_temporary()
 
     def discard_staged(self) -> None:
         """At the end: close segment writers still open, and delete what was staged but never committed."""
@@ -756,14 +653,11 @@ class Transaction:
         self._writers.clear()
         live = self.current
         live_segments = set(live.segments) if live else set()
-        live_pdfs = {d.pdf for d in [*live.documents, *live.in_progress] if d.pdf} if live else set()
         try:
             for sid in self._staged_segments - live_segments:
                 for suffix in (".vectors.npy", ".offsets.npy"):
                     (self.store.segments_dir / f"{sid}{suffix}").unlink(missing_ok=True)
-            for rel in self._staged_pdfs - live_pdfs:
-                (self.root / rel).unlink(missing_ok=True)
         except OSError:
             pass  # the next writer's commit collects them
         self._staged_segments.clear()
-        self._staged_pdfs.clear()
+        self.pdfs.discard([self.current, self.previous])
