@@ -42,7 +42,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import threading
 import time
 import uuid
@@ -56,6 +55,7 @@ import numpy as np
 from ..core.errors import IndexBusy, IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
 from ..core.files import sha256_file
+from .holder import gone_here, holder_text
 from .manifest import (
     FORMAT,
     REBUILD_HINT,
@@ -584,7 +584,7 @@ class _Lease:
     def __init__(self, store: QdrantStore) -> None:
         self.store = store
         self.token = uuid.uuid4().hex
-        self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        self.holder = holder_text()
         self.expires = 0.0  # as last confirmed
         self.version = 0
         self.lost: str | None = None
@@ -1128,11 +1128,7 @@ class QdrantTransaction:
 
 def _holder_gone(lease: dict) -> bool:
     """A lease taken by a process of this machine that no longer runs (killed): no need to wait it out."""
-    from .store import _alive
-
-    parts = str(lease.get("holder", "")).split()
-    return (len(parts) == 4 and parts[0] == "pid" and parts[1].isdigit() and parts[3] == socket.gethostname()
-            and not _alive(int(parts[1])))
+    return gone_here(str(lease.get("holder", "")))
 
 
 class QdrantIndex(IndexView):

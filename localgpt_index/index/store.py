@@ -5,19 +5,6 @@ The implementation lives in `index/local/` (the local backend); this module re-e
 
 from .errors import IndexWriteError, MissingIndexFile
 from .files import read_member, regular_size
-from .manifest import (
-    CHECK_BLOCK,
-    FORMAT,
-    REBUILD_HINT,
-    Checksum,
-    Document,
-    Failure,
-    Head,
-    Manifest,
-    ModelInfo,
-    Segment,
-    Settings,
-)
 from .local.store import (
     DEFAULT_INDEX_DIR,
     DEFAULT_INDEX_NAME,
@@ -32,6 +19,19 @@ from .local.store import (
     _alive,
     block_checksums,
     index_path,
+)
+from .manifest import (
+    CHECK_BLOCK,
+    FORMAT,
+    REBUILD_HINT,
+    Checksum,
+    Document,
+    Failure,
+    Head,
+    Manifest,
+    ModelInfo,
+    Segment,
+    Settings,
 )
 
 __all__ = [
