@@ -9,16 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .local.segments import SegmentWriter as LocalSegmentWriter
+    from .local.store import IndexStore
+    from .local.txn import Transaction as LocalTransaction
     from .protocols import IndexView, SegmentWriter, Store, Transaction
-    from .qdrant_store import (
+    from .qdrant.store import (
         QdrantIndex,
         QdrantSegmentWriter,
         QdrantStore,
         QdrantTransaction,
     )
-    from .store import IndexStore
-    from .store import SegmentWriter as LocalSegmentWriter
-    from .store import Transaction as LocalTransaction
     from .view import IndexView as LocalView
 
     def _stores(local: IndexStore, qdrant: QdrantStore) -> tuple[Store, Store]:

@@ -41,7 +41,7 @@ def _local(request: StoreRequest) -> IndexStore:
 
 
 def _qdrant(request: StoreRequest) -> Store:
-    from .qdrant_store import QdrantStore, parse_store_url
+    from .qdrant.store import QdrantStore, parse_store_url
 
     return QdrantStore(parse_store_url(request.url, request.api_key), request.pdf_store)
 
