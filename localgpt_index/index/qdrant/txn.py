@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 import uuid
@@ -18,72 +17,28 @@ from ...core.types import PageRef
 from ..errors import IndexWriteError
 from ..manifest import (
     FORMAT,
-    REBUILD_HINT,
     Document,
     Failure,
     Manifest,
     ModelInfo,
     Segment,
     Settings,
-    Span,
 )
+from . import commit as steps
+from . import recover as setup
 from .ids import (
-    CHUNK_CHARS,
-    HEAD_ID,
-    PATHS_VERSION,
     PENDING,
     POOLED,
-    UPSERT_BATCH,
     VECTOR,
     LeaseLost,
     _flt,
     _models,
     catalog_of,
-    chunk_id,
     path_fields,
     point_id,
 )
 from .lease import _Lease
-
-
-class QdrantSegmentWriter:
-    """Upserts pages as points in batches; `rows` records whose page each row is."""
-
-    def __init__(self, txn: "QdrantTransaction", dim: int) -> None:
-        self.txn, self.dim = txn, dim
-        self.id = f"seg-{uuid.uuid4().hex}"
-        self.lengths: list[int] = []
-        self.owners: list[str] = []
-        self._batch: list = []
-
-    @property
-    def pages(self) -> int:
-        return len(self.lengths)
-
-    def append(self, vectors: np.ndarray, page: PageRef | None = None, visible_from: int = PENDING) -> int:
-        if page is None:
-            raise ValueError("a Qdrant store needs to know whose page each vector block is")
-        block = np.asarray(vectors, dtype=np.float32)
-        if block.ndim != 2 or block.shape[1] != self.dim or block.shape[0] < 1:
-            raise ValueError(f"a page of shape {block.shape}, expected (tokens >= 1, {self.dim})")
-        row = len(self.lengths)
-        self._batch.append(self.txn.point(self.id, row, block, page, visible_from))
-        self.lengths.append(int(block.shape[0]))
-        self.owners.append(page.path)
-        if len(self._batch) >= UPSERT_BATCH:
-            self.flush()
-        if row == 1:
-            self.flush()
-            failpoint("write-vectors")
-        return row
-
-    def flush(self) -> None:
-        if self._batch:
-            self.txn.upsert(self._batch)
-            self._batch = []
-
-    def segment(self) -> Segment:
-        return Segment(id=self.id, pages=len(self.lengths), rows=sum(self.lengths), dim=self.dim, storage="qdrant")
+from .writer import QdrantSegmentWriter
 
 
 class QdrantTransaction:
@@ -143,30 +98,6 @@ class QdrantTransaction:
 
     # set-up and recovery
 
-    def _ensure_collections(self, dim: int) -> None:
-        if self._created:
-            return
-        models = _models()
-        server = self.store.spec.path is None
-        with self.writing():
-            if not self.client.collection_exists(self.physical):
-                self.client.create_collection(self.physical, vectors_config={
-                    VECTOR: models.VectorParams(
-                        size=dim, distance=models.Distance.DOT, datatype=models.Datatype.FLOAT16,
-                        multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
-                        hnsw_config=models.HnswConfigDiff(m=0),  # no graph: MaxSim over every visible page, exact
-                        on_disk=server or None,  # a server keeps the big multi-vectors on disk, the pooled ones in RAM
-                    ),
-                    POOLED: models.VectorParams(size=dim, distance=models.Distance.DOT),
-                }, shard_number=self.store.spec.shards, replication_factor=self.store.spec.replicas)
-                if self.store.spec.path is None:  # a server filters faster with them; the in-process mode has none
-                    for field, schema in (("path", "keyword"), ("sha256", "keyword"), ("visible_from", "integer"),
-                                          ("gen_removed", "integer"), ("gen_written", "integer")):
-                        self.client.create_payload_index(self.physical, field, field_schema=schema)
-            if not self.client.collection_exists(self.catalog):
-                self.client.create_collection(self.catalog, vectors_config={})
-        self._created = True
-
     def recover(self) -> None:
         """Undo what a writer killed before its commit left: points and catalog chunks above HEAD's
         generation, pages it made visible or removed, and physical collections of a rebuild that
@@ -185,34 +116,17 @@ class QdrantTransaction:
             if self.previous_physical is None or self.base is None:
                 return
             physical = self.previous_physical
-            self._claim_head(physical)
+            setup.claim_head(self, physical)
             self.client.delete(physical, points_selector=models.FilterSelector(filter=_flt(gen_written=(g + 1, PENDING))))
             self.client.set_payload(physical, {"visible_from": PENDING}, points=_flt(visible_from=(g + 1, PENDING - 1)))
             self.client.delete_payload(physical, keys=["gen_removed"], points=_flt(gen_removed=(g + 1, PENDING)))
             self.client.delete(catalog_of(physical), points_selector=models.FilterSelector(
                 filter=_flt(generation=(g + 1, PENDING))))
             if self.store.legacy_paths and not self.rebuild:
-                self._upgrade_paths()
+                setup.upgrade_paths(self)
             if self.store.head_format != FORMAT and not self.rebuild:
                 self.needs_upgrade = True  # an older catalog (migrated on read): the next commit writes the current format
         self._created = not self.rebuild
-
-    def _claim_head(self, physical: str) -> None:
-        """HEAD names this writer: a writer that lost its lease can no longer replace it (see _write_head)."""
-        models = _models()
-        self.client.set_payload(catalog_of(physical), {"writer": self.token},
-                                points=models.PointIdsList(points=[HEAD_ID]), wait=True)
-
-    def _upgrade_paths(self) -> None:
-        """A collection from before path_raw: its pages of paths that are not UTF-8 get it; the
-        commit that follows marks HEAD, and from then on they are read by their exact bytes."""
-        models = _models()
-        for doc in [*self.base.documents, *self.base.in_progress]:
-            fields = path_fields(doc.path)
-            if "path_raw" in fields:
-                ids = [point_id(seg, row) for seg, row in self._rows(doc)]
-                self.client.set_payload(self.previous_physical, fields, points=models.PointIdsList(points=ids), wait=True)
-        self.needs_upgrade = True
 
     # staging
 
@@ -240,7 +154,7 @@ class QdrantTransaction:
                     time.sleep(0.5 * 2 ** attempt)  # a transient error of a server: retried
 
     def segment_writer(self, dim: int) -> QdrantSegmentWriter:
-        self._ensure_collections(dim)
+        setup.ensure_collections(self, dim)
         writer = QdrantSegmentWriter(self, dim)
         self._writers.append(writer)
         return writer
@@ -284,16 +198,16 @@ class QdrantTransaction:
         """A new generation of exactly these documents: pages of other paths copied, complete
         documents made visible, pages no document names any more removed, the catalog written,
         then HEAD replaced (and for a rebuild, the alias switched)."""
-        self._ensure_collections(model.dim or settings.dim or 128)
+        setup.ensure_collections(self, model.dim or settings.dim or 128)
         following = self.generation + 1
         with self.writing():
-            documents = [self._owned(d, following) for d in documents]
-            in_progress = [self._owned(d, PENDING) for d in in_progress]
+            documents = [steps.owned(self, d, following) for d in documents]
+            in_progress = [steps.owned(self, d, PENDING) for d in in_progress]
             failpoint("write-vectors")
             failpoint("before-switch")
             self.fence()  # nothing of the commit's switch is written by a writer that lost its lease
-            self._show(documents, following)
-            self._remove_unnamed(documents, in_progress, following)
+            steps.show(self, documents, following)
+            steps.remove_unnamed(self, documents, in_progress, following)
             live = {s.segment for d in [*documents, *in_progress] for s in d.spans}
             manifest = Manifest.model_construct(
                 generation=following, created=time.time(), model=model, settings=settings,
@@ -304,14 +218,14 @@ class QdrantTransaction:
             )
             manifest._references_resolve()
             self.fence()
-            self._write_catalog(manifest)
+            steps.write_catalog(self, manifest)
             failpoint("before-head")
             self.fence()
-            self._write_head(manifest)
+            steps.write_head(self, manifest)
             failpoint("after-head")
             if self.physical != self.previous_physical:
                 self.fence()
-                self._switch_alias()
+                steps.switch_alias(self)
         self.previous, self.current, self.generation, self._committed_owners = self.current, manifest, following, None
         self._staged -= live
         self._wrote = bool(self._staged)
@@ -320,130 +234,6 @@ class QdrantTransaction:
             self.pdfs.committed(manifest)
             self.pdfs.collect([manifest, self.previous])
         return manifest
-
-    def _rows(self, doc: Document) -> list[tuple[str, int]]:
-        return [(s.segment, r) for s in doc.spans for r in range(s.first, s.first + s.pages)]
-
-    def _owner_map(self) -> dict[tuple[str, int], str]:
-        """Whose page each committed point is (from the previous generation's catalog)."""
-        if self._committed_owners is None:
-            owners = {}
-            for doc in ([*self.current.documents, *self.current.in_progress] if self.current else []):
-                for key in self._rows(doc):
-                    owners[key] = doc.path
-            self._committed_owners = owners
-        return self._committed_owners
-
-    def _owner(self, segment: str, row: int) -> tuple[str | None, str]:
-        """(path, collection) of the point at (segment, row)."""
-        if segment in self._owners:
-            return self._owners[segment][row], self.physical
-        return self._owner_map().get((segment, row)), self.previous_physical
-
-    def _owned(self, doc: Document, visible_from: int) -> Document:
-        """The document with points of its own in the collection being written: pages stored under
-        another path (a renamed or duplicated file reuses vectors), or in the collection a rebuild
-        replaces, are copied."""
-        rows = self._rows(doc)
-        owners = [self._owner(seg, row) for seg, row in rows]
-        if all(path == doc.path and where == self.physical for path, where in owners):
-            self._retag(doc)
-            return doc
-        fetched: dict[str, np.ndarray] = {}
-        by_collection: dict[str, list[str]] = {}
-        for (seg, row), (_, where) in zip(rows, owners):
-            by_collection.setdefault(where, []).append(point_id(seg, row))
-        for where, ids in by_collection.items():
-            for start in range(0, len(ids), 64):
-                for record in self.client.retrieve(where, ids[start : start + 64], with_vectors=[VECTOR]):
-                    fetched[str(record.id)] = np.asarray(record.vector[VECTOR], dtype=np.float32)
-        ids = [point_id(seg, row) for seg, row in rows]
-        missing = [n for n, pid in enumerate(ids, 1) if pid not in fetched]
-        if missing:
-            raise IndexProblem(f"{doc.path}: page {missing[0]} of the vectors it reuses is missing.", hint=REBUILD_HINT)
-        writer = QdrantSegmentWriter(self, fetched[ids[0]].shape[1])
-        for number, pid in enumerate(ids, 1):
-            writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata), visible_from=PENDING)
-        writer.flush()
-        segment = writer.segment()
-        self._segments[segment.id] = segment
-        self._owners[segment.id] = list(writer.owners)
-        self._staged.add(segment.id)
-        return doc.model_copy(update={"spans": [Span(segment=segment.id, first=0, pages=len(ids))]})
-
-    def _retag(self, doc: Document) -> None:
-        """New metadata for a document already stored: its points' payload follows (in place)."""
-        old = next((d for d in (self.current.documents if self.current else []) if d.path == doc.path), None)
-        if old is not None and old.metadata != doc.metadata and old.spans == doc.spans:
-            models = _models()
-            ids = [point_id(seg, row) for seg, row in self._rows(doc)]
-            self.client.set_payload(self.physical, {"metadata": dict(doc.metadata)}, points=models.PointIdsList(points=ids))
-
-    def _show(self, documents: list[Document], generation: int) -> None:
-        """Pages of complete documents that were waiting (PENDING) become visible from `generation`."""
-        models = _models()
-        previous = {d.path: d for d in (self.current.documents if self.current else [])}
-        ids = [point_id(seg, row) for d in documents if previous.get(d.path) != d for seg, row in self._rows(d)]
-        for start in range(0, len(ids), 1024):
-            self.fence()
-            self.client.set_payload(self.physical, {"visible_from": generation}, points=models.Filter(must=[
-                models.HasIdCondition(has_id=ids[start : start + 1024]),
-                models.FieldCondition(key="visible_from", match=models.MatchValue(value=PENDING))]))
-
-    def _remove_unnamed(self, documents: list[Document], in_progress: list[Document], generation: int) -> None:
-        """Pages the previous generation named and this one does not: removed from `generation`."""
-        if self.current is None or self.physical != self.previous_physical:
-            return
-        models = _models()
-        live = {key for d in [*documents, *in_progress] for key in self._rows(d)}
-        gone = [point_id(seg, row) for d in [*self.current.documents, *self.current.in_progress]
-                for seg, row in self._rows(d) if (seg, row) not in live]
-        for start in range(0, len(gone), 1024):
-            self.fence()
-            self.client.set_payload(self.physical, {"gen_removed": generation}, points=models.PointIdsList(points=gone[start : start + 1024]))
-
-    def _write_catalog(self, manifest: Manifest) -> None:
-        models = _models()
-        text = manifest.to_json().decode("ascii")
-        chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
-        points = [models.PointStruct(id=chunk_id(manifest.generation, i, self.token), vector={},
-                                     payload={"kind": "manifest", "generation": manifest.generation, "chunk": i, "data": chunk})
-                  for i, chunk in enumerate(chunks)]
-        self.client.upsert(self.catalog, points, wait=True)
-        self._head_payload = {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
-                              "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": self.physical,
-                              "paths": PATHS_VERSION, "writer": self.token, "chunk_key": self.token}
-
-    def _write_head(self, manifest: Manifest) -> None:
-        """HEAD replaced only where it still names this writer (claimed when the lease was taken): a
-        writer whose lease was taken over cannot commit, whatever its clock says."""
-        models = _models()
-        mine = models.Filter(must=[models.FieldCondition(key="writer", match=models.MatchValue(value=self.token))])
-        self.client.upsert(self.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=self._head_payload)],
-                           update_filter=mine, wait=True)
-        found = self.client.retrieve(self.catalog, [HEAD_ID], with_payload=True)
-        if not found or found[0].payload.get("writer") != self.token or found[0].payload.get("generation") != manifest.generation:
-            if self.lease is not None:
-                self.lease.lost = "another writer took over its lease and HEAD"
-            self.fence()
-
-    def _switch_alias(self) -> None:
-        """Readers move to the new physical collection in one step; the old one is dropped after."""
-        models = _models()
-        operations = []
-        if self.previous_physical is not None:
-            operations.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.store.spec.collection)))
-        operations.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
-            collection_name=self.physical, alias_name=self.store.spec.collection)))
-        self.client.update_collection_aliases(change_aliases_operations=operations)
-        old = self.previous_physical
-        self.previous_physical = self.physical
-        if old is not None:
-            for name in (old, catalog_of(old)):
-                try:
-                    self.client.delete_collection(name)
-                except Exception:
-                    pass  # collected by the next writer's recovery
 
     def _collect(self, generation: int) -> None:
         """Pages removed before the previous generation, and catalogs older than it, are deleted."""
