@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from ...core.errors import IndexBusy
 from ...core.failpoints import failpoint
 from ..holder import gone_here, holder_text
 from .ids import (
@@ -15,6 +19,7 @@ from .ids import (
     NO_TOKEN,
     LeaseLost,
     _models,
+    check_server_version,
 )
 
 
@@ -141,3 +146,29 @@ class _Serialized:
 def _holder_gone(lease: dict) -> bool:
     """A lease taken by a process of this machine that no longer runs (killed): no need to wait it out."""
     return gone_here(str(lease.get("holder", "")))
+
+
+@contextmanager
+def hold_lease(store: Any, wait_s: float) -> Iterator["_Lease"]:
+    """One writer per collection: the lease point, taken by compare-and-swap, renewed by a timer."""
+    lease = _Lease(store)
+    deadline = time.monotonic() + wait_s
+    with store.talking("taking the lease"):
+        check_server_version(store.client.info().version, store.location)
+        if not store.client.collection_exists(store.lease_collection):
+            store.client.create_collection(store.lease_collection, vectors_config={})
+        while not lease.take():
+            if time.monotonic() >= deadline:
+                current = lease.read() or {}
+                until = time.strftime("%H:%M:%S", time.localtime(float(current.get("expires", 0))))
+                raise IndexBusy(f"{store.location} is being written by {current.get('holder', 'another writer')} "
+                                f"(its lease runs until {until} unless renewed).",
+                                hint="Wait for it to finish, or pass --wait SECONDS; a crashed writer's lease expires by itself.")
+            time.sleep(0.5)
+    store.lease = lease
+    lease.start()
+    try:
+        yield lease
+    finally:
+        lease.release()
+        store.lease = None

@@ -38,7 +38,6 @@ Stored PDFs (for page images and resumed conversions) go to --pdf-store, a local
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -46,8 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ...core.errors import IndexBusy, IndexProblem, LgptError, UsageError
-from ...core.files import sha256_file
+from ...core.errors import IndexProblem, LgptError, UsageError
 from ..errors import MissingIndexFile
 from ..files import regular_size
 from ..manifest import (
@@ -55,6 +53,8 @@ from ..manifest import (
     Manifest,
 )
 from ..pdfstore import PdfStore
+from . import catalog, connection
+from . import verify as checks
 from .ids import (
     CHUNK_CHARS,
     HEAD_ID,
@@ -73,7 +73,6 @@ from .ids import (
     VECTOR,
     LeaseLost,
     QdrantSpec,
-    _models,
     catalog_of,
     check_server_version,
     chunk_id,
@@ -85,7 +84,7 @@ from .ids import (
     point_key,
     visible_filter,
 )
-from .lease import _Lease, _Serialized
+from .lease import _Lease, hold_lease
 from .txn import QdrantSegmentWriter, QdrantTransaction
 from .view import QdrantIndex
 
@@ -129,48 +128,13 @@ class QdrantStore:
     @property
     def client(self):
         if self._client is None:
-            self._client = self._connect()
+            self._client = connection.connect(self)
         return self._client
-
-    def _connect(self):
-        _models()
-        from qdrant_client import QdrantClient
-
-        if self.spec.path is not None:
-            self._check_folder()
-        try:
-            if self.spec.path is not None:
-                # one lock around every call: the in-process mode is not thread-safe, and the lease's timer thread calls it
-                return _Serialized(QdrantClient(path=str(self.spec.path), force_disable_check_same_thread=True))
-            # check_compatibility would print a raw warning when the server is down; our own message says it
-            return QdrantClient(url=self.spec.url, api_key=self.spec.api_key, timeout=60, check_compatibility=False)
-        except RuntimeError as exc:  # in-process mode: one process at a time
-            if "already accessed" in str(exc):
-                raise IndexBusy(f"{self.location} is open in another process: Qdrant's in-process mode allows one at a time.",
-                                hint="Stop the other process (a build, a serve), or use a Qdrant server for readers beside writers.") from None
-            raise IndexProblem(f"{self.location}: {' '.join(str(exc).split())[:200]}") from None
 
     def writable(self) -> "QdrantStore":
         """This store is about to be written: an in-process folder may be created."""
         self._may_create = True
         return self
-
-    def _check_folder(self) -> None:
-        """An in-process folder is opened only where Qdrant's data is; a writer may start an empty or new one."""
-        folder = self.spec.path
-        if (folder / "meta.json").is_file():
-            return
-        if not folder.exists():
-            if self._may_create:
-                return
-            raise IndexProblem(f"no index at {self.location}: {folder} does not exist (nothing was created).",
-                               hint="Check the path, or build one first: lgpt-index build DOCS --store URL.")
-        if not folder.is_dir() or any(folder.iterdir()):
-            raise UsageError(f"--store {self.location}: {folder} is not a Qdrant in-process folder (no meta.json); refused, "
-                             "nothing was written there.", hint="Name a new or empty folder, or the one a build used.")
-        if not self._may_create:
-            raise IndexProblem(f"no index at {self.location}: {folder} is empty.",
-                               hint="Build one first: lgpt-index build DOCS --store URL.")
 
     def close(self) -> None:
         if self._client is not None and not self._shared:
@@ -203,7 +167,7 @@ class QdrantStore:
                     raise self._foreign(f"{name} is a collection, not an lgpt-index index (whose name is an alias)")
                 return None
             named = re.fullmatch(rf"{re.escape(name)}__[0-9a-f]{{10}}", target)
-            if not named or (self._head(target) is None and not self.ours_shaped(target)):  # shaped: ours, damaged
+            if not named or (catalog.read_head(self, target) is None and not self.ours_shaped(target)):  # shaped: ours, damaged
                 raise self._foreign(f"{name} is an alias of {target}, which is not an lgpt-index index")
         return target
 
@@ -231,51 +195,23 @@ class QdrantStore:
 
     def exists(self) -> bool:
         physical = self.physical()
-        return physical is not None and self._head(physical) is not None
-
-    def _head(self, physical: str) -> dict | None:
-        with self.talking("reading HEAD"):
-            if not self.client.collection_exists(self.catalog_of(physical)):
-                return None
-            found = self.client.retrieve(self.catalog_of(physical), [HEAD_ID], with_payload=True)
-        head = dict(found[0].payload) if found else None
-        return head if head and head.get("kind") == "head" else None
+        return physical is not None and catalog.read_head(self, physical) is not None
 
     def head_key(self) -> tuple:
         physical = self.physical()
-        head = self._head(physical) if physical else None
+        head = catalog.read_head(self, physical) if physical else None
         return (physical, head.get("generation") if head else None)
 
     def read_manifest(self, physical: str | None = None) -> Manifest | None:
         physical = physical or self.physical()
         if physical is None:
             return None
-        head = self._head(physical)
+        head = catalog.read_head(self, physical)
         if head is None:
             return None
-        manifest = self._manifest(physical, head)
+        manifest = catalog.read_catalog(self, physical, head)
         self.legacy_paths = head.get("paths") != PATHS_VERSION  # of the manifest last read
         self.head_format = head.get("format")
-        return manifest
-
-    def _manifest(self, physical: str, head: dict) -> Manifest:
-        where = f"{self.location} (generation {head.get('generation')})"
-        try:
-            generation, chunks, digest = int(head["generation"]), int(head["chunks"]), str(head["sha256"])
-        except (KeyError, TypeError, ValueError):
-            raise IndexProblem(f"{where}: the HEAD point is malformed.", hint=REBUILD_HINT) from None
-        ids = [chunk_id(generation, i, head.get("chunk_key")) for i in range(chunks)]
-        with self.talking("reading the catalog"):
-            found = {r.id: r.payload for r in self.client.retrieve(self.catalog_of(physical), ids, with_payload=True)}
-        if len(found) != chunks:
-            raise IndexProblem(f"{where}: {chunks - len(found)} of {chunks} catalog chunks are missing.", hint=REBUILD_HINT)
-        text = "".join(str(found[i].get("data", "")) for i in ids)
-        raw = text.encode("utf-8", "surrogatepass")
-        if hashlib.sha256(raw).hexdigest() != digest:
-            raise IndexProblem(f"{where}: checksum mismatch; the catalog is damaged.", hint=REBUILD_HINT)
-        manifest = Manifest.from_json(raw, where)
-        if manifest.generation != generation:
-            raise IndexProblem(f"{where}: the catalog says generation {manifest.generation}.", hint=REBUILD_HINT)
         return manifest
 
     def open(self) -> Manifest:
@@ -289,19 +225,8 @@ class QdrantStore:
         manifest = self.read_manifest(physical)
         if manifest is None:
             raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
-        self._check_count(physical, manifest)
+        catalog.check_count(self, physical, manifest)
         return QdrantIndex(self, manifest, physical, self.legacy_paths)
-
-    def _check_count(self, physical: str, manifest: Manifest) -> None:
-        """The points a reader sees against the catalog's pages: one count, so that points deleted
-        behind the index's back (another client) are damage reported now, not empty answers."""
-        with self.talking("counting the points"):
-            visible = self.client.count(physical, count_filter=visible_filter(manifest.generation), exact=True).count
-        expected = sum(d.pages for d in manifest.documents)
-        if visible != expected:
-            raise IndexProblem(f"{self.location} is damaged: the catalog names {expected} pages, the collection {physical} "
-                               f"holds {visible} of them (points were deleted or added by another client).",
-                               hint=f"`lgpt-index verify` lists the documents concerned; {REBUILD_HINT}")
 
     def reopened(self) -> "QdrantStore":
         return self
@@ -331,52 +256,7 @@ class QdrantStore:
 
     def verify(self) -> list[str]:
         """The catalog, the collection's configuration, and every document's pages against the points."""
-        try:
-            physical = self.physical()
-            manifest = self.read_manifest(physical)
-            if manifest is None:
-                return [f"no index at {self.location}."]
-            return self._verify(physical, manifest)
-        except UsageError:
-            raise  # not an index of ours at all (another tool's collection): not damage
-        except LgptError as exc:
-            return [exc.message]
-
-    def _verify(self, physical: str, manifest: Manifest) -> list[str]:
-        problems = []
-        with self.talking("reading the collection"):
-            info = self.client.get_collection(physical)
-        params = info.config.params.vectors
-        page = params.get(VECTOR) if isinstance(params, dict) else None
-        dim = manifest.model.dim or manifest.settings.dim
-        if page is None or page.multivector_config is None or (dim and page.size != dim):
-            problems.append(f"{physical}: its '{VECTOR}' vectors are not {dim}-d multi-vectors.")
-        legacy = self.legacy_paths
-        seen: dict[tuple[str, str], set[int]] = {}
-        shown: dict[tuple[str, str], str] = {}
-        for record in self.scroll(physical, visible_filter(manifest.generation), ["path", "path_raw", "page"]):
-            key = point_key(record.payload, legacy)
-            seen.setdefault(key, set()).add(int(record.payload["page"]))
-            shown[key] = str(record.payload["path"])
-        expected = {doc_key(d.path, legacy): (d.path, set(range(1, d.pages + 1))) for d in manifest.documents}
-        for key, (path, pages) in expected.items():
-            if seen.get(key) != pages:
-                problems.append(f"{path}: {len(seen.get(key, ()))} of its {len(pages)} pages are in the collection.")
-        for key in set(seen) - set(expected):
-            problems.append(f"{shown[key]}: {len(seen[key])} page(s) in the collection but not in the catalog.")
-        for doc in [*manifest.documents, *manifest.in_progress]:
-            if doc.pdf and self.pdf_store is not None:
-                pdf = self.pdf_store / doc.pdf
-                try:
-                    regular_size(self.pdf_store, doc.pdf)  # never through a link out of the store
-                except MissingIndexFile:
-                    problems.append(f"{pdf}: missing (the converted PDF of {doc.path}).")
-                except IndexProblem as exc:
-                    problems.append(f"{exc.message} (the converted PDF of {doc.path})")
-                else:
-                    if sha256_file(pdf) != doc.pdf_sha256:
-                        problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
-        return problems
+        return checks.verify(self)
 
     def scroll(self, collection: str, flt, fields: list[str] | bool = True, with_vectors: bool | list[str] = False):
         offset = None
@@ -393,7 +273,7 @@ class QdrantStore:
     @contextmanager
     def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator["QdrantTransaction"]:
         self.writable().physical()  # another tool's collection is refused before anything is created
-        with self._lease(wait_s) as lease:
+        with hold_lease(self, wait_s) as lease:
             physical = self.physical()
             try:
                 base = self.read_manifest(physical) if physical else None
@@ -407,28 +287,3 @@ class QdrantStore:
                 yield transaction
             finally:
                 transaction.discard_staged()
-
-    @contextmanager
-    def _lease(self, wait_s: float) -> Iterator["_Lease"]:
-        """One writer per collection: the lease point, taken by compare-and-swap, renewed by a timer."""
-        lease = _Lease(self)
-        deadline = time.monotonic() + wait_s
-        with self.talking("taking the lease"):
-            check_server_version(self.client.info().version, self.location)
-            if not self.client.collection_exists(self.lease_collection):
-                self.client.create_collection(self.lease_collection, vectors_config={})
-            while not lease.take():
-                if time.monotonic() >= deadline:
-                    current = lease.read() or {}
-                    until = time.strftime("%H:%M:%S", time.localtime(float(current.get("expires", 0))))
-                    raise IndexBusy(f"{self.location} is being written by {current.get('holder', 'another writer')} "
-                                    f"(its lease runs until {until} unless renewed).",
-                                    hint="Wait for it to finish, or pass --wait SECONDS; a crashed writer's lease expires by itself.")
-                time.sleep(0.5)
-        self.lease = lease
-        lease.start()
-        try:
-            yield lease
-        finally:
-            lease.release()
-            self.lease = None

@@ -28,14 +28,10 @@ from . import commit as steps
 from . import recover as setup
 from .ids import (
     PENDING,
-    POOLED,
-    VECTOR,
     LeaseLost,
     _flt,
     _models,
     catalog_of,
-    path_fields,
-    point_id,
 )
 from .lease import _Lease
 from .writer import QdrantSegmentWriter
@@ -129,29 +125,6 @@ class QdrantTransaction:
         self._created = not self.rebuild
 
     # staging
-
-    def point(self, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
-        models = _models()
-        pooled = block.mean(axis=0)
-        pooled = pooled / (np.linalg.norm(pooled) or 1.0)
-        payload = {**path_fields(page.path), "page": page.page, "sha256": page.sha256, "kind": page.kind,
-                   "metadata": dict(page.metadata), "segment": segment, "row": row,
-                   "gen_written": self.generation + 1, "visible_from": visible_from, "writer": self.token}
-        return models.PointStruct(id=point_id(segment, row), vector={VECTOR: block, POOLED: pooled}, payload=payload)
-
-    def upsert(self, points: list) -> None:
-        failpoint("upsert")
-        self.fence()
-        self._wrote = True
-        with self.writing():
-            for attempt in range(4):
-                try:
-                    self.client.upsert(self.physical, points, wait=True)
-                    break
-                except Exception:
-                    if attempt == 3:
-                        raise
-                    time.sleep(0.5 * 2 ** attempt)  # a transient error of a server: retried
 
     def segment_writer(self, dim: int) -> QdrantSegmentWriter:
         setup.ensure_collections(self, dim)
