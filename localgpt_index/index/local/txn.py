@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +13,6 @@ import numpy as np
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
 from ..checksums import block_checksums
-from ..errors import IndexWriteError
 from ..files import TMP_PREFIX as _TMP_PREFIX
 from ..files import plain_files, sweep_temporary
 from ..files import write_atomic as _write_atomic
@@ -30,6 +27,7 @@ from ..manifest import (
     Settings,
 )
 from ..pdfstore import PdfStore
+from ..txn import assemble_manifest, live_segments, write_error
 from .segments import SegmentWriter
 
 
@@ -59,21 +57,13 @@ class Transaction:
     def pdf_path(self, rel: str) -> Path:
         return self.store.root / rel
 
-    def _last(self) -> str:
-        return f"generation {self.generation}" if self.generation else "no generation (it is still empty)"
-
     @contextmanager
     def writing(self) -> Iterator[None]:
         """Turn any OSError into one message that says what the index keeps."""
         try:
             yield
         except OSError as exc:
-            reason = exc.strerror or str(exc)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                hint = "Free some space and run the command again: a build carries on from the last commit."
-            else:
-                hint = "Fix the cause (permissions, the disk) and run the command again."
-            raise IndexWriteError(f"could not write to {self.root}: {reason}; the index keeps {self._last()}.", hint=hint) from None
+            raise write_error(str(self.root), exc, self.generation) from None
 
     def segment_writer(self, dim: int) -> SegmentWriter:
         with self.writing():
@@ -123,23 +113,13 @@ class Transaction:
         in_progress: Sequence[Document] = (),
     ) -> Manifest:
         """Make a new generation of exactly these documents; returns its manifest."""
-        live = {span.segment for doc in [*documents, *in_progress] for span in doc.spans}
+        live = live_segments(documents, in_progress)
         missing = live - set(self._segments)
         if missing:
             raise ValueError(f"documents name segments this transaction does not know: {sorted(missing)[:3]}")
         with self.writing():
             segments = {sid: self._upgraded(self._segments[sid]) for sid in sorted(live)}
-            manifest = Manifest.model_construct(
-                generation=self.generation + 1,
-                created=time.time(),
-                model=model,
-                settings=settings,
-                segments=segments,
-                documents=sorted(documents, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
-                in_progress=sorted(in_progress, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
-                failures=list(failures),
-            )
-            manifest._references_resolve()
+            manifest = assemble_manifest(self.generation + 1, model, settings, segments, documents, in_progress, failures)
             raw = manifest.to_json()
             name = f"gen-{manifest.generation:08d}.json"
             _write_atomic(self.root / name, raw)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from ..manifest import (
     Segment,
     Settings,
 )
+from ..txn import assemble_manifest, kept, live_segments, write_error
 from . import commit as steps
 from . import recover as setup
 from .ids import (
@@ -74,17 +74,19 @@ class QdrantTransaction:
     def writing(self) -> Iterator[None]:
         try:
             with self.store.talking("writing"):
-                yield
+                try:
+                    yield
+                except OSError as exc:  # the PDF store, a full disk of the in-process mode (not the network)
+                    if isinstance(exc, (ConnectionError, TimeoutError)):
+                        raise
+                    raise write_error(self.store.location, exc, self.generation) from None
         except LeaseLost:
             raise
-        except OSError as exc:  # the PDF store
-            raise IndexWriteError(f"could not write to {self.store.location}: {exc.strerror or exc}; "
-                                  f"the index keeps generation {self.generation}.") from None
         except IndexProblem as exc:
             if isinstance(exc, IndexWriteError):
                 raise
             self.fence()  # a takeover (its recovery deleted what we wrote) is said as such
-            raise IndexWriteError(f"{exc.message} The index keeps generation {self.generation}.",
+            raise IndexWriteError(f"{exc.message} The index keeps {kept(self.generation)}.",
                                   hint="Fix the cause and run the command again: a build carries on from the last commit.") from None
 
     def fence(self) -> None:
@@ -181,15 +183,9 @@ class QdrantTransaction:
             self.fence()  # nothing of the commit's switch is written by a writer that lost its lease
             steps.show(self, documents, following)
             steps.remove_unnamed(self, documents, in_progress, following)
-            live = {s.segment for d in [*documents, *in_progress] for s in d.spans}
-            manifest = Manifest.model_construct(
-                generation=following, created=time.time(), model=model, settings=settings,
-                segments={sid: self._segments[sid] for sid in sorted(live)},
-                documents=sorted(documents, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
-                in_progress=sorted(in_progress, key=lambda d: d.path.encode("utf-8", "surrogateescape")),
-                failures=list(failures),
-            )
-            manifest._references_resolve()
+            live = live_segments(documents, in_progress)
+            segments = {sid: self._segments[sid] for sid in sorted(live)}
+            manifest = assemble_manifest(following, model, settings, segments, documents, in_progress, failures)
             self.fence()
             steps.write_catalog(self, manifest)
             failpoint("before-head")
