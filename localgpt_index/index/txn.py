@@ -1,14 +1,35 @@
-"""What both backends' transactions share: the manifest a commit assembles, and the one message a
-failed write gives (what the index keeps, and what to do about a full disk)."""
+"""What both backends' transactions share: begin()'s template (a damaged base stops unless rebuilding;
+staged work discarded at the end), the manifest a commit assembles, and the one message a failed
+write gives (what the index keeps, and what to do about a full disk)."""
 
 from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol, TypeVar
 
+from ..core.errors import IndexProblem
 from .errors import IndexWriteError
-from .manifest import Document, Failure, Manifest, ModelInfo, Segment, Settings
+from .manifest import (
+    REBUILD_HINT,
+    Document,
+    Failure,
+    Manifest,
+    ModelInfo,
+    Segment,
+    Settings,
+)
+
+T = TypeVar("T")
+
+
+class _Staging(Protocol):
+    def discard_staged(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Staging)
 
 
 def _by_path(doc: Document) -> bytes:
@@ -51,3 +72,23 @@ def write_error(location: str, exc: OSError, generation: int) -> IndexWriteError
     else:
         hint = "Fix the cause (permissions, the disk) and run the command again."
     return IndexWriteError(f"could not write to {location}: {reason}; the index keeps {kept(generation)}.", hint=hint)
+
+
+def base_or_rebuild(read: Callable[[], T], rebuild: bool) -> T | None:
+    """begin()'s first step in both backends: the generation a writer starts from. A damaged index
+    stops here, nothing changed, pointing to --rebuild; with `rebuild` it is None (start afresh)."""
+    try:
+        return read()
+    except IndexProblem as exc:
+        if not rebuild:
+            raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
+        return None
+
+
+@contextmanager
+def discarding(transaction: S) -> Iterator[S]:
+    """begin()'s last step in both backends: whatever happens, what was staged and not committed goes."""
+    try:
+        yield transaction
+    finally:
+        transaction.discard_staged()

@@ -40,6 +40,7 @@ from ..errors import IndexWriteError, MissingIndexFile
 from ..files import read_member, regular_size
 from ..holder import pid_alive as _alive
 from ..manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
+from ..txn import base_or_rebuild, discarding
 from .layout import (
     DEFAULT_INDEX_DIR,
     DEFAULT_INDEX_NAME,
@@ -218,25 +219,21 @@ class IndexStore:
         the transaction starts from nothing, and numbers its generations after the old ones.
         """
         with self.lock(wait_s):
-            upgrade = False
-            try:
-                head = self.read_head()
-                base = self.read_manifest()
-                if base is not None:
-                    self.check(base)
-                generation = base.generation if base else 0
-                upgrade = head is not None and head.format != FORMAT
-            except IndexProblem as exc:
-                if not rebuild:
-                    raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
-                base, generation = None, self._highest_generation()
+            found = base_or_rebuild(self._base, rebuild)
+            base, generation, upgrade = found if found is not None else (None, self._highest_generation(), False)
             transaction = Transaction(self, base, generation)
             transaction.needs_upgrade = upgrade
             transaction.collect_temporary()
-            try:
+            with discarding(transaction):
                 yield transaction
-            finally:
-                transaction.discard_staged()
+
+    def _base(self) -> tuple[Manifest | None, int, bool]:
+        """The current generation, checked: (manifest, generation, whether its format is older)."""
+        head = self.read_head()
+        base = self.read_manifest()
+        if base is not None:
+            self.check(base)
+        return base, base.generation if base else 0, head is not None and head.format != FORMAT
 
     def _highest_generation(self) -> int:
         numbers = [int(p.name[4:-5]) for p in self.root.glob("gen-*.json") if p.name[4:-5].isdigit()]

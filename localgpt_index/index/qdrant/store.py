@@ -49,10 +49,10 @@ from ...core.errors import IndexProblem, LgptError, UsageError
 from ..errors import MissingIndexFile
 from ..files import regular_size
 from ..manifest import (
-    REBUILD_HINT,
     Manifest,
 )
 from ..pdfstore import PdfStore
+from ..txn import base_or_rebuild, discarding
 from . import catalog, connection
 from . import verify as checks
 from .ids import (
@@ -275,15 +275,8 @@ class QdrantStore:
         self.writable().physical()  # another tool's collection is refused before anything is created
         with hold_lease(self, wait_s) as lease:
             physical = self.physical()
-            try:
-                base = self.read_manifest(physical) if physical else None
-            except IndexProblem as exc:
-                if not rebuild:
-                    raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
-                base = None
+            base = base_or_rebuild(lambda: self.read_manifest(physical) if physical else None, rebuild)
             transaction = QdrantTransaction(self, physical, base, rebuild, lease)
             transaction.recover()
-            try:
+            with discarding(transaction):
                 yield transaction
-            finally:
-                transaction.discard_staged()
