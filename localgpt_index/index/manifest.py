@@ -16,16 +16,7 @@ import math
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    ValidationError,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from .._version import __version__
 from ..core.errors import IndexProblem
