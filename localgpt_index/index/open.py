@@ -7,11 +7,12 @@ plugin (a module named in $LGPT_PLUGINS, say) may add its own with `register_sch
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 from ..core.errors import UsageError
+from .protocols import Store
 from .store import IndexStore, index_path
 
 
@@ -26,7 +27,7 @@ class StoreRequest:
     pdf_store: Path | None
 
 
-StoreOpener = Callable[[StoreRequest], Any]
+StoreOpener = Callable[[StoreRequest], Store]
 _SCHEMES: dict[str, tuple[StoreOpener, str]] = {}  # scheme -> (opener, the URL's form, for messages)
 
 
@@ -39,8 +40,8 @@ def _local(request: StoreRequest) -> IndexStore:
     return IndexStore(index_path(request.index_dir, request.name))
 
 
-def _qdrant(request: StoreRequest) -> Any:
-    from .qdrant_store import QdrantStore, parse_store_url
+def _qdrant(request: StoreRequest) -> Store:
+    from .qdrant.store import QdrantStore, parse_store_url
 
     return QdrantStore(parse_store_url(request.url, request.api_key), request.pdf_store)
 
@@ -52,7 +53,7 @@ register_scheme("qdrant+path", _qdrant, "qdrant+path://DIR/COLLECTION")
 
 
 def open_store(url: str | None = None, index_dir: str | os.PathLike | None = None, name: str | None = None,
-               api_key: str | None = None, pdf_store: str | os.PathLike | None = None) -> Any:
+               api_key: str | None = None, pdf_store: str | os.PathLike | None = None) -> Store:
     """`url`: local (default: <index-dir>/<name>), qdrant://HOST:PORT/COLLECTION, qdrants://... (https)
     or qdrant+path://DIR/COLLECTION (Qdrant's in-process mode); also from $LGPT_STORE."""
     url = url or os.environ.get("LGPT_STORE") or "local"

@@ -1,0 +1,109 @@
+"""Files of an untrusted folder, read and written safely: names resolved inside it, regular files
+only (never a link out, a FIFO or a device), bounded sizes; atomic writes (fsync of the file
+before the rename and of the folder after), and the sweep of a killed writer's temporary files."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from pathlib import Path
+
+from ..core.errors import IndexProblem
+from .errors import MissingIndexFile
+from .manifest import REBUILD_HINT
+
+TMP_PREFIX = ".tmp-"
+
+
+def inside(root: Path, path: Path) -> bool:
+    """Whether `path`, links resolved, is inside `root`."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def read_member(root: Path, rel: str, limit: int) -> bytes:
+    """The bytes of `rel` inside `root`: a regular file inside the folder, at most `limit` bytes."""
+    path = root / rel
+    if not inside(root, path):
+        raise IndexProblem(f"{path}: the manifest names a file outside the index.", hint=REBUILD_HINT)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise MissingIndexFile(f"{path} is missing.", hint=REBUILD_HINT) from None
+    except OSError as exc:
+        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IndexProblem(f"{path}: not a regular file; the index is damaged.", hint=REBUILD_HINT)
+        if info.st_size > limit:
+            raise IndexProblem(f"{path}: {info.st_size} bytes, more than the {limit} allowed; the index is damaged.", hint=REBUILD_HINT)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise IndexProblem(f"{path}: more than {limit} bytes; the index is damaged.", hint=REBUILD_HINT)
+    return data
+
+
+def regular_size(root: Path, rel: str) -> int:
+    """The size of a regular file inside `root` (never following a link out, never opening a FIFO)."""
+    path = root / rel
+    if not inside(root, path):
+        raise IndexProblem(f"{path}: the manifest names a file outside the index.", hint=REBUILD_HINT)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise MissingIndexFile(f"{path} is missing.", hint=REBUILD_HINT) from None
+    except OSError as exc:
+        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise IndexProblem(f"{path}: not a regular file; the index is damaged.", hint=REBUILD_HINT)
+    return info.st_size
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """`data` as `path`, all or nothing: a temporary file, fsync, rename, fsync of the folder."""
+    tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{path.name}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable."""
+    if os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def plain_files(folder: Path) -> list[Path]:
+    """The files and links of a real folder (none when it is missing or a link)."""
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return []
+    return [p for p in folder.iterdir() if p.is_file() or p.is_symlink()]
+
+
+def sweep_temporary(folders: list[Path]) -> None:
+    """Delete the temporary files of writers that were killed (only the holder writes, so none is live)."""
+    try:
+        for folder in folders:
+            if folder.is_dir() and not folder.is_symlink():
+                for path in folder.iterdir():
+                    if path.name.startswith(TMP_PREFIX) or (path.name.startswith(".") and path.name.endswith(".tmp")):
+                        path.unlink(missing_ok=True)
+    except OSError:
+        pass

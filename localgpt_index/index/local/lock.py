@@ -1,0 +1,60 @@
+"""The local single-writer lock: an OS lock on `lock`, and the holder's record in `lock.owner`."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ...core.errors import IndexBusy, IndexProblem, UsageError
+from ..files import read_member, write_atomic
+from ..holder import holder_text, may_be_alive
+
+
+@contextmanager
+def writer_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
+    """The single-writer lock: an OS lock (filelock: flock on Unix), so a killed writer never
+    leaves it behind. The holder then records who it is in `lock.owner` for contenders."""
+    import filelock
+
+    if not math.isfinite(wait_s) or wait_s < 0:
+        raise UsageError(f"--wait {wait_s}: expected a number of seconds, 0 or more.")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(root / "lock", thread_local=False)
+        lock.acquire(timeout=wait_s, poll_interval=0.2)
+    except filelock.Timeout:
+        raise IndexBusy(
+            f"{root} is being written by {lock_holder(root)}.",
+            hint="Wait for it to finish, or pass --wait SECONDS.",
+        ) from None
+    except OSError as exc:
+        raise IndexProblem(
+            f"{root / 'lock'}: cannot take the writers' lock ({exc.strerror or exc}).",
+            hint="The index folder must be writable, and its 'lock' a plain file (delete it if it is a folder).",
+        ) from None
+    try:
+        try:
+            write_atomic(root / "lock.owner", holder_text().encode())
+        except OSError:
+            pass  # only informative
+        yield
+    finally:
+        lock.release()
+
+
+def lock_holder(root: Path) -> str:
+    """Who holds the lock, from its record; a record of a process that is gone is a previous
+    holder's, so read again while the new holder writes its own."""
+    record = ""
+    for _ in range(20):
+        try:
+            record = read_member(root, "lock.owner", 256).decode(errors="replace").strip()
+        except IndexProblem:
+            record = ""
+        if may_be_alive(record):
+            return record
+        time.sleep(0.05)
+    return record or "another process"

@@ -1,0 +1,123 @@
+"""Segments of a local index: written page by page (`SegmentWriter`), read back checked (`load_segment`)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from ...core.errors import IndexProblem
+from ...core.failpoints import failpoint
+from ...core.files import sha256_file
+from ...core.types import PageRef
+from ..checksums import block_checksums
+from ..files import TMP_PREFIX as _TMP_PREFIX
+from ..files import fsync_dir as _fsync_dir
+from ..files import read_member, regular_size
+from ..manifest import REBUILD_HINT, Checksum, Segment
+from .layout import NPY_HEADER, _npy_header
+
+
+class SegmentWriter:
+    """Appends pages of vectors to a segment on disk as they arrive, so memory holds one page,
+    not the segment; `finish` names the files by their content and returns the entry."""
+
+    def __init__(self, folder: Path, dim: int) -> None:
+        self.folder = folder
+        self.dim = dim
+        self.lengths: list[int] = []
+        tag = uuid.uuid4().hex[:12]
+        self._vectors = folder / f"{_TMP_PREFIX}{tag}.vectors.npy"
+        self._offsets = folder / f"{_TMP_PREFIX}{tag}.offsets.npy"
+        self._handle = open(self._vectors, "wb")
+        self._handle.write(b"\0" * NPY_HEADER)
+
+    @property
+    def pages(self) -> int:
+        return len(self.lengths)
+
+    def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
+        """Add one page (tokens, dim); returns its index in the segment. (`page` says whose page it
+        is; a local segment does not need to know: the manifest's spans say it.)"""
+        page = np.ascontiguousarray(vectors, dtype=np.float16)
+        if page.ndim != 2 or page.shape[1] != self.dim or page.shape[0] < 1:
+            raise ValueError(f"a page of shape {page.shape}, expected (tokens >= 1, {self.dim})")
+        self._handle.write(page.tobytes())
+        self.lengths.append(int(page.shape[0]))
+        if len(self.lengths) == 2:
+            self._handle.flush()
+            failpoint("write-vectors")
+        return len(self.lengths) - 1
+
+    def finish(self) -> Segment:
+        """Write the header and offsets, fsync, and move both files to their content names."""
+        rows = sum(self.lengths)
+        self._handle.seek(0)
+        self._handle.write(_npy_header(rows, self.dim))
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(self.lengths, dtype=np.int64), out=offsets[1:])
+        with open(self._offsets, "wb") as handle:
+            np.save(handle, offsets)
+            handle.flush()
+            os.fsync(handle.fileno())
+        vectors_sha, offsets_sha = sha256_file(self._vectors), sha256_file(self._offsets)
+        segment = Segment(
+            id="seg-" + hashlib.sha256(f"{vectors_sha}:{offsets_sha}".encode()).hexdigest()[:40],
+            pages=len(self.lengths),
+            rows=rows,
+            dim=self.dim,
+            vectors_bytes=self._vectors.stat().st_size,
+            vectors_sha256=vectors_sha,
+            offsets_sha256=offsets_sha,
+            checksum=Checksum(algorithm="xxh3_64", blocks=block_checksums(self._vectors)),
+        )
+        os.replace(self._vectors, self.folder / f"{segment.id}.vectors.npy")
+        os.replace(self._offsets, self.folder / f"{segment.id}.offsets.npy")
+        _fsync_dir(self.folder)
+        return segment
+
+    def discard(self) -> None:
+        if not self._handle.closed:
+            self._handle.close()
+        for path in (self._vectors, self._offsets):
+            path.unlink(missing_ok=True)
+
+
+def load_segment(root: Path, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
+    """A segment's vectors (memory-mapped, float16) and offsets, checked against the manifest:
+    sha256 of the offsets, size and block checksums of the vectors, dtypes and shapes."""
+    vec_rel, off_rel = f"segments/{segment.id}.vectors.npy", f"segments/{segment.id}.offsets.npy"
+    offsets_raw = read_member(root, off_rel, NPY_HEADER + 8 * (segment.pages + 1) + 4096)
+    if hashlib.sha256(offsets_raw).hexdigest() != segment.offsets_sha256:
+        raise IndexProblem(f"{root / off_rel}: checksum mismatch; the segment offsets are damaged.", hint=REBUILD_HINT)
+    size = regular_size(root, vec_rel)
+    if size != segment.vectors_bytes:
+        raise IndexProblem(
+            f"{root / vec_rel}: {size} bytes, the manifest says {segment.vectors_bytes}; the file is damaged.", hint=REBUILD_HINT
+        )
+    check = segment.checksum
+    if block_checksums(root / vec_rel, check.algorithm, check.block_size) != check.blocks:
+        raise IndexProblem(f"{root / vec_rel}: checksum mismatch; the vectors are damaged.", hint=REBUILD_HINT)
+    try:
+        offsets = np.load(io.BytesIO(offsets_raw), allow_pickle=False)
+        vectors = np.load(root / vec_rel, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise IndexProblem(f"segment {segment.id}: unreadable array ({' '.join(str(exc).split())[:200]}).", hint=REBUILD_HINT) from None
+    if (
+        vectors.dtype != np.float16
+        or vectors.shape != (segment.rows, segment.dim)
+        or offsets.dtype != np.int64
+        or offsets.shape != (segment.pages + 1,)
+        or offsets[0] != 0
+        or offsets[-1] != segment.rows
+        or np.any(np.diff(offsets) <= 0)
+    ):
+        raise IndexProblem(f"segment {segment.id}: shapes do not match the manifest; the index is damaged.", hint=REBUILD_HINT)
+    return vectors, offsets

@@ -1,0 +1,249 @@
+"""The index on disk: immutable, content-named files, and generations that name them.
+
+Layout of one index (`<index-dir>/<name>/`):
+
+    HEAD                        {"format", "generation", "manifest": "gen-0000000N.json", "sha256"}
+    gen-0000000N.json           the manifest (index/manifest.py): model, settings, documents, segments
+    segments/<id>.vectors.npy   float16 (rows, dim): page vectors, back to back
+    segments/<id>.offsets.npy   int64 (pages + 1): page p owns rows offsets[p]:offsets[p+1]
+    pdf/<sha256>.pdf            a PDF a converted document was rendered from, named by its own sha256
+    lock, lock.owner            the writers' lock, and who holds it
+
+Every writer (build, remove, import, re-tagging) goes through one `Transaction`: it
+writes new files only, under names derived from their content; stages segments on disk
+as pages arrive; replaces HEAD atomically (fsync of the file before and of the folder
+after); turns every OSError into one message saying which generation the index keeps;
+and deletes what no live generation names afterwards.
+
+The folder is untrusted input: every name read from HEAD or a manifest matches a
+pattern, resolves inside the index, is a regular file (never a FIFO or a device) of a
+bounded size, and its content is checked against the manifest before it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...core.errors import IndexProblem
+from ...core.types import PageRef
+from ..checksums import block_checksums
+from ..errors import IndexWriteError, MissingIndexFile
+from ..files import read_member, regular_size
+from ..holder import pid_alive as _alive
+from ..manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
+from ..txn import base_or_rebuild, discarding
+from .layout import (
+    DEFAULT_INDEX_DIR,
+    DEFAULT_INDEX_NAME,
+    HEAD_LIMIT,
+    MANIFEST_LIMIT,
+    NAME_PATTERN,
+    NPY_HEADER,
+    index_path,
+)
+from .lock import writer_lock
+from .segments import SegmentWriter, load_segment
+from .txn import Transaction
+from .verify import verify_local
+
+if TYPE_CHECKING:
+    from ..view import IndexView
+
+__all__ = ["DEFAULT_INDEX_DIR", "DEFAULT_INDEX_NAME", "HEAD_LIMIT", "MANIFEST_LIMIT", "NAME_PATTERN", "NPY_HEADER",
+           "IndexStore", "IndexWriteError", "MissingIndexFile", "PageRef", "SegmentWriter", "Transaction", "_alive",
+           "block_checksums", "index_path"]
+
+
+class IndexStore:
+    """One named index on disk: reading, checking, and `begin()` for writers."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._mmaps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._adopted: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def adopt(self, other: IndexStore) -> None:
+        """Reuse the segments another view of this index has already checked and mapped: a segment
+        is named by its content, so the same id is the same bytes. Those `open` does not need are let go."""
+        self._adopted = dict(other._mmaps)
+
+    @property
+    def segments_dir(self) -> Path:
+        return self.root / "segments"
+
+    @property
+    def location(self) -> str:
+        """Where the index is, for people: its folder."""
+        return str(self.root)
+
+    @property
+    def local_folders(self) -> tuple[Path, ...]:
+        """Folders of this machine the index occupies (a build never indexes them)."""
+        return (self.root,)
+
+    def exists(self) -> bool:
+        return os.path.lexists(self.root / "HEAD")
+
+    def head_key(self) -> tuple:
+        """Changes whenever a commit replaces HEAD (a new inode each time), read without opening it."""
+        try:
+            info = os.stat(self.root / "HEAD")
+        except OSError:
+            return ()
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    def writable(self) -> IndexStore:
+        """This store, about to be written (a local folder is always created on demand)."""
+        return self
+
+    def close(self) -> None:
+        """Nothing to let go (a Qdrant store closes its client)."""
+
+    def reopened(self) -> IndexStore:
+        """A fresh view of this index that reuses the segments this one has checked already."""
+        fresh = IndexStore(self.root)
+        fresh.adopt(self)
+        return fresh
+
+    def open_view(self) -> IndexView:
+        """The current generation, checked, as an index view."""
+        from ..view import IndexView
+
+        return IndexView(self, self.open())
+
+    def pdf_file(self, rel: str) -> Path:
+        """A stored PDF: inside the index and a plain file, else a clear IndexProblem."""
+        regular_size(self.root, rel)
+        return self.root / rel
+
+    def size_bytes(self, manifest: Manifest) -> int:
+        """Bytes of the files a generation names (not what other generations keep)."""
+        total = sum(s.vectors_bytes or 0 for s in manifest.segments.values())
+        for rel in {d.pdf for d in [*manifest.documents, *manifest.in_progress] if d.pdf}:
+            try:
+                total += (self.root / rel).lstat().st_size
+            except OSError:
+                pass
+        return total
+
+    # reading
+
+    def read_head(self) -> Head | None:
+        if not self.exists():
+            return None
+        raw = read_member(self.root, "HEAD", HEAD_LIMIT)
+        try:
+            return Head.model_validate(json.loads(raw))
+        except (ValueError, RecursionError) as exc:  # ValidationError is a ValueError
+            from ..manifest import describe
+
+            detail = describe(exc) if hasattr(exc, "errors") else " ".join(str(exc).split())[:200]
+            raise IndexProblem(f"{self.root / 'HEAD'}: the index pointer is malformed ({detail}).", hint=REBUILD_HINT) from None
+
+    def read_manifest(self) -> Manifest | None:
+        """The current generation's manifest, validated (None when there is no index)."""
+        head = self.read_head()
+        if head is None:
+            return None
+        raw = read_member(self.root, head.manifest, MANIFEST_LIMIT)
+        if hashlib.sha256(raw).hexdigest() != head.sha256:
+            raise IndexProblem(f"{self.root / head.manifest}: checksum mismatch; the manifest is damaged.", hint=REBUILD_HINT)
+        manifest = Manifest.from_json(raw, str(self.root / head.manifest))
+        if manifest.generation != head.generation:
+            raise IndexProblem(f"{self.root / head.manifest}: generation {manifest.generation}, HEAD says {head.generation}.", hint=REBUILD_HINT)
+        return manifest
+
+    def open(self) -> Manifest:
+        """The current manifest with every segment checked (sizes, offsets, block checksums)."""
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise IndexProblem(
+                f"no index at {self.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
+            )
+        self.check(manifest)
+        self._adopted = {}
+        return manifest
+
+    def check(self, manifest: Manifest) -> None:
+        """Every segment the manifest names exists, has the recorded shape, and matches its checksums."""
+        self._check_folder("segments", required=bool(manifest.segments))
+        self._check_folder("pdf", required=False)
+        for segment in manifest.segments.values():
+            self.segment_arrays(segment)
+
+    def _check_folder(self, name: str, required: bool) -> None:
+        path = self.root / name
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            if required:
+                raise MissingIndexFile(f"{path} is missing.", hint=REBUILD_HINT) from None
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            raise IndexProblem(f"{path}: not a folder (a link or a file); the index is damaged.", hint=REBUILD_HINT)
+
+    def segment_arrays(self, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
+        """The vectors (memory-mapped, float16) and offsets of a segment, checked against the manifest."""
+        if segment.id in self._mmaps:
+            return self._mmaps[segment.id]
+        if segment.storage != "file":
+            raise IndexProblem(f"segment {segment.id}: a {segment.storage} segment in a local index; the index is damaged.",
+                               hint=REBUILD_HINT)
+        adopted = self._adopted.pop(segment.id, None)
+        if adopted is not None and adopted[0].shape == (segment.rows, segment.dim):
+            self._mmaps[segment.id] = adopted
+            return adopted
+        self._mmaps[segment.id] = arrays = load_segment(self.root, segment)
+        return arrays
+
+    def verify(self) -> list[str]:
+        """Check everything against the manifest, full sha256 of every file included; the problems found."""
+        return verify_local(self)
+
+    # writing
+
+    @contextmanager
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator[Transaction]:
+        """Take the writers' lock and start a transaction on the current generation.
+
+        A damaged index stops here (exit 1, pointing to --rebuild) unless `rebuild`: then
+        the transaction starts from nothing, and numbers its generations after the old ones.
+        """
+        with self.lock(wait_s):
+            found = base_or_rebuild(self._base, rebuild)
+            base, generation, upgrade = found if found is not None else (None, self._highest_generation(), False)
+            transaction = Transaction(self, base, generation)
+            transaction.needs_upgrade = upgrade
+            transaction.collect_temporary()
+            with discarding(transaction):
+                yield transaction
+
+    def _base(self) -> tuple[Manifest | None, int, bool]:
+        """The current generation, checked: (manifest, generation, whether its format is older)."""
+        head = self.read_head()
+        base = self.read_manifest()
+        if base is not None:
+            self.check(base)
+        return base, base.generation if base else 0, head is not None and head.format != FORMAT
+
+    def _highest_generation(self) -> int:
+        numbers = [int(p.name[4:-5]) for p in self.root.glob("gen-*.json") if p.name[4:-5].isdigit()]
+        try:
+            head = self.read_head()
+            numbers.append(head.generation if head else 0)
+        except IndexProblem:
+            pass
+        return max(numbers, default=0)
+
+    def lock(self, wait_s: float = 0.0) -> AbstractContextManager[None]:
+        """The single-writer lock (local/lock.py)."""
+        return writer_lock(self.root, wait_s)

@@ -1,0 +1,1 @@
+"""The Qdrant backend: an index in a Qdrant deployment (a server, a cluster, or the in-process mode)."""
