@@ -195,7 +195,8 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
 
 def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None, dtype: str = "float32") -> dict:
     """byaldi's index, or with `family` colpali-engine's plain loop, in `dtype`."""
-    script = [python, "-c", ENGINE, model, str(docs), family, dtype] if family else [python, "-c", BYALDI, model, str(docs), str(out), dtype]
+    script = ([python, "-c", ENGINE, model, str(docs), family, dtype] if family
+              else [python, "-c", BYALDI, model, str(docs), str(out), dtype])
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
                "print(r.stdout.strip()); print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
                *script]

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")  # the fake family registers as a plugin, here and in the processes started
+# the fake family registers as a plugin, here and in the processes started
+os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -69,7 +69,8 @@ def main() -> None:
         overlap = sum(len(set(a) & set(b)) for a, b in zip(plain["top"], pooled["top"])) / (10 * len(QUERIES))
         print(f"{report.pages_embedded} pages, bench checkpoint, CPU; pool factor {args.pool_factor} against none")
         print(f"  vectors:       {plain['rows']:,} -> {pooled['rows']:,} ({pooled['rows'] / plain['rows']:.2f})")
-        print(f"  vector bytes:  {plain['size'] / 2**20:.1f} MiB -> {pooled['size'] / 2**20:.1f} MiB ({pooled['size'] / plain['size']:.2f})")
+        ratio = pooled["size"] / plain["size"]
+        print(f"  vector bytes:  {plain['size'] / 2**20:.1f} MiB -> {pooled['size'] / 2**20:.1f} MiB ({ratio:.2f})")
         print(f"  build:         {plain['build_s']:.1f} s -> {pooled['build_s']:.1f} s (pooling itself {pooled['pool_s']:.1f} s busy)")
         print(f"  query ({len(QUERIES)} at once): {plain['query_s'] * 1000:.0f} ms -> {pooled['query_s'] * 1000:.0f} ms")
         print(f"  top-10 overlap with the plain index: {overlap:.0%} (random weights: ranking movement, not quality)")

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")  # the fake family registers as a plugin, here and in the processes started
+# the fake family registers as a plugin, here and in the processes started
+os.environ.setdefault("LGPT_PLUGINS", "localgpt_index.testing.fake")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,7 +41,8 @@ def make_pngs(folder: Path, count: int) -> None:
         def chunk(kind: bytes, data: bytes) -> bytes:
             return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
         header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw + seed.to_bytes(4, "big"))) + chunk(b"IEND", b"")
+        data = zlib.compress(raw + seed.to_bytes(4, "big"))
+        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
 
     for number in range(count):
         sub = folder / f"part-{number // 100:05d}"

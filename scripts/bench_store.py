@@ -94,7 +94,8 @@ def main() -> None:
             open_s = time.perf_counter() - started
             query_ms, results = query_times(index, queries)
             rows[name] = {"build": build_s, "open": open_s, "query": query_ms, "results": results, "index": index, "store": store}
-            print(f"{name:>12}: build {build_s:7.1f} s, open {open_s:6.1f} s, query {query_ms:8.1f} ms (median of {len(queries)})", flush=True)
+            print(f"{name:>12}: build {build_s:7.1f} s, open {open_s:6.1f} s, query {query_ms:8.1f} ms (median of {len(queries)})",
+                  flush=True)
         same = all(pages_of(a) == pages_of(b) for a, b in zip(rows["local"]["results"], rows["qdrant+path"]["results"]))
         worst = max(abs(x.score - y.score) for a, b in zip(rows["local"]["results"], rows["qdrant+path"]["results"]) for x, y in zip(a, b))
         print(f"{args.pages:,} pages of 1,030 x 128: same top-10 in both stores for all {len(queries)} queries: {same} "

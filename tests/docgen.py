@@ -102,9 +102,11 @@ def make_corpus(root: Path) -> dict[str, Path]:
     """A small mixed folder with nested sub-folders; returns the files by role."""
     files = {
         "pdf": make_pdf(root / "reports" / "annual-report.pdf", ["Annual report 2024", "Revenue by quarter", "Outlook"]),
-        "docx": make_docx(root / "reports" / "memo.docx", ["Quarterly memo", "Q3 revenue grew 12 percent.", "Costs were flat."], page_breaks=1),
+        "docx": make_docx(root / "reports" / "memo.docx", ["Quarterly memo", "Q3 revenue grew 12 percent.", "Costs were flat."],
+                          page_breaks=1),
         "pptx": make_pptx(root / "slides" / "deck.pptx", ["Market overview", "Customers", "Next steps"]),
-        "xlsx": make_xlsx(root / "data" / "numbers" / "revenue.xlsx", [("Quarter", "Revenue"), ("Q1", 100), ("Q2", 120), ("Q3", 134), ("Q4", 150)]),
+        "xlsx": make_xlsx(root / "data" / "numbers" / "revenue.xlsx",
+                          [("Quarter", "Revenue"), ("Q1", 100), ("Q2", 120), ("Q3", 134), ("Q4", 150)]),
         "md": root / "notes" / "readme.md",
         "png": make_png(root / "scans" / "receipt.png", "Invoice total: 42.00"),
     }

@@ -280,7 +280,8 @@ def test_token_pooling_shrinks_the_index_and_is_kept_consistent(tiny_model, tmp_
     build_ok(str(docs), "--model", str(tiny_model), "--index-dir", str(plain))
     result = run_cli("build", str(docs), "--model", str(tiny_model), "--pool-factor", "3", "--index-dir", str(pooled), "--json")
     assert result.exit_code == 0, result.stderr
-    status = {name: json.loads(run_cli("status", "--index-dir", str(d), "--json").stdout) for name, d in (("plain", plain), ("pooled", pooled))}
+    status = {name: json.loads(run_cli("status", "--index-dir", str(d), "--json").stdout)
+              for name, d in (("plain", plain), ("pooled", pooled))}
     assert status["pooled"]["pages"] == status["plain"]["pages"]
     # 29 vectors per tiny page pool to 29 // 3 = 9
     assert status["pooled"]["vectors"] == status["plain"]["pages"] * 9 and status["plain"]["vectors"] == status["plain"]["pages"] * 29

@@ -11,7 +11,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from conftest import faulty_model, run_cli, validate

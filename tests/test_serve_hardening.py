@@ -60,7 +60,8 @@ GOOD = [{"queries": ["quarterly report"], "k": 3}, {"queries": ["a scan", "page 
         {"queries": ["numbers"], "filters": ["team=finance"]}]
 BAD = [({"queries": ["fine", "broken \ud800 text"]}, 400, "queries[1]"), ({"queries": ["\udfff"]}, 400, "queries[0]"),
        ({"queries": ["x" * 2049]}, 400, "queries[0]"), ({"queries": ["q"], "k": 0}, 400, "k"),
-       ({"queries": ["q"], "filters": ["no-equals"]}, 400, "filter"), ({"queries": ["q"], "filters": ["\udc80"]}, 400, "filter"), ({"queries": ["q"] * 65, "k": 1}, 400, "queries")]
+       ({"queries": ["q"], "filters": ["no-equals"]}, 400, "filter"), ({"queries": ["q"], "filters": ["\udc80"]}, 400, "filter"),
+       ({"queries": ["q"] * 65, "k": 1}, 400, "queries")]
 
 
 def test_a_malformed_query_fails_only_its_own_request(hardening_index, tmp_path):

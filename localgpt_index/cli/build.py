@@ -34,7 +34,8 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @click.option("--convert-timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds one conversion may take.")
 @click.option("--render-timeout", type=SECONDS, default=60.0, show_default=True,
               help="Seconds poppler may take for a few pages of a PDF.")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True, help="Conversions run side by side, ahead of the model.")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Conversions run side by side, ahead of the model.")
 @click.option("--commit-every", type=click.IntRange(1), default=None,
               help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
 @click.option("--commit-interval", type=SECONDS, default=600.0, show_default=True, help="Commit at least this often, in seconds.")
@@ -102,7 +103,8 @@ def _summarise(app: Application, report) -> None:
         terminal.detail(f"skipped: {display_path(skipped['path'])} ({skipped['reason']})")
     if report.precision:
         p = report.precision
-        terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {'on' if p['autocast'] else 'off'}): {p['reason']}")
+        autocast = "on" if p["autocast"] else "off"
+        terminal.detail(f"model {report.model['id']} on {p['device']} in {p['dtype']} (autocast {autocast}): {p['reason']}")
     if report.cpu_tuning:
         tuning = report.cpu_tuning
         rates = ", ".join(f"{size}: {rate} ({tuning['peak_rss_mib_by_batch'][size]} MiB)"

@@ -78,7 +78,8 @@ def _print(report: dict) -> None:
     echo(f"libreoffice  {lo['version'] + ' at ' + lo['path'] if lo['path'] else 'not found'}")
     echo(f"word         {'yes (docx2pdf)' if conv['word'] else 'no'}")
     isolation = conv["network_isolation"]
-    echo(f"isolation    {'converters run without network (' + isolation + ')' if isolation else 'no network namespace here: HTML and Markdown references are still confined to the folder'}")
+    confined = "no network namespace here: HTML and Markdown references are still confined to the folder"
+    echo(f"isolation    {'converters run without network (' + isolation + ')' if isolation else confined}")
     pop = conv["poppler"]
     echo(f"poppler      {(pop['version'] or '?') + ' at ' + pop['path'] if pop['path'] else 'not found'}")
     cache = report["model_cache"]

@@ -45,7 +45,8 @@ def export(app: Application, out, fmt, with_images, dpi, force) -> None:
 @click.argument("source")
 @click.option("--format", "fmt", type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
               help="byaldi: SOURCE is a byaldi index folder. qdrant: SOURCE is a store URL.")
-@click.option("--model", "-m", default=None, metavar="ID|PATH", help="byaldi: the model the vectors came from. [default: byaldi's model_name]")
+@click.option("--model", "-m", default=None, metavar="ID|PATH",
+              help="byaldi: the model the vectors came from. [default: byaldi's model_name]")
 @index_options
 @output_options
 @click.pass_obj

@@ -10,7 +10,10 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator, Protocol
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class ProgressSink(Protocol):
@@ -74,7 +77,7 @@ class _RichProgress:
             console=console,
             transient=False,
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> "_RichProgress":
         self._progress.__enter__()

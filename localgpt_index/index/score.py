@@ -17,7 +17,7 @@ import numpy as np
 from ..core.cpus import available_cpus
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 # Rows of page vectors scored at once, at most. The float16 rows are widened into
 # one reused float32 buffer (no allocation per chunk), and the similarity block

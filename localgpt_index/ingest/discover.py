@@ -9,7 +9,6 @@ never makes its documents look deleted.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import stat as stat_mode
 from concurrent.futures import ThreadPoolExecutor
@@ -212,7 +211,8 @@ class _Walker:
             self.result.skipped.append((path, "broken symlink" if is_link else "vanished while listing"))
             return None
         if not stat_mode.S_ISREG(info.st_mode):
-            what = {stat_mode.S_IFIFO: "a FIFO", stat_mode.S_IFSOCK: "a socket", stat_mode.S_IFCHR: "a device", stat_mode.S_IFBLK: "a device"}
+            what = {stat_mode.S_IFIFO: "a FIFO", stat_mode.S_IFSOCK: "a socket",
+                    stat_mode.S_IFCHR: "a device", stat_mode.S_IFBLK: "a device"}
             self.result.skipped.append((path, f"not a regular file ({what.get(stat_mode.S_IFMT(info.st_mode), 'special')})"))
             return None
         self.result.files.append(FoundFile(path, kind, file_stat(info)))

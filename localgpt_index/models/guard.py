@@ -23,7 +23,8 @@ from typing import Iterator
 from ..core.errors import LgptError
 
 # safetensors dtype codes -> torch names
-_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+              "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 _CONFIG_DTYPE_FIELDS = ("dtype", "torch_dtype")
 
 

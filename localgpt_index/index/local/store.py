@@ -159,7 +159,8 @@ class IndexStore:
             raise IndexProblem(f"{self.root / head.manifest}: checksum mismatch; the manifest is damaged.", hint=REBUILD_HINT)
         manifest = Manifest.from_json(raw, str(self.root / head.manifest))
         if manifest.generation != head.generation:
-            raise IndexProblem(f"{self.root / head.manifest}: generation {manifest.generation}, HEAD says {head.generation}.", hint=REBUILD_HINT)
+            raise IndexProblem(f"{self.root / head.manifest}: generation {manifest.generation}, HEAD says {head.generation}.",
+                               hint=REBUILD_HINT)
         return manifest
 
     def open(self) -> Manifest:

@@ -88,7 +88,13 @@ from .lease import _Lease, hold_lease
 from .txn import QdrantSegmentWriter, QdrantTransaction
 from .view import QdrantIndex
 
-__all__ = ['CHUNK_CHARS', 'HEAD_ID', 'LEASE_ID', 'LEASE_MARGIN_S', 'LEASE_RENEW_S', 'LEASE_TTL_S', 'LeaseLost', 'MIN_SERVER', 'NAMESPACE', 'NO_TOKEN', 'PATHS_VERSION', 'PDF_STORE_MARKER', 'PENDING', 'QdrantSpec', 'UPSERT_BATCH', 'check_server_version', 'chunk_id', 'doc_key', 'parse_store_url', 'path_fields', 'payload_path', 'point_id', 'point_key', 'visible_filter', 'catalog_of', 'QdrantStore', 'QdrantTransaction', 'QdrantSegmentWriter', 'QdrantIndex']
+__all__ = [
+    'CHUNK_CHARS', 'HEAD_ID', 'LEASE_ID', 'LEASE_MARGIN_S', 'LEASE_RENEW_S', 'LEASE_TTL_S', 'LeaseLost',
+    'MIN_SERVER', 'NAMESPACE', 'NO_TOKEN', 'PATHS_VERSION', 'PDF_STORE_MARKER', 'PENDING', 'QdrantSpec',
+    'UPSERT_BATCH', 'check_server_version', 'chunk_id', 'doc_key', 'parse_store_url', 'path_fields',
+    'payload_path', 'point_id', 'point_key', 'visible_filter', 'catalog_of', 'QdrantStore',
+    'QdrantTransaction', 'QdrantSegmentWriter', 'QdrantIndex',
+]
 
 
 class QdrantStore:
