@@ -21,7 +21,7 @@ class GuardedH11Protocol(H11Protocol):
     limits: ConnectionLimits = ConnectionLimits()
     waiting: deque  # connections past the cap that may yet ask for /healthz (one deque per server)
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:  # type: ignore[override]  # uvicorn annotates the base with its own transport type
         self._deadline = None
         self._phase = "headers"
         self._over_cap = len(self.connections) >= self.limits.max_connections
