@@ -16,7 +16,7 @@ def block_checksums(path: Path, algorithm: str = "xxh3_64", block_size: int = CH
     import xxhash
 
     buffer = bytearray(min(block_size, 4 << 20))
-    hashes = []
+    hashes: list[str] = []
     with open(path, "rb", buffering=0) as handle:
         while True:
             hasher, total, left = xxhash.xxh3_64(), 0, block_size

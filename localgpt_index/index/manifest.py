@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator, model_validator
 
@@ -22,7 +22,7 @@ from .._version import __version__
 from ..core.errors import IndexProblem
 from ..core.types import FileStat
 
-FORMAT = "lgpt-index/3"
+FORMAT: Final = "lgpt-index/3"
 READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", FORMAT)
 CHECK_BLOCK = 64 << 20  # bytes of vectors per block checksum
 
@@ -109,17 +109,18 @@ class Segment(_Strict):
     def _sizes_agree(self) -> "Segment":
         if self.rows < self.pages:
             raise ValueError(f"{self.pages} pages in {self.rows} rows")
-        files = (self.vectors_bytes, self.vectors_sha256, self.offsets_sha256, self.checksum)
+        size, check = self.vectors_bytes, self.checksum
+        files = (size, self.vectors_sha256, self.offsets_sha256, check)
         if self.storage == "qdrant":
             if any(f is not None for f in files):
                 raise ValueError("a Qdrant segment has no files")
             return self
-        if any(f is None for f in files):
+        if size is None or check is None or any(f is None for f in files):
             raise ValueError("a segment of files needs vectors_bytes, vectors_sha256, offsets_sha256 and checksum")
         payload = self.rows * self.dim * 2
-        if not payload < self.vectors_bytes <= payload + 4096:
-            raise ValueError(f"{self.vectors_bytes} bytes cannot hold {self.rows} x {self.dim} float16 values")
-        if len(self.checksum.blocks) != max(1, math.ceil(self.vectors_bytes / self.checksum.block_size)):
+        if not payload < size <= payload + 4096:
+            raise ValueError(f"{size} bytes cannot hold {self.rows} x {self.dim} float16 values")
+        if len(check.blocks) != max(1, math.ceil(size / check.block_size)):
             raise ValueError("one checksum per block expected")
         return self
 
@@ -179,6 +180,11 @@ class Manifest(_Strict):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> "Manifest":
+        self.check_references()
+        return self
+
+    def check_references(self) -> None:
+        """Segments listed under their own id, spans inside their segment, no path twice (ValueError)."""
         for key, segment in self.segments.items():
             if key != segment.id:
                 raise ValueError(f"segment {key!r} is listed under another id ({segment.id!r})")
@@ -189,15 +195,14 @@ class Manifest(_Strict):
                     raise ValueError(f"{where}[{number}]: {doc.path!r} is listed twice")
                 paths.add(doc.path)
                 for span in doc.spans:
-                    segment = self.segments.get(span.segment)
-                    if segment is None:
+                    holder = self.segments.get(span.segment)
+                    if holder is None:
                         raise ValueError(f"{where}[{number}]: segment {span.segment!r} is not in the manifest")
-                    if span.first + span.pages > segment.pages:
+                    if span.first + span.pages > holder.pages:
                         raise ValueError(
                             f"{where}[{number}]: pages {span.first}..{span.first + span.pages - 1} "
-                            f"lie outside segment {span.segment} ({segment.pages} pages)"
+                            f"lie outside segment {span.segment} ({holder.pages} pages)"
                         )
-        return self
 
     @property
     def page_count(self) -> int:

@@ -18,7 +18,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..core.failpoints import failpoint
@@ -93,7 +93,7 @@ class PdfStore:
         """What a commit named is no longer staged."""
         self.staged -= named_pdfs([manifest])
 
-    def collect(self, keep: list[Manifest | None]) -> None:
+    def collect(self, keep: Sequence[Manifest | None]) -> None:
         """Delete PDFs no kept generation names nor this transaction has staged (best effort)."""
         if not self.owned:
             return

@@ -55,7 +55,7 @@ def assemble_manifest(generation: int, model: ModelInfo, settings: Settings, seg
         in_progress=sorted(in_progress, key=_by_path),
         failures=list(failures),
     )
-    manifest._references_resolve()
+    manifest.check_references()
     return manifest
 
 

@@ -71,8 +71,8 @@ class IndexView:
         if not docs or not len(query_vectors):
             return [[] for _ in query_vectors]
         if candidates:
-            table = self._first_pass(query_vectors, table, candidates)
-            return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, table)]
+            tables = self._first_pass(query_vectors, table, candidates)
+            return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, tables)]
         return self._rank(query_vectors, docs, k, device, table)
 
     def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:

@@ -43,11 +43,11 @@ class SegmentWriter:
     def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
         """Add one page (tokens, dim); returns its index in the segment. (`page` says whose page it
         is; a local segment does not need to know: the manifest's spans say it.)"""
-        page = np.ascontiguousarray(vectors, dtype=np.float16)
-        if page.ndim != 2 or page.shape[1] != self.dim or page.shape[0] < 1:
-            raise ValueError(f"a page of shape {page.shape}, expected (tokens >= 1, {self.dim})")
-        self._handle.write(page.tobytes())
-        self.lengths.append(int(page.shape[0]))
+        array = np.ascontiguousarray(vectors, dtype=np.float16)
+        if array.ndim != 2 or array.shape[1] != self.dim or array.shape[0] < 1:
+            raise ValueError(f"a page of shape {array.shape}, expected (tokens >= 1, {self.dim})")
+        self._handle.write(array.tobytes())
+        self.lengths.append(int(array.shape[0]))
         if len(self.lengths) == 2:
             self._handle.flush()
             failpoint("write-vectors")
@@ -103,6 +103,8 @@ def load_segment(root: Path, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
             f"{root / vec_rel}: {size} bytes, the manifest says {segment.vectors_bytes}; the file is damaged.", hint=REBUILD_HINT
         )
     check = segment.checksum
+    if check is None:  # a Qdrant segment listed in a local index
+        raise IndexProblem(f"segment {segment.id}: the manifest gives its vectors no checksum.", hint=REBUILD_HINT)
     if block_checksums(root / vec_rel, check.algorithm, check.block_size) != check.blocks:
         raise IndexProblem(f"{root / vec_rel}: checksum mismatch; the vectors are damaged.", hint=REBUILD_HINT)
     try:

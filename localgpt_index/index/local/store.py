@@ -144,9 +144,11 @@ class IndexStore:
         try:
             return Head.model_validate(json.loads(raw))
         except (ValueError, RecursionError) as exc:  # ValidationError is a ValueError
+            from pydantic import ValidationError
+
             from ..manifest import describe
 
-            detail = describe(exc) if hasattr(exc, "errors") else " ".join(str(exc).split())[:200]
+            detail = describe(exc) if isinstance(exc, ValidationError) else " ".join(str(exc).split())[:200]
             raise IndexProblem(f"{self.root / 'HEAD'}: the index pointer is malformed ({detail}).", hint=REBUILD_HINT) from None
 
     def read_manifest(self) -> Manifest | None:

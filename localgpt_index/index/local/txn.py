@@ -135,7 +135,7 @@ class Transaction:
 
     def _upgraded(self, segment: Segment) -> Segment:
         """Format 1's word sums (already checked when the index was opened) replaced by XXH3."""
-        if segment.checksum.algorithm == "xxh3_64":
+        if segment.checksum is None or segment.checksum.algorithm == "xxh3_64":  # None: no files to check
             return segment
         path = self.store.segments_dir / f"{segment.id}.vectors.npy"
         upgraded = segment.model_copy(update={"checksum": Checksum(algorithm="xxh3_64", blocks=block_checksums(path))})

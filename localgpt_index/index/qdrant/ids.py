@@ -115,7 +115,8 @@ def parse_store_url(url: str, api_key: str | None = None) -> QdrantSpec:
             if scheme is None:
                 return QdrantSpec(collection, path=Path(os.path.abspath(os.path.expanduser(where))))
             _check_host(url, where)
-            return QdrantSpec(collection, url=f"{scheme}://{where}", api_key=api_key, **counts)
+            return QdrantSpec(collection, url=f"{scheme}://{where}", api_key=api_key,
+                              shards=counts.get("shards"), replicas=counts.get("replicas"))
     raise UsageError(f"--store {url}: expected local, qdrant://HOST:PORT/COLLECTION, qdrants://... or qdrant+path://DIR/COLLECTION.")
 
 

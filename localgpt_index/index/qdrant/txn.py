@@ -52,7 +52,7 @@ class QdrantTransaction:
         self.needs_upgrade = False
         self.previous_physical = physical
         self.rebuild = rebuild or physical is None or base is None
-        self.physical = f"{store.spec.collection}__{uuid.uuid4().hex[:10]}" if self.rebuild else physical
+        self.physical = f"{store.spec.collection}__{uuid.uuid4().hex[:10]}" if self.rebuild or physical is None else physical
         self._created = False
         self._segments: dict[str, Segment] = dict(base.segments) if base else {}
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
