@@ -143,6 +143,7 @@ class PageFeed:
         self.render_timeout_s = render_timeout_s
         self._queue: queue.Queue[PageEvent | None] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
+        self.processes = processes.ProcessScope.under_current()  # its conversions and renders: close() stops them
         self._failure: BaseException | None = None
         self._producer: threading.Thread | None = None
         self._ahead: deque[PageEvent | None] = deque()  # rendered before prepare was known; the producer's own
@@ -184,7 +185,7 @@ class PageFeed:
     def _end(self, finished: bool) -> None:
         self._stop.set()
         if not finished:  # interrupted, or the consumer gave up: end the external processes now
-            processes.stop_all()
+            self.processes.stop()
         if self._producer is not None:
             self._producer.join()
         if self._ahead_folder is not None:  # pages set aside and never read (a feed given up)
@@ -313,7 +314,7 @@ class PageFeed:
         window = self.convert_workers + 1
         opening: dict[Future, int] = {}
         next_job = 0
-        with ThreadPoolExecutor(self.convert_workers, thread_name_prefix="lgpt-convert") as pool:
+        with ThreadPoolExecutor(self.convert_workers, "lgpt-convert", self.processes.enter_thread) as pool:
             try:
                 while (next_job < len(jobs) or opening) and not self._stop.is_set():
                     while next_job < len(jobs) and len(opening) < window:
@@ -395,6 +396,7 @@ class PageFeed:
             self._end(finished)
 
     def _produce_guarded(self) -> None:
+        self.processes.enter_thread()
         try:
             self._produce()
         except processes.Stopped:
