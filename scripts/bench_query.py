@@ -43,32 +43,14 @@ DIM = 128
 PAGES_PER_DOC = 10
 SEED = 0
 
-# Run by each tree's own Python path (this one's, or a baseline's): the imports of both layouts.
+# Run in each tree (this one, or a baseline's worktree): that tree's own make_index writes the index.
 MAKE = """
 import sys
-import numpy as np
-try:
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
-except ImportError:  # a tree from before the packages (31bee69 and older)
-    from localgpt_index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.store import IndexStore
-TOKENS, DIM, PER_DOC = %d, %d, %d
-rng = np.random.default_rng(int(sys.argv[3]))
-def unit(rows):
-    v = rng.standard_normal((rows, DIM), dtype=np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-pages = int(sys.argv[2])
-store = IndexStore(sys.argv[1] + "/default")
-with store.begin() as txn:
-    segment = txn.write_segment((unit(TOKENS).astype(np.float16) for _ in range(pages)), DIM)
-    documents = [
-        Document(path=f"/bench/doc-{d:06d}.pdf", sha256=f"{d:064x}", size=1, kind="pdf", pages=PER_DOC,
-                 spans=[Span(segment=segment.id, first=d * PER_DOC, pages=PER_DOC)])
-        for d in range(pages // PER_DOC)
-    ]
-    txn.commit(documents, ModelInfo(id="synthetic", family="fake", fingerprint="synthetic", dim=DIM), Settings(dim=DIM))
-""" % (TOKENS, DIM, PAGES_PER_DOC)
+from pathlib import Path
+sys.path.insert(0, "scripts")
+from bench_query import make_index
+make_index(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+"""
 
 # lgpt-index's side of one round, in a fresh process: import, open, the first query (model loading
 # is not part of it), then queries/s one per call, batched, and with the lossy first pass.
@@ -117,6 +99,22 @@ def unit(rng, rows: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def make_index(index_dir: Path, pages: int, seed: int = SEED) -> None:
+    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.store import IndexStore
+
+    rng = np.random.default_rng(seed)
+    store = IndexStore(index_dir / "default")
+    with store.begin() as txn:
+        segment = txn.write_segment((unit(rng, TOKENS).astype(np.float16) for _ in range(pages)), DIM)
+        documents = [
+            Document(path=f"/bench/doc-{d:06d}.pdf", sha256=f"{d:064x}", size=1, kind="pdf", pages=PAGES_PER_DOC,
+                     spans=[Span(segment=segment.id, first=d * PAGES_PER_DOC, pages=PAGES_PER_DOC)])
+            for d in range(pages // PAGES_PER_DOC)
+        ]
+        txn.commit(documents, ModelInfo(id="synthetic", family="fake", fingerprint="synthetic", dim=DIM), Settings(dim=DIM))
+
+
 def in_tree(tree: Path, script: str, *args: str) -> str:
     """Run `script` with `tree`'s lgpt-index first on the path (`python -c` puts its working directory first)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -135,7 +133,7 @@ def their_scores(pages: int, queries: list[np.ndarray]) -> tuple[float, list[np.
     import torch
     from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
-    rng = np.random.default_rng(SEED)  # the pages MAKE wrote, in its order
+    rng = np.random.default_rng(SEED)  # the pages make_index wrote, in its order
     page_tensors = [torch.from_numpy(unit(rng, TOKENS).astype(np.float16).astype(np.float32)) for _ in range(pages)]
     started = time.perf_counter()
     scores = [BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(q)], page_tensors, device="cpu")[0].numpy()
