@@ -243,10 +243,10 @@ def _fit(image: Image.Image, size: RenderSize) -> Image.Image:
     if isinstance(size, PixelBudget):
         size = size.fit(image.width, image.height)
     if isinstance(size, tuple):
-        return image if image.size == size else image.resize(size, Image.BICUBIC)
+        return image if image.size == size else image.resize(size, Image.Resampling.BICUBIC)
     scale = (size or DEFAULT_LONG_SIDE) / max(image.size)
     if scale < 1 or size is not None:
-        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
+        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BICUBIC)
     return image
 
 
