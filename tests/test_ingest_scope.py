@@ -14,8 +14,7 @@ import pytest
 from docgen import make_pdf_of_shapes
 from localgpt_index.core.errors import DocumentError
 from localgpt_index.ingest import processes
-from localgpt_index.ingest.processes import ProcessScope, Stopped
-from localgpt_index.ingest.render import PixelBudget, poppler_error, read_pdf_pages, render_page_at_dpi, render_pdf_pages
+from localgpt_index.ingest.render import PixelBudget, read_pdf_pages, render_page_at_dpi, render_pdf_pages
 
 BUDGET = PixelBudget(max_pixels=768 * 28 * 28, min_pixels=4 * 28 * 28, cell=28)
 
@@ -37,6 +36,8 @@ def test_importing_the_ingest_modules_changes_neither_pdf2image_nor_the_warnings
 
 
 def test_a_stopped_scope_does_not_stop_a_later_one():
+    from localgpt_index.ingest.processes import ProcessScope, Stopped
+
     first = ProcessScope()
     running = first.start(["sleep", "60"])
     first.stop()
@@ -49,6 +50,8 @@ def test_a_stopped_scope_does_not_stop_a_later_one():
 
 
 def test_stopping_a_run_stops_the_scopes_under_it_and_no_other():
+    from localgpt_index.ingest.processes import ProcessScope
+
     run, other = ProcessScope(), ProcessScope()
     with run.entered():
         feed = ProcessScope.under_current()
@@ -96,6 +99,8 @@ def test_an_abandoned_feed_does_not_make_later_renders_fail(tmp_path):
     ("pdfinfo", "failed", "this PDF", "x" * 400, "poppler failed on this PDF: " + "x" * 300),
 ])
 def test_the_poppler_error_mapping(tool, failure, what, said, expected):
+    from localgpt_index.ingest.render import poppler_error
+
     error = poppler_error(tool, failure, what, said, timeout_s=2.0)
     assert isinstance(error, DocumentError) and error.stage == "render" and error.reason == expected
 
