@@ -127,7 +127,7 @@ def scoring_alone(index: Path) -> tuple[float, float]:
     return alone, stacked
 
 
-def one_round(tree: Path, server_url: str, index: Path, texts: list[str]) -> dict:
+def one_round(tree: Path, server_url: str, index: Path, texts: list[str], docs: Path) -> dict:
     """One tree's measurements of a round: cold CLI latency (2 processes), warm /query latency
     (median of 20), the rankings of `texts` asked one at a time, queries/s one at a time and from 8 clients."""
     import httpx
@@ -145,7 +145,9 @@ def one_round(tree: Path, server_url: str, index: Path, texts: list[str]) -> dic
             warm.append(time.perf_counter() - started)
         # one at a time, before the concurrent clients: a query batched with others is padded with
         # them, and its ranking can differ in near-ties (the CLI's, batched, differs the same way)
-        rankings = [ranking(ask(client, t)) for t in texts]
+        # paths relative to the indexed folder, as `serve` now answers (31bee69 and older: absolute, as the CLI)
+        rankings = [[(os.path.relpath(path, docs) if os.path.isabs(path) else path, page)
+                     for path, page in ranking(ask(client, t))] for t in texts]
     [(alone, together)], _ = throughput_rounds(server_url, texts, [None] * len(texts), 1)
     return {"cold": statistics.median(cold), "warm": statistics.median(warm), "alone": alone, "together": together,
             "rankings": rankings}
@@ -172,7 +174,7 @@ def against_baseline(baseline: Path, model: Path, docs: Path, tmp: Path, rounds:
         for round_number in range(rounds):
             names = list(trees) if round_number % 2 == 0 else list(trees)[::-1]
             for name in names:
-                runs[name].append(one_round(trees[name], servers[name].url, indexes[name], texts))
+                runs[name].append(one_round(trees[name], servers[name].url, indexes[name], texts, docs))
     finally:
         for server in servers.values():
             server.stop()
