@@ -4,21 +4,29 @@
 A synthetic index of N pages x 1030 vectors x 128 dimensions (unit-norm, float16,
 written through the real store) and 20-token queries. byaldi scores one query
 per call over a list of page tensors; colpali-engine gets float32 tensors, its
-fastest dtype on a CPU. lgpt-index opens the index from disk (memory-mapped,
-checksums verified) and scores one query per call, then a batch of queries in
-one call (what `lgpt-index query A B C` and --queries-file do).
+fastest dtype on a CPU. lgpt-index runs in a process of its own: it opens the index
+from disk (memory-mapped, checksums verified), scores one query per call, then a
+batch of queries in one call (what `lgpt-index query A B C` and --queries-file do).
 
     python scripts/bench_query.py                 # N = 1,000 and 10,000
     python scripts/bench_query.py --pages 2000
+    python scripts/bench_query.py --pages 2000 --baseline 31bee69 --rounds 5
+
+With --baseline REV, that commit's lgpt-index (a git worktree of it, in a temporary folder)
+writes the same index and runs the same measurement, interleaved with this tree's in
+`--rounds` rounds (the order alternating): this machine's speed drifts, so a ratio is only
+as good as the rounds it comes from; the median ratio and its spread (min-max) are printed.
 
 Prints queries/s for each, their ratios, the time to open the index and to the
-first result. Exits 1 only if the two disagree on a top-10.
+first result. Exits 1 only if two of them disagree on a top-10.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +41,57 @@ sys.path.insert(0, str(ROOT))
 TOKENS = 1030
 DIM = 128
 PAGES_PER_DOC = 10
+SEED = 0
+
+# Run in each tree (this one, or a baseline's worktree): that tree's own make_index writes the index.
+MAKE = """
+import sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+from bench_query import make_index
+make_index(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+"""
+
+# lgpt-index's side of one round, in a fresh process: import, open, the first query (model loading
+# is not part of it), then queries/s one per call, batched, and with the lossy first pass.
+MEASURE = """
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+try:
+    from localgpt_index.query.search import open_index
+except ImportError:  # a tree from before the packages (31bee69 and older)
+    from localgpt_index.search import open_index
+import torch
+t1 = time.perf_counter()
+index = open_index(sys.argv[1])
+t2 = time.perf_counter()
+queries = list(np.load(sys.argv[2]))
+single_count, batch = int(sys.argv[3]), int(sys.argv[4])
+index.search_vectors(queries[:1], k=10)
+t3 = time.perf_counter()
+def top(hits):
+    return [[h.path, h.page] for h in hits]
+started = time.perf_counter()
+single = [top(index.search_vectors([q], k=10)[0]) for q in queries[:single_count]]
+single_qps = single_count / (time.perf_counter() - started)
+started = time.perf_counter()
+exact = index.search_vectors(queries[:batch], k=10)
+batch_qps = batch / (time.perf_counter() - started)
+first_pass = {}
+for candidates in (100, 1000):
+    started = time.perf_counter()
+    index.search_vectors(queries[:1], k=10, candidates=candidates)  # builds the sign codes once
+    build_s = time.perf_counter() - started
+    started = time.perf_counter()
+    approx = index.search_vectors(queries[:batch], k=10, candidates=candidates)
+    qps = batch / (time.perf_counter() - started)
+    recall = float(np.mean([len({(h.path, h.page) for h in a} & {(h.path, h.page) for h in b}) / 10
+                            for a, b in zip(exact, approx)]))
+    first_pass[candidates] = [qps, recall, build_s]
+print(json.dumps({"imports_s": t1 - t0, "open_s": t2 - t1, "score_s": t3 - t2, "single_qps": single_qps,
+                  "batch_qps": batch_qps, "first_pass": first_pass, "single": single, "batch": [top(h) for h in exact]}))
+"""
 
 
 def unit(rng, rows: int) -> np.ndarray:
@@ -40,7 +99,7 @@ def unit(rng, rows: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def make_index(index_dir: Path, pages: int, seed: int = 0) -> None:
+def make_index(index_dir: Path, pages: int, seed: int = SEED) -> None:
     from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
     from localgpt_index.index.store import IndexStore
 
@@ -56,84 +115,85 @@ def make_index(index_dir: Path, pages: int, seed: int = 0) -> None:
         txn.commit(documents, ModelInfo(id="synthetic", family="fake", fingerprint="synthetic", dim=DIM), Settings(dim=DIM))
 
 
-def first_result(index_dir: Path, query: np.ndarray) -> dict:
-    """In a fresh process: import, open, score one query. Model loading is not part of it."""
-    code = f"""
-import json, sys, time
-t0 = time.perf_counter()
-import numpy as np
-from localgpt_index.query.search import open_index
-import torch
-t1 = time.perf_counter()
-index = open_index({str(index_dir)!r})
-t2 = time.perf_counter()
-hits = index.search_vectors([np.load({str(index_dir / 'q.npy')!r})], k=10)
-t3 = time.perf_counter()
-print(json.dumps({{"imports_s": t1 - t0, "open_s": t2 - t1, "score_s": t3 - t2}}))
-"""
-    np.save(index_dir / "q.npy", query)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def in_tree(tree: Path, script: str, *args: str) -> str:
+    """Run `script` with `tree`'s lgpt-index first on the path (`python -c` puts its working directory first)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=tree, env=env, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{tree}: {done.stderr[-3000:]}")
+    return done.stdout
 
 
-def bench(pages: int, batch: int, baseline_queries: int, tokens: int) -> bool:
+def measure(tree: Path, index_dir: Path, queries: Path, single: int, batch: int) -> dict:
+    return json.loads(in_tree(tree, MEASURE, str(index_dir), str(queries), str(single), str(batch)).strip().splitlines()[-1])
+
+
+def their_scores(pages: int, queries: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+    """colpali-engine's score_multi_vector, one query per call, over the same page vectors (float32)."""
     import torch
     from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
-    from localgpt_index.query.search import open_index
+    rng = np.random.default_rng(SEED)  # the pages make_index wrote, in its order
+    page_tensors = [torch.from_numpy(unit(rng, TOKENS).astype(np.float16).astype(np.float32)) for _ in range(pages)]
+    started = time.perf_counter()
+    scores = [BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(q)], page_tensors, device="cpu")[0].numpy()
+              for q in queries]
+    return len(queries) / (time.perf_counter() - started), scores
 
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}x-{max(values):.2f}x)"
+
+
+def bench(pages: int, batch: int, baseline_queries: int, tokens: int, baseline: Path | None, rounds: int) -> bool:
     rng = np.random.default_rng(1)
     queries = [unit(rng, tokens) for _ in range(max(batch, baseline_queries))]
+    trees = {"this tree": ROOT, **({f"baseline {baseline.name.removeprefix('baseline-')}": baseline} if baseline else {})}
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-query-") as tmp:
-        index_dir = Path(tmp)
-        make_index(index_dir, pages)
-        timing = first_result(index_dir, queries[0])
-        index = open_index(index_dir)
-
-        started = time.perf_counter()
-        single = [index.search_vectors([q], k=10)[0] for q in queries[:baseline_queries]]
-        ours_single_qps = baseline_queries / (time.perf_counter() - started)
-        started = time.perf_counter()
-        exact_batch = index.search_vectors(queries[:batch], k=10)
-        ours_batch_qps = batch / (time.perf_counter() - started)
-        first_pass = {}
-        for candidates in (100, 1000):
-            started = time.perf_counter()
-            index.search_vectors(queries[:1], k=10, candidates=candidates)  # builds the sign codes once
-            build_s = time.perf_counter() - started
-            started = time.perf_counter()
-            approx = index.search_vectors(queries[:batch], k=10, candidates=candidates)
-            qps = batch / (time.perf_counter() - started)
-            recall = np.mean([len({(h.path, h.page) for h in a} & {(h.path, h.page) for h in b}) / 10
-                              for a, b in zip(exact_batch, approx)])
-            first_pass[candidates] = (qps, recall, build_s)
-
-        segment = next(iter(index.manifest.segments.values()))
-        vectors, offsets = index.store.segment_arrays(segment)
-        page_tensors = [torch.from_numpy(np.array(vectors[offsets[p] : offsets[p + 1]], dtype=np.float32)) for p in range(pages)]
-        started = time.perf_counter()
-        theirs = [
-            BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(q)], page_tensors, device="cpu")[0].numpy()
-            for q in queries[:baseline_queries]
-        ]
-        their_qps = baseline_queries / (time.perf_counter() - started)
-        del page_tensors
-
+        np.save(Path(tmp) / "q.npy", np.stack(queries))
+        for number, tree in enumerate(trees.values()):
+            in_tree(tree, MAKE, f"{tmp}/idx-{number}", str(pages), str(SEED))
+        runs: dict[str, list[dict]] = {name: [] for name in trees}
+        for round_number in range(rounds):
+            order = list(enumerate(trees.items()))
+            for number, (name, tree) in order if round_number % 2 == 0 else order[::-1]:
+                runs[name].append(measure(tree, Path(f"{tmp}/idx-{number}"), Path(tmp) / "q.npy", baseline_queries, batch))
+    their_qps, theirs = their_scores(pages, queries[:baseline_queries])
+    ours = runs["this tree"]
     agree = True
-    for hits, scores in zip(single, theirs):
-        ours_top = [int(h.path[-10:-4]) * PAGES_PER_DOC + h.page - 1 for h in hits]
-        their_top = list(np.argsort(-scores, kind="stable")[:10])
-        agree &= ours_top == their_top
-    print(f"N = {pages:,} pages x {TOKENS} x {DIM}, {tokens}-token queries")
+    for hits, scores in zip(ours[0]["single"], theirs):
+        ours_top = [int(path[-10:-4]) * PAGES_PER_DOC + page - 1 for path, page in hits]
+        agree &= ours_top == list(np.argsort(-scores, kind="stable")[:10])
+    single_qps = statistics.median(r["single_qps"] for r in ours)
+    batch_qps = statistics.median(r["batch_qps"] for r in ours)
+    rounds_said = f", median of {rounds} rounds" if rounds > 1 else ""
+    print(f"N = {pages:,} pages x {TOKENS} x {DIM}, {tokens}-token queries{rounds_said}")
     print(f"  colpali-engine processor.score, 1 query per call: {their_qps:8.2f} queries/s")
-    print(f"  lgpt-index, 1 query per call:                     {ours_single_qps:8.2f} queries/s  ({ours_single_qps / their_qps:.1f}x)")
-    print(f"  lgpt-index, {batch} queries per call:                   {ours_batch_qps:8.2f} queries/s  ({ours_batch_qps / their_qps:.1f}x)")
+    print(f"  lgpt-index, 1 query per call:                     {single_qps:8.2f} queries/s  ({single_qps / their_qps:.1f}x)")
+    print(f"  lgpt-index, {batch} queries per call:                   {batch_qps:8.2f} queries/s  ({batch_qps / their_qps:.1f}x)")
     print(f"  top-10 identical on {baseline_queries} queries: {'yes' if agree else 'NO'}")
-    for candidates, (qps, recall, build_s) in first_pass.items():
+    for candidates in ("100", "1000"):
+        qps, recall, build_s = (statistics.median(r["first_pass"][candidates][i] for r in ours) for i in range(3))
         print(f"  lossy first pass (--first-pass {candidates}), {batch} queries: {qps:8.2f} queries/s "
-              f"({qps / ours_batch_qps:.2f}x exact batched), recall@10 {recall:.0%}; first call {build_s:.1f} s")
+              f"({qps / batch_qps:.2f}x exact batched), recall@10 {recall:.0%}; first call {build_s:.1f} s")
+    timing = {key: statistics.median(r[key] for r in ours) for key in ("imports_s", "open_s", "score_s")}
     print(f"  fresh process: imports {timing['imports_s']:.2f} s, open (checksums included) {timing['open_s']:.2f} s, "
           f"first query {timing['score_s']:.2f} s; time to first result after imports {timing['open_s'] + timing['score_s']:.2f} s")
+    for name in list(trees)[1:]:
+        before = runs[name]
+        same = all(a["single"] == b["single"] and a["batch"] == b["batch"] for a, b in zip(ours, before))
+        agree &= same
+
+        # a rate: this / baseline; a time: baseline / this
+        def ratio(key: str, faster: bool = True, before: list[dict] = before) -> str:
+            return spread([a[key] / b[key] if faster else b[key] / a[key] for a, b in zip(ours, before)])
+
+        print(f"  this tree / {name}, {rounds} interleaved rounds, median (min-max), above 1 is faster here: "
+              f"1 query per call {ratio('single_qps')}, {batch} per call {ratio('batch_qps')}, "
+              f"open {ratio('open_s', False)}, first query {ratio('score_s', False)}, imports {ratio('imports_s', False)}; "
+              f"top-10s identical: {'yes' if same else 'NO'}")
+        print("    per round, 1 query per call (this tree, baseline): "
+              + ", ".join(f"{a['single_qps']:.2f}/{b['single_qps']:.2f}" for a, b in zip(ours, before)))
     return agree
 
 
@@ -143,8 +203,24 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="queries per call in the batched run")
     parser.add_argument("--baseline-queries", type=int, default=3)
     parser.add_argument("--query-tokens", type=int, default=20)
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="a git commit whose lgpt-index runs the same measurement, interleaved with this tree's")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every tree's measurement (the median and spread)")
     args = parser.parse_args()
-    ok = all([bench(n, args.batch, args.baseline_queries, args.query_tokens) for n in args.pages])
+    with tempfile.TemporaryDirectory(prefix="lgpt-bench-baseline-") as tmp:
+        baseline = None
+        if args.baseline:
+            baseline = Path(tmp) / f"baseline-{args.baseline}"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
+                           check=True, capture_output=True)
+        try:
+            results = [bench(n, args.batch, args.baseline_queries, args.query_tokens, baseline, max(1, args.rounds))
+                       for n in args.pages]  # every N, even after a disagreement
+            ok = all(results)
+        finally:
+            if baseline is not None:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], capture_output=True,
+                               check=False)
     sys.exit(0 if ok else 1)
 
 

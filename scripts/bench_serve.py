@@ -15,6 +15,13 @@ The "bench" checkpoint (real ColPali geometry, small widths) on the CPU, a 1,000
 
     python scripts/bench_serve.py
     python scripts/bench_serve.py --pdfs 20 --queries 1000      # quicker
+    python scripts/bench_serve.py --pdfs 20 --queries 1000 --baseline 31bee69 --rounds 5
+
+With --baseline REV, that commit's lgpt-index (a git worktree of it, in a temporary folder) builds
+the same index and serves it beside this tree's server; first, in `--rounds` interleaved rounds (the
+order alternating), each tree's cold `lgpt-index query` latency, warm /query latency and throughput
+(one at a time, and 8 clients) are measured, and the median ratio and its spread (min-max) printed,
+with whether both servers rank every answer the same; then the sections below, for this tree.
 
 Exits 1 if any request failed or an answer's ranking differs from the CLI's.
 """
@@ -40,8 +47,14 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 WORDS = "revenue quarter growth invoice total market outlook hiring plan budget margin customers".split()
 
 
-def lgpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True, env=ENV)
+def tree_env(tree: Path) -> dict:
+    """`tree`'s lgpt-index first on the path (with `python -m`, the working directory is first too)."""
+    return {**ENV, "PYTHONPATH": str(tree)}
+
+
+def lgpt(*args: str, tree: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True,
+                          env=tree_env(tree), cwd=tree, check=False)
 
 
 def questions(count: int) -> list[str]:
@@ -108,9 +121,84 @@ print(json.dumps([median_ms(vectors[:1]), median_ms(vectors) / 8]))
 
 def scoring_alone(index: Path) -> tuple[float, float]:
     """Milliseconds a query of the scorer alone: one query, and 8 stacked (SCORING)."""
-    done = subprocess.run([sys.executable, "-c", SCORING, str(index)], capture_output=True, text=True, env=ENV, check=True)
+    done = subprocess.run([sys.executable, "-c", SCORING, str(index)], capture_output=True, text=True, env=tree_env(ROOT),
+                          cwd=ROOT, check=True)
     alone, stacked = json.loads(done.stdout.strip().splitlines()[-1])
     return alone, stacked
+
+
+def one_round(tree: Path, server_url: str, index: Path, texts: list[str], docs: Path) -> dict:
+    """One tree's measurements of a round: cold CLI latency (2 processes), warm /query latency
+    (median of 20), the rankings of `texts` asked one at a time, queries/s one at a time and from 8 clients."""
+    import httpx
+
+    cold = []
+    for text in texts[:2]:
+        started = time.perf_counter()
+        assert lgpt("query", text, "--json", "--index-dir", str(index), tree=tree).returncode == 0
+        cold.append(time.perf_counter() - started)
+    with httpx.Client(base_url=server_url, timeout=120) as client:
+        warm = []
+        for text in texts[:20]:
+            started = time.perf_counter()
+            ask(client, text)
+            warm.append(time.perf_counter() - started)
+        # one at a time, before the concurrent clients: a query batched with others is padded with
+        # them, and its ranking can differ in near-ties (the CLI's, batched, differs the same way)
+        # paths relative to the indexed folder, as `serve` now answers (31bee69 and older: absolute, as the CLI)
+        rankings = [[(os.path.relpath(path, docs) if os.path.isabs(path) else path, page)
+                     for path, page in ranking(ask(client, t))] for t in texts]
+    [(alone, together)], _ = throughput_rounds(server_url, texts, [None] * len(texts), 1)
+    return {"cold": statistics.median(cold), "warm": statistics.median(warm), "alone": alone, "together": together,
+            "rankings": rankings}
+
+
+def against_baseline(baseline: Path, model: Path, docs: Path, tmp: Path, rounds: int) -> bool:
+    """Both trees build the same index and serve it; `rounds` interleaved rounds of one_round each; the
+    median ratios (this tree against the baseline, above 1 is faster here) and their spread. True if
+    every answer ranked the same on both."""
+    from served import Server
+
+    trees = {"this tree": ROOT, f"baseline {baseline.name.removeprefix('baseline-')}": baseline}
+    servers, indexes = {}, {}
+    for number, (name, tree) in enumerate(trees.items()):
+        indexes[name] = tmp / f"idx-tree-{number}"
+        built = lgpt("build", str(docs), "--model", str(model), "--index-dir", str(indexes[name]), tree=tree)
+        assert built.returncode == 0, built.stderr
+        servers[name] = Server("-q", "--index-dir", str(indexes[name]), env=tree_env(tree), cwd=tree)
+    texts = questions(64)
+    runs: dict[str, list[dict]] = {name: [] for name in trees}
+    try:
+        for server in servers.values():
+            server.wait_ready(timeout=300)
+        for round_number in range(rounds):
+            names = list(trees) if round_number % 2 == 0 else list(trees)[::-1]
+            for name in names:
+                runs[name].append(one_round(trees[name], servers[name].url, indexes[name], texts, docs))
+    finally:
+        for server in servers.values():
+            server.stop()
+    ours, before = runs.values()
+    same = all(a["rankings"] == b["rankings"] for a, b in zip(ours, before))
+    # near-ties: after concurrent batches a server can rank a few pages of near-equal score in
+    # another order (within one tree too), so each tree's own stability across rounds is shown beside
+    differ = [sum(x != y for x, y in zip(a["rankings"], b["rankings"])) for a, b in zip(ours, before)]
+    unstable = [sum(x != y for x, y in zip(run[0]["rankings"], later["rankings"])) for run in (ours, before) for later in run[1:]]
+
+    def ratio(key: str, faster: bool) -> str:  # a rate: this / baseline; a time: baseline / this
+        values = [a[key] / b[key] if faster else b[key] / a[key] for a, b in zip(ours, before)]
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}x-{max(values):.2f}x)"
+
+    print(f"0. this tree / {list(trees)[1]}, {rounds} interleaved rounds, median (min-max), above 1 is faster here: "
+          f"cold `lgpt-index query` {ratio('cold', False)}, warm /query {ratio('warm', False)}, 64 queries one at a "
+          f"time {ratio('alone', True)}, from 8 clients {ratio('together', True)}; top-10 identical on both: {same}")
+    print(f"   queries of 64 ranked differently by the two trees, per round: {differ}; by one tree against its own "
+          f"first round (this tree's rounds, then the baseline's): {unstable}")
+    for label, key, unit in (("cold query", "cold", "s"), ("warm /query", "warm", "s"), ("one at a time", "alone", "q/s"),
+                             ("8 clients", "together", "q/s")):
+        print(f"   {label} per round (this tree, baseline): "
+              + ", ".join(f"{a[key]:.3f}/{b[key]:.3f} {unit}" for a, b in zip(ours, before)))
+    return same
 
 
 def main() -> None:
@@ -118,6 +206,8 @@ def main() -> None:
     parser.add_argument("--pdfs", type=int, default=100, help="PDFs of 10 pages in the index")
     parser.add_argument("--queries", type=int, default=10_000, help="queries of the memory run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the throughput run (the median is reported)")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="a git commit whose lgpt-index serves the same index, measured in interleaved rounds")
     args = parser.parse_args()
     import httpx
     from docgen import make_pdf
@@ -132,16 +222,25 @@ def main() -> None:
         docs, index = tmp / "docs", tmp / "idx"
         for i in range(args.pdfs):
             make_pdf(docs / f"report-{i:03d}.pdf", [f"Report {i} {WORDS[p % len(WORDS)]} {p}" for p in range(10)])
+        print(f"index: {args.pdfs * 10} pages, bench checkpoint, CPU ({os.cpu_count()} cores)")
+        if args.baseline:
+            baseline = tmp / f"baseline-{args.baseline}"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
+                           check=True, capture_output=True)
+            try:
+                failed |= not against_baseline(baseline, model, docs, tmp, args.rounds)
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], capture_output=True,
+                               check=False)
         built = lgpt("build", str(docs), "--model", str(model), "--index-dir", str(index))
         assert built.returncode == 0, built.stderr
-        print(f"index: {args.pdfs * 10} pages, bench checkpoint, CPU ({os.cpu_count()} cores)")
 
         cold = []
         for text in questions(5):
             started = time.perf_counter()
             assert lgpt("query", text, "--json", "--index-dir", str(index)).returncode == 0
             cold.append(time.perf_counter() - started)
-        server = Server("-q", "--index-dir", str(index), env=ENV)
+        server = Server("-q", "--index-dir", str(index), env=tree_env(ROOT), cwd=ROOT)
         server.wait_ready(timeout=300)
         client = httpx.Client(base_url=server.url, timeout=120)
         warm = []

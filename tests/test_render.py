@@ -3,6 +3,7 @@ the processor sizes its grid by area (the Qwen-VL families); poppler only, no mo
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -82,10 +83,12 @@ def test_the_budget_fit_is_the_processor_arithmetic(width, height, expected):
 
 
 def test_a_page_without_a_size_is_a_render_error(tmp_path, monkeypatch):
-    import pdf2image
-
     pdf = make_pdf_of_shapes(tmp_path / "shapes.pdf", [(612, 792, 0)])
-    monkeypatch.setattr(pdf2image, "pdfinfo_from_path", lambda *a, **k: {"Pages": 1})
+    fake = tmp_path / "bin" / "pdfinfo"  # a pdfinfo that gives the page count and no page size
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'Pages:          1'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     with pytest.raises(DocumentError) as raised:
         render_pdf_pages(Path(pdf), BUDGET, 1, 1)
     assert raised.value.stage == "render" and "no size for page 1" in raised.value.reason

@@ -46,6 +46,7 @@ class Application:
         self.argv: list[str] = []  # the command line, for --json before its callback ran (a parse error)
         self._opened: list = []
         self._printed_json = False
+        self.processes: Any = None  # the command's ProcessScope (AppGroup.invoke): an interrupt stops it
 
     def store(self):
         """The index's store, from --store, --index-dir/--name and friends (closed when the command ends)."""
@@ -109,9 +110,8 @@ class Application:
         sys.exit(int(ExitCode.FAILURE))
 
     def interrupted(self) -> NoReturn:
-        from ..ingest import processes
-
-        processes.stop_all()
+        if self.processes is not None:
+            self.processes.stop()
         message = "interrupted; the index keeps its last committed generation."
         self.terminal.error(message)
         self.print_error(message, ExitCode.FAILURE, "interrupted")
@@ -127,12 +127,18 @@ class AppGroup(click.Group):
         return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: click.Context):
+        import warnings
+
         from ..ingest import processes
 
         processes.terminate_as_interrupt()
+        # PIL's warning for a picture between its warning and error limits: it is indexed (resized at once)
+        warnings.filterwarnings("ignore", message=r"Image size \(\d+ pixels\) exceeds limit", module=r"PIL\.")
         app: Application = ctx.obj
+        app.processes = processes.ProcessScope()
         try:
-            return super().invoke(ctx)
+            with app.processes.entered():
+                return super().invoke(ctx)
         except LgptError as exc:
             app.fail(exc)
         except KeyboardInterrupt:

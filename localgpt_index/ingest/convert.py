@@ -218,7 +218,7 @@ class LibreOfficeConverter(Converter):
             pdf = outdir / (path.stem + ".pdf")
             if pdf.exists() and pdf.stat().st_size > 0:
                 results.append(pdf)
-            elif processes.stopping():
+            elif proc.interrupted:
                 raise processes.Stopped("interrupted")
             elif len(staged) > 1:
                 pdf.unlink(missing_ok=True)

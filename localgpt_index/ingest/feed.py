@@ -124,6 +124,7 @@ class PageFeed:
         self.prepare, self.render_timeout_s = prepare, render_timeout_s
         self._queue: queue.Queue[Queued] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
+        self.processes = processes.ProcessScope.under_current()  # its conversions and renders: close() stops them
         self._failure: BaseException | None = None
         self._producer: threading.Thread | None = None
         self._ahead = _SetAside(staging)
@@ -163,7 +164,7 @@ class PageFeed:
     def _end(self, finished: bool) -> None:
         self._stop.set()
         if not finished:  # interrupted, or the consumer gave up: end the external processes now
-            processes.stop_all()
+            self.processes.stop()
         if self._producer is not None:
             self._producer.join()
         self._ahead.remove_files()
@@ -205,7 +206,7 @@ class PageFeed:
         window = self.convert_workers + 1
         opening: dict[Future, int] = {}
         next_job = 0
-        with ThreadPoolExecutor(self.convert_workers, thread_name_prefix="lgpt-convert") as pool:
+        with ThreadPoolExecutor(self.convert_workers, "lgpt-convert", self.processes.enter_thread) as pool:
             try:
                 while (next_job < len(jobs) or opening) and not self._stop.is_set():
                     while next_job < len(jobs) and len(opening) < window:
@@ -287,6 +288,7 @@ class PageFeed:
             self._end(finished)
 
     def _produce_guarded(self) -> None:
+        self.processes.enter_thread()
         try:
             self._produce()
         except processes.Stopped:

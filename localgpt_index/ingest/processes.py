@@ -1,52 +1,152 @@
 """External processes (LibreOffice, pdftoppm, pdfinfo): each in its own process group,
-with a timeout, and all of them ended when the build is interrupted.
+with a timeout, and all of a run's ended when that run is interrupted.
 
-`Tracked` is a Popen that starts a new session and registers itself; `stop_all()`
-kills every registered group and makes later starts fail, so an interrupted build
-neither leaves a LibreOffice behind nor retries anything. pdf2image starts poppler
-with `subprocess.Popen` from its own module; `use_in_pdf2image()` gives it `Tracked`
-instead, so that its processes obey the same rules.
+A `ProcessScope` is owned by a run (the CLI's command, a page feed): `Tracked` is a Popen that
+starts a new session and registers itself in a scope; `scope.stop()` kills every process of
+the scope and of its children and makes later starts in them fail, so an interrupted build
+neither leaves a LibreOffice behind nor retries anything. A stopped scope stops nothing else:
+the next run has a scope of its own.
+
+Which scope a process joins: the one given, else the current one (a context variable: a scope
+is current in a `with scope.entered():` block, and in a thread that called `scope.enter_thread()`
+first, such as a pool's initializer). A process started outside any scope still runs in its
+own session, with its timeout, but no interrupt ends it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import signal
 import subprocess
 import threading
-from typing import Any
+import weakref
+from contextlib import contextmanager
+from typing import Any, Iterator
 
-_lock = threading.Lock()
-_running: set["Tracked"] = set()
-_stopping = threading.Event()
+_current: contextvars.ContextVar["ProcessScope | None"] = contextvars.ContextVar("lgpt_process_scope", default=None)
+# Every tracked process still running, in any scope: a diagnostic (running_count), never a decision.
+_alive: "weakref.WeakSet[Tracked]" = weakref.WeakSet()
+_alive_lock = threading.Lock()
 
 
 class Stopped(RuntimeError):
-    """The build is being interrupted: no new process starts."""
+    """The run is being interrupted: no new process starts."""
+
+
+class ProcessScope:
+    """The external processes of one run: stopped together, and only together with its parent."""
+
+    def __init__(self, parent: "ProcessScope | None" = None) -> None:
+        self.parent = parent
+        self._lock = threading.Lock()
+        self._running: set[Tracked] = set()
+        self._children: "weakref.WeakSet[ProcessScope]" = weakref.WeakSet()
+        self._stopped = threading.Event()
+        if parent is not None:
+            with parent._lock:
+                parent._children.add(self)
+
+    @classmethod
+    def under_current(cls) -> "ProcessScope":
+        """A new scope, a child of the current one (stopped when it is)."""
+        return cls(_current.get())
+
+    @property
+    def stopped(self) -> bool:
+        scope: ProcessScope | None = self
+        while scope is not None:
+            if scope._stopped.is_set():
+                return True
+            scope = scope.parent
+        return False
+
+    def check(self) -> None:
+        """Raise Stopped if this scope (or one above it) was stopped."""
+        if self.stopped:
+            raise Stopped("interrupted")
+
+    def start(self, args: Any, **kwargs: Any) -> "Tracked":
+        return Tracked(args, scope=self, **kwargs)
+
+    def stop(self) -> None:
+        """Kill every running process of this scope and its children; refuse new ones (an interrupt)."""
+        self._stopped.set()
+        with self._lock:
+            running, children = list(self._running), list(self._children)
+        for proc in running:
+            kill_group(proc)
+            try:
+                subprocess.Popen.wait(proc, timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self._forget(proc)
+        for child in children:
+            child.stop()
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._running) + sum(child.running_count() for child in list(self._children))
+
+    @contextmanager
+    def entered(self) -> Iterator["ProcessScope"]:
+        """Make this scope the current one in this block (in this thread, and in contexts copied from it)."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+    def enter_thread(self) -> None:
+        """Make this scope the current one for the rest of this thread (a thread's target, a pool's initializer)."""
+        _current.set(self)
+
+    def _add(self, proc: "Tracked") -> None:
+        with self._lock:
+            self._running.add(proc)
+
+    def _forget(self, proc: "Tracked") -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+
+def current() -> ProcessScope | None:
+    """The scope processes started here join (None: outside any run's scope)."""
+    return _current.get()
 
 
 class Tracked(subprocess.Popen):
-    """A Popen in its own session (so its whole group can be killed), known to `stop_all`."""
+    """A Popen in its own session (so its whole group can be killed), in a ProcessScope."""
 
-    def __init__(self, args: Any, **kwargs: Any) -> None:
-        if _stopping.is_set():
-            raise Stopped("interrupted")
+    def __init__(self, args: Any, scope: ProcessScope | None = None, **kwargs: Any) -> None:
+        self.scope = scope if scope is not None else _current.get()
+        if self.scope is not None:
+            self.scope.check()
         kwargs["start_new_session"] = True
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         super().__init__(args, **kwargs)
-        with _lock:
-            _running.add(self)
-        if _stopping.is_set():  # interrupted while starting
-            kill_group(self)
+        with _alive_lock:
+            _alive.add(self)
+        if self.scope is not None:
+            self.scope._add(self)
+            if self.scope.stopped:  # stopped while starting
+                kill_group(self)
+
+    @property
+    def interrupted(self) -> bool:
+        """Its scope was stopped: it ended (or will) because of an interrupt, not on its own."""
+        return self.scope is not None and self.scope.stopped
 
     def wait(self, timeout: float | None = None) -> int:
         code = super().wait(timeout)
-        with _lock:
-            _running.discard(self)
+        with _alive_lock:
+            _alive.discard(self)
+        if self.scope is not None:
+            self.scope._forget(self)
         return code
 
     def kill(self) -> None:
-        """Kill the whole process group (pdf2image calls this on its timeouts)."""
+        """Kill the whole process group."""
         kill_group(self)
 
     def __hash__(self) -> int:
@@ -62,39 +162,14 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def stop_all() -> None:
-    """Kill every running external process and refuse new ones (an interrupt)."""
-    _stopping.set()
-    with _lock:
-        running = list(_running)
-    for proc in running:
-        kill_group(proc)
-        try:
-            subprocess.Popen.wait(proc, timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        with _lock:
-            _running.discard(proc)
-
-
-def stopping() -> bool:
-    return _stopping.is_set()
+def running_count() -> int:
+    """Tracked processes still running in this process, in any scope (a diagnostic for tests)."""
+    with _alive_lock:
+        return sum(1 for proc in _alive if subprocess.Popen.poll(proc) is None)
 
 
 def reset() -> None:
-    """Allow processes again (the next build in a long-lived process, such as a test run)."""
-    _stopping.clear()
-
-
-def running_count() -> int:
-    with _lock:
-        return len(_running)
-
-
-def use_in_pdf2image() -> None:
-    import pdf2image.pdf2image as module
-
-    module.Popen = Tracked
+    """Deprecated, does nothing: a stopped scope stops only its own run (the next one has its own)."""
 
 
 def terminate_as_interrupt() -> None:

@@ -1,7 +1,11 @@
 """Turn a PDF or an image file into page images at the size the model consumes.
 
-Every poppler process runs with a timeout in its own process group (a 4 KB PDF can
-keep pdftoppm busy forever), and image files are decoded one frame at a time.
+Every poppler process runs with a timeout in its own process group, in the current run's
+ProcessScope (a 4 KB PDF can keep pdftoppm busy forever), and image files are decoded one
+frame at a time. Nothing is patched or filtered at import: poppler's tools run directly (not
+through pdf2image), and PIL's DecompressionBombWarning for a picture between its warning and
+error limits (89 to 179 megapixels: it decodes, and is resized to the model's size at once) is
+left to the application to show or not (the CLI hides it: cli/app.py).
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ import math
 import os
 import subprocess
 import tempfile
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +30,6 @@ PDF_DPI = 200  # what pdf2image renders at by default: the size a plain pipeline
 
 
 DEFAULT_RENDER_TIMEOUT_S = 60.0  # per call of pdftoppm (a few pages) or pdfinfo
-
-processes.use_in_pdf2image()
-# A picture between PIL's warning and error limits (89 to 179 megapixels) decodes and is
-# resized to the model's size at once; its warning is not printed raw in the middle of a
-# build. (A filter set once: catch_warnings is not safe across the render threads.)
-warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 PagePoints = tuple[float, float, bool]  # a page's (width, height) in points as shown, and whether /Rotate turns it a quarter
@@ -54,9 +51,6 @@ def pdf_page_count(pdf: Path, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> in
 def read_pdf_pages(pdf: Path, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S, points: bool = False) -> PdfPages:
     """The page count of `pdf` and, with `points`, every page's size (for a PixelBudget: the
     render then needs no pdfinfo of its own)."""
-    from pdf2image import pdfinfo_from_path
-    from pdf2image.exceptions import PDFInfoNotInstalledError, PDFPopplerTimeoutError
-
     try:
         with open(pdf, "rb") as handle:
             head = handle.read(1024)
@@ -64,26 +58,67 @@ def read_pdf_pages(pdf: Path, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S, point
         raise DocumentError("render", f"cannot read the file: {exc.strerror or exc}") from None
     if b"%PDF-" not in head:
         raise DocumentError("render", "not a PDF: no %PDF- header in its first 1024 bytes")
-    pages = {"first_page": 1, "last_page": ALL_PAGES} if points else {}
-    try:
-        info = pdfinfo_from_path(str(pdf), timeout=_whole_seconds(timeout_s), **pages)
-    except PDFInfoNotInstalledError:
-        raise DocumentError("render", "poppler's pdfinfo is not installed (apt-get install poppler-utils)") from None
-    except PDFPopplerTimeoutError:
-        raise DocumentError("render", f"poppler's pdfinfo did not finish within {timeout_s:g} s and was stopped") from None
-    except processes.Stopped:
-        raise
-    except Exception as exc:  # pdf2image raises several types for broken files
-        said = _short(exc)
-        if "password" in said.lower():
-            raise DocumentError("render", f"the PDF is encrypted and needs a password (poppler: {said})") from None
-        if "page count 0" in said.lower():
-            raise DocumentError("render", "the PDF has no pages") from None
-        raise DocumentError("render", f"poppler cannot read this PDF: {said}") from None
-    count = int(info.get("Pages", 0))
+    info = _pdfinfo(pdf, timeout_s, (1, ALL_PAGES) if points else None)
+    count = info["Pages"]
     if count <= 0:
         raise DocumentError("render", "the PDF has no pages")
     return PdfPages(count, _points_from(info, 1, count) if points else ())
+
+
+def poppler_error(tool: str, failure: str, what: str = "", said: str = "", timeout_s: float = 0.0) -> DocumentError:
+    """The one message for each way a poppler tool fails on `what`: `failure` is "missing" (not
+    installed), "timeout" (stopped after timeout_s) or "failed" (it refused the file, and `said` why)."""
+    if failure == "missing":
+        return DocumentError("render", f"poppler's {tool} is not installed (apt-get install poppler-utils)")
+    if failure == "timeout":
+        return DocumentError("render", f"poppler's {tool} did not finish within {timeout_s:g} s{f' ({what})' if what else ''} "
+                                       "and was stopped (see --render-timeout)")
+    said = " ".join(said.split())[:300]
+    if "password" in said.lower():
+        return DocumentError("render", f"the PDF is encrypted and needs a password (poppler: {said})")
+    if "page count 0" in said.lower():
+        return DocumentError("render", "the PDF has no pages")
+    return DocumentError("render", f"poppler failed on {what}: {said}")
+
+
+def _run_poppler(args: list[str], timeout_s: float, what: str, check: bool = True) -> tuple[bytes, str]:
+    """Run a poppler tool with a timeout in its own process group, in the current ProcessScope: its
+    stdout and what it said (stderr, or its exit status); a poppler_error if it is missing, too slow,
+    or (with `check`) fails."""
+    try:
+        proc = processes.Tracked(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        raise poppler_error(args[0], "missing") from None
+    try:
+        out, said = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        processes.kill_group(proc)
+        proc.communicate()
+        raise poppler_error(args[0], "timeout", what, timeout_s=timeout_s) from None
+    if proc.interrupted:
+        raise processes.Stopped("interrupted")
+    text = said.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
+    if check and proc.returncode != 0:
+        raise poppler_error(args[0], "failed", what, text)
+    return out, text
+
+
+def _pdfinfo(pdf: Path, timeout_s: float, pages: tuple[int, int] | None = None) -> dict:
+    """pdfinfo's fields ("Key: value" lines, "Pages" an int), with pages first..last's sizes where
+    asked. Its exit status is not what decides: it warns about a damaged file and goes on."""
+    what = "this PDF" if pages is None or pages[1] == ALL_PAGES else f"the sizes of pages {pages[0]}-{pages[1]}"
+    span = ["-f", str(pages[0]), "-l", str(pages[1])] if pages else []
+    out, said = _run_poppler(["pdfinfo", os.path.abspath(pdf), *span], timeout_s, what, check=False)
+    info: dict = {}
+    for line in out.decode("utf-8", "ignore").split("\n"):
+        key, _, value = line.partition(":")
+        if key:
+            info[key] = value.strip()
+    try:
+        info["Pages"] = int(info["Pages"])
+    except (KeyError, ValueError):
+        raise poppler_error("pdfinfo", "failed", what, said) from None
+    return info
 
 
 def render_pdf_pages(
@@ -109,45 +144,30 @@ def render_pdf_pages(
     return images
 
 
-def _poppler_pages(pdf: Path, scale: int | tuple[int, int], first: int, last: int, timeout_s: float) -> list[Image.Image]:
-    """pdftoppm's pages first..last at PDF_DPI, the long side scaled to `scale`, or to exactly
-    (width, height), as pdf2image's convert_from_path(size=scale) gives them.
+def _poppler_pages(pdf: Path, scale: int | tuple[int, int] | None, first: int, last: int, timeout_s: float,
+                   dpi: int = PDF_DPI) -> list[Image.Image]:
+    """pdftoppm's pages first..last at `dpi`, the long side scaled to `scale`, or to exactly
+    (width, height), as pdf2image's convert_from_path(size=scale) gives them (None: not scaled).
 
     pdftoppm runs directly: convert_from_path starts two more processes each call (pdfinfo for
     the page count, pdftoppm -v for its version), 14 ms of CPU on this project's 2-core machine,
     against 37 ms for pdftoppm's 5 pages. Its files go to a temporary folder (from a pipe, pdf2image
     split them in Python: twice the render thread's CPU, holding the GIL)."""
-    scaling = ["-scale-to-x", str(scale[0]), "-scale-to-y", str(scale[1])] if isinstance(scale, tuple) else ["-scale-to", str(scale)]
+    scaling: list[str] = []
+    if isinstance(scale, tuple):
+        scaling = ["-scale-to-x", str(scale[0]), "-scale-to-y", str(scale[1])]
+    elif scale is not None:
+        scaling = ["-scale-to", str(scale)]
+    what = f"pages {first}-{last}"
     with tempfile.TemporaryDirectory(prefix="lgpt-render-") as folder:
-        _run_poppler(["pdftoppm", "-r", str(PDF_DPI), "-f", str(first), "-l", str(last), *scaling,
-                      os.path.abspath(pdf), os.path.join(folder, "page")], timeout_s, f"pages {first}-{last}")
+        _run_poppler(["pdftoppm", "-r", str(dpi), "-f", str(first), "-l", str(last), *scaling,
+                      os.path.abspath(pdf), os.path.join(folder, "page")], timeout_s, what)
         # page-7.ppm, page-08.ppm...: pdftoppm pads the number to the width of the document's page count
         files = sorted(Path(folder).glob("page-*.ppm"), key=lambda file: int(file.stem.rpartition("-")[2]))
         images = [_read_page(file) for file in files]
     if len(images) != last - first + 1:
-        raise DocumentError("render", f"poppler returned {len(images)} images for pages {first}-{last}")
+        raise DocumentError("render", f"poppler returned {len(images)} images for {what}")
     return images
-
-
-def _run_poppler(args: list[str], timeout_s: float, what: str) -> None:
-    """Run a poppler tool with a timeout in its own process group; a DocumentError if it fails."""
-    try:
-        proc = processes.Tracked(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        raise DocumentError("render", f"poppler's {args[0]} is not installed (apt-get install poppler-utils)") from None
-    try:
-        _, said = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        processes.kill_group(proc)
-        proc.communicate()
-        raise DocumentError(
-            "render", f"poppler did not finish {what} within {timeout_s:g} s and was stopped (see --render-timeout)"
-        ) from None
-    if processes.stopping():
-        raise processes.Stopped("interrupted")
-    if proc.returncode != 0:
-        text = " ".join(said.decode("utf-8", "replace").split())[:300] or f"exit status {proc.returncode}"
-        raise DocumentError("render", f"poppler failed on {what}: {text}")
 
 
 def _read_page(file: Path) -> Image.Image:
@@ -158,22 +178,11 @@ def _read_page(file: Path) -> Image.Image:
 
 def _page_points(pdf: Path, first: int, last: int, timeout_s: float) -> tuple[PagePoints, ...]:
     """The sizes of pages first..last, from pdfinfo."""
-    from pdf2image import pdfinfo_from_path
-    from pdf2image.exceptions import PDFPopplerTimeoutError
-
-    try:
-        info = pdfinfo_from_path(str(pdf), first_page=first, last_page=last, timeout=_whole_seconds(timeout_s))
-    except PDFPopplerTimeoutError:
-        raise DocumentError("render", f"poppler's pdfinfo did not finish within {timeout_s:g} s and was stopped") from None
-    except processes.Stopped:
-        raise
-    except Exception as exc:
-        raise DocumentError("render", f"poppler cannot read the page sizes: {_short(exc)}") from None
-    return _points_from(info, first, last)
+    return _points_from(_pdfinfo(pdf, timeout_s, (first, last)), first, last)
 
 
 def _points_from(info: dict, first: int, last: int) -> tuple[PagePoints, ...]:
-    """Pages first..last's sizes in pdfinfo's output (as pdf2image's pdfinfo_from_path parses it)."""
+    """Pages first..last's sizes in pdfinfo's output (_pdfinfo's fields)."""
     sizes = []
     for number in range(first, last + 1):
         said = str(info.get(f"Page {number:4d} size", ""))
@@ -191,18 +200,7 @@ def _points_from(info: dict, first: int, last: int) -> tuple[PagePoints, ...]:
 
 def render_page_at_dpi(pdf: Path, page: int, dpi: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> Image.Image:
     """One page at a resolution for people and answerers (not the model's size)."""
-    from pdf2image import convert_from_path
-    from pdf2image.exceptions import PDFPopplerTimeoutError
-
-    try:
-        images = convert_from_path(str(pdf), dpi=dpi, first_page=page, last_page=page, timeout=_whole_seconds(timeout_s))
-    except PDFPopplerTimeoutError:
-        raise DocumentError("render", f"poppler did not finish within {timeout_s:g} s") from None
-    except Exception as exc:
-        raise DocumentError("render", f"poppler failed: {_short(exc)}") from None
-    if len(images) != 1:
-        raise DocumentError("render", f"poppler returned {len(images)} images for one page")
-    return images[0].convert("RGB")
+    return _poppler_pages(pdf, None, page, page, timeout_s, dpi=dpi)[0]
 
 
 def image_frame_count(path: Path) -> int:
@@ -245,15 +243,11 @@ def _fit(image: Image.Image, size: RenderSize) -> Image.Image:
     if isinstance(size, PixelBudget):
         size = size.fit(image.width, image.height)
     if isinstance(size, tuple):
-        return image if image.size == size else image.resize(size, Image.BICUBIC)
+        return image if image.size == size else image.resize(size, Image.Resampling.BICUBIC)
     scale = (size or DEFAULT_LONG_SIDE) / max(image.size)
     if scale < 1 or size is not None:
-        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
+        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BICUBIC)
     return image
-
-
-def _whole_seconds(timeout_s: float) -> int:
-    return max(1, int(round(timeout_s)))
 
 
 def _short(exc: Exception) -> str:
