@@ -74,6 +74,7 @@ def test_an_abandoned_feed_does_not_make_later_renders_fail(tmp_path):
     """A feed given up (the build renders again at another size, or a library caller stops
     reading) ends its own processes only: the next feed and a page for people still render."""
     from localgpt_index.ingest.discover import PDF
+    from localgpt_index.ingest.events import PageReady
     from localgpt_index.ingest.feed import FeedSource, PageFeed
 
     pdf = _pdf(tmp_path, 6)
@@ -81,7 +82,7 @@ def test_an_abandoned_feed_does_not_make_later_renders_fail(tmp_path):
     abandoned = PageFeed(sources, converters=None, staging=tmp_path, render_size=(64, 64), queue_pages=1).start()
     abandoned.close()
     later = PageFeed(sources, converters=None, staging=tmp_path, render_size=(64, 64), queue_pages=1)
-    assert [event.image.size for event in later if event.kind == "page"] == [(64, 64)] * 6
+    assert [event.image.size for event in later if isinstance(event, PageReady)] == [(64, 64)] * 6
     assert render_page_at_dpi(pdf, 2, 36).size == (306, 396)  # 612 x 792 points at 36 dpi
 
 

@@ -25,12 +25,6 @@ from localgpt_index.ingest.feed import FeedSource, PageFeed
 KINDS = {DocumentOpened: "open", PageReady: "page", DocumentDone: "end"}
 
 
-@pytest.fixture(autouse=True)
-def processes_allowed():
-    yield
-    processes.reset()  # a closed feed stops every external process and refuses new ones
-
-
 def _events(feed: PageFeed) -> dict[int, list[tuple]]:
     """Each document's events in order (documents go out as their opening finishes)."""
     events: dict[int, list[tuple]] = {}

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.failpoints import failpoint
-from ..ingest import processes
 from ..ingest.convert import ConverterSet
 from ..ingest.events import EngineEvent, PageReady, PagesEncoded
 from ..ingest.feed import FeedSource, PageFeed
@@ -100,7 +99,6 @@ class LocalEngine:
             self.log(f"note: the model's processor wants pages at {encoder.render_size}, not {early.render_size} "
                      "as its saved settings say: rendering again")
             early.close()
-            processes.reset()
             early = None
         queue_pages = self._queue_pages()
         feed = early or self._feed(encoder.render_size, queue_pages)

@@ -22,7 +22,6 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.manifest import ModelInfo, Settings
 from ..index.store import IndexStore, Transaction
-from ..ingest import processes
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
@@ -50,7 +49,6 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    processes.reset()
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     scan_started = time.time_ns()

@@ -168,10 +168,6 @@ def running_count() -> int:
         return sum(1 for proc in _alive if subprocess.Popen.poll(proc) is None)
 
 
-def reset() -> None:
-    """Deprecated, does nothing: a stopped scope stops only its own run (the next one has its own)."""
-
-
 def terminate_as_interrupt() -> None:
     """SIGTERM ends the program as Ctrl-C does: the same clean-up runs (the main thread only)."""
     if threading.current_thread() is threading.main_thread():
