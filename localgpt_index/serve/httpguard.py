@@ -186,7 +186,7 @@ class PathPolicy:
             return {**document, "index": redact(document["index"])} if "index" in document else document
         root = self.root(index)
         self._remember(index, root)
-        document = json.loads(json.dumps(document))  # a deep copy: the CLI's builders are shared
+        document = _copied(document)  # the CLI's builders are shared
         document["index"] = self.index_name(document.get("index", ""))
         if isinstance(document.get("model"), str):
             document["model"] = _last_part(document["model"])
@@ -235,6 +235,18 @@ class PathPolicy:
                 self._known[path] = _last_part(path)
         if root:
             self._known[root.rstrip(os.sep) + os.sep] = ""
+
+
+def _copied(document: dict) -> dict:
+    """A copy of every part of `document` that publish changes (a JSON round trip copied it all,
+    a measurable part of each /query answer)."""
+    copy = dict(document)
+    for key in ("results", "documents", "failures"):
+        if isinstance(copy.get(key), list):
+            copy[key] = [dict(entry) for entry in copy[key]]
+    if isinstance(copy.get("queries"), list):
+        copy["queries"] = [{**answer, "results": [dict(entry) for entry in answer["results"]]} for answer in copy["queries"]]
+    return copy
 
 
 def _last_part(path: str) -> str:
