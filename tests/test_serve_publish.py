@@ -1,0 +1,44 @@
+"""PathPolicy.publish copies only what it changes: the document it was given (shared with the CLI's
+builders) stays as it was, and every hit of the answer is published, at the top and under queries."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+from localgpt_index.core.types import SearchHit
+from localgpt_index.serve.httpguard import PathPolicy
+
+
+def _index(root: str) -> SimpleNamespace:
+    documents = [SimpleNamespace(path=f"{root}/a/one.pdf"), SimpleNamespace(path=f"{root}/b/two.pdf")]
+    manifest = SimpleNamespace(generation=3, documents=documents, failures=[],
+                               model=SimpleNamespace(id="/models/colpali", path="/models/colpali"))
+    return SimpleNamespace(manifest=manifest, store=SimpleNamespace(location="/srv/indexes/default"))
+
+
+def _hit(path: str) -> dict:
+    return SearchHit(1, 0.5, path, 2, "0" * 64, "pdf", {"team": "finance"}).to_dict()
+
+
+def test_publish_leaves_the_given_document_as_it_was_and_publishes_every_hit() -> None:
+    hits = [_hit("/docs/a/one.pdf"), _hit("/docs/b/two.pdf")]
+    document = {"version": 1, "index": "/srv/indexes/default", "model": "/models/colpali", "k": 2,
+                "queries": [{"query": "q", "results": hits}], "query": "q", "results": hits}
+    before = copy.deepcopy(document)
+    published = PathPolicy().publish(document, _index("/docs"))
+    assert document == before
+    assert [h["path"] for h in published["results"]] == ["a/one.pdf", "b/two.pdf"]
+    assert [h["path"] for h in published["queries"][0]["results"]] == ["a/one.pdf", "b/two.pdf"]
+    assert (published["index"], published["model"]) == ("default", "colpali")
+    assert published["results"][0]["metadata"] == {"team": "finance"}
+
+
+def test_a_hit_as_a_dict_is_a_copy() -> None:
+    metadata = {"team": "finance"}
+    hit = SearchHit(1, 0.5, "/docs/a.pdf", 1, "0" * 64, "pdf", metadata)
+    as_dict = hit.to_dict()
+    as_dict["metadata"]["team"] = "legal"
+    assert metadata == {"team": "finance"}
+    assert as_dict == {"rank": 1, "score": 0.5, "path": "/docs/a.pdf", "page": 1, "sha256": "0" * 64, "kind": "pdf",
+                       "metadata": {"team": "legal"}}
