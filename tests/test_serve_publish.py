@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from types import SimpleNamespace
 
+import pytest
+
 from localgpt_index.core.types import SearchHit
 from localgpt_index.serve.httpguard import PathPolicy
 
@@ -42,3 +44,30 @@ def test_a_hit_as_a_dict_is_a_copy() -> None:
     assert metadata == {"team": "finance"}
     assert as_dict == {"rank": 1, "score": 0.5, "path": "/docs/a.pdf", "page": 1, "sha256": "0" * 64, "kind": "pdf",
                        "metadata": {"team": "legal"}}
+
+
+@pytest.mark.slow
+def test_the_scorer_s_threads_score_with_one_torch_thread_each(monkeypatch) -> None:
+    """Each scorer thread runs one torch thread (a team of torch threads each oversubscribed the cores);
+    the process's own count, and a new thread's, are unchanged."""
+    import threading
+
+    import numpy as np
+    import torch
+
+    import localgpt_index.index.score as score_module
+
+    monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)
+    threads = torch.get_num_threads()
+    seen: list[int] = []
+    real = score_module._best_per_page
+    monkeypatch.setattr(score_module, "_best_per_page", lambda *a: (seen.append(torch.get_num_threads()), real(*a))[1])
+    offsets = np.arange(0, 20_001, 20)  # several chunks: scored on the pool
+    vectors = np.random.default_rng(3).standard_normal((20_000, 64)).astype(np.float16)
+    score_module.maxsim([np.ones((4, 64), dtype=np.float32)], vectors, offsets)
+    fresh: list[int] = []
+    probe = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+    probe.start()
+    probe.join()
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == threads and fresh == [threads]

@@ -121,7 +121,22 @@ def _start_pool(workers: int) -> ThreadPoolExecutor:
         pool.submit(lambda: None)
     started.wait()
     torch.set_num_threads(threads)  # the default for threads started from now on, as before the pool
+    # and once more on every worker: the count its initializer set did not hold after the line above
+    # (each worker ran with the process's count: teams of torch threads oversubscribed the scorer's
+    # cores); set from now on, after its first op, it is the worker's own
+    again = threading.Barrier(workers)
+    for done in [pool.submit(_one_torch_thread, again) for _ in range(workers)]:  # one each: they wait for each other
+        done.result()
+    torch.set_num_threads(threads)  # again: a thread started later begins with the count last set
     return pool
+
+
+def _one_torch_thread(together: threading.Barrier) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.ones(256, 256) @ torch.ones(256, 256)  # a first op on this thread's own count
+    together.wait()
 
 
 @functools.cache
