@@ -37,18 +37,8 @@ def test_both_stores_fit_the_protocols_and_a_drifted_store_does_not(tmp_path):
 
 def test_the_index_modules_keep_the_size_limits():
     """No module of index/ over 400 lines, no class over 200, no function over 60 (issue 25)."""
-    import ast
+    from helpers import size_problems
 
-    too_long = []
-    for path in sorted((ROOT / "localgpt_index" / "index").rglob("*.py")):
-        text = path.read_text()
-        name = path.relative_to(ROOT / "localgpt_index" / "index")
-        if len(text.splitlines()) > 400:
-            too_long.append(f"{name}: {len(text.splitlines())} lines")
-        for node in ast.walk(ast.parse(text)):
-            limit = 200 if isinstance(node, ast.ClassDef) else 60
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
-                if length > limit:
-                    too_long.append(f"{name}: {node.name}: {length} lines")
-    assert too_long == []
+    index = ROOT / "localgpt_index" / "index"
+    assert size_problems(sorted(index.rglob("*.py")), index) == []
+

@@ -229,3 +229,11 @@ def test_no_production_module_names_the_fake_family():
              if "testing" not in path.relative_to(PACKAGE).parts
              and any(word in path.read_text() for word in ('"fake"', "'fake'", "testing.fake", "FakeEncoder"))]
     assert named == []
+
+
+def test_the_library_keeps_the_size_limits():
+    """Every module of the library (generated schemas are JSON, not modules): the limits of issue 25."""
+    from helpers import size_problems
+
+    package = Path(__file__).resolve().parent.parent / "localgpt_index"
+    assert size_problems(sorted(package.rglob("*.py")), package) == []

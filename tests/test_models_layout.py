@@ -4,7 +4,6 @@ transformers logging as it found it, and the package's modules keep the size lim
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import threading
@@ -93,18 +92,9 @@ def test_the_pattern_catches_the_switches_it_is_meant_to():
 
 def test_the_models_modules_keep_the_size_limits():
     """No module over 400 lines, no class over 200, no function over 60."""
-    too_long = []
-    for path in sorted((PACKAGE / "models").glob("*.py")):
-        text = path.read_text()
-        if len(text.splitlines()) > 400:
-            too_long.append(f"{path.name}: {len(text.splitlines())} lines")
-        for node in ast.walk(ast.parse(text)):
-            limit = 200 if isinstance(node, ast.ClassDef) else 60
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
-                if length > limit:
-                    too_long.append(f"{path.name}: {node.name}: {length} lines")
-    assert too_long == []
+    from helpers import size_problems
+
+    assert size_problems(sorted((PACKAGE / "models").glob("*.py")), PACKAGE / "models") == []
 
 
 @pytest.mark.slow

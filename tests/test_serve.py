@@ -14,22 +14,14 @@ from pathlib import Path
 import pytest
 
 from conftest import faulty_model, run_cli, validate
-from docgen import make_pdf, make_png
+from docgen import make_pdf
+from helpers import report_index as build_report_index
 from served import Server
 
 
 @pytest.fixture(scope="module")
 def report_index(fake_model, tmp_path_factory):
-    work = tmp_path_factory.mktemp("serve")
-    docs = work / "docs"
-    for i in range(4):
-        make_pdf(docs / f"report-{i}.pdf", [f"report {i} page {p}" for p in range(3)])
-    make_png(docs / "scan.png", "a scan")
-    rules = work / "meta.json"
-    rules.write_text(json.dumps({"report-0.pdf": {"team": "finance"}}))
-    index = work / "idx"
-    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--metadata", str(rules)).exit_code == 0
-    return {"docs": docs, "index": index, "work": work}
+    return build_report_index(tmp_path_factory.mktemp("serve"), fake_model, reports=4, pages=3)
 
 
 @pytest.fixture(scope="module")
