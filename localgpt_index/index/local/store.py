@@ -1,13 +1,5 @@
-"""The index on disk: immutable, content-named files, and generations that name them.
-
-Layout of one index (`<index-dir>/<name>/`):
-
-    HEAD                        {"format", "generation", "manifest": "gen-0000000N.json", "sha256"}
-    gen-0000000N.json           the manifest (index/manifest.py): model, settings, documents, segments
-    segments/<id>.vectors.npy   float16 (rows, dim): page vectors, back to back
-    segments/<id>.offsets.npy   int64 (pages + 1): page p owns rows offsets[p]:offsets[p+1]
-    pdf/<sha256>.pdf            a PDF a converted document was rendered from, named by its own sha256
-    lock, lock.owner            the writers' lock, and who holds it
+"""The index on disk: immutable, content-named files, and generations that name them (the files of
+one index: layout.py).
 
 Every writer (build, remove, import, re-tagging) goes through one `Transaction`: it
 writes new files only, under names derived from their content; stages segments on disk
