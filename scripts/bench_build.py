@@ -152,12 +152,15 @@ OURS = """
 import atexit, sys, time
 started = time.perf_counter()
 atexit.register(lambda: print(f"BUILD DONE {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True))
-from localgpt_index.models.torch_encoder import TorchEncoder
-load = TorchEncoder.__init__
+try:
+    from localgpt_index.models.torch_encoder import TorchEncoder as Encoder
+except ImportError:  # a --baseline from before the models package was split (31bee69 and older)
+    from localgpt_index.encode import ByaldiEncoder as Encoder
+load = Encoder.__init__
 def loaded(self, *args, **kwargs):
     load(self, *args, **kwargs)
     print(f"MODEL READY {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True)
-TorchEncoder.__init__ = loaded
+Encoder.__init__ = loaded
 from localgpt_index.cli import run
 sys.argv[0] = "lgpt-index"
 run()
