@@ -122,10 +122,6 @@ def built_in() -> tuple[Family, ...]:
     return FAMILIES
 
 
-def family_names() -> frozenset[str]:
-    return frozenset(family.name for family in registered())
-
-
 def supported() -> str:
     """The supported families, for messages."""
     return ", ".join(f"{f.display} ({'/'.join(f.model_types)})" for f in FAMILIES)
