@@ -6,7 +6,9 @@ relative and absolute, `from . import x` resolved through package `__init__` fil
 root package's lazy re-exports (its `_EXPORTS` table). The layers, top to bottom:
 
     top      the root package (the public API), __main__, cli/, the deprecated 0.2 shims
+    outer    mcp/ | integrations/                    (peers: the MCP server; framework retrievers)
     serve    serve/ (the HTTP server, the warm service, the client of `query --server`)
+    loops    watch/ | evaluate/                      (peers: a folder kept indexed; `eval`)
     app      build/ | query/ | interop/              (peers)
     domain   ingest/ | models/ | index/              (peers)
     core     core/, _version
@@ -27,9 +29,11 @@ ROOT = "localgpt_index"
 
 # first component under the root -> (rank, group); higher ranks may import lower ones only
 LAYERS: dict[str, tuple[int, str]] = {
-    "": (6, "top"), "__main__": (6, "top"), "cli": (6, "top"),
-    "store": (6, "top"), "metadata": (6, "top"), "pages": (6, "top"),  # deprecated 0.2 shims
-    "serve": (5, "serve"),  # one rank above interop: the server answers with interop's documents
+    "": (8, "top"), "__main__": (8, "top"), "cli": (8, "top"),
+    "store": (8, "top"), "metadata": (8, "top"), "pages": (8, "top"),  # deprecated 0.2 shims
+    "mcp": (7, "mcp"), "integrations": (7, "integrations"),  # MCP server; LangChain/LlamaIndex retrievers
+    "serve": (6, "serve"),  # above interop and watch: the server answers with interop's documents
+    "watch": (5, "watch"), "evaluate": (5, "evaluate"),  # a folder kept indexed; `eval`
     "build": (4, "build"), "query": (4, "query"), "interop": (4, "interop"),
     "ingest": (3, "ingest"), "models": (3, "models"), "index": (3, "index"),
     "core": (1, "core"), "_version": (1, "core"),
