@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(poppler-utils libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui)
+apt_packages=(poppler-utils tesseract-ocr tesseract-ocr-eng libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui)
 if command -v dpkg >/dev/null && command -v apt-get >/dev/null; then
   missing=()
   for pkg in "${apt_packages[@]}"; do
