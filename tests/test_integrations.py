@@ -4,6 +4,7 @@ index, the fake encoder) and over a real `lgpt-index serve` on a real port."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -73,6 +74,7 @@ def test_langchain_retriever_invoke(backend, report_index, request):
     retriever = langchain_retriever(backend, report_index, server, k=3)
     documents = retriever.invoke(QUERY)
     assert all(isinstance(document, Document) for document in documents)
+    assert asyncio.run(retriever.ainvoke(QUERY)) == documents and retriever.batch([QUERY, QUERY]) == [documents, documents]
     assert [(d.metadata["path"], d.metadata["page"], d.metadata["score"]) for d in documents] == expected(report_index, 3)
     first = documents[0]
     assert first.metadata["rank"] == 1 and first.id == f"{first.metadata['sha256']}#page={first.metadata['page']}"
@@ -98,6 +100,7 @@ def test_llamaindex_retriever_retrieve(backend, report_index, request):
     server = request.getfixturevalue("server") if backend == "server" else None
     retriever = llamaindex_retriever(backend, report_index, server, k=3)
     nodes = retriever.retrieve(QUERY)
+    assert [n.node.node_id for n in asyncio.run(retriever.aretrieve(QUERY))] == [n.node.node_id for n in nodes]
     assert all(isinstance(found, NodeWithScore) and type(found.node) is TextNode for found in nodes)
     assert [(n.node.metadata["path"], n.node.metadata["page"], n.score) for n in nodes] == expected(report_index, 3)
     first = nodes[0].node
