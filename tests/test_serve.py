@@ -226,19 +226,19 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     listening = bind("127.0.0.1", 0)
     seen: list[int] = []
 
-    class Record(asyncio.Protocol):
-        def connection_made(self, transport):
-            seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-            transport.close()
-
     async def accept_one() -> None:
+        made = asyncio.Event()  # the server side of the connection exists
+
+        class Record(asyncio.Protocol):
+            def connection_made(self, transport):
+                seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+                made.set()
+
         server = await asyncio.get_running_loop().create_server(Record, sock=listening)
         port = listening.getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(100):
-            if seen:
-                break
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(made.wait(), 30)
         writer.close()
         server.close()
 
