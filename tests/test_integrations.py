@@ -174,7 +174,8 @@ def connect(self, address, *args):
     return _connect(self, address, *args)
 socket.socket.connect = connect
 from localgpt_index.integrations.llamaindex import LgptRetriever
-for retriever in (LgptRetriever.from_index(index_dir={index!r}, k=2), LgptRetriever.from_server({url!r}, k=2)):
+retrievers = [LgptRetriever.from_index(index_dir={index!r}, k=2)] + ([LgptRetriever.from_server({url!r}, k=2)] if {url!r} else [])
+for retriever in retrievers:
     nodes = retriever.retrieve("report 1")
     assert len(nodes) == 2 and nodes[0].node.get_content(metadata_mode="all")
     retriever.retrieve("report 2")
@@ -200,6 +201,13 @@ def test_the_package_and_the_api_import_no_framework(report_index, tmp_path):
 
 def test_llamaindex_retriever_works_offline(report_index, server, tmp_path):
     _run_python(OFFLINE.format(index=str(report_index["index"]), url=server.url), tmp_path, HF_HUB_OFFLINE="1")
+
+
+@pytest.mark.slow
+def test_llamaindex_retriever_works_offline_with_a_real_model(tiny_model, tmp_path):
+    """The same, with the model libraries a real checkpoint loads (torch, transformers' tokenizer) on the path."""
+    index = build_report_index(tmp_path, tiny_model, reports=2, pages=1)["index"]
+    _run_python(OFFLINE.format(index=str(index), url=None), tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
 def test_documents_are_json_serialisable(report_index):
