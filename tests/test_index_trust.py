@@ -9,13 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
+from localgpt_index.core import failpoints
 from docgen import make_pdf, make_png
 from helpers import build_ok, held_build, verify_ok
 
@@ -190,19 +189,33 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
         assert busy.exit_code == 1 and f"pid {os.getpid()}" in busy.stderr and "--wait" in busy.stderr
         # queries never block on a writer
         assert _results(index_dir) == scenario["before"]
-    # a writer killed while holding the lock leaves nothing that blocks
+    # a writer killed while holding the lock leaves nothing that blocks: `build --wait` waits for it,
+    # and the writer is killed while it waits (at the failpoint where a writer waits for the lock)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from localgpt_index.index.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
-        "cm = s.lock(); cm.__enter__(); print('locked', flush=True); time.sleep(60)") % store.root],
-        stdout=subprocess.PIPE, text=True)
+        "import sys; from localgpt_index.index.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
+        "cm = s.lock(); cm.__enter__(); print('locked', flush=True); sys.stdin.read()") % store.root],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
-    releaser = threading.Timer(1.5, holder.kill)
-    releaser.start()
-    started = time.monotonic()
-    waited = run_cli("build", str(scenario["docs"]), "--batch-size", "1", "--wait", "60", "--index-dir", str(index_dir))
+    busy = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir))
+    assert busy.exit_code == 1 and f"pid {holder.pid} on " in busy.stderr  # the holder's record names it
+    waits: list[str] = []
+
+    def kill_the_holder_while_waiting(name: str) -> None:
+        if name == "lock-wait":
+            waits.append(name)
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+
+    failpoints.set_hook(kill_the_holder_while_waiting)
+    try:
+        waited = run_cli("build", str(scenario["docs"]), "--batch-size", "1", "--wait", "60", "--index-dir", str(index_dir))
+    finally:
+        failpoints.set_hook(None)
+        if holder.poll() is None:
+            holder.kill()
     assert waited.exit_code == 0, waited.stderr
-    assert time.monotonic() - started >= 1.0
-    holder.wait()
+    assert waits and holder.returncode == -9  # it did wait, and went on once the holder was gone
 
 
 def test_remove_documents(scenario, tmp_path):

@@ -11,11 +11,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conftest import faulty_model, run_cli, validate
 from docgen import make_pdf
 from helpers import report_index as build_report_index
+from helpers import wait_until
 from served import Server
 
 
@@ -224,19 +226,19 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
     listening = bind("127.0.0.1", 0)
     seen: list[int] = []
 
-    class Record(asyncio.Protocol):
-        def connection_made(self, transport):
-            seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-            transport.close()
-
     async def accept_one() -> None:
+        made = asyncio.Event()  # the server side of the connection exists
+
+        class Record(asyncio.Protocol):
+            def connection_made(self, transport):
+                seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+                made.set()
+
         server = await asyncio.get_running_loop().create_server(Record, sock=listening)
         port = listening.getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(100):
-            if seen:
-                break
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(made.wait(), 30)
         writer.close()
         server.close()
 
@@ -279,18 +281,33 @@ def test_healthz_is_ready_only_once_the_model_is_loaded(report_index, tmp_path):
 
 
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(report_index, tmp_path):
-    slow = faulty_model(tmp_path / "slow", seconds_per_query=2)
-    index = tmp_path / "idx"
-    assert run_cli("build", str(report_index["docs"]), "--model", str(slow), "--index-dir", str(index)).exit_code == 0
-    running = Server("--index-dir", str(index))
-    running.wait_ready(timeout=90)
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(lambda: running.client().post("/query", json={"queries": ["in flight"]}))
-        time.sleep(0.5)
-        running.proc.send_signal(signal.SIGTERM)
-        answer = pending.result(timeout=60)
+    """The query is held on the model thread (failpoint serve.batch) while SIGTERM arrives; the server
+    stops listening (a new connection is refused), yet answers the held query once it goes on, then exits 0."""
+    release = tmp_path / "release"
+    running = Server("--index-dir", str(report_index["index"]),
+                     env={"LGPT_FAILPOINT": "serve.batch:1:hold", "LGPT_FAILPOINT_HOLD": str(release)})
+    try:
+        running.wait_ready()
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(lambda: running.client().post("/query", json={"queries": ["in flight"]}))
+            wait_until(Path(f"{release}.reached").exists, what="the query reaching the model", proc=running.proc)
+            running.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: not _accepts(running.url), what="the server to stop listening", proc=running.proc)
+            assert not pending.done()  # still held: shutting down, waiting for it
+            release.touch()
+            answer = pending.result(timeout=60)
+    finally:
+        release.touch()
     assert answer.status_code == 200 and answer.json()["results"]
     assert running.proc.wait(timeout=60) == 0
+
+
+def _accepts(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/healthz", timeout=5)
+    except httpx.TransportError:
+        return False
+    return True
 
 
 def test_one_log_line_per_request_and_json_logs(report_index):

@@ -3,7 +3,6 @@ only when the model waited for pages."""
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -29,10 +28,21 @@ def _growing(kib_per_page: int):
     return lambda largest: 1_000_000 + kib_per_page * largest
 
 
+class Clock:
+    """The tuner's clock, moved by the test: the model's idle time is what the test says, not what a sleep took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0, rss_kib=_growing(0),
-         monkeypatch=None) -> list[int]:
-    """Run the trials; the batch sizes tried, in order (each once). With `monkeypatch`, peak RSS
-    is `rss_kib(largest batch so far)`."""
+         monkeypatch=None, clock: Clock | None = None) -> list[int]:
+    """Run the trials; the batch sizes tried, in order (each once). With `clock` (the tuner's), the model
+    waits `wait` seconds for each batch's pages, then encodes it. With `monkeypatch`, peak RSS is
+    `rss_kib(largest batch so far)`."""
     tried: list[int] = []
     while not tuner.decided:
         size = encoder.batch_size
@@ -40,10 +50,11 @@ def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0, 
         if monkeypatch is not None:
             peak = rss_kib(max(tried))
             monkeypatch.setattr(tuning, "peak_rss", lambda: peak)
-        if wait:
-            tuner.waiting()
-            time.sleep(wait)
-        tuner.batch_done(size, seconds_per_page[size] * size)
+        seconds = seconds_per_page[size] * size
+        if clock is not None:
+            tuner.waiting()  # as the engine calls it: idle from the end of one batch ...
+            clock.now += wait + seconds  # ... until the next is encoded
+        tuner.batch_done(size, seconds)
     return list(dict.fromkeys(tried))
 
 
@@ -77,9 +88,21 @@ def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
     monkeypatch.setattr(tuning, "set_threads", threads.append)
     monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
     encoder = _encoder()
-    tuner = tuning.CpuTuner(encoder, fixed_batch=False)
-    _run(tuner, encoder, {size: 0.001 for size in tuning.CANDIDATES}, wait=0.01)
-    assert threads == [3]
+    clock = Clock()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False, clock=clock)
+    _run(tuner, encoder, {size: 0.001 for size in tuning.CANDIDATES}, wait=0.01, clock=clock)
+    assert threads == [3] and tuner.summary()["waited_share"] > tuning.WAIT_SHARE
+
+
+def test_a_model_that_hardly_waits_keeps_every_core(monkeypatch):
+    threads = []
+    monkeypatch.setattr(tuning, "set_threads", threads.append)
+    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
+    encoder = _encoder()
+    clock = Clock()
+    tuner = tuning.CpuTuner(encoder, fixed_batch=False, clock=clock)
+    _run(tuner, encoder, {size: 0.01 for size in tuning.CANDIDATES}, wait=0.0001, clock=clock)
+    assert threads == [] and 0 < tuner.summary()["waited_share"] < tuning.WAIT_SHARE
 
 
 def test_a_batch_size_given_by_the_user_is_kept(monkeypatch):

@@ -11,6 +11,7 @@ import sys
 from importlib import metadata
 from typing import TYPE_CHECKING, Callable
 
+from .capabilities import capabilities
 from ..ingest.convert import find_soffice, network_isolation, word_is_installed
 from ..core.cpus import available_cpus
 from ..core.errors import LgptError
@@ -124,6 +125,7 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
         "converters": converters,
         "model_cache": _cache(),
         "model": model_report,
+        "capabilities": capabilities(),  # mcp, watch, OCR: reported, not needed by build
         "missing": missing,
         "ok": not missing,
     }

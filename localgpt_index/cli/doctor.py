@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 import click
 
@@ -104,9 +105,29 @@ def _print(report: dict) -> None:
             echo(f"  per page   {smoke['page_vectors'][0]} vectors of {smoke['page_vectors'][1]}"
                  f"{f' ({tokens} image tokens)' if tokens is not None else ''}, "
                  f"{smoke['vector_bytes_per_page'] / 1024:.1f} KiB as float16 (an A4 page)")
+    _print_capabilities(report["capabilities"])
     if report["missing"]:
         echo("missing:")
         for item in report["missing"]:
             echo(f"  - {item}")
     else:
         echo("ok: everything build needs is here")
+
+
+def _print_capabilities(found: dict, echo: Callable[[str], object] = click.echo) -> None:
+    """mcp, watch and OCR: not needed by build, each with how to add what it lacks."""
+    mcp = found["mcp"]
+    echo(f"mcp          {'MCP SDK ' + str(mcp['version']) if mcp['importable'] else 'NOT AVAILABLE: ' + mcp['error']}")
+    watch = found["watch"]
+    watcher = f"watchfiles {watch['version']}" if watch["importable"] else "watchfiles NOT AVAILABLE: " + watch["error"]
+    how = (f"inotify (max_user_watches {watch['max_user_watches']})" if watch["inotify"]
+           else f"polling: {watch['inotify_error']}")
+    echo(f"watch        {watcher}; changes seen by {how}")
+    ocr = found["ocr"]
+    if ocr["version"]:
+        echo(f"tesseract    {ocr['version']} at {ocr['path']}, languages: {', '.join(ocr['languages']) or 'none'}")
+    if ocr["error"]:
+        echo(f"{'tesseract' if not ocr['version'] else '':13}{ocr['error']}")
+    for item in (mcp, watch, ocr):
+        if item["hint"]:
+            echo(f"             to add it: {item['hint']}")

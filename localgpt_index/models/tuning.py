@@ -17,7 +17,7 @@ import resource
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..core.cpus import available_cpus
 from .families import family_named
@@ -75,8 +75,9 @@ def peak_rss() -> int:
 class CpuTuner:
     """Feed it each batch's encoding time and the time the model waited before it; it says the next batch size."""
 
-    def __init__(self, encoder, fixed_batch: bool) -> None:
+    def __init__(self, encoder, fixed_batch: bool, clock: Callable[[], float] = time.perf_counter) -> None:
         self.encoder = encoder
+        self._clock = clock  # when the model goes idle and comes back (a test gives its own)
         self.cores = available_cpus()
         self._trials = [] if fixed_batch else list(CANDIDATES)  # sizes still to try, the current one first
         self._trial = _Trial()
@@ -103,12 +104,12 @@ class CpuTuner:
 
     def waiting(self) -> None:
         """The model has nothing to do from now on, until the next batch is full."""
-        self._idle_since = time.perf_counter()
+        self._idle_since = self._clock()
 
     def batch_done(self, pages: int, seconds: float) -> None:
         """A batch of `pages` took `seconds` to encode."""
         if self._idle_since is not None:
-            self._waited += max(0.0, time.perf_counter() - self._idle_since - seconds)
+            self._waited += max(0.0, self._clock() - self._idle_since - seconds)
         self._busy += seconds
         if self.decided:
             return

@@ -9,8 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...core.errors import IndexBusy, IndexProblem, UsageError
+from ...core.failpoints import failpoint
 from ..files import read_member, write_atomic
 from ..holder import holder_text, may_be_alive
+
+POLL_S = 0.2  # how often a writer given --wait tries the lock again
 
 
 @contextmanager
@@ -24,12 +27,11 @@ def writer_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
     try:
         root.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(root / "lock", thread_local=False)
-        lock.acquire(timeout=wait_s, poll_interval=0.2)
-    except filelock.Timeout:
-        raise IndexBusy(
-            f"{root} is being written by {lock_holder(root)}.",
-            hint="Wait for it to finish, or pass --wait SECONDS.",
-        ) from None
+        if not _acquire(lock, wait_s):
+            raise IndexBusy(
+                f"{root} is being written by {lock_holder(root)}.",
+                hint="Wait for it to finish, or pass --wait SECONDS.",
+            )
     except OSError as exc:
         raise IndexProblem(
             f"{root / 'lock'}: cannot take the writers' lock ({exc.strerror or exc}).",
@@ -43,6 +45,24 @@ def writer_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def _acquire(lock, wait_s: float) -> bool:
+    """Take the lock, trying again every POLL_S for up to `wait_s` seconds (filelock's own loop, with a
+    failpoint where a writer waits: tests act on the holder then); False when another writer kept it."""
+    import filelock
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            lock.acquire(blocking=False)
+            return True
+        except filelock.Timeout:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+        failpoint("lock-wait")  # tests: this writer found the lock taken and waits for it
+        time.sleep(min(POLL_S, left))
 
 
 def lock_holder(root: Path) -> str:

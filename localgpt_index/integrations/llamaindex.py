@@ -1,0 +1,73 @@
+"""A LlamaIndex retriever (llama-index-core only; `pip install 'lgpt-index[llamaindex]'`) over an index
+or a running `lgpt-index serve`:
+
+    retriever = LgptRetriever.from_index(k=5)
+    retriever = LgptRetriever.from_server("http://127.0.0.1:8000", with_images=True)
+    nodes = retriever.retrieve("what was Q3 revenue?")
+
+Each page found is a NodeWithScore: a TextNode with the page text (empty where the index holds none),
+or with `with_images=True` an ImageNode that carries the page as base64 PNG too; source.PageHit.metadata()
+is the node's metadata. Offline: nothing on this path tokenizes, so llama-index never reaches for its
+tiktoken or NLTK files (tests/test_integrations.py checks that neither is even imported).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
+
+from .source import PageHit, PageSource, SearchOptions, open_source, search_options
+from .source import page_image as _page_image
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from ..query.search import Index
+
+__all__ = ["LgptRetriever", "to_node"]
+
+# Metadata an LLM or an embedding need not read (LlamaIndex puts a node's metadata into its content)
+HIDDEN_METADATA = ["sha256", "rank", "kind", "has_text", "image_url", "image_error", "document_metadata"]
+
+
+class LgptRetriever(BaseRetriever):
+    """The pages of an lgpt-index index that best answer a query, as LlamaIndex nodes."""
+
+    def __init__(self, source: PageSource, options: SearchOptions | None = None,
+                 callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
+        self.source = source
+        self.options = options or SearchOptions()
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @classmethod
+    def from_index(cls, index: Index | None = None, *, index_dir: str | None = None, name: str | None = None,
+                   store: Any = None, **options: Any) -> LgptRetriever:
+        """Over an open `Index` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
+        `options` are SearchOptions' (k, filters, first_pass, with_images, dpi)."""
+        return cls(open_source(index, index_dir=index_dir, name=name, store=store), search_options(**options))
+
+    @classmethod
+    def from_server(cls, url: str, *, token: str | None = None, **options: Any) -> LgptRetriever:
+        """Over a running `lgpt-index serve` at `url` (its bearer `token` where it has one)."""
+        return cls(open_source(server=url, token=token), search_options(**options))
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [to_node(hit) for hit in self.source.search(query_bundle.query_str, self.options)]
+
+    def page_image(self, node: NodeWithScore | TextNode, dpi: int | None = None) -> Image:
+        """The page `node` stands for, as a PIL image (rendered by the index or fetched from the server)."""
+        inner = node.node if isinstance(node, NodeWithScore) else node
+        return _page_image(self.source, inner.metadata, dpi or self.options.dpi)
+
+
+def to_node(hit: PageHit) -> NodeWithScore:
+    common: dict[str, Any] = {"id_": hit.id, "text": hit.text or "", "metadata": hit.metadata(),
+                              "excluded_llm_metadata_keys": HIDDEN_METADATA, "excluded_embed_metadata_keys": HIDDEN_METADATA}
+    if hit.image_base64 is not None:
+        node: TextNode = ImageNode(image=hit.image_base64, image_mimetype="image/png", **common)
+    else:
+        node = TextNode(**common)
+    return NodeWithScore(node=node, score=hit.score)

@@ -1,0 +1,169 @@
+"""Where a retriever's pages come from, framework-free: an open index and its query encoder (the
+Python API), or a running `lgpt-index serve` (`query --server` semantics, serve.client). Both give the
+`query --json` document's hits (interop.results.Hit), turned into one PageHit each; the adapters only
+turn a PageHit into their framework's document type.
+
+Nothing heavy is imported here: numpy and the index come with an IndexSource, httpx with a ServerSource,
+and the model (torch) on the first search of an index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..core.errors import LgptError, UsageError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from ..query.search import Index
+
+
+class SearchOptions(BaseModel):
+    """What `query` takes besides the text, with its limits: `-k`, `--filter`, `--first-pass`,
+    `--with-images` and `--dpi`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    k: int = Field(5, ge=1, le=1000, description="pages per query")
+    filters: dict[str, str] = Field(default_factory=dict, description="only documents whose metadata has every KEY=VALUE")
+    first_pass: int | None = Field(None, ge=1, description="lossy first pass over N candidate pages (off by default)")
+    with_images: bool = Field(False, description="each hit carries its page as base64 PNG")
+    dpi: int = Field(150, ge=20, le=600, description="resolution of page images")
+
+
+def search_options(**given: Any) -> SearchOptions:
+    """SearchOptions from keyword arguments; a bad one is a UsageError naming it."""
+    try:
+        return SearchOptions(**given)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()[:3])
+        raise UsageError(f"bad retriever option ({problems}).") from None
+
+
+@dataclass(frozen=True)
+class PageHit:
+    """One page that answers a query, as both adapters hand it on."""
+
+    query: str
+    rank: int
+    score: float
+    path: str
+    page: int  # 1-based
+    sha256: str
+    kind: str
+    document_metadata: dict[str, str] = field(default_factory=dict)
+    text: str | None = None  # the page text, where the index holds it
+    image_base64: str | None = None  # the page as PNG, when images were asked for
+    image_error: str | None = None  # why a page asked for carries no image
+    image_url: str | None = None  # where a server hands out the page as PNG
+
+    @classmethod
+    def from_hit(cls, query: str, hit: dict[str, Any], image_url: str | None = None) -> PageHit:
+        """From one hit of the query document (interop.results.Hit), and the page text when it has one."""
+        return cls(query=query, rank=hit["rank"], score=hit["score"], path=hit["path"], page=hit["page"], sha256=hit["sha256"],
+                   kind=hit["kind"], document_metadata=dict(hit.get("metadata") or {}), text=hit.get("text"),
+                   image_base64=hit.get("image_base64"), image_error=hit.get("image_error"), image_url=image_url)
+
+    @property
+    def id(self) -> str:
+        """A stable id of the page (the same page found twice has the same id)."""
+        return f"{self.sha256}#page={self.page}"
+
+    def metadata(self) -> dict[str, Any]:
+        """The metadata both adapters attach: where the page is, its score, and how to get its image
+        (`sha256` and `page`, which `page_image` resolves on either source; `image_url` on a server)."""
+        found: dict[str, Any] = {"path": self.path, "page": self.page, "score": self.score, "rank": self.rank,
+                                 "sha256": self.sha256, "kind": self.kind, "document_metadata": dict(self.document_metadata),
+                                 "has_text": self.text is not None}
+        optional = {"image_url": self.image_url, "image_error": self.image_error}
+        found.update({key: value for key, value in optional.items() if value is not None})
+        return found
+
+
+@runtime_checkable
+class PageSource(Protocol):
+    """What a retriever asks: the hits of one query, and a page's PNG by its document's sha256."""
+
+    def search(self, query: str, options: SearchOptions) -> list[PageHit]: ...
+
+    def page_png(self, sha256: str, page: int, dpi: int) -> bytes: ...
+
+
+class IndexSource:
+    """The Python API: an open index (one committed generation) and the query encoder of its model,
+    loaded on the first search (`index.load_encoder(device=..., dtype=...)` beforehand picks where)."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    @classmethod
+    def open(cls, index_dir: str | None = None, name: str | None = None, store: Any = None) -> IndexSource:
+        from ..query.search import open_index
+
+        return cls(open_index(index_dir, name, store))
+
+    def search(self, query: str, options: SearchOptions) -> list[PageHit]:
+        from ..interop.reports import query_document
+
+        results = self.index.search(query, k=options.k, filters=options.filters, candidates=options.first_pass)
+        document = query_document(self.index, [query], results, options.k, options.with_images, options.dpi)
+        return [PageHit.from_hit(query, hit) for hit in document["queries"][0]["results"]]
+
+    def page_png(self, sha256: str, page: int, dpi: int) -> bytes:
+        from ..core.types import SearchHit
+        from ..interop.pages import page_image, png_bytes
+
+        document = next((d for d in self.index.documents if d.sha256 == sha256), None)
+        if document is None:
+            raise LgptError(f"no document with sha256 {sha256[:12]} in {self.index.store.location}.")
+        return png_bytes(page_image(self.index, SearchHit(0, 0.0, document.path, page, document.sha256, document.kind), dpi))
+
+
+class ServerSource:
+    """A running `lgpt-index serve` at `url`, asked as `query --server` asks it (its answers checked)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float | None = None) -> None:
+        from ..serve.client import TIMEOUT_S, ServerClient
+
+        self.client = ServerClient(url, token, TIMEOUT_S if timeout_s is None else timeout_s)
+
+    def search(self, query: str, options: SearchOptions) -> list[PageHit]:
+        document = self.client.query([query], options.k, options.filters, options.first_pass, options.with_images, options.dpi)
+        return [PageHit.from_hit(query, hit, self._url(hit["sha256"], hit["page"], options.dpi))
+                for hit in document["queries"][0]["results"]]
+
+    def page_png(self, sha256: str, page: int, dpi: int) -> bytes:
+        return self.client.page(sha256, page, dpi)
+
+    def _url(self, sha256: str, page: int, dpi: int) -> str:
+        return f"{self.client.url}/pages/{sha256}/{page}.png?dpi={dpi}"
+
+
+def open_source(index: Index | None = None, *, server: str | None = None, token: str | None = None,
+                index_dir: str | None = None, name: str | None = None, store: Any = None) -> PageSource:
+    """A ServerSource for `server`, else an IndexSource for `index` (or the index it opens)."""
+    if server is not None:
+        if index is not None or index_dir is not None or name is not None or store is not None:
+            raise UsageError("give either a server or an index, not both: the server answers from the index it serves.")
+        return ServerSource(server, token)
+    if index is not None:
+        return IndexSource(index)
+    return IndexSource.open(index_dir, name, store)
+
+
+def page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> Image:
+    """The page a retrieved document's metadata names (its `sha256` and `page`), as a PIL image."""
+    import io
+
+    from PIL import Image as PILImage
+
+    try:
+        sha256, page = str(metadata["sha256"]), int(metadata["page"])
+    except (KeyError, TypeError, ValueError):
+        raise UsageError("not a page found by lgpt-index: its metadata has no sha256 and page.") from None
+    with PILImage.open(io.BytesIO(source.page_png(sha256, page, dpi))) as image:
+        return image.convert("RGB")

@@ -1,0 +1,215 @@
+"""The LangChain and LlamaIndex retrievers (localgpt_index.integrations), through each framework's own
+retriever interface (`invoke` for LangChain, `retrieve` for LlamaIndex), over the Python API (an open
+index, the fake encoder) and over a real `lgpt-index serve` on a real port."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import httpx
+import pytest
+from PIL import Image
+
+from helpers import report_index as build_report_index
+from served import Server
+
+from langchain_core.documents import Document  # the test environment has both frameworks
+from llama_index.core.schema import ImageNode, NodeWithScore, TextNode
+
+from localgpt_index import LgptError, open_index
+from localgpt_index.core.errors import EnvironmentMissing, UsageError
+from localgpt_index.integrations import langchain as lc
+from localgpt_index.integrations import llamaindex as li
+from localgpt_index.integrations.source import PageHit, open_source
+
+QUERY = "report 1 page 0"
+
+
+@pytest.fixture(scope="module")
+def report_index(fake_model, tmp_path_factory):
+    return build_report_index(tmp_path_factory.mktemp("retrievers"), fake_model, reports=3, pages=2)
+
+
+@pytest.fixture(scope="module")
+def server(report_index):
+    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths")  # paths as the API gives them
+    running.wait_ready()
+    yield running
+    assert running.stop() == 0
+
+
+def expected(report_index, k: int, **filters) -> list[tuple[str, int, float]]:
+    """What the Python API itself answers: (path, page, score) of each hit, best first."""
+    hits = open_index(report_index["index"]).search(QUERY, k=k, filters=filters or None)[0]
+    return [(hit.path, hit.page, hit.score) for hit in hits]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def langchain_retriever(backend: str, report_index, server, **options) -> lc.LgptRetriever:
+    if backend == "server":
+        return lc.LgptRetriever.from_server(server.url, **options)
+    return lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **options)
+
+
+def llamaindex_retriever(backend: str, report_index, server, **options) -> li.LgptRetriever:
+    if backend == "server":
+        return li.LgptRetriever.from_server(server.url, **options)
+    return li.LgptRetriever.from_index(open_index(report_index["index"]), **options)
+
+
+@pytest.mark.parametrize("backend", ["api", "server"])
+def test_langchain_retriever_invoke(backend, report_index, request):
+    server = request.getfixturevalue("server") if backend == "server" else None
+    retriever = langchain_retriever(backend, report_index, server, k=3)
+    documents = retriever.invoke(QUERY)
+    assert all(isinstance(document, Document) for document in documents)
+    assert asyncio.run(retriever.ainvoke(QUERY)) == documents and retriever.batch([QUERY, QUERY]) == [documents, documents]
+    assert [(d.metadata["path"], d.metadata["page"], d.metadata["score"]) for d in documents] == expected(report_index, 3)
+    first = documents[0]
+    assert first.metadata["rank"] == 1 and first.id == f"{first.metadata['sha256']}#page={first.metadata['page']}"
+    assert first.page_content == "" and first.metadata["has_text"] is False  # the fake index holds no page text
+    assert "image_base64" not in first.metadata
+    assert retriever.page_image(first, dpi=40).size == png_size(_page_png(report_index, first.metadata, 40))
+    if backend == "server":  # the image reference is the server's own page URL
+        assert png_size(httpx.get(first.metadata["image_url"]).content) == retriever.page_image(first).size
+    else:
+        assert "image_url" not in first.metadata
+
+    finance = langchain_retriever(backend, report_index, server, k=5, filters={"team": "finance"}).invoke(QUERY)
+    assert [(d.metadata["path"], d.metadata["page"], d.metadata["score"]) for d in finance] == expected(report_index, 5, team="finance")
+    assert {d.metadata["document_metadata"]["team"] for d in finance} == {"finance"}
+
+    with_images = langchain_retriever(backend, report_index, server, k=2, with_images=True, dpi=40).invoke(QUERY)
+    assert [png_size(base64.b64decode(d.metadata["image_base64"])) for d in with_images] == [
+        retriever.page_image(d, dpi=40).size for d in with_images]
+
+
+@pytest.mark.parametrize("backend", ["api", "server"])
+def test_llamaindex_retriever_retrieve(backend, report_index, request):
+    server = request.getfixturevalue("server") if backend == "server" else None
+    retriever = llamaindex_retriever(backend, report_index, server, k=3)
+    nodes = retriever.retrieve(QUERY)
+    assert [n.node.node_id for n in asyncio.run(retriever.aretrieve(QUERY))] == [n.node.node_id for n in nodes]
+    assert all(isinstance(found, NodeWithScore) and type(found.node) is TextNode for found in nodes)
+    assert [(n.node.metadata["path"], n.node.metadata["page"], n.score) for n in nodes] == expected(report_index, 3)
+    first = nodes[0].node
+    assert first.node_id == f"{first.metadata['sha256']}#page={first.metadata['page']}" and first.text == ""
+    shown = first.get_content(metadata_mode="llm")  # what an LLM reads: the path and page, not the hashes
+    assert first.metadata["path"] in shown and "sha256" not in shown
+    assert retriever.page_image(nodes[0], dpi=40).size == png_size(_page_png(report_index, first.metadata, 40))
+    assert ("image_url" in first.metadata) == (backend == "server")
+
+    with_images = llamaindex_retriever(backend, report_index, server, k=2, with_images=True, dpi=40).retrieve(QUERY)
+    assert all(type(found.node) is ImageNode and found.node.image_mimetype == "image/png" for found in with_images)
+    assert [png_size(base64.b64decode(n.node.image)) for n in with_images] == [retriever.page_image(n, dpi=40).size for n in with_images]
+
+
+def _page_png(report_index, metadata: dict, dpi: int) -> bytes:
+    from localgpt_index.integrations.source import IndexSource
+
+    return IndexSource(open_index(report_index["index"])).page_png(metadata["sha256"], metadata["page"], dpi)
+
+
+def test_page_text_is_the_content_where_the_index_has_it():
+    hit = {"rank": 1, "score": 2.5, "path": "a.pdf", "page": 3, "sha256": "ab" * 32, "kind": "pdf",
+           "metadata": {"team": "x"}, "text": "Invoice 4711, due 2026-12-31"}
+    page = PageHit.from_hit("invoice", hit)
+    document = lc.to_document(page)
+    assert document.page_content == "Invoice 4711, due 2026-12-31" and document.metadata["has_text"] is True
+    node = li.to_node(page)
+    assert node.node.text == "Invoice 4711, due 2026-12-31" and node.score == 2.5
+    assert "Invoice 4711" in node.node.get_content(metadata_mode="llm")
+
+
+def test_bad_options_and_an_unreachable_server(report_index):
+    for bad in ({"k": 0}, {"dpi": 5000}, {"first_pass": 0}, {"kk": 3}):
+        with pytest.raises(UsageError, match="bad retriever option"):
+            lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **bad)
+        with pytest.raises(UsageError, match="bad retriever option"):
+            li.LgptRetriever.from_server("http://127.0.0.1:9", **bad)
+    with pytest.raises(UsageError, match="either a server or an index"):
+        open_source(open_index(report_index["index"]), server="http://127.0.0.1:9")
+    with pytest.raises(UsageError, match="http:// or https://"):
+        li.LgptRetriever.from_server("127.0.0.1:9")
+    with pytest.raises(EnvironmentMissing, match="cannot reach the lgpt-index server at http://127.0.0.1:9"):
+        lc.LgptRetriever.from_server("http://127.0.0.1:9").invoke(QUERY)
+    with pytest.raises(LgptError, match="index"):
+        li.LgptRetriever.from_index(name="no-such-index")
+
+
+LIGHT_IMPORTS = """
+import sys
+import localgpt_index
+from localgpt_index import open_index
+hits = open_index({index!r}).search("report", k=2)[0]
+import localgpt_index.integrations, localgpt_index.integrations.source, localgpt_index.serve.client
+assert hits and localgpt_index.__all__
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("langchain_core", "langchain", "llama_index"))
+assert not heavy, heavy
+import localgpt_index.integrations.langchain, localgpt_index.integrations.llamaindex
+assert "torch" not in sys.modules, "an adapter imported torch"
+print("ok")
+"""
+
+# Every connection that is not to this machine fails, and is recorded: a download would show here.
+OFFLINE = """
+import socket, sys
+tried = []
+_connect = socket.socket.connect
+def connect(self, address, *args):
+    if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+        tried.append(address)
+        raise OSError("no network in this test")
+    return _connect(self, address, *args)
+socket.socket.connect = connect
+from localgpt_index.integrations.llamaindex import LgptRetriever
+retrievers = [LgptRetriever.from_index(index_dir={index!r}, k=2)] + ([LgptRetriever.from_server({url!r}, k=2)] if {url!r} else [])
+for retriever in retrievers:
+    nodes = retriever.retrieve("report 1")
+    assert len(nodes) == 2 and nodes[0].node.get_content(metadata_mode="all")
+    retriever.retrieve("report 2")
+assert not tried, tried
+fetchers = sorted(m for m in ("nltk", "tiktoken", "tiktoken_ext") if m in sys.modules)
+assert not fetchers, "on the retrieval path: " + ", ".join(fetchers)
+print("ok")
+"""
+
+
+def _run_python(source: str, tmp_path, **env) -> None:
+    import os
+
+    # where llama-index and tiktoken would put what they download: empty, so a download would be needed
+    env = {**os.environ, "NLTK_DATA": str(tmp_path / "nltk"), "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken"), **env}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_the_package_and_the_api_import_no_framework(report_index, tmp_path):
+    _run_python(LIGHT_IMPORTS.format(index=str(report_index["index"])), tmp_path)
+
+
+def test_llamaindex_retriever_works_offline(report_index, server, tmp_path):
+    _run_python(OFFLINE.format(index=str(report_index["index"]), url=server.url), tmp_path, HF_HUB_OFFLINE="1")
+
+
+@pytest.mark.slow
+def test_llamaindex_retriever_works_offline_with_a_real_model(tiny_model, tmp_path):
+    """The same, with the model libraries a real checkpoint loads (torch, transformers' tokenizer) on the path."""
+    index = build_report_index(tmp_path, tiny_model, reports=2, pages=1)["index"]
+    _run_python(OFFLINE.format(index=str(index), url=None), tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+def test_documents_are_json_serialisable(report_index):
+    documents = lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), k=2).invoke(QUERY)
+    json.dumps([document.metadata for document in documents])
