@@ -194,6 +194,24 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
     asyncio.run(scenario())
 
 
+def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fake_model, tmp_path):
+    model = copy_tree(fake_model, tmp_path / "fake-model")
+    built = build_report_index(tmp_path, model, reports=1, pages=1)
+    (model / "faults.json").write_text(json.dumps({"load_error": "weights file is truncated"}))
+    index = str(built["index"])
+
+    async def scenario():
+        async with mcp_session("--index-dir", index) as (session, faults):
+            text = error_text(await session.call_tool("search", {"query": "report"}))
+            assert "the model could not be loaded: OSError while loading the model: weights file is truncated" in text
+            status = structured(await session.call_tool("index_status", {}))
+            assert status["model_state"] == "failed" and "weights file is truncated" in status["model_problem"]
+            assert structured(await session.call_tool("get_page", {"document": "report-0.pdf", "page": 1}))["image"]["bytes"] > 0
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
 class HttpMcp:
     """`lgpt-index mcp --http --port 0` in a process of its own, its address read from stderr."""
 
