@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .app import Application
+from .app import Application, json_option
 from .options import index_options, model_options
 
 MCP_EXIT = """\\b
@@ -30,6 +30,7 @@ Exit codes:
 @click.option("--absolute-paths", is_flag=True,
               help="Name documents by absolute paths (default: relative to the folder they were indexed from).")
 @click.option("-q", "--quiet", is_flag=True, help="With --http: no line per request; errors only.")
+@json_option(help="If the server cannot start: an error document on stdout (before any protocol message).")
 @model_options
 @index_options
 @click.pass_obj
