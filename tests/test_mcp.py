@@ -265,6 +265,22 @@ def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
     assert code == 0
 
 
+def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index):
+    server = HttpMcp("--index-dir", str(noisy_index["index"]), "--token", "s3cret", "-q")
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        with httpx.Client(timeout=60) as client:
+            for wrong in ({}, {"Authorization": "Bearer guess"}):
+                refused = client.post(server.url, json=initialize, headers={**headers, **wrong})
+                assert refused.status_code == 401 and "bearer token" in refused.json()["error"]["message"]
+            answered = client.post(server.url, json=initialize, headers={**headers, "Authorization": "Bearer s3cret"})
+            assert answered.status_code == 200 and answered.json()["result"]["serverInfo"]["name"] == "lgpt-index"
+    finally:
+        assert server.stop()[0] == 0
+
+
 def test_http_beyond_loopback_needs_a_token(noisy_index):
     result = run_cli("mcp", "--http", "--host", "0.0.0.0", "--index-dir", str(noisy_index["index"]))
     assert result.exit_code == 2

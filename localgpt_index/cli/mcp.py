@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -61,6 +62,11 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
         from ..mcp.runner import run_stdio
 
         run_stdio(tools)
+        if not tools.settled():
+            # the client left while the model loads: its thread cannot be stopped, and the interpreter
+            # would wait for it at exit (a minute for a large model) while the client waits to kill us
+            sys.stderr.flush()
+            os._exit(0)
     sys.exit(0)
 
 

@@ -54,6 +54,10 @@ class IndexTools:
                 self._loading = self.batcher.run_on_model_thread(self._load)
             return self._loading
 
+    def settled(self) -> bool:
+        """No model load under way (none started, or it ended)."""
+        return self._loading is None or self._loading.done()
+
     def _load(self) -> None:
         self.service.load()  # records a failure instead of raising
         if self.service.failure is None:
