@@ -115,6 +115,7 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
             plain = structured(await session.call_tool("search", {"query": "report 2 page 1", "k": 2, "filters": {"team": "finance"}}))
             assert [hit["document"] for hit in plain["hits"]] == ["report-0.pdf", "report-0.pdf"]
             assert all(hit["image"] is None for hit in plain["hits"])
+            assert len(structured(await session.call_tool("search", {"query": "report", "k": 2, "first_pass": 4}))["hits"]) == 2
 
             first = structured(await session.call_tool("list_documents", {"limit": 2}))
             rest = structured(await session.call_tool("list_documents", {"offset": first["next_offset"], "limit": 10}))
