@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
+from dataclasses import replace
 
 from ..core.errors import IndexProblem, UsageError
 from ..core.types import SearchHit
@@ -20,7 +21,6 @@ from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCap
                       SearchAnswer)
 
 BUILD_HINT = "Build it first: lgpt-index build DOCS (with the same --index-dir / --name / --store as this server)."
-TEXT_MODES = ("text", "hybrid")
 
 
 class IndexTools:
@@ -80,6 +80,7 @@ class IndexTools:
             raise UsageError("filters: a key may not be empty.")
         index = await asyncio.to_thread(self.current)
         request = search_request(index, query, k, filters, mode, first_pass)
+        used = request_mode(index, request)
         if index.page_count == 0:
             raise IndexProblem(f"the index at {index.store.location} holds no pages yet.", hint=BUILD_HINT)
         loading = self.start_loading()
@@ -97,7 +98,6 @@ class IndexTools:
             fitted = await asyncio.to_thread(self.images.fitted, answer.index, hits)
             for entry, image in zip(entries, fitted):
                 self._attach(entry, image, images)
-        used = request_mode(request)
         return SearchAnswer(query=query, mode=used, k=k, generation=answer.index.manifest.generation, hits=entries), images
 
     def list_documents(self, prefix: str, offset: int, limit: int) -> DocumentList:
@@ -146,7 +146,8 @@ class IndexTools:
 
     def _hit(self, index, hit: SearchHit) -> Hit:
         return Hit(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
-                   kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, text=page_text(index, hit))
+                   kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=getattr(hit, "snippet", None),
+                   text=page_text(index, hit))
 
     def _attach(self, entry: Hit | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
         if isinstance(image, str):
@@ -158,42 +159,51 @@ class IndexTools:
                                 scaled=image.scaled)
 
 
-# Seams for the page-text work (query modes and page text): used where the query layer has them.
+# Page text and search modes come from the page-text work (issue 27: `SearchRequest.options`, a
+# QueryOptions with the mode and with_text; `Index.lexical`, the generation's text index with
+# `page_text(path, page)`; `Index.mode(options)`). Where the query layer has none of it, the index
+# answers visual queries only and says so.
+
+def _lexical(index):
+    return getattr(index, "lexical", None)
+
 
 def has_text(index) -> bool:
-    """Whether this generation holds page text (an index view with `has_text`)."""
-    return bool(getattr(index, "has_text", False))
+    """Whether this generation holds page text."""
+    return _lexical(index) is not None
+
+
+def _with_options() -> bool:
+    return "options" in SearchRequest.__dataclass_fields__
 
 
 def search_modes(index) -> list[str]:
-    """visual always; text and hybrid where the query layer takes a mode and the index holds text."""
-    if "mode" in SearchRequest.__dataclass_fields__ and has_text(index):
-        return ["visual", *TEXT_MODES]
-    return ["visual"]
+    """visual always; text and hybrid where the query layer has modes and the index holds text."""
+    return ["hybrid", "visual", "text"] if _with_options() and has_text(index) else ["visual"]
 
 
 def search_request(index, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None) -> SearchRequest:
     request = SearchRequest((query,), k, tuple(sorted(filters.items())), first_pass)
-    if mode is None:
-        return request
-    modes = search_modes(index)
-    if mode not in modes:
-        raise UsageError(f"mode {mode!r}: this index answers {', '.join(modes)} queries only"
-                         + (" (it holds no page text)." if mode in TEXT_MODES else "."),
-                         hint="Leave mode out for the index's default.")
-    if "mode" not in SearchRequest.__dataclass_fields__:
-        return request  # visual, the only way this version ranks
-    return SearchRequest((query,), k, request.filters, first_pass, mode=mode)  # type: ignore[call-arg]  # the seam above
+    if _with_options():
+        from ..query.search import QueryOptions  # type: ignore[attr-defined]  # the page-text work's (see above)
+
+        return replace(request, options=QueryOptions(mode=mode, with_text=True))  # type: ignore[call-arg]
+    if mode not in (None, "visual"):
+        raise UsageError(f"mode {mode!r}: this index answers visual queries only (it holds no page text).",
+                         hint="Leave mode out, or ask for mode visual.")
+    return request
 
 
-def request_mode(request: SearchRequest) -> str:
-    return getattr(request, "mode", None) or "visual"
+def request_mode(index, request: SearchRequest) -> str:
+    """The mode that answers `request` (the query layer's choice; it refuses a mode the index cannot answer)."""
+    options = getattr(request, "options", None)
+    return index.mode(options) if options is not None else "visual"
 
 
 def page_text(index, hit: SearchHit) -> str | None:
-    """The page's text: carried by the hit, or read from the index (a view with `page_text(path, page)`)."""
+    """The page's text: carried by the hit, or read from the generation's text index."""
     text = getattr(hit, "text", None)
     if text is not None:
         return text
-    reader = getattr(index, "page_text", None)
-    return reader(hit.path, hit.page) if reader is not None else None
+    lexical = _lexical(index)
+    return lexical.page_text(hit.path, hit.page) if lexical is not None else None

@@ -53,6 +53,7 @@ class Hit(BaseModel):
     sha256: str = Field(description="sha256 of the document's bytes")
     kind: str = Field(description="pdf, image, docx, ...")
     metadata: dict[str, str] = Field(default_factory=dict)
+    snippet: str | None = Field(None, description="where the query's words are in the page's text (index with page text)")
     text: str | None = Field(None, description="the page's text, when the index holds page text")
     image: PageImage | None = Field(None, description="the page image, when with_images asked for it")
     image_error: str | None = Field(None, description="why the page has no image")
