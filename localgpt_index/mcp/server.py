@@ -10,6 +10,7 @@ import asyncio
 import base64
 import functools
 import json
+import re
 import sys
 from typing import Annotated, Any, Literal
 
@@ -48,7 +49,7 @@ Page = Annotated[int, Field(ge=1, description="1-based page number")]
 def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
     """The server with its four tools; `lifespan` runs once when it starts serving."""
     server: MCPServer = MCPServer("lgpt-index", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-                                  lifespan=lifespan)
+                                  lifespan=lifespan, middleware=[_plain_argument_errors])
 
     @server.tool(annotations=READ_ONLY)
     @_tool_errors(tools)
@@ -94,6 +95,32 @@ def _result(answer: BaseModel, images: list[FittedImage]) -> CallToolResult:
     content += [ImageContent(type="image", data=base64.b64encode(image.png).decode("ascii"), mime_type="image/png")
                 for image in images]
     return CallToolResult(content=content, structured_content=structured)
+
+
+_ARGUMENTS_HEADER = re.compile(r"\d+ validation errors? for \w+Arguments\n")
+_ARGUMENT_PROBLEM = re.compile(r"^(?P<where>\S[^\n]*)\n  (?P<what>[^\n]*?) \[type=(?P<type>[\w.]+), input_value=(?P<value>.*?), "
+                               r"input_type=\w+\](?:\n +For further information visit \S+)?", re.MULTILINE)
+
+
+def plain_argument_problems(text: str) -> str:
+    """The SDK's text for arguments that fail the input schema (pydantic's report, with its type codes
+    and links) as one line a person or a model reads: `k: Input should be a valid integer (got 'many')`."""
+    header = _ARGUMENTS_HEADER.search(text)
+    if header is None:
+        return text
+    problems = [f"{m['where']}: {m['what']}" + ("" if m["type"] == "missing" else f" (got {m['value'][:80]})")
+                for m in _ARGUMENT_PROBLEM.finditer(text, header.end())]
+    return text[: header.start()] + "invalid arguments: " + "; ".join(problems) + "." if problems else text
+
+
+async def _plain_argument_errors(ctx, call_next):
+    """Server middleware: a tools/call answer that is an argument error gets plain_argument_problems' text."""
+    result = await call_next(ctx)
+    if ctx.method == "tools/call" and isinstance(result, dict) and result.get("isError"):
+        for block in result.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "text":
+                block["text"] = plain_argument_problems(block["text"])
+    return result
 
 
 def _tool_errors(tools: IndexTools):
