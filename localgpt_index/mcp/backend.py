@@ -185,9 +185,9 @@ def search_modes(index) -> list[str]:
 def search_request(index, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None) -> SearchRequest:
     request = SearchRequest((query,), k, tuple(sorted(filters.items())), first_pass)
     if _with_options():
-        from ..query.search import QueryOptions  # type: ignore[attr-defined]  # the page-text work's (see above)
+        from ..query.search import QueryOptions  # the page-text work's (see above)
 
-        return replace(request, options=QueryOptions(mode=mode, with_text=True))  # type: ignore[call-arg]
+        return replace(request, options=QueryOptions(mode=mode, with_text=True))
     if mode not in (None, "visual"):
         raise UsageError(f"mode {mode!r}: this index answers visual queries only (it holds no page text).",
                          hint="Leave mode out, or ask for mode visual.")
