@@ -25,6 +25,7 @@ def main() -> None:
       lgpt-index build ./docs                 index (or update the index of) a folder
       lgpt-index query "what was Q3 revenue?" the pages that answer best
       lgpt-index serve                        answer queries over HTTP, the model loaded once
+      lgpt-index mcp                          the same for MCP clients (desktop agents), over stdio
       lgpt-index status                       what the index holds
       lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
@@ -38,6 +39,7 @@ def _register() -> None:
     from .build import build
     from .doctor import doctor
     from .ls import ls
+    from .mcp import mcp
     from .query import query
     from .remove import remove
     from .serve import serve
@@ -45,7 +47,7 @@ def _register() -> None:
     from .transfer import export, import_
     from .verify import verify
 
-    for command in (build, query, serve, status, ls, remove, verify, doctor, export, import_):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_):
         main.add_command(command)
 
 
