@@ -55,6 +55,7 @@ ERROR_CASES = {
     "export": (lambda tmp, built: ["export", "--format", "qdrant", "http://x/y", "--index-dir", str(built["index"])], 2, "usage"),
     "import": (lambda tmp, built: ["import", str(tmp / "no-such-folder"), "--index-dir", str(tmp / "idx")], 2, "usage"),
     "serve": (lambda tmp, built: ["serve", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
+    "eval": (lambda tmp, built: ["eval", str(tmp / "no-such-queries.jsonl"), "--index-dir", str(built["index"])], 2, "usage"),
 }
 
 

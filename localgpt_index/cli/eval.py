@@ -29,7 +29,7 @@ def eval_(app: Application, queries, modes, first_passes, split, per_query, mode
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
-    from ..evaluate.queryset import load_query_set
+    from ..evaluate.sets import load_query_set
     from ..evaluate.runner import evaluate, parse_modes, prepare, variants
     from ..models.resolve import is_random_checkpoint
     from ..query.search import open_index

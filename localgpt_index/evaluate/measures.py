@@ -28,7 +28,10 @@ def run_scores(ranked: Sequence[str], depth: int = DEPTH) -> dict[str, float]:
     return {ident: float(depth + 1 - rank) for rank, ident in enumerate(ranked, 1)}
 
 
-def compute(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[str]]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+Values = dict[str, float]  # measure name -> value
+
+
+def compute(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[str]]) -> tuple[Values, dict[str, Values]]:
     """The mean of every measure over the queries of `qrels`, and each query's values; `run` holds each
     query's ranked page ids (a query without any counts as retrieving nothing)."""
     import ir_measures

@@ -1,5 +1,6 @@
-"""Evaluation query sets: queries with graded relevant pages, read from lgpt-index's JSONL file or from a
-BEIR folder (beir.py). Every malformed line is a UsageError naming the file, the line and the reason."""
+"""Evaluation query sets: queries with graded relevant pages, read from lgpt-index's JSONL file (here) or
+from a BEIR folder (beir.py); sets.py picks the reader. Every malformed line is a UsageError naming the
+file, the line and the reason."""
 
 from __future__ import annotations
 
@@ -57,16 +58,8 @@ class _Line(BaseModel):
     relevant: list[_Judged] = Field(min_length=1)
 
 
-def load_query_set(path: str | Path, split: str = "test") -> QuerySet:
-    """A JSONL query file, or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv)."""
-    source = Path(path)
-    if source.is_dir():
-        from .beir import load_beir
-
-        return load_beir(source, split)
-    if not source.is_file():
-        raise UsageError(f"{path}: no such file or folder.",
-                         hint="Give a JSONL query file, or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/).")
+def load_jsonl(source: Path, path: str) -> QuerySet:
+    """lgpt-index's format: one JSON object a line (docs/eval.md)."""
     queries: list[EvalQuery] = []
     seen: dict[str, str] = {}
     for number, text in read_lines(source):

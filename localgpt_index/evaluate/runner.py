@@ -61,7 +61,7 @@ def search(index: Any, texts: list[str], variant: Variant, depth: int) -> list[l
 def check_modes(index: Any, chosen: Sequence[Variant]) -> None:
     """Refuse, before any query is asked, a mode the query layer cannot answer."""
     takes_mode = "mode" in inspect.signature(index.search).parameters
-    refused = sorted({v.mode for v in chosen if v.mode != "visual" and not takes_mode})
+    refused = list(dict.fromkeys(v.mode for v in chosen if v.mode != "visual" and not takes_mode))
     if refused:
         raise UsageError(f"--modes {','.join(refused)}: this index answers visual queries only.",
                          hint="Evaluate with --modes visual.")
