@@ -178,6 +178,7 @@ BAD_LINES = {
     "empty_query": ('{"query": " ", "relevant": [{"path": "a.pdf", "page": 1}]}', "line 2: the query is empty"),
     "same_id": ('{"id": 1, "query": "q", "relevant": [{"path": "a.pdf", "page": 1}]}', "line 2: id '1' was already used (.* line 1)"),
     "array": ('[1, 2]', "line 2: expected a JSON object"),
+    "lone_surrogate": ('{"query": "caf\\udcff", "relevant": [{"path": "a.pdf", "page": 1}]}', "line 2: the query is not UTF-8"),
 }
 
 

@@ -88,6 +88,10 @@ def check_text(text: str, where: str) -> str:
     from ..models.protocols import check_queries
 
     try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape ("\\udcff"): no tokenizer reads it
+        raise UsageError(f"{where}: the query is not UTF-8 text.") from None
+    try:
         return check_queries([text])[0]
     except UsageError as exc:
         raise UsageError(f"{where}: {exc.message.replace('query 1 ', 'the query ')}") from None

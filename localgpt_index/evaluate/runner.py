@@ -98,7 +98,7 @@ def evaluate(index: Any, query_set: QuerySet, chosen: Sequence[Variant], judged:
 def _run(variant: Variant, query_set: QuerySet, judged: Judged, results: list[list[SearchHit]], seconds: float,
          per_query: bool, documents: Sequence[Any]) -> Run:
     numbers = {doc.path: number for number, doc in enumerate(documents)}
-    ranked = {q.id: [page_id(numbers[hit.path], hit.page) for hit in hits] for q, hits in zip(query_set.queries, results)}
+    ranked = {q.id: [page_id(numbers.get(hit.path, -1), hit.page) for hit in hits] for q, hits in zip(query_set.queries, results)}
     mean, each = compute(judged.qrels, ranked)
     fields: dict[str, Any] = {"mode": variant.mode, "first_pass": variant.first_pass, "measures": mean, "seconds": round(seconds, 3)}
     if per_query:
