@@ -241,10 +241,11 @@ def test_a_folder_that_is_not_beir_names_what_it_lacks_and_the_splits_it_has(tmp
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--modes", "visual,lexical"], "unknown mode 'lexical'"),
-    (["--modes", ","], "no mode"),
+    (["--modes", "visual,lexical"], "unknown name 'lexical'"),
+    (["--modes", ","], "no name"),
     (["--modes", "text", "--first-pass", "10"], "--first-pass narrows the visual list"),
-], ids=["unknown", "none", "first_pass_for_text"])
+    (["--modes", "visual", "--fusions", "rrf"], "add hybrid to --modes"),
+], ids=["unknown", "none", "first_pass_for_text", "fusion_without_hybrid"])
 def test_bad_modes_are_usage_errors(tmp_path, args, message):
     (tmp_path / "q.jsonl").write_text(GOOD + "\n")
     result = run_cli("eval", str(tmp_path / "q.jsonl"), *args)
@@ -282,27 +283,54 @@ def test_relative_paths_match_the_end_of_indexed_paths_and_ambiguity_is_an_error
 # --- modes go to the query layer ------------------------------------------------------------------
 
 def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(shipped_index, monkeypatch):
-    from localgpt_index.core.errors import UsageError
+    """Today's query layer answers visually only: other modes are refused before anything runs. A query
+    layer with options (issue 27's QueryOptions, stood in for here) gets each variant's mode and fusion,
+    and its own refusal (Index.mode) stops eval before any query."""
+    from dataclasses import dataclass
+
+    import localgpt_index.query.search as layer
+    from localgpt_index.core.errors import IndexProblem, UsageError
+    from localgpt_index.evaluate.modes import variants
+    from localgpt_index.evaluate.runner import evaluate
     from localgpt_index.evaluate.sets import load_query_set
-    from localgpt_index.evaluate.runner import evaluate, variants
     from localgpt_index.query.search import Index, open_index
 
     query_set = load_query_set(EXAMPLES / "queries.jsonl")
     index = open_index(shipped_index)
-    with pytest.raises(UsageError, match="--modes text,hybrid: this index answers visual queries only"):
-        evaluate(index, query_set, variants(["visual", "text", "hybrid"], []))
+    with pytest.raises(IndexProblem, match="answers visual queries only, so --modes text,hybrid cannot be evaluated"):
+        evaluate(index, query_set, variants(["visual", "text", "hybrid"]))
 
-    asked = []
+    @dataclass(frozen=True)
+    class QueryOptions:
+        mode: str | None = None
+        fusion: str = "weighted"
 
-    class WithModes(Index):  # a query layer that takes a mode (issue 27's --mode): eval passes it on
-        def search(self, queries, k=5, filters=None, candidates=None, mode="hybrid"):
-            asked.append((mode, k, candidates))
+    monkeypatch.setattr(layer, "QueryOptions", QueryOptions, raising=False)
+    asked, checked = [], []
+
+    class WithOptions(Index):
+        def mode(self, options):
+            checked.append(options)
+            if options.fusion not in ("weighted", "rrf"):
+                raise UsageError(f"unknown fusion {options.fusion!r}")
+            return options.mode
+
+        def search(self, queries, k=5, filters=None, candidates=None, options=None):
+            asked.append((options.mode, options.fusion, k, candidates))
             return super().search(queries, k=k, filters=filters, candidates=candidates)
 
-    document = evaluate(WithModes(index.view), query_set, variants(["text", "visual", "hybrid"], [7]))
-    assert asked == [("text", 100, None), ("visual", 100, None), ("visual", 100, 7), ("hybrid", 100, None), ("hybrid", 100, 7)]
-    assert [(r.mode, r.first_pass) for r in document.runs] == [("text", None), ("visual", None), ("visual", 7),
-                                                               ("hybrid", None), ("hybrid", 7)]
+    document = evaluate(WithOptions(index.view), query_set, variants(["text", "visual", "hybrid"], [7], ["weighted", "rrf"]))
+    assert asked == [("text", "weighted", 100, None), ("visual", "weighted", 100, None), ("visual", "weighted", 100, 7),
+                     ("hybrid", "weighted", 100, None), ("hybrid", "weighted", 100, 7), ("hybrid", "rrf", 100, None),
+                     ("hybrid", "rrf", 100, 7)]
+    assert [(r.mode, r.first_pass, r.fusion) for r in document.runs] == [
+        ("text", None, None), ("visual", None, None), ("visual", 7, None), ("hybrid", None, "weighted"), ("hybrid", 7, "weighted"),
+        ("hybrid", None, "rrf"), ("hybrid", 7, "rrf")]
+    assert len(checked) == 4  # each mode and fusion checked once, before the first query
+    asked.clear()
+    with pytest.raises(UsageError, match="unknown fusion 'borda'"):
+        evaluate(WithOptions(index.view), query_set, variants(["visual", "hybrid"], [], ["borda"]))
+    assert asked == []
 
 
 # --- the slow tier: the whole set, LibreOffice and Tesseract -----------------------------------------

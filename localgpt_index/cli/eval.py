@@ -18,6 +18,8 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
               help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each).")
 @click.option("--first-pass", "first_passes", multiple=True, type=click.IntRange(1), metavar="N",
               help="Also evaluate with a first pass keeping N pages (query --first-pass; repeatable): what it costs in quality.")
+@click.option("--fusions", default=None, metavar="NAME[,NAME...]",
+              help="Hybrid mode: evaluate each of these fusions of the two lists (query --fusion). [default: the query's]")
 @click.option("--split", default="test", show_default=True, help="A BEIR folder's qrels split (qrels/SPLIT.tsv).")
 @click.option("--per-query", is_flag=True, help="Each query's measures and first relevant rank too.")
 @click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
@@ -25,16 +27,17 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @index_options
 @output_options
 @click.pass_obj
-def eval_(app: Application, queries, modes, first_passes, split, per_query, model, device, dtype) -> None:
+def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, model, device, dtype) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
     from ..evaluate.sets import load_query_set
-    from ..evaluate.runner import evaluate, parse_modes, prepare, variants
+    from ..evaluate.modes import parse_list, parse_modes, variants
+    from ..evaluate.runner import evaluate, prepare
     from ..models.resolve import is_random_checkpoint
     from ..query.search import open_index
 
-    chosen = variants(parse_modes(modes), list(first_passes))
+    chosen = variants(parse_modes(modes), list(first_passes), parse_list(fusions, "--fusions") if fusions is not None else [])
     query_set = load_query_set(queries, split)
     for note in query_set.notes:
         app.terminal.info(note)
@@ -45,9 +48,10 @@ def eval_(app: Application, queries, modes, first_passes, split, per_query, mode
         app.terminal.warn(f"{len(judged.unanswerable)} judged page(s) are not in the index and count as misses "
                           f"(first: {display_path(first.path)} page {first.page}: {first.reason}); "
                           "`lgpt-index ls --failed` shows documents that failed to build.")
-    encoder = index.load_encoder(model, device, dtype)
-    if is_random_checkpoint(encoder.model.path):
-        app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
+    if any(variant.mode != "text" for variant in chosen):  # text mode reads no vectors: no model
+        encoder = index.load_encoder(model, device, dtype)
+        if is_random_checkpoint(encoder.model.path):
+            app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
     document = evaluate(index, query_set, chosen, judged, per_query=per_query).to_json()
     if app.as_json:
         app.print_json(document)
@@ -67,13 +71,14 @@ def _print_tables(document: dict) -> None:
              f"index {display_path(document['index'])}, model {display_path(document['model'])}, "
              f"pool factor {document['pool_factor']}")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    table.add_column("mode", width=6, no_wrap=True)
+    table.add_column("mode", min_width=6)
     table.add_column("first\npass", justify="right", width=5, no_wrap=True)
     for header in HEADERS.values():
         table.add_column(header.replace("@", "\n@"), justify="right", width=5, no_wrap=True)
     table.add_column("\ns", justify="right", no_wrap=True)
     for run in document["runs"]:
-        table.add_row(run["mode"], str(run["first_pass"] or "exact"), *(f"{run['measures'][m]:.3f}" for m in HEADERS),
+        mode = run["mode"] + (f" {run['fusion']}" if run["fusion"] else "")
+        table.add_row(mode, str(run["first_pass"] or "exact"), *(f"{run['measures'][m]:.3f}" for m in HEADERS),
                       f"{run['seconds']:.1f}")
     console.print(table)
     for run in document["runs"]:
@@ -85,7 +90,8 @@ def _query_table(run: dict, width: int):
     from rich import box
     from rich.table import Table
 
-    label = run["mode"] + (f", first pass {run['first_pass']}" if run["first_pass"] else "")
+    label = run["mode"] + (f" {run['fusion']}" if run["fusion"] else "")
+    label += f", first pass {run['first_pass']}" if run["first_pass"] else ""
     table = Table(title=f"per query: {label}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     table.add_column("id", no_wrap=True, max_width=20, overflow="ellipsis")
     for measure in ("ndcg@5", "ndcg@10", "recall@10", "mrr@10"):

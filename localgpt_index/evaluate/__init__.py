@@ -5,6 +5,7 @@ trec_eval's definitions (docs/eval.md).
     sets      a query set from a path: queryset (the JSONL file, the types), beir (BEIR's layout)
     matching  which indexed page a judgment names
     measures  the measures, through ir-measures
-    runner    the modes and variants asked of the index
+    modes     the variants compared (mode, first pass, fusion) and how the query layer is asked
+    runner    the variants asked of the index, scored
     results   the `eval --json` document
 """

@@ -57,6 +57,7 @@ class Run(_Document):
 
     mode: Mode
     first_pass: int | None = Field(ge=1, description="pages the first pass kept (query --first-pass); null: exact")
+    fusion: str | None = Field(description="hybrid: how its lists were fused (--fusions); null: the query layer's default")
     measures: Measures = Field(description="the mean over every query of the set")
     seconds: float = Field(ge=0, description="wall time of the run's queries, encoding included")
     per_query: list[QueryDetail] | None = Field(None, description="with --per-query", json_schema_extra=_no_default)

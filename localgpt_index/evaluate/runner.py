@@ -3,68 +3,15 @@ against the judgments (measures.py). It never builds or changes an index."""
 
 from __future__ import annotations
 
-import inspect
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..core.errors import UsageError
 from ..core.types import SearchHit
 from .matching import Judged, judge, page_id
 from .measures import DEPTH, compute
+from .modes import Variant, check_modes, search
 from .queryset import QuerySet
 from .results import EVAL_SCHEMA_VERSION, EvalDocument, QueryDetail, RetrievedPage, Run, Unanswerable
-
-MODES = ("visual", "text", "hybrid")
-
-
-@dataclass(frozen=True)
-class Variant:
-    mode: str
-    first_pass: int | None = None  # pages a first pass keeps for exact scoring; None: exact
-
-    @property
-    def label(self) -> str:
-        return self.mode + (f", first pass {self.first_pass}" if self.first_pass else "")
-
-
-def parse_modes(text: str) -> list[str]:
-    """`visual,text,hybrid` -> the modes in the order given, each once; an unknown name is a UsageError."""
-    modes = list(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise UsageError(f"--modes {text!r}: {'unknown mode ' + repr(unknown[0]) if unknown else 'no mode'}; "
-                         f"choose from {', '.join(MODES)} (comma-separated).")
-    return modes
-
-
-def variants(modes: Sequence[str], first_passes: Sequence[int]) -> list[Variant]:
-    """Each mode exact, then with each first pass; text mode has no first pass (it reads no vectors)."""
-    found = []
-    for mode in modes:
-        found.append(Variant(mode))
-        found += [Variant(mode, n) for n in dict.fromkeys(first_passes) if mode != "text"]
-    if first_passes and all(v.first_pass is None for v in found):
-        raise UsageError("--first-pass narrows the visual list: it applies to the visual and hybrid modes, not text.")
-    return found
-
-
-def search(index: Any, texts: list[str], variant: Variant, depth: int) -> list[list[SearchHit]]:
-    """The query layer's ranking of `texts` in `variant`'s mode. A query layer that takes no mode
-    answers visually only; any other mode is refused with a message naming it."""
-    if "mode" not in inspect.signature(index.search).parameters:
-        check_modes(index, [variant])
-        return index.search(texts, k=depth, candidates=variant.first_pass)
-    return index.search(texts, k=depth, candidates=variant.first_pass, mode=variant.mode)
-
-
-def check_modes(index: Any, chosen: Sequence[Variant]) -> None:
-    """Refuse, before any query is asked, a mode the query layer cannot answer."""
-    takes_mode = "mode" in inspect.signature(index.search).parameters
-    refused = list(dict.fromkeys(v.mode for v in chosen if v.mode != "visual" and not takes_mode))
-    if refused:
-        raise UsageError(f"--modes {','.join(refused)}: this index answers visual queries only.",
-                         hint="Evaluate with --modes visual.")
 
 
 def prepare(index: Any, query_set: QuerySet, chosen: Sequence[Variant]) -> Judged:
@@ -100,7 +47,8 @@ def _run(variant: Variant, query_set: QuerySet, judged: Judged, results: list[li
     numbers = {doc.path: number for number, doc in enumerate(documents)}
     ranked = {q.id: [page_id(numbers.get(hit.path, -1), hit.page) for hit in hits] for q, hits in zip(query_set.queries, results)}
     mean, each = compute(judged.qrels, ranked)
-    fields: dict[str, Any] = {"mode": variant.mode, "first_pass": variant.first_pass, "measures": mean, "seconds": round(seconds, 3)}
+    fields: dict[str, Any] = {"mode": variant.mode, "first_pass": variant.first_pass, "fusion": variant.fusion, "measures": mean,
+                              "seconds": round(seconds, 3)}
     if per_query:
         fields["per_query"] = [_detail(q, each[q.id], hits, ranked[q.id], judged.qrels[q.id])
                                for q, hits in zip(query_set.queries, results)]
