@@ -274,7 +274,7 @@ def write_beir(out: Path) -> None:
     corpus = [{"_id": f"docs/{doc.path}#{number}", "title": lines[0], "text": " ".join(lines[1:])}
               for doc in DOCS for number, lines in enumerate(doc.pages, 1)]
     (beir / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in corpus))
-    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q[0], "text": q[2]}) + "\n" for q in QUERIES))
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q[0], "text": q[2], "category": q[1]}) + "\n" for q in QUERIES))
     rows = ["query-id\tcorpus-id\tscore"] + [f"{q[0]}\tdocs/{path}#{page}\t{grade}" for q in QUERIES for path, page, grade in q[3]]
     (beir / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
 

@@ -80,6 +80,10 @@ def shipped_qrels() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     return texts, qrels
 
 
+def shipped_categories() -> dict[str, str]:
+    return {row["id"]: row["category"] for row in map(json.loads, (EXAMPLES / "queries.jsonl").read_text().splitlines())}
+
+
 def ranked_by_query(index: Path, texts: dict[str, str], tmp_path: Path, *options: str, base: Path = EXAMPLES) -> dict[str, list[str]]:
     """`lgpt-index query --json -k 100` for every query: its ranking, as page ids relative to the set's folder."""
     (tmp_path / "questions.txt").write_text("\n".join(texts.values()) + "\n")
@@ -115,7 +119,8 @@ def assert_same(ours: dict[str, float], theirs: dict[str, float]) -> None:
 
 def test_eval_numbers_equal_an_independent_computation_on_the_shipped_set(shipped_index, tmp_path):
     texts, qrels = shipped_qrels()
-    document = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query", "--first-pass", "4")
+    document = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query", "--first-pass", "4",
+                         "--group-by", "category")
     assert [(run["mode"], run["first_pass"]) for run in document["runs"]] == [("visual", None), ("visual", 4)]
     assert document["queries"] == len(texts) and document["depth"] == 100
     # the .docx were left out of this index: their pages are judged, unanswerable, counted as misses
@@ -131,6 +136,12 @@ def test_eval_numbers_equal_an_independent_computation_on_the_shipped_set(shippe
                 == ranked[query_id][:10]
         assert_same(run["measures"], mean(by_hand))
         assert_same(run["measures"], mean(by_trec))
+        categories = shipped_categories()
+        assert sorted(run["groups"]) == ["image", "office", "scanned", "text-layer"]
+        for category, group in run["groups"].items():
+            members = {q: values for q, values in by_hand.items() if categories[q] == category}
+            assert group["queries"] == len(members)
+            assert_same(group["measures"], mean(members))
     # the set exercises what tells the definitions apart: graded judgments both found, and misses
     exact = {d["id"]: d for d in document["runs"][0]["per_query"]}
     assert 0 < document["runs"][0]["measures"]["ndcg@10"] < 1
@@ -138,8 +149,9 @@ def test_eval_numbers_equal_an_independent_computation_on_the_shipped_set(shippe
 
 
 def test_the_beir_layout_of_the_set_gives_the_same_numbers(shipped_index):
-    jsonl = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query")
-    beir = eval_json(str(EXAMPLES / "beir"), "--index-dir", str(shipped_index), "--per-query")
+    jsonl = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query", "--group-by", "category")
+    beir = eval_json(str(EXAMPLES / "beir"), "--index-dir", str(shipped_index), "--per-query", "--group-by", "category")
+    assert beir["runs"][0]["groups"] == jsonl["runs"][0]["groups"]
     assert beir["format"] == "beir" and beir["queries"] == jsonl["queries"]
     assert beir["runs"][0]["measures"] == jsonl["runs"][0]["measures"]
     assert [d["measures"] for d in beir["runs"][0]["per_query"]] == [d["measures"] for d in jsonl["runs"][0]["per_query"]]
@@ -245,7 +257,8 @@ def test_a_folder_that_is_not_beir_names_what_it_lacks_and_the_splits_it_has(tmp
     (["--modes", ","], "no name"),
     (["--modes", "text", "--first-pass", "10"], "--first-pass narrows the visual list"),
     (["--modes", "visual", "--fusions", "rrf"], "add hybrid to --modes"),
-], ids=["unknown", "none", "first_pass_for_text", "fusion_without_hybrid"])
+    (["--group-by", "category"], "--group-by category: no query of"),
+], ids=["unknown", "none", "first_pass_for_text", "fusion_without_hybrid", "group_by_unknown_key"])
 def test_bad_modes_are_usage_errors(tmp_path, args, message):
     (tmp_path / "q.jsonl").write_text(GOOD + "\n")
     result = run_cli("eval", str(tmp_path / "q.jsonl"), *args)
@@ -379,6 +392,7 @@ def test_ocr_reads_the_planted_facts_of_the_scans_and_pictures(tmp_path):
         assert all(fact in text for fact in expected), (name, text)
 
 
+@pytest.mark.slow  # no slow component, but two seconds of image work: the generator is checked in the slow tier
 def test_the_committed_set_is_what_the_script_writes(tmp_path):
     """scripts/make_eval_set.py writes the committed queries, BEIR files and documents (the binary
     documents compared by name and text layer: their bytes follow the Pillow and FreeType of a machine)."""

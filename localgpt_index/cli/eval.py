@@ -22,23 +22,27 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
               help="Hybrid mode: evaluate each of these fusions of the two lists (query --fusion). [default: the query's]")
 @click.option("--split", default="test", show_default=True, help="A BEIR folder's qrels split (qrels/SPLIT.tsv).")
 @click.option("--per-query", is_flag=True, help="Each query's measures and first relevant rank too.")
+@click.option("--group-by", default=None, metavar="KEY",
+              help="Also the measures per value of KEY, a key of the query set's lines (the bundled set's: category).")
 @click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
 @model_options
 @index_options
 @output_options
 @click.pass_obj
-def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, model, device, dtype) -> None:
+def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, group_by, model, device, dtype) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
     from ..evaluate.sets import load_query_set
     from ..evaluate.modes import parse_list, parse_modes, variants
-    from ..evaluate.runner import evaluate, prepare
+    from ..evaluate.runner import check_group_key, evaluate, prepare
     from ..models.resolve import is_random_checkpoint
     from ..query.search import open_index
 
     chosen = variants(parse_modes(modes), list(first_passes), parse_list(fusions, "--fusions") if fusions is not None else [])
     query_set = load_query_set(queries, split)
+    if group_by:
+        check_group_key(query_set, group_by)
     for note in query_set.notes:
         app.terminal.info(note)
     index = open_index(store=app.store())
@@ -52,7 +56,7 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
         encoder = index.load_encoder(model, device, dtype)
         if is_random_checkpoint(encoder.model.path):
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
-    document = evaluate(index, query_set, chosen, judged, per_query=per_query).to_json()
+    document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()
     if app.as_json:
         app.print_json(document)
         return
@@ -82,17 +86,37 @@ def _print_tables(document: dict) -> None:
                       f"{run['seconds']:.1f}")
     console.print(table)
     for run in document["runs"]:
+        if "groups" in run:
+            console.print(_group_table(run))
+    for run in document["runs"]:
         if "per_query" in run:
             console.print(_query_table(run, console.width))
+
+
+def _label(run: dict) -> str:
+    label = run["mode"] + (f" {run['fusion']}" if run["fusion"] else "")
+    return label + (f", first pass {run['first_pass']}" if run["first_pass"] else "")
+
+
+def _group_table(run: dict):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"by group: {_label(run)}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("group", max_width=16, overflow="ellipsis", no_wrap=True)
+    table.add_column("\nqueries", justify="right", no_wrap=True)
+    for header in HEADERS.values():
+        table.add_column(header.replace("@", "\n@"), justify="right", width=5, no_wrap=True)
+    for value, group in run["groups"].items():
+        table.add_row(display_path(value), str(group["queries"]), *(f"{group['measures'][m]:.3f}" for m in HEADERS))
+    return table
 
 
 def _query_table(run: dict, width: int):
     from rich import box
     from rich.table import Table
 
-    label = run["mode"] + (f" {run['fusion']}" if run["fusion"] else "")
-    label += f", first pass {run['first_pass']}" if run["first_pass"] else ""
-    table = Table(title=f"per query: {label}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table = Table(title=f"per query: {_label(run)}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     table.add_column("id", no_wrap=True, max_width=20, overflow="ellipsis")
     for measure in ("ndcg@5", "ndcg@10", "recall@10", "mrr@10"):
         table.add_column(HEADERS[measure].replace("@", "\n@"), justify="right", min_width=5, no_wrap=True)

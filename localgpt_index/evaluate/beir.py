@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..core.errors import UsageError
-from .queryset import EvalQuery, Judgment, QuerySet, check_judgments, check_path, check_text, parse_line, read_lines
+from .queryset import EvalQuery, Judgment, QuerySet, check_judgments, check_path, check_text, parse_line, read_lines, tags_of
 
 
 class _CorpusRow(BaseModel):
@@ -25,7 +25,7 @@ class _CorpusRow(BaseModel):
 
 
 class _QueryRow(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # kept as tags (--group-by)
     id: StrictStr | StrictInt = Field(alias="_id")
     text: StrictStr
 
@@ -58,10 +58,10 @@ def load_beir(folder: Path, split: str = "test") -> QuerySet:
     return _query_set(folder, qrels_file, texts, judged)
 
 
-def _query_set(folder: Path, qrels_file: Path, texts: dict[str, tuple[str, str]],
+def _query_set(folder: Path, qrels_file: Path, texts: dict[str, tuple[str, str, dict[str, str]]],
                judged: dict[str, list[tuple[Judgment, str]]]) -> QuerySet:
     queries, unjudged = [], []
-    for query_id, (text, where) in texts.items():
+    for query_id, (text, where, tags) in texts.items():
         if query_id not in judged:
             continue  # another split's
         judgments = tuple(j for j, _ in judged[query_id])
@@ -69,7 +69,7 @@ def _query_set(folder: Path, qrels_file: Path, texts: dict[str, tuple[str, str]]
             unjudged.append(query_id)
             continue
         check_judgments(judgments, f"{qrels_file} (query {query_id!r}, {judged[query_id][0][1]})")
-        queries.append(EvalQuery(query_id, text, judgments, where))
+        queries.append(EvalQuery(query_id, text, judgments, where, tags))
     if not queries:
         raise UsageError(f"{qrels_file}: no query with a relevant page (an empty query set).")
     notes = (f"{len(unjudged)} queries of {qrels_file.name} have no page graded 1 or more and are left out "
@@ -116,13 +116,13 @@ def _page_id(corpus_id: str, where: str) -> tuple[str, int]:
     return path, int(page)
 
 
-def _queries(path: Path) -> dict[str, tuple[str, str]]:
-    texts: dict[str, tuple[str, str]] = {}
+def _queries(path: Path) -> dict[str, tuple[str, str, dict[str, str]]]:
+    texts: dict[str, tuple[str, str, dict[str, str]]] = {}
     for number, line in read_lines(path):
         where = f"{path} line {number}"
         row = parse_line(line, where, _QueryRow)
         query_id = str(row.id)
         if query_id in texts:
             raise UsageError(f"{where}: query id {query_id!r} appears twice.")
-        texts[query_id] = (check_text(row.text, where), where)
+        texts[query_id] = (check_text(row.text, where), where, tags_of(row.model_extra))
     return texts

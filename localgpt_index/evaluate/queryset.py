@@ -32,6 +32,7 @@ class EvalQuery:
     text: str
     relevant: tuple[Judgment, ...]
     where: str  # the file and line that gave it, for messages
+    tags: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # the author's other keys (--group-by)
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,10 @@ class _Judged(BaseModel):
 
 
 class _Line(BaseModel):
-    """One line of the JSONL format; other keys (a category, a note) are the author's own and ignored."""
+    """One line of the JSONL format; other keys (a category, a note) are the author's own: kept as tags
+    (--group-by), never checked."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
     id: StrictStr | StrictInt | None = None
     query: StrictStr
     relevant: list[_Judged] = Field(min_length=1)
@@ -81,7 +83,12 @@ def _query(line: _Line, where: str) -> EvalQuery:
     text = check_text(line.query, where)
     judgments = tuple(Judgment(check_path(j.path, where), j.page, j.grade) for j in line.relevant)
     check_judgments(judgments, where)
-    return EvalQuery(query_id, text, judgments, where)
+    return EvalQuery(query_id, text, judgments, where, tags_of(line.model_extra))
+
+
+def tags_of(extra: dict | None) -> dict[str, str]:
+    """The scalar extra keys of a line (strings, numbers, booleans) as text: what --group-by can group by."""
+    return {key: str(value) for key, value in (extra or {}).items() if isinstance(value, (str, int, float, bool))}
 
 
 def check_text(text: str, where: str) -> str:

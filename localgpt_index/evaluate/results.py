@@ -52,6 +52,13 @@ class QueryDetail(_Document):
     top: list[RetrievedPage] = Field(description="the first 10 pages returned")
 
 
+class Group(_Document):
+    """The queries that share a value of the --group-by key, and their mean measures."""
+
+    queries: int = Field(ge=1)
+    measures: Measures
+
+
 class Run(_Document):
     """One way of answering: a mode, exact or with a first pass."""
 
@@ -61,6 +68,8 @@ class Run(_Document):
     measures: Measures = Field(description="the mean over every query of the set")
     seconds: float = Field(ge=0, description="wall time of the run's queries, encoding included")
     per_query: list[QueryDetail] | None = Field(None, description="with --per-query", json_schema_extra=_no_default)
+    groups: dict[str, Group] | None = Field(None, description="with --group-by KEY: per value of KEY (queries without it: "
+                                            "'(none)')", json_schema_extra=_no_default)
 
 
 class Unanswerable(_Document):
