@@ -56,6 +56,7 @@ ERROR_CASES = {
     "import": (lambda tmp, built: ["import", str(tmp / "no-such-folder"), "--index-dir", str(tmp / "idx")], 2, "usage"),
     "serve": (lambda tmp, built: ["serve", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
     "mcp": (lambda tmp, built: ["mcp", "--http", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
+    "eval": (lambda tmp, built: ["eval", str(tmp / "no-such-queries.jsonl"), "--index-dir", str(built["index"])], 2, "usage"),
 }
 
 

@@ -30,6 +30,7 @@ def main() -> None:
       lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
       lgpt-index verify                       check the index, every checksum
+      lgpt-index eval QUERIES                 measure the answers: nDCG, recall, MRR
       lgpt-index doctor [--model M]           what this machine has and lacks
       lgpt-index export|import --format byaldi   trade indexes with byaldi
     """
@@ -38,6 +39,7 @@ def main() -> None:
 def _register() -> None:
     from .build import build
     from .doctor import doctor
+    from .eval import eval_
     from .ls import ls
     from .mcp import mcp
     from .query import query
@@ -47,7 +49,7 @@ def _register() -> None:
     from .transfer import export, import_
     from .verify import verify
 
-    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_):
         main.add_command(command)
 
 
