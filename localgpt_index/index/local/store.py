@@ -43,7 +43,8 @@ from .layout import (
     index_path,
 )
 from .lock import writer_lock
-from .segments import SegmentWriter, load_segment
+from ..txn.staged import StagedWriter as SegmentWriter
+from .segments import load_segment
 from .txn import Transaction
 from .verify import verify_local
 

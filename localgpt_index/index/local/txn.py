@@ -28,7 +28,8 @@ from ..manifest import (
 )
 from ..pdfstore import PdfStore
 from ..txn import assemble_manifest, live_segments, write_error
-from .segments import SegmentWriter
+from ..txn.staged import StagedWriter
+from .segments import FileSegmentSink
 
 
 class Transaction:
@@ -47,7 +48,7 @@ class Transaction:
         self._staged_segments: set[str] = set()
         self.pdfs = PdfStore(store.root)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
-        self._writers: list[SegmentWriter] = []
+        self._writers: list[StagedWriter] = []
         self.needs_upgrade = False  # the index is in an older format: the next commit writes the current one
 
     @property
@@ -65,14 +66,14 @@ class Transaction:
         except OSError as exc:
             raise write_error(str(self.root), exc, self.generation) from None
 
-    def segment_writer(self, dim: int) -> SegmentWriter:
+    def segment_writer(self, dim: int) -> StagedWriter:
         with self.writing():
             self.store.segments_dir.mkdir(parents=True, exist_ok=True)
-            writer = SegmentWriter(self.store.segments_dir, dim)
+            writer = StagedWriter(FileSegmentSink(self.store.segments_dir, dim), dim)
         self._writers.append(writer)
         return writer
 
-    def finish_segment(self, writer: SegmentWriter) -> Segment | None:
+    def finish_segment(self, writer: StagedWriter) -> Segment | None:
         """Seal a writer's segment (None when it received no page) and stage it for the next commit."""
         self._writers.remove(writer)
         if not writer.pages:
@@ -80,7 +81,7 @@ class Transaction:
             return None
         with self.writing():
             try:
-                segment = writer.finish()
+                segment = writer.seal()
             except BaseException:
                 writer.discard()
                 raise

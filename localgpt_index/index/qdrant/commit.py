@@ -29,7 +29,7 @@ from .ids import (
     chunk_id,
     point_id,
 )
-from .writer import QdrantSegmentWriter
+from .writer import point_writer
 
 
 def doc_rows(txn: Any, doc: Document) -> list[tuple[str, int]]:
@@ -75,13 +75,11 @@ def owned(txn: Any, doc: Document, visible_from: int) -> Document:
     missing = [n for n, pid in enumerate(ids, 1) if pid not in fetched]
     if missing:
         raise IndexProblem(f"{doc.path}: page {missing[0]} of the vectors it reuses is missing.", hint=REBUILD_HINT)
-    writer = QdrantSegmentWriter(txn, fetched[ids[0]].shape[1])
+    writer = point_writer(txn, fetched[ids[0]].shape[1])
     for number, pid in enumerate(ids, 1):
-        writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata), visible_from=PENDING)
-    writer.flush()
-    segment = writer.segment()
+        writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata))
+    segment = writer.seal()
     txn._segments[segment.id] = segment
-    txn._owners[segment.id] = list(writer.owners)
     txn._staged.add(segment.id)
     return doc.model_copy(update={"spans": [Span(segment=segment.id, first=0, pages=len(ids))]})
 

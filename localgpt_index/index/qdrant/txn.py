@@ -34,7 +34,8 @@ from .ids import (
     catalog_of,
 )
 from .lease import _Lease
-from .writer import QdrantSegmentWriter
+from ..txn.staged import StagedWriter
+from .writer import point_writer
 
 
 class QdrantTransaction:
@@ -57,7 +58,7 @@ class QdrantTransaction:
         self._segments: dict[str, Segment] = dict(base.segments) if base else {}
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
         self._staged: set[str] = set()
-        self._writers: list[QdrantSegmentWriter] = []
+        self._writers: list[StagedWriter] = []
         self._committed_owners: dict[tuple[str, int], str] | None = None
         self.token = lease.token if lease else uuid.uuid4().hex
         self._wrote = False  # points upserted since the last commit (some perhaps in no finished segment)
@@ -128,20 +129,18 @@ class QdrantTransaction:
 
     # staging
 
-    def segment_writer(self, dim: int) -> QdrantSegmentWriter:
+    def segment_writer(self, dim: int) -> StagedWriter:
         setup.ensure_collections(self, dim)
-        writer = QdrantSegmentWriter(self, dim)
+        writer = point_writer(self, dim)
         self._writers.append(writer)
         return writer
 
-    def finish_segment(self, writer: QdrantSegmentWriter) -> Segment | None:
+    def finish_segment(self, writer: StagedWriter) -> Segment | None:
         self._writers.remove(writer)
         if not writer.pages:
             return None
-        writer.flush()
-        segment = writer.segment()
+        segment = writer.seal()
         self._segments[segment.id] = segment
-        self._owners[segment.id] = list(writer.owners)
         self._staged.add(segment.id)
         return segment
 
@@ -231,3 +230,6 @@ class QdrantTransaction:
         except Exception:
             pass
         self._staged.clear()
+
+
+QdrantSegmentWriter = StagedWriter  # the name callers imported

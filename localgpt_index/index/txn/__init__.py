@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from ..core.errors import IndexProblem
-from .errors import IndexWriteError
-from .manifest import (
+from ...core.errors import IndexProblem
+from ..errors import IndexWriteError
+from ..manifest import (
     REBUILD_HINT,
     Document,
     Failure,
