@@ -45,7 +45,8 @@ from .layout import (
 from .lock import writer_lock
 from ..txn.staged import StagedWriter as SegmentWriter
 from .segments import load_segment
-from .txn import Transaction
+from ..pdfstore import PdfStore
+from .txn import LocalBackend, LocalHold, Transaction
 from .verify import verify_local
 
 if TYPE_CHECKING:
@@ -217,9 +218,8 @@ class IndexStore:
         with self.lock(wait_s):
             found = base_or_rebuild(self._base, rebuild)
             base, generation, upgrade = found if found is not None else (None, self._highest_generation(), False)
-            transaction = Transaction(self, base, generation)
-            transaction.needs_upgrade = upgrade
-            transaction.collect_temporary()
+            transaction = Transaction(LocalBackend(self, upgrade), LocalHold(), base, generation, PdfStore(self.root))
+            transaction.recover()
             with discarding(transaction):
                 yield transaction
 

@@ -1,6 +1,6 @@
 """The switch of a Qdrant commit, step by step: pages of other paths copied (`owned`), complete
 documents made visible (`show`), pages no document names removed, the catalog and HEAD written,
-and a rebuild's alias switched. Named parts of `QdrantTransaction.commit`, in its order."""
+and a rebuild's alias switched: the steps of the Qdrant backend (qdrant/txn.py), in their order."""
 
 from __future__ import annotations
 
@@ -118,7 +118,8 @@ def remove_unnamed(txn: Any, documents: list[Document], in_progress: list[Docume
         txn.client.set_payload(txn.physical, {"gen_removed": generation}, points=models.PointIdsList(points=gone[start : start + 1024]))
 
 
-def write_catalog(txn: Any, manifest: Manifest) -> None:
+def write_catalog(txn: Any, manifest: Manifest) -> dict:
+    """The manifest in chunks keyed by (generation, chunk, writer token); returns the HEAD payload naming them."""
     models = _models()
     text = manifest.to_json().decode("ascii")
     chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
@@ -126,17 +127,17 @@ def write_catalog(txn: Any, manifest: Manifest) -> None:
                                  payload={"kind": "manifest", "generation": manifest.generation, "chunk": i, "data": chunk})
               for i, chunk in enumerate(chunks)]
     txn.client.upsert(txn.catalog, points, wait=True)
-    txn._head_payload = {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
-                          "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": txn.physical,
-                          "paths": PATHS_VERSION, "writer": txn.token, "chunk_key": txn.token}
+    return {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
+            "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": txn.physical,
+            "paths": PATHS_VERSION, "writer": txn.token, "chunk_key": txn.token}
 
 
-def write_head(txn: Any, manifest: Manifest) -> None:
+def write_head(txn: Any, manifest: Manifest, payload: dict) -> None:
     """HEAD replaced only where it still names this writer (claimed when the lease was taken): a
     writer whose lease was taken over cannot commit, whatever its clock says."""
     models = _models()
     mine = models.Filter(must=[models.FieldCondition(key="writer", match=models.MatchValue(value=txn.token))])
-    txn.client.upsert(txn.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=txn._head_payload)],
+    txn.client.upsert(txn.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=payload)],
                        update_filter=mine, wait=True)
     found = txn.client.retrieve(txn.catalog, [HEAD_ID], with_payload=True)
     if not found or found[0].payload.get("writer") != txn.token or found[0].payload.get("generation") != manifest.generation:

@@ -85,7 +85,7 @@ from .ids import (
     visible_filter,
 )
 from .lease import _Lease, hold_lease
-from .txn import QdrantSegmentWriter, QdrantTransaction
+from .txn import LeaseHold, QdrantBackend, QdrantSegmentWriter, QdrantTransaction
 from .view import QdrantIndex
 
 __all__ = [
@@ -282,7 +282,8 @@ class QdrantStore:
         with hold_lease(self, wait_s) as lease:
             physical = self.physical()
             base = base_or_rebuild(lambda: self.read_manifest(physical) if physical else None, rebuild)
-            transaction = QdrantTransaction(self, physical, base, rebuild, lease)
+            backend = QdrantBackend(self, physical, base, rebuild, lease)
+            transaction = QdrantTransaction(backend, LeaseHold(lease), base, base.generation if base else 0, self.pdfs())
             transaction.recover()
             with discarding(transaction):
                 yield transaction

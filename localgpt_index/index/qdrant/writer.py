@@ -74,7 +74,7 @@ def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRe
 def upsert(txn: Any, points: list) -> None:
     failpoint("upsert")
     txn.fence()
-    txn._wrote = True
+    txn.mark_written()
     with txn.writing():
         for attempt in range(4):
             try:
