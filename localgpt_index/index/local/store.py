@@ -42,6 +42,7 @@ from .layout import (
     NPY_HEADER,
     index_path,
 )
+from .blobs import LocalBlobs
 from .lock import writer_lock
 from ..txn.staged import StagedWriter as SegmentWriter
 from .segments import load_segment
@@ -118,6 +119,10 @@ class IndexStore:
         """A stored PDF: inside the index and a plain file, else a clear IndexProblem."""
         regular_size(self.root, rel)
         return self.root / rel
+
+    def blob_source(self) -> LocalBlobs:
+        """Where this index keeps its artifacts' blobs (read checked)."""
+        return LocalBlobs(self.root)
 
     def size_bytes(self, manifest: Manifest) -> int:
         """Bytes of the files a generation names (not what other generations keep)."""

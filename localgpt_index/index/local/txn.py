@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..artifacts import blob_names
 from ..checksums import block_checksums
 from ..files import TMP_PREFIX, plain_files, sweep_temporary, write_atomic
 from ..manifest import Checksum, Document, Head, Manifest, Segment
 from ..txn.core import TransactionCore
+from .blobs import LocalBlobs
 from .segments import FileSegmentSink
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class LocalBackend:
         self.location = str(store.root)
         self._upgrade = upgrade
         self.txn: TransactionCore | None = None
+        self.blobs = LocalBlobs(self.root)
 
     @property
     def segments_dir(self) -> Path:
@@ -56,12 +59,18 @@ class LocalBackend:
 
     def recover(self) -> bool:
         """Temporary files of writers that were killed (only the lock holder writes, so none is live)."""
-        sweep_temporary([self.root, self.segments_dir])
+        sweep_temporary([self.root, self.segments_dir, self.blobs.folder])
         return self._upgrade
 
     def sink(self, dim: int) -> SegmentSink:
         self.segments_dir.mkdir(parents=True, exist_ok=True)
         return FileSegmentSink(self.segments_dir, dim)
+
+    def blob_sink(self) -> LocalBlobs:
+        return self.blobs
+
+    def base_blobs(self) -> LocalBlobs:
+        return self.blobs
 
     def pdf_path(self, rel: str) -> Path:
         """A stored PDF, checked: inside the index, a regular file (never a FIFO planted as pdf/<sha>.pdf)."""
@@ -94,6 +103,9 @@ class LocalBackend:
     def _staged(self) -> set[str]:
         return self.txn.staging.staged if self.txn is not None else set()
 
+    def _staged_blobs(self) -> set[str]:
+        return self.txn.staging.blobs if self.txn is not None else set()
+
     def collect(self, keep: list[Manifest]) -> None:
         """Delete files that no kept generation names (a reader that has just read the old HEAD can
         still open the previous one), nor this transaction has staged. Best effort."""
@@ -108,6 +120,7 @@ class LocalBackend:
                     path.unlink(missing_ok=True)
         except OSError:
             pass  # the next commit tries again
+        self.blobs.collect(blob_names(keep) | self._staged_blobs())
 
     def discard(self, keep: list[Manifest]) -> None:
         """Staged segments no kept generation names are deleted (the next writer's commit collects
@@ -119,6 +132,7 @@ class LocalBackend:
                     (self.segments_dir / f"{sid}{suffix}").unlink(missing_ok=True)
         except OSError:
             pass
+        self.blobs.delete(self._staged_blobs() - blob_names(keep))
 
 
 Transaction = TransactionCore  # the name callers and tests imported

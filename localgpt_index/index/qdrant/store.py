@@ -182,7 +182,7 @@ class QdrantStore:
         vectors = self.client.get_collection(name).config.params.vectors
         if name.endswith("__catalog"):
             sample = self.client.scroll(name, limit=8, with_payload=["kind"])[0]
-            return not vectors and all((p.payload or {}).get("kind") in ("manifest", "head") for p in sample)
+            return not vectors and all((p.payload or {}).get("kind") in ("manifest", "head", "blob") for p in sample)
         return isinstance(vectors, dict) and set(vectors) == {VECTOR, POOLED}
 
     def _foreign(self, what: str) -> UsageError:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.failpoints import failpoint
+from ..artifacts import blob_names
 from ..errors import IndexWriteError
 from ..manifest import FORMAT, Document, Manifest, Segment
 from ..txn import kept
@@ -24,6 +25,7 @@ from . import commit as steps
 from . import recover as setup
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease
+from .blobs import QdrantBlobs
 from .writer import PointSink
 
 
@@ -162,6 +164,13 @@ class QdrantBackend:
         setup.ensure_collections(self, dim)
         return PointSink(self, dim)
 
+    def blob_sink(self) -> QdrantBlobs:
+        return QdrantBlobs(self.store, self.catalog)
+
+    def base_blobs(self) -> QdrantBlobs:
+        fallback = catalog_of(self.previous_physical) if self.previous_physical else None
+        return QdrantBlobs(self.store, self.catalog, fallback)
+
     def pdf_path(self, rel: str) -> Path:
         return self.store.pdf_file(rel)
 
@@ -204,10 +213,13 @@ class QdrantBackend:
             self.client.delete(self.catalog, points_selector=models.FilterSelector(filter=_flt(generation=(0, generation - 2))))
         except Exception:
             pass  # best effort: the next commit tries again
+        self.blob_sink().collect(blob_names(keep) | self.txn.staging.blobs)
 
     def discard(self, keep: list[Manifest]) -> None:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
         models = _models()
+        if self.physical == self.previous_physical:
+            self.blob_sink().delete(self.txn.staging.blobs - blob_names(keep))
         if not self._staged and not self.txn.staging.wrote:
             return
         try:

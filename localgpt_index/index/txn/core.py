@@ -15,7 +15,18 @@ import numpy as np
 
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
-from ..manifest import Document, Failure, Manifest, ModelInfo, Segment, Settings
+from ..artifacts import (
+    Artifact,
+    BlobSink,
+    BlobSource,
+    blob_names,
+    build_artifacts,
+    part_writers,
+    registered,
+    seal_parts,
+    with_derived_parts,
+)
+from ..manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
 from ..pdfstore import PdfStore
 from . import assemble_manifest, live_segments, write_error
 from .staged import NO_PAGE, SegmentSink, StagedWriter
@@ -30,6 +41,19 @@ class Staging:
     staged: set[str] = field(default_factory=set)
     writers: list[StagedWriter] = field(default_factory=list)
     wrote: bool = False
+    blobs: set[str] = field(default_factory=set)  # artifact blobs written and not yet named by a commit
+
+
+class _StagingSink:
+    """The backend's blob sink, with what it writes staged (discarded unless a commit names it)."""
+
+    def __init__(self, inner: BlobSink, staging: Staging) -> None:
+        self.inner, self.staging = inner, staging
+
+    def put(self, data: bytes, ext: str) -> BlobRef:
+        ref = self.inner.put(data, ext)
+        self.staging.blobs.add(ref.name)
+        return ref
 
 
 class Hold(Protocol):
@@ -61,6 +85,14 @@ class Backend(Protocol):
 
     def sink(self, dim: int) -> SegmentSink: ...
 
+    def blob_sink(self) -> BlobSink:
+        """Where this transaction's artifact blobs go."""
+        ...
+
+    def base_blobs(self) -> BlobSource:
+        """Where the generation it follows keeps its blobs (an incremental artifact reads them)."""
+        ...
+
     def pdf_path(self, rel: str) -> Path: ...
 
     def prepare(self, documents: list[Document], in_progress: list[Document], generation: int,
@@ -87,8 +119,9 @@ class TransactionCore:
     never committed is discarded when the transaction ends (`discard_staged`)."""
 
     def __init__(self, backend: Backend, hold: Hold, base: Manifest | None, generation: int,
-                 pdfs: PdfStore | None) -> None:
+                 pdfs: PdfStore | None, artifacts: Sequence[Artifact] | None = None) -> None:
         self.backend, self.hold, self.pdfs = backend, hold, pdfs
+        self.artifacts = tuple(registered() if artifacts is None else artifacts)
         self.base = base
         self.current = base  # the last manifest committed (or the base)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
@@ -96,6 +129,14 @@ class TransactionCore:
         self.needs_upgrade = False  # the index is in an older format: the next commit writes the current one
         self.staging = Staging(segments=dict(base.segments) if base else {})
         backend.attach(self)
+        self._blobs: BlobSink | None = None
+
+    @property
+    def blobs(self) -> BlobSink:
+        """The artifact blob sink (staged), opened on first use."""
+        if self._blobs is None:
+            self._blobs = _StagingSink(self.backend.blob_sink(), self.staging)
+        return self._blobs
 
     @property
     def token(self) -> str:
@@ -126,7 +167,8 @@ class TransactionCore:
 
     def segment_writer(self, dim: int) -> StagedWriter:
         with self.writing():
-            writer = StagedWriter(self.backend.sink(dim), dim, self.backend.dtype, self.backend.needs_page)
+            writer = StagedWriter(self.backend.sink(dim), dim, self.backend.dtype, self.backend.needs_page,
+                                  part_writers(self.artifacts, dim))
         self.staging.writers.append(writer)
         return writer
 
@@ -138,7 +180,7 @@ class TransactionCore:
             return None
         with self.writing():
             try:
-                segment = writer.seal()
+                segment = seal_parts(writer.seal(), writer.parts, self.blobs)
             except BaseException:
                 writer.discard()
                 raise
@@ -187,8 +229,10 @@ class TransactionCore:
             documents, in_progress = self.backend.prepare(list(documents), list(in_progress), following,
                                                           model.dim or settings.dim or 128)
             live = live_segments(documents, in_progress)
-            segments = {sid: self._record(sid) for sid in sorted(live)}
-            manifest = assemble_manifest(following, model, settings, segments, documents, in_progress, failures)
+            segments = self._live(live)
+            refs = build_artifacts(self.artifacts, following, self.current, documents, in_progress, segments,
+                                   self.backend.base_blobs(), self.blobs) if self.artifacts else {}
+            manifest = assemble_manifest(following, model, settings, segments, documents, in_progress, failures, refs)
             self.fence()
             receipt = self.backend.write_catalog(manifest)
             failpoint("before-head")
@@ -199,16 +243,20 @@ class TransactionCore:
         self._committed(manifest, live)
         return manifest
 
-    def _record(self, sid: str) -> Segment:
-        record = self.backend.segment_record(self.staging.segments[sid])
-        self.staging.segments[sid] = record
-        return record
+    def _live(self, live: set[str]) -> dict[str, Segment]:
+        """The live segments as the manifest records them (the backend's upgrade, parts derived where missing)."""
+        segments = {sid: self.backend.segment_record(self.staging.segments[sid]) for sid in sorted(live)}
+        if self.artifacts:
+            segments = with_derived_parts(self.artifacts, segments, self.backend.base_blobs(), self.blobs)
+        self.staging.segments.update(segments)
+        return segments
 
     def _committed(self, manifest: Manifest, live: set[str]) -> None:
         """After HEAD: the new generation is current; what it names is no longer staged; what no kept
         generation (the new one, and the previous one a slow reader may still be on) names is collected."""
         self.previous, self.current, self.generation = self.current, manifest, manifest.generation
         self.staging.staged -= live
+        self.staging.blobs -= blob_names([manifest])
         self.staging.wrote = bool(self.staging.staged)
         keep = self._keep()
         self.backend.collect(keep)
@@ -228,4 +276,5 @@ class TransactionCore:
             self.pdfs.discard([self.current, self.previous])
         self.backend.discard(self._keep())
         self.staging.staged.clear()
+        self.staging.blobs.clear()
         self.staging.wrote = False

@@ -5,13 +5,16 @@ here once; how the rows are kept (a file on disk, points in Qdrant) lives in the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
 from ..manifest import Segment
+
+if TYPE_CHECKING:
+    from ..artifacts import PartWriter
 
 NO_PAGE = "a Qdrant store needs to know whose page each vector block is"
 
@@ -36,11 +39,15 @@ class StagedWriter:
     """Pages of one segment, appended as they are encoded; sealed by `finish_segment`.
 
     `dtype`: what the backend stores (float16 on disk, float32 for Qdrant's client); `needs_page`:
-    the backend records whose page each row is (Qdrant), so `page` may not be None."""
+    the backend records whose page each row is (Qdrant), so `page` may not be None. Registered
+    artifacts' part writers (`parts`) are fed every page beside the vectors; `extra` is what else
+    the caller knows of the page (a mapping, e.g. {"text": ...}), passed to them as is."""
 
-    def __init__(self, sink: SegmentSink, dim: int, dtype: type = np.float16, needs_page: bool = False) -> None:
+    def __init__(self, sink: SegmentSink, dim: int, dtype: type = np.float16, needs_page: bool = False,
+                 parts: Mapping[str, PartWriter] | None = None) -> None:
         self.sink, self.dim, self.dtype, self.needs_page = sink, dim, dtype, needs_page
         self.lengths: list[int] = []
+        self.parts: dict[str, PartWriter] = dict(parts or {})
 
     @property
     def pages(self) -> int:
@@ -56,6 +63,8 @@ class StagedWriter:
         row = len(self.lengths)
         self.sink.write(row, block, page)
         self.lengths.append(int(block.shape[0]))
+        for part in self.parts.values():
+            part.add(row, block, page, extra or {})
         if row == 1:
             self.sink.flush()
             failpoint("write-vectors")
@@ -66,3 +75,5 @@ class StagedWriter:
 
     def discard(self) -> None:
         self.sink.discard()
+        for part in self.parts.values():
+            part.discard()
