@@ -24,7 +24,8 @@ from ..txn.staged import SegmentSink, StagedWriter
 from . import commit as steps
 from . import recover as setup
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
-from .lease import _Lease
+from ..pdfstore import PdfStore
+from .lease import _Lease, hold_lease
 from .blobs import QdrantBlobs
 from .writer import PointSink
 
@@ -231,6 +232,38 @@ class QdrantBackend:
                     filter=_flt(gen_written=(self.generation + 1, PENDING), writer=self.token)))
         except Exception:
             pass
+
+
+class QdrantParts:
+    """What a Qdrant store gives begin()'s template (txn/begin.py)."""
+
+    def __init__(self, store: Any) -> None:  # a QdrantStore
+        self.store = store
+        self.physical: str | None = None
+        self.lease: _Lease | None = None
+
+    def before_write(self) -> None:
+        self.store.writable().physical()  # another tool's collection is refused before anything is created
+
+    @contextmanager
+    def hold(self, wait_s: float) -> Iterator[LeaseHold]:
+        with hold_lease(self.store, wait_s) as lease:
+            self.lease = lease
+            self.physical = self.store.physical()
+            yield LeaseHold(lease)
+
+    def read_base(self) -> tuple[Manifest | None, int]:
+        base = self.store.read_manifest(self.physical) if self.physical else None
+        return base, base.generation if base else 0
+
+    def damaged_base(self) -> int:
+        return 0  # a rebuild writes a new physical collection anyway
+
+    def backend(self, base: Manifest | None, rebuild: bool, hold: object) -> QdrantBackend:
+        return QdrantBackend(self.store, self.physical, base, rebuild, self.lease)
+
+    def pdf_store(self) -> PdfStore | None:
+        return self.store.pdfs()
 
 
 QdrantTransaction = TransactionCore  # the name callers and tests imported
