@@ -44,6 +44,7 @@ from .blobs import LocalBlobs
 from .lock import writer_lock
 from ..txn.staged import StagedWriter as SegmentWriter
 from .segments import load_segment
+from ..pdfstore import PdfStore
 from ..txn.begin import open_transaction
 from .txn import LocalParts, Transaction
 from .verify import verify_local
@@ -125,12 +126,7 @@ class IndexStore:
     def size_bytes(self, manifest: Manifest) -> int:
         """Bytes of the files a generation names (not what other generations keep)."""
         total = sum(s.vectors_bytes or 0 for s in manifest.segments.values())
-        for rel in {d.pdf for d in [*manifest.documents, *manifest.in_progress] if d.pdf}:
-            try:
-                total += (self.root / rel).lstat().st_size
-            except OSError:
-                pass
-        return total
+        return total + PdfStore(self.root).size(manifest)  # counted as Qdrant's PDF store counts them
 
     # reading
 
