@@ -31,6 +31,9 @@ from ..errors import IndexWriteError, MissingIndexFile
 from ..files import read_member, regular_size
 from ..holder import pid_alive as _alive
 from ..manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
+from ..pdfstore import PdfStore
+from ..txn.begin import open_transaction
+from ..txn.staged import StagedWriter as SegmentWriter
 from .layout import (
     DEFAULT_INDEX_DIR,
     DEFAULT_INDEX_NAME,
@@ -42,10 +45,7 @@ from .layout import (
 )
 from .blobs import LocalBlobs
 from .lock import writer_lock
-from ..txn.staged import StagedWriter as SegmentWriter
 from .segments import load_segment
-from ..pdfstore import PdfStore
-from ..txn.begin import open_transaction
 from .txn import LocalParts, Transaction
 from .verify import verify_local
 

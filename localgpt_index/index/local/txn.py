@@ -15,8 +15,8 @@ import numpy as np
 from ..artifacts import blob_names
 from ..checksums import block_checksums
 from ..files import TMP_PREFIX, plain_files, sweep_temporary, write_atomic
-from ..pdfstore import PdfStore
 from ..manifest import Checksum, Document, Head, Manifest, Segment
+from ..pdfstore import PdfStore
 from ..txn.core import TransactionCore
 from .blobs import LocalBlobs
 from .segments import FileSegmentSink

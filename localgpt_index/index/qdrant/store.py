@@ -53,6 +53,7 @@ from ..manifest import (
 )
 from ..pdfrefs import SharedRefs
 from ..pdfstore import PdfStore
+from ..txn.begin import open_transaction
 from . import catalog, connection
 from . import verify as checks
 from .ids import (
@@ -85,7 +86,6 @@ from .ids import (
     visible_filter,
 )
 from .lease import _Lease
-from ..txn.begin import open_transaction
 from .txn import QdrantParts, QdrantSegmentWriter, QdrantTransaction
 from .view import QdrantIndex
 

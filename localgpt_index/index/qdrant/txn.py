@@ -18,15 +18,15 @@ from ...core.failpoints import failpoint
 from ..artifacts import blob_names
 from ..errors import IndexWriteError
 from ..manifest import FORMAT, Document, Manifest, Segment
+from ..pdfstore import PdfStore
 from ..txn import kept
 from ..txn.core import TransactionCore
 from ..txn.staged import SegmentSink, StagedWriter
 from . import commit as steps
 from . import recover as setup
-from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
-from ..pdfstore import PdfStore
-from .lease import _Lease, hold_lease
 from .blobs import QdrantBlobs
+from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
+from .lease import _Lease, hold_lease
 from .writer import PointSink
 
 
