@@ -8,7 +8,7 @@ Value types live in `core/types.py` (PageRef, SearchHit) and `index/manifest.py`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -27,8 +27,9 @@ class SegmentWriter(Protocol):
     @property
     def pages(self) -> int: ...
 
-    def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
-        """One page's (tokens, dim) vectors; returns its row in the segment."""
+    def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None) -> int:
+        """One page's (tokens, dim) vectors; returns its row in the segment. `extra`: what the page
+        carries besides (its text: {"text", "text_source"}), for the per-generation artifacts."""
         ...
 
 

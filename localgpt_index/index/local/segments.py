@@ -6,6 +6,7 @@ import hashlib
 import io
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +41,10 @@ class SegmentWriter:
     def pages(self) -> int:
         return len(self.lengths)
 
-    def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
+    def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None) -> int:
         """Add one page (tokens, dim); returns its index in the segment. (`page` says whose page it
-        is; a local segment does not need to know: the manifest's spans say it.)"""
+        is; a local segment does not need to know: the manifest's spans say it. `extra`: what the
+        per-generation artifacts keep beside the vectors (its text); none is registered yet.)"""
         array = np.ascontiguousarray(vectors, dtype=np.float16)
         if array.ndim != 2 or array.shape[1] != self.dim or array.shape[0] < 1:
             raise ValueError(f"a page of shape {array.shape}, expected (tokens >= 1, {self.dim})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,9 @@ class QdrantSegmentWriter:
     def pages(self) -> int:
         return len(self.lengths)
 
-    def append(self, vectors: np.ndarray, page: PageRef | None = None, visible_from: int = PENDING) -> int:
+    def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None,
+               visible_from: int = PENDING) -> int:
+        """One page's vectors as a point (`extra`: for the per-generation artifacts, none registered yet)."""
         if page is None:
             raise ValueError("a Qdrant store needs to know whose page each vector block is")
         block = np.asarray(vectors, dtype=np.float32)
