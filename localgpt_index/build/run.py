@@ -25,7 +25,7 @@ from ..index.store import IndexStore, Transaction
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
-from ..ingest.pagetext import PageTexts, TextSettings, find_ocr
+from ..ingest.pagetext import PageTexts, TextSettings, find_ocr, ocr_mode
 from ..ingest.render import size_setting
 from ..models.failures import DeviceLost
 from ..models.families import check_visual_tokens_supported
@@ -50,7 +50,7 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    tesseract = find_ocr(options.ocr, options.ocr_lang)  # a language Tesseract lacks: exit 4 before any work
+    tesseract = find_ocr(ocr_mode(options.ocr), options.ocr_lang)  # a language Tesseract lacks: exit 4 before any work
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     scan_started = time.time_ns()

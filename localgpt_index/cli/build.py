@@ -36,9 +36,9 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
               help="Seconds poppler may take for a few pages of a PDF.")
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Conversions run side by side, ahead of the model.")
-@click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+@click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
               help="Read pages with Tesseract: auto, those with almost no text layer (scans, images; under 32 visible "
-                   "characters); always, every page; never, only the text layer.")
+                   "characters); always, every page; never, only the text layer. [default: $LGPT_OCR, else auto]")
 @click.option("--ocr-lang", default="eng", show_default=True, metavar="LANG",
               help="Tesseract's language(s), e.g. eng or eng+deu (each must be installed: tesseract-ocr-LANG).")
 @click.option("--ocr-timeout", type=SECONDS, default=60.0, show_default=True,

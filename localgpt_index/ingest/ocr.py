@@ -73,7 +73,7 @@ class Tesseract:
         if not wanted or missing:
             have = ", ".join(name for name in self.languages if name != "osd") or "none"
             package = " ".join(f"tesseract-ocr-{part.lower().replace('_', '-')}" for part in missing) or "tesseract-ocr-eng"
-            raise EnvironmentMissing(f"--ocr-lang {lang}: Tesseract has no language {'+'.join(missing) or lang!r} "
+            raise EnvironmentMissing(f"--ocr-lang {lang}: Tesseract has no language {'+'.join(missing) or repr(lang)} "
                                      f"(it has: {have})", hint=f"apt-get install {package}, or --ocr never")
 
     def read_pdf_page(self, pdf: Path, page: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,

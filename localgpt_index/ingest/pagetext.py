@@ -15,6 +15,7 @@ treated as having none. A missing Tesseract is said once per build, not once per
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core.cpus import available_cpus
-from ..core.errors import DocumentError, EnvironmentMissing
+from ..core.errors import DocumentError, EnvironmentMissing, UsageError
 from . import processes
 from .discover import IMAGE, PDF
 from .events import DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
@@ -34,6 +35,14 @@ from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_tex
 OCR_MODES = ("auto", "always", "never")
 Log = Callable[[str], None]
 Timings = Callable[[str, float], None]
+
+
+def ocr_mode(asked: str | None) -> str:
+    """The --ocr mode: the one asked for, else $LGPT_OCR (a machine's or a test suite's default), else auto."""
+    mode = asked or os.environ.get("LGPT_OCR") or "auto"
+    if mode not in OCR_MODES:
+        raise UsageError(f"{'--ocr' if asked else 'LGPT_OCR'}={mode}: expected one of {', '.join(OCR_MODES)}")
+    return mode
 
 
 def default_ocr_workers() -> int:

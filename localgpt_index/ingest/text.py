@@ -70,7 +70,7 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
     for start in range(first, last + 1, TEXT_CHUNK):
         end = min(last, start + TEXT_CHUNK - 1)
         out, _ = _run_poppler(["pdftotext", "-enc", "UTF-8", "-f", str(start), "-l", str(end), os.path.abspath(pdf), "-"],
-                              timeout_s, f"the text of pages {start}-{end}")
+                              timeout_s, "its text layer" if (start, end) == (first, last) else f"the text layer of pages {start}-{end}")
         pages = out.decode("utf-8", "replace").split("\f")
         wanted = end - start + 1
         # every page ends with \f: wanted + 1 parts, the last empty; a damaged file may give fewer
