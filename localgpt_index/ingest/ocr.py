@@ -143,9 +143,9 @@ def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: 
         raise processes.Stopped("interrupted")
     if proc.returncode != 0:
         text = " ".join(said.decode("utf-8", "replace").split())[:300] or f"exit status {proc.returncode}"
-        if proc.returncode == 127:
-            raise OcrFailed(f"{args[0]} is not installed ({text})")
-        if proc.returncode < 0 or "alloc" in text.lower() or "memory" in text.lower():
-            text += f" (each OCR process may use {memory_mib} MiB)"
+        if proc.returncode == 127 and "not found" in text:  # the shell's exec
+            raise OcrFailed(f"{args[0]} is not installed")
+        if proc.returncode < 0 or any(word in text.lower() for word in ("alloc", "memory", "map")):
+            text += f" (each OCR process may map {memory_mib} MiB)"
         raise OcrFailed(f"{os.path.basename(args[0])} failed: {text}")
     return out
