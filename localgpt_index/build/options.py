@@ -12,7 +12,7 @@ from ..core.errors import ExitCode
 from ..core.metadata import Rules
 from ..index.manifest import Failure
 from ..ingest.ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, Tesseract
-from ..ingest.pagetext import TextSettings, default_ocr_workers, ocr_mode
+from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class BuildReport:
     skipped_files: list[dict] = field(default_factory=list)
     unreadable: list[dict] = field(default_factory=list)  # folders and files that could not be read: their documents stay
     notes: list[dict] = field(default_factory=list)  # per document: what conversion changed
-    text: dict = field(default_factory=dict)  # pages embedded by the source of their text: layer, ocr, none; unread
+    text: dict = field(default_factory=lambda: TextTally().to_dict())  # pages embedded, by the source of their text
     page_warnings: list[dict] = field(default_factory=list)  # pages indexed without the text they should have (OCR failed)
 
     @property
