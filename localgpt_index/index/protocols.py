@@ -28,8 +28,8 @@ class SegmentWriter(Protocol):
     def pages(self) -> int: ...
 
     def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None) -> int:
-        """One page's (tokens, dim) vectors; returns its row in the segment. `extra`: what the page
-        carries besides (its text: {"text", "text_source"}), for the per-generation artifacts."""
+        """One page's (tokens, dim) vectors; returns its row in the segment. `extra`: what else the
+        caller knows of the page ({"text": ...}), for the registered artifacts' part writers."""
         ...
 
 
@@ -78,6 +78,10 @@ class IndexView(Protocol):
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None,
                        candidates: int | None = None) -> list[list[SearchHit]]: ...
+
+    def artifact(self, name: str) -> object | None:
+        """A derived artifact of this generation, opened lazily; None: absent (the caller falls back)."""
+        ...
 
 
 class Store(Protocol):
