@@ -18,16 +18,16 @@ LIST_LANGS = 'if [ "$1" = "--list-langs" ]; then printf \'List of available lang
 @pytest.fixture
 def appended(monkeypatch) -> list[tuple[str, int, dict]]:
     """(file name, page, extra) of every page the build hands the store writer (see test_page_text.py)."""
-    from localgpt_index.index.local import segments
+    from localgpt_index.index.txn.staged import StagedWriter
 
     seen: list[tuple[str, int, dict]] = []
-    original = segments.SegmentWriter.append
+    original = StagedWriter.append
 
     def recording(self, vectors, page=None, extra=None):
         seen.append((Path(page.path).name, page.page, dict(extra or {})))
         return original(self, vectors, page, extra)
 
-    monkeypatch.setattr(segments.SegmentWriter, "append", recording)
+    monkeypatch.setattr(StagedWriter, "append", recording)
     return seen
 
 

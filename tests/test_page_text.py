@@ -20,16 +20,16 @@ from localgpt_index.core.errors import DocumentError
 def appended(monkeypatch) -> list[tuple[str, int, dict]]:
     """What the build hands the store writer, page by page: (file name, page, extra), recorded
     in this process (the CLI runs in-process) on the way to the real writer."""
-    from localgpt_index.index.local import segments
+    from localgpt_index.index.txn.staged import StagedWriter
 
     seen: list[tuple[str, int, dict]] = []
-    original = segments.SegmentWriter.append
+    original = StagedWriter.append
 
     def recording(self, vectors, page=None, extra=None):
         seen.append((Path(page.path).name, page.page, dict(extra or {})))
         return original(self, vectors, page, extra)
 
-    monkeypatch.setattr(segments.SegmentWriter, "append", recording)
+    monkeypatch.setattr(StagedWriter, "append", recording)
     return seen
 
 
@@ -190,3 +190,40 @@ def test_page_text_is_cleaned_and_bounded():
     assert clean_page_text("  a\x00b \r\nc  \n\n") == "a b\nc"
     assert len(clean_page_text("x" * (MAX_PAGE_CHARS + 10))) == MAX_PAGE_CHARS
     assert not has_text_layer("Scanned with CamScanner  3") and has_text_layer("word " * 10)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The artifact plumbing's toy artifact (tests/toy_artifact.py: it keeps each page's extra["text"]
+    in a part of its segment), registered here and in every CLI process this test starts."""
+    import toy_artifact
+
+    from localgpt_index.index.artifacts import register, unregister
+
+    register(toy_artifact.TOY)
+    monkeypatch.setenv("LGPT_PLUGINS", f"{os.environ.get('LGPT_PLUGINS', '')},toy_artifact")
+    yield toy_artifact
+    unregister(toy_artifact.NAME)
+
+
+@pytest.mark.parametrize("kind", ["local", "qdrant"])
+def test_page_text_lands_in_the_generation_beside_the_vectors(kind, toy, tmp_path, fake_model):
+    """Through the real transaction core: each page's text is in its segment's part, row by row, in
+    the generation HEAD names (the toy artifact stands in for the text artifact of issue 27)."""
+    from localgpt_index.index.open import open_store
+
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 2, 3)
+    where = ["--index-dir", str(tmp_path / "idx")] if kind == "local" else ["--store", f"qdrant+path://{tmp_path / 'qd'}/notes"]
+    result = run_cli("build", str(docs), "--model", str(fake_model), *where)
+    assert result.exit_code == 0, result.stderr
+    store = open_store(index_dir=tmp_path / "idx") if kind == "local" else open_store(f"qdrant+path://{tmp_path / 'qd'}/notes")
+    try:
+        view = store.open_view()
+        parts = view.artifact("toy")["parts"]
+        for doc in view.manifest.documents:
+            n = Path(doc.path).stem.removeprefix("report-")
+            texts = [parts[span.segment]["texts"][row] for span in doc.spans for row in range(span.first, span.first + span.pages)]
+            assert [text.split("\n")[0] for text in texts] == [f"report {n} page {p}" for p in range(3)]
+    finally:
+        store.close()
