@@ -227,3 +227,17 @@ def test_page_text_lands_in_the_generation_beside_the_vectors(kind, toy, tmp_pat
             assert [text.split("\n")[0] for text in texts] == [f"report {n} page {p}" for p in range(3)]
     finally:
         store.close()
+
+
+def test_a_resumed_document_reads_the_text_of_its_remaining_pages_only(tmp_path):
+    """A long document committed in part carries on from its first page not yet indexed: its texts too."""
+    from localgpt_index.ingest.events import DocumentOpened, OpenedDocument, PagesEncoded
+    from localgpt_index.ingest.opening import FeedSource
+    from localgpt_index.ingest.pagetext import PageTexts, TextSettings
+
+    pdf = make_pdf(tmp_path / "long.pdf", [f"chapter {n}" for n in range(1, 6)])
+    texts = PageTexts(TextSettings(ocr="never"), [FeedSource(pdf, "pdf", pdf.stat().st_size, first_page=4)])
+    events = list(texts.attach(iter([DocumentOpened(0, OpenedDocument(pdf=pdf, pages=5)),
+                                     PagesEncoded(((0, "vectors"), (0, "vectors")))])))
+    assert [text.text.split("\n")[0] for text in events[1].texts] == ["chapter 4", "chapter 5"]
+    assert texts.tally.layer == 2
