@@ -192,3 +192,31 @@ def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, 
     result, report = build_json(docs, tmp_path / "idx2", "--model", str(fake_model), "--ocr", "never")
     assert report["text"] == {"layer": 2, "ocr": 0, "none": 1, "unread": 0}
     assert ("scan.pdf", 1, {"text": "", "text_source": "none"}) in appended
+
+
+def test_a_failed_documents_pages_are_not_read(tmp_path, monkeypatch):
+    """A document that fails (its render, a page the encoder refuses) has its queued OCR cancelled."""
+    from localgpt_index.ingest.events import DocumentFailed, DocumentOpened, OpenedDocument, PagesEncoded
+    from localgpt_index.ingest.ocr import Tesseract
+    from localgpt_index.ingest.opening import FeedSource
+    from localgpt_index.ingest.pagetext import PageTexts, TextSettings
+    from localgpt_index.core.errors import DocumentError
+
+    log, release = tmp_path / "read.log", tmp_path / "release"
+    _fake_tesseract(tmp_path, monkeypatch, f"echo read >> {log}\nwhile [ ! -e {release} ]; do sleep 0.05; done\necho text")
+    pdf = tmp_path / "scan.pdf"
+    from PIL import Image
+
+    Image.new("RGB", (200, 100), "white").save(pdf, save_all=True, append_images=[Image.new("RGB", (200, 100), "white")] * 4)
+    png = make_png(tmp_path / "next.png", "next", size=(200, 100))
+    texts = PageTexts(TextSettings(ocr="auto", ocr_workers=1, tesseract=Tesseract.find()),
+                      [FeedSource(pdf, "pdf", 1), FeedSource(png, "image", 1)])
+    events = texts.attach(iter([DocumentOpened(0, OpenedDocument(pdf=pdf, pages=5)), DocumentFailed(0, DocumentError("render", "x")),
+                                DocumentOpened(1, OpenedDocument(image=png, pages=1)), PagesEncoded(((1, "vectors"),))]))
+    next(events)
+    wait_until(log.exists, what="the first page's OCR to start")
+    next(events)  # the failure: pages 2-5 are dropped while page 1 is read
+    release.touch()
+    *_, encoded = events  # the next document's page, read by the one OCR thread after what was queued before it
+    assert encoded.texts[0].text == "text"
+    assert log.read_text().splitlines() == ["read", "read"]  # page 1 of the failed document, then the next one's

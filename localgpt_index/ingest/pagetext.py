@@ -122,6 +122,13 @@ class _Document:
         self.next = self.first
 
 
+def _cancel_pages(layer: Future[_Layer]) -> None:
+    """A dropped document's pages not read yet are not read."""
+    if not layer.cancelled() and layer.exception() is None:
+        for future in layer.result().pages:
+            future.cancel()
+
+
 def _done(outcome: _Outcome) -> Future[_Outcome]:
     future: Future[_Outcome] = Future()
     future.set_result(outcome)
@@ -196,11 +203,8 @@ class PageTexts:
     def drop(self, number: int) -> None:
         """The document failed: what of its text is not read yet is not read."""
         document = self._documents.pop(number, None)
-        if document is None:
-            return
-        if not document.layer.cancel() and document.layer.exception() is None:
-            for future in document.layer.result().pages:
-                future.cancel()
+        if document is not None and not document.layer.cancel():
+            document.layer.add_done_callback(_cancel_pages)  # now, or once its text layer is read
 
     def close(self) -> None:
         """End the reading: processes still running are ended, what is queued is not started."""
