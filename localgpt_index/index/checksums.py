@@ -9,6 +9,7 @@ hashes in the same pass, so damage is never re-hashed as if it were good)."""
 
 from __future__ import annotations
 
+import mmap
 import threading
 from pathlib import Path
 
@@ -76,7 +77,12 @@ class BlockGuard:
     def __init__(self, path: Path, checksum: Checksum) -> None:
         self.path = path
         self.checksum = checksum
-        self.raw = np.memmap(path, dtype=np.uint8, mode="r")  # file-backed: hashing reads through the page cache
+        with open(path, "rb") as handle:  # file-backed: hashing and scoring read through the page cache
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        # no read-around: a page read at random would otherwise bring in read_ahead_kb (8 MiB here) around it;
+        # `advise` asks for exactly the ranges about to be read
+        self._map.madvise(mmap.MADV_RANDOM)
+        self.raw = np.frombuffer(self._map, dtype=np.uint8)
         self.size = len(self.raw)
         self._done = np.zeros(len(checksum.blocks), dtype=bool)
         self._bad: set[int] = set()
@@ -88,6 +94,13 @@ class BlockGuard:
         """Bytes lo..hi-1 are about to be read: check the blocks that hold them (IndexProblem if damaged)."""
         if hi > lo:
             self.check_blocks(np.arange(lo // self.checksum.block_size, (hi - 1) // self.checksum.block_size + 1))
+
+    def advise(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Byte ranges about to be read: the kernel reads them ahead, adjacent ones as one range."""
+        breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+        for lo, hi in zip(starts[np.r_[0, breaks]], ends[np.r_[breaks - 1, len(ends) - 1]]):
+            lo = int(lo) & ~(mmap.PAGESIZE - 1)
+            self._map.madvise(mmap.MADV_WILLNEED, lo, int(hi) - lo)
 
     def check_spans(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Byte ranges [starts[i], ends[i]) are about to be read (ranges of pages, vectorised)."""

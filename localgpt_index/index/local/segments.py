@@ -93,8 +93,10 @@ class SegmentFiles:
         """The blocks holding these pages' vectors are checked (each once per process); IndexProblem if damaged."""
         pages = np.asarray(pages, dtype=np.int64)
         if len(pages):
-            starts, ends = self.offsets[pages], self.offsets[pages + 1]
-            self.guard.check_spans(self.header + starts * self.row_bytes, self.header + ends * self.row_bytes)
+            starts = self.header + self.offsets[pages] * self.row_bytes
+            ends = self.header + self.offsets[pages + 1] * self.row_bytes
+            self.guard.advise(starts, ends)
+            self.guard.check_spans(starts, ends)
 
     def checked_groups(self, pages: np.ndarray):
         """`pages` (in row order) in groups of about GROUP_BYTES of vectors, each checked just before
@@ -131,13 +133,15 @@ def load_segment(root: Path, segment: Segment) -> SegmentFiles:
     try:
         offsets = np.load(io.BytesIO(offsets_raw), allow_pickle=False)
         _check_header(root / vec_rel, header, segment)
-        vectors = np.memmap(root / vec_rel, dtype="<f2", mode="r", offset=header, shape=(segment.rows, segment.dim))
+        guard = BlockGuard(root / vec_rel, check)
     except (OSError, ValueError, EOFError) as exc:
         raise IndexProblem(f"segment {segment.id}: unreadable array ({' '.join(str(exc).split())[:200]}).", hint=REBUILD_HINT) from None
     if offsets.dtype != np.int64 or offsets.shape != (segment.pages + 1,) or offsets[0] != 0 or offsets[-1] != segment.rows \
             or np.any(np.diff(offsets) <= 0):
         raise IndexProblem(f"segment {segment.id}: shapes do not match the manifest; the index is damaged.", hint=REBUILD_HINT)
-    return SegmentFiles(vectors, offsets, BlockGuard(root / vec_rel, check), header)
+    # the vectors as the scorer reads them: the guard's own mapping (one set of page-cache hints)
+    vectors = guard.raw[header:].view("<f2").reshape(segment.rows, segment.dim)
+    return SegmentFiles(vectors, offsets, guard, header)
 
 
 def _check_header(path: Path, length: int, segment: Segment) -> None:
