@@ -70,6 +70,9 @@ def rechecksum(path: Path, old: Checksum, block_size: int = CHECK_BLOCK) -> list
     return new or [block_hash(b"")]
 
 
+STREAM_BYTES = 4 << 20  # a range read at least this long is streamed with read-ahead
+
+
 class BlockGuard:
     """Checks the blocks of one vectors file lazily: `check_bytes` hashes each block of a byte range
     the first time it is asked for (once per process, thread-safe), and remembers a damaged one."""
@@ -96,11 +99,14 @@ class BlockGuard:
             self.check_blocks(np.arange(lo // self.checksum.block_size, (hi - 1) // self.checksum.block_size + 1))
 
     def advise(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        """Byte ranges about to be read: the kernel reads them ahead, adjacent ones as one range."""
+        """Byte ranges about to be read (adjacent ones merged): a long one is streamed with the kernel's
+        read-ahead, a short one asked for exactly. Measured cold on 512 MB here: hashing it in 32 MiB
+        ranges 2.4 s with read-ahead, 13-16 s without; 100 random 258 KiB pages 0.2 s and 35 MB read
+        asked for exactly, 1.6 s and 430 MB with read-ahead (8 MiB around each)."""
         breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
         for lo, hi in zip(starts[np.r_[0, breaks]], ends[np.r_[breaks - 1, len(ends) - 1]]):
             lo = int(lo) & ~(mmap.PAGESIZE - 1)
-            self._map.madvise(mmap.MADV_WILLNEED, lo, int(hi) - lo)
+            self._map.madvise(mmap.MADV_NORMAL if hi - lo >= STREAM_BYTES else mmap.MADV_WILLNEED, lo, int(hi) - lo)
 
     def check_spans(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Byte ranges [starts[i], ends[i]) are about to be read (ranges of pages, vectorised)."""
