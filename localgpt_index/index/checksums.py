@@ -22,7 +22,7 @@ from .manifest import CHECK_BLOCK, LEGACY_CHECK_BLOCK, REBUILD_HINT, Checksum
 __all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "rechecksum"]
 
 
-def block_hash(data: memoryview | np.ndarray, algorithm: str = "xxh3_64") -> str:
+def block_hash(data: memoryview, algorithm: str = "xxh3_64") -> str:
     """The checksum of one block, as 16 hex digits."""
     if algorithm == "xxh3_64":
         import xxhash
@@ -66,8 +66,8 @@ def rechecksum(path: Path, old: Checksum, block_size: int = CHECK_BLOCK) -> list
     for start in range(0, guard.size, block_size):
         end = min(guard.size, start + block_size)
         guard.check_bytes(start, end)  # each old block hashed once, when the first new one inside it is
-        new.append(block_hash(guard.raw[start:end]))
-    return new or [block_hash(b"")]
+        new.append(block_hash(guard.raw[start:end].data))
+    return new or [block_hash(memoryview(b""))]
 
 
 STREAM_BYTES = 4 << 20  # a range read at least this long is streamed with read-ahead
@@ -147,7 +147,7 @@ class BlockGuard:
         lo = block * self.checksum.block_size
         data = self.raw[lo : min(self.size, lo + self.checksum.block_size)]
         self.checked += 1
-        if block_hash(data, self.checksum.algorithm) == self.checksum.blocks[block]:
+        if block_hash(data.data, self.checksum.algorithm) == self.checksum.blocks[block]:
             self._done[block] = True
         else:
             self._bad.add(block)

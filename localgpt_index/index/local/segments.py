@@ -155,4 +155,5 @@ def _check_header(path: Path, length: int, segment: Segment) -> None:
     reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, fortran, dtype = reader(stream)
     if shape != (segment.rows, segment.dim) or fortran or dtype != np.dtype("<f2") or stream.tell() != length:
-        raise ValueError(f"the header says {dtype} {shape}{' in Fortran order' if fortran else ''}, not float16 ({segment.rows}, {segment.dim})")
+        order = " in Fortran order" if fortran else ""
+        raise ValueError(f"the header says {dtype} {shape}{order}, not float16 ({segment.rows}, {segment.dim})")
