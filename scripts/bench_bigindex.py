@@ -4,6 +4,7 @@ one exact query over every page, and rescoring C random candidate pages (what a 
 each with the blocks of vectors checked, the bytes read (/proc/self/io) and RSS anon/file.
 
     python scripts/bench_bigindex.py --quick                  # 2,000 pages (about 0.5 GB), in a temporary folder
+    python scripts/bench_bigindex.py --pages 40 --candidates 5 --warm   # what tests/test_lazy_blocks.py runs
     python scripts/bench_bigindex.py --pages 100000 --dir /work/bigindex-data   # 26 GB: check df first
 
 The page cache is dropped before the measuring process starts where this process may (root:
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, help="pages rescored (default 1000; --quick: 100)")
     parser.add_argument("--no-exact", action="store_true", help="skip the exact query over every page")
     parser.add_argument("--keep", action="store_true", help="keep the index (default: deleted when done)")
+    parser.add_argument("--warm", action="store_true", help="leave the page cache as it is (the machine's other users keep theirs)")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the fresh measuring process
     args = parser.parse_args()
     if args.measure:
@@ -141,7 +143,7 @@ def main() -> None:
         sys.exit(f"{base}: {need / 1e9:.1f} GB needed, not free")
     try:
         write_s = write_index(root, pages, min(args.segment_pages, pages))
-        cold = drop_caches()
+        cold = not args.warm and drop_caches()
         script = [sys.executable, __file__, "--measure", str(root), "--candidates", str(args.candidates)]
         done = subprocess.run(script + (["--no-exact"] if args.no_exact else []), capture_output=True, text=True, check=False)
         if done.returncode != 0:

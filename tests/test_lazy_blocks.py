@@ -236,3 +236,19 @@ def test_concurrent_readers_check_each_block_once(root, checks):
     for thread in threads:
         thread.join()
     assert not errors and len(checks) == _blocks(root) == store.blocks_checked()
+
+
+def test_the_bench_smoke_run_opens_without_checking_and_rescoring_checks_only_candidates(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "scripts" / "bench_bigindex.py"
+    done = subprocess.run([sys.executable, str(script), "--pages", "40", "--segment-pages", "20", "--candidates", "5", "--warm",
+                           "--dir", str(tmp_path / "bench")], capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["pages"] == 40 and report["page_cache"] == "warm"
+    assert report["open"]["blocks_checked"] == 0
+    assert 0 < report["rescore"]["blocks_checked"] < report["exact"]["blocks_checked"] + report["rescore"]["blocks_checked"]
+    assert report["rescore"]["blocks_checked"] <= 5 * 6  # a 258 KiB page lies in 5 or 6 blocks of 64 KiB
+    assert report["open"]["memory_mb"]["RssAnon"] > 0 and not (tmp_path / "bench" / "default").exists()
