@@ -62,6 +62,7 @@ def rechecksum(path: Path, old: Checksum, block_size: int = CHECK_BLOCK) -> list
     """XXH3 hashes of `block_size` blocks, computed in one read of the file that also checks it
     against `old` (any algorithm, any block size): an upgrade never blesses damaged bytes."""
     guard = BlockGuard(path, old)
+    guard.advise(np.array([0]), np.array([guard.size]))  # one pass through the file, with read-ahead
     new: list[str] = []
     for start in range(0, guard.size, block_size):
         end = min(guard.size, start + block_size)
@@ -118,6 +119,7 @@ class BlockGuard:
 
     def check_all(self) -> list[int]:
         """Check every block (verify); the damaged ones, never raising."""
+        self.advise(np.array([0]), np.array([self.size]))  # one pass through the file, with read-ahead
         for block in range(len(self._done)):
             try:
                 self.check_blocks(np.array([block]))
