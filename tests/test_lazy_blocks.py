@@ -252,3 +252,25 @@ def test_the_bench_smoke_run_opens_without_checking_and_rescoring_checks_only_ca
     assert 0 < report["rescore"]["blocks_checked"] < report["exact"]["blocks_checked"] + report["rescore"]["blocks_checked"]
     assert report["rescore"]["blocks_checked"] <= 5 * 6  # a 258 KiB page lies in 5 or 6 blocks of 64 KiB
     assert report["open"]["memory_mb"]["RssAnon"] > 0 and not (tmp_path / "bench" / "default").exists()
+
+
+def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_an_error(fake_model, tmp_path):
+    from docgen import make_pdf
+    from helpers import build_ok
+    from served import Server
+
+    index = tmp_path / "idx"
+    make_pdf(tmp_path / "docs" / "a.pdf", ["a page", "another page"])
+    build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(index))
+    vectors = _vectors(index / "default")
+    _damage(vectors, vectors.stat().st_size - 3)
+    running = Server("--index-dir", str(index), "-q")
+    try:
+        running.wait_ready()  # opened: the damaged block is not read until a query scores it
+        with running.client() as client:
+            answer = client.post("/query", json={"queries": ["a page"], "k": 3})
+            status = client.get("/status")
+        assert answer.status_code >= 400 and "does not match its checksum" in answer.text, answer.text
+        assert "Traceback" not in answer.text and status.status_code == 200
+    finally:
+        running.stop()
