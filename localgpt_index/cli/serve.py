@@ -9,7 +9,7 @@ import click
 from .app import Application, json_option
 from .options import index_options, model_options
 
-SERVE_EXIT = """\\b
+SERVE_EXIT = """\b
 Exit codes:
   0  stopped by SIGTERM or Ctrl-C, after the requests in flight were answered
   1  no index, or a damaged one

@@ -11,11 +11,11 @@ import click
 from .app import Application, output_options
 from .options import SECONDS, display_path, index_options, model_options
 
-WATCH_EXIT = """\\b
+WATCH_EXIT = """\b
 Exit codes:
   0  stopped by Ctrl-C or SIGTERM (a build in progress is abandoned; the index keeps its last generation)
   1  the index is damaged or refused (another model, a newer format)
-  2  usage error
+  2  usage error, or the watched folder is gone
   4  the model cannot be loaded, the device was lost, or the folder cannot be watched at all"""
 
 
@@ -84,6 +84,9 @@ def event_line(event) -> tuple[str, str] | None:
         case "stopped":
             return f"ended ({event.reason}); {event.builds} build(s)", "error" if event.exit_code else "notice"
     return None
+
+
+next(p for p in watch.params if p.name == "as_json").help = "One JSON object a line per event on stdout (see docs/watch.md)."
 
 
 class EventPrinter:
