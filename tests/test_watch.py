@@ -111,7 +111,7 @@ def querying(index: Path):
             errors.append(exc)
 
     def loop() -> None:
-        while not stop.is_set():
+        while not stop.wait(0.02):  # paced, to leave the builder a core
             query("thread")
 
     query("thread")
@@ -283,6 +283,21 @@ def test_kill_9_mid_build_leaves_an_index_that_verifies_and_the_next_watch_catch
         with querying(index):
             events.next("build-committed", lambda e: e.report.indexed == 3)
     assert set(indexed(index)) == set(before) | {str(p) for p in new}
+    verify_ok(index)
+
+
+def test_sigterm_mid_build_abandons_it_and_exits_0(fake_model, tmp_path):
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdfs(docs, 2, 3)
+    args = ["watch", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--json"]
+    held = WatchProcess(process=held_build(args, release, "encode"))
+    assert held.stop(signal.SIGTERM) == 0
+    stopped = held.events.of("stopped")[0]
+    assert stopped["exit_code"] == 0 and "build 1, in progress, was abandoned" in stopped["reason"]
+    assert not held.events.of("build-committed")
+    assert "Traceback" not in "".join(held.stderr)
+    with watching(docs, index, fake_model) as (_, events):  # the next watch carries on
+        events.next("build-committed", lambda e: e.report.indexed == 2)
     verify_ok(index)
 
 

@@ -75,7 +75,7 @@ class Watcher:
         self.filter = ChangeFilter(root, store.local_folders)
         self.pending = Pending()
         self.builds = 0
-        self.building = False
+        self.abandoned: int | None = None  # the build an interrupt stopped
         self.exit_code = 0
         self.failure: str | None = None
         self.error: LgptError | None = None  # the error that stopped it, if one did
@@ -116,8 +116,8 @@ class Watcher:
                 self.build(paths)
         except KeyboardInterrupt:
             reason = "interrupted by SIGINT or SIGTERM"
-            if self.building:
-                reason += "; the build in progress was abandoned, the index keeps its last generation"
+            if self.abandoned is not None:
+                reason += f"; build {self.abandoned}, in progress, was abandoned: the index keeps its last generation"
         finally:
             self.source.stop()
             self.on_event(Stopped(self.failure or reason, self.exit_code, self.builds))
@@ -128,7 +128,6 @@ class Watcher:
         self.builds += 1
         number = self.builds
         self.on_event(BuildStarted(number, tuple(sorted(paths))))
-        self.building = True
         try:
             report = build_index(self.root, self.store.reopened(), self.options,
                                  log=lambda message: self.on_event(BuildLog(message)), encoder_factory=self.encoders)
@@ -140,8 +139,9 @@ class Watcher:
             self.error, self.failure, self.exit_code = exc, exc.message, int(exc.exit_code)
             self.on_event(BuildFailed(number, exc.message, int(exc.exit_code), True, exc.hint))
             return None
-        finally:
-            self.building = False
+        except KeyboardInterrupt:
+            self.abandoned = number
+            raise
         if report.committed:
             self.on_event(BuildCommitted(number, report.generation, report))
         elif report.failures:  # --strict
