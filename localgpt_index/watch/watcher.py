@@ -114,6 +114,10 @@ class Watcher:
                 if paths is None:
                     break
                 self.build(paths)
+        except Exception as exc:  # a bug of ours: the CLI reports it; in the background, one line, no traceback
+            self.failure, self.exit_code = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", 1
+            if self._background is None:
+                raise
         except KeyboardInterrupt:
             reason = "interrupted by SIGINT or SIGTERM"
             if self.abandoned is not None:
