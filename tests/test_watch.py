@@ -185,6 +185,27 @@ def test_a_burst_of_1000_files_unpacked_at_once_costs_at_most_5_builds(fake_mode
     assert len(indexed(index)) == 1002
 
 
+def test_the_filter_drops_the_stores_own_folders_hidden_and_junk_files(tmp_path):
+    """What `watch` never reacts to, for each store: a local index and its folder, a qdrant+path store
+    and its PDF store (inside the watched folder); hidden and junk names; types that are never documents."""
+    from localgpt_index.index.open import open_store
+    from localgpt_index.watch.changes import ChangeFilter
+
+    docs = tmp_path / "docs"
+    (docs / "notes.txt").parent.mkdir(parents=True)
+    (docs / "notes.xyz").write_text("not a document type")
+    local = open_store(None, str(docs / "idx"), None)
+    qdrant = open_store(f"qdrant+path://{docs / 'qd'}/pages")
+    relevant = ChangeFilter(docs, [*local.local_folders, *qdrant.local_folders])
+    (docs / "idx" / "default").mkdir(parents=True)
+    for own in ["idx", "idx/default/HEAD", "idx/default/segments/x.npy", "qd/collection/pages/storage.sqlite",
+                "qd/pages-pdf/ab.pdf", ".git/index", "sub/.hidden.pdf", "~$memo.docx", "report.pdf~", "notes.xyz"]:
+        assert not relevant(str(docs / own)), own
+    for change in ["report.pdf", "sub/deck.pptx", "sub", "gone.xyz", "notes.txt", "IDX.pdf", "idx-notes.pdf"]:
+        assert relevant(str(docs / change)), change
+    assert not relevant(str(tmp_path / "elsewhere.pdf"))
+
+
 def test_half_written_files_wait_until_they_keep_their_size(tmp_path):
     """The settle check stats the batch's files twice; a file that grew in between waits one more interval."""
     from localgpt_index.core import failpoints
