@@ -370,3 +370,45 @@ def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_
         print("\n".join(server.lines))
     assert code == 0
     assert any("watch: ended" in line for line in server.lines)
+
+
+def test_mcp_watch_a_saved_file_becomes_a_search_hit_after_its_commit(fake_model, tmp_path):
+    """`mcp --watch DOCS` over stdio with the SDK's own client: the watcher's lines go to stderr (the
+    protocol stream stays clean), and the tools answer from its commits."""
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    docs, index, errlog = tmp_path / "docs", tmp_path / "idx", tmp_path / "stderr.txt"
+    make_pdf(docs / "report.pdf", ["quarterly report"])
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+
+    def logged(pattern: str):
+        return lambda: re.search(pattern, errlog.read_text(errors="replace"), re.M)
+
+    async def scenario() -> list[str]:
+        faults: list[Exception] = []
+
+        async def on_message(message) -> None:
+            if isinstance(message, Exception):
+                faults.append(message)
+
+        params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", "--index-dir", str(index),
+                                                                     "--watch", str(docs)], env=dict(os.environ))
+        with open(errlog, "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write):
+                async with ClientSession(read, write, message_handler=on_message, read_timeout_seconds=300) as session:
+                    await session.initialize()
+                    await asyncio.to_thread(wait_until, logged(r"watch: build 1: (nothing to change|generation \d+ committed)"),
+                                            GUARD_S, "the catch-up build")
+                    picture(docs / "saved.png", 9)
+                    await asyncio.to_thread(wait_until, logged(r"watch: build 2: generation \d+ committed: 1 indexed"), GUARD_S,
+                                            "the saved file's commit")
+                    found = await session.call_tool("search", {"query": "what was saved", "k": 5})
+                    assert not found.is_error, found.content[0].text
+        assert not faults, faults
+        return [hit["document"] for hit in found.structured_content["hits"]]
+
+    assert "saved.png" in asyncio.run(scenario())
+    assert re.search(r"^watch: ended \(stopped\)", errlog.read_text(), re.M)

@@ -68,16 +68,9 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
 def _watcher(docs, store, log, device: str, dtype: str):
     """serve --watch: a watcher whose events go to the request log; with no index yet, its first
     build runs now, before the server opens the index."""
-    from ..build.options import BuildOptions
-    from ..watch.watcher import DEFAULT_LOCK_WAIT_S, Watcher
-    from .watch import event_line
+    from .watch import logged_watcher
 
-    def report(event) -> None:
-        line = event_line(event)
-        if line is not None:
-            log.message(f"watch: {line[0]}", line[1])
-
-    watcher = Watcher(docs, store, BuildOptions(device=device, dtype=dtype, wait_s=DEFAULT_LOCK_WAIT_S), report)
+    watcher = logged_watcher(docs, store, log, device, dtype)
     if not store.exists():
         watcher.source.start()
         watcher.build(())

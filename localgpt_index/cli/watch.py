@@ -62,6 +62,19 @@ def watch(app: Application, docs, model, device, dtype, batch_size, metadata_fil
     sys.exit(watcher.run())
 
 
+def logged_watcher(docs, store, log, device: str, dtype: str):
+    """The watcher of serve --watch and mcp --watch: its events as lines of the request log (stderr)."""
+    from ..build.options import BuildOptions
+    from ..watch.watcher import DEFAULT_LOCK_WAIT_S, Watcher
+
+    def report(event) -> None:
+        line = event_line(event)
+        if line is not None:
+            log.message(f"watch: {line[0]}", line[1])
+
+    return Watcher(docs, store, BuildOptions(device=device, dtype=dtype, wait_s=DEFAULT_LOCK_WAIT_S), report)
+
+
 def event_line(event) -> tuple[str, str] | None:
     """One line of text for an event, and its level (info, notice, error); None for the detail of a batch."""
     match event.kind:
