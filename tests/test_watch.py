@@ -67,6 +67,11 @@ class Events:
             if self._kind(event) == "stopped":
                 raise AssertionError(f"the watcher stopped before a {kind} event: {event}")
 
+    def since(self, start, kind: str, where=lambda event: True):
+        """The first `kind` event after the event `start`, already seen or still to come."""
+        earlier = next((e for e in self.seen[self.seen.index(start) + 1:] if self._kind(e) == kind and where(e)), None)
+        return earlier if earlier is not None else self.next(kind, where)
+
     def of(self, kind: str) -> list:
         return [e for e in self.seen if self._kind(e) == kind]
 
@@ -264,14 +269,15 @@ def test_watch_dot_never_reacts_to_its_own_index(fake_model, tmp_path):
     try:
         events = watch.events
         assert events.next("watching")["polling"] is False
+        started = events.next("build-started")
         events.next("build-committed")
-        events.next("changes-seen", lambda e: e["ignored"] > 0)  # the build's own writes, dropped
+        events.since(started, "changes-seen", lambda e: e["ignored"] > 0)  # the build's own writes, seen and dropped
         for n, name in [(2, "sentinel-1.png"), (3, "sentinel-2.png")]:
             picture(docs / name, n)
             started = events.next("build-started")
             assert started["paths"] == [str(docs / name)], started
             events.next("build-committed", lambda e: e["number"] == started["number"])
-            events.next("changes-seen", lambda e: e["ignored"] > 0 and not e["paths"])
+            events.since(started, "changes-seen", lambda e: e["ignored"] > 0 and not e["paths"])
         assert watch.stop(signal.SIGINT) == 0
     finally:
         if watch.process.poll() is None:
