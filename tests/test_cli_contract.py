@@ -57,6 +57,7 @@ ERROR_CASES = {
     "serve": (lambda tmp, built: ["serve", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
     "mcp": (lambda tmp, built: ["mcp", "--http", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
     "eval": (lambda tmp, built: ["eval", str(tmp / "no-such-queries.jsonl"), "--index-dir", str(built["index"])], 2, "usage"),
+    "watch": (lambda tmp, built: ["watch", *_bad_metadata(tmp, built)[1:]], 2, "usage"),
 }
 
 
