@@ -10,7 +10,7 @@ import click
 from .app import Application, json_option
 from .options import index_options, model_options
 
-MCP_EXIT = """\\b
+MCP_EXIT = """\b
 Exit codes:
   0  the client closed the connection (stdio), or SIGTERM / Ctrl-C (--http)
   2  usage error (an address other than loopback without --token)
