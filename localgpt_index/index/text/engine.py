@@ -4,10 +4,13 @@ One SQLite file per generation (a per-generation artifact: a writer copies the b
 file and applies only the changed documents' rows; readers open it read-only). Tables:
 
     meta(key, value)                  tokenizer and format versions
-    pages(id, path, page, length)     one row per page; length = its token count (|d| of BM25)
-    terms                             FTS5 over the page's tokens, space-joined (tokenize='ascii':
-                                      our tokens hold no ASCII separator and no capital, so FTS5
-                                      stores them verbatim); detail=full keeps term frequencies
+    pages(id, path, page, length, text)   one row per page: its text (snippets, `--with-text`) and
+                                      its token count (|d| of BM25)
+    terms                             contentless FTS5 over the page's tokens, space-joined
+                                      (tokenize='ascii': our tokens hold no ASCII separator and no
+                                      capital, so FTS5 keeps them verbatim); detail=full keeps term
+                                      frequencies; a page leaves it by FTS5's 'delete' with the
+                                      tokens of its stored text (no contentless-delete in 3.40)
     term_rows, term_hits              fts5vocab views: pages holding a term, and its occurrences
 
 Why FTS5 and our own BM25 over its postings (docs/dev/lexical.md has the measurements): FTS5
@@ -34,9 +37,9 @@ ENGINE_VERSION: Final = 1
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE pages(id INTEGER PRIMARY KEY, path TEXT NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL);
+CREATE TABLE pages(id INTEGER PRIMARY KEY, path TEXT NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL);
 CREATE INDEX pages_by_path ON pages(path);
-CREATE VIRTUAL TABLE terms USING fts5(tokens, tokenize='ascii', detail=full);
+CREATE VIRTUAL TABLE terms USING fts5(tokens, content='', tokenize='ascii', detail=full);
 CREATE VIRTUAL TABLE term_rows USING fts5vocab(terms, 'row');
 CREATE VIRTUAL TABLE term_hits USING fts5vocab(terms, 'instance');
 """
@@ -111,12 +114,14 @@ class LexicalIndex:
         db.execute("BEGIN")
         try:
             for path in removed:
-                ids = [row for (row,) in db.execute("SELECT id FROM pages WHERE path = ?", (path,))]
-                db.executemany("DELETE FROM terms WHERE rowid = ?", [(row,) for row in ids])
+                gone = db.execute("SELECT id, text FROM pages WHERE path = ?", (path,)).fetchall()
+                db.executemany("INSERT INTO terms(terms, rowid, tokens) VALUES ('delete', ?, ?)",
+                               [(row, " ".join(tokenize(text))) for row, text in gone])
                 db.execute("DELETE FROM pages WHERE path = ?", (path,))
             for page in added:
                 tokens = tokenize(page.text)
-                row = db.execute("INSERT INTO pages(path, page, length) VALUES (?, ?, ?)", (page.path, page.page, len(tokens))).lastrowid
+                row = db.execute("INSERT INTO pages(path, page, length, text) VALUES (?, ?, ?, ?)",
+                                 (page.path, page.page, len(tokens), page.text)).lastrowid
                 db.execute("INSERT INTO terms(rowid, tokens) VALUES (?, ?)", (row, " ".join(tokens)))
             db.execute("COMMIT")
         except BaseException:
@@ -128,6 +133,11 @@ class LexicalIndex:
 
     def paths(self) -> set[str]:
         return {path for (path,) in self._db.execute("SELECT DISTINCT path FROM pages")}
+
+    def page_text(self, path: str, page: int) -> str | None:
+        """A page's stored text (None: the page is not in this index)."""
+        row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (path, page)).fetchone()
+        return row[0] if row else None
 
     def page_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM pages").fetchone()[0])
