@@ -1,25 +1,27 @@
 """Fusing independent candidate lists (the lexical top N and the visual top N) into one ranking.
 
-Two methods, one shape: each list is a ranking of keys (a page: path and page number) with the
-scores its engine gave, best first.
+Each list ranks keys (a page: path and page number) with the scores its engine gave, best first.
+Two methods:
 
-- `rrf`: reciprocal-rank fusion, score(d) = sum over lists of w_l / (k + rank_l(d)) with equal
-  weights (Cormack et al. 2009; k = 60 by default).
-- `weighted` (the default): the same sum, each list weighed by the evidence it carries. A list
-  whose best scores stand far above the rest found something; a list whose top is only the
-  upper tail of noise did not. With a random-weight model the visual list is such noise, and
-  equal-weight RRF lets it push the lexical list's right page out of the top 5.
+- `rrf`: reciprocal-rank fusion, score(d) = sum over lists of 1 / (k + rank_l(d)) (Cormack et al.
+  2009; k = 60 by default). It ignores scores, so every list weighs the same whatever it found.
+- `weighted` (the default): each page's score in each list, in units of what noise would give
+  (`standing`), weighed by the evidence the list carries, summed. With a random-weight model the
+  visual list is noise: equal-weight RRF lets its top ranks, and pages that sit in the middle of
+  both lists, push the lexical list's right page out of the top 5; here it weighs nothing.
 
-Evidence of a list (`evidence`): the lead of its best score over its m-th (m = 10), divided by the
-lead that noise would give. The top order statistics of a sample from a distribution with an
-exponential-like tail (normal, Gumbel, exponential: what MaxSim and BM25 scores look like away from
-their match) have spacings with i * (s_i - s_{i+1}) ~ Exp(scale), independent (Rényi); so the lead
-s_1 - s_m expected from noise is scale * (1 + 1/2 + ... + 1/(m-1)), and the scale is estimated
-from the list's deeper spacings (ranks m to N). Evidence about 1: the top is what noise gives;
-well above 1: it stands out. A list's weight is its evidence above that noise level, max(e - 1, 0);
-when no list has any, all weigh the same (plain RRF). A short list whose scores still fall
-(a rare query term matched few pages) has no deep spacings to measure noise with: it counts as
-strong evidence (EVIDENCE_CAP). A list whose scores are all equal carries none.
+Noise units. The top order statistics of a sample from a distribution with an exponential-like tail
+(normal, Gumbel, exponential: what MaxSim and BM25 scores look like away from a match) have
+spacings with i * (s_i - s_{i+1}) ~ Exp(scale), independent (Rényi's representation). The scale is
+estimated from the list's deeper spacings (ranks m = 10 to N); then the lead s_1 - s_m that noise
+gives is about scale * H, H = 1 + 1/2 + ... + 1/(m-1). A page's standing is (s - s_N) / (scale * H),
+at most EVIDENCE_CAP; a list's evidence is its best page's lead over the m-th in those units: about 1
+when its top is only the tail of noise, well above when something stands out. A list's weight grows
+with its evidence above noise and saturates: clip((e - 1) / (STRONG - 1), 0, 1), so two lists that
+both found something weigh the same and neither silences the other; when no list has any evidence
+all weigh 1. A short list whose scores still fall (a rare query term matched few pages) has no deep
+spacings to measure noise with: it is strong evidence (EVIDENCE_CAP); a list whose scores are all
+equal carries none.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ METHODS: Final = ("weighted", "rrf")
 RRF_K: Final = 60
 LEAD_RANK: Final = 10
 EVIDENCE_CAP: Final = 10.0
+STRONG: Final = 3.0  # evidence from which a list has its full weight
 
 
 @dataclass(frozen=True)
@@ -44,48 +47,68 @@ class Fused:
     ranks: dict[str, int | None] = field(default_factory=dict)
 
 
-def evidence(scores: Sequence[float], lead_rank: int = LEAD_RANK) -> float:
-    """How far a list's best score stands from the rest, in units of what noise gives (see above)."""
-    ranked = sorted((float(score) for score in scores), reverse=True)
-    if len(ranked) < 2 or ranked[0] == ranked[-1]:
-        return 0.0
+@dataclass(frozen=True)
+class Standing:
+    """A list's scores in noise units (see the module's docstring)."""
+
+    evidence: float
+    standings: list[float]
+
+
+def standing(scores: Sequence[float], lead_rank: int = LEAD_RANK) -> Standing:
+    """The list's evidence and each score's standing, in the list's order."""
+    values = [float(score) for score in scores]
+    ranked = sorted(values, reverse=True)
+    if not ranked:
+        return Standing(0.0, [])
+    if len(ranked) == 1:
+        return Standing(EVIDENCE_CAP, [EVIDENCE_CAP])  # the one page that matched
+    if ranked[0] == ranked[-1]:
+        return Standing(0.0, [0.0] * len(values))
     m = min(lead_rank, max(2, len(ranked) // 2))
     deep = [i * (ranked[i - 1] - ranked[i]) for i in range(m, len(ranked))]
     scale = sum(deep) / len(deep) if deep else 0.0
-    lead = ranked[0] - ranked[m - 1]
-    if scale <= 0.0:
-        return EVIDENCE_CAP if lead > 0 else 0.0
-    expected = scale * sum(1.0 / i for i in range(1, m))
-    return min(lead / expected, EVIDENCE_CAP)
+    unit = scale * sum(1.0 / i for i in range(1, m))
+    if unit <= 0.0:  # no fall past the top: all of the fall is the lead
+        unit = (ranked[0] - ranked[-1]) / EVIDENCE_CAP
+    evidence = min((ranked[0] - ranked[m - 1]) / unit, EVIDENCE_CAP)
+    return Standing(evidence, [min((value - ranked[-1]) / unit, EVIDENCE_CAP) for value in values])
+
+
+def evidence(scores: Sequence[float]) -> float:
+    """How far a list's best score stands from the rest, in noise units (about 1: noise)."""
+    return standing(scores).evidence
 
 
 def evidence_weights(lists: Mapping[str, Sequence[float]]) -> dict[str, float]:
-    """Each list's weight: its evidence above the noise level, max(e - 1, 0); all equal if none has any."""
-    above = {name: max(evidence(scores) - 1.0, 0.0) for name, scores in lists.items()}
-    total = sum(above.values())
-    if total <= 0.0:
+    """Each list's weight in [0, 1]: clip((e - 1) / (STRONG - 1), 0, 1); all 1 if none has any."""
+    weights = {name: min(max((evidence(scores) - 1.0) / (STRONG - 1.0), 0.0), 1.0) for name, scores in lists.items()}
+    if not any(weights.values()):
         return {name: 1.0 for name in lists}
-    return {name: value / total for name, value in above.items()}
+    return weights
 
 
 def fuse(lists: Mapping[str, Sequence[tuple[Hashable, float]]], method: Method = "weighted", k: int = RRF_K) -> list[Fused]:
-    """All keys of all lists, best first. Ties: the better best rank in any list, then list order."""
+    """All keys of all lists, best first. Ties: the better best rank in any list, then first seen."""
     if method not in METHODS:
         raise ValueError(f"unknown fusion {method!r}: one of {', '.join(METHODS)}")
     if k < 0:
         raise ValueError(f"the RRF k must be >= 0, not {k}")
-    if method == "rrf":
-        weights = {name: 1.0 for name in lists}
-    else:
-        weights = evidence_weights({name: [score for _, score in ranking] for name, ranking in lists.items()})
+    contributions: dict[str, list[float]] = {}
+    weights = evidence_weights({name: [score for _, score in ranking] for name, ranking in lists.items()})
+    for name, ranking in lists.items():
+        if method == "rrf":
+            contributions[name] = [1.0 / (k + rank) for rank in range(1, len(ranking) + 1)]
+        else:
+            contributions[name] = [weights[name] * value for value in standing([score for _, score in ranking]).standings]
     scores: dict[Hashable, float] = {}
     ranks: dict[Hashable, dict[str, int | None]] = {}
     first_seen: dict[Hashable, int] = {}
     for name, ranking in lists.items():
-        for rank, (key, _) in enumerate(ranking, 1):
+        for rank, ((key, _), value) in enumerate(zip(ranking, contributions[name]), 1):
             if key in ranks and ranks[key].get(name) is not None:
                 continue  # a key twice in one list: its best rank counts
-            scores[key] = scores.get(key, 0.0) + weights[name] / (k + rank)
+            scores[key] = scores.get(key, 0.0) + value
             ranks.setdefault(key, {other: None for other in lists})[name] = rank
             first_seen.setdefault(key, len(first_seen))
 

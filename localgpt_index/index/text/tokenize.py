@@ -2,8 +2,8 @@
 
 Text is NFKC-normalised and case-folded (Unicode-aware: "Straße" and "STRASSE" meet), then split into
 words: runs of letters, digits and combining marks in any script (so Devanagari or Arabic words keep
-their vowel signs). Codes stay findable: a run of words joined by - _ . / : with at least one digit
-("INV-2024-0042", "v1.3", "A/B-12") gives its parts and the parts glued ("inv20240042"), so the exact
+their vowel signs). Codes stay findable: a run of words joined by - _ . / : , with at least one digit
+("INV-2024-0042", "v1.3", "A/B-12", "1,250.00") gives its parts and the parts glued ("inv20240042"), so the exact
 code, the code typed without separators and each part all match. Han, kana and Hangul have no spaces:
 each such character is its own token. No stemming and no stop words (BM25's idf weighs common words
 down); no model and no download. TOKENIZER_VERSION changes whenever the tokens of some text change,
@@ -23,7 +23,7 @@ MAX_TOKEN_CHARS: Final = 64  # longer runs (base64, hashes glued to text) are no
 _CJK = r"\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}"
 _WORD = rf"[[\p{{L}}\p{{N}}\p{{M}}]--[{_CJK}]]+"
 # a word, optionally followed by more words each after one joiner: a compound (a code when it has a digit)
-_COMPOUND = regex.compile(rf"{_WORD}(?:[-_./:]{_WORD})*|[{_CJK}]", regex.V1)
+_COMPOUND = regex.compile(rf"{_WORD}(?:[-_./:,]{_WORD})*|[{_CJK}]", regex.V1)
 _PARTS = regex.compile(_WORD, regex.V1)
 
 
