@@ -229,3 +229,91 @@ def test_both_lists_with_signal_both_right_pages_are_in_the_top_5():
         visual_right = lists["visual"][0][0]
         top = [item.key for item in fuse(lists)[:5]]
         assert "p7" in top and visual_right in top
+
+
+# -- hybrid over a real store: a signal-carrying encoder finds what text cannot, and the reverse --------
+
+DIM, TOKENS = 32, 16
+
+
+def unit_vectors(rng: np.random.Generator, count: int) -> np.ndarray:
+    vectors = rng.normal(size=(count, DIM))
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float16)
+
+
+def hybrid_index(tmp_path):
+    """40 documents of 2 pages: random vectors, filler text; doc-03 page 2 holds a planted fact in
+    its text; doc-17 page 1 is an image with no text at all (only its vectors can find it)."""
+    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.store import IndexStore
+    from localgpt_index.query.search import Index
+
+    rng = np.random.default_rng(5)
+    words = [f"filler{i}" for i in range(300)]
+    page_vectors = [unit_vectors(rng, TOKENS) for _ in range(80)]
+    store = IndexStore(tmp_path / "index")
+    with store.begin() as txn:
+        segment = txn.write_segment(iter(page_vectors), DIM)
+        documents = [Document(path=f"/docs/doc-{d:02d}.pdf", sha256=f"{d:064x}", size=1, kind="pdf", pages=2,
+                              spans=[Span(segment=segment.id, first=2 * d, pages=2)],
+                              metadata={"team": "a" if d % 2 else "b"}) for d in range(40)]
+        txn.commit(documents, ModelInfo(id="synthetic", family="fake", fingerprint="synthetic", dim=DIM), Settings(dim=DIM))
+    texts = []
+    for d in range(40):
+        for page in (1, 2):
+            text = " ".join(rng.choice(words, size=60))
+            if (d, page) == (3, 2):
+                text += " The invoice INV-2024-0042 was paid by ACME Logistics in March."
+            if (d, page) == (17, 1):
+                text = ""
+            texts.append(PageText(f"/docs/doc-{d:02d}.pdf", page, text))
+    lexical = make_index(tmp_path, texts)
+    return Index(store.open_view(), lexical=lexical), page_vectors, rng
+
+
+def test_hybrid_finds_the_text_only_and_the_visual_only_page(tmp_path):
+    from localgpt_index.query.search import QueryOptions
+
+    index, page_vectors, rng = hybrid_index(tmp_path)
+    image_page = 17 * 2  # doc-17 page 1
+    query = "who paid invoice INV-2024-0042"
+    # a signal-carrying query encoder: its vectors are (noisy) vectors of the image page
+    signal = page_vectors[image_page][:6].astype(np.float32) + 0.05 * rng.normal(size=(6, DIM))
+    noise = unit_vectors(rng, 6).astype(np.float32)
+
+    def top(vectors, mode, fusion="weighted", filters=None):
+        hits = index.search_encoded([query], [vectors] if vectors is not None else None, 5, filters=filters,
+                                    options=QueryOptions(mode=mode, fusion=fusion))[0]
+        return [(hit.path.rsplit("/", 1)[1], hit.page) for hit in hits], hits
+
+    text_page, visual_page = ("doc-03.pdf", 2), ("doc-17.pdf", 1)
+    assert text_page in top(None, "text")[0] and visual_page not in top(None, "text")[0]
+    assert visual_page in top(signal, "visual")[0] and text_page not in top(signal, "visual")[0]
+    found, hits = top(signal, "hybrid")
+    assert text_page in found and visual_page in found
+    fused = {(hit.path.rsplit("/", 1)[1], hit.page): hit for hit in hits}
+    assert fused[text_page].text_rank == 1 and fused[visual_page].visual_rank == 1
+    assert "**INV-2024-0042**" in fused[text_page].snippet and fused[visual_page].snippet == ""
+    assert fused[text_page].to_dict()["visual_rank"] is None or fused[text_page].visual_rank > 1
+    # a no-signal encoder (random weights): hybrid keeps the text list's page first
+    assert top(noise, "hybrid")[0][0] == text_page
+    # filters apply to both lists: doc-03 is team a, doc-17 team a
+    assert text_page not in top(signal, "hybrid", filters={"team": "b"})[0]
+    assert visual_page not in top(signal, "hybrid", filters={"team": "b"})[0]
+    assert all(hit.metadata["team"] == "b" for hit in top(signal, "hybrid", filters={"team": "b"})[1])
+    filler = index.search_encoded(["filler1 filler2"], None, 5, filters={"team": "b"}, options=QueryOptions(mode="text"))[0]
+    assert len(filler) == 5 and all(hit.metadata["team"] == "b" for hit in filler)
+    assert index.mode() == "hybrid"
+
+
+def test_without_text_the_default_is_visual_and_text_mode_is_refused(tmp_path):
+    from localgpt_index.core.errors import IndexProblem
+    from localgpt_index.query.search import Index, QueryOptions
+
+    index, page_vectors, _ = hybrid_index(tmp_path)
+    bare = Index(index.view, lexical=None)
+    assert bare.mode() == "visual"
+    hits = bare.search_encoded(["x"], [page_vectors[0].astype(np.float32)], 3)[0]
+    assert hits[0].snippet is None and "visual_rank" not in hits[0].to_dict()
+    with pytest.raises(IndexProblem, match="holds no page text"):
+        bare.search_encoded(["x"], None, 3, options=QueryOptions(mode="text"))
