@@ -107,7 +107,19 @@ class Index:
                 raise ValueError(f"a {mode} query needs its query vectors")
             visual = self.search_vectors(query_vectors, visual_depth(mode, k, options), device=device, filters=filters,
                                          candidates=candidates)
-        return answer(self.view, self.lexical, texts, visual, k, filters, mode, options)
+        return self.finish(texts, visual, k, filters, options)
+
+    def visual_depth(self, k: int, options: QueryOptions | None = None) -> int:
+        """How many pages each query's visual list must hold for `options` (search_vectors' k)."""
+        options = options or QueryOptions()
+        return visual_depth(self.mode(options), k, options)
+
+    def finish(self, texts: Sequence[str], visual: Sequence[list[SearchHit]] | None, k: int,
+               filters: dict[str, str] | None = None, options: QueryOptions | None = None) -> list[list[SearchHit]]:
+        """The top-k of each query from its visual list (search_vectors with visual_depth; None in
+        text mode): the text list asked and fused here, as `options` say."""
+        options = options or QueryOptions()
+        return answer(self.view, self.lexical, texts, visual, k, filters, self.mode(options), options)
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:

@@ -23,6 +23,7 @@ vectors (FTS5's own bm25() uses another idf).
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,8 @@ class LexicalIndex:
         self.weighting = weighting
         mode = "rw" if writable else "ro"
         try:
-            self._db = sqlite3.connect(f"file:{self.path}?mode={mode}", uri=True, isolation_level=None)
+            # one connection, used under a lock: the server answers from several threads
+            self._db = sqlite3.connect(f"file:{self.path}?mode={mode}", uri=True, isolation_level=None, check_same_thread=False)
             versions = dict(self._db.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError as exc:
             raise LexicalError(f"{self.path}: not a readable text index ({exc}).") from None
@@ -91,6 +93,7 @@ class LexicalIndex:
         if versions != wanted:
             raise LexicalError(f"{self.path}: text index of another version ({versions}, this one reads {wanted}).")
         self._rows: _Table | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def create(cls, path: Path) -> LexicalIndex:
@@ -136,7 +139,8 @@ class LexicalIndex:
 
     def page_text(self, path: str, page: int) -> str | None:
         """A page's stored text (None: the page is not in this index)."""
-        row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (path, page)).fetchone()
+        with self._lock:
+            row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (path, page)).fetchone()
         return row[0] if row else None
 
     def page_count(self) -> int:
@@ -150,6 +154,10 @@ class LexicalIndex:
 
     def search(self, query: str, n: int, paths: Collection[str] | None = None) -> list[TextHit]:
         """The `n` best pages for `query` by BM25 (ties by path and page), among `paths` if given."""
+        with self._lock:
+            return self._search(query, n, paths)
+
+    def _search(self, query: str, n: int, paths: Collection[str] | None) -> list[TextHit]:
         table = self._table()
         if not len(table.ids):
             return []
