@@ -69,7 +69,7 @@ def fts5_round(rows, asked, folder: Path) -> dict:
     index.update(removed=[], added=rows)
     index.close()
     built = time.perf_counter() - t0
-    index = LexicalIndex(target)
+    index = LexicalIndex.open(target)
     latencies = []
     for query in asked:
         t = time.perf_counter()
@@ -79,7 +79,7 @@ def fts5_round(rows, asked, folder: Path) -> dict:
     # deletion: remove 10 % of the documents; the statistics must equal a fresh index's
     gone = sorted({row.path for row in rows})[::10]
     live = [row for row in rows if row.path not in set(gone)]
-    index = LexicalIndex(target, writable=True)
+    index = LexicalIndex.open(target, writable=True)
     index.update(removed=gone, added=[])
     fresh = LexicalIndex.create(folder / "fresh.sqlite")
     fresh.update(removed=[], added=live)

@@ -126,23 +126,37 @@ def test_a_readers_copy_is_not_changed_by_a_writer(tmp_path):
     base = make_index(tmp_path, PAGES)
     base.close()
     shutil.copyfile(tmp_path / "text.sqlite", tmp_path / "next.sqlite")
-    writer = LexicalIndex(tmp_path / "next.sqlite", writable=True)
+    writer = LexicalIndex.open(tmp_path / "next.sqlite", writable=True)
     writer.update(removed=["a.pdf"], added=[])
-    reader = LexicalIndex(tmp_path / "text.sqlite")
+    reader = LexicalIndex.open(tmp_path / "text.sqlite")
     assert reader.page_count() == 3 and writer.page_count() == 1
     with pytest.raises(Exception):
         reader.update(removed=["b.pdf"], added=[])  # opened read-only
 
 
+def test_a_generation_stores_the_index_as_bytes_and_updates_a_copy():
+    """What the per-generation artifact does: the base's bytes, updated in memory, serialised anew."""
+    base = LexicalIndex.create()
+    base.update(removed=[], added=PAGES)
+    data = base.to_bytes()
+    following = LexicalIndex.from_bytes(data)
+    following.update(removed=["a.pdf"], added=[PageText("c.pdf", 1, "invoice")])
+    assert LexicalIndex.from_bytes(data).page_count() == 3  # the base's bytes are untouched
+    again = LexicalIndex.from_bytes(following.to_bytes())
+    assert again.paths() == {"b.pdf", "c.pdf"} and again.problems() == []
+    with pytest.raises(LexicalError, match="not a readable text index"):
+        LexicalIndex.from_bytes(b"\0" * 4096)
+
+
 def test_a_damaged_or_foreign_file_is_refused(tmp_path):
     (tmp_path / "junk.sqlite").write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(LexicalError, match="not a readable text index"):
-        LexicalIndex(tmp_path / "junk.sqlite")
+        LexicalIndex.open(tmp_path / "junk.sqlite")
     index = make_index(tmp_path, PAGES)
     index._db.execute("UPDATE meta SET value = '999' WHERE key = 'tokenizer'")
     index.close()
     with pytest.raises(LexicalError, match="another version"):
-        LexicalIndex(tmp_path / "text.sqlite")
+        LexicalIndex.open(tmp_path / "text.sqlite")
 
 
 def test_snippet_marks_the_matched_words():

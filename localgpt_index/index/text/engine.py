@@ -79,31 +79,70 @@ class LexicalError(Exception):
 class LexicalIndex:
     """One generation's full-text index; read-only unless opened `writable` (by a writer, on a copy)."""
 
-    def __init__(self, path: Path, writable: bool = False, weighting: BM25 = WEIGHTING) -> None:
-        self.path = Path(path)
+    def __init__(self, db: sqlite3.Connection, where: str, weighting: BM25 = WEIGHTING) -> None:
+        self._db = db
+        self.where = where
         self.weighting = weighting
-        mode = "rw" if writable else "ro"
         try:
-            # one connection, used under a lock: the server answers from several threads
-            self._db = sqlite3.connect(f"file:{self.path}?mode={mode}", uri=True, isolation_level=None, check_same_thread=False)
-            versions = dict(self._db.execute("SELECT key, value FROM meta"))
+            versions = dict(db.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError as exc:
-            raise LexicalError(f"{self.path}: not a readable text index ({exc}).") from None
+            db.close()
+            raise LexicalError(f"{where}: not a readable text index ({exc}).") from None
         wanted = {"engine": str(ENGINE_VERSION), "tokenizer": str(TOKENIZER_VERSION)}
         if versions != wanted:
-            raise LexicalError(f"{self.path}: text index of another version ({versions}, this one reads {wanted}).")
+            db.close()
+            raise LexicalError(f"{where}: text index of another version ({versions}, this one reads {wanted}).")
         self._rows: _Table | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, path: Path) -> LexicalIndex:
-        db = sqlite3.connect(path, isolation_level=None)
+    def open(cls, path: Path, writable: bool = False) -> LexicalIndex:
+        """A file, read-only unless `writable` (a writer's copy)."""
+        # one connection, used under a lock: the server answers from several threads
         try:
-            db.executescript(_SCHEMA)
-            db.executemany("INSERT INTO meta VALUES (?, ?)", [("engine", str(ENGINE_VERSION)), ("tokenizer", str(TOKENIZER_VERSION))])
-        finally:
+            db = sqlite3.connect(f"file:{path}?mode={'rw' if writable else 'ro'}", uri=True, isolation_level=None,
+                                 check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise LexicalError(f"{path}: not a readable text index ({exc}).") from None
+        return cls(db, str(path))
+
+    @classmethod
+    def create(cls, path: Path | str = ":memory:") -> LexicalIndex:
+        """A new, empty index: in a file, or in memory (a writer serialises it with to_bytes)."""
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.executescript(_SCHEMA)
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [("engine", str(ENGINE_VERSION)), ("tokenizer", str(TOKENIZER_VERSION))])
+        return cls(db, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = "text index") -> LexicalIndex:
+        """An index held in memory from its serialised bytes (what a generation stores)."""
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        try:
+            db.deserialize(data)
+        except sqlite3.DatabaseError as exc:
             db.close()
-        return cls(path, writable=True)
+            raise LexicalError(f"{where}: not a readable text index ({exc}).") from None
+        return cls(db, where)
+
+    def to_bytes(self) -> bytes:
+        """The whole index as one SQLite database image (VACUUMed: no free pages travel)."""
+        self._db.execute("VACUUM")
+        return self._db.serialize()
+
+    def problems(self) -> list[str]:
+        """What SQLite's and FTS5's own integrity checks find (verify)."""
+        found = []
+        try:
+            found += [row[0] for row in self._db.execute("PRAGMA integrity_check") if row[0] != "ok"]
+            self._db.execute("INSERT INTO terms(terms) VALUES ('integrity-check')")
+            total = self._db.execute("SELECT count(*) FROM pages").fetchone()[0]
+            lengths = sum(len(tokenize(text)) != length for text, length in self._db.execute("SELECT text, length FROM pages"))
+            if lengths:
+                found.append(f"{lengths} of {total} pages' token counts do not match their text")
+        except sqlite3.DatabaseError as exc:
+            found.append(str(exc))
+        return [f"{self.where}: {problem}" for problem in found]
 
     def close(self) -> None:
         self._db.close()
