@@ -9,6 +9,12 @@ statistics a query sees (document frequency, page count) as a fresh index of the
 
     python scripts/bench_lexical.py                 # 10,000 pages
     python scripts/bench_lexical.py --pages 2000 --queries 50
+    python scripts/bench_lexical.py --hybrid        # a hybrid query against a visual one, same index
+
+With --hybrid: an index of N pages x 1030 vectors x 128 (bench_query's, the bench checkpoint's
+geometry) and the FTS5 index of N pages of text over the same documents; one query at a time,
+visual and hybrid alternating in rounds, the median time of each and the ratio per round. The
+text index's size is printed beside the vectors'.
 
 Rounds are interleaved (fts5, tantivy, fts5, ...) and the spread (min-max) printed; the
 machine's speed drifts, so compare within a run.
@@ -133,12 +139,55 @@ def tantivy_round(rows, asked, folder: Path) -> dict:
             "doc_freq_excess": int(sum(seen) - sum(truth))}
 
 
+def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
+    """Visual against hybrid queries on one index of `pages` pages (the vectors of bench_query)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_query import DIM, PAGES_PER_DOC, make_index, unit
+
+    from localgpt_index.index.store import IndexStore
+    from localgpt_index.query.search import Index, QueryOptions
+
+    with tempfile.TemporaryDirectory() as folder:
+        make_index(Path(folder), pages)
+        rows = corpus(pages)
+        lexical = LexicalIndex.create()
+        lexical.update(removed=[], added=[PageText(f"/bench/doc-{n // PAGES_PER_DOC:06d}.pdf", n % PAGES_PER_DOC + 1, row.text)
+                                          for n, row in enumerate(rows)])
+        text_bytes = len(lexical.to_bytes())
+        store = IndexStore(Path(folder) / "default")
+        view = store.open_view()
+        index = Index(view, lexical=lexical)
+        vector_bytes = store.size_bytes(view.manifest)
+        rng = np.random.default_rng(3)
+        texts = queries(rows, count)
+        vectors = [unit(rng, 20) for _ in texts]
+        index.search_encoded(texts[:1], vectors[:1], 10, options=QueryOptions(mode="visual"))  # first touch of the pages
+        ratios, times = [], {"visual": [], "hybrid": []}
+        for number in range(rounds):
+            spent = {}
+            for mode in (("visual", "hybrid") if number % 2 == 0 else ("hybrid", "visual")):
+                started = time.perf_counter()
+                for text, query in zip(texts, vectors):
+                    index.search_encoded([text], [query], 10, options=QueryOptions(mode=mode))
+                spent[mode] = (time.perf_counter() - started) / len(texts)
+                times[mode].append(spent[mode])
+            ratios.append(spent["hybrid"] / spent["visual"])
+    return {"pages": pages, "dim": DIM, "visual_ms": 1000 * statistics.median(times["visual"]),
+            "hybrid_ms": 1000 * statistics.median(times["hybrid"]), "ratio_median": statistics.median(ratios),
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "text_index_bytes": text_bytes, "vector_bytes": vector_bytes,
+            "text_to_vectors": text_bytes / vector_bytes}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--hybrid", action="store_true", help="time hybrid queries against visual ones instead")
     args = parser.parse_args()
+    if args.hybrid:
+        print(json.dumps(hybrid_rounds(args.pages, max(args.rounds, 3), min(args.queries, 10)), indent=2))
+        return 0
     rows = corpus(args.pages)
     asked = queries(rows, args.queries)
     text_bytes = sum(len(row.text.encode()) for row in rows)
