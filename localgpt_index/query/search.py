@@ -44,10 +44,11 @@ class Index:
 
     @property
     def lexical(self) -> LexicalIndex | None:
-        """The generation's full-text index (the "lexical" artifact); None: the index has no page text."""
+        """The generation's full-text index (the "lexical" artifact); None: no page has text (an index
+        from before page text, or of images with OCR off)."""
         if self._lexical is _UNSET:
-            opener = getattr(self.view, "artifact", None)
-            self._lexical = opener("lexical") if opener is not None else None
+            found = self.view.artifact("lexical")
+            self._lexical = found if isinstance(found, LexicalIndex) and found.page_count() else None
         return self._lexical
 
     def mode(self, options: QueryOptions | None = None) -> Mode:
