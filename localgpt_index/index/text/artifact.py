@@ -110,12 +110,13 @@ class LexicalArtifact:
         if not parts:
             return None  # no page text in this generation: queries stay visual
         base = self._base(ctx)
-        if base is not None and not ctx.added and not ctx.removed:
+        retexted = _retexted(ctx)
+        if base is not None and not ctx.added and not ctx.removed and not retexted:
             return ctx.base_ref
         if base is None:
             index, removed, added = LexicalIndex.create(), [], ctx.documents
         else:
-            index, removed, added = base, [doc.path for doc in ctx.removed], ctx.added
+            index, removed, added = base, [doc.path for doc in ctx.removed + retexted], ctx.added + retexted
         index.update(removed=removed, added=_pages(added, parts, ctx.source))
         pages = index.page_count()
         ref = sink.put(index.to_bytes(), "sqlite")
@@ -148,6 +149,20 @@ class LexicalArtifact:
             return LexicalIndex.from_bytes(source.read(ref.blobs[0]), "this generation's text index")
         except LexicalError as exc:
             raise IndexProblem(str(exc), hint="`lgpt-index verify` checks the index; `build --rebuild` rewrites it.") from None
+
+
+def _retexted(ctx: CommitContext) -> list[Document]:
+    """Kept documents whose segments' text parts changed (the same vectors, another text: --ocr)."""
+    if ctx.base is None:
+        return []
+    changed = []
+    for doc in ctx.kept:
+        for span in doc.spans:
+            old, new = ctx.base.segments.get(span.segment), ctx.segments.get(span.segment)
+            if (old.parts.get(TEXT) if old else None) != (new.parts.get(TEXT) if new else None):
+                changed.append(doc)
+                break
+    return changed
 
 
 def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: BlobSource) -> Iterator[PageText]:
