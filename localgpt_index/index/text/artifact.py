@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import ClassVar
 
 import numpy as np
 
@@ -45,7 +44,7 @@ class TextPartWriter:
         if row != len(self.rows):
             raise ValueError(f"text part: row {row} after {len(self.rows)} rows")
         text, source = extra.get("text", ""), extra.get("text_source", "none")
-        self.rows.append((text if isinstance(text, str) else "", source if source in TEXT_SOURCES else "none"))  # type: ignore[arg-type]  # checked
+        self.rows.append((text if isinstance(text, str) else "", str(source) if source in TEXT_SOURCES else "none"))
 
     def seal(self, sink: BlobSink) -> PartRef:
         data = zlib.compress(json.dumps(self.rows, ensure_ascii=False).encode("utf-8", "surrogatepass"), 6)
@@ -70,8 +69,8 @@ def read_text_part(ref: PartRef, source: BlobSource) -> list[tuple[str, str]]:
 class TextArtifact:
     """The per-segment page text."""
 
-    name: ClassVar[str] = TEXT
-    version: ClassVar[int] = 1
+    name = TEXT
+    version = 1
 
     def part_writer(self, dim: int) -> TextPartWriter:
         return TextPartWriter()
@@ -96,8 +95,8 @@ class TextArtifact:
 class LexicalArtifact:
     """The generation's full-text index (one SQLite FTS5 image)."""
 
-    name: ClassVar[str] = LEXICAL
-    version: ClassVar[int] = 1
+    name = LEXICAL
+    version = 1
 
     def part_writer(self, dim: int) -> None:
         return None

@@ -23,6 +23,7 @@ vectors (FTS5's own bm25() uses another idf).
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ class LexicalIndex:
         """An index held in memory from its serialised bytes (what a generation stores)."""
         db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
-            db.deserialize(data)
+            _deserialize(db, data)
         except sqlite3.DatabaseError as exc:
             db.close()
             raise LexicalError(f"{where}: not a readable text index ({exc}).") from None
@@ -128,7 +129,7 @@ class LexicalIndex:
     def to_bytes(self) -> bytes:
         """The whole index as one SQLite database image (VACUUMed: no free pages travel)."""
         self._db.execute("VACUUM")
-        return self._db.serialize()
+        return _serialize(self._db)
 
     def problems(self) -> list[str]:
         """What SQLite's and FTS5's own integrity checks find (verify)."""
@@ -231,3 +232,31 @@ class LexicalIndex:
             self._rows = _Table(np.array([row[0] for row in rows], dtype=np.int64), np.array([row[1] for row in rows], dtype=np.float64),
                                 [row[2] for row in rows], np.array([row[3] for row in rows], dtype=np.int64))
         return self._rows
+
+
+def _deserialize(db: sqlite3.Connection, data: bytes) -> None:
+    """Load a database image into an in-memory connection (Python 3.11+ directly; 3.10 via a file)."""
+    if hasattr(db, "deserialize"):
+        db.deserialize(data)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "image.sqlite"
+        path.write_bytes(data)
+        source = sqlite3.connect(path)
+        try:
+            source.backup(db)
+        finally:
+            source.close()
+
+
+def _serialize(db: sqlite3.Connection) -> bytes:
+    if hasattr(db, "serialize"):
+        return db.serialize()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "image.sqlite"
+        target = sqlite3.connect(path)
+        try:
+            db.backup(target)
+        finally:
+            target.close()
+        return path.read_bytes()
