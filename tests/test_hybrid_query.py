@@ -154,3 +154,47 @@ def test_the_server_and_query_server_answer_the_same(with_text):
         assert json.loads(via.stdout)["results"] == text["results"]
     finally:
         assert running.stop() == 0
+
+
+def text_generation(index_dir) -> tuple[int, set[str], set[str]]:
+    """(generation, its documents, the documents its text index holds)."""
+    from localgpt_index.index.store import IndexStore
+
+    view = IndexStore(index_dir / "default").open_view()
+    lexical = view.artifact("lexical")
+    return view.manifest.generation, {doc.path for doc in view.manifest.documents}, lexical.paths()
+
+
+@pytest.mark.parametrize("point", ["before-head", "after-head"])
+def test_kill_during_a_remove_leaves_text_and_vectors_of_one_generation(with_text, tmp_path, point):
+    from conftest import copy_tree, run_process
+    from helpers import verify_ok
+
+    index = copy_tree(with_text["index"], tmp_path / "idx")
+    generation, documents, with_texts = text_generation(index)
+    killed = run_process("remove", str(with_text["docs"] / "report-3.pdf"), "--index-dir", str(index),
+                         env={"LGPT_FAILPOINT": point})
+    assert killed.returncode == -9, killed.stderr
+    verify_ok(index)
+    now, now_documents, now_texts = text_generation(index)
+    if point == "before-head":
+        assert (now, now_documents, now_texts) == (generation, documents, with_texts)
+        assert document_pages(query_json(index, "zanzibar", "--mode", "text")) == [("report-3.pdf", 1)]
+    else:
+        assert now == generation + 1 and now_texts == with_texts - {str(with_text["docs"] / "report-3.pdf")}
+        assert query_json(index, "zanzibar", "--mode", "text")["results"] == []
+    assert now_texts <= now_documents
+
+
+def test_kill_during_a_rebuild_leaves_the_old_text_answering(with_text, fake_model, tmp_path):
+    from conftest import copy_tree, run_process
+    from helpers import verify_ok
+
+    index = copy_tree(with_text["index"], tmp_path / "idx")
+    before = text_generation(index)
+    killed = run_process("build", str(with_text["docs"]), "--rebuild", "--model", str(fake_model), "--index-dir", str(index),
+                         env={"LGPT_FAILPOINT": "before-head"})
+    assert killed.returncode == -9, killed.stderr
+    verify_ok(index)
+    assert text_generation(index) == before
+    assert document_pages(query_json(index, "INV-2024-0042", "--mode", "text")) == [("report-1.pdf", 2)]
