@@ -33,14 +33,14 @@ def test_an_index_without_text_answers_visual_and_refuses_text_modes(visual_only
     assert bad.exit_code == 2 and "lexical" in bad.stderr
 
 
-def give_page_text(index_dir, texts: dict[tuple[str, int], str]) -> None:
+def give_page_text(index_dir, texts: dict[tuple[str, int], str], store=None) -> None:
     """Commit a generation of the same documents whose pages carry text, fed through the writers'
     `extra` as the build's text extraction feeds it ({"text", "text_source"}): a test-side writer."""
     from localgpt_index.core.types import PageRef
     from localgpt_index.index.manifest import Span
     from localgpt_index.index.store import IndexStore
 
-    store = IndexStore(index_dir / "default")
+    store = store if store is not None else IndexStore(index_dir / "default")
     view = store.open_view()
     manifest = view.manifest
     with store.begin() as txn:
@@ -198,3 +198,30 @@ def test_kill_during_a_rebuild_leaves_the_old_text_answering(with_text, fake_mod
     verify_ok(index)
     assert text_generation(index) == before
     assert document_pages(query_json(index, "INV-2024-0042", "--mode", "text")) == [("report-1.pdf", 2)]
+
+
+def test_a_qdrant_store_answers_text_and_hybrid_queries_the_same_way(fake_model, tmp_path):
+    """The text index is an artifact of the one transaction core: on Qdrant its blobs live in the
+    catalog, and the same engine and fusion answer."""
+    from helpers import make_pdfs
+
+    from localgpt_index.index.open import open_store
+
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 3, 2)
+    url = f"qdrant+path://{tmp_path / 'qd'}/notes"
+    built = run_cli("build", str(docs), "--model", str(fake_model), "--store", url)
+    assert built.exit_code == 0, built.stderr
+    store = open_store(url)
+    try:
+        give_page_text(None, {("report-1.pdf", 2): FACT, ("report-0.pdf", 1): FILLER}, store=store)
+    finally:
+        store.close()
+    for mode in ("text", "hybrid"):
+        done = run_cli("query", "who paid invoice INV-2024-0042?", "--mode", mode, "--json", "--store", url)
+        assert done.exit_code == 0, done.stderr
+        document = json.loads(done.stdout)
+        validate(document, "query")
+        assert document_pages(document)[0] == ("report-1.pdf", 2)
+    verified = run_cli("verify", "--store", url)
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
