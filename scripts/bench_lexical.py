@@ -43,13 +43,13 @@ from localgpt_index.index.text.tokenize import tokenize  # noqa: E402
 def corpus(pages: int, seed: int = 0) -> list[PageText]:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    vocabulary = ["".join(rng.choice(letters, size=rng.integers(3, 10))) for _ in range(30_000)]
+    vocabulary = np.array(["".join(rng.choice(letters, size=rng.integers(3, 10))) for _ in range(30_000)])
     ranks = np.arange(1, len(vocabulary) + 1)
     p = 1.0 / ranks**1.07
     p /= p.sum()
     rows = []
     for number in range(pages):
-        words = list(np.array(vocabulary)[rng.choice(len(vocabulary), size=int(rng.integers(200, 600)), p=p)])
+        words = list(vocabulary[rng.choice(len(vocabulary), size=int(rng.integers(200, 600)), p=p)])
         words.insert(int(rng.integers(0, len(words))), f"INV-2024-{number:05d}")
         rows.append(PageText(f"docs/doc{number // 10:05d}.pdf", number % 10 + 1, " ".join(words)))
     return rows
