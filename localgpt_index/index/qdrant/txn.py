@@ -215,11 +215,34 @@ class QdrantBackend:
             pass  # best effort: the next commit tries again
         self.blob_sink().collect(blob_names(keep) | self.txn.staging.blobs)
 
+    def _lease_lost(self) -> bool:
+        lease = self.lease
+        if lease is None:
+            return False
+        if not lease.lost and lease.store.clock() >= lease.expires:
+            return True  # past its life: another writer may hold it now
+        return bool(lease.lost)
+
+    def _head_manifest(self) -> Manifest | None | bool:
+        """The generation HEAD names now (after a takeover: the new writer's); False if it cannot be read."""
+        from .catalog import read_catalog, read_head
+
+        try:
+            head = read_head(self.store, self.physical)
+            return read_catalog(self.store, self.physical, head) if head is not None else None
+        except Exception:
+            return False
+
     def discard(self, keep: list[Manifest]) -> None:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
         models = _models()
-        if self.physical == self.previous_physical:
-            self.blob_sink().delete(self.txn.staging.blobs - blob_names(keep))
+        # Blobs are named by their content: a writer that took the lease over may have staged the same
+        # names (its next HEAD will name them). A writer that lost its lease deletes none; the next
+        # commit's collect removes what no generation names.
+        if self.physical == self.previous_physical and not self._lease_lost():
+            head = self._head_manifest()
+            if head is not False:
+                self.blob_sink().delete(self.txn.staging.blobs - blob_names([*keep, head]))
         if not self._staged and not self.txn.staging.wrote:
             return
         try:
