@@ -223,15 +223,15 @@ class QdrantBackend:
             return True  # past its life: another writer may hold it now
         return bool(lease.lost)
 
-    def _head_manifest(self) -> Manifest | None | bool:
-        """The generation HEAD names now (after a takeover: the new writer's); False if it cannot be read."""
+    def _head_manifest(self) -> tuple[bool, Manifest | None]:
+        """(readable, the generation HEAD names now): after a takeover, the new writer's."""
         from .catalog import read_catalog, read_head
 
         try:
             head = read_head(self.store, self.physical)
-            return read_catalog(self.store, self.physical, head) if head is not None else None
+            return True, (read_catalog(self.store, self.physical, head) if head is not None else None)
         except Exception:
-            return False
+            return False, None
 
     def discard(self, keep: list[Manifest]) -> None:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
@@ -240,8 +240,8 @@ class QdrantBackend:
         # names (its next HEAD will name them). A writer that lost its lease deletes none; the next
         # commit's collect removes what no generation names.
         if self.physical == self.previous_physical and not self._lease_lost():
-            head = self._head_manifest()
-            if head is not False:
+            readable, head = self._head_manifest()
+            if readable:
                 self.blob_sink().delete(self.txn.staging.blobs - blob_names([*keep, head]))
         if not self._staged and not self.txn.staging.wrote:
             return
