@@ -87,7 +87,11 @@ def test_bm25_equals_a_hand_computation(tmp_path):
 
 
 def test_paths_filter_and_page_text(tmp_path):
-    index = make_index(tmp_path, PAGES)
+    odd = "/docs/caf\udce9.pdf"  # a file name that is not UTF-8, as Python keeps it
+    index = make_index(tmp_path, PAGES + [PageText(odd, 1, "unique zebra \ud800 text")])
+    assert [(hit.path, hit.page) for hit in index.search("zebra", 5)] == [(odd, 1)] and odd in index.paths()
+    assert index.page_text(odd, 1) == "unique zebra ? text"  # a lone surrogate in text cannot reach SQLite
+    index.update(removed=[odd], added=[])
     assert [(hit.path, hit.page) for hit in index.search("invoice", 10, paths={"a.pdf"})] == [("a.pdf", 1)]
     assert index.page_text("b.pdf", 1) == PAGES[2].text and index.page_text("b.pdf", 9) is None
 
@@ -106,7 +110,8 @@ def test_removed_and_replaced_documents_leave_the_statistics(tmp_path):
     rng = random.Random(7)
     pages = random_pages(rng, 30)
     index = make_index(tmp_path, pages)
-    kept_ids = dict(index._db.execute("SELECT id, path FROM pages WHERE path NOT IN ('doc3.pdf', 'doc4.pdf', 'doc5.pdf')"))
+    rows = "SELECT id, CAST(path AS TEXT) AS name FROM pages WHERE name NOT IN ({})"
+    kept_ids = dict(index._db.execute(rows.format("'doc3.pdf', 'doc4.pdf', 'doc5.pdf'")))
     replaced = [PageText("doc4.pdf", 1, "w1 w1 w1 w2 brandnew"), PageText("doc4.pdf", 2, "w3")]
     index.update(removed=["doc3.pdf", "doc4.pdf", "doc5.pdf"], added=replaced)
     live = [p for p in pages if p.path not in {"doc3.pdf", "doc4.pdf", "doc5.pdf"}] + replaced
@@ -118,7 +123,7 @@ def test_removed_and_replaced_documents_leave_the_statistics(tmp_path):
     hit = index.search("brandnew", 5)[0]
     assert (hit.path, hit.page) == ("doc4.pdf", 1)
     # only the changed documents' rows were touched: the others keep their rows
-    assert dict(index._db.execute("SELECT id, path FROM pages WHERE path NOT IN ('doc4.pdf')")) == kept_ids
+    assert dict(index._db.execute(rows.format("'doc4.pdf'"))) == kept_ids
 
 
 def test_a_readers_copy_is_not_changed_by_a_writer(tmp_path):

@@ -5,7 +5,8 @@ file and applies only the changed documents' rows; readers open it read-only). T
 
     meta(key, value)                  tokenizer and format versions
     pages(id, path, page, length, text)   one row per page: its text (snippets, `--with-text`) and
-                                      its token count (|d| of BM25)
+                                      its token count (|d| of BM25); the path as bytes (a file name
+                                      that is not UTF-8 is kept as its surrogate escapes are)
     terms                             contentless FTS5 over the page's tokens, space-joined
                                       (tokenize='ascii': our tokens hold no ASCII separator and no
                                       capital, so FTS5 keeps them verbatim); detail=full keeps term
@@ -39,7 +40,7 @@ ENGINE_VERSION: Final = 1
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE pages(id INTEGER PRIMARY KEY, path TEXT NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL);
+CREATE TABLE pages(id INTEGER PRIMARY KEY, path BLOB NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL);
 CREATE INDEX pages_by_path ON pages(path);
 CREATE VIRTUAL TABLE terms USING fts5(tokens, content='', tokenize='ascii', detail=full);
 CREATE VIRTUAL TABLE term_rows USING fts5vocab(terms, 'row');
@@ -157,14 +158,15 @@ class LexicalIndex:
         db.execute("BEGIN")
         try:
             for path in removed:
-                gone = db.execute("SELECT id, text FROM pages WHERE path = ?", (path,)).fetchall()
+                gone = db.execute("SELECT id, text FROM pages WHERE path = ?", (_key(path),)).fetchall()
                 db.executemany("INSERT INTO terms(terms, rowid, tokens) VALUES ('delete', ?, ?)",
                                [(row, " ".join(tokenize(text))) for row, text in gone])
-                db.execute("DELETE FROM pages WHERE path = ?", (path,))
+                db.execute("DELETE FROM pages WHERE path = ?", (_key(path),))
             for page in added:
-                tokens = tokenize(page.text)
+                text = page.text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogate reaches SQLite
+                tokens = tokenize(text)
                 row = db.execute("INSERT INTO pages(path, page, length, text) VALUES (?, ?, ?, ?)",
-                                 (page.path, page.page, len(tokens), page.text)).lastrowid
+                                 (_key(page.path), page.page, len(tokens), text)).lastrowid
                 db.execute("INSERT INTO terms(rowid, tokens) VALUES (?, ?)", (row, " ".join(tokens)))
             db.execute("COMMIT")
         except BaseException:
@@ -175,12 +177,12 @@ class LexicalIndex:
     # -- reading -------------------------------------------------------------------------------------
 
     def paths(self) -> set[str]:
-        return {path for (path,) in self._db.execute("SELECT DISTINCT path FROM pages")}
+        return {_name(path) for (path,) in self._db.execute("SELECT DISTINCT path FROM pages")}
 
     def page_text(self, path: str, page: int) -> str | None:
         """A page's stored text (None: the page is not in this index)."""
         with self._lock:
-            row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (path, page)).fetchone()
+            row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (_key(path), page)).fetchone()
         return row[0] if row else None
 
     def page_count(self) -> int:
@@ -230,7 +232,7 @@ class LexicalIndex:
         if self._rows is None:
             rows = self._db.execute("SELECT id, length, path, page FROM pages ORDER BY id").fetchall()
             self._rows = _Table(np.array([row[0] for row in rows], dtype=np.int64), np.array([row[1] for row in rows], dtype=np.float64),
-                                [row[2] for row in rows], np.array([row[3] for row in rows], dtype=np.int64))
+                                [_name(row[2]) for row in rows], np.array([row[3] for row in rows], dtype=np.int64))
         return self._rows
 
 
@@ -260,3 +262,11 @@ def _serialize(db: sqlite3.Connection) -> bytes:
         finally:
             target.close()
         return path.read_bytes()
+
+
+def _key(path: str) -> bytes:
+    return path.encode("utf-8", "surrogateescape")
+
+
+def _name(stored: bytes) -> str:
+    return bytes(stored).decode("utf-8", "surrogateescape")
