@@ -133,7 +133,8 @@ def tantivy_round(rows, asked, folder: Path) -> dict:
     searcher = index.searcher()
     seen = [searcher.doc_freq("tokens", token) for token in probe]
     live = [row for row in rows if row.path not in set(gone)]
-    truth = [sum(token in set(tokenize(row.text)) for row in live) for token in probe]
+    live_tokens = [set(tokenize(row.text)) for row in live]
+    truth = [sum(token in tokens for tokens in live_tokens) for token in probe]
     return {"build_s": built, "bytes": size_of(path), "query_ms": 1000 * statistics.median(latencies),
             "exact_after_delete": seen == truth, "num_docs_after_delete": searcher.num_docs,
             "doc_freq_excess": int(sum(seen) - sum(truth))}
