@@ -281,6 +281,8 @@ def hybrid_index(tmp_path):
     for d in range(40):
         for page in (1, 2):
             text = " ".join(rng.choice(words, size=60))
+            if d % 3 == 0:  # distractors: the question's common words on many pages, so the text list is long
+                text += " invoice" * (1 + d % 4 + page) + " was paid"
             if (d, page) == (3, 2):
                 text += " The invoice INV-2024-0042 was paid by ACME Logistics in March."
             if (d, page) == (17, 1):
