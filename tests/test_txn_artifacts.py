@@ -236,3 +236,28 @@ def test_kill_leaves_the_artifact_and_the_vectors_of_one_generation(kind, point,
         store.close()
     if kind == "local":
         shutil.rmtree(tmp_path / "idx")
+
+
+def test_a_killed_qdrant_rebuild_with_artifacts_leaves_no_stray_collection(toy, fake_model, tmp_path):
+    """A rebuild writes its blobs into its new catalog; killed before its HEAD, the next writer's
+    recovery recognises that catalog as ours (manifest chunks and blobs) and drops it with its collection."""
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 2, 2, "base")
+    _build("qdrant", tmp_path, docs, fake_model)
+    killed = run_process("build", str(docs), "--model", str(fake_model), "--rebuild", *_args("qdrant", tmp_path),
+                         env={"LGPT_FAILPOINT": "before-head"})
+    assert killed.returncode == -9, killed.stderr
+
+    def ours() -> tuple[set[str], str]:
+        store = _open("qdrant", tmp_path)
+        try:
+            names = {c.name for c in store.client.get_collections().collections if not c.name.endswith("__lease")}
+            return names, store.physical()
+        finally:
+            store.close()
+
+    names, physical = ours()
+    assert len(names) == 4  # the old physical collection and catalog, and the killed rebuild's
+    _build("qdrant", tmp_path, docs, fake_model)
+    names, physical = ours()
+    assert names == {physical, f"{physical}__catalog"}

@@ -18,14 +18,15 @@ from ...core.failpoints import failpoint
 from ..artifacts import blob_names
 from ..errors import IndexWriteError
 from ..manifest import FORMAT, Document, Manifest, Segment
+from ..pdfstore import PdfStore
 from ..txn import kept
 from ..txn.core import TransactionCore
 from ..txn.staged import SegmentSink, StagedWriter
 from . import commit as steps
 from . import recover as setup
-from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
-from .lease import _Lease
 from .blobs import QdrantBlobs
+from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
+from .lease import _Lease, hold_lease
 from .writer import PointSink
 
 
@@ -254,6 +255,38 @@ def _head_manifest(store: Any, physical: str) -> tuple[bool, Manifest | None]:
         return True, (read_catalog(store, physical, head) if head is not None else None)
     except Exception:
         return False, None
+
+
+class QdrantParts:
+    """What a Qdrant store gives begin()'s template (txn/begin.py)."""
+
+    def __init__(self, store: Any) -> None:  # a QdrantStore
+        self.store = store
+        self.physical: str | None = None
+        self.lease: _Lease | None = None
+
+    def before_write(self) -> None:
+        self.store.writable().physical()  # another tool's collection is refused before anything is created
+
+    @contextmanager
+    def hold(self, wait_s: float) -> Iterator[LeaseHold]:
+        with hold_lease(self.store, wait_s) as lease:
+            self.lease = lease
+            self.physical = self.store.physical()
+            yield LeaseHold(lease)
+
+    def read_base(self) -> tuple[Manifest | None, int]:
+        base = self.store.read_manifest(self.physical) if self.physical else None
+        return base, base.generation if base else 0
+
+    def damaged_base(self) -> int:
+        return 0  # a rebuild writes a new physical collection anyway
+
+    def backend(self, base: Manifest | None, rebuild: bool, hold: object) -> QdrantBackend:
+        return QdrantBackend(self.store, self.physical, base, rebuild, self.lease)
+
+    def pdf_store(self) -> PdfStore | None:
+        return self.store.pdfs()
 
 
 QdrantTransaction = TransactionCore  # the name callers and tests imported
