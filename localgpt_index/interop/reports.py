@@ -12,7 +12,7 @@ from .results import QUERY_SCHEMA_VERSION, Hit, QueryAnswer, QueryDocument
 
 
 def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
-                   with_images: bool = False, dpi: int = 150) -> dict:
+                   with_images: bool = False, dpi: int = 150, mode: str | None = None, fusion: str | None = None) -> dict:
     """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
     from .pages import page_image, png_base64
 
@@ -22,8 +22,11 @@ def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequenc
         return Hit(**hit.to_dict())
 
     queries = [QueryAnswer(query=q, results=[result(hit) for hit in hits]) for q, hits in zip(texts, results)]
+    how = {"mode": mode} if mode else {}
+    if mode == "hybrid" and fusion:
+        how["fusion"] = fusion
     document = QueryDocument(version=QUERY_SCHEMA_VERSION, index=index.store.location, model=index.manifest.model.id,
-                             k=k, queries=queries).to_json()
+                             k=k, **how, queries=queries).to_json()
     if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
         document.update(document["queries"][0])
     return document
