@@ -220,3 +220,20 @@ def test_a_failed_documents_pages_are_not_read(tmp_path, monkeypatch):
     *_, encoded = events  # the next document's page, read by the one OCR thread after what was queued before it
     assert encoded.texts[0].text == "text"
     assert log.read_text().splitlines() == ["read", "read"]  # page 1 of the failed document, then the next one's
+
+
+@pytest.mark.slow
+def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appended):
+    """`build --ray`: pages are rendered and encoded on the cluster, their text read beside, on the driver."""
+    from conftest import run_cli
+
+    _, scan = _scanned(tmp_path / "scanned", ["Receipt Echidna 5512"])
+    docs = scan.parent
+    make_pdf(docs / "text.pdf", ["Quarterly revenue Wombat"])
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local",
+                     "--ocr", "auto", "--json")
+    assert result.exit_code == 0, result.stderr
+    read = {name: extra for name, _, extra in appended}
+    assert read["text.pdf"]["text_source"] == "layer" and read["text.pdf"]["text"].startswith("Quarterly revenue Wombat")
+    assert read["scan.pdf"]["text_source"] == read["photo.png"]["text_source"] == "ocr"
+    assert "Receipt Echidna 5512" in read["scan.pdf"]["text"] and "Receipt Echidna 5512" in read["photo.png"]["text"]
