@@ -237,3 +237,36 @@ def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appen
     assert read["text.pdf"]["text_source"] == "layer" and read["text.pdf"]["text"].startswith("Quarterly revenue Wombat")
     assert read["scan.pdf"]["text_source"] == read["photo.png"]["text_source"] == "ocr"
     assert "Receipt Echidna 5512" in read["scan.pdf"]["text"] and "Receipt Echidna 5512" in read["photo.png"]["text"]
+
+
+def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypatch, fake_model):
+    """The first page's OCR ends only once the encoder has started the second batch: a build that
+    held the encoder until each batch's text was read could not finish."""
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
+    from localgpt_index.models.loading import load_page_encoder
+
+    docs, release = tmp_path / "docs", tmp_path / "second-batch"
+    for n in range(3):
+        make_png(docs / f"scan-{n}.png", f"scan {n}", size=(120, 90))
+    _fake_tesseract(tmp_path, monkeypatch, f"n=0\nwhile [ ! -e {release} ]; do sleep 0.05; n=$((n+1)); "
+                    f"[ $n -gt 1200 ] && exit 3; done\necho read by ocr")
+    calls = []
+
+    class Counting:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def encode_pages(self, pages):
+            calls.append(len(pages))
+            if len(calls) == 2:
+                release.touch()
+            return self.inner.encode_pages(pages)
+
+    report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
+                         BuildOptions(model=str(fake_model), batch_size=1, ocr="auto", ocr_workers=1, ocr_timeout_s=120),
+                         encoder_factory=lambda model, options: Counting(load_page_encoder(model, options)))
+    assert report.text == {"layer": 0, "ocr": 3, "none": 0, "unread": 0} and report.page_warnings == []

@@ -241,3 +241,22 @@ def test_a_resumed_document_reads_the_text_of_its_remaining_pages_only(tmp_path)
                                      PagesEncoded(((0, "vectors"), (0, "vectors")))])))
     assert [text.text.split("\n")[0] for text in events[1].texts] == ["chapter 4", "chapter 5"]
     assert texts.tally.layer == 2
+
+
+@pytest.mark.slow
+def test_office_documents_get_the_text_layer_of_their_conversion(corpus, tmp_path, fake_model, appended):
+    """Office, HTML and Markdown files are converted to PDF (LibreOffice): their text is that PDF's layer."""
+    from conftest import copy_tree
+
+    root, _ = corpus
+    docs = copy_tree(root, tmp_path / "docs")
+    result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "never")
+    assert result.exit_code == 0, result.stderr
+    read: dict[str, list[str]] = {}
+    for name, page, extra in sorted(appended, key=lambda item: (item[0], item[1])):
+        read.setdefault(name, []).append(extra["text"] if extra["text_source"] == "layer" else "")
+    assert "Q3 revenue grew 12 percent." in " ".join(read["memo.docx"])
+    assert [page.split("\n")[0] for page in read["deck.pptx"]] == ["Market overview", "Customers", "Next steps"]
+    assert "Q3" in read["revenue.xlsx"][0] and "134" in read["revenue.xlsx"][0]
+    assert "Meeting notes" in read["readme.md"][0] and "hiring plan" in read["readme.md"][0]
+    assert read["receipt.png"] == [""]

@@ -5,8 +5,9 @@ opens, its text layer is read (one pdftotext process for the document, on a thre
 the pages that need OCR (--ocr: auto, those with a text layer under OCR_MIN_CHARS visible characters;
 always; never) go to a pool of OCR worker threads, each page a pdftoppm and a Tesseract process
 (ocr.py). All this runs while the engine renders and encodes the same pages; a batch of encoded
-pages (PagesEncoded) then waits only for what is not read yet, and goes on with `texts`. A build
-of scanned pages thus takes about as long as the slower of OCR and encoding, not their sum.
+pages (PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES
+batches) while the engine encodes the next ones. A build of scanned pages thus takes about as long
+as the slower of OCR and encoding, not their sum.
 
 A page whose OCR fails or times out keeps its vectors and its text layer, if any, and is reported
 (`tally.warnings`); a document whose text layer cannot be read is reported once and its pages are
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -33,6 +35,7 @@ from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
 
 OCR_MODES = ("auto", "always", "never")
+HELD_BATCHES = 4  # encoded batches that wait for their pages' text while the encoder goes on (their vectors in memory)
 Log = Callable[[str], None]
 Timings = Callable[[str, float], None]
 
@@ -117,9 +120,27 @@ class _Document:
     last: int
     layer: Future[_Layer]
     next: int = 0  # the next page number to hand over
+    dropped: bool = False  # the document failed: its pages' text is not wanted
 
     def __post_init__(self) -> None:
         self.next = self.first
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A page of an encoded batch, waiting for its text."""
+
+    document: _Document
+    page: int
+
+    @property
+    def ready(self) -> bool:
+        layer = self.document.layer
+        if self.document.dropped or not layer.done():
+            return self.document.dropped
+        if layer.cancelled() or layer.exception() is not None:
+            return True
+        return layer.result().pages[self.page - self.document.first].done()
 
 
 def _cancel_pages(layer: Future[_Layer]) -> None:
@@ -150,21 +171,47 @@ class PageTexts:
         self._said: set[str] = set()  # warnings given once a build
 
     def attach(self, events: Iterator[EngineEvent]) -> Iterator[EngineEvent]:
-        """The engine's events, each PagesEncoded with its pages' texts."""
+        """The engine's events in their order, each PagesEncoded with its pages' texts. A batch whose
+        text is not all read yet is held (up to HELD_BATCHES of them) while the engine encodes the
+        next ones, so that neither OCR nor the encoder waits for the other batch by batch."""
+        held: deque[tuple[EngineEvent, list[_Claim | None] | None]] = deque()
         try:
-            for event in events:
-                if isinstance(event, DocumentOpened):
-                    self.open(event.number, event.document)
-                elif isinstance(event, PagesEncoded):
-                    event = replace(event, texts=tuple(self.take(number) if not isinstance(result, DocumentError) else None
-                                                       for number, result in event.pages))
-                elif isinstance(event, DocumentFailed):
-                    self.drop(event.number)
-                yield event
+            try:
+                for event in events:
+                    claims = None
+                    if isinstance(event, DocumentOpened):
+                        self.open(event.number, event.document)
+                    elif isinstance(event, DocumentFailed):
+                        self.drop(event.number)
+                    elif isinstance(event, PagesEncoded):
+                        claims = [self.claim(number) if not isinstance(result, DocumentError) else None
+                                  for number, result in event.pages]
+                    held.append((event, claims))
+                    yield from self._release(held, HELD_BATCHES)
+            except Exception:  # a lost device: what was encoded goes on to be committed, then the error
+                yield from self._release(held, 0)
+                raise
+            yield from self._release(held, 0)
         finally:
             if hasattr(events, "close"):
                 events.close()  # the engine's threads and processes end now, not when collected
             self.close()
+
+    def _release(self, held: deque[tuple[EngineEvent, list[_Claim | None] | None]], limit: int) -> Iterator[EngineEvent]:
+        """Pass on the held events from the first, a batch once its text is read (or waited for,
+        while more than `limit` batches are held)."""
+        batches = sum(1 for _, claims in held if claims is not None)
+        while held:
+            event, claims = held[0]
+            if claims is not None:
+                if batches <= limit and not all(claim is None or claim.ready for claim in claims):
+                    return
+                started = time.perf_counter()
+                event = replace(event, texts=tuple(self.take(claim) if claim is not None else None for claim in claims))
+                self.timings("text_wait", time.perf_counter() - started)
+                batches -= 1
+            held.popleft()
+            yield event
 
     def open(self, number: int, document: OpenedDocument) -> None:
         """Start reading a document's text (its pages from the source's first page on)."""
@@ -175,21 +222,26 @@ class PageTexts:
         layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last)
         self._documents[number] = _Document(str(source.path), first, last, layer)
 
-    def take(self, number: int) -> PageText | None:
-        """The next page's text of document `number`, waiting for it if it is not read yet."""
+    def claim(self, number: int) -> _Claim | None:
+        """The next page of document `number` (None: a document given up, or not opened)."""
         document = self._documents.get(number)
         if document is None:
             return None
         page = document.next
-        started = time.perf_counter()
-        layer = document.layer.result()
-        outcome = layer.pages[page - document.first].result()
-        self.timings("text_wait", time.perf_counter() - started)
-        if page == document.first and layer.warning:
-            self._warn(document.path, None, "text", layer.warning)
         document.next += 1
         if document.next > document.last:
             del self._documents[number]
+        return _Claim(document, page)
+
+    def take(self, claim: _Claim) -> PageText | None:
+        """A claimed page's text, waiting for it if it is not read yet (None: its document was given up)."""
+        document, page = claim.document, claim.page
+        if document.dropped:
+            return None
+        layer = document.layer.result()
+        outcome = layer.pages[page - document.first].result()
+        if page == document.first and layer.warning:
+            self._warn(document.path, None, "text", layer.warning)
         self.tally.count(outcome.text)
         if outcome.no_ocr:
             self.tally.unread += 1
@@ -203,7 +255,10 @@ class PageTexts:
     def drop(self, number: int) -> None:
         """The document failed: what of its text is not read yet is not read."""
         document = self._documents.pop(number, None)
-        if document is not None and not document.layer.cancel():
+        if document is None:
+            return
+        document.dropped = True
+        if not document.layer.cancel():
             document.layer.add_done_callback(_cancel_pages)  # now, or once its text layer is read
 
     def close(self) -> None:
