@@ -336,7 +336,7 @@ def test_a_filter_that_matches_nothing_says_so(built):
 def test_ls_has_a_header_and_its_json_does_not(built):
     index = ["--index-dir", str(built["index"])]
     lines = run_cli("ls", *index).stdout.splitlines()
-    assert lines[0].split() == ["pages", "kind", "path"]
+    assert lines[0].split() == ["pages", "kind", "text", "path"]
     assert len(lines) == 3 and "alpha.pdf  team=finance" in lines[1] and lines[2].endswith("beta.pdf")
     document = json.loads(run_cli("ls", "--json", *index).stdout)
     validate(document, "documents")
