@@ -1,0 +1,52 @@
+"""The numba kernel of kernel.py, in a module of its own: imported only where numba is (kernel.py falls
+back to NumPy without it), and defined at module level so that numba's on-disk cache can keep it."""
+
+from __future__ import annotations
+
+import warnings
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _popcount(typingctx, x):  # type: ignore[no-untyped-def]  # numba's intrinsic protocol
+    """LLVM's ctpop: one instruction where the CPU has it, vectorised with the loop (AVX-512 VPOPCNTQ)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.ctpop(args[0])
+
+    return types.uint64(types.uint64), codegen
+
+
+def _kernel(words, offsets, pages, q_words, owner, lo, hi, out):  # type: ignore[no-untyped-def]
+    """Pages pages[lo:hi]: out[query, i] += each of its tokens' smallest hamming distance to the page's rows."""
+    n_words, n_tokens = q_words.shape
+    best = np.empty(n_tokens, dtype=np.int32)
+    dist = np.empty(n_tokens, dtype=np.int32)
+    for i in range(lo, hi):
+        page = pages[i]
+        start, end = offsets[page], offsets[page + 1]
+        if end == start:
+            continue
+        best[:] = 1 << 30
+        for row in range(start, end):
+            dist[:] = 0
+            for w in range(n_words):  # the inner loops run over query tokens: contiguous, vectorised
+                code = words[row, w]
+                for t in range(n_tokens):
+                    dist[t] += np.int32(_popcount(q_words[w, t] ^ code))
+            for t in range(n_tokens):
+                best[t] = min(best[t], dist[t])
+        for t in range(n_tokens):
+            out[owner[t], i] += best[t]
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # NumbaWarning where no cache directory is writable
+    try:
+        hamming_kernel = numba.njit(nogil=True, cache=True)(_kernel)
+    except RuntimeError:  # "cannot cache function": a read-only install and no writable user cache: compiled per process
+        hamming_kernel = numba.njit(nogil=True)(_kernel)

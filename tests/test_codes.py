@@ -1,0 +1,154 @@
+"""Binary codes and the first pass (issue 28): packing, the hamming MaxSim kernel against a brute-force
+reference (compiled and NumPy), exact scores after rescoring, and a planted needle found."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from localgpt_index.index.codes import SegmentCodes, first_pass, hamming_maxsim, kernel_name, pack_codes, query_words, two_pass
+from localgpt_index.index.codes.pack import as_words, unpack_signs
+from localgpt_index.index.score import maxsim
+
+KERNELS = ["numba", "numpy"]
+
+
+def _pages(rng, lengths, dim=128):
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    vectors = rng.standard_normal((int(offsets[-1]), dim)).astype(np.float16)
+    return vectors, offsets
+
+
+def _reference(queries, vectors, offsets, pages):
+    """Brute force: signs as +1/-1, hamming = (dim - <q, p>) / 2, per token the smallest per page, summed."""
+    dim = vectors.shape[1]
+    signs = np.where(vectors.view(np.uint16) < 0x8000, 1, -1)
+    out = np.zeros((len(queries), len(pages)), dtype=np.int64)
+    for i, q in enumerate(queries):
+        q_signs = np.where(np.asarray(q, dtype=np.float32).view(np.uint32) < 0x80000000, 1, -1)
+        for j, p in enumerate(pages):
+            rows = signs[offsets[p] : offsets[p + 1]]
+            if len(rows):
+                out[i, j] = ((dim - q_signs @ rows.T) // 2).min(axis=1).sum()
+    return out
+
+
+@pytest.mark.parametrize("dim", [128, 96, 130, 8])
+def test_packing_keeps_every_sign_in_one_bit_a_dimension(dim):
+    rng = np.random.default_rng(dim)
+    vectors = rng.standard_normal((300, dim)).astype(np.float16)
+    vectors[0, 0], vectors[1, 0] = 0.0, -0.0
+    codes = pack_codes(vectors)
+    assert codes.dtype == np.uint8 and codes.shape == (300, -(-dim // 64) * 8)
+    assert (pack_codes(np.ones((1, 128), np.float16)).nbytes, pack_codes(np.ones((1, 128), np.float32)).nbytes) == (16, 16)
+    assert np.array_equal(unpack_signs(codes, dim), np.where(np.signbit(vectors), -1, 1))
+    assert np.array_equal(pack_codes(vectors.astype(np.float32)), codes)
+    assert not np.unpackbits(codes, axis=1)[:, dim:].any()  # the padding is zero bits
+    assert as_words(codes).shape == (300, codes.shape[1] // 8)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hamming_maxsim_equals_a_brute_force_reference(kernel):
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 40, size=300)
+    lengths[7] = 0  # a page without rows adds nothing
+    vectors, offsets = _pages(rng, lengths)
+    queries = [rng.standard_normal((n, 128)).astype(np.float32) for n in (5, 1, 17)]
+    q_words, owner = query_words(queries)
+    words = as_words(pack_codes(vectors))
+    for pages in (np.arange(300), np.array([299, 3, 7, 150]), np.array([], dtype=np.int64)):
+        got = hamming_maxsim(q_words, owner, len(queries), words, offsets, pages, kernel=kernel)
+        assert np.array_equal(got, _reference(queries, vectors, offsets, pages))
+
+
+def test_the_compiled_kernel_is_there_and_equals_numpy_over_many_pages():
+    assert kernel_name() == "numba"  # numba is a dependency: the first pass must not silently run the slow kernel
+    rng = np.random.default_rng(2)
+    vectors, offsets = _pages(rng, rng.integers(50, 120, size=2500))
+    q_words, owner = query_words([rng.standard_normal((20, 128)).astype(np.float32)])
+    words = as_words(pack_codes(vectors))
+    fast = hamming_maxsim(q_words, owner, 1, words, offsets, kernel="numba")
+    assert np.array_equal(fast, hamming_maxsim(q_words, owner, 1, words, offsets, kernel="numpy"))
+
+
+def test_concurrent_callers_get_their_own_answers():
+    rng = np.random.default_rng(3)
+    vectors, offsets = _pages(rng, rng.integers(10, 40, size=4500))
+    words = as_words(pack_codes(vectors))
+    queries = [[rng.standard_normal((12, 128)).astype(np.float32)] for _ in range(6)]
+    expected = [hamming_maxsim(*query_words(q), 1, words, offsets) for q in queries]
+    got: dict[int, np.ndarray] = {}
+    start = threading.Barrier(len(queries))
+
+    def ask(i):
+        start.wait()
+        got[i] = hamming_maxsim(*query_words(queries[i]), 1, words, offsets)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(queries))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(got[i], expected[i]) for i in range(len(queries)))
+
+
+def _segments(rng, count=2, pages=400):
+    segments, vectors = [], []
+    for n in range(count):
+        v, offsets = _pages(rng, rng.integers(20, 80, size=pages))
+        segments.append(SegmentCodes(f"s{n}", as_words(pack_codes(v)), offsets, np.arange(pages, dtype=np.int64)))
+        vectors.append(v)
+    return segments, vectors
+
+
+def test_rescoring_returns_the_exact_scores_of_the_candidates_and_all_candidates_is_exact():
+    rng = np.random.default_rng(4)
+    segments, vectors = _segments(rng)
+    query = rng.standard_normal((9, 128)).astype(np.float32)
+    exact = {s.segment: maxsim([query], v, s.offsets)[0] for s, v in zip(segments, vectors)}
+    picks = first_pass([query], segments, 50)[0]
+    assert sum(len(p) for p in picks.values()) == 50
+    hits = two_pass([query], segments, vectors, 50, k=50)[0]
+    assert {(s, p) for s, p, _ in hits} == {(s, int(p)) for s, ps in picks.items() for p in ps}
+    for segment, page, score in hits:
+        assert score == pytest.approx(float(exact[segment][page]), rel=1e-6)
+    everything = two_pass([query], segments, vectors, 10_000, k=10)[0]
+    ranked = sorted(((float(sc), s, p) for s, scores in exact.items() for p, sc in enumerate(scores)), key=lambda x: (-x[0], x[1], x[2]))
+    assert [(s, p) for s, p, _ in everything] == [(s, p) for _, s, p in ranked[:10]]
+
+
+def test_a_subset_of_pages_is_searched_and_positions_refer_to_it():
+    rng = np.random.default_rng(5)
+    segments, _ = _segments(rng, count=1)
+    subset = SegmentCodes("s0", segments[0].words, segments[0].offsets, np.array([5, 9, 300], dtype=np.int64))
+    picks = first_pass([rng.standard_normal((4, 128)).astype(np.float32)], [subset], 2)[0]
+    assert set(picks) == {"s0"} and len(picks["s0"]) == 2 and set(picks["s0"]) <= {0, 1, 2}
+
+
+def test_a_planted_needle_is_found_with_few_candidates():
+    """One page holds the query's tokens (with noise) among 2 x 400 random pages: the first pass keeps it."""
+    rng = np.random.default_rng(6)
+    segments, vectors = _segments(rng)
+    query = rng.standard_normal((12, 128)).astype(np.float32)
+    needle = 321
+    start = int(segments[1].offsets[needle])
+    vectors[1][start : start + 12] = (query + 0.6 * rng.standard_normal(query.shape)).astype(np.float16)
+    segments[1] = SegmentCodes("s1", as_words(pack_codes(vectors[1])), segments[1].offsets, segments[1].pages)
+    hits = two_pass([query], segments, vectors, candidates=5, k=1)[0]
+    assert hits[0][:2] == ("s1", needle)
+
+
+def test_without_numba_the_numpy_kernel_answers(monkeypatch):
+    from localgpt_index.index.codes import kernel as module
+
+    monkeypatch.setattr(module, "_numba_kernel", lambda: None)
+    assert module.kernel_name() == "numpy"
+    rng = np.random.default_rng(7)
+    vectors, offsets = _pages(rng, rng.integers(1, 30, size=50))
+    queries = [rng.standard_normal((6, 128)).astype(np.float32)]
+    got = module.hamming_maxsim(*query_words(queries), 1, as_words(pack_codes(vectors)), offsets)
+    assert np.array_equal(got, _reference(queries, vectors, offsets, np.arange(50)))
+    with pytest.raises(RuntimeError, match="numba"):
+        module.hamming_maxsim(*query_words(queries), 1, as_words(pack_codes(vectors)), offsets, kernel="numba")
