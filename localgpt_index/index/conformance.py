@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .local.segments import SegmentWriter as LocalSegmentWriter
+    from .txn.staged import StagedWriter as LocalSegmentWriter
     from .local.store import IndexStore
     from .local.txn import Transaction as LocalTransaction
     from .protocols import IndexView, SegmentWriter, Store, Transaction

@@ -91,6 +91,31 @@ class Checksum(_Strict):
     blocks: list[Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]]
 
 
+BlobName = Annotated[str, Field(pattern=r"^[0-9a-f]{64}\.[a-z0-9]{1,12}$")]  # <sha256>.<ext>: named by its content
+ArtifactName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+Meta = dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=4096)] | int | float | bool | None]
+
+
+class BlobRef(_Strict):
+    """One stored blob of a derived artifact (index/artifacts.py): named, sized and hashed by its content."""
+
+    name: BlobName
+    bytes: Count
+    sha256: Sha256
+
+
+class PartRef(_Strict):
+    """A segment's part of an artifact (written beside its vectors), in `Segment.parts[name]`."""
+
+    version: Annotated[int, Field(ge=1, le=1 << 16)]
+    blobs: list[BlobRef] = Field(default_factory=list)
+    meta: Meta = Field(default_factory=dict)
+
+
+class ArtifactRef(PartRef):
+    """A generation's artifact (built at commit), in `Manifest.artifacts[name]`."""
+
+
 class Segment(_Strict):
     """Pages written together. In a local index a pair of files (vectors, offsets); in a Qdrant
     collection a set of points, one per page, whose ids derive from the segment id and the row."""
@@ -104,6 +129,7 @@ class Segment(_Strict):
     vectors_sha256: Sha256 | None = None
     offsets_sha256: Sha256 | None = None
     checksum: Checksum | None = None
+    parts: dict[ArtifactName, PartRef] = Field(default_factory=dict)  # left out of the JSON when empty
 
     @model_validator(mode="after")
     def _sizes_agree(self) -> "Segment":
@@ -170,6 +196,7 @@ class Manifest(_Strict):
     documents: list[Document] = Field(default_factory=list)
     in_progress: list[Document] = Field(default_factory=list)  # long documents whose first pages are committed
     failures: list[Failure] = Field(default_factory=list)
+    artifacts: dict[ArtifactName, ArtifactRef] = Field(default_factory=dict)  # left out of the JSON when empty
 
     @field_validator("created")
     @classmethod
@@ -210,7 +237,13 @@ class Manifest(_Strict):
 
     def to_json(self) -> bytes:
         # ensure_ascii keeps file names that are not UTF-8 (surrogate escapes) representable
-        return json.dumps(self.model_dump(mode="python"), ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode()
+        data = self.model_dump(mode="python")
+        if not data["artifacts"]:  # no artifact: the bytes of a manifest from before artifacts existed
+            del data["artifacts"]
+        for segment in data["segments"].values():
+            if not segment["parts"]:
+                del segment["parts"]
+        return json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> "Manifest":

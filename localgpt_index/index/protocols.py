@@ -8,7 +8,7 @@ Value types live in `core/types.py` (PageRef, SearchHit) and `index/manifest.py`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -27,8 +27,9 @@ class SegmentWriter(Protocol):
     @property
     def pages(self) -> int: ...
 
-    def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
-        """One page's (tokens, dim) vectors; returns its row in the segment."""
+    def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None) -> int:
+        """One page's (tokens, dim) vectors; returns its row in the segment. `extra`: what else the
+        caller knows of the page ({"text": ...}), for the registered artifacts' part writers."""
         ...
 
 
@@ -77,6 +78,10 @@ class IndexView(Protocol):
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None,
                        candidates: int | None = None) -> list[list[SearchHit]]: ...
+
+    def artifact(self, name: str) -> object | None:
+        """A derived artifact of this generation, opened lazily; None: absent (the caller falls back)."""
+        ...
 
 
 class Store(Protocol):

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core.metadata import matches
 from ..core.types import SearchHit
+from .artifacts import BlobSource, open_artifact
 from .manifest import Document, Manifest
 from .score import maxsim
 
@@ -26,6 +27,7 @@ class IndexView:
         self._codes: dict = {}  # segment id -> sign codes, for the first pass
         self._table: PageTable | None = None  # of all documents, built on first use
         self._by_path: dict[str, Document] | None = None
+        self._artifacts: dict[str, object | None] = {}
 
     @property
     def documents(self) -> list[Document]:
@@ -39,6 +41,16 @@ class IndexView:
         if self._by_path is None:
             self._by_path = {d.path: d for d in self.manifest.documents}
         return self._by_path.get(path)
+
+    def artifact(self, name: str) -> object | None:
+        """Artifact `name` of this generation, opened on first use (its blobs checked); None when
+        the generation has none or it is not registered here: the caller falls back. Never writes."""
+        if name not in self._artifacts:
+            self._artifacts[name] = open_artifact(name, self.manifest, self._blob_source())
+        return self._artifacts[name]
+
+    def _blob_source(self) -> BlobSource:
+        return self.store.blob_source()
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""

@@ -1,4 +1,4 @@
-"""Segments of a local index: written page by page (`SegmentWriter`), read back checked (`load_segment`)."""
+"""Segments of a local index: written page by page (`FileSegmentSink` under a StagedWriter), read back checked (`load_segment`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from ...core.errors import IndexProblem
-from ...core.failpoints import failpoint
 from ...core.files import sha256_file
 from ...core.types import PageRef
 from ..checksums import block_checksums
@@ -22,47 +21,36 @@ from ..manifest import REBUILD_HINT, Checksum, Segment
 from .layout import NPY_HEADER, _npy_header
 
 
-class SegmentWriter:
+class FileSegmentSink:
     """Appends pages of vectors to a segment on disk as they arrive, so memory holds one page,
-    not the segment; `finish` names the files by their content and returns the entry."""
+    not the segment; `seal` names the files by their content and returns the entry. (A local
+    segment does not need to know whose page a row is: the manifest's spans say it.)"""
 
     def __init__(self, folder: Path, dim: int) -> None:
         self.folder = folder
         self.dim = dim
-        self.lengths: list[int] = []
         tag = uuid.uuid4().hex[:12]
         self._vectors = folder / f"{_TMP_PREFIX}{tag}.vectors.npy"
         self._offsets = folder / f"{_TMP_PREFIX}{tag}.offsets.npy"
         self._handle = open(self._vectors, "wb")
         self._handle.write(b"\0" * NPY_HEADER)
 
-    @property
-    def pages(self) -> int:
-        return len(self.lengths)
+    def write(self, row: int, block: np.ndarray, page: PageRef | None) -> None:
+        self._handle.write(block.tobytes())
 
-    def append(self, vectors: np.ndarray, page: PageRef | None = None) -> int:
-        """Add one page (tokens, dim); returns its index in the segment. (`page` says whose page it
-        is; a local segment does not need to know: the manifest's spans say it.)"""
-        array = np.ascontiguousarray(vectors, dtype=np.float16)
-        if array.ndim != 2 or array.shape[1] != self.dim or array.shape[0] < 1:
-            raise ValueError(f"a page of shape {array.shape}, expected (tokens >= 1, {self.dim})")
-        self._handle.write(array.tobytes())
-        self.lengths.append(int(array.shape[0]))
-        if len(self.lengths) == 2:
-            self._handle.flush()
-            failpoint("write-vectors")
-        return len(self.lengths) - 1
+    def flush(self) -> None:
+        self._handle.flush()
 
-    def finish(self) -> Segment:
+    def seal(self, lengths: list[int], dim: int) -> Segment:
         """Write the header and offsets, fsync, and move both files to their content names."""
-        rows = sum(self.lengths)
+        rows = sum(lengths)
         self._handle.seek(0)
         self._handle.write(_npy_header(rows, self.dim))
         self._handle.flush()
         os.fsync(self._handle.fileno())
         self._handle.close()
-        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(self.lengths, dtype=np.int64), out=offsets[1:])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
         with open(self._offsets, "wb") as handle:
             np.save(handle, offsets)
             handle.flush()
@@ -70,7 +58,7 @@ class SegmentWriter:
         vectors_sha, offsets_sha = sha256_file(self._vectors), sha256_file(self._offsets)
         segment = Segment(
             id="seg-" + hashlib.sha256(f"{vectors_sha}:{offsets_sha}".encode()).hexdigest()[:40],
-            pages=len(self.lengths),
+            pages=len(lengths),
             rows=rows,
             dim=self.dim,
             vectors_bytes=self._vectors.stat().st_size,

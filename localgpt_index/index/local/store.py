@@ -42,9 +42,12 @@ from .layout import (
     NPY_HEADER,
     index_path,
 )
+from .blobs import LocalBlobs
 from .lock import writer_lock
-from .segments import SegmentWriter, load_segment
-from .txn import Transaction
+from ..txn.staged import StagedWriter as SegmentWriter
+from .segments import load_segment
+from ..pdfstore import PdfStore
+from .txn import LocalBackend, LocalHold, Transaction
 from .verify import verify_local
 
 if TYPE_CHECKING:
@@ -116,6 +119,10 @@ class IndexStore:
         """A stored PDF: inside the index and a plain file, else a clear IndexProblem."""
         regular_size(self.root, rel)
         return self.root / rel
+
+    def blob_source(self) -> LocalBlobs:
+        """Where this index keeps its artifacts' blobs (read checked)."""
+        return LocalBlobs(self.root)
 
     def size_bytes(self, manifest: Manifest) -> int:
         """Bytes of the files a generation names (not what other generations keep)."""
@@ -216,9 +223,8 @@ class IndexStore:
         with self.lock(wait_s):
             found = base_or_rebuild(self._base, rebuild)
             base, generation, upgrade = found if found is not None else (None, self._highest_generation(), False)
-            transaction = Transaction(self, base, generation)
-            transaction.needs_upgrade = upgrade
-            transaction.collect_temporary()
+            transaction = Transaction(LocalBackend(self, upgrade), LocalHold(), base, generation, PdfStore(self.root))
+            transaction.recover()
             with discarding(transaction):
                 yield transaction
 

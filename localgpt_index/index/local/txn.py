@@ -1,180 +1,138 @@
-"""The local transaction: segments staged on disk, PDFs in the PDF store, commits that switch HEAD."""
+"""The local backend of the transaction core: segments staged as files, a generation published by
+writing `gen-N.json` then replacing HEAD, and files no kept generation names collected."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import uuid
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...core.failpoints import failpoint
-from ...core.types import PageRef
+from ..artifacts import blob_names
 from ..checksums import block_checksums
-from ..files import TMP_PREFIX as _TMP_PREFIX
-from ..files import plain_files, sweep_temporary
-from ..files import write_atomic as _write_atomic
-from ..manifest import (
-    Checksum,
-    Document,
-    Failure,
-    Head,
-    Manifest,
-    ModelInfo,
-    Segment,
-    Settings,
-)
-from ..pdfstore import PdfStore
-from ..txn import assemble_manifest, live_segments, write_error
-from .segments import SegmentWriter
+from ..files import TMP_PREFIX, plain_files, sweep_temporary, write_atomic
+from ..manifest import Checksum, Document, Head, Manifest, Segment
+from ..txn.core import TransactionCore
+from .blobs import LocalBlobs
+from .segments import FileSegmentSink
+
+if TYPE_CHECKING:
+    from ..txn.staged import SegmentSink
 
 
-class Transaction:
-    """One writer's changes to an index: staged files, then commits that switch HEAD.
+class LocalHold:
+    """The writers' file lock, as the core sees it: nothing to fence (a lock cannot be taken over)."""
 
-    Commit as often as wanted (a plain build commits every batch); each commit is one new
-    generation. Files staged but never committed are deleted when the transaction ends.
-    """
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
 
-    def __init__(self, store: Any, base: Manifest | None, generation: int) -> None:  # an IndexStore (a cycle to import)
+    def fence(self) -> None:
+        """A file lock held is held until released."""
+
+
+class LocalBackend:
+    """What only a local folder does in a transaction; the rest is `TransactionCore`'s."""
+
+    dtype: type = np.float16
+    needs_page = False
+
+    def __init__(self, store: Any, upgrade: bool = False) -> None:  # an IndexStore (local/store.py imports this module)
         self.store = store
-        self.base = base
-        self.generation = generation  # the generation HEAD points to now
-        self.current = base  # the last manifest committed (or the base)
-        self._segments: dict[str, Segment] = dict(base.segments) if base else {}
-        self._staged_segments: set[str] = set()
-        self.pdfs = PdfStore(store.root)
-        self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
-        self._writers: list[SegmentWriter] = []
-        self.needs_upgrade = False  # the index is in an older format: the next commit writes the current one
+        self.root: Path = store.root
+        self.location = str(store.root)
+        self._upgrade = upgrade
+        self.txn: TransactionCore | None = None
+        self.blobs = LocalBlobs(self.root)
 
     @property
-    def root(self) -> Path:
-        return self.store.root
+    def segments_dir(self) -> Path:
+        return self.store.segments_dir
+
+    def attach(self, txn: TransactionCore) -> None:
+        self.txn = txn
+
+    def translate(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def recover(self) -> bool:
+        """Temporary files of writers that were killed (only the lock holder writes, so none is live)."""
+        sweep_temporary([self.root, self.segments_dir, self.blobs.folder])
+        return self._upgrade
+
+    def sink(self, dim: int) -> SegmentSink:
+        self.segments_dir.mkdir(parents=True, exist_ok=True)
+        return FileSegmentSink(self.segments_dir, dim)
+
+    def blob_sink(self) -> LocalBlobs:
+        return self.blobs
+
+    def base_blobs(self) -> LocalBlobs:
+        return self.blobs
 
     def pdf_path(self, rel: str) -> Path:
-        return self.store.root / rel
+        """A stored PDF, checked: inside the index, a regular file (never a FIFO planted as pdf/<sha>.pdf)."""
+        return self.store.pdf_file(rel)
 
-    @contextmanager
-    def writing(self) -> Iterator[None]:
-        """Turn any OSError into one message that says what the index keeps."""
-        try:
-            yield
-        except OSError as exc:
-            raise write_error(str(self.root), exc, self.generation) from None
+    def prepare(self, documents: list[Document], in_progress: list[Document], generation: int,
+                dim: int) -> tuple[list[Document], list[Document]]:
+        return documents, in_progress
 
-    def segment_writer(self, dim: int) -> SegmentWriter:
-        with self.writing():
-            self.store.segments_dir.mkdir(parents=True, exist_ok=True)
-            writer = SegmentWriter(self.store.segments_dir, dim)
-        self._writers.append(writer)
-        return writer
-
-    def finish_segment(self, writer: SegmentWriter) -> Segment | None:
-        """Seal a writer's segment (None when it received no page) and stage it for the next commit."""
-        self._writers.remove(writer)
-        if not writer.pages:
-            writer.discard()
-            return None
-        with self.writing():
-            try:
-                segment = writer.finish()
-            except BaseException:
-                writer.discard()
-                raise
-        self._segments[segment.id] = segment
-        self._staged_segments.add(segment.id)
-        return segment
-
-    def write_segment(self, pages: Sequence[np.ndarray], dim: int, refs: Sequence[PageRef] | None = None) -> Segment:
-        """A whole segment at once (imports, tests)."""
-        writer = self.segment_writer(dim)
-        with self.writing():
-            for number, page in enumerate(pages):
-                writer.append(page, refs[number] if refs else None)
-        segment = self.finish_segment(writer)
-        if segment is None:
-            raise ValueError("a segment needs at least one page")
-        return segment
-
-    def store_pdf(self, pdf: Path) -> tuple[str, str]:
-        """Keep a converted PDF, named by the sha256 of its own bytes; returns its name and sha256."""
-        with self.writing():
-            return self.pdfs.put(pdf)
-
-    def commit(
-        self,
-        documents: Sequence[Document],
-        model: ModelInfo,
-        settings: Settings,
-        failures: Sequence[Failure] = (),
-        in_progress: Sequence[Document] = (),
-    ) -> Manifest:
-        """Make a new generation of exactly these documents; returns its manifest."""
-        live = live_segments(documents, in_progress)
-        missing = live - set(self._segments)
-        if missing:
-            raise ValueError(f"documents name segments this transaction does not know: {sorted(missing)[:3]}")
-        with self.writing():
-            segments = {sid: self._upgraded(self._segments[sid]) for sid in sorted(live)}
-            manifest = assemble_manifest(self.generation + 1, model, settings, segments, documents, in_progress, failures)
-            raw = manifest.to_json()
-            name = f"gen-{manifest.generation:08d}.json"
-            _write_atomic(self.root / name, raw)
-            failpoint("before-head")
-            head = Head(format=manifest.format, generation=manifest.generation, manifest=name, sha256=hashlib.sha256(raw).hexdigest())
-            _write_atomic(self.root / "HEAD", head.model_dump_json().encode())
-            failpoint("after-head")
-        self.previous, self.current, self.generation = self.current, manifest, manifest.generation
-        self._staged_segments -= live
-        self.pdfs.committed(manifest)
-        self._collect([m for m in (manifest, self.previous) if m is not None])
-        return manifest
-
-    def _upgraded(self, segment: Segment) -> Segment:
+    def segment_record(self, segment: Segment) -> Segment:
         """Format 1's word sums (already checked when the index was opened) replaced by XXH3."""
         if segment.checksum is None or segment.checksum.algorithm == "xxh3_64":  # None: no files to check
             return segment
-        path = self.store.segments_dir / f"{segment.id}.vectors.npy"
-        upgraded = segment.model_copy(update={"checksum": Checksum(algorithm="xxh3_64", blocks=block_checksums(path))})
-        self._segments[segment.id] = upgraded
-        return upgraded
+        path = self.segments_dir / f"{segment.id}.vectors.npy"
+        return segment.model_copy(update={"checksum": Checksum(algorithm="xxh3_64", blocks=block_checksums(path))})
 
-    def _collect(self, keep: list[Manifest]) -> None:
-        """Delete files that neither the new nor the previous generation names (a reader that
-        has just read the old HEAD can still open it), nor this transaction has staged."""
+    def write_catalog(self, manifest: Manifest) -> object:
+        raw = manifest.to_json()
+        name = f"gen-{manifest.generation:08d}.json"
+        write_atomic(self.root / name, raw)
+        return Head(format=manifest.format, generation=manifest.generation, manifest=name, sha256=hashlib.sha256(raw).hexdigest())
+
+    def publish(self, manifest: Manifest, receipt: object) -> None:
+        assert isinstance(receipt, Head)
+        write_atomic(self.root / "HEAD", receipt.model_dump_json().encode())
+
+    def after_publish(self) -> None:
+        """Nothing: HEAD is what readers follow."""
+
+    def _staged(self) -> set[str]:
+        return self.txn.staging.staged if self.txn is not None else set()
+
+    def _staged_blobs(self) -> set[str]:
+        return self.txn.staging.blobs if self.txn is not None else set()
+
+    def collect(self, keep: list[Manifest]) -> None:
+        """Delete files that no kept generation names (a reader that has just read the old HEAD can
+        still open the previous one), nor this transaction has staged. Best effort."""
         live_manifests = {f"gen-{m.generation:08d}.json" for m in keep}
-        live_segments = {s for m in keep for s in m.segments} | self._staged_segments
+        live_segments = {s for m in keep for s in m.segments} | self._staged()
         try:
             for path in self.root.iterdir():
                 if path.name.startswith("gen-") and path.name.endswith(".json") and path.name not in live_manifests:
                     path.unlink(missing_ok=True)
-            for path in plain_files(self.store.segments_dir):
-                if not path.name.startswith(_TMP_PREFIX) and path.name.split(".")[0] not in live_segments:
+            for path in plain_files(self.segments_dir):
+                if not path.name.startswith(TMP_PREFIX) and path.name.split(".")[0] not in live_segments:
                     path.unlink(missing_ok=True)
         except OSError:
-            pass  # collection is best effort; the next commit tries again
-        self.pdfs.collect(keep)
+            pass  # the next commit tries again
+        self.blobs.collect(blob_names(keep) | self._staged_blobs())
 
-    def collect_temporary(self) -> None:
-        """Temporary files of writers that were killed (only the lock holder writes, so none is live)."""
-        sweep_temporary([self.root, self.store.segments_dir])
-        self.pdfs.sweep_temporary()
-
-    def discard_staged(self) -> None:
-        """At the end: close segment writers still open, and delete what was staged but never committed."""
-        for writer in list(self._writers):
-            writer.discard()
-        self._writers.clear()
-        live = self.current
-        live_segments = set(live.segments) if live else set()
+    def discard(self, keep: list[Manifest]) -> None:
+        """Staged segments no kept generation names are deleted (the next writer's commit collects
+        what this cannot)."""
+        named = {s for m in keep for s in m.segments}
         try:
-            for sid in self._staged_segments - live_segments:
+            for sid in self._staged() - named:
                 for suffix in (".vectors.npy", ".offsets.npy"):
-                    (self.store.segments_dir / f"{sid}{suffix}").unlink(missing_ok=True)
+                    (self.segments_dir / f"{sid}{suffix}").unlink(missing_ok=True)
         except OSError:
-            pass  # the next writer's commit collects them
-        self._staged_segments.clear()
-        self.pdfs.discard([self.current, self.previous])
+            pass
+        self.blobs.delete(self._staged_blobs() - blob_names(keep))
+
+
+Transaction = TransactionCore  # the name callers and tests imported

@@ -6,7 +6,9 @@ from typing import Any
 
 from ...core.errors import IndexProblem
 from ...core.files import sha256_file
+from ..artifacts import check_all
 from ..files import regular_size
+from .blobs import LocalBlobs
 
 
 def verify_local(store: Any) -> list[str]:  # an IndexStore (local/store.py imports this module)
@@ -38,4 +40,4 @@ def verify_local(store: Any) -> list[str]:  # an IndexStore (local/store.py impo
             continue
         if sha256_file(store.root / rel) != expected:
             problems.append(f"{store.root / rel}: sha256 mismatch; the converted PDF of {source} is damaged.")
-    return problems
+    return problems + check_all(manifest, LocalBlobs(store.root))

@@ -1,6 +1,6 @@
 """The switch of a Qdrant commit, step by step: pages of other paths copied (`owned`), complete
 documents made visible (`show`), pages no document names removed, the catalog and HEAD written,
-and a rebuild's alias switched. Named parts of `QdrantTransaction.commit`, in its order."""
+and a rebuild's alias switched: the steps of the Qdrant backend (qdrant/txn.py), in their order."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .ids import (
     chunk_id,
     point_id,
 )
-from .writer import QdrantSegmentWriter
+from .writer import point_writer
 
 
 def doc_rows(txn: Any, doc: Document) -> list[tuple[str, int]]:
@@ -75,13 +75,11 @@ def owned(txn: Any, doc: Document, visible_from: int) -> Document:
     missing = [n for n, pid in enumerate(ids, 1) if pid not in fetched]
     if missing:
         raise IndexProblem(f"{doc.path}: page {missing[0]} of the vectors it reuses is missing.", hint=REBUILD_HINT)
-    writer = QdrantSegmentWriter(txn, fetched[ids[0]].shape[1])
+    writer = point_writer(txn, fetched[ids[0]].shape[1])
     for number, pid in enumerate(ids, 1):
-        writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata), visible_from=PENDING)
-    writer.flush()
-    segment = writer.segment()
+        writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata))
+    segment = writer.seal()
     txn._segments[segment.id] = segment
-    txn._owners[segment.id] = list(writer.owners)
     txn._staged.add(segment.id)
     return doc.model_copy(update={"spans": [Span(segment=segment.id, first=0, pages=len(ids))]})
 
@@ -120,7 +118,8 @@ def remove_unnamed(txn: Any, documents: list[Document], in_progress: list[Docume
         txn.client.set_payload(txn.physical, {"gen_removed": generation}, points=models.PointIdsList(points=gone[start : start + 1024]))
 
 
-def write_catalog(txn: Any, manifest: Manifest) -> None:
+def write_catalog(txn: Any, manifest: Manifest) -> dict:
+    """The manifest in chunks keyed by (generation, chunk, writer token); returns the HEAD payload naming them."""
     models = _models()
     text = manifest.to_json().decode("ascii")
     chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
@@ -128,17 +127,17 @@ def write_catalog(txn: Any, manifest: Manifest) -> None:
                                  payload={"kind": "manifest", "generation": manifest.generation, "chunk": i, "data": chunk})
               for i, chunk in enumerate(chunks)]
     txn.client.upsert(txn.catalog, points, wait=True)
-    txn._head_payload = {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
-                          "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": txn.physical,
-                          "paths": PATHS_VERSION, "writer": txn.token, "chunk_key": txn.token}
+    return {"kind": "head", "format": FORMAT, "generation": manifest.generation, "chunks": len(chunks),
+            "sha256": hashlib.sha256(text.encode()).hexdigest(), "physical": txn.physical,
+            "paths": PATHS_VERSION, "writer": txn.token, "chunk_key": txn.token}
 
 
-def write_head(txn: Any, manifest: Manifest) -> None:
+def write_head(txn: Any, manifest: Manifest, payload: dict) -> None:
     """HEAD replaced only where it still names this writer (claimed when the lease was taken): a
     writer whose lease was taken over cannot commit, whatever its clock says."""
     models = _models()
     mine = models.Filter(must=[models.FieldCondition(key="writer", match=models.MatchValue(value=txn.token))])
-    txn.client.upsert(txn.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=txn._head_payload)],
+    txn.client.upsert(txn.catalog, [models.PointStruct(id=HEAD_ID, vector={}, payload=payload)],
                        update_filter=mine, wait=True)
     found = txn.client.retrieve(txn.catalog, [HEAD_ID], with_payload=True)
     if not found or found[0].payload.get("writer") != txn.token or found[0].payload.get("generation") != manifest.generation:

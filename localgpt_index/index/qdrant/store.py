@@ -85,7 +85,7 @@ from .ids import (
     visible_filter,
 )
 from .lease import _Lease, hold_lease
-from .txn import QdrantSegmentWriter, QdrantTransaction
+from .txn import LeaseHold, QdrantBackend, QdrantSegmentWriter, QdrantTransaction
 from .view import QdrantIndex
 
 __all__ = [
@@ -182,7 +182,7 @@ class QdrantStore:
         vectors = self.client.get_collection(name).config.params.vectors
         if name.endswith("__catalog"):
             sample = self.client.scroll(name, limit=8, with_payload=["kind"])[0]
-            return not vectors and all((p.payload or {}).get("kind") in ("manifest", "head") for p in sample)
+            return not vectors and all((p.payload or {}).get("kind") in ("manifest", "head", "blob") for p in sample)
         return isinstance(vectors, dict) and set(vectors) == {VECTOR, POOLED}
 
     def _foreign(self, what: str) -> UsageError:
@@ -282,7 +282,8 @@ class QdrantStore:
         with hold_lease(self, wait_s) as lease:
             physical = self.physical()
             base = base_or_rebuild(lambda: self.read_manifest(physical) if physical else None, rebuild)
-            transaction = QdrantTransaction(self, physical, base, rebuild, lease)
+            backend = QdrantBackend(self, physical, base, rebuild, lease)
+            transaction = QdrantTransaction(backend, LeaseHold(lease), base, base.generation if base else 0, self.pdfs())
             transaction.recover()
             with discarding(transaction):
                 yield transaction

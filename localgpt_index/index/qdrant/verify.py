@@ -8,10 +8,12 @@ from typing import Any
 from ...core.errors import IndexProblem, LgptError, UsageError
 from ...core.files import sha256_file
 from ..errors import MissingIndexFile
+from ..artifacts import check_all
 from ..files import regular_size
 from ..manifest import (
     Manifest,
 )
+from .blobs import QdrantBlobs
 from .ids import (
     VECTOR,
     doc_key,
@@ -54,7 +56,7 @@ def verify_points(store: Any, physical: str, manifest: Manifest) -> list[str]:
             else:
                 if sha256_file(pdf) != doc.pdf_sha256:
                     problems.append(f"{pdf}: sha256 mismatch; the converted PDF of {doc.path} is damaged.")
-    return problems
+    return problems + check_all(manifest, QdrantBlobs(store, store.catalog_of(physical)))
 
 
 def verify(store: Any) -> list[str]:

@@ -12,7 +12,9 @@ from ..manifest import (
     Document,
     Manifest,
 )
+from ..artifacts import BlobSource
 from ..view import IndexView
+from .blobs import QdrantBlobs
 from .ids import (
     POOLED,
     VECTOR,
@@ -33,6 +35,9 @@ class QdrantIndex(IndexView):
         self.physical = physical
         self.legacy_paths = legacy_paths
         self._paths = {doc_key(d.path, legacy_paths): d.path for d in manifest.documents}
+
+    def _blob_source(self) -> BlobSource:
+        return QdrantBlobs(self.store, self.store.catalog_of(self.physical))
 
     def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.

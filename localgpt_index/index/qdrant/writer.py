@@ -1,4 +1,4 @@
-"""The Qdrant segment writer: pages become points (PENDING until a commit shows them), in batches."""
+"""The Qdrant segment sink: pages become points (PENDING until a commit shows them), in batches."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ...core.types import PageRef
 from ..manifest import (
     Segment,
 )
+from ..txn.staged import StagedWriter
 from .ids import (
     PENDING,
     POOLED,
@@ -24,44 +25,40 @@ from .ids import (
 )
 
 
-class QdrantSegmentWriter:
-    """Upserts pages as points in batches; `rows` records whose page each row is."""
+class PointSink:
+    """Pages become points of the collection being written, upserted in batches; `owners` records
+    whose page each row is (a commit copies pages stored under another path)."""
 
-    def __init__(self, txn: Any, dim: int) -> None:  # a QdrantTransaction (it imports this module)
+    def __init__(self, txn: Any, dim: int) -> None:  # a QdrantBackend (it imports this module)
         self.txn, self.dim = txn, dim
         self.id = f"seg-{uuid.uuid4().hex}"
-        self.lengths: list[int] = []
         self.owners: list[str] = []
         self._batch: list = []
 
-    @property
-    def pages(self) -> int:
-        return len(self.lengths)
-
-    def append(self, vectors: np.ndarray, page: PageRef | None = None, visible_from: int = PENDING) -> int:
-        if page is None:
-            raise ValueError("a Qdrant store needs to know whose page each vector block is")
-        block = np.asarray(vectors, dtype=np.float32)
-        if block.ndim != 2 or block.shape[1] != self.dim or block.shape[0] < 1:
-            raise ValueError(f"a page of shape {block.shape}, expected (tokens >= 1, {self.dim})")
-        row = len(self.lengths)
-        self._batch.append(make_point(self.txn, self.id, row, block, page, visible_from))
-        self.lengths.append(int(block.shape[0]))
+    def write(self, row: int, block: np.ndarray, page: PageRef | None) -> None:
+        assert page is not None  # the StagedWriter refuses a page without a PageRef (needs_page)
+        self._batch.append(make_point(self.txn, self.id, row, block, page, PENDING))
         self.owners.append(page.path)
         if len(self._batch) >= UPSERT_BATCH:
             self.flush()
-        if row == 1:
-            self.flush()
-            failpoint("write-vectors")
-        return row
 
     def flush(self) -> None:
         if self._batch:
             upsert(self.txn, self._batch)
             self._batch = []
 
-    def segment(self) -> Segment:
-        return Segment(id=self.id, pages=len(self.lengths), rows=sum(self.lengths), dim=self.dim, storage="qdrant")
+    def seal(self, lengths: list[int], dim: int) -> Segment:
+        self.flush()
+        self.txn._owners[self.id] = list(self.owners)
+        return Segment(id=self.id, pages=len(lengths), rows=sum(lengths), dim=self.dim, storage="qdrant")
+
+    def discard(self) -> None:
+        """Nothing here: the transaction's discard deletes the points this writer upserted."""
+
+
+def point_writer(txn: Any, dim: int) -> StagedWriter:
+    """A segment writer over points (float32, as the client sends them; every page says whose it is)."""
+    return StagedWriter(PointSink(txn, dim), dim, np.float32, needs_page=True)
 
 
 def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
@@ -77,7 +74,7 @@ def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRe
 def upsert(txn: Any, points: list) -> None:
     failpoint("upsert")
     txn.fence()
-    txn._wrote = True
+    txn.mark_written()
     with txn.writing():
         for attempt in range(4):
             try:

@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from ..core.errors import IndexProblem
-from .errors import IndexWriteError
-from .manifest import (
+from ...core.errors import IndexProblem
+from ..errors import IndexWriteError
+from ..manifest import (
     REBUILD_HINT,
+    ArtifactRef,
     Document,
     Failure,
     Manifest,
@@ -43,7 +44,7 @@ def live_segments(documents: Sequence[Document], in_progress: Sequence[Document]
 
 def assemble_manifest(generation: int, model: ModelInfo, settings: Settings, segments: dict[str, Segment],
                       documents: Sequence[Document], in_progress: Sequence[Document],
-                      failures: Sequence[Failure]) -> Manifest:
+                      failures: Sequence[Failure], artifacts: dict[str, ArtifactRef] | None = None) -> Manifest:
     """The manifest of a new generation: documents ordered by their path's bytes, references checked."""
     manifest = Manifest.model_construct(
         generation=generation,
@@ -54,6 +55,7 @@ def assemble_manifest(generation: int, model: ModelInfo, settings: Settings, seg
         documents=sorted(documents, key=_by_path),
         in_progress=sorted(in_progress, key=_by_path),
         failures=list(failures),
+        artifacts=dict(artifacts or {}),
     )
     manifest.check_references()
     return manifest

@@ -1,0 +1,238 @@
+"""Per-generation derived artifacts: data an index keeps beside its vectors (a full-text index, binary
+codes), written by the same transaction, named by the same manifest, checked by the same verify.
+
+Two granularities, both driven by the transaction core (txn/core.py), for both stores:
+- a *part* per segment, fed page by page beside the vectors (`PartWriter.add`, through
+  `StagedWriter.append(vectors, page, extra)`), sealed with the segment into `Segment.parts[name]`;
+- a per-generation *artifact*, built at commit (`Artifact.build(ctx, sink)`), recorded in
+  `Manifest.artifacts[name]` before the catalog and HEAD are written, so HEAD names vectors and
+  artifacts of one generation at once.
+Bytes go to blobs named by their sha256 (`BlobSink.put`; local: `artifacts/<sha>.<ext>`; Qdrant:
+catalog chunks keyed by the blob's name), read back checked (`BlobSource.read`: size and sha256);
+blobs no kept generation names are collected with the segments. Readers open an artifact lazily
+(`IndexView.artifact(name)`, None when absent) and never write.
+
+Artifacts register here (`register`), built-ins and plugins alike (a module named in $LGPT_PLUGINS
+is imported before the registry is first read); see docs/dev/transaction-core.md, "How to add an artifact".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Protocol
+
+import numpy as np
+
+from ..core.types import PageRef
+from .manifest import ArtifactRef, BlobRef, Document, Manifest, PartRef, Segment
+
+__all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "CommitContext", "PartRef", "PartWriter",
+           "artifact_named", "register", "registered", "unregister"]
+
+PLUGINS_ENV = "LGPT_PLUGINS"
+BUILT_INS: tuple[str, ...] = ()  # modules of built-in artifacts, imported (and so registered) before the registry is read
+
+
+class BlobSink(Protocol):
+    """Where a writer stores an artifact's bytes: content-named, durable before a commit names them."""
+
+    def put(self, data: bytes, ext: str) -> BlobRef: ...
+
+
+class BlobSource(Protocol):
+    """Where a reader (or a writer, for the base generation's) reads them back."""
+
+    def read(self, ref: BlobRef) -> bytes:
+        """The blob's bytes, checked against `ref` (size, sha256): IndexProblem/MissingIndexFile if not."""
+        ...
+
+
+class PartWriter(Protocol):
+    """A segment's part of an artifact: fed every page beside the vectors, sealed with the segment."""
+
+    def add(self, row: int, vectors: np.ndarray, page: PageRef | None, extra: Mapping[str, object]) -> None: ...
+
+    def seal(self, sink: BlobSink) -> PartRef: ...
+
+    def discard(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class CommitContext:
+    """What a commit gives `Artifact.build`: the generation it follows (its manifest and this
+    artifact's ref in it), the documents added, removed and kept since, the live segments (with
+    their parts), and the base's blobs, so an incremental artifact touches only changed rows."""
+
+    generation: int
+    base: Manifest | None
+    base_ref: ArtifactRef | None
+    documents: list[Document]
+    in_progress: list[Document]
+    added: list[Document]
+    removed: list[Document]
+    kept: list[Document]
+    segments: dict[str, Segment]
+    source: BlobSource
+
+    def parts(self, name: str) -> dict[str, PartRef]:
+        """The parts of artifact `name` of the live segments that have one."""
+        return {sid: seg.parts[name] for sid, seg in self.segments.items() if name in seg.parts}
+
+
+class Artifact(Protocol):
+    """One kind of derived data. Every method may return None / do nothing where it does not apply."""
+
+    name: str  # a lowercase word: the key in Manifest.artifacts and Segment.parts
+    version: int
+
+    def part_writer(self, dim: int) -> PartWriter | None: ...
+
+    def derive_part(self, segment: Segment, source: BlobSource, sink: BlobSink) -> PartRef | None:
+        """A part for a live segment written without one (before the artifact existed), at commit."""
+        ...
+
+    def build(self, ctx: CommitContext, sink: BlobSink) -> ArtifactRef | None: ...
+
+    def check(self, ref: PartRef, source: BlobSource, full: bool) -> list[str]:
+        """Problems beyond the blobs' sizes and hashes (which the caller checks first)."""
+        ...
+
+    def open(self, ref: ArtifactRef | None, parts: Mapping[str, PartRef], source: BlobSource) -> object: ...
+
+
+_REGISTRY: dict[str, Artifact] = {}
+_plugins_loaded = False
+
+
+def register(artifact: Artifact) -> Artifact:
+    """Add an artifact (or replace the one of its name); every transaction begun after writes it."""
+    _REGISTRY[artifact.name] = artifact
+    return artifact
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def registered() -> tuple[Artifact, ...]:
+    """Every artifact, in the order they registered (plugins of $LGPT_PLUGINS imported first)."""
+    _load_plugins()
+    return tuple(_REGISTRY.values())
+
+
+def artifact_named(name: str) -> Artifact | None:
+    _load_plugins()
+    return _REGISTRY.get(name)
+
+
+def _load_plugins() -> None:
+    """Built-ins, then plugins: a process that reads an index without loading a model (verify, serve) sees them too."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for name in BUILT_INS:
+        import_module(name)
+    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            import_module(name)
+        except ImportError:
+            pass  # the family registry says so, with a message; an index without the plugin reads as without it
+
+
+def blob_names(manifests: Iterable[Manifest | None]) -> set[str]:
+    """The blobs these generations name (their artifacts and their segments' parts)."""
+    names: set[str] = set()
+    for manifest in manifests:
+        if manifest is None:
+            continue
+        refs: list[PartRef] = [*manifest.artifacts.values()]
+        refs += [part for seg in manifest.segments.values() for part in seg.parts.values()]
+        names.update(blob.name for ref in refs for blob in ref.blobs)
+    return names
+
+
+def part_writers(artifacts: Iterable[Artifact], dim: int) -> dict[str, PartWriter]:
+    return {a.name: writer for a in artifacts if (writer := a.part_writer(dim)) is not None}
+
+
+def seal_parts(segment: Segment, writers: Mapping[str, PartWriter], sink: BlobSink) -> Segment:
+    """The segment with its parts (their blobs written); unchanged when no artifact writes parts."""
+    if not writers:
+        return segment
+    parts = {name: writer.seal(sink) for name, writer in writers.items()}
+    return segment.model_copy(update={"parts": {**segment.parts, **parts}})
+
+
+def changes(base: Manifest | None, documents: list[Document]) -> tuple[list[Document], list[Document], list[Document]]:
+    """(added, removed, kept) documents between `base` and a new generation: a changed document is
+    removed (its old entry) and added (its new one)."""
+    old = {d.path: d for d in (base.documents if base else [])}
+    new = {d.path: d for d in documents}
+    kept = [d for d in documents if old.get(d.path) == d]
+    added = [d for d in documents if old.get(d.path) != d]
+    removed = [d for path, d in old.items() if new.get(path) != d]
+    return added, removed, kept
+
+
+def with_derived_parts(artifacts: Iterable[Artifact], segments: dict[str, Segment], source: BlobSource,
+                       sink: BlobSink) -> dict[str, Segment]:
+    """Live segments lacking an artifact's part get one where the artifact can derive it."""
+    result = dict(segments)
+    for artifact in artifacts:
+        for sid, segment in result.items():
+            if artifact.name not in segment.parts:
+                part = artifact.derive_part(segment, source, sink)
+                if part is not None:
+                    result[sid] = segment.model_copy(update={"parts": {**segment.parts, artifact.name: part}})
+    return result
+
+
+def build_artifacts(artifacts: Iterable[Artifact], generation: int, base: Manifest | None, documents: list[Document],
+                    in_progress: list[Document], segments: dict[str, Segment], source: BlobSource,
+                    sink: BlobSink) -> dict[str, ArtifactRef]:
+    """Each artifact's per-generation build, given what changed since `base` (the generation the commit follows)."""
+    added, removed, kept = changes(base, documents)
+    refs: dict[str, ArtifactRef] = {}
+    for artifact in artifacts:
+        base_ref = base.artifacts.get(artifact.name) if base else None
+        ctx = CommitContext(generation, base, base_ref, documents, in_progress, added, removed, kept, segments, source)
+        ref = artifact.build(ctx, sink)
+        if ref is not None:
+            refs[artifact.name] = ref
+    return refs
+
+
+def check_all(manifest: Manifest, source: BlobSource) -> list[str]:
+    """Every artifact and part a generation names: each blob's size and sha256, then the artifact's own check."""
+    from ..core.errors import IndexProblem
+
+    problems: list[str] = []
+    refs: list[tuple[str, str, PartRef]] = [(name, f"artifact {name}", ref) for name, ref in sorted(manifest.artifacts.items())]
+    refs += [(name, f"segment {sid}'s {name} part", part) for sid, seg in sorted(manifest.segments.items())
+             for name, part in sorted(seg.parts.items())]
+    for name, where, ref in refs:
+        damaged = False
+        for blob in ref.blobs:
+            try:
+                source.read(blob)
+            except IndexProblem as exc:
+                problems.append(f"{where}: {exc.message}")
+                damaged = True
+        artifact = artifact_named(name)
+        if not damaged and artifact is not None:
+            problems += [f"{where}: {problem}" for problem in artifact.check(ref, source, True)]
+    return problems
+
+
+def open_artifact(name: str, manifest: Manifest, source: BlobSource) -> object | None:
+    """Artifact `name` of a generation, opened (None: not registered here, or not in this generation)."""
+    artifact = artifact_named(name)
+    ref = manifest.artifacts.get(name)
+    parts = {sid: seg.parts[name] for sid, seg in manifest.segments.items() if name in seg.parts}
+    if artifact is None or (ref is None and not parts):
+        return None
+    return artifact.open(ref, parts, source)
