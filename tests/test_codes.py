@@ -152,3 +152,84 @@ def test_without_numba_the_numpy_kernel_answers(monkeypatch):
     assert np.array_equal(got, _reference(queries, vectors, offsets, np.arange(50)))
     with pytest.raises(RuntimeError, match="numba"):
         module.hamming_maxsim(*query_words(queries), 1, as_words(pack_codes(vectors)), offsets, kernel="numba")
+
+
+def _query(index, *args):
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("query", "quarterly revenue", "-k", "5", "--index-dir", str(index), "--json", *args)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout), result.stderr
+
+
+def test_build_writes_codes_and_the_first_pass_answers_from_them(fake_model, corpus, tmp_path):
+    from helpers import build_json, verify_ok
+
+    from localgpt_index.query.search import open_index
+
+    index = tmp_path / "idx"
+    result, _ = build_json(corpus[0], index, "--model", str(fake_model))
+    assert result.exit_code in (0, 3), result.stderr
+    view = open_index(index).view
+    segments = view.manifest.segments.values()
+    assert segments and all(seg.parts["codes"].meta["rows"] == seg.rows for seg in segments)
+    for seg in segments:  # the stored codes are the signs of the stored vectors
+        vectors, _ = view.store.segment_arrays(seg)
+        assert np.array_equal(view.artifact("codes").words(seg.id), as_words(pack_codes(vectors)))
+    verify_ok(index)
+    exact, _ = _query(index)
+    assert exact["scoring"]["path"] == "exact"
+    everything, _ = _query(index, "--first-pass", "100000")
+    assert everything["scoring"] == {"path": "first-pass", "candidates": 100000, "reason": "asked for", "hint": None,
+                                     "exact_segments": 0}
+    assert everything["results"] == exact["results"]
+    narrow, _ = _query(index, "--first-pass", "2")
+    assert len(narrow["results"]) == 2 and narrow["scoring"]["candidates"] == 2
+    exact_scores = {(h["path"], h["page"]): h["score"] for h in _query(index, "-k", "1000")[0]["results"]}
+    assert all(h["score"] == pytest.approx(exact_scores[(h["path"], h["page"])], rel=1e-6) for h in narrow["results"])
+    auto, _ = _query(index, "--first-pass", "auto")
+    assert auto["scoring"]["path"] == "exact" and "auto" in auto["scoring"]["reason"]
+
+
+def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_writes_none(fake_model, corpus, tmp_path):
+    from helpers import build_json
+
+    from localgpt_index.index import artifacts
+    from localgpt_index.index.codes.artifact import CODES
+
+    index = tmp_path / "idx"
+    artifacts.registered()  # the built-ins are loaded: unregistering now holds for this build
+    artifacts.unregister("codes")
+    try:
+        result, _ = build_json(corpus[0], index, "--model", str(fake_model))
+    finally:
+        artifacts.register(CODES)
+    assert result.exit_code in (0, 3), result.stderr
+    before = sorted(p.relative_to(index) for p in index.rglob("*"))
+    exact, _ = _query(index)
+    asked, stderr = _query(index, "--first-pass", "2")
+    assert asked["scoring"]["path"] == "exact" and "no binary codes" in asked["scoring"]["reason"]
+    assert "hint:" in stderr and "--rebuild" in stderr
+    assert asked["results"] == exact["results"]
+    assert sorted(p.relative_to(index) for p in index.rglob("*")) == before  # nothing derived by a reader
+
+
+def test_first_pass_auto_turns_on_above_the_threshold(monkeypatch):
+    from localgpt_index.index.codes import plan
+
+    assert plan.choose("auto", plan.AUTO_FROM_PAGES - 1, 1, ["a"], {"a"}).path == "exact"
+    on = plan.choose("auto", plan.AUTO_FROM_PAGES, 1, ["a", "b"], {"a"})
+    assert (on.path, on.candidates, on.exact_segments) == ("first-pass", plan.DEFAULT_CANDIDATES, 1) and on.hint
+    monkeypatch.setattr(plan, "physical_memory", lambda: 1000)
+    assert plan.choose("auto", 10, 1001, ["a"], {"a"}).path == "first-pass"  # larger than memory
+    assert plan.choose(None, 10**6, 10**12, ["a"], {"a"}).path == "exact"  # exact stays the default
+
+
+def test_first_pass_takes_a_number_or_auto(fake_model, tmp_path):
+    from conftest import run_cli
+
+    for bad in ("0", "many", "-3"):
+        result = run_cli("query", "x", "--first-pass", bad, "--index-dir", str(tmp_path / "none"))
+        assert result.exit_code == 2 and "neither a number of candidate pages" in result.stderr, result.stderr
