@@ -49,13 +49,14 @@ def test_packing_keeps_every_sign_in_one_bit_a_dimension(dim):
     assert as_words(codes).shape == (300, codes.shape[1] // 8)
 
 
+@pytest.mark.parametrize("dim", [128, 64, 200])  # two words (the fused loop), one, four
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_hamming_maxsim_equals_a_brute_force_reference(kernel):
+def test_hamming_maxsim_equals_a_brute_force_reference(kernel, dim):
     rng = np.random.default_rng(1)
     lengths = rng.integers(1, 40, size=300)
     lengths[7] = 0  # a page without rows adds nothing
-    vectors, offsets = _pages(rng, lengths)
-    queries = [rng.standard_normal((n, 128)).astype(np.float32) for n in (5, 1, 17)]
+    vectors, offsets = _pages(rng, lengths, dim)
+    queries = [rng.standard_normal((n, dim)).astype(np.float32) for n in (5, 1, 17)]
     q_words, owner = query_words(queries)
     words = as_words(pack_codes(vectors))
     for pages in (np.arange(300), np.array([299, 3, 7, 150]), np.array([], dtype=np.int64)):
