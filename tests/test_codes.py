@@ -234,3 +234,21 @@ def test_first_pass_takes_a_number_or_auto(fake_model, tmp_path):
     for bad in ("0", "many", "-3"):
         result = run_cli("query", "x", "--first-pass", bad, "--index-dir", str(tmp_path / "none"))
         assert result.exit_code == 2 and "neither a number of candidate pages" in result.stderr, result.stderr
+
+
+def test_the_bench_quick_mode_runs_and_reports_recall_and_times(capsys):
+    """scripts/bench_first_pass.py --quick --json: every figure present; with every page a candidate the first
+    pass is exact (recall 1.0), so a broken rescoring or candidate split shows here."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_first_pass.py"
+    spec = importlib.util.spec_from_file_location("bench_first_pass", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = bench.main(["--quick", "--json"])
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(report))
+    assert report["kernel"] == "numba" and report["random"]["recall_at_10"][400] == 1.0
+    assert report["timing"]["kernel_pages_per_s"] > 0 and report["big"]["pages"] == 2000
+    assert set(report["big"]) >= {"first_pass_s", "rescore_s", "total_s", "within_1_5_s", "codes_bytes"}
