@@ -4,6 +4,7 @@ back to NumPy without it), and defined at module level so that numba's on-disk c
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numba
 import numpy as np
@@ -11,17 +12,20 @@ from numba import types
 from numba.extending import intrinsic
 
 
-@intrinsic
-def _popcount(typingctx, x):  # type: ignore[no-untyped-def]  # numba's intrinsic protocol
+def _ctpop(typingctx: Any, x: Any) -> tuple[Any, Any]:
     """LLVM's ctpop: one instruction where the CPU has it, vectorised with the loop (AVX-512 VPOPCNTQ)."""
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         return builder.ctpop(args[0])
 
     return types.uint64(types.uint64), codegen
 
 
-def _kernel(words, offsets, pages, q_words, owner, lo, hi, out):  # type: ignore[no-untyped-def]
+_popcount: Any = intrinsic(_ctpop)  # called as _popcount(x) in compiled code
+
+
+def _kernel(words: np.ndarray, offsets: np.ndarray, pages: np.ndarray, q_words: np.ndarray, owner: np.ndarray,
+            lo: int, hi: int, out: np.ndarray) -> None:
     """Pages pages[lo:hi]: out[query, i] += each of its tokens' smallest hamming distance to the page's rows.
 
     The inner loop runs over query tokens (contiguous: vectorised) and keeps each token's best in

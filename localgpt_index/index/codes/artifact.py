@@ -14,7 +14,8 @@ import numpy as np
 
 from ...core.types import PageRef
 from ..artifacts import BlobSink, BlobSource, CommitContext, register
-from ..manifest import ArtifactRef, PartRef, Segment
+from ...core.errors import IndexProblem
+from ..manifest import REBUILD_HINT, ArtifactRef, PartRef, Segment
 from .pack import as_words, code_bytes, pack_codes
 
 NAME = "codes"
@@ -69,7 +70,9 @@ class StoredCodes:
 
 
 def _read_part(part: PartRef, source: BlobSource) -> np.ndarray:
-    width = int(part.meta["bytes_per_row"])  # type: ignore[arg-type]  # checked by Codes.check
+    width = part.meta["bytes_per_row"]
+    if not isinstance(width, int) or width < 8 or width % 8:
+        raise IndexProblem(f"codes part: {width!r} bytes a row; the index is damaged.", hint=REBUILD_HINT)
     arrays = [np.frombuffer(source.read(blob), dtype=np.uint8) for blob in part.blobs]
     flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
     return as_words(flat.reshape(-1, width))
@@ -92,10 +95,10 @@ class Codes:
 
     def check(self, ref: PartRef, source: BlobSource, full: bool) -> list[str]:
         meta = ref.meta
-        try:
-            dim, rows, width, per_blob = (int(meta[key]) for key in ("dim", "rows", "bytes_per_row", "blob_rows"))  # type: ignore[arg-type]
-        except (KeyError, TypeError, ValueError):
+        numbers = [meta.get(key) for key in ("dim", "rows", "bytes_per_row", "blob_rows")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
             return [f"its entry lacks dim, rows, bytes_per_row or blob_rows ({sorted(meta)})"]
+        dim, rows, width, per_blob = (int(n) for n in numbers)  # type: ignore[arg-type]  # ints: checked just above
         if width != code_bytes(dim) or per_blob < 1:
             return [f"{width} bytes a row does not fit {dim} dimensions"]
         expected = [min(per_blob, rows - start) * width for start in range(0, max(rows, 1), per_blob)]
