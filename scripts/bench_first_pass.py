@@ -80,6 +80,29 @@ def recalls(queries, vectors, offsets, words, cs: list[int]) -> dict[int, float]
             for c in cs}
 
 
+def planted(queries, vectors, offsets, cosine: float, seed: int) -> list[int]:
+    """Per query, one page whose first tokens are the query's own, each moved to `cosine` of it (a page
+    that answers it, as retrieval has them, among random ones): the pages planted, in query order."""
+    rng = np.random.default_rng(seed)
+    pages = [int(p) for p in rng.choice(len(offsets) - 1, size=len(queries), replace=False)]
+    noise = np.sqrt(1 / cosine**2 - 1)
+    for q, page in zip(queries, pages):
+        g = rng.standard_normal(q.shape, dtype=np.float32)
+        g /= np.linalg.norm(g, axis=1, keepdims=True)
+        moved = q + noise * g
+        rows = min(len(q), int(offsets[page + 1] - offsets[page]))
+        vectors[offsets[page] : offsets[page] + rows] = (moved / np.linalg.norm(moved, axis=1, keepdims=True))[:rows]
+    return pages
+
+
+def needle_hits(queries, pages, vectors, offsets, words, cs: list[int]) -> dict:
+    """Hit@10 of each query's planted page: exact, and first pass + rescoring at each C."""
+    hits = {"exact": float(np.mean([p in exact_top(q, vectors, offsets) for q, p in zip(queries, pages)]))}
+    for c in cs:
+        hits[str(c)] = float(np.mean([p in two_pass_top(q, vectors, offsets, words, c) for q, p in zip(queries, pages)]))
+    return hits
+
+
 def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -189,6 +212,12 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"kernel": kernel_name(), "cpus": available_cpus(), "load_average_before": os.getloadavg()[0],
               "pages": args.pages, "tokens_per_page": args.tokens, "query_tokens": 20,
               "chosen_candidates": chosen, "random": {"recall_at_10": recalls(queries, vectors, offsets, words, args.candidates)}}
+    needles = unit_queries(args.queries, 20, seed=5)
+    needle_cs = [c for c in (10, 30, 100, 300) if c < args.pages] or [1]
+    for cosine in (0.6, 0.45, 0.35):
+        pages = planted(needles, vectors, offsets, cosine, seed=int(cosine * 100))
+        words = as_words(pack_codes(vectors))
+        report["random"][f"needle_hit_at_10_cos_{cosine}"] = needle_hits(needles, pages, vectors, offsets, words, needle_cs)
     report["timing"] = timings(queries[:3], vectors, offsets, words, chosen, args.rounds)
     report["big"] = big(args.big, args.tokens, queries[:2], vectors, offsets, chosen, args.rounds)
     if args.real:
@@ -202,6 +231,8 @@ def _text(r: dict) -> str:
     t, b = r["timing"], r["big"]
     lines = [f"kernel {r['kernel']}; {r['pages']} pages x {r['tokens_per_page']} tokens, 20-token queries",
              "recall@10 (random unit vectors): " + ", ".join(f"C={c}: {v:.2f}" for c, v in r["random"]["recall_at_10"].items())]
+    lines += [f"planted page found in the top-10 (token cosine {key.rsplit('_', 1)[1]}): " + ", ".join(f"{c}: {v:.2f}" for c, v in hits.items())
+              for key, hits in r["random"].items() if key.startswith("needle")]
     if "real" in r:
         lines.append(f"recall@10 ({r['real']['pages']} pages of {r['real']['index']}): "
                      + ", ".join(f"C={c}: {v:.2f}" for c, v in r["real"]["recall_at_10"].items()))
