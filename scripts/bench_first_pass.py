@@ -231,7 +231,8 @@ def _text(r: dict) -> str:
     t, b = r["timing"], r["big"]
     lines = [f"kernel {r['kernel']}; {r['pages']} pages x {r['tokens_per_page']} tokens, 20-token queries",
              "recall@10 (random unit vectors): " + ", ".join(f"C={c}: {v:.2f}" for c, v in r["random"]["recall_at_10"].items())]
-    lines += [f"planted page found in the top-10 (token cosine {key.rsplit('_', 1)[1]}): " + ", ".join(f"{c}: {v:.2f}" for c, v in hits.items())
+    lines += [f"planted page found in the top-10 (token cosine {key.rsplit('_', 1)[1]}): "
+              + ", ".join(f"{c}: {v:.2f}" for c, v in hits.items())
               for key, hits in r["random"].items() if key.startswith("needle")]
     if "real" in r:
         lines.append(f"recall@10 ({r['real']['pages']} pages of {r['real']['index']}): "
