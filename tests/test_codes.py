@@ -252,3 +252,47 @@ def test_the_bench_quick_mode_runs_and_reports_recall_and_times(capsys):
     assert report["kernel"] == "numba" and report["random"]["recall_at_10"][400] == 1.0
     assert report["timing"]["kernel_pages_per_s"] > 0 and report["big"]["pages"] == 2000
     assert set(report["big"]) >= {"first_pass_s", "rescore_s", "total_s", "within_1_5_s", "codes_bytes"}
+
+
+def test_segments_written_before_codes_are_scored_exactly_beside_coded_ones(fake_model, tmp_path):
+    """An index whose first segment has no codes (written before them), then a build that adds documents:
+    the new segment gets codes, the old one is not given any (derive happens in no build nor reader),
+    and a first pass keeps every page of the old segment (scored exactly) beside its candidates."""
+    from helpers import build_json, make_pdfs
+
+    from localgpt_index.index import artifacts
+    from localgpt_index.index.codes.artifact import CODES
+    from localgpt_index.query.search import open_index
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdfs(docs, 2, 3, "old")
+    artifacts.registered()
+    artifacts.unregister("codes")
+    try:
+        assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    finally:
+        artifacts.register(CODES)
+    make_pdfs(docs, 2, 3, "new")
+    assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    segments = list(open_index(index).manifest.segments.values())
+    assert sorted("codes" in seg.parts for seg in segments) == [False, True]
+    answer, stderr = _query(index, "--first-pass", "1", "-k", "12")
+    assert answer["scoring"]["path"] == "first-pass" and answer["scoring"]["exact_segments"] == 1
+    assert "hint:" in stderr and "--rebuild" in stderr
+    paths = [h["path"] for h in answer["results"]]
+    assert sum("old-" in p for p in paths) == 6 and sum("new-" in p for p in paths) == 1  # 6 exact + 1 candidate
+
+
+def test_damaged_codes_are_found_by_verify(fake_model, tmp_path):
+    from conftest import run_cli
+    from helpers import build_json, make_pdfs
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdfs(docs, 1, 2)
+    assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
+    blob = next((index / "default" / "artifacts").glob("*.codes"))
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    result = run_cli("verify", "--index-dir", str(index))
+    assert result.exit_code != 0 and "codes" in (result.stdout + result.stderr)
