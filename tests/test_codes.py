@@ -181,7 +181,7 @@ def test_build_writes_codes_and_the_first_pass_answers_from_them(fake_model, cor
         assert np.array_equal(view.artifact("codes").words(seg.id), as_words(pack_codes(vectors)))
     verify_ok(index)
     exact, _ = _query(index)
-    assert exact["scoring"]["path"] == "exact"
+    assert "scoring" not in exact  # without --first-pass: exact, the document as before
     everything, _ = _query(index, "--first-pass", "100000")
     assert everything["scoring"] == {"path": "first-pass", "candidates": 100000, "reason": "asked for", "hint": None,
                                      "exact_segments": 0}

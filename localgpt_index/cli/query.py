@@ -98,11 +98,12 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
     app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
     results = index.search(texts, k=top_k, filters=filters, candidates=candidates)
     document = query_document(index, texts, results, top_k, images, dpi)
-    scoring = index.view.scoring_path(candidates)
-    document["scoring"] = scoring.to_json()  # which path answered (QueryDocument.scoring)
-    app.terminal.detail(f"scored: {scoring.path} ({scoring.reason})")
-    if scoring.hint:
-        app.terminal.info(f"hint: {scoring.hint}")
+    if candidates is not None:  # which path answered (QueryDocument.scoring); without --first-pass: exact, always
+        scoring = index.view.scoring_path(candidates)
+        document["scoring"] = scoring.to_json()
+        app.terminal.detail(f"scored: {scoring.path} ({scoring.reason})")
+        if scoring.hint:
+            app.terminal.info(f"hint: {scoring.hint}")
     return document, local_page(index, dpi)
 
 

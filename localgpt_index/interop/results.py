@@ -82,7 +82,7 @@ class QueryDocument(_Document):
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
     results: list[Hit] = _absent("present when exactly one query was asked")
-    scoring: Scoring = _absent("how the pages were scored (a local index; `query --first-pass`)")
+    scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given (without it: exact)")
 
     def to_json(self) -> dict[str, Any]:
         """The document as the CLI prints it: fields that do not apply are left out, not null."""
