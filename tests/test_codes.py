@@ -296,3 +296,24 @@ def test_damaged_codes_are_found_by_verify(fake_model, tmp_path):
     blob.write_bytes(bytes(data))
     result = run_cli("verify", "--index-dir", str(index))
     assert result.exit_code != 0 and "codes" in (result.stdout + result.stderr)
+
+
+@pytest.mark.slow
+def test_a_real_checkpoint_build_stores_codes_and_the_first_pass_with_every_page_is_exact(tiny_model, corpus, tmp_path):
+    """The tiny checkpoint (torch) on rendered pages: codes stored for every row, and with every page a
+    candidate the two passes return the exact ranking; with one candidate, one exact hit."""
+    from helpers import build_json
+
+    from localgpt_index.query.search import open_index
+
+    index = tmp_path / "idx"
+    result, _ = build_json(corpus[0], index, "--model", str(tiny_model))
+    assert result.exit_code in (0, 3), result.stderr
+    view = open_index(index).view
+    assert all(seg.parts["codes"].meta["rows"] == seg.rows for seg in view.manifest.segments.values())
+    exact, _ = _query(index)
+    everything, _ = _query(index, "--first-pass", "100000")
+    assert everything["scoring"]["path"] == "first-pass"
+    assert [(h["path"], h["page"]) for h in everything["results"]] == [(h["path"], h["page"]) for h in exact["results"]]
+    one, _ = _query(index, "--first-pass", "1")
+    assert len(one["results"]) == 1
