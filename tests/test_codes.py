@@ -317,3 +317,35 @@ def test_a_real_checkpoint_build_stores_codes_and_the_first_pass_with_every_page
     assert [(h["path"], h["page"]) for h in everything["results"]] == [(h["path"], h["page"]) for h in exact["results"]]
     one, _ = _query(index, "--first-pass", "1")
     assert len(one["results"]) == 1
+
+
+def test_codes_split_into_several_blobs_read_back_whole(monkeypatch):
+    from localgpt_index.index.codes import artifact
+
+    class Blobs:
+        def __init__(self):
+            self.data = {}
+
+        def put(self, data, ext):
+            from localgpt_index.index.manifest import BlobRef
+            import hashlib
+
+            digest = hashlib.sha256(data).hexdigest()
+            self.data[digest] = data
+            return BlobRef(name=f"{digest}.{ext}", bytes=len(data), sha256=digest)
+
+        def read(self, ref):
+            return self.data[ref.sha256]
+
+    monkeypatch.setattr(artifact, "BLOB_ROWS", 7)
+    rng = np.random.default_rng(8)
+    pages = [rng.standard_normal((n, 128)).astype(np.float16) for n in (5, 9, 1, 6)]
+    writer, blobs = artifact.CODES.part_writer(128), Blobs()
+    for row, page in enumerate(pages):
+        writer.add(row, page, None, {})
+    part = writer.seal(blobs)
+    assert [b.bytes for b in part.blobs] == [7 * 16, 7 * 16, 7 * 16] and artifact.CODES.check(part, blobs, True) == []
+    stored = artifact.CODES.open(None, {"s": part}, blobs)
+    assert np.array_equal(stored.words("s"), as_words(pack_codes(np.concatenate(pages))))
+    bad = part.model_copy(update={"meta": {**part.meta, "rows": 22}})
+    assert artifact.CODES.check(bad, blobs, True)  # the blobs do not hold what the entry says

@@ -70,12 +70,24 @@ class StoredCodes:
 
 
 def _read_part(part: PartRef, source: BlobSource) -> np.ndarray:
+    """The part's codes as (rows, words) uint64: one blob is used as read; several are copied into one
+    array blob by blob (peak memory: the codes and one blob)."""
     width = part.meta["bytes_per_row"]
-    if not isinstance(width, int) or width < 8 or width % 8:
-        raise IndexProblem(f"codes part: {width!r} bytes a row; the index is damaged.", hint=REBUILD_HINT)
-    arrays = [np.frombuffer(source.read(blob), dtype=np.uint8) for blob in part.blobs]
-    flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-    return as_words(flat.reshape(-1, width))
+    rows = part.meta["rows"]
+    if not isinstance(width, int) or width < 8 or width % 8 or not isinstance(rows, int):
+        raise IndexProblem(f"codes part: {width!r} bytes a row, {rows!r} rows; the index is damaged.", hint=REBUILD_HINT)
+    if len(part.blobs) == 1:
+        flat = np.frombuffer(source.read(part.blobs[0]), dtype=np.uint8)
+    else:
+        flat = np.empty(sum(blob.bytes for blob in part.blobs), dtype=np.uint8)
+        at = 0
+        for blob in part.blobs:
+            data = source.read(blob)
+            flat[at : at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            at += len(data)
+    if flat.size != rows * width:
+        raise IndexProblem(f"codes part: {flat.size} bytes for {rows} rows of {width}; the index is damaged.", hint=REBUILD_HINT)
+    return as_words(flat.reshape(rows, width))
 
 
 class Codes:
