@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on the bundled examples: build an index of examples/docs, then query it.
+# The main job on the bundled examples: build an index of examples/docs, then query it; then
+# index the evaluation set examples/eval and measure it (lgpt-index eval, docs/eval.md).
 # Uses vidore/colpali-v1.3 when it is cached (or downloadable); otherwise falls back
 # to a small random-weight checkpoint, and says so: its rankings mean nothing.
 set -uo pipefail
@@ -29,3 +30,8 @@ fi
 [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || exit "$rc"
 "$lgpt" status --name demo
 "$lgpt" query --name demo -k 5 "What was the revenue in the third quarter?"
+# The bundled evaluation set: its own index, then how well it answers the set's 16 questions.
+"$lgpt" build examples/eval/docs --name demo-eval --model "$model"
+rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || exit "$rc"
+"$lgpt" eval examples/eval/queries.jsonl --name demo-eval

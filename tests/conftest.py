@@ -44,6 +44,8 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # lgpt-index's weight digests
     for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
+    # OCR costs about a second a page: builds read only the text layer unless a test asks (test_ocr.py)
+    monkeypatch.setenv("LGPT_OCR", "never")
     monkeypatch.chdir(tmp_path)
 
 

@@ -160,7 +160,8 @@ def _query(index, *args):
 
     from conftest import run_cli
 
-    result = run_cli("query", "quarterly revenue", "-k", "5", "--index-dir", str(index), "--json", *args)
+    # visual: the first pass is of the visual list (hybrid would add the text list's pages)
+    result = run_cli("query", "quarterly revenue", "-k", "5", "--mode", "visual", "--index-dir", str(index), "--json", *args)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout), result.stderr
 

@@ -96,28 +96,18 @@ def test_an_artifact_is_written_at_commit_named_in_the_manifest_and_read_by_the_
     assert run_cli("verify", *_args(kind, tmp_path)).exit_code == 0
 
 
-@pytest.fixture
-def no_built_ins():
-    """No artifact registered (the built-in binary codes taken out for the test, in this process)."""
-    from localgpt_index.index import artifacts
-
-    kept = artifacts.registered()
-    for artifact in kept:
-        artifacts.unregister(artifact.name)
-    yield
-    for artifact in kept:
-        artifacts.register(artifact)
-
-
-def test_without_an_artifact_a_manifest_keeps_its_format_3_bytes(fake_model, tmp_path, no_built_ins):
+def test_a_manifest_names_the_built_in_artifacts_and_keeps_its_bytes(fake_model, tmp_path):
+    """The built-in artifacts (page text, the full-text index, binary codes: format 4) are in every new generation;
+    one that is not registered in this process reads as None."""
     docs = tmp_path / "docs"
     make_pdfs(docs, 1, 2, "plain")
     _build("local", tmp_path, docs, fake_model)
     from localgpt_index.index.manifest import Manifest
 
     raw = next((tmp_path / "idx" / "default").glob("gen-*.json")).read_bytes()
-    assert b'"artifacts"' not in raw and b'"parts"' not in raw
-    assert Manifest.from_json(raw, "here").to_json() == raw
+    manifest = Manifest.from_json(raw, "here")
+    assert manifest.format == "lgpt-index/4" and manifest.to_json() == raw
+    assert all("text" in segment.parts and "codes" in segment.parts for segment in manifest.segments.values())
     store = _open("local", tmp_path)
     assert store.open_view().artifact("toy") is None  # not registered here: the caller falls back
 
@@ -246,3 +236,28 @@ def test_kill_leaves_the_artifact_and_the_vectors_of_one_generation(kind, point,
         store.close()
     if kind == "local":
         shutil.rmtree(tmp_path / "idx")
+
+
+def test_a_killed_qdrant_rebuild_with_artifacts_leaves_no_stray_collection(toy, fake_model, tmp_path):
+    """A rebuild writes its blobs into its new catalog; killed before its HEAD, the next writer's
+    recovery recognises that catalog as ours (manifest chunks and blobs) and drops it with its collection."""
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 2, 2, "base")
+    _build("qdrant", tmp_path, docs, fake_model)
+    killed = run_process("build", str(docs), "--model", str(fake_model), "--rebuild", *_args("qdrant", tmp_path),
+                         env={"LGPT_FAILPOINT": "before-head"})
+    assert killed.returncode == -9, killed.stderr
+
+    def ours() -> tuple[set[str], str]:
+        store = _open("qdrant", tmp_path)
+        try:
+            names = {c.name for c in store.client.get_collections().collections if not c.name.endswith("__lease")}
+            return names, store.physical()
+        finally:
+            store.close()
+
+    names, physical = ours()
+    assert len(names) == 4  # the old physical collection and catalog, and the killed rebuild's
+    _build("qdrant", tmp_path, docs, fake_model)
+    names, physical = ours()
+    assert names == {physical, f"{physical}__catalog"}

@@ -22,6 +22,7 @@ from ..core.terminal import ProgressSink
 from ..index.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..index.store import PageRef, SegmentWriter, Transaction
 from ..ingest.convert import MissingConverter
+from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
 from .options import BuildOptions, BuildReport, Log, StageTimer
 from .plan import BuildPlan, Embed, trusted_stat
@@ -201,27 +202,28 @@ class CommitPolicy:
     def _take(self, event: PagesEncoded) -> None:
         """Stream a batch's vectors into the segment being written."""
         ended: list[int] = []
-        for number, result in event.pages:
+        for position, (number, result) in enumerate(event.pages):
             state = self.states.get(number)
             if state is None or number in self.gone:
                 continue
             if isinstance(result, DocumentError):
                 self.fail(number, result)
                 continue
-            self._append(state, result)
+            self._append(state, result, event.texts[position] if position < len(event.texts) else None)
             ended.append(number)
         failpoint("encode")
         if self.progress:
             self.progress.advance("pages", len(event.pages))
         self._finish_ready(ended)
 
-    def _append(self, state: DocProgress, vectors: np.ndarray) -> None:
+    def _append(self, state: DocProgress, vectors: np.ndarray, text: PageText | None) -> None:
+        """One page's vectors, and its text where it was read, into the segment being written."""
         if self.writer is None:
             self.writer = self.txn.segment_writer(self.settings.dim)
         file = state.embed.file
         ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
         with self.txn.writing():
-            index = self.writer.append(vectors, ref)
+            index = self.writer.append(vectors, ref, extra=text.extra() if text is not None else None)
         if state.seg_first is None:
             state.seg_first = index
         state.seg_pages += 1

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from ..core.errors import ExitCode
 from ..core.metadata import Rules
 from ..index.manifest import Failure
+from ..ingest.ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, Tesseract
+from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -40,12 +42,22 @@ class BuildOptions:
     ray_actors: int | None = None  # encoder actors (default: one per GPU, or half the CPUs)
     ray_gpus_per_actor: float = 1.0
     max_visual_tokens: int | None = None  # dynamic-resolution families: image tokens a page at most (None: the index's, else the model's)
+    ocr: str | None = None  # auto (pages with almost no text layer), always, never (None: $LGPT_OCR, else auto): ingest/pagetext.py
+    ocr_lang: str = DEFAULT_OCR_LANG  # Tesseract's language(s): eng, or eng+deu
+    ocr_timeout_s: float = DEFAULT_OCR_TIMEOUT_S  # per page: its 300 dpi render and its OCR
+    ocr_workers: int | None = None  # OCR threads beside the encoder (None: half the CPUs)
 
     def encoder_options(self) -> EncoderOptions:
         """What the model layer needs of these options to load the page encoder."""
         from ..models.loading import EncoderOptions  # the commit policy's modules need no model layer
 
         return EncoderOptions(self.device, self.dtype, self.batch_size, self.compile, self.max_visual_tokens)
+
+    def text_settings(self, tesseract: Tesseract | None) -> TextSettings:
+        """How the build reads page text, with the Tesseract find_ocr found."""
+        return TextSettings(ocr=ocr_mode(self.ocr), lang=self.ocr_lang, ocr_timeout_s=self.ocr_timeout_s,
+                            ocr_workers=self.ocr_workers or default_ocr_workers(), layer_timeout_s=self.render_timeout_s,
+                            tesseract=tesseract)
 
 
 @dataclass
@@ -78,6 +90,8 @@ class BuildReport:
     skipped_files: list[dict] = field(default_factory=list)
     unreadable: list[dict] = field(default_factory=list)  # folders and files that could not be read: their documents stay
     notes: list[dict] = field(default_factory=list)  # per document: what conversion changed
+    text: dict = field(default_factory=lambda: TextTally().to_dict())  # pages embedded, by the source of their text
+    page_warnings: list[dict] = field(default_factory=list)  # pages indexed without the text they should have (OCR failed)
 
     @property
     def exit_code(self) -> ExitCode:

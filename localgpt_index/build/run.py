@@ -25,6 +25,7 @@ from ..index.store import IndexStore, Transaction
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
+from ..ingest.pagetext import PageTexts, TextSettings, find_ocr, ocr_mode
 from ..ingest.render import size_setting
 from ..models.failures import DeviceLost
 from ..models.families import check_visual_tokens_supported
@@ -49,6 +50,7 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
+    tesseract = find_ocr(ocr_mode(options.ocr), options.ocr_lang)  # a language Tesseract lacks: exit 4 before any work
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     scan_started = time.time_ns()
@@ -87,7 +89,9 @@ def build_index(
             report.generation = base.generation if base else None
             log("Index is up to date: no document changed, no model work done.")
             return report
-        _Build(txn, plan, model, options, report, timer, progress, log, scan_started).run(encoder_factory)
+        build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
+        build.text = options.text_settings(tesseract)
+        build.run(encoder_factory)
     return report
 
 
@@ -115,6 +119,7 @@ class _Build:
         self.txn, self.plan, self.model, self.options = txn, plan, model, options
         self.report, self.timer, self.progress, self.log = report, timer, progress, log
         self.policy = CommitPolicy(txn, plan, options, report, timer, progress, log, scan_started_ns)
+        self.text = TextSettings(ocr="never")
         base = txn.base
         if base is not None:
             self.policy.model_info, self.policy.settings = upgraded(base.model, model), base.settings
@@ -141,16 +146,18 @@ class _Build:
         if self.progress:
             self.progress.add_task("documents", len(self.plan.embed))
             self.progress.add_task("pages", None)
-        self.policy.discard = engine.discard
-        events = engine.events()
+        texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds)
+        self.policy.discard = lambda number: (engine.discard(number), texts.drop(number))
+        events = texts.attach(engine.events())
         try:
             for event in events:
                 self.policy.handle(event)
         except DeviceLost as exc:  # commit what is complete (a plain build), exit 4
             self.policy.stop(exc.message)
         finally:
-            events.close()  # the feed's threads and processes end now, not when collected
+            events.close()  # the feed's and the text readers' threads and processes end now, not when collected
             engine.tally(self.report)
+            self.report.text, self.report.page_warnings = texts.tally.to_dict(), texts.tally.warnings
 
     def _adopt(self, encoder) -> None:
         """The encoder's facts become the index's settings."""

@@ -25,10 +25,13 @@ def main() -> None:
       lgpt-index build ./docs                 index (or update the index of) a folder
       lgpt-index query "what was Q3 revenue?" the pages that answer best
       lgpt-index serve                        answer queries over HTTP, the model loaded once
+      lgpt-index mcp                          the same for MCP clients (desktop agents), over stdio
+      lgpt-index watch ./docs                 keep the index up to date as files change
       lgpt-index status                       what the index holds
       lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
       lgpt-index verify                       check the index, every checksum
+      lgpt-index eval QUERIES                 measure the answers: nDCG, recall, MRR
       lgpt-index doctor [--model M]           what this machine has and lacks
       lgpt-index export|import --format byaldi   trade indexes with byaldi
     """
@@ -37,15 +40,18 @@ def main() -> None:
 def _register() -> None:
     from .build import build
     from .doctor import doctor
+    from .eval import eval_
     from .ls import ls
+    from .mcp import mcp
     from .query import query
     from .remove import remove
     from .serve import serve
     from .status import status
     from .transfer import export, import_
     from .verify import verify
+    from .watch import watch
 
-    for command in (build, query, serve, status, ls, remove, verify, doctor, export, import_):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch):
         main.add_command(command)
 
 

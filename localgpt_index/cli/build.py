@@ -36,6 +36,15 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
               help="Seconds poppler may take for a few pages of a PDF.")
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Conversions run side by side, ahead of the model.")
+@click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
+              help="Read pages with Tesseract: auto, those with almost no text layer (scans, images; under 32 visible "
+                   "characters); always, every page; never, only the text layer. [default: $LGPT_OCR, else auto]")
+@click.option("--ocr-lang", default="eng", show_default=True, metavar="LANG",
+              help="Tesseract's language(s), e.g. eng or eng+deu (each must be installed: tesseract-ocr-LANG).")
+@click.option("--ocr-timeout", type=SECONDS, default=60.0, show_default=True,
+              help="Seconds one page's OCR may take (its 300 dpi render and Tesseract); a slower page is indexed without it.")
+@click.option("--ocr-workers", type=click.IntRange(1, 256), default=None,
+              help="Pages read by OCR side by side, beside the encoder. [default: half the CPUs]")
 @click.option("--commit-every", type=click.IntRange(1), default=None,
               help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
 @click.option("--commit-interval", type=SECONDS, default=600.0, show_default=True, help="Commit at least this often, in seconds.")
@@ -51,8 +60,8 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @output_options
 @click.pass_obj
 def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, max_visual_tokens, strict,
-          compile_model, include, exclude, convert_timeout, render_timeout, workers, commit_every, commit_interval, wait_s,
-          ray_address, ray_actors, ray_gpus_per_actor) -> None:
+          compile_model, include, exclude, convert_timeout, render_timeout, workers, ocr, ocr_lang, ocr_timeout, ocr_workers,
+          commit_every, commit_interval, wait_s, ray_address, ray_actors, ray_gpus_per_actor) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
     from ..build.run import BuildOptions, build_index
@@ -66,6 +75,7 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
         render_timeout_s=render_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s, ray=ray_address, ray_actors=ray_actors,
         ray_gpus_per_actor=ray_gpus_per_actor, max_visual_tokens=max_visual_tokens,
+        ocr=ocr, ocr_lang=ocr_lang, ocr_timeout_s=ocr_timeout, ocr_workers=ocr_workers,
     )
     with app.terminal.progress() as progress:
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)

@@ -8,8 +8,9 @@ commit the PDFs no kept generation names (the new one, the previous one that a s
 still be on, and what is staged) are collected.
 
 A folder shared by several indexes (a --pdf-store given to more than one Qdrant collection) is
-never collected nor discarded from: one index's manifests cannot tell which PDFs another still
-names. `owned=False` says so; such a folder only gains files, as it did before.
+cleaned up through reference records (`refs`, index/pdfrefs.py): one index's manifests cannot tell
+which PDFs another still names, so a PDF goes only when no index's record names it. Without
+records (`owned=False`, `refs=None`) such a folder only gains files.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..core.errors import IndexBusy
 from ..core.failpoints import failpoint
 from ..core.files import sha256_file
 from .files import TMP_PREFIX, fsync_dir, plain_files, regular_size, sweep_temporary
 from .manifest import Manifest
+from .pdfrefs import SharedRefs
 
 FOLDER = "pdf"
 
@@ -37,13 +40,17 @@ def named_pdfs(manifests: Iterable[Manifest | None]) -> set[str]:
 class PdfStore:
     """One index's view of a PDF folder: put, check, size, and (when it owns the folder) clean up."""
 
-    def __init__(self, root: Path, *, owned: bool = True, marker: str | None = None) -> None:
-        """`owned`: only this index writes here (collect and discard allowed);
+    def __init__(self, root: Path, *, owned: bool = True, marker: str | None = None,
+                 refs: SharedRefs | None = None) -> None:
+        """`owned`: only this index writes here (collect and discard by its manifests);
+        `refs`: a shared folder's reference records (collect and discard by every index's records);
         `marker`: a file created in `root` on the first put (discovery skips a folder holding it)."""
         self.root = Path(root)
         self.owned = owned
         self.marker = marker
+        self.refs = None if owned else refs
         self.staged: set[str] = set()
+        self.added: set[str] = set()  # names this transaction added to a shared folder's record
 
     @property
     def folder(self) -> Path:
@@ -53,6 +60,20 @@ class PdfStore:
         """Keep `pdf` under its own sha256 and stage it; returns (its name, its sha256)."""
         digest = sha256_file(pdf)
         rel = f"{FOLDER}/{digest}.pdf"
+        if self.refs is None:
+            self._put(pdf, rel)
+        else:
+            with self.refs.locked():  # recorded before the copy or the reuse: no collector deletes it meanwhile
+                mine = self.refs.mine()
+                if rel not in mine:
+                    self.added.add(rel)
+                    self.refs.write(mine | {rel})
+                self._put(pdf, rel)
+        if self.owned or self.refs is not None:
+            self.staged.add(rel)
+        return rel, digest
+
+    def _put(self, pdf: Path, rel: str) -> None:
         target = self.root / rel
         created = not self.folder.is_dir()
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -68,9 +89,6 @@ class PdfStore:
             failpoint("pdf-store")
             os.replace(tmp, target)
             fsync_dir(self.folder)
-        if self.owned:
-            self.staged.add(rel)
-        return rel, digest
 
     def path(self, rel: str) -> Path:
         """A stored PDF, checked: inside the folder, a regular file (else IndexProblem/MissingIndexFile)."""
@@ -94,30 +112,64 @@ class PdfStore:
         self.staged -= named_pdfs([manifest])
 
     def collect(self, keep: Sequence[Manifest | None]) -> None:
-        """Delete PDFs no kept generation names nor this transaction has staged (best effort)."""
-        if not self.owned:
-            return
+        """Delete PDFs no kept generation names nor this transaction has staged (best effort);
+        in a shared folder, those no index's record names."""
         live = named_pdfs(keep) | self.staged
+        if self.owned:
+            self._delete_unnamed(live, None)
+        elif self.refs is not None:
+            self._collect_shared(live, None)
+
+    def _collect_shared(self, mine: set[str], only: set[str] | None) -> None:
+        """This index's record becomes `mine`; PDFs (of `only`, if given) no record names are deleted."""
+        if self.refs is None:
+            return
+        try:
+            with self.refs.locked():
+                self.refs.write(mine)
+                live = self.refs.named()
+                if live is not None:
+                    self._delete_unnamed(live, only)
+        except (OSError, IndexBusy):
+            pass  # the next commit tries again
+
+    def _delete_unnamed(self, live: set[str], only: set[str] | None) -> None:
         try:
             for path in plain_files(self.folder):
-                if not path.name.startswith(TMP_PREFIX) and f"{FOLDER}/{path.name}" not in live:
+                rel = f"{FOLDER}/{path.name}"
+                if not path.name.startswith(TMP_PREFIX) and rel not in live and (only is None or rel in only):
                     path.unlink(missing_ok=True)
         except OSError:
             pass  # the next commit tries again
 
     def discard(self, keep: list[Manifest | None]) -> None:
-        """At the end of a transaction: staged PDFs no kept generation names are deleted."""
-        try:
-            for rel in self.staged - named_pdfs(keep):
-                (self.root / rel).unlink(missing_ok=True)
-        except OSError:
-            pass  # the next writer's commit collects them
+        """At the end of a transaction: staged PDFs no kept generation names are deleted (in a
+        shared folder: unless another index's record names them)."""
+        unnamed = self.staged - named_pdfs(keep)
+        if self.refs is not None:
+            dropped = self.added - named_pdfs(keep)  # what this transaction recorded and no commit kept
+            if dropped:
+                self._collect_shared(self.refs.mine() - dropped, dropped)
+            self.added.clear()
+        else:
+            try:
+                for rel in unnamed:
+                    (self.root / rel).unlink(missing_ok=True)
+            except OSError:
+                pass  # the next writer's commit collects them
         self.staged.clear()
 
     def sweep_temporary(self) -> None:
-        """A killed writer's temporary copies (only in a folder this index owns: elsewhere they may be live)."""
+        """A killed writer's temporary copies: in a folder this index owns, or under a shared folder's
+        lock (every put copies under it, so a temporary file seen then is a dead writer's)."""
         if self.owned:
             sweep_temporary([self.folder])
+        elif self.refs is not None and self.folder.is_dir():
+            try:
+                with self.refs.locked():
+                    sweep_temporary([self.folder])
+            except IndexBusy:
+                pass
 
 
 def _same_regular_file(target: Path, size: int) -> bool:

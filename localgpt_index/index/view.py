@@ -52,6 +52,10 @@ class IndexView:
             self._artifacts[name] = open_artifact(name, self.manifest, self._blob_source())
         return self._artifacts[name]
 
+    def blobs(self) -> BlobSource:
+        """Where this generation's artifact blobs are read from, checked (a reader's: it never writes)."""
+        return self._blob_source()
+
     def _blob_source(self) -> BlobSource:
         return self.store.blob_source()
 

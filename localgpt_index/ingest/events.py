@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core.errors import DocumentError
 from .render import PagePoints
+from .text import PageText
 
 
 @dataclass
@@ -63,9 +64,11 @@ class FeedEnded:
 @dataclass(frozen=True)
 class PagesEncoded:
     """A batch of encoded pages, in order: per page its document and its vectors, or the error that
-    fails its document. The build's engines yield these instead of PageReady."""
+    fails its document. The build's engines yield these instead of PageReady; the page text stage
+    (pagetext.py) adds each page's text (None: not read, for a page that fails its document)."""
 
     pages: tuple[tuple[int, object], ...] = field(default=())
+    texts: tuple[PageText | None, ...] = field(default=())
 
     @property
     def numbers(self) -> set[int]:

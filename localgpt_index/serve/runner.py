@@ -3,6 +3,8 @@ connection protocol, until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..core.errors import EnvironmentMissing, LgptError, UsageError
 from .app import create_app
 from .httpconn import guarded_protocol
@@ -54,31 +56,46 @@ def bind(host: str, port: int):
 
 
 def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog,
-               limits: ConnectionLimits | None = None, policy: PathPolicy | None = None) -> LgptError | None:
+               limits: ConnectionLimits | None = None, policy: PathPolicy | None = None,
+               on_listening: Callable[[], None] = lambda: None) -> LgptError | None:
     """Serve until SIGTERM or SIGINT (requests in flight are answered first); the model loads
-    in the background meanwhile. Returns why the server stopped early, if it did."""
-    import uvicorn
-
+    in the background meanwhile. Returns why the server stopped early, if it did. `on_listening`
+    runs once the address is announced (serve --watch starts its watcher there)."""
     limits = limits or ConnectionLimits(max_connections=default_max_connections())
 
     sock = bind(host, port)
     failures: list[LgptError] = []
-    server: uvicorn.Server | None = None
+    server = None
 
     def fail(exc: LgptError) -> None:
         failures.append(exc)
         server.should_exit = True
 
     app = create_app(service, token, log, on_failure=fail, policy=policy)
-    # backlog: also how many connections asyncio accepts at once before any is refused past the cap
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=guarded_protocol(limits),
-                                           backlog=max(16, min(2048, limits.max_connections)),
-                                           timeout_graceful_shutdown=60, server_header=False))
+    server = uvicorn_server(app, limits)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     manifest = service.index().manifest
     log.message(f"lgpt-index serve: http://{shown}:{bound_port} ({service.store.location}, generation {manifest.generation}, "
                 f"{manifest.page_count} pages); loading {manifest.model.id}", "notice")
+    on_listening()
+    run_until_stopped(server, sock)
+    log.message("lgpt-index serve: stopped")
+    return failures[0] if failures else None
+
+
+def uvicorn_server(app, limits: ConnectionLimits):
+    """uvicorn for `app` with the guarded connection protocol of `limits` (serve, and the MCP server's HTTP mode)."""
+    import uvicorn
+
+    # backlog: also how many connections asyncio accepts at once before any is refused past the cap
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=guarded_protocol(limits),
+                                         backlog=max(16, min(2048, limits.max_connections)),
+                                         timeout_graceful_shutdown=60, server_header=False))
+
+
+def run_until_stopped(server, sock) -> None:
+    """Serve on `sock` until SIGTERM or SIGINT, the requests in flight answered first."""
     # uvicorn answers SIGTERM and SIGINT with a graceful shutdown, then raises the signal again
     # for the handler it found: with that one ignoring it, a graceful stop is a normal exit 0
     import signal
@@ -89,5 +106,3 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
-    log.message("lgpt-index serve: stopped")
-    return failures[0] if failures else None

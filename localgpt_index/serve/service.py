@@ -23,7 +23,7 @@ from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
-from ..query.search import Index, SearchHit
+from ..query.search import Index, QueryOptions, SearchHit
 
 
 class NotReady(LgptError):
@@ -38,6 +38,7 @@ class SearchRequest:
     k: int = 5
     filters: tuple[tuple[str, str], ...] = ()
     first_pass: int | None = None
+    options: QueryOptions = field(default_factory=QueryOptions)  # mode and fusion
 
 
 @dataclass
@@ -159,12 +160,14 @@ class IndexService:
             answer.batch_queries = len(texts)
         for (filters, first_pass), members in groups.items():
             stacked = [v for number, _ in members for v in per_request[number]]
-            k = max(requests[number].k for number, _ in members)
+            k = max(index.visual_depth(requests[number].k, requests[number].options) for number, _ in members)
             hits = index.search_vectors(stacked, k, device=encoder.precision.device, filters=dict(filters) or None,
                                         candidates=first_pass)
             at = 0
             for number, count in members:
-                answers[number].results = [h[: requests[number].k] for h in hits[at : at + count]]
+                request = requests[number]
+                answers[number].results = index.finish(request.queries, hits[at : at + count], request.k,
+                                                       dict(filters) or None, request.options)
                 at += count
         return answers
 

@@ -14,6 +14,7 @@ code never imports it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Sequence
@@ -36,7 +37,8 @@ def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, r
     page_error_type: RuntimeError by default, TypeError to play a bug of ours), prepare_error_color and
     prepare_error_type (the same in prepare_page: ValueError by default, as a processor rejecting a page), seconds_per_page,
     seconds_per_query (per call of encode_queries), seconds_to_load,
-    load_error (a message: loading raises OSError with it). A faults.json beside config.json adds
+    load_error (a message: loading raises OSError with it), load_noise (a line loading prints on stdout, from
+    Python and at the file-descriptor level, as model libraries do). A faults.json beside config.json adds
     faults to a checkpoint without changing its fingerprint."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,6 +66,9 @@ class FakeEncoder(PageEncoder):
         self.pages_encoded = 0
         self.dtype_fixes = []
         time.sleep(float(self.faults.get("seconds_to_load", 0)))
+        if self.faults.get("load_noise"):
+            print(self.faults["load_noise"], flush=True)
+            os.write(1, f"{self.faults['load_noise']} (fd 1)\n".encode())
         if self.faults.get("load_error"):  # what a model library raises: not one of our errors
             raise OSError(str(self.faults["load_error"]))
 

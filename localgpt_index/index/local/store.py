@@ -18,8 +18,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,9 @@ from ..errors import IndexWriteError, MissingIndexFile
 from ..files import read_member, regular_size
 from ..holder import pid_alive as _alive
 from ..manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
-from ..txn import base_or_rebuild, discarding
+from ..pdfstore import PdfStore
+from ..txn.begin import open_transaction
+from ..txn.staged import StagedWriter as SegmentWriter
 from .layout import (
     DEFAULT_INDEX_DIR,
     DEFAULT_INDEX_NAME,
@@ -44,10 +45,8 @@ from .layout import (
 )
 from .blobs import LocalBlobs
 from .lock import writer_lock
-from ..txn.staged import StagedWriter as SegmentWriter
 from .segments import load_segment
-from ..pdfstore import PdfStore
-from .txn import LocalBackend, LocalHold, Transaction
+from .txn import LocalParts, Transaction
 from .verify import verify_local
 
 if TYPE_CHECKING:
@@ -127,12 +126,7 @@ class IndexStore:
     def size_bytes(self, manifest: Manifest) -> int:
         """Bytes of the files a generation names (not what other generations keep)."""
         total = sum(s.vectors_bytes or 0 for s in manifest.segments.values())
-        for rel in {d.pdf for d in [*manifest.documents, *manifest.in_progress] if d.pdf}:
-            try:
-                total += (self.root / rel).lstat().st_size
-            except OSError:
-                pass
-        return total
+        return total + PdfStore(self.root).size(manifest)  # counted as Qdrant's PDF store counts them
 
     # reading
 
@@ -213,20 +207,13 @@ class IndexStore:
 
     # writing
 
-    @contextmanager
-    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator[Transaction]:
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[Transaction]:
         """Take the writers' lock and start a transaction on the current generation.
 
         A damaged index stops here (exit 1, pointing to --rebuild) unless `rebuild`: then
         the transaction starts from nothing, and numbers its generations after the old ones.
         """
-        with self.lock(wait_s):
-            found = base_or_rebuild(self._base, rebuild)
-            base, generation, upgrade = found if found is not None else (None, self._highest_generation(), False)
-            transaction = Transaction(LocalBackend(self, upgrade), LocalHold(), base, generation, PdfStore(self.root))
-            transaction.recover()
-            with discarding(transaction):
-                yield transaction
+        return open_transaction(LocalParts(self), wait_s, rebuild)
 
     def _base(self) -> tuple[Manifest | None, int, bool]:
         """The current generation, checked: (manifest, generation, whether its format is older)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from ..artifacts import blob_names
 from ..checksums import block_checksums
 from ..files import TMP_PREFIX, plain_files, sweep_temporary, write_atomic
 from ..manifest import Checksum, Document, Head, Manifest, Segment
+from ..pdfstore import PdfStore
 from ..txn.core import TransactionCore
 from .blobs import LocalBlobs
 from .segments import FileSegmentSink
@@ -133,6 +135,35 @@ class LocalBackend:
         except OSError:
             pass
         self.blobs.delete(self._staged_blobs() - blob_names(keep))
+
+
+class LocalParts:
+    """What a local store gives begin()'s template (txn/begin.py)."""
+
+    def __init__(self, store: Any) -> None:  # an IndexStore
+        self.store = store
+        self.upgrade = False
+
+    def before_write(self) -> None:
+        """Nothing to refuse: a local folder is created on demand."""
+
+    @contextmanager
+    def hold(self, wait_s: float) -> Iterator[LocalHold]:
+        with self.store.lock(wait_s):
+            yield LocalHold()
+
+    def read_base(self) -> tuple[Manifest | None, int]:
+        base, generation, self.upgrade = self.store._base()
+        return base, generation
+
+    def damaged_base(self) -> int:
+        return self.store._highest_generation()
+
+    def backend(self, base: Manifest | None, rebuild: bool, hold: object) -> LocalBackend:
+        return LocalBackend(self.store, self.upgrade)
+
+    def pdf_store(self) -> PdfStore:
+        return PdfStore(self.store.root)
 
 
 Transaction = TransactionCore  # the name callers and tests imported

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -51,8 +51,9 @@ from ..files import regular_size
 from ..manifest import (
     Manifest,
 )
+from ..pdfrefs import SharedRefs
 from ..pdfstore import PdfStore
-from ..txn import base_or_rebuild, discarding
+from ..txn.begin import open_transaction
 from . import catalog, connection
 from . import verify as checks
 from .ids import (
@@ -84,8 +85,8 @@ from .ids import (
     point_key,
     visible_filter,
 )
-from .lease import _Lease, hold_lease
-from .txn import LeaseHold, QdrantBackend, QdrantSegmentWriter, QdrantTransaction
+from .lease import _Lease
+from .txn import QdrantParts, QdrantSegmentWriter, QdrantTransaction
 from .view import QdrantIndex
 
 __all__ = [
@@ -108,8 +109,8 @@ class QdrantStore:
         if pdf_store is None and spec.path is not None:
             pdf_store = spec.path / f"{spec.collection}-pdf"  # in-process mode: beside the data, on this machine
         self.pdf_store = Path(pdf_store) if pdf_store else None
-        # the PDFs of the in-process mode's own folder are this collection's alone: collected after a
-        # commit; a --pdf-store elsewhere may be shared by several collections, so it is never cleaned
+        # the PDFs of the in-process mode's own folder are this collection's alone: collected by its
+        # manifests; a --pdf-store elsewhere may be shared by several collections: by reference records
         self.pdf_store_owned = self.pdf_store is not None and spec.path is not None and (
             os.path.realpath(self.pdf_store) == os.path.realpath(spec.path / f"{spec.collection}-pdf"))
         self._client = client
@@ -252,7 +253,8 @@ class QdrantStore:
         """The PDF store, as a writer or a checker sees it (None: no --pdf-store here)."""
         if self.pdf_store is None:
             return None
-        return PdfStore(self.pdf_store, owned=self.pdf_store_owned, marker=PDF_STORE_MARKER)
+        refs = None if self.pdf_store_owned else SharedRefs(self.pdf_store, self.location)
+        return PdfStore(self.pdf_store, owned=self.pdf_store_owned, marker=PDF_STORE_MARKER, refs=refs)
 
     def size_bytes(self, manifest: Manifest) -> int:
         """Vectors as Qdrant holds them (float16 with the server's datatype), plus the stored PDFs here."""
@@ -276,14 +278,6 @@ class QdrantStore:
 
     # writing
 
-    @contextmanager
-    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> Iterator["QdrantTransaction"]:
-        self.writable().physical()  # another tool's collection is refused before anything is created
-        with hold_lease(self, wait_s) as lease:
-            physical = self.physical()
-            base = base_or_rebuild(lambda: self.read_manifest(physical) if physical else None, rebuild)
-            backend = QdrantBackend(self, physical, base, rebuild, lease)
-            transaction = QdrantTransaction(backend, LeaseHold(lease), base, base.generation if base else 0, self.pdfs())
-            transaction.recover()
-            with discarding(transaction):
-                yield transaction
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[QdrantTransaction]:
+        """The one writer's transaction (txn/begin.py's template; qdrant/txn.py's parts and backend)."""
+        return open_transaction(QdrantParts(self), wait_s, rebuild)

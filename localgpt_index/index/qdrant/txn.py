@@ -18,14 +18,15 @@ from ...core.failpoints import failpoint
 from ..artifacts import blob_names
 from ..errors import IndexWriteError
 from ..manifest import FORMAT, Document, Manifest, Segment
+from ..pdfstore import PdfStore
 from ..txn import kept
 from ..txn.core import TransactionCore
 from ..txn.staged import SegmentSink, StagedWriter
 from . import commit as steps
 from . import recover as setup
-from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
-from .lease import _Lease
 from .blobs import QdrantBlobs
+from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
+from .lease import _Lease, hold_lease
 from .writer import PointSink
 
 
@@ -218,8 +219,13 @@ class QdrantBackend:
     def discard(self, keep: list[Manifest]) -> None:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
         models = _models()
-        if self.physical == self.previous_physical:
-            self.blob_sink().delete(self.txn.staging.blobs - blob_names(keep))
+        # Blobs are named by their content: a writer that took the lease over may have staged the same
+        # names (its next HEAD will name them). A writer that lost its lease deletes none; the next
+        # commit's collect removes what no generation names.
+        if self.physical == self.previous_physical and not _lease_lost(self.lease):
+            readable, head = _head_manifest(self.store, self.physical)
+            if readable:
+                self.blob_sink().delete(self.txn.staging.blobs - blob_names([*keep, head]))
         if not self._staged and not self.txn.staging.wrote:
             return
         try:
@@ -231,6 +237,56 @@ class QdrantBackend:
                     filter=_flt(gen_written=(self.generation + 1, PENDING), writer=self.token)))
         except Exception:
             pass
+
+
+def _lease_lost(lease: _Lease | None) -> bool:
+    """Whether another writer may hold the lease now (lost, or past its life)."""
+    if lease is None:
+        return False
+    return bool(lease.lost) or lease.store.clock() >= lease.expires
+
+
+def _head_manifest(store: Any, physical: str) -> tuple[bool, Manifest | None]:
+    """(readable, the generation HEAD names now): after a takeover, the new writer's."""
+    from .catalog import read_catalog, read_head
+
+    try:
+        head = read_head(store, physical)
+        return True, (read_catalog(store, physical, head) if head is not None else None)
+    except Exception:
+        return False, None
+
+
+class QdrantParts:
+    """What a Qdrant store gives begin()'s template (txn/begin.py)."""
+
+    def __init__(self, store: Any) -> None:  # a QdrantStore
+        self.store = store
+        self.physical: str | None = None
+        self.lease: _Lease | None = None
+
+    def before_write(self) -> None:
+        self.store.writable().physical()  # another tool's collection is refused before anything is created
+
+    @contextmanager
+    def hold(self, wait_s: float) -> Iterator[LeaseHold]:
+        with hold_lease(self.store, wait_s) as lease:
+            self.lease = lease
+            self.physical = self.store.physical()
+            yield LeaseHold(lease)
+
+    def read_base(self) -> tuple[Manifest | None, int]:
+        base = self.store.read_manifest(self.physical) if self.physical else None
+        return base, base.generation if base else 0
+
+    def damaged_base(self) -> int:
+        return 0  # a rebuild writes a new physical collection anyway
+
+    def backend(self, base: Manifest | None, rebuild: bool, hold: object) -> QdrantBackend:
+        return QdrantBackend(self.store, self.physical, base, rebuild, self.lease)
+
+    def pdf_store(self) -> PdfStore | None:
+        return self.store.pdfs()
 
 
 QdrantTransaction = TransactionCore  # the name callers and tests imported

@@ -1,0 +1,129 @@
+"""lgpt-index eval"""
+
+from __future__ import annotations
+
+import click
+
+from .app import Application, output_options
+from .options import EXIT_CODES, display_path, index_options, model_options
+
+# the columns of the table, in the order of the document's measures
+HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall@1": "R@1", "recall@5": "R@5",
+           "recall@10": "R@10", "recall@100": "R@100", "mrr@10": "MRR@10"}
+
+
+@click.command("eval", epilog=EXIT_CODES)
+@click.argument("queries", metavar="QUERIES", type=click.Path(dir_okay=True))
+@click.option("--modes", default="visual", show_default=True, metavar="MODE[,MODE...]",
+              help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each).")
+@click.option("--first-pass", "first_passes", multiple=True, type=click.IntRange(1), metavar="N",
+              help="Also evaluate with a first pass keeping N pages (query --first-pass; repeatable): what it costs in quality.")
+@click.option("--fusions", default=None, metavar="NAME[,NAME...]",
+              help="Hybrid mode: evaluate each of these fusions of the two lists (query --fusion). [default: the query's]")
+@click.option("--split", default="test", show_default=True, help="A BEIR folder's qrels split (qrels/SPLIT.tsv).")
+@click.option("--per-query", is_flag=True, help="Each query's measures and first relevant rank too.")
+@click.option("--group-by", default=None, metavar="KEY",
+              help="Also the measures per value of KEY, a key of the query set's lines (the bundled set's: category).")
+@click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
+@model_options
+@index_options
+@output_options
+@click.pass_obj
+def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, group_by, model, device, dtype) -> None:
+    """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
+    or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
+    MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
+    from ..evaluate.sets import load_query_set
+    from ..evaluate.modes import parse_list, parse_modes, variants
+    from ..evaluate.runner import check_group_key, evaluate, prepare
+    from ..models.resolve import is_random_checkpoint
+    from ..query.search import open_index
+
+    chosen = variants(parse_modes(modes), list(first_passes), parse_list(fusions, "--fusions") if fusions is not None else [])
+    query_set = load_query_set(queries, split)
+    if group_by:
+        check_group_key(query_set, group_by)
+    for note in query_set.notes:
+        app.terminal.info(note)
+    index = open_index(store=app.store())
+    judged = prepare(index, query_set, chosen)
+    if judged.unanswerable:
+        first = judged.unanswerable[0]
+        app.terminal.warn(f"{len(judged.unanswerable)} judged page(s) are not in the index and count as misses "
+                          f"(first: {display_path(first.path)} page {first.page}: {first.reason}); "
+                          "`lgpt-index ls --failed` shows documents that failed to build.")
+    if any(variant.mode != "text" for variant in chosen):  # text mode reads no vectors: no model
+        encoder = index.load_encoder(model, device, dtype)
+        if is_random_checkpoint(encoder.model.path):
+            app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
+    document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()
+    if app.as_json:
+        app.print_json(document)
+        return
+    _print_tables(document)
+
+
+def _print_tables(document: dict) -> None:
+    import sys
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout, highlight=False)
+    title = (f"{document['queries']} queries, {document['judged_pages']} relevant pages ({display_path(document['query_set'])}); "
+             f"index {display_path(document['index'])}, model {display_path(document['model'])}, "
+             f"pool factor {document['pool_factor']}")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("mode", min_width=6)
+    table.add_column("first\npass", justify="right", width=5, no_wrap=True)
+    for header in HEADERS.values():
+        table.add_column(header.replace("@", "\n@"), justify="right", width=5, no_wrap=True)
+    table.add_column("\ns", justify="right", no_wrap=True)
+    for run in document["runs"]:
+        mode = run["mode"] + (f" {run['fusion']}" if run["fusion"] else "")
+        table.add_row(mode, str(run["first_pass"] or "exact"), *(f"{run['measures'][m]:.3f}" for m in HEADERS),
+                      f"{run['seconds']:.1f}")
+    console.print(table)
+    for run in document["runs"]:
+        if "groups" in run:
+            console.print(_group_table(run))
+    for run in document["runs"]:
+        if "per_query" in run:
+            console.print(_query_table(run, console.width))
+
+
+def _label(run: dict) -> str:
+    label = run["mode"] + (f" {run['fusion']}" if run["fusion"] else "")
+    return label + (f", first pass {run['first_pass']}" if run["first_pass"] else "")
+
+
+def _group_table(run: dict):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"by group: {_label(run)}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("group", max_width=16, overflow="ellipsis", no_wrap=True)
+    table.add_column("\nqueries", justify="right", no_wrap=True)
+    for header in HEADERS.values():
+        table.add_column(header.replace("@", "\n@"), justify="right", width=5, no_wrap=True)
+    for value, group in run["groups"].items():
+        table.add_row(display_path(value), str(group["queries"]), *(f"{group['measures'][m]:.3f}" for m in HEADERS))
+    return table
+
+
+def _query_table(run: dict, width: int):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"per query: {_label(run)}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("id", no_wrap=True, max_width=20, overflow="ellipsis")
+    for measure in ("ndcg@5", "ndcg@10", "recall@10", "mrr@10"):
+        table.add_column(HEADERS[measure].replace("@", "\n@"), justify="right", min_width=5, no_wrap=True)
+    table.add_column("first\nrel.", justify="right", min_width=5, no_wrap=True)
+    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=max(12, width - 60))  # the rest of the line
+    for detail in run["per_query"]:
+        measures = detail["measures"]
+        table.add_row(display_path(detail["id"]), *(f"{measures[m]:.3f}" for m in ("ndcg@5", "ndcg@10", "recall@10", "mrr@10")),
+                      str(detail["first_relevant"] or "-"), display_path(detail["query"]))
+    return table

@@ -1,0 +1,96 @@
+"""lgpt-index mcp"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .app import Application, json_option
+from .options import index_options, model_options
+
+MCP_EXIT = """\b
+Exit codes:
+  0  the client closed the connection (stdio), or SIGTERM / Ctrl-C (--http)
+  2  usage error (an address other than loopback without --token)
+  4  the port is taken (--http)"""
+
+
+@click.command("mcp", epilog=MCP_EXIT)
+@click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: address to listen on; anything but loopback "
+                                                                     "needs --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True, help="With --http: port (0: any free one).")
+@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
+              help="With --http: bearer token every request must carry. [env: LGPT_SERVE_TOKEN]")
+@click.option("--max-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",
+              help="Largest PNG of one page image; larger pages are scaled down to fit. [default: 524288]")
+@click.option("--max-answer-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",
+              help="All the page images of one answer together; each gets an even share. [default: 2097152]")
+@click.option("--absolute-paths", is_flag=True,
+              help="Name documents by absolute paths (default: relative to the folder they were indexed from).")
+@click.option("-q", "--quiet", is_flag=True, help="With --http: no line per request; errors only.")
+@click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
+              help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does; "
+                   "its lines go to stderr. See docs/watch.md.")
+@json_option(help="If the server cannot start: an error document on stdout (before any protocol message).")
+@model_options
+@index_options
+@click.pass_obj
+def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answer_image_bytes, absolute_paths, quiet,
+        watch_docs, device, dtype) -> None:
+    """Answer MCP clients (desktop agents, answerers) from the index: tools search, get_page,
+    list_documents and index_status, the model loaded once. Over stdio by default: stdout carries
+    protocol messages only; messages go to stderr."""
+    from ..mcp.backend import IndexTools
+    from ..mcp.schemas import DEFAULT_ANSWER_IMAGE_BYTES, DEFAULT_IMAGE_BYTES, ImageCaps
+    from ..serve.httpguard import PathPolicy
+    from ..serve.middleware import RequestLog
+    from ..serve.runner import check_exposure
+    from ..serve.service import IndexService
+
+    if use_http:
+        check_exposure(host, token)
+    caps = ImageCaps(max_image_bytes or DEFAULT_IMAGE_BYTES, max_answer_image_bytes or DEFAULT_ANSWER_IMAGE_BYTES)
+    tools = IndexTools(IndexService(app.store(), device, dtype), PathPolicy(absolute_paths), caps)
+    log = RequestLog(quiet=quiet)
+    _say_what_is_there(tools, log)
+    # --watch: the watcher is a companion (mcp/runner.py), started once stdout is safe; the tools follow its commits
+    watcher = None
+    if watch_docs:
+        from .watch import logged_watcher
+
+        watcher = logged_watcher(watch_docs, tools.service.store, log, device, dtype)
+    companions = [watcher.start_background] if watcher else []
+    if use_http:
+        from ..mcp.runner import run_http
+
+        run_http(tools, host, port, token, log, companions=companions)
+    else:
+        from ..mcp.runner import run_stdio
+
+        run_stdio(tools, companions)
+    if watcher is not None and not watcher.stop(wait_s=10):
+        log.message("watch: the build in progress was abandoned; the index keeps its last generation", "notice")
+    if not use_http and not tools.settled():
+        # the client left while the model loads: its thread cannot be stopped, and the interpreter
+        # would wait for it at exit (a minute for a large model) while the client waits to kill us
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(0)
+
+
+def _say_what_is_there(tools, log) -> None:
+    """One line on stderr: the index served, or why the tools will answer with an error for now (the
+    server starts anyway: an agent that launched it gets the reason with every answer)."""
+    from ..core.errors import LgptError
+
+    try:
+        index = tools.current()
+    except LgptError as exc:
+        log.message(f"lgpt-index mcp: {exc.message} The tools answer with this error until it is fixed.", "notice")
+        return
+    manifest = index.manifest
+    log.message(f"lgpt-index mcp: {tools.service.store.location} (generation {manifest.generation}, {manifest.page_count} pages, "
+                f"model {manifest.model.id})", "notice")

@@ -1,0 +1,97 @@
+"""Which indexed page a judgment names. The index records documents by absolute path; a query set names
+them absolute (compared as they are) or relative: a relative path names the one indexed document whose
+path ends with it, whole components compared (`invoices/a.pdf` names /home/me/docs/invoices/a.pdf).
+Two indexed documents ending alike make the set ambiguous (an error); a page the index does not hold
+stays in the judgments, unanswerable: it counts as a miss, as it would for any retriever."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..core.errors import UsageError
+from ..index.manifest import Document
+from .queryset import EvalQuery, Judgment
+
+
+@dataclass(frozen=True)
+class Unanswerable:
+    query_id: str
+    path: str
+    page: int
+    grade: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The judgments as the evaluator takes them: per query, page id -> grade; and the page ids' pages."""
+
+    qrels: dict[str, dict[str, int]]
+    pages: dict[str, tuple[str, int]]  # page id -> (indexed path, page)
+    unanswerable: tuple[Unanswerable, ...]
+
+
+def page_id(number: int, page: int) -> str:
+    """The evaluator's id of page `page` of the index's document `number` (ASCII whatever the path holds)."""
+    return f"d{number}p{page}"
+
+
+class PathFinder:
+    """The indexed documents by path, and by their last path component for relative names."""
+
+    def __init__(self, documents: Sequence[Document]) -> None:
+        self.numbers = {_normal(doc.path): number for number, doc in enumerate(documents)}
+        self.by_name: dict[str, list[str]] = defaultdict(list)
+        for path in self.numbers:
+            self.by_name[posixpath.basename(path)].append(path)
+
+    def find(self, path: str, where: str) -> int | None:
+        """The number of the document `path` names; None when the index has none."""
+        wanted = _normal(path)
+        if posixpath.isabs(wanted):
+            return self.numbers.get(wanted)
+        found = [p for p in self.by_name.get(posixpath.basename(wanted), []) if p == wanted or p.endswith("/" + wanted)]
+        if len(found) > 1:
+            shown = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
+            raise UsageError(f"{where}: {path} names {len(found)} documents of the index ({shown}).",
+                             hint="Give more of its path, or the absolute path.")
+        return self.numbers[found[0]] if found else None
+
+
+def judge(queries: Sequence[EvalQuery], documents: Sequence[Document]) -> Judged:
+    """The judgments of `queries` on the index's pages."""
+    finder = PathFinder(documents)
+    qrels: dict[str, dict[str, int]] = {}
+    pages: dict[str, tuple[str, int]] = {}
+    unanswerable: list[Unanswerable] = []
+    for query in queries:
+        grades: dict[str, int] = {}
+        for judgment in query.relevant:
+            number = finder.find(judgment.path, query.where)
+            reason = _why_not(judgment, documents[number] if number is not None else None)
+            if reason:
+                unanswerable.append(Unanswerable(query.id, judgment.path, judgment.page, judgment.grade, reason))
+                grades[f"missing{len(unanswerable)}"] = judgment.grade  # judged, never retrieved
+                continue
+            assert number is not None
+            ident = page_id(number, judgment.page)
+            grades[ident] = judgment.grade
+            pages[ident] = (documents[number].path, judgment.page)
+        qrels[query.id] = grades
+    return Judged(qrels, pages, tuple(unanswerable))
+
+
+def _why_not(judgment: Judgment, doc: Document | None) -> str | None:
+    if doc is None:
+        return "not in the index"
+    if judgment.page > doc.pages:
+        return f"the index holds {doc.pages} page(s) of it"
+    return None
+
+
+def _normal(path: str) -> str:
+    return posixpath.normpath(path.replace(os.sep, "/")) if path else path

@@ -1,0 +1,94 @@
+"""The ways of answering `eval` compares (variants: a mode, a first pass, a fusion), and how each is
+asked of the query layer.
+
+Modes and fusions are the query layer's (issue 27: `Index.search(..., options=QueryOptions(mode=...,
+fusion=...))`, with `Index.mode(options)` refusing a mode the index cannot answer); `eval` passes them
+on and lets the query layer judge them. A query layer without options answers visually only."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..core.errors import IndexProblem, UsageError
+from ..core.types import SearchHit
+
+MODES = ("visual", "text", "hybrid")
+
+
+@dataclass(frozen=True)
+class Variant:
+    mode: str
+    first_pass: int | None = None  # pages a first pass keeps for exact scoring; None: exact
+    fusion: str | None = None  # hybrid: how the two lists are fused; None: the query layer's default
+
+    @property
+    def label(self) -> str:
+        return (self.mode + (f" {self.fusion}" if self.fusion else "")
+                + (f", first pass {self.first_pass}" if self.first_pass else ""))
+
+
+def parse_list(text: str, option: str, allowed: Sequence[str] | None = None) -> list[str]:
+    """`a,b,c` -> the names in the order given, each once; an empty list or a name not `allowed` is a UsageError."""
+    names = list(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
+    unknown = [m for m in names if allowed is not None and m not in allowed]
+    if unknown or not names:
+        choose = f"; choose from {', '.join(allowed)} (comma-separated)" if allowed else ""
+        raise UsageError(f"{option} {text!r}: {'unknown name ' + repr(unknown[0]) if unknown else 'no name'}{choose}.")
+    return names
+
+
+def parse_modes(text: str) -> list[str]:
+    return parse_list(text, "--modes", MODES)
+
+
+def variants(modes: Sequence[str], first_passes: Sequence[int] = (), fusions: Sequence[str] = ()) -> list[Variant]:
+    """Each mode (hybrid: with each fusion) exact, then with each first pass; text mode has no first
+    pass (it reads no vectors), and only hybrid fuses."""
+    if fusions and "hybrid" not in modes:
+        raise UsageError("--fusions chooses how hybrid mode fuses its lists: add hybrid to --modes.")
+    found = []
+    for mode in modes:
+        for fusion in (fusions or [None]) if mode == "hybrid" else [None]:
+            found.append(Variant(mode, None, fusion))
+            found += [Variant(mode, n, fusion) for n in dict.fromkeys(first_passes) if mode != "text"]
+    if first_passes and all(v.first_pass is None for v in found):
+        raise UsageError("--first-pass narrows the visual list: it applies to the visual and hybrid modes, not text.")
+    return found
+
+
+def _options_type(index: Any) -> Any:
+    """The query layer's QueryOptions when its search takes options; None for a visual-only one."""
+    from ..query import search as layer
+
+    if "options" not in inspect.signature(index.search).parameters:
+        return None
+    return getattr(layer, "QueryOptions", None)
+
+
+def _options(options_type: Any, variant: Variant) -> Any:
+    return options_type(mode=variant.mode, **({"fusion": variant.fusion} if variant.fusion else {}))
+
+
+def check_modes(index: Any, chosen: Sequence[Variant]) -> None:
+    """Refuse, before any query is asked, a variant the index cannot answer (the query layer's own
+    message: an index without page text cannot answer text or hybrid; an unknown fusion)."""
+    options_type = _options_type(index)
+    if options_type is None:
+        refused = list(dict.fromkeys(v.mode for v in chosen if v.mode != "visual"))
+        if refused:
+            raise IndexProblem(f"{index.store.location} answers visual queries only, so --modes {','.join(refused)} cannot be "
+                               "evaluated.", hint="Evaluate with --modes visual.")
+        return
+    for variant in dict.fromkeys(Variant(v.mode, None, v.fusion) for v in chosen):
+        index.mode(_options(options_type, variant))
+
+
+def search(index: Any, texts: list[str], variant: Variant, depth: int) -> list[list[SearchHit]]:
+    """The query layer's top `depth` pages for each of `texts`, answered as `variant` says."""
+    options_type = _options_type(index)
+    if options_type is None:
+        check_modes(index, [variant])
+        return index.search(texts, k=depth, candidates=variant.first_pass)
+    return index.search(texts, k=depth, candidates=variant.first_pass, options=_options(options_type, variant))

@@ -1,0 +1,151 @@
+"""OCR with Tesseract 5, for pages without a usable text layer (scans, photos, image files).
+
+A PDF page is read from its own render at OCR_DPI (pdftoppm -r 300 -gray, one page), not from
+the model's small page image: Tesseract wants text about 20-30 pixels high. An image file's frame
+is read at its own resolution (a small one enlarged, a huge one reduced). Each page is bounded
+like the renderer's poppler calls, in time (one deadline for the page's render and its OCR: the
+--ocr-timeout) and, here, in memory too: each process runs under an address-space limit
+(`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
+process runs in its own process group, in the current ProcessScope (an interrupt ends them).
+Tesseract runs one thread a page (OMP_THREAD_LIMIT=1): pages run side by side instead (pagetext.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from ..core.errors import EnvironmentMissing
+from . import processes
+from .text import clean_page_text
+
+OCR_DPI = 300
+DEFAULT_OCR_TIMEOUT_S = 60.0
+DEFAULT_OCR_LANG = "eng"
+OCR_MEMORY_MIB = 2048  # address space each process of a page's OCR may map (pdftoppm, tesseract)
+SMALL_IMAGE_SIDE = 1600  # an image frame whose long side is shorter is enlarged (screenshots: small text)
+LARGE_IMAGE_SIDE = 7000  # and one whose long side is longer is reduced (about A3 at 400 dpi)
+INSTALL_HINT = "apt-get install tesseract-ocr tesseract-ocr-eng"
+_SHELL = "/bin/sh"  # runs the tool under its limit (`ulimit -v`, then exec): found without PATH
+
+
+class OcrFailed(Exception):
+    """One page could not be read: it keeps its vectors, without OCR text."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Tesseract:
+    """An installed Tesseract and the languages it has."""
+
+    path: str
+    languages: tuple[str, ...]
+
+    @classmethod
+    def find(cls, timeout_s: float = 30.0) -> Tesseract | None:
+        """The Tesseract on PATH, or None where there is none (or it does not answer)."""
+        path = shutil.which("tesseract")
+        if path is None:
+            return None
+        try:
+            done = subprocess.run([path, "--list-langs"], capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0:
+            return None
+        lines = (done.stdout or done.stderr).decode("utf-8", "replace").splitlines()
+        return cls(path, tuple(line.strip() for line in lines[1:] if line.strip()))  # the first line names the folder
+
+    def check_language(self, lang: str) -> None:
+        """Refuse a --ocr-lang this Tesseract cannot read (eng, or several: eng+deu)."""
+        wanted = [part for part in lang.split("+") if part]
+        missing = [part for part in wanted if part not in self.languages]
+        if not wanted or missing:
+            have = ", ".join(name for name in self.languages if name != "osd") or "none"
+            package = " ".join(f"tesseract-ocr-{part.lower().replace('_', '-')}" for part in missing) or "tesseract-ocr-eng"
+            raise EnvironmentMissing(f"--ocr-lang {lang}: Tesseract has no language {'+'.join(missing) or repr(lang)} "
+                                     f"(it has: {have})", hint=f"apt-get install {package}, or --ocr never")
+
+    def read_pdf_page(self, pdf: Path, page: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
+                      memory_mib: int = OCR_MEMORY_MIB) -> str:
+        """The text of one PDF page, from its render at OCR_DPI."""
+        deadline = time.monotonic() + timeout_s
+        with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
+            picture = os.path.join(folder, "page")
+            run_bounded(["pdftoppm", "-r", str(OCR_DPI), "-gray", "-f", str(page), "-l", str(page), "-singlefile",
+                         os.path.abspath(pdf), picture], deadline, timeout_s, memory_mib, f"the {OCR_DPI} dpi render")
+            if not os.path.exists(picture + ".pgm"):
+                raise OcrFailed(f"pdftoppm gave no image of page {page}")
+            return self._read(picture + ".pgm", lang, deadline, timeout_s, memory_mib, dpi=OCR_DPI)
+
+    def read_image_frame(self, image: Path, frame: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
+                         memory_mib: int = OCR_MEMORY_MIB) -> str:
+        """The text of one frame (1-based) of an image file."""
+        deadline = time.monotonic() + timeout_s
+        with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
+            picture = os.path.join(folder, "frame.pgm")
+            try:
+                with Image.open(image) as source:
+                    source.seek(frame - 1)
+                    _sized_for_ocr(source.convert("L")).save(picture, "PPM")
+            except (OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError) as exc:
+                raise OcrFailed(f"cannot decode frame {frame}: {' '.join(str(exc).split())[:200]}") from None
+            return self._read(picture, lang, deadline, timeout_s, memory_mib)
+
+    def _read(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
+        resolution = ["--dpi", str(dpi)] if dpi else []
+        out = run_bounded([self.path, picture, "stdout", "-l", lang, "--psm", "3", *resolution],
+                          deadline, timeout_s, memory_mib, "Tesseract")
+        return clean_page_text(out.decode("utf-8", "replace"))
+
+
+def _sized_for_ocr(image: Image.Image) -> Image.Image:
+    """Enlarge a small frame (Tesseract misses text under about 10 pixels high), reduce a huge one."""
+    long_side = max(image.size)
+    if 0 < long_side < SMALL_IMAGE_SIDE:
+        factor = min(4, -(-SMALL_IMAGE_SIDE // long_side))
+        return image.resize((image.width * factor, image.height * factor), Image.Resampling.LANCZOS)
+    if long_side > LARGE_IMAGE_SIDE:
+        scale = LARGE_IMAGE_SIDE / long_side
+        return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.LANCZOS)
+    return image
+
+
+def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: int, what: str) -> bytes:
+    """Run a tool under an address-space limit until `deadline`, in its own process group, in the
+    current ProcessScope: its stdout, or OcrFailed (missing, too slow, out of memory, failed)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise OcrFailed(f"the page's OCR did not finish within {timeout_s:g} s (see --ocr-timeout)")
+    limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec "$@"', "sh", *args]
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    try:
+        proc = processes.Tracked(limited, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    except FileNotFoundError:
+        raise OcrFailed(f"{_SHELL} is missing: cannot run {what}") from None
+    try:
+        out, said = proc.communicate(timeout=remaining)
+    except subprocess.TimeoutExpired:
+        processes.kill_group(proc)
+        proc.communicate()
+        raise OcrFailed(f"{what} did not finish within the page's {timeout_s:g} s and was stopped (see --ocr-timeout)") from None
+    if proc.interrupted:
+        raise processes.Stopped("interrupted")
+    if proc.returncode != 0:
+        text = " ".join(said.decode("utf-8", "replace").split())[:300] or f"exit status {proc.returncode}"
+        if proc.returncode == 127 and "not found" in text:  # the shell's exec
+            raise OcrFailed(f"{args[0]} is not installed")
+        if proc.returncode < 0 or any(word in text.lower() for word in ("alloc", "memory", "map")):
+            text += f" (each OCR process may map {memory_mib} MiB)"
+        raise OcrFailed(f"{os.path.basename(args[0])} failed: {text}")
+    return out

@@ -1,0 +1,334 @@
+"""Page text beside the encoder: each page's text handed over with its vectors.
+
+`PageTexts.attach` sits between an engine (local or Ray) and the commit policy. When a document
+opens, its text layer is read (one pdftotext process for the document, on a thread of its own) and
+the pages that need OCR (--ocr: auto, those with a text layer under OCR_MIN_CHARS visible characters;
+always; never) go to a pool of OCR worker threads, each page a pdftoppm and a Tesseract process
+(ocr.py). All this runs while the engine renders and encodes the same pages; a batch of encoded
+pages (PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES
+batches) while the engine encodes the next ones. A build of scanned pages thus takes about as long
+as the slower of OCR and encoding, not their sum.
+
+A page whose OCR fails or times out keeps its vectors and its text layer, if any, and is reported
+(`tally.warnings`); a document whose text layer cannot be read is reported once and its pages are
+treated as having none. A missing Tesseract is said once per build, not once per page.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..core.cpus import available_cpus
+from ..core.errors import DocumentError, EnvironmentMissing, UsageError
+from . import processes
+from .discover import IMAGE, PDF
+from .events import DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
+from .ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, INSTALL_HINT, OCR_MEMORY_MIB, OcrFailed, Tesseract
+from .opening import FeedSource
+from .render import DEFAULT_RENDER_TIMEOUT_S
+from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
+
+OCR_MODES = ("auto", "always", "never")
+HELD_BATCHES = 4  # encoded batches that wait for their pages' text while the encoder goes on (their vectors in memory)
+Log = Callable[[str], None]
+Timings = Callable[[str, float], None]
+
+
+def ocr_mode(asked: str | None) -> str:
+    """The --ocr mode: the one asked for, else $LGPT_OCR (a machine's or a test suite's default), else auto."""
+    mode = asked or os.environ.get("LGPT_OCR") or "auto"
+    if mode not in OCR_MODES:
+        raise UsageError(f"{'--ocr' if asked else 'LGPT_OCR'}={mode}: expected one of {', '.join(OCR_MODES)}")
+    return mode
+
+
+def default_ocr_workers() -> int:
+    """OCR threads by default: half the CPUs this process may use (the encoder and renderer have the rest)."""
+    return max(1, available_cpus() // 2)
+
+
+@dataclass(frozen=True)
+class TextSettings:
+    """How a build reads its pages' text."""
+
+    ocr: str = "auto"
+    lang: str = DEFAULT_OCR_LANG
+    ocr_timeout_s: float = DEFAULT_OCR_TIMEOUT_S
+    ocr_workers: int = 1
+    min_chars: int = OCR_MIN_CHARS
+    memory_mib: int = OCR_MEMORY_MIB
+    layer_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
+    tesseract: Tesseract | None = None  # None: no OCR (--ocr never, or none installed)
+
+
+def find_ocr(mode: str, lang: str) -> Tesseract | None:
+    """Before any work: the Tesseract OCR will use (None: --ocr never, or none installed), or
+    EnvironmentMissing (exit 4) for a language it lacks, or --ocr always without it."""
+    if mode == "never":
+        return None
+    tesseract = Tesseract.find()
+    if tesseract is None:
+        if mode == "always":
+            raise EnvironmentMissing("--ocr always: Tesseract is not installed", hint=f"{INSTALL_HINT}, or --ocr auto")
+        return None
+    tesseract.check_language(lang)
+    return tesseract
+
+
+@dataclass
+class TextTally:
+    """The build's pages by the source of their text, and what went wrong reading them."""
+
+    layer: int = 0
+    ocr: int = 0
+    none: int = 0
+    unread: int = 0  # pages that needed OCR and had none (no Tesseract, or it failed): counted in `none` or `layer` too
+    warnings: list[dict] = field(default_factory=list)  # {"path", "page" (None: the document), "stage", "reason"}
+
+    def count(self, text: PageText) -> None:
+        setattr(self, text.source, getattr(self, text.source) + 1)
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "ocr": self.ocr, "none": self.none, "unread": self.unread}
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One page's text, and why it is not what was wanted (OCR failed, or there is no Tesseract)."""
+
+    text: PageText
+    warning: str | None = None
+    no_ocr: bool = False
+
+
+@dataclass(frozen=True)
+class _Layer:
+    pages: list[Future[_Outcome]]
+    warning: str | None = None
+
+
+@dataclass
+class _Document:
+    path: str
+    first: int
+    last: int
+    layer: Future[_Layer]
+    next: int = 0  # the next page number to hand over
+    dropped: bool = False  # the document failed: its pages' text is not wanted
+
+    def __post_init__(self) -> None:
+        self.next = self.first
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A page of an encoded batch, waiting for its text."""
+
+    document: _Document
+    page: int
+
+    @property
+    def ready(self) -> bool:
+        layer = self.document.layer
+        if self.document.dropped or not layer.done():
+            return self.document.dropped
+        if layer.cancelled() or layer.exception() is not None:
+            return True
+        return layer.result().pages[self.page - self.document.first].done()
+
+
+def _cancel_pages(layer: Future[_Layer]) -> None:
+    """A dropped document's pages not read yet are not read."""
+    if not layer.cancelled() and layer.exception() is None:
+        for future in layer.result().pages:
+            future.cancel()
+
+
+def _done(outcome: _Outcome) -> Future[_Outcome]:
+    future: Future[_Outcome] = Future()
+    future.set_result(outcome)
+    return future
+
+
+class PageTexts:
+    """Reads the text of the pages an engine encodes, beside it (see the module's docstring)."""
+
+    def __init__(self, settings: TextSettings, sources: Sequence[FeedSource], log: Log = lambda message: None,
+                 timings: Timings = lambda stage, seconds: None) -> None:
+        self.settings, self.sources, self.log, self.timings = settings, sources, log, timings
+        self.tally = TextTally()
+        self.scope = processes.ProcessScope.under_current()  # its pdftotext and OCR processes: close() ends them
+        self._layer_pool = ThreadPoolExecutor(1, "lgpt-text", self.scope.enter_thread)
+        self._ocr_pool = (ThreadPoolExecutor(max(1, settings.ocr_workers), "lgpt-ocr", self.scope.enter_thread)
+                          if settings.tesseract is not None and settings.ocr != "never" else None)
+        self._documents: dict[int, _Document] = {}
+        self._said: set[str] = set()  # warnings given once a build
+
+    def attach(self, events: Iterator[EngineEvent]) -> Iterator[EngineEvent]:
+        """The engine's events in their order, each PagesEncoded with its pages' texts. A batch whose
+        text is not all read yet is held (up to HELD_BATCHES of them) while the engine encodes the
+        next ones, so that neither OCR nor the encoder waits for the other batch by batch."""
+        held: deque[tuple[EngineEvent, list[_Claim | None] | None]] = deque()
+        try:
+            try:
+                for event in events:
+                    claims = None
+                    if isinstance(event, DocumentOpened):
+                        self.open(event.number, event.document)
+                    elif isinstance(event, DocumentFailed):
+                        self.drop(event.number)
+                    elif isinstance(event, PagesEncoded):
+                        claims = [self.claim(number) if not isinstance(result, DocumentError) else None
+                                  for number, result in event.pages]
+                    held.append((event, claims))
+                    yield from self._release(held, HELD_BATCHES)
+            except Exception:  # a lost device: what was encoded goes on to be committed, then the error
+                yield from self._release(held, 0)
+                raise
+            yield from self._release(held, 0)
+        finally:
+            if hasattr(events, "close"):
+                events.close()  # the engine's threads and processes end now, not when collected
+            self.close()
+
+    def _release(self, held: deque[tuple[EngineEvent, list[_Claim | None] | None]], limit: int) -> Iterator[EngineEvent]:
+        """Pass on the held events from the first, a batch once its text is read (or waited for,
+        while more than `limit` batches are held)."""
+        batches = sum(1 for _, claims in held if claims is not None)
+        while held:
+            event, claims = held[0]
+            if claims is not None:
+                if batches <= limit and not all(claim is None or claim.ready for claim in claims):
+                    return
+                started = time.perf_counter()
+                event = replace(event, texts=tuple(self.take(claim) if claim is not None else None for claim in claims))
+                self.timings("text_wait", time.perf_counter() - started)
+                batches -= 1
+            held.popleft()
+            yield event
+
+    def open(self, number: int, document: OpenedDocument) -> None:
+        """Start reading a document's text (its pages from the source's first page on)."""
+        source = self.sources[number]
+        pdf = document.pdf or source.pdf or (source.path if source.kind == PDF else None)
+        image = document.image or (source.path if source.kind == IMAGE and pdf is None else None)
+        first, last = source.first_page, document.pages
+        layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last)
+        self._documents[number] = _Document(str(source.path), first, last, layer)
+
+    def claim(self, number: int) -> _Claim | None:
+        """The next page of document `number` (None: a document given up, or not opened)."""
+        document = self._documents.get(number)
+        if document is None:
+            return None
+        page = document.next
+        document.next += 1
+        if document.next > document.last:
+            del self._documents[number]
+        return _Claim(document, page)
+
+    def take(self, claim: _Claim) -> PageText | None:
+        """A claimed page's text, waiting for it if it is not read yet (None: its document was given up)."""
+        document, page = claim.document, claim.page
+        if document.dropped:
+            return None
+        layer = document.layer.result()
+        outcome = layer.pages[page - document.first].result()
+        if page == document.first and layer.warning:
+            self._warn(document.path, None, "text", layer.warning)
+        self.tally.count(outcome.text)
+        if outcome.no_ocr:
+            self.tally.unread += 1
+            self._say_once("tesseract", "warning: Tesseract is not installed: pages without a text layer are indexed "
+                           f"without text (visual only). To read them: {INSTALL_HINT} (`lgpt-index doctor` checks it)")
+        if outcome.warning:
+            self.tally.unread += 1
+            self._warn(document.path, page, "ocr", outcome.warning)
+        return outcome.text
+
+    def drop(self, number: int) -> None:
+        """The document failed: what of its text is not read yet is not read."""
+        document = self._documents.pop(number, None)
+        if document is None:
+            return
+        document.dropped = True
+        if not document.layer.cancel():
+            document.layer.add_done_callback(_cancel_pages)  # now, or once its text layer is read
+
+    def close(self) -> None:
+        """End the reading: processes still running are ended, what is queued is not started."""
+        self.scope.stop()
+        for pool in (self._layer_pool, self._ocr_pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._documents.clear()
+
+    # on the text thread and the OCR pool
+
+    def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int) -> _Layer:
+        texts, warning = [""] * (last - first + 1), None
+        if pdf is not None:
+            started = time.perf_counter()
+            try:
+                texts = pdf_page_texts(pdf, first, last, self.settings.layer_timeout_s)
+            except DocumentError as exc:
+                warning = f"its text layer could not be read ({exc.reason}); its pages are indexed without it"
+            self.timings("text", time.perf_counter() - started)
+        pages = []
+        for page, text in zip(range(first, last + 1), texts):
+            found = PageText(text, "layer") if text else NO_TEXT
+            if not self._wants_ocr(text):
+                pages.append(_done(_Outcome(found)))
+            elif self._ocr_pool is None or self.settings.tesseract is None:
+                pages.append(_done(_Outcome(found, no_ocr=self.settings.ocr != "never")))
+            else:
+                pages.append(self._ocr_pool.submit(self._ocr, pdf, image, page, found))
+        return _Layer(pages, warning)
+
+    def _wants_ocr(self, text: str) -> bool:
+        if self.settings.ocr == "always":
+            return True
+        return self.settings.ocr == "auto" and not has_text_layer(text, self.settings.min_chars)
+
+    def _ocr(self, pdf: Path | None, image: Path | None, page: int, found: PageText) -> _Outcome:
+        tesseract, settings = self.settings.tesseract, self.settings
+        assert tesseract is not None
+        started = time.perf_counter()
+        try:
+            if pdf is not None:
+                text = tesseract.read_pdf_page(pdf, page, settings.lang, settings.ocr_timeout_s, settings.memory_mib)
+            elif image is not None:
+                text = tesseract.read_image_frame(image, page, settings.lang, settings.ocr_timeout_s, settings.memory_mib)
+            else:
+                return _Outcome(found)
+        except OcrFailed as exc:
+            return _Outcome(found, f"OCR failed: {exc.reason}")
+        except OSError as exc:  # the scratch folder: a full disk
+            return _Outcome(found, f"OCR failed: {exc.strerror or exc}")
+        finally:
+            self.timings("ocr", time.perf_counter() - started)
+        return _Outcome(PageText(text, "ocr")) if visible_chars(text) else _Outcome(found)
+
+    # warnings, on the consumer's thread
+
+    def _warn(self, path: str, page: int | None, stage: str, reason: str) -> None:
+        if stage == "text" and "is not installed" in reason:  # poppler's pdftotext: said once, not per document
+            self.tally.warnings.append({"path": path, "page": None, "stage": stage, "reason": reason[:2000]})
+            self._say_once("pdftotext", f"warning: {reason}")
+            return
+        self.tally.warnings.append({"path": path, "page": page, "stage": stage, "reason": reason[:2000]})
+        where = f"{path} page {page}" if page is not None else path
+        kept = "; the page is indexed, without OCR text" if stage == "ocr" else ""
+        self.log(f"warning: {where}: {reason}{kept}")
+
+    def _say_once(self, key: str, message: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            self.log(message)
+

@@ -1,0 +1,68 @@
+"""Page images for MCP answers: rendered as `serve` renders them (serve.images.PageImages: render
+slots and a cache), then scaled down until the PNG fits its share of the answer's caps."""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+from PIL import Image
+
+from ..core.errors import LgptError
+from ..core.types import SearchHit
+from ..interop.pages import png_bytes
+from ..serve.images import CANNOT_RENDER, PageImages
+from .schemas import MIN_IMAGE_SIDE, RENDER_DPI, ImageCaps
+
+
+@dataclass
+class FittedImage:
+    png: bytes
+    width: int
+    height: int
+    scaled: bool
+
+
+def fit_png(png: bytes, limit: int) -> FittedImage:
+    """`png`, or the same picture scaled down until its PNG takes at most `limit` bytes.
+    A picture that would have to shrink below MIN_IMAGE_SIDE is refused (LgptError)."""
+    with Image.open(io.BytesIO(png)) as image:
+        image.load()
+        width, height = image.size
+        if len(png) <= limit:
+            return FittedImage(png, width, height, False)
+        picture = image.convert("RGB")
+    data, size = png, (width, height)
+    for _ in range(8):  # PNG bytes follow the pixel count closely: two or three rounds mostly
+        scale = math.sqrt(limit / len(data)) * 0.92
+        size = (max(1, int(size[0] * scale)), max(1, int(size[1] * scale)))
+        if min(size) < MIN_IMAGE_SIDE:
+            break
+        data = png_bytes(picture.resize(size, Image.Resampling.LANCZOS))
+        if len(data) <= limit:
+            return FittedImage(data, size[0], size[1], True)
+    raise LgptError(f"the page image does not fit in {limit:,} bytes, even scaled down to {MIN_IMAGE_SIDE} pixels.")
+
+
+class McpPageImages:
+    """The images of one answer: each page rendered once (serve's cache), each fitted to its share."""
+
+    def __init__(self, caps: ImageCaps, pages: PageImages | None = None) -> None:
+        self.caps = caps
+        self.pages = pages or PageImages()
+
+    def fitted(self, index, hits: list[SearchHit]) -> list[FittedImage | str]:
+        """An image for each hit, or why it has none; together within the answer's cap."""
+        share = self.caps.share(len(hits))
+        return [self._one(index, hit, share) for hit in hits]
+
+    def _one(self, index, hit: SearchHit, limit: int) -> FittedImage | str:
+        try:
+            png, _ = self.pages.png(index, hit, RENDER_DPI)
+        except LgptError as exc:
+            return f"{CANNOT_RENDER}: {exc.message}"
+        try:
+            return fit_png(png, limit)
+        except LgptError as exc:
+            return exc.message

@@ -1,0 +1,117 @@
+"""What the MCP tools answer (their output schemas) and the limits they keep.
+
+Documents are named as `serve` names them (serve.httpguard.PathPolicy): relative to the folder
+they were indexed from, unless the server runs with --absolute-paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from ..core.errors import UsageError
+
+MAX_K = 50  # hits per search: an answerer reads them all
+MAX_LIST = 500  # documents per list_documents page
+DEFAULT_IMAGE_BYTES = 512 * 1024  # one page image, as PNG
+DEFAULT_ANSWER_IMAGE_BYTES = 2 * 1024 * 1024  # all the page images of one answer together
+MIN_IMAGE_SIDE = 32  # a page is not shrunk below this: it says why it has no image instead
+RENDER_DPI = 150  # pages are rendered at this resolution, then scaled down to fit the caps
+
+
+@dataclass(frozen=True)
+class ImageCaps:
+    """Bytes of PNG a page image may take, alone and with the others of its answer."""
+
+    per_image: int = DEFAULT_IMAGE_BYTES
+    per_answer: int = DEFAULT_ANSWER_IMAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.per_image < 1024 or self.per_answer < 1024:
+            raise UsageError("--max-image-bytes and --max-answer-image-bytes must be at least 1024.")
+
+    def share(self, images: int) -> int:
+        """The bytes each of `images` images may take: the total cap split evenly, at most the per-image cap."""
+        return min(self.per_image, self.per_answer // max(1, images))
+
+
+class PageImage(BaseModel):
+    """A page image sent as MCP image content (image/png), after the text content of the answer."""
+
+    content_index: int = Field(description="position of the image in the answer's content list")
+    width: int
+    height: int
+    bytes: int = Field(description="size of the PNG")
+    scaled: bool = Field(description="downscaled to fit the size caps")
+
+
+class Hit(BaseModel):
+    rank: int
+    score: float
+    document: str = Field(description="the document's path, as list_documents names it")
+    page: int = Field(description="1-based page number")
+    sha256: str = Field(description="sha256 of the document's bytes")
+    kind: str = Field(description="pdf, image, docx, ...")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    snippet: str | None = Field(None, description="where the query's words are in the page's text (index with page text)")
+    text: str | None = Field(None, description="the page's text, when the index holds page text")
+    image: PageImage | None = Field(None, description="the page image, when with_images asked for it")
+    image_error: str | None = Field(None, description="why the page has no image")
+
+
+class SearchAnswer(BaseModel):
+    query: str
+    mode: str = Field(description="how the pages were ranked")
+    k: int
+    generation: int = Field(description="the index generation that answered")
+    hits: list[Hit]
+
+
+class DocumentEntry(BaseModel):
+    document: str
+    pages: int
+    kind: str
+    sha256: str
+    converter: str | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class DocumentList(BaseModel):
+    generation: int
+    prefix: str
+    offset: int
+    total: int = Field(description="documents under the prefix")
+    documents: list[DocumentEntry]
+    next_offset: int | None = Field(None, description="offset of the next page of documents, if any")
+
+
+class FailedDocument(BaseModel):
+    document: str
+    stage: str
+    reason: str
+
+
+class IndexStatus(BaseModel):
+    index: str = Field(description="the index's name")
+    generation: int
+    documents: int
+    pages: int
+    model: str = Field(description="the model the index was built with")
+    model_state: str = Field(description="loading, ready, failed or stale")
+    model_problem: str | None = None
+    modes: list[str] = Field(description="the search modes this index answers")
+    page_text: bool = Field(description="whether hits carry the page's text")
+    last_build: str
+    failures: list[FailedDocument] = Field(default_factory=list)
+    image_caps: dict[str, int] = Field(description="bytes of PNG per image and per answer")
+
+
+class PageAnswer(BaseModel):
+    document: str
+    page: int
+    pages: int = Field(description="pages of the document")
+    sha256: str
+    kind: str
+    text: str | None = None
+    image: PageImage | None = None
+    image_error: str | None = None

@@ -1,0 +1,310 @@
+"""`lgpt-index mcp` started as a desktop agent starts it, spoken to with the official SDK's own client:
+over stdio (mcp.client.stdio + ClientSession) and over streamable HTTP on a real port."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import copy_tree, run_cli
+from helpers import report_index as build_report_index
+
+TOOLS = {"search", "list_documents", "index_status", "get_page"}
+
+
+@asynccontextmanager
+async def mcp_session(*args: str, cwd: Path | None = None):
+    """A ClientSession on `lgpt-index mcp ARGS` over stdio, and the transport faults it met (a line on
+    stdout that is not a protocol message is one: it must never happen)."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    faults: list[Exception] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, Exception):
+            faults.append(message)
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", *args], env=dict(os.environ),
+                                   cwd=str(cwd) if cwd else None)
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write, message_handler=on_message, read_timeout_seconds=300) as session:
+                await session.initialize()
+                yield session, faults
+
+
+def structured(result) -> dict:
+    assert not result.is_error, result.content[0].text
+    assert json.loads(result.content[0].text) == result.structured_content  # the same answer as text, for older clients
+    return result.structured_content
+
+
+def error_text(result) -> str:
+    assert result.is_error, result.structured_content
+    text = result.content[0].text
+    assert "Traceback" not in text and 'File "' not in text
+    return text
+
+
+def png_size(data: str) -> tuple[int, int, int]:
+    """(bytes, width, height) of a base64 PNG."""
+    from PIL import Image
+
+    raw = base64.b64decode(data)
+    assert raw.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(raw)) as image:
+        return len(raw), *image.size
+
+
+@pytest.fixture(scope="module")
+def noisy_index(fake_model, tmp_path_factory):
+    """The serve tests' index (4 reports of 3 pages, a scan), built with a copy of the fake model that,
+    once built, prints on stdout while it loads (as model libraries do)."""
+    work = tmp_path_factory.mktemp("mcp")
+    model = copy_tree(fake_model, work / "fake-model")
+    built = build_report_index(work, model, reports=4, pages=3)
+    (model / "faults.json").write_text(json.dumps({"load_noise": "Loading checkpoint shards: 100%"}))  # same fingerprint
+    return built
+
+
+PER_IMAGE, PER_ANSWER = 60_000, 150_000
+
+
+def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
+    index = str(noisy_index["index"])
+
+    async def scenario():
+        async with mcp_session("--index-dir", index, "--max-image-bytes", str(PER_IMAGE),
+                               "--max-answer-image-bytes", str(PER_ANSWER)) as (session, faults):
+            listed = await session.list_tools()
+            tools = {tool.name: tool for tool in listed.tools}
+            assert set(tools) == TOOLS
+            assert all(tool.output_schema and tool.input_schema["type"] == "object" for tool in tools.values())
+            assert tools["search"].input_schema["properties"]["k"]["maximum"] == 50
+            assert tools["search"].annotations.read_only_hint
+
+            found = await session.call_tool("search", {"query": "report 2 page 1", "k": 5, "with_images": True})
+            answer = structured(found)
+            assert len(answer["hits"]) == 5 and answer["mode"] == "visual"
+            assert [hit["rank"] for hit in answer["hits"]] == [1, 2, 3, 4, 5]
+            names = {hit["document"] for hit in answer["hits"]}
+            assert names <= {"report-0.pdf", "report-1.pdf", "report-2.pdf", "report-3.pdf", "scan.png"}  # relative names
+            images = [block for block in found.content if block.type == "image"]
+            assert len(images) == 5 and all(block.mime_type == "image/png" for block in images)
+            sizes = [png_size(block.data) for block in images]
+            assert all(size <= min(PER_IMAGE, PER_ANSWER // 5) for size, _, _ in sizes), sizes
+            assert sum(size for size, _, _ in sizes) <= PER_ANSWER
+            for hit in answer["hits"]:  # each hit says which image is its own, and its true size
+                block = found.content[hit["image"]["content_index"]]
+                assert png_size(block.data) == (hit["image"]["bytes"], hit["image"]["width"], hit["image"]["height"])
+            assert any(hit["image"]["scaled"] for hit in answer["hits"])  # a page at 150 dpi is larger than its share
+
+            plain = structured(await session.call_tool("search", {"query": "report 2 page 1", "k": 2, "filters": {"team": "finance"}}))
+            assert [hit["document"] for hit in plain["hits"]] == ["report-0.pdf", "report-0.pdf"]
+            assert all(hit["image"] is None for hit in plain["hits"])
+            assert len(structured(await session.call_tool("search", {"query": "report", "k": 2, "first_pass": 4}))["hits"]) == 2
+
+            first = structured(await session.call_tool("list_documents", {"limit": 2}))
+            rest = structured(await session.call_tool("list_documents", {"offset": first["next_offset"], "limit": 10}))
+            assert first["total"] == rest["total"] == 5 and rest["next_offset"] is None
+            assert [d["document"] for d in first["documents"] + rest["documents"]] == [
+                "report-0.pdf", "report-1.pdf", "report-2.pdf", "report-3.pdf", "scan.png"]
+            assert first["documents"][0]["metadata"] == {"team": "finance"}
+            under = structured(await session.call_tool("list_documents", {"prefix": "report-1"}))
+            assert [d["document"] for d in under["documents"]] == ["report-1.pdf"]
+
+            status = structured(await session.call_tool("index_status", {}))
+            assert (status["documents"], status["pages"], status["model_state"], status["modes"]) == (5, 13, "ready", ["visual"])
+            assert status["index"] == "default" and status["image_caps"] == {"per_image": PER_IMAGE, "per_answer": PER_ANSWER}
+
+            page = await session.call_tool("get_page", {"document": "report-1.pdf", "page": 3})
+            shown = structured(page)
+            assert (shown["document"], shown["page"], shown["pages"], shown["kind"]) == ("report-1.pdf", 3, 3, "pdf")
+            size, width, height = png_size(page.content[1].data)
+            assert size <= PER_IMAGE and (size, width, height) == (shown["image"]["bytes"], shown["image"]["width"],
+                                                                   shown["image"]["height"])
+            by_sha = structured(await session.call_tool("get_page", {"document": shown["sha256"], "page": 1, "with_image": False}))
+            assert by_sha["document"] == "report-1.pdf" and by_sha["image"] is None
+            assert faults == []  # the model printed while it loaded: none of it reached the protocol stream
+
+    asyncio.run(scenario())
+
+
+def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
+    index = str(noisy_index["index"])
+
+    async def scenario():
+        async with mcp_session("--index-dir", index) as (session, faults):
+            text = error_text(await session.call_tool("get_page", {"document": "../../etc/passwd", "page": 1}))
+            assert "document '../../etc/passwd': not in the index" in text
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 4}))
+            assert "page 4 out of range: report-1.pdf has 3 page(s)" in text
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 0}))
+            assert "invalid arguments: page: Input should be greater than or equal to 1 (got 0)." in text
+            text = error_text(await session.call_tool("search", {"query": "q", "k": "many"}))
+            assert "invalid arguments: k: Input should be a valid integer, unable to parse string as an integer (got 'many')." in text
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}))
+            assert text.endswith("invalid arguments: page: Field required.") and "pydantic" not in text
+            text = error_text(await session.call_tool("search", {"query": "   "}))
+            assert "query[0]: empty." in text
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}))
+            assert "no page text" in text and "mode" in text
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}))
+            assert "mode" in text
+            text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}))
+            assert "filters: a key may not be empty" in text
+            assert str(noisy_index["work"]) not in text  # no path of this machine in what the client sees
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tmp_path):
+    """No index yet: every tool says so (the server stays up for the agent that launched it); a build beside
+    it is followed at the next call; an index whose documents were all removed answers search with an error."""
+    docs = copy_tree(noisy_index["docs"], tmp_path / "docs")
+    index = tmp_path / "idx"
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(index)) as (session, faults):
+            for tool, args in (("search", {"query": "report"}), ("list_documents", {}), ("index_status", {}),
+                               ("get_page", {"document": "report-1.pdf", "page": 1})):
+                text = error_text(await session.call_tool(tool, args))
+                assert f"no index at {index}/default." in text and "lgpt-index build DOCS" in text
+            assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+            hits = structured(await session.call_tool("search", {"query": "report", "k": 3}))["hits"]
+            assert len(hits) == 3
+            assert run_cli("remove", str(docs), "--index-dir", str(index)).exit_code == 0
+            text = error_text(await session.call_tool("search", {"query": "report"}))
+            assert "the index at default holds no pages yet." in text
+            status = structured(await session.call_tool("index_status", {}))
+            assert (status["generation"], status["documents"]) == (2, 0)
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fake_model, tmp_path):
+    model = copy_tree(fake_model, tmp_path / "fake-model")
+    built = build_report_index(tmp_path, model, reports=1, pages=1)
+    (model / "faults.json").write_text(json.dumps({"load_error": "weights file is truncated"}))
+    index = str(built["index"])
+
+    async def scenario():
+        async with mcp_session("--index-dir", index) as (session, faults):
+            text = error_text(await session.call_tool("search", {"query": "report"}))
+            assert "the model could not be loaded: OSError while loading the model: weights file is truncated" in text
+            status = structured(await session.call_tool("index_status", {}))
+            assert status["model_state"] == "failed" and "weights file is truncated" in status["model_problem"]
+            assert structured(await session.call_tool("get_page", {"document": "report-0.pdf", "page": 1}))["image"]["bytes"] > 0
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+class HttpMcp:
+    """`lgpt-index mcp --http --port 0` in a process of its own, its address read from stderr."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "mcp", "--http", "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        for line in self.proc.stderr:
+            lines.append(line)
+            match = re.search(r"(http://127\.0\.0\.1:\d+/mcp)", line)
+            if match:
+                self.url = match.group(1)
+                return
+        raise AssertionError("".join(lines))
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out
+
+
+def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
+    server = HttpMcp("--index-dir", str(noisy_index["index"]), "--max-image-bytes", str(PER_IMAGE))
+
+    async def scenario():
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        async with streamable_http_client(server.url) as (read, write):
+            async with ClientSession(read, write, read_timeout_seconds=300) as session:
+                await session.initialize()
+                assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
+                found = await session.call_tool("search", {"query": "report 1", "k": 2, "with_images": True})
+                assert len(structured(found)["hits"]) == 2
+                assert all(png_size(block.data)[0] <= PER_IMAGE for block in found.content if block.type == "image")
+                assert "out of range" in error_text(await session.call_tool("get_page", {"document": "scan.png", "page": 2}))
+
+    try:
+        asyncio.run(scenario())
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        with httpx.Client(timeout=60) as client:
+            assert client.post(server.url, json=initialize, headers=headers).status_code == 200
+            for foreign in ({"Origin": "http://evil.example"}, {"Host": "evil.example"}, {"Host": "attacker.test:8766"}):
+                refused = client.post(server.url, json=initialize, headers={**headers, **foreign})
+                assert refused.status_code == 403, foreign
+                assert "refused" in refused.json()["error"]["message"] or "not a loopback name" in refused.json()["error"]["message"]
+    finally:
+        code, _ = server.stop()  # over HTTP stdout is not the protocol: the model's noise may go there
+    assert code == 0
+
+
+def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index):
+    server = HttpMcp("--index-dir", str(noisy_index["index"]), "--token", "s3cret", "-q")
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        with httpx.Client(timeout=60) as client:
+            for wrong in ({}, {"Authorization": "Bearer guess"}):
+                refused = client.post(server.url, json=initialize, headers={**headers, **wrong})
+                assert refused.status_code == 401 and "bearer token" in refused.json()["error"]["message"]
+            answered = client.post(server.url, json=initialize, headers={**headers, "Authorization": "Bearer s3cret"})
+            assert answered.status_code == 200 and answered.json()["result"]["serverInfo"]["name"] == "lgpt-index"
+    finally:
+        assert server.stop()[0] == 0
+
+
+def test_http_beyond_loopback_needs_a_token(noisy_index):
+    result = run_cli("mcp", "--http", "--host", "0.0.0.0", "--index-dir", str(noisy_index["index"]))
+    assert result.exit_code == 2
+    assert "listening beyond this machine needs a bearer token" in result.stderr
+
+
+@pytest.mark.slow
+def test_stdio_with_the_real_tiny_checkpoint(tiny_model, tmp_path):
+    """Only real model libraries (torch, transformers, colpali-engine) can corrupt stdout while they load."""
+    built = build_report_index(tmp_path, tiny_model, reports=2, pages=2)
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(built["index"]), "--max-image-bytes", str(PER_IMAGE)) as (session, faults):
+            assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
+            found = await session.call_tool("search", {"query": "report 1 page 1", "k": 3, "with_images": True})
+            assert len(structured(found)["hits"]) == 3
+            assert all(png_size(block.data)[0] <= PER_IMAGE for block in found.content if block.type == "image")
+            status = structured(await session.call_tool("index_status", {}))
+            assert status["model_state"] == "ready" and status["pages"] == 5
+            assert structured(await session.call_tool("get_page", {"document": "scan.png", "page": 1}))["kind"] == "image"
+            assert "not in the index" in error_text(await session.call_tool("get_page", {"document": "nope.pdf", "page": 1}))
+            assert faults == []
+
+    asyncio.run(scenario())

@@ -1,0 +1,272 @@
+"""OCR with Tesseract where a page has no usable text layer: real Tesseract on a picture and an
+image-only PDF, and a stand-in `tesseract` on PATH for what real Tesseract will not do on demand
+(hang, fail, wait for the encoder). Fast tier but the last test (real Tesseract on every page)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import validate
+from docgen import make_pdf, make_png
+from helpers import build_json, marked_processes, wait_until
+
+LIST_LANGS = 'if [ "$1" = "--list-langs" ]; then printf \'List of available languages in "/x/" (2):\\neng\\nosd\\n\'; exit 0; fi\n'
+
+
+@pytest.fixture
+def appended(monkeypatch) -> list[tuple[str, int, dict]]:
+    """(file name, page, extra) of every page the build hands the store writer (see test_page_text.py)."""
+    from localgpt_index.index.txn.staged import StagedWriter
+
+    seen: list[tuple[str, int, dict]] = []
+    original = StagedWriter.append
+
+    def recording(self, vectors, page=None, extra=None):
+        seen.append((Path(page.path).name, page.page, dict(extra or {})))
+        return original(self, vectors, page, extra)
+
+    monkeypatch.setattr(StagedWriter, "append", recording)
+    return seen
+
+
+def _fake_tesseract(tmp_path: Path, monkeypatch, body: str) -> Path:
+    """A `tesseract` first on PATH that lists eng and, asked to read, runs `body`."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    script = folder / "tesseract"
+    script.write_text("#!/bin/sh\n" + LIST_LANGS + body + "\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return script
+
+
+def _scanned(folder: Path, lines: list[str], dpi: int = 150) -> tuple[Path, Path]:
+    """A small page (a receipt: 4 x 2 inches) saying `lines`, as a PNG and as an image-only PDF
+    (pictures of the rendered page: no text layer)."""
+    from reportlab.pdfgen import canvas
+
+    from localgpt_index.ingest.render import render_page_at_dpi
+
+    source = folder / "source.pdf"
+    folder.mkdir(parents=True, exist_ok=True)
+    c = canvas.Canvas(str(source), pagesize=(288, 144), invariant=1)
+    c.setFont("Helvetica", 14)
+    for number, line in enumerate(lines):
+        c.drawString(18, 110 - 24 * number, line)
+    c.showPage()
+    c.save()
+    picture = render_page_at_dpi(source, 1, dpi)
+    png, pdf = folder / "docs" / "photo.png", folder / "docs" / "scan.pdf"
+    png.parent.mkdir(parents=True)
+    picture.save(png)
+    picture.save(pdf, resolution=dpi)
+    return png, pdf
+
+
+def test_a_picture_and_an_image_only_pdf_are_read_by_tesseract(tmp_path, fake_model, appended):
+    png, pdf = _scanned(tmp_path, ["Invoice number 7731", "Quokka Holdings Ltd"])
+    result, report = build_json(png.parent, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto")
+    assert result.exit_code == 0, result.stderr
+    validate(report, "build")
+    assert report["text"] == {"layer": 0, "ocr": 2, "none": 0, "unread": 0} and report["page_warnings"] == []
+    texts = {name: extra for name, _, extra in appended}
+    assert set(texts) == {"photo.png", "scan.pdf"}
+    for extra in texts.values():
+        assert extra["text_source"] == "ocr"
+        assert extra["text"].split() == "Invoice number 7731 Quokka Holdings Ltd".split(), extra["text"]
+
+
+def test_a_page_whose_ocr_hangs_is_stopped_and_keeps_its_vectors(tmp_path, monkeypatch, fake_model, process_mark, appended):
+    docs = tmp_path / "docs"
+    make_png(docs / "scan.png", "a scan", size=(300, 200))
+    make_pdf(docs / "text.pdf", ["A page with a proper text layer"])
+    _fake_tesseract(tmp_path, monkeypatch, "exec sleep 120")
+    result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto", "--ocr-timeout", "1")
+    assert result.exit_code == 0, result.stderr
+    assert report["indexed"] == 2 and report["pages_total"] == 2 and report["failed"] == 0
+    assert report["text"] == {"layer": 1, "ocr": 0, "none": 1, "unread": 1}
+    [warning] = report["page_warnings"]
+    assert (Path(warning["path"]).name, warning["page"], warning["stage"]) == ("scan.png", 1, "ocr")
+    assert warning["reason"] == "OCR failed: Tesseract did not finish within the page's 1 s and was stopped (see --ocr-timeout)"
+    assert "scan.png page 1: OCR failed" in result.stderr and "the page is indexed, without OCR text" in result.stderr
+    assert sorted(name for name, _, _ in appended) == ["scan.png", "text.pdf"]
+    assert marked_processes(process_mark, "sleep 120") == []
+
+
+def test_a_page_whose_ocr_fails_keeps_its_thin_text_layer_and_is_reported(tmp_path, monkeypatch, fake_model, appended):
+    from reportlab.pdfgen import canvas
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    c = canvas.Canvas(str(docs / "stamped.pdf"), invariant=1)  # a scan's page number: too little text to trust
+    c.drawString(72, 72, "Page 7")
+    c.showPage()
+    c.save()
+    _fake_tesseract(tmp_path, monkeypatch, 'echo "Error in pixReadStream: Unknown format" >&2\nexit 1')
+    result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto")
+    assert result.exit_code == 0, result.stderr
+    assert report["text"] == {"layer": 1, "ocr": 0, "none": 0, "unread": 1}
+    [warning] = report["page_warnings"]
+    assert warning["reason"] == "OCR failed: tesseract failed: Error in pixReadStream: Unknown format"
+    assert appended == [("stamped.pdf", 1, {"text": "Page 7", "text_source": "layer"})]
+
+
+def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):
+    """The stand-in Tesseract waits for the encoder to be encoding, and the encoder for OCR to be
+    reading: run one after the other, this build could not finish."""
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
+    from localgpt_index.models.loading import load_page_encoder
+
+    docs, started, release = tmp_path / "docs", tmp_path / "ocr-started", tmp_path / "encoding"
+    for n in range(4):
+        make_png(docs / f"scan-{n}.png", f"scan {n}", size=(120, 90))
+    _fake_tesseract(tmp_path, monkeypatch, f"touch {started}\nn=0\nwhile [ ! -e {release} ]; do sleep 0.05; n=$((n+1)); "
+                    f"[ $n -gt 1200 ] && exit 3; done\necho read by ocr")
+
+    class Meeting:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def encode_pages(self, pages):
+            wait_until(started.exists, what="OCR reading while the encoder encodes")
+            release.touch()
+            return self.inner.encode_pages(pages)
+
+    report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
+                         BuildOptions(model=str(fake_model), batch_size=2, ocr="auto", ocr_workers=2),
+                         encoder_factory=lambda model, options: Meeting(load_page_encoder(model, options)))
+    assert report.text == {"layer": 0, "ocr": 4, "none": 0, "unread": 0} and report.pages_total == 4
+
+
+def test_closing_the_reader_ends_its_ocr_processes(tmp_path, monkeypatch, process_mark):
+    """An interrupted build (Ctrl-C, a failed engine) ends the OCR processes of its pages at once."""
+    from localgpt_index.ingest.events import DocumentOpened, OpenedDocument
+    from localgpt_index.ingest.ocr import Tesseract
+    from localgpt_index.ingest.opening import FeedSource
+    from localgpt_index.ingest.pagetext import PageTexts, TextSettings
+
+    png = make_png(tmp_path / "scan.png", "a scan", size=(200, 150))
+    started = tmp_path / "started"
+    _fake_tesseract(tmp_path, monkeypatch, f"touch {started}\nexec sleep 300")
+    settings = TextSettings(ocr="auto", ocr_timeout_s=600, tesseract=Tesseract.find())
+    texts = PageTexts(settings, [FeedSource(png, "image", png.stat().st_size)])
+    events = texts.attach(iter([DocumentOpened(0, OpenedDocument(image=png, pages=1))]))
+    next(events)
+    wait_until(started.exists, what="the OCR process to start")
+    assert marked_processes(process_mark, "sleep 300")
+    events.close()
+    assert marked_processes(process_mark, "sleep 300") == []
+
+
+def test_each_ocr_process_is_held_to_its_memory_limit(tmp_path):
+    from localgpt_index.ingest.ocr import OcrFailed, Tesseract
+
+    png = make_png(tmp_path / "scan.png", "a scan", size=(200, 150))
+    tesseract = Tesseract.find()
+    assert tesseract is not None and "eng" in tesseract.languages
+    with pytest.raises(OcrFailed) as raised:
+        tesseract.read_image_frame(png, 1, "eng", timeout_s=60, memory_mib=16)
+    assert raised.value.reason.startswith("tesseract failed: ") and "(each OCR process may map 16 MiB)" in raised.value.reason
+
+
+@pytest.mark.slow
+def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, appended):
+    docs = tmp_path / "docs"
+    make_pdf(docs / "text.pdf", ["Quarterly revenue Wombat", "Outlook Platypus"])
+    _, scan = _scanned(tmp_path / "scanned", ["Receipt Echidna 5512"])
+    os.rename(scan, docs / "scan.pdf")
+    result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "always")
+    assert result.exit_code == 0, result.stderr
+    assert report["text"] == {"layer": 0, "ocr": 3, "none": 0, "unread": 0}
+    read = {(name, page): extra["text"] for name, page, extra in appended}
+    assert "quarterly revenue wombat details" in read["text.pdf", 1] and "outlook platypus details" in read["text.pdf", 2]
+    assert "Receipt Echidna 5512" in read["scan.pdf", 1]
+
+    appended.clear()
+    result, report = build_json(docs, tmp_path / "idx2", "--model", str(fake_model), "--ocr", "never")
+    assert report["text"] == {"layer": 2, "ocr": 0, "none": 1, "unread": 0}
+    assert ("scan.pdf", 1, {"text": "", "text_source": "none"}) in appended
+
+
+def test_a_failed_documents_pages_are_not_read(tmp_path, monkeypatch):
+    """A document that fails (its render, a page the encoder refuses) has its queued OCR cancelled."""
+    from localgpt_index.ingest.events import DocumentFailed, DocumentOpened, OpenedDocument, PagesEncoded
+    from localgpt_index.ingest.ocr import Tesseract
+    from localgpt_index.ingest.opening import FeedSource
+    from localgpt_index.ingest.pagetext import PageTexts, TextSettings
+    from localgpt_index.core.errors import DocumentError
+
+    log, release = tmp_path / "read.log", tmp_path / "release"
+    _fake_tesseract(tmp_path, monkeypatch, f"echo read >> {log}\nwhile [ ! -e {release} ]; do sleep 0.05; done\necho text")
+    pdf = tmp_path / "scan.pdf"
+    from PIL import Image
+
+    Image.new("RGB", (200, 100), "white").save(pdf, save_all=True, append_images=[Image.new("RGB", (200, 100), "white")] * 4)
+    png = make_png(tmp_path / "next.png", "next", size=(200, 100))
+    texts = PageTexts(TextSettings(ocr="auto", ocr_workers=1, tesseract=Tesseract.find()),
+                      [FeedSource(pdf, "pdf", 1), FeedSource(png, "image", 1)])
+    events = texts.attach(iter([DocumentOpened(0, OpenedDocument(pdf=pdf, pages=5)), DocumentFailed(0, DocumentError("render", "x")),
+                                DocumentOpened(1, OpenedDocument(image=png, pages=1)), PagesEncoded(((1, "vectors"),))]))
+    next(events)
+    wait_until(log.exists, what="the first page's OCR to start")
+    next(events)  # the failure: pages 2-5 are dropped while page 1 is read
+    release.touch()
+    *_, encoded = events  # the next document's page, read by the one OCR thread after what was queued before it
+    assert encoded.texts[0].text == "text"
+    assert log.read_text().splitlines() == ["read", "read"]  # page 1 of the failed document, then the next one's
+
+
+@pytest.mark.slow
+def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appended):
+    """`build --ray`: pages are rendered and encoded on the cluster, their text read beside, on the driver."""
+    from conftest import run_cli
+
+    _, scan = _scanned(tmp_path / "scanned", ["Receipt Echidna 5512"])
+    docs = scan.parent
+    make_pdf(docs / "text.pdf", ["Quarterly revenue Wombat"])
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local",
+                     "--ocr", "auto", "--json")
+    assert result.exit_code == 0, result.stderr
+    read = {name: extra for name, _, extra in appended}
+    assert read["text.pdf"]["text_source"] == "layer" and read["text.pdf"]["text"].startswith("Quarterly revenue Wombat")
+    assert read["scan.pdf"]["text_source"] == read["photo.png"]["text_source"] == "ocr"
+    assert "Receipt Echidna 5512" in read["scan.pdf"]["text"] and "Receipt Echidna 5512" in read["photo.png"]["text"]
+
+
+def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypatch, fake_model):
+    """The first page's OCR ends only once the encoder has started the second batch: a build that
+    held the encoder until each batch's text was read could not finish."""
+    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.index.store import IndexStore
+    from localgpt_index.models.loading import load_page_encoder
+
+    docs, release = tmp_path / "docs", tmp_path / "second-batch"
+    for n in range(3):
+        make_png(docs / f"scan-{n}.png", f"scan {n}", size=(120, 90))
+    _fake_tesseract(tmp_path, monkeypatch, f"n=0\nwhile [ ! -e {release} ]; do sleep 0.05; n=$((n+1)); "
+                    f"[ $n -gt 1200 ] && exit 3; done\necho read by ocr")
+    calls = []
+
+    class Counting:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def encode_pages(self, pages):
+            calls.append(len(pages))
+            if len(calls) == 2:
+                release.touch()
+            return self.inner.encode_pages(pages)
+
+    report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
+                         BuildOptions(model=str(fake_model), batch_size=1, ocr="auto", ocr_workers=1, ocr_timeout_s=120),
+                         encoder_factory=lambda model, options: Counting(load_page_encoder(model, options)))
+    assert report.text == {"layer": 0, "ocr": 3, "none": 0, "unread": 0} and report.page_warnings == []
