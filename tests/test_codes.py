@@ -67,7 +67,7 @@ def test_hamming_maxsim_equals_a_brute_force_reference(kernel, dim):
 def test_the_compiled_kernel_is_there_and_equals_numpy_over_many_pages():
     assert kernel_name() == "numba"  # numba is a dependency: the first pass must not silently run the slow kernel
     rng = np.random.default_rng(2)
-    vectors, offsets = _pages(rng, rng.integers(50, 120, size=2500))
+    vectors, offsets = _pages(rng, rng.integers(50, 120, size=800))
     q_words, owner = query_words([rng.standard_normal((20, 128)).astype(np.float32)])
     words = as_words(pack_codes(vectors))
     fast = hamming_maxsim(q_words, owner, 1, words, offsets, kernel="numba")
@@ -76,7 +76,7 @@ def test_the_compiled_kernel_is_there_and_equals_numpy_over_many_pages():
 
 def test_concurrent_callers_get_their_own_answers():
     rng = np.random.default_rng(3)
-    vectors, offsets = _pages(rng, rng.integers(10, 40, size=4500))
+    vectors, offsets = _pages(rng, rng.integers(10, 40, size=3000))
     words = as_words(pack_codes(vectors))
     queries = [[rng.standard_normal((12, 128)).astype(np.float32)] for _ in range(6)]
     expected = [hamming_maxsim(*query_words(q), 1, words, offsets) for q in queries]
