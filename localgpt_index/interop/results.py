@@ -76,10 +76,11 @@ class Scoring(_Document):
     (hamming MaxSim over 1-bit codes) with exact rescoring of `candidates` pages per query."""
 
     path: Literal["exact", "first-pass", "store"]
-    candidates: int | None = Field(None, description="pages per query rescored exactly after the first pass")
+    candidates: int | None = _nullable("pages per query rescored exactly after the first pass")
     reason: str
-    hint: str | None = None
-    exact_segments: int = Field(0, ge=0, description="segments without codes, all of whose pages were scored exactly")
+    hint: str | None = _nullable("what would make the fast path answer, where the exact one did")
+    exact_segments: int = Field(0, ge=0, description="segments without codes, all of whose pages were scored exactly",
+                                json_schema_extra=_no_default)
 
 
 class QueryDocument(_Document):
