@@ -72,10 +72,12 @@ def has_sparse(client: Any, collection: str) -> bool:
 
 
 def avgdl_of(manifest: Manifest) -> float | None:
+    """The mean token count of the generation's pages with text (None: its text index does not record it)."""
     ref = manifest.artifacts.get(LEXICAL)
-    if ref is None or not ref.meta.get("pages") or "tokens" not in ref.meta:
+    pages, tokens = (ref.meta.get("pages"), ref.meta.get("tokens")) if ref is not None else (None, None)
+    if not isinstance(pages, int) or not isinstance(tokens, int) or pages <= 0:
         return None
-    return float(ref.meta["tokens"]) / float(ref.meta["pages"])
+    return tokens / pages
 
 
 def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> int:
