@@ -156,3 +156,54 @@ def test_a_collection_without_the_sparse_vector_answers_from_fts5_until_a_rebuil
             assert [[hit[:2] for hit in hits] for hits in answers(index, "text")] == [[hit[:2] for hit in hits] for hits in mine]
         finally:
             store.close()
+
+
+def test_a_build_killed_before_head_leaves_its_sparse_points_out_of_the_idf(both, fake_model, tmp_path):
+    """kill -9 after the commit wrote the new pages' sparse vectors, before HEAD moved: those points
+    exist in the collection, invisible; text answers stay the old generation's, scores exactly the
+    local engine's. The next build commits them, and both stores agree again."""
+    from conftest import copy_tree, run_process
+
+    from localgpt_index.index.open import open_store
+    from localgpt_index.index.qdrant.sparse import SPARSE
+    from localgpt_index.query.search import open_index
+
+    root = tmp_path / "copy"
+    copy_tree(both["root"], root)  # the same indexes and documents at another path: pages of other paths are copied
+    local, url = root / "local", f"qdrant+path://{root / 'qd'}/pages"
+    make_pdf(root / "docs" / "doc-9.pdf", ["invoice payment invoice ledger quarterly"])
+    killed = run_process("build", str(root / "docs"), "--model", str(fake_model), "--store", url,
+                         env={"LGPT_FAILPOINT": "before-head"})
+    assert killed.returncode == -9, killed.stderr
+    store = open_store(url)
+    try:
+        points, _ = store.client.scroll(store.physical(), limit=200, with_vectors=[SPARSE], with_payload=["path", "visible_from"])
+        staged = [p for p in points if str((p.payload or {}).get("path", "")).endswith("doc-9.pdf")]
+        assert staged and all(SPARSE in p.vector for p in staged)  # the killed commit wrote them
+        theirs = answers(open_index(store=store), "text")
+    finally:
+        store.close()
+    mine = answers(open_index(local), "text")
+    assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
+    assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=1e-5)
+    for where in (["--index-dir", str(local)], ["--store", url]):
+        done = run_cli("build", str(root / "docs"), "--model", str(fake_model), *where)
+        assert done.exit_code == 0, done.stderr
+    mine = answers(open_index(local), "text")
+    store = open_store(url)
+    try:
+        theirs = answers(open_index(store=store), "text")
+    finally:
+        store.close()
+    assert any(hit[0] == "doc-9.pdf" for hits in mine for hit in hits)
+    assert [hits[:1] and hits[0][:2] for hits in theirs] == [hits[:1] and hits[0][:2] for hits in mine]
+    # the pages shown by the first build kept that generation's avgdl (docs/qdrant.md): --rebuild renormalises
+    done = run_cli("build", str(root / "docs"), "--model", str(fake_model), "--store", url, "--rebuild")
+    assert done.exit_code == 0, done.stderr
+    store = open_store(url)
+    try:
+        theirs = answers(open_index(store=store), "text")
+    finally:
+        store.close()
+    assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
+    assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=1e-5)
