@@ -12,8 +12,15 @@ from helpers import report_index as build_report_index
 
 @pytest.fixture(scope="module")
 def visual_only(fake_model, tmp_path_factory):
-    """An index whose generation holds no page text (as built before page text existed)."""
-    return build_report_index(tmp_path_factory.mktemp("visual"), fake_model, reports=3, pages=2)
+    """An index whose generation holds no page text: pictures, read with OCR off."""
+    from docgen import make_png
+
+    work = tmp_path_factory.mktemp("visual")
+    for name in ("quarterly", "report", "scan"):
+        make_png(work / "docs" / f"{name}.png", f"a {name} picture")
+    index = work / "idx"
+    assert run_cli("build", str(work / "docs"), "--model", str(fake_model), "--index-dir", str(index), "--ocr", "never").exit_code == 0
+    return {"docs": work / "docs", "index": index}
 
 
 def test_an_index_without_text_answers_visual_and_refuses_text_modes(visual_only):

@@ -8,6 +8,23 @@ from .app import Application, output_options
 from .options import EXIT_CODES, display_path, index_options, model_options
 
 
+class FirstPass(click.ParamType):
+    """--first-pass: a number of candidates (at least 1) or 'auto'."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number < 1:
+            self.fail(f"{value!r} is neither a number of candidate pages (1 or more) nor 'auto'.", param, ctx)
+        return number
+
+
 @click.command(epilog=EXIT_CODES)
 @click.argument("text", nargs=-1)
 @click.option("--queries-file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -18,9 +35,10 @@ from .options import EXIT_CODES, display_path, index_options, model_options
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
-@click.option("--first-pass", "candidates", type=click.IntRange(1), default=None, metavar="N",
+@click.option("--first-pass", "candidates", type=FirstPass(), default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
-                   "(local: sign-quantised vectors; Qdrant: a pooled vector per page).")
+                   "(local: 1-bit codes stored with the index; Qdrant: a pooled vector per page). "
+                   "'auto': only where exact cannot serve (docs/performance.md).")
 @click.option("--mode", type=click.Choice(["hybrid", "visual", "text"]), default=None,
               help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
                    "(no model loaded). [default: hybrid when the index has page text, else visual]")
@@ -53,6 +71,9 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     how = {"mode": mode, "fusion": fusion, "rrf_k": rrf_k, "with_text": with_text and app.as_json}
     if server:
         _refuse_local_options(click.get_current_context(), server)
+        if candidates == "auto":
+            raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
+                             hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi, how)
     else:
         document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how)
@@ -87,7 +108,14 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
     results = index.search(texts, k=top_k, filters=filters, candidates=candidates, options=options)
-    return query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion), local_page(index, dpi)
+    document = query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion)
+    if candidates is not None and mode != "text":  # which path answered (QueryDocument.scoring); without --first-pass: exact
+        scoring = index.view.scoring_path(candidates)
+        document["scoring"] = scoring.to_json()
+        app.terminal.detail(f"scored: {scoring.path} ({scoring.reason})")
+        if scoring.hint:
+            app.terminal.info(f"hint: {scoring.hint}")
+    return document, local_page(index, dpi)
 
 
 def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi, how):

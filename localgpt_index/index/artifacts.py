@@ -34,7 +34,7 @@ __all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "Comm
 
 PLUGINS_ENV = "LGPT_PLUGINS"
 # modules of built-in artifacts, imported (and so registered) before the registry is read
-BUILT_INS: tuple[str, ...] = ("localgpt_index.index.text.artifact",)
+BUILT_INS: tuple[str, ...] = ("localgpt_index.index.text.artifact", "localgpt_index.index.codes.artifact")
 
 
 class BlobSink(Protocol):

@@ -71,6 +71,17 @@ class QueryAnswer(_Document):
     results: list[Hit]
 
 
+class Scoring(_Document):
+    """How the pages were scored: exact MaxSim over every page, or the binary first pass
+    (hamming MaxSim over 1-bit codes) with exact rescoring of `candidates` pages per query."""
+
+    path: Literal["exact", "first-pass", "store"]
+    candidates: int | None = Field(None, description="pages per query rescored exactly after the first pass")
+    reason: str
+    hint: str | None = None
+    exact_segments: int = Field(0, ge=0, description="segments without codes, all of whose pages were scored exactly")
+
+
 class QueryDocument(_Document):
     """The `query --json` document: the hits of every query, and with exactly one query, that
     query's `query` and `results` at the top too."""
@@ -84,6 +95,7 @@ class QueryDocument(_Document):
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
     results: list[Hit] = _absent("present when exactly one query was asked")
+    scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given (without it: exact)")
 
     def to_json(self) -> dict[str, Any]:
         """The document as the CLI prints it: fields that do not apply are left out, not null."""

@@ -66,6 +66,21 @@ def read_text_part(ref: PartRef, source: BlobSource) -> list[tuple[str, str]]:
     return [(text, source) for text, source in rows]
 
 
+def page_texts(segments: Mapping[str, Segment], doc: Document, source: BlobSource,
+               cache: dict[str, list[tuple[str, str]] | None] | None = None) -> list[tuple[str, str] | None]:
+    """Each page's (text, source) of `doc`, in page order; None for a page written without a text part
+    (before the index kept page text). `cache`: text parts already read, by segment id."""
+    cache = {} if cache is None else cache
+    found: list[tuple[str, str] | None] = []
+    for span in doc.spans:
+        if span.segment not in cache:
+            part = segments[span.segment].parts.get(TEXT)
+            cache[span.segment] = read_text_part(part, source) if part is not None else None
+        rows = cache[span.segment]
+        found += [rows[row] if rows is not None and row < len(rows) else None for row in range(span.first, span.first + span.pages)]
+    return found
+
+
 class TextArtifact:
     """The per-segment page text."""
 
