@@ -68,9 +68,10 @@ def answer(view, lexical: LexicalIndex | None, texts: Sequence[str], visual: Seq
     assert lexical is not None
     paths = None if not filters else {doc.path for doc in view.documents if matches(doc.metadata, filters)}
     depth = k if mode == "text" else max(k, options.depth)
+    from_store = _store_text_lists(view, list(texts), depth, filters)
     results = []
     for number, text in enumerate(texts):
-        lexical_hits = lexical.search(text, depth, paths)
+        lexical_hits = from_store[number] if from_store is not None else lexical.search(text, depth, paths)
         if mode == "text":
             hits = [_text_hit(view, rank, hit) for rank, hit in enumerate(lexical_hits, 1)]
         else:
@@ -79,6 +80,13 @@ def answer(view, lexical: LexicalIndex | None, texts: Sequence[str], visual: Seq
         kept = [hit for hit in hits if hit is not None][:k]
         results.append([_with_text(replace(hit, rank=rank), lexical, text, options) for rank, hit in enumerate(kept, 1)])
     return results
+
+
+def _store_text_lists(view, texts: list[str], depth: int, filters: dict[str, str] | None) -> list[list[TextHit]] | None:
+    """The text lists from the store itself where it has them (Qdrant's sparse vectors: the same tokens
+    and BM25, index/qdrant/sparse.py); None: from the generation's FTS5 artifact."""
+    search = getattr(view, "text_search", None)
+    return search(texts, depth, filters) if search is not None else None
 
 
 def _text_hit(view, rank: int, hit: TextHit) -> SearchHit | None:

@@ -27,6 +27,7 @@ from . import recover as setup
 from .blobs import QdrantBlobs
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease, hold_lease
+from .sparse import write_vectors
 from .writer import PointSink
 
 
@@ -192,6 +193,9 @@ class QdrantBackend:
         return segment
 
     def write_catalog(self, manifest: Manifest) -> object:
+        # the sparse lexical vectors of the pages this commit shows, before HEAD moves (index/qdrant/sparse.py)
+        first_of_rebuild = self.physical != self.previous_physical and self.current is self.base
+        write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
         return steps.write_catalog(self, manifest)
 
     def publish(self, manifest: Manifest, receipt: object) -> None:

@@ -132,10 +132,11 @@ class LexicalArtifact:
         else:
             index, removed, added = base, [doc.path for doc in ctx.removed + retexted], ctx.added + retexted
         index.update(removed=removed, added=_pages(added, parts, ctx.source))
-        pages = index.page_count()
+        pages, tokens = index.page_count(), index.token_count()
         ref = sink.put(index.to_bytes(), "sqlite")
         index.close()
-        return ArtifactRef(version=self.version, blobs=[ref], meta={"pages": pages, "tokenizer": TOKENIZER_VERSION})
+        # tokens: avgdl = tokens / pages, the length normalisation of the Qdrant sparse vectors (index/qdrant/sparse.py)
+        return ArtifactRef(version=self.version, blobs=[ref], meta={"pages": pages, "tokens": tokens, "tokenizer": TOKENIZER_VERSION})
 
     def _base(self, ctx: CommitContext) -> LexicalIndex | None:
         ref = ctx.base_ref

@@ -188,6 +188,10 @@ class LexicalIndex:
     def page_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM pages").fetchone()[0])
 
+    def token_count(self) -> int:
+        """The sum of the pages' token counts (avgdl = token_count / page_count)."""
+        return int(self._db.execute("SELECT coalesce(sum(length), 0) FROM pages").fetchone()[0])
+
     def statistics(self, tokens: Iterable[str]) -> tuple[int, float, list[int]]:
         """(N, avgdl, [n_t for each token]): what BM25 sees, live pages only."""
         table = self._table()
