@@ -83,7 +83,13 @@ def build(docs: Path, model: str, index: Path, *args: str, env: dict | None = No
     report = json.loads(out)
     ready = float(err.split("MODEL READY ")[1].split()[0])
     done = float(err.split("BUILD DONE ")[1].split()[0])
-    return {"seconds": seconds, "loaded": done - ready, "pages": report["pages_embedded"], "text": report.get("text")}
+    return {"seconds": seconds, "loaded": done - ready, "pages": report["pages_embedded"], "text": report["text"],
+            "stages": report["stage_seconds"]}
+
+
+def stages(result: dict) -> str:
+    """The build's own stage seconds that tell where page text's time went (summed over threads)."""
+    return ", ".join(f"{name} {result['stages'][name]:.2f}" for name in ("encode", "text", "ocr", "text_wait") if name in result["stages"])
 
 
 def ocr_alone(scans: Path, workers: int) -> tuple[float, int]:
@@ -128,7 +134,7 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}: a shared machine, compare within a run); "
               f"{pdfs} text PDFs x {pages} pages, {scanned} scanned pages, {rounds} interleaved rounds, OCR workers {workers}")
         build(texts, model, index, "--ocr", "never")  # warm the page cache and the model's files
-        extraction, loaded, ocr_rates, scanned_ratio, parts = [], [], [], [], []
+        extraction, loaded, ocr_rates, scanned_ratio, scanned_loaded = [], [], [], [], []
         for number in range(1, rounds + 1):
             with_text = build(texts, model, index, "--ocr", "never")
             without = build(texts, model, index, "--ocr", "never", env=no_pdftotext)
@@ -142,15 +148,19 @@ def main() -> None:
             both = build(scans, model, index, "--ocr", "auto")
             assert both["text"]["ocr"] == scanned and encoding["text"]["ocr"] == 0, (both, encoding)
             scanned_ratio.append(both["seconds"] / max(ocr_seconds, encoding["seconds"]))
-            parts.append((ocr_seconds, encoding["seconds"], both["seconds"]))
+            scanned_loaded.append(both["loaded"] / max(ocr_seconds, encoding["loaded"]))
             print(f"round {number}: text PDFs {with_text['seconds']:.2f} s with text, {without['seconds']:.2f} s without "
                   f"(x{extraction[-1]:.3f}; once loaded {with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{loaded[-1]:.3f}); "
                   f"OCR alone {ocr_seconds:.2f} s ({ocr_rates[-1]:.2f} pages/s); scanned build: encoding alone "
-                  f"{encoding['seconds']:.2f} s, with OCR {both['seconds']:.2f} s (x{scanned_ratio[-1]:.3f} of the slower)")
+                  f"{encoding['seconds']:.2f} s, with OCR {both['seconds']:.2f} s (x{scanned_ratio[-1]:.3f} of the slower; once loaded "
+                  f"{encoding['loaded']:.2f} / {both['loaded']:.2f} s, x{scanned_loaded[-1]:.3f})")
+            print(f"  stage seconds: text PDFs with text [{stages(with_text)}], without [{stages(without)}]; "
+                  f"scans encoding alone [{stages(encoding)}], with OCR [{stages(both)}]")
         print(f"text extraction, whole build:  x{spread(extraction)}   (target <= x1.05)")
         print(f"text extraction, once loaded:  x{spread(loaded)}")
         print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(ocr_rates)}")
         print(f"scanned build / max(OCR alone, encoding alone): x{spread(scanned_ratio)}   (target <= x1.15)")
+        print(f"  the same once the model is loaded: x{spread(scanned_loaded)}")
 
 
 if __name__ == "__main__":
