@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 # Page rows scored at once, at most. A chunk's float16 rows are widened once into a float32 block
 # that each scorer thread reuses, multiplied by the query tokens, and reduced to each page's best
-# match while the block and the similarities are still in the core's cache (1 MiB of L2 a core on
-# the EPYC this was tuned on: two 1,030-row pages are 1 MiB in float32). Fewer rows cost more in
-# per-chunk overhead (each chunk is a few torch calls from Python); more fall out of L2. A page
-# longer than this is a chunk of its own. It also bounds memory whatever the index size.
-CHUNK_ROWS = 2560
+# match while the block and the similarities are still in cache (four 1,030-row pages are 2 MiB in
+# float32: the core's 1 MiB of L2 and the shared L3 of the EPYC this was tuned on). Fewer rows cost
+# more in per-chunk overhead (each chunk is a few torch calls from Python: 2-page chunks scored one
+# query at about 50 % of the float32 peak in CPU time, 4-page ones about 60 %, 8-page ones 45 %).
+# A page longer than this is a chunk of its own. It also bounds memory whatever the index size.
+CHUNK_ROWS = 4608
 MIN_CHUNK_ROWS = 512
 SIM_ELEMENTS = 512 << 10  # similarities (query tokens x rows) of one chunk, at most: many stacked tokens, fewer rows
 
@@ -116,7 +117,7 @@ def _score_chunks(chunks: list[_Chunk], q_all, source, best, chunk_rows: int) ->
         if n_rows > len(block):  # one page longer than a chunk
             block = torch.empty((n_rows, width), dtype=torch.float32, device=q_all.device)
         block[:n_rows].copy_(rows)
-        best[chunk.lo : chunk.hi] = _best_per_page(q_all, block[:n_rows], chunk.lengths, chunk.same_length)
+        _best_per_page(q_all, block[:n_rows], chunk.lengths, chunk.same_length, out=best[chunk.lo : chunk.hi])
 
 
 SCORE_WORKERS = min(available_cpus(), 8)
@@ -212,18 +213,26 @@ def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts) -> np.ndarray:
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
 
 
-def _best_per_page(q_all, block, lengths: np.ndarray, same_length: int = 0):
-    """Each query token's best similarity in each page of `block`: (pages, query tokens), in float32.
+def _best_per_page(q_all, block, lengths: np.ndarray, same_length: int = 0, out=None):
+    """Each query token's best similarity in each page of `block`: (pages, query tokens), in float32,
+    written into `out` when given (a view of the caller's array: no copy).
 
     Few query tokens: one (tokens x rows) product. Many (several queries stacked): the product
     is taken rows-first, which keeps the big dimension outermost (about 30 % faster there)."""
+    import torch
+
     tokens_first = len(q_all) < ROWS_FIRST_FROM
     sim = q_all @ block.T if tokens_first else block @ q_all.T
-    if same_length:
-        if tokens_first:
-            return sim.view(len(q_all), len(lengths), same_length).amax(dim=2).T
-        return sim.view(len(lengths), same_length, len(q_all)).amax(dim=1)
-    return _page_max(sim.T if tokens_first else sim, lengths)
+    if not same_length:
+        best = _page_max(sim.T if tokens_first else sim, lengths)
+        return best if out is None else out.copy_(best)
+    if out is None:
+        out = torch.empty((len(lengths), len(q_all)), dtype=sim.dtype, device=sim.device)
+    if tokens_first:
+        torch.amax(sim.view(len(q_all), len(lengths), same_length), dim=2, out=out.T)
+    else:
+        torch.amax(sim.view(len(lengths), same_length, len(q_all)), dim=1, out=out)
+    return out
 
 
 def _page_max(by_row, lengths: np.ndarray):
