@@ -66,3 +66,30 @@ def test_overlapping_service_queries_change_no_process_wide_torch_setting(fake_m
         assert [[(h.path, h.page) for h in hits] for hits in results] == [[(h.path, h.page) for h in hits] for hits in want]
         for hits, wanted in zip(results, want):
             np.testing.assert_allclose([h.score for h in hits], [h.score for h in wanted], rtol=1e-5)
+
+
+@pytest.mark.parametrize("users", [None, "50000"], ids=["default", "the-user-s-value-wins"])
+def test_serve_sets_a_short_openmp_spin_before_torch_loads(users, fake_model, tmp_path, monkeypatch):
+    """An idle OpenMP worker of the model's encoding spun milliseconds of a core after every query
+    while the scorer's threads wanted them all: `serve` asks GNU OpenMP for a short spin, once, at
+    start (before torch is loaded, when it still counts), unless the user set one."""
+    import os
+    import sys
+
+    import localgpt_index.serve.runner as runner
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "a.pdf", ["a"])
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)  # restored after the test, whatever serve sets
+    if users:
+        monkeypatch.setenv("GOMP_SPINCOUNT", users)
+    seen = {}
+
+    def fake_run_server(service, *args):
+        seen.update(spin=os.environ.get("GOMP_SPINCOUNT"), torch="torch" in sys.modules)
+
+    monkeypatch.setattr(runner, "run_server", fake_run_server)
+    result = run_cli("serve", "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    assert seen == {"spin": users or "1000", "torch": "torch" in sys.modules}
