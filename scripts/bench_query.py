@@ -146,6 +146,10 @@ for _ in range(rounds):
 print(json.dumps({"engine": engine, "bytes": int(vectors), "rows": int(rows), "runs": runs}))
 """
 
+# as `serve` runs (serve/service.py): torch's idle OpenMP workers, after the read and the peak on all
+# cores, would otherwise spin for milliseconds beside the scorer's threads
+QUIET_OPENMP = {"GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT", "1000")}
+
 
 def limits(measured: dict, tokens: int, dim: int = DIM) -> dict:
     """The limit of one query and of 8 stacked, each round: the larger of reading the vectors at the
@@ -179,7 +183,8 @@ def show_limits(found: dict, pages: int, tokens: int) -> None:
     for stacked in (1, 8):
         part = found[f"{stacked}_stacked"]
         rounds_ = part["rounds"]
-        bound = "compute" if statistics.median(r["compute_s"] for r in rounds_) > statistics.median(r["read_s"] for r in rounds_) else "read"
+        compute_s, read_s = (statistics.median(r[key] for r in rounds_) for key in ("compute_s", "read_s"))
+        bound = "compute" if compute_s > read_s else "read"
         say(f"    {stacked} {'query' if stacked == 1 else 'stacked queries'} of {tokens} tokens over {pages:,} pages: "
             f"{found['bytes'] / 1e9:.2f} GB, {part['gflop']:.1f} GFLOP; limit {span([1000 * r['limit_s'] for r in rounds_], '{:.0f}')} ms "
             f"({bound}-bound), scorer {span([1000 * r['scorer_s'] for r in rounds_], '{:.0f}')} ms: "
@@ -215,9 +220,10 @@ def make_index(index_dir: Path, pages: int, seed: int = SEED) -> None:
         txn.commit(documents, ModelInfo(id="synthetic", family="fake", fingerprint="synthetic", dim=DIM), Settings(dim=DIM))
 
 
-def in_tree(tree: Path, script: str, *args: str) -> str:
+def in_tree(tree: Path, script: str, *args: str, env: dict | None = None) -> str:
     """Run `script` with `tree`'s lgpt-index first on the path (`python -c` puts its working directory first)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=tree, env=env, check=False)
     if done.returncode != 0:
         sys.exit(f"{tree}: {done.stderr[-3000:]}")
@@ -264,7 +270,7 @@ def bench(pages: int, batch: int, baseline_queries: int, tokens: int, baseline: 
                                           first_passes))
         buffer_mib, side = (128, 512) if quick else (1024, 2048)
         measured = json.loads(in_tree(ROOT, LIMIT, f"{tmp}/idx-0", str(Path(tmp) / "q.npy"), str(limit_rounds),
-                                      str(buffer_mib), str(side)).strip().splitlines()[-1])
+                                      str(buffer_mib), str(side), env=QUIET_OPENMP).strip().splitlines()[-1])
     found = limits(measured, tokens)
     ours = runs["this tree"]
     rounds_said = f", median of {rounds} rounds" if rounds > 1 else ""
