@@ -61,14 +61,14 @@ def maxsim(
     # contiguous run of rows; summed per query once at the end
     best = torch.empty((len(pages), len(q_all)), dtype=torch.float32, device=device)
     workers = min(SCORE_WORKERS, len(chunks)) if device == "cpu" else 1
-    parts = [chunks[i::workers] for i in range(max(workers, 1))]
-    args = [(part, q_all, source, best, chunk_rows) for part in parts]
+    queue = _ChunkQueue(chunks)
     if workers <= 1:
-        _score_chunks(*args[0])
+        _score_chunks(queue, q_all, source, best, chunk_rows)
     else:
-        # chunks side by side on the scorer's threads, one torch thread each: widening float16 and a
-        # skinny matrix product keep one core busy each far better than one op on all cores
-        list(scoring_pool().map(lambda a: _score_chunks(*a), args))
+        # chunks side by side on the scorer's threads, one torch thread each (widening float16 and a
+        # skinny matrix product keep one core busy each far better than one op on all cores), each
+        # taking the next chunk when done with one: a thread slowed by anything else does fewer
+        list(scoring_pool().map(lambda _: _score_chunks(queue, q_all, source, best, chunk_rows), range(workers)))
     bounds = np.cumsum([0] + [len(q) for q in queries])
     scores = torch.stack([best[:, a:b].sum(dim=1) for a, b in zip(bounds[:-1], bounds[1:])])
     return scores.cpu().numpy()
@@ -97,13 +97,30 @@ def _plan(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int) -> list[_Chun
     return plan
 
 
-def _score_chunks(chunks: list[_Chunk], q_all, source, best, chunk_rows: int) -> None:
-    """Every chunk of `chunks` into `best` (on one thread): float16 widened into one reused float32
-    block, the product and each page's max taken while the block is in cache."""
+class _ChunkQueue:
+    """The chunks of one call, handed out one at a time to whichever scorer thread asks."""
+
+    def __init__(self, chunks: list[_Chunk]) -> None:
+        self._chunks = iter(chunks)
+        self._lock = threading.Lock()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> _Chunk:
+        with self._lock:
+            return next(self._chunks)
+
+
+def _score_chunks(chunks, q_all, source, best, chunk_rows: int) -> None:
+    """Chunks (taken from `chunks` until none is left) into `best`, on one thread: float16 widened
+    into one reused float32 block, the product (into one reused buffer) and each page's max taken
+    while the block is in cache."""
     import torch
 
     width = source.shape[1]
     block = torch.empty((chunk_rows, width), dtype=torch.float32, device=q_all.device)
+    sims = torch.empty(chunk_rows * len(q_all), dtype=torch.float32, device=q_all.device)
     staging = None  # float16 rows gathered from scattered pages
     for chunk in chunks:
         if isinstance(chunk.rows, tuple):
@@ -116,8 +133,10 @@ def _score_chunks(chunks: list[_Chunk], q_all, source, best, chunk_rows: int) ->
             rows = torch.index_select(source, 0, torch.from_numpy(chunk.rows).to(source.device), out=staging[:n_rows])
         if n_rows > len(block):  # one page longer than a chunk
             block = torch.empty((n_rows, width), dtype=torch.float32, device=q_all.device)
+            sims = torch.empty(n_rows * len(q_all), dtype=torch.float32, device=q_all.device)
         block[:n_rows].copy_(rows)
-        _best_per_page(q_all, block[:n_rows], chunk.lengths, chunk.same_length, out=best[chunk.lo : chunk.hi])
+        _best_per_page(q_all, block[:n_rows], chunk.lengths, chunk.same_length, out=best[chunk.lo : chunk.hi],
+                       sims=sims[: n_rows * len(q_all)])
 
 
 SCORE_WORKERS = min(available_cpus(), 8)
@@ -213,16 +232,22 @@ def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts) -> np.ndarray:
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
 
 
-def _best_per_page(q_all, block, lengths: np.ndarray, same_length: int = 0, out=None):
+def _best_per_page(q_all, block, lengths: np.ndarray, same_length: int = 0, out=None, sims=None):
     """Each query token's best similarity in each page of `block`: (pages, query tokens), in float32,
-    written into `out` when given (a view of the caller's array: no copy).
+    written into `out` when given (a view of the caller's array: no copy); the similarities go
+    into `sims` when given (a reused flat buffer of tokens x rows).
 
     Few query tokens: one (tokens x rows) product. Many (several queries stacked): the product
     is taken rows-first, which keeps the big dimension outermost (about 30 % faster there)."""
     import torch
 
     tokens_first = len(q_all) < ROWS_FIRST_FROM
-    sim = q_all @ block.T if tokens_first else block @ q_all.T
+    if sims is None:
+        sim = q_all @ block.T if tokens_first else block @ q_all.T
+    elif tokens_first:
+        sim = torch.mm(q_all, block.T, out=sims.view(len(q_all), len(block)))
+    else:
+        sim = torch.mm(block, q_all.T, out=sims.view(len(block), len(q_all)))
     if not same_length:
         best = _page_max(sim.T if tokens_first else sim, lengths)
         return best if out is None else out.copy_(best)
