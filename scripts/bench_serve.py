@@ -250,7 +250,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pdfs", type=int, default=None, help="PDFs of 10 pages in the index (default 100; --quick 10)")
     parser.add_argument("--queries", type=int, default=10_000, help="queries of the memory run")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the throughput run (the median is reported)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of the throughput run (the median is reported; "
+                        "default 3, --quick 1)")
     parser.add_argument("--baseline", default=None, metavar="REV",
                         help="a git commit whose lgpt-index serves the same index, measured in interleaved rounds")
     parser.add_argument("--quick", action="store_true",
@@ -259,8 +260,7 @@ def main() -> None:
     args = parser.parse_args()
     global JSON_OUT
     JSON_OUT = args.json
-    if args.quick:
-        args.rounds = 1
+    args.rounds = args.rounds or (1 if args.quick else 3)
     args.pdfs = args.pdfs or (10 if args.quick else 100)
     import httpx
     from docgen import make_pdf
