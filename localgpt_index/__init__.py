@@ -20,6 +20,7 @@ _EXPORTS = {
     "open_index": "localgpt_index.query.search",
     "Index": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.query.search",
+    "QueryOptions": "localgpt_index.query.search",
     "open_store": "localgpt_index.index.open",
     "IndexStore": "localgpt_index.index.store",
     "index_path": "localgpt_index.index.store",

@@ -21,6 +21,10 @@ WITHOUT_TORCH = Path(__file__).resolve().parent / "without_torch"
 # The fake model family registers through the family registry's plugin list, in this process
 # and in every CLI, server or Ray worker process the tests start (they inherit the environment).
 os.environ["LGPT_PLUGINS"] = ",".join(filter(None, [os.environ.get("LGPT_PLUGINS"), "localgpt_index.testing.fake"]))
+# OCR costs about a second a page: builds read only the text layer unless a test asks (test_ocr.py).
+# Set for the whole session, so that module- and session-scoped fixtures' builds (which run before
+# isolated_env) do not OCR their pictures either.
+os.environ["LGPT_OCR"] = "never"
 
 
 def pytest_configure(config) -> None:
@@ -44,8 +48,7 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # lgpt-index's weight digests
     for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
-    # OCR costs about a second a page: builds read only the text layer unless a test asks (test_ocr.py)
-    monkeypatch.setenv("LGPT_OCR", "never")
+    monkeypatch.setenv("LGPT_OCR", "never")  # as set for the session above, should a test have changed it
     monkeypatch.chdir(tmp_path)
 
 

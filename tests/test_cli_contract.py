@@ -57,6 +57,7 @@ ERROR_CASES = {
     "serve": (lambda tmp, built: ["serve", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
     "mcp": (lambda tmp, built: ["mcp", "--http", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
     "eval": (lambda tmp, built: ["eval", str(tmp / "no-such-queries.jsonl"), "--index-dir", str(built["index"])], 2, "usage"),
+    "watch": (lambda tmp, built: ["watch", *_bad_metadata(tmp, built)[1:]], 2, "usage"),
 }
 
 
@@ -335,7 +336,7 @@ def test_a_filter_that_matches_nothing_says_so(built):
 def test_ls_has_a_header_and_its_json_does_not(built):
     index = ["--index-dir", str(built["index"])]
     lines = run_cli("ls", *index).stdout.splitlines()
-    assert lines[0].split() == ["pages", "kind", "path"]
+    assert lines[0].split() == ["pages", "kind", "text", "path"]
     assert len(lines) == 3 and "alpha.pdf  team=finance" in lines[1] and lines[2].endswith("beta.pdf")
     document = json.loads(run_cli("ls", "--json", *index).stdout)
     validate(document, "documents")

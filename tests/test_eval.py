@@ -121,7 +121,7 @@ def test_eval_numbers_equal_an_independent_computation_on_the_shipped_set(shippe
     texts, qrels = shipped_qrels()
     document = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query", "--first-pass", "4",
                          "--group-by", "category")
-    assert [(run["mode"], run["first_pass"]) for run in document["runs"]] == [("visual", None), ("visual", 4)]
+    assert [(run["mode"], run["first_pass"]) for run in document["runs"]] == [("hybrid", None), ("hybrid", 4)]  # query's default
     assert document["queries"] == len(texts) and document["depth"] == 100
     # the .docx were left out of this index: their pages are judged, unanswerable, counted as misses
     assert sorted({u["path"] for u in document["unanswerable"]}) == ["docs/office/leave-policy.docx"]
@@ -161,7 +161,7 @@ def test_the_table_for_people_and_the_warning_for_pages_the_index_lacks(shipped_
     result = run_cli("eval", str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query",
                      env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.stderr
-    assert "nDCG" in result.stdout and "MRR" in result.stdout and "per query: visual" in result.stdout
+    assert "nDCG" in result.stdout and "MRR" in result.stdout and "per query: hybrid" in result.stdout
     assert "invoice-billed" in result.stdout
     assert "3 judged page(s) are not in the index and count as misses" in result.stderr
     assert "docs/office/leave-policy.docx" in result.stderr
@@ -295,54 +295,44 @@ def test_relative_paths_match_the_end_of_indexed_paths_and_ambiguity_is_an_error
 
 # --- modes go to the query layer ------------------------------------------------------------------
 
-def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(shipped_index, monkeypatch):
-    """Today's query layer answers visually only: other modes are refused before anything runs. A query
-    layer with options (issue 27's QueryOptions, stood in for here) gets each variant's mode and fusion,
-    and its own refusal (Index.mode) stops eval before any query."""
-    from dataclasses import dataclass
+def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(shipped_index, tmp_path, fake_model):
+    """Each variant's mode, fusion and first pass reach the query layer (Index.search's options); a mode
+    the index cannot answer, or an unknown fusion, is refused by the query layer before any query."""
+    from docgen import make_png
 
-    import localgpt_index.query.search as layer
     from localgpt_index.core.errors import IndexProblem, UsageError
-    from localgpt_index.evaluate.modes import variants
+    from localgpt_index.evaluate.modes import default_modes, variants
     from localgpt_index.evaluate.runner import evaluate
     from localgpt_index.evaluate.sets import load_query_set
     from localgpt_index.query.search import Index, open_index
 
     query_set = load_query_set(EXAMPLES / "queries.jsonl")
-    index = open_index(shipped_index)
-    with pytest.raises(IndexProblem, match="answers visual queries only, so --modes text,hybrid cannot be evaluated"):
-        evaluate(index, query_set, variants(["visual", "text", "hybrid"]))
+    asked = []
 
-    @dataclass(frozen=True)
-    class QueryOptions:
-        mode: str | None = None
-        fusion: str = "weighted"
-
-    monkeypatch.setattr(layer, "QueryOptions", QueryOptions, raising=False)
-    asked, checked = [], []
-
-    class WithOptions(Index):
-        def mode(self, options):
-            checked.append(options)
-            if options.fusion not in ("weighted", "rrf"):
-                raise UsageError(f"unknown fusion {options.fusion!r}")
-            return options.mode
-
+    class Recording(Index):
         def search(self, queries, k=5, filters=None, candidates=None, options=None):
             asked.append((options.mode, options.fusion, k, candidates))
-            return super().search(queries, k=k, filters=filters, candidates=candidates)
+            return super().search(queries, k=k, filters=filters, candidates=candidates, options=options)
 
-    document = evaluate(WithOptions(index.view), query_set, variants(["text", "visual", "hybrid"], [7], ["weighted", "rrf"]))
+    index = Recording(open_index(shipped_index).view)
+    assert default_modes(index) == ["hybrid"]  # the shipped set's PDFs have a text layer
+    document = evaluate(index, query_set, variants(["text", "visual", "hybrid"], [7], ["weighted", "rrf"]))
     assert asked == [("text", "weighted", 100, None), ("visual", "weighted", 100, None), ("visual", "weighted", 100, 7),
                      ("hybrid", "weighted", 100, None), ("hybrid", "weighted", 100, 7), ("hybrid", "rrf", 100, None),
                      ("hybrid", "rrf", 100, 7)]
     assert [(r.mode, r.first_pass, r.fusion) for r in document.runs] == [
         ("text", None, None), ("visual", None, None), ("visual", 7, None), ("hybrid", None, "weighted"), ("hybrid", 7, "weighted"),
         ("hybrid", None, "rrf"), ("hybrid", 7, "rrf")]
-    assert len(checked) == 4  # each mode and fusion checked once, before the first query
     asked.clear()
     with pytest.raises(UsageError, match="unknown fusion 'borda'"):
-        evaluate(WithOptions(index.view), query_set, variants(["visual", "hybrid"], [], ["borda"]))
+        evaluate(index, query_set, variants(["visual", "hybrid"], [], ["borda"]))
+    pictures = tmp_path / "pictures"
+    make_png(pictures / "scan.png", "INV-20471")
+    build_ok(str(pictures), "--model", str(fake_model), "--index-dir", str(tmp_path / "visual"), "--ocr", "never")
+    visual = Recording(open_index(tmp_path / "visual").view)
+    assert default_modes(visual) == ["visual"]
+    with pytest.raises(IndexProblem, match="holds no page text, so --mode text cannot answer"):
+        evaluate(visual, query_set, variants(["visual", "text", "hybrid"]))
     assert asked == []
 
 

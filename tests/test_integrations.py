@@ -78,7 +78,9 @@ def test_langchain_retriever_invoke(backend, report_index, request):
     assert [(d.metadata["path"], d.metadata["page"], d.metadata["score"]) for d in documents] == expected(report_index, 3)
     first = documents[0]
     assert first.metadata["rank"] == 1 and first.id == f"{first.metadata['sha256']}#page={first.metadata['page']}"
-    assert first.page_content == "" and first.metadata["has_text"] is False  # the fake index holds no page text
+    title = f"{first.metadata['path'].rsplit('/', 1)[-1][:-4].replace('-', ' ')} page {first.metadata['page'] - 1}"
+    assert first.page_content.startswith(title + "\n")  # the page's text layer, as the index holds it
+    assert first.metadata["has_text"] is True  # the text layer of the page, as the index holds it
     assert "image_base64" not in first.metadata
     assert retriever.page_image(first, dpi=40).size == png_size(_page_png(report_index, first.metadata, 40))
     if backend == "server":  # the image reference is the server's own page URL
@@ -104,7 +106,8 @@ def test_llamaindex_retriever_retrieve(backend, report_index, request):
     assert all(isinstance(found, NodeWithScore) and type(found.node) is TextNode for found in nodes)
     assert [(n.node.metadata["path"], n.node.metadata["page"], n.score) for n in nodes] == expected(report_index, 3)
     first = nodes[0].node
-    assert first.node_id == f"{first.metadata['sha256']}#page={first.metadata['page']}" and first.text == ""
+    assert first.node_id == f"{first.metadata['sha256']}#page={first.metadata['page']}"
+    assert first.text.startswith("report ") and first.metadata["has_text"] is True
     shown = first.get_content(metadata_mode="llm")  # what an LLM reads: the path and page, not the hashes
     assert first.metadata["path"] in shown and "sha256" not in shown
     assert retriever.page_image(nodes[0], dpi=40).size == png_size(_page_png(report_index, first.metadata, 40))
@@ -132,8 +135,18 @@ def test_page_text_is_the_content_where_the_index_has_it():
     assert "Invoice 4711" in node.node.get_content(metadata_mode="llm")
 
 
+@pytest.mark.parametrize("backend", ["api", "server"])
+def test_text_mode_finds_the_page_by_its_text_and_hands_it_on(backend, report_index, request):
+    server = request.getfixturevalue("server") if backend == "server" else None
+    documents = langchain_retriever(backend, report_index, server, k=2, mode="text").invoke("report 2 page 1")
+    assert documents[0].metadata["path"].endswith("report-2.pdf") and documents[0].metadata["page"] == 2
+    assert documents[0].page_content.startswith("report 2 page 1\n") and "report 2 page 1 details" in documents[0].page_content
+    nodes = llamaindex_retriever(backend, report_index, server, k=2, mode="text", with_text=False).retrieve("report 2 page 1")
+    assert nodes[0].node.metadata["page"] == 2 and nodes[0].node.text == "" and nodes[0].node.metadata["has_text"] is False
+
+
 def test_bad_options_and_an_unreachable_server(report_index):
-    for bad in ({"k": 0}, {"dpi": 5000}, {"first_pass": 0}, {"kk": 3}):
+    for bad in ({"k": 0}, {"dpi": 5000}, {"first_pass": 0}, {"kk": 3}, {"mode": "sideways"}):
         with pytest.raises(UsageError, match="bad retriever option"):
             lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **bad)
         with pytest.raises(UsageError, match="bad retriever option"):

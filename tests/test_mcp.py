@@ -98,7 +98,7 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
 
             found = await session.call_tool("search", {"query": "report 2 page 1", "k": 5, "with_images": True})
             answer = structured(found)
-            assert len(answer["hits"]) == 5 and answer["mode"] == "visual"
+            assert len(answer["hits"]) == 5 and answer["mode"] == "hybrid"  # the reports have a text layer
             assert [hit["rank"] for hit in answer["hits"]] == [1, 2, 3, 4, 5]
             names = {hit["document"] for hit in answer["hits"]}
             assert names <= {"report-0.pdf", "report-1.pdf", "report-2.pdf", "report-3.pdf", "scan.png"}  # relative names
@@ -127,7 +127,8 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
             assert [d["document"] for d in under["documents"]] == ["report-1.pdf"]
 
             status = structured(await session.call_tool("index_status", {}))
-            assert (status["documents"], status["pages"], status["model_state"], status["modes"]) == (5, 13, "ready", ["visual"])
+            assert (status["documents"], status["pages"], status["model_state"]) == (5, 13, "ready")
+            assert status["modes"] == ["hybrid", "visual", "text"]
             assert status["index"] == "default" and status["image_caps"] == {"per_image": PER_IMAGE, "per_answer": PER_ANSWER}
 
             page = await session.call_tool("get_page", {"document": "report-1.pdf", "page": 3})
@@ -160,8 +161,6 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
             assert text.endswith("invalid arguments: page: Field required.") and "pydantic" not in text
             text = error_text(await session.call_tool("search", {"query": "   "}))
             assert "query[0]: empty." in text
-            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}))
-            assert "no page text" in text and "mode" in text
             text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}))
             assert "mode" in text
             text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}))
@@ -184,14 +183,22 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
                                ("get_page", {"document": "report-1.pdf", "page": 1})):
                 text = error_text(await session.call_tool(tool, args))
                 assert f"no index at {index}/default." in text and "lgpt-index build DOCS" in text
+            pictures = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--include", "*.png",
+                               "--ocr", "never")
+            assert pictures.exit_code == 0, pictures.stderr
+            assert structured(await session.call_tool("index_status", {}))["modes"] == ["visual"]
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}))
+            assert "no page text" in text and "mode" in text
             assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             hits = structured(await session.call_tool("search", {"query": "report", "k": 3}))["hits"]
             assert len(hits) == 3
+            text_answer = structured(await session.call_tool("search", {"query": "report 1 page 2", "mode": "text", "k": 1}))
+            assert text_answer["mode"] == "text" and "report" in text_answer["hits"][0]["text"]
             assert run_cli("remove", str(docs), "--index-dir", str(index)).exit_code == 0
             text = error_text(await session.call_tool("search", {"query": "report"}))
             assert "the index at default holds no pages yet." in text
             status = structured(await session.call_tool("index_status", {}))
-            assert (status["generation"], status["documents"]) == (2, 0)
+            assert (status["generation"], status["documents"]) == (3, 0)
             assert faults == []
 
     asyncio.run(scenario())

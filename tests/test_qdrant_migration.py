@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from conftest import run_cli
@@ -88,6 +89,8 @@ def test_a_qdrant_index_fingerprinted_the_old_way_opens_queries_and_builds_incre
 
     model = _fake_with_weights(tmp_path / "model")
     docs, qd = _docs(tmp_path / "docs", 3), tmp_path / "qd"
+    for path in [*docs.iterdir(), *model.iterdir()]:  # not "racily clean" (plan.trusted_stat), however slow the machine
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns - 3600 * 10**9))
     url = f"qdrant+path://{qd}/docs"
     built = run_cli("build", str(docs), "--model", str(model), "--store", url, "--json")
     assert built.exit_code == 0, built.stderr

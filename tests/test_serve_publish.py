@@ -61,7 +61,7 @@ def test_the_scorer_s_threads_score_with_one_torch_thread_each(monkeypatch) -> N
     threads = torch.get_num_threads()
     seen: list[int] = []
     real = score_module._best_per_page
-    monkeypatch.setattr(score_module, "_best_per_page", lambda *a: (seen.append(torch.get_num_threads()), real(*a))[1])
+    monkeypatch.setattr(score_module, "_best_per_page", lambda *a, **kw: (seen.append(torch.get_num_threads()), real(*a, **kw))[1])
     offsets = np.arange(0, 20_001, 20)  # several chunks: scored on the pool
     vectors = np.random.default_rng(3).standard_normal((20_000, 64)).astype(np.float16)
     score_module.maxsim([np.ones((4, 64), dtype=np.float32)], vectors, offsets)

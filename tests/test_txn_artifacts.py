@@ -96,15 +96,18 @@ def test_an_artifact_is_written_at_commit_named_in_the_manifest_and_read_by_the_
     assert run_cli("verify", *_args(kind, tmp_path)).exit_code == 0
 
 
-def test_without_an_artifact_a_manifest_keeps_its_format_3_bytes(fake_model, tmp_path):
+def test_a_manifest_names_the_built_in_artifacts_and_keeps_its_bytes(fake_model, tmp_path):
+    """The built-in artifacts (page text, the full-text index, binary codes: format 4) are in every new generation;
+    one that is not registered in this process reads as None."""
     docs = tmp_path / "docs"
     make_pdfs(docs, 1, 2, "plain")
     _build("local", tmp_path, docs, fake_model)
     from localgpt_index.index.manifest import Manifest
 
     raw = next((tmp_path / "idx" / "default").glob("gen-*.json")).read_bytes()
-    assert b'"artifacts"' not in raw and b'"parts"' not in raw
-    assert Manifest.from_json(raw, "here").to_json() == raw
+    manifest = Manifest.from_json(raw, "here")
+    assert manifest.format == "lgpt-index/4" and manifest.to_json() == raw
+    assert all("text" in segment.parts and "codes" in segment.parts for segment in manifest.segments.values())
     store = _open("local", tmp_path)
     assert store.open_view().artifact("toy") is None  # not registered here: the caller falls back
 

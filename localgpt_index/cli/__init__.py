@@ -26,6 +26,7 @@ def main() -> None:
       lgpt-index query "what was Q3 revenue?" the pages that answer best
       lgpt-index serve                        answer queries over HTTP, the model loaded once
       lgpt-index mcp                          the same for MCP clients (desktop agents), over stdio
+      lgpt-index watch ./docs                 keep the index up to date as files change
       lgpt-index status                       what the index holds
       lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
@@ -48,8 +49,9 @@ def _register() -> None:
     from .status import status
     from .transfer import export, import_
     from .verify import verify
+    from .watch import watch
 
-    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch):
         main.add_command(command)
 
 

@@ -14,8 +14,9 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 
 @click.command("eval", epilog=EXIT_CODES)
 @click.argument("queries", metavar="QUERIES", type=click.Path(dir_okay=True))
-@click.option("--modes", default="visual", show_default=True, metavar="MODE[,MODE...]",
-              help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each).")
+@click.option("--modes", default=None, metavar="MODE[,MODE...]",
+              help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each). "
+                   "[default: query's: hybrid where the index has page text, else visual]")
 @click.option("--first-pass", "first_passes", multiple=True, type=click.IntRange(1), metavar="N",
               help="Also evaluate with a first pass keeping N pages (query --first-pass; repeatable): what it costs in quality.")
 @click.option("--fusions", default=None, metavar="NAME[,NAME...]",
@@ -34,18 +35,22 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
     from ..evaluate.sets import load_query_set
-    from ..evaluate.modes import parse_list, parse_modes, variants
+    from ..evaluate.modes import default_modes, parse_list, parse_modes, variants
     from ..evaluate.runner import check_group_key, evaluate, prepare
     from ..models.resolve import is_random_checkpoint
     from ..query.search import open_index
 
-    chosen = variants(parse_modes(modes), list(first_passes), parse_list(fusions, "--fusions") if fusions is not None else [])
+    asked = parse_modes(modes) if modes is not None else None
+    fused = parse_list(fusions, "--fusions") if fusions is not None else []
+    if asked is not None:
+        variants(asked, list(first_passes), fused)  # a combination that cannot be: a usage error before any work
     query_set = load_query_set(queries, split)
     if group_by:
         check_group_key(query_set, group_by)
     for note in query_set.notes:
         app.terminal.info(note)
     index = open_index(store=app.store())
+    chosen = variants(asked if asked is not None else default_modes(index), list(first_passes), fused)
     judged = prepare(index, query_set, chosen)
     if judged.unanswerable:
         first = judged.unanswerable[0]

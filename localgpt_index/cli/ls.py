@@ -32,9 +32,18 @@ def ls(app: Application, prefix, failed) -> None:
             click.echo(f"{display_path(failure['path'])}: {failure['stage']}: {failure['reason']}")
         return
     if document["documents"]:
-        click.echo(f"{'pages':>5}  {'kind':<8}  path")
+        click.echo(f"{'pages':>5}  {'kind':<8}  {'text':<14}  path")
     for doc in document["documents"]:
         tags = " ".join(f"{k}={v}" for k, v in sorted(doc["metadata"].items()))
         converter = f" via {doc['converter']}" if doc["converter"] else ""
-        click.echo(f"{doc['pages']:>5}  {doc['kind']:<8}  {display_path(doc['path'])}{converter}{'  ' + tags if tags else ''}")
+        click.echo(f"{doc['pages']:>5}  {doc['kind']:<8}  {_text(doc['text']):<14}  {display_path(doc['path'])}{converter}"
+                   f"{'  ' + tags if tags else ''}")
     app.terminal.detail(f"{len(document['documents'])} documents")
+
+
+def _text(counts: dict[str, int]) -> str:
+    """Where a document's page text came from: one word when every page agrees, else the counts (layer 3 ocr 1)."""
+    found = {source: pages for source, pages in counts.items() if pages}
+    if len(found) == 1:
+        return next(iter(found))
+    return " ".join(f"{source} {pages}" for source, pages in found.items()) or "-"

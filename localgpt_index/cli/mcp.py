@@ -10,7 +10,7 @@ import click
 from .app import Application, json_option
 from .options import index_options, model_options
 
-MCP_EXIT = """\\b
+MCP_EXIT = """\b
 Exit codes:
   0  the client closed the connection (stdio), or SIGTERM / Ctrl-C (--http)
   2  usage error (an address other than loopback without --token)
@@ -31,12 +31,15 @@ Exit codes:
 @click.option("--absolute-paths", is_flag=True,
               help="Name documents by absolute paths (default: relative to the folder they were indexed from).")
 @click.option("-q", "--quiet", is_flag=True, help="With --http: no line per request; errors only.")
+@click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
+              help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does; "
+                   "its lines go to stderr. See docs/watch.md.")
 @json_option(help="If the server cannot start: an error document on stdout (before any protocol message).")
 @model_options
 @index_options
 @click.pass_obj
 def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answer_image_bytes, absolute_paths, quiet,
-        device, dtype) -> None:
+        watch_docs, device, dtype) -> None:
     """Answer MCP clients (desktop agents, answerers) from the index: tools search, get_page,
     list_documents and index_status, the model loaded once. Over stdio by default: stdout carries
     protocol messages only; messages go to stderr."""
@@ -53,20 +56,28 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
     tools = IndexTools(IndexService(app.store(), device, dtype), PathPolicy(absolute_paths), caps)
     log = RequestLog(quiet=quiet)
     _say_what_is_there(tools, log)
-    # `mcp --watch DOCS` (the watch work) passes its watcher here as a companion (mcp/runner.py)
+    # --watch: the watcher is a companion (mcp/runner.py), started once stdout is safe; the tools follow its commits
+    watcher = None
+    if watch_docs:
+        from .watch import logged_watcher
+
+        watcher = logged_watcher(watch_docs, tools.service.store, log, device, dtype)
+    companions = [watcher.start_background] if watcher else []
     if use_http:
         from ..mcp.runner import run_http
 
-        run_http(tools, host, port, token, log)
+        run_http(tools, host, port, token, log, companions=companions)
     else:
         from ..mcp.runner import run_stdio
 
-        run_stdio(tools)
-        if not tools.settled():
-            # the client left while the model loads: its thread cannot be stopped, and the interpreter
-            # would wait for it at exit (a minute for a large model) while the client waits to kill us
-            sys.stderr.flush()
-            os._exit(0)
+        run_stdio(tools, companions)
+    if watcher is not None and not watcher.stop(wait_s=10):
+        log.message("watch: the build in progress was abandoned; the index keeps its last generation", "notice")
+    if not use_http and not tools.settled():
+        # the client left while the model loads: its thread cannot be stopped, and the interpreter
+        # would wait for it at exit (a minute for a large model) while the client waits to kill us
+        sys.stderr.flush()
+        os._exit(0)
     sys.exit(0)
 
 

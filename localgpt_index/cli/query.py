@@ -8,6 +8,23 @@ from .app import Application, output_options
 from .options import EXIT_CODES, display_path, index_options, model_options
 
 
+class FirstPass(click.ParamType):
+    """--first-pass: a number of candidates (at least 1) or 'auto'."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number < 1:
+            self.fail(f"{value!r} is neither a number of candidate pages (1 or more) nor 'auto'.", param, ctx)
+        return number
+
+
 @click.command(epilog=EXIT_CODES)
 @click.argument("text", nargs=-1)
 @click.option("--queries-file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -18,9 +35,17 @@ from .options import EXIT_CODES, display_path, index_options, model_options
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
-@click.option("--first-pass", "candidates", type=click.IntRange(1), default=None, metavar="N",
+@click.option("--first-pass", "candidates", type=FirstPass(), default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
-                   "(local: sign-quantised vectors; Qdrant: a pooled vector per page).")
+                   "(local: 1-bit codes stored with the index; Qdrant: a pooled vector per page). "
+                   "'auto': only where exact cannot serve (docs/performance.md).")
+@click.option("--mode", type=click.Choice(["hybrid", "visual", "text"]), default=None,
+              help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
+                   "(no model loaded). [default: hybrid when the index has page text, else visual]")
+@click.option("--fusion", type=click.Choice(["weighted", "rrf"]), default="weighted", show_default=True,
+              help="hybrid: weigh each list by the evidence it carries, or plain reciprocal-rank fusion.")
+@click.option("--rrf-k", type=click.IntRange(0, 100_000), default=60, show_default=True, help="The k of --fusion rrf: 1 / (k + rank).")
+@click.option("--with-text", is_flag=True, help="With --json: each result carries its page's text (for answerers).")
 @click.option("-k", "top_k", type=click.IntRange(1, 1000), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--server", envvar="LGPT_SERVER", default=None, metavar="URL",
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
@@ -31,8 +56,8 @@ from .options import EXIT_CODES, display_path, index_options, model_options
 @index_options
 @output_options
 @click.pass_obj
-def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, top_k, server, token,
-          model, device, dtype) -> None:
+def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, mode, fusion, rrf_k, with_text,
+          top_k, server, token, model, device, dtype) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..models.protocols import check_queries
     from ..core.errors import UsageError
@@ -43,11 +68,15 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
         raise UsageError("no query: give TEXT or --queries-file.")
     wanted = parse_filters(_utf8(list(filters), "--filter"))
     images = with_images and app.as_json
+    how = {"mode": mode, "fusion": fusion, "rrf_k": rrf_k, "with_text": with_text and app.as_json}
     if server:
         _refuse_local_options(click.get_current_context(), server)
-        document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi)
+        if candidates == "auto":
+            raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
+                             hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
+        document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi, how)
     else:
-        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi)
+        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how)
     if wanted and not any(answer["results"] for answer in document["queries"]):
         shown = " ".join(f"--filter {key}={value}" for key, value in wanted.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
@@ -64,26 +93,42 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     _print_tables(document)
 
 
-def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi):
+def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi, how):
     from ..models.resolve import is_random_checkpoint
     from ..interop.pages import local_page
     from ..interop.reports import query_document
-    from ..query.search import open_index
+    from ..query.search import QueryOptions, open_index
 
     index = open_index(store=app.store())
-    encoder = index.load_encoder(model, device, dtype)
-    if is_random_checkpoint(encoder.model.path):
-        app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
-    app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
-    results = index.search(texts, k=top_k, filters=filters, candidates=candidates)
-    return query_document(index, texts, results, top_k, images, dpi), local_page(index, dpi)
+    options = QueryOptions(**how)
+    mode = index.mode(options)
+    if mode != "text":
+        encoder = index.load_encoder(model, device, dtype)
+        if is_random_checkpoint(encoder.model.path):
+            app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
+        app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
+    results = index.search(texts, k=top_k, filters=filters, candidates=candidates, options=options)
+    document = query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion)
+    if candidates is not None and mode != "text":  # which path answered (QueryDocument.scoring); without --first-pass: exact
+        scoring = index.view.scoring_path(candidates)
+        document["scoring"] = scoring.to_json()
+        app.terminal.detail(f"scored: {scoring.path} ({scoring.reason})")
+        if scoring.hint:
+            app.terminal.info(f"hint: {scoring.hint}")
+    return document, local_page(index, dpi)
 
 
-def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi):
+def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi, how):
     from ..serve.client import ServerClient
 
     client = ServerClient(server, token)
-    document = client.query(texts, top_k, filters, candidates, images, dpi)
+    # only what the user chose is sent: a server that predates hybrid queries still answers a plain query
+    ctx = click.get_current_context()
+    from click.core import ParameterSource
+
+    chosen = {key: value for key, value in how.items()
+              if ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE and value not in (None, False)}
+    document = client.query(texts, top_k, filters, candidates, images, dpi, chosen)
     return document, lambda hit: client.page(hit["sha256"], hit["page"], dpi)
 
 
@@ -152,6 +197,10 @@ def _print_tables(document: dict) -> None:
         table.add_column("score", justify="right")
         table.add_column("page", justify="right")
         table.add_column("document", overflow="fold")
+        snippets = any("snippet" in hit for hit in answer["results"])
+        if snippets:
+            table.add_column("text", overflow="fold", max_width=60)
         for hit in answer["results"]:
-            table.add_row(str(hit["rank"]), f"{hit['score']:.3f}", str(hit["page"]), display_path(hit["path"]))
+            row = [str(hit["rank"]), f"{hit['score']:.3f}", str(hit["page"]), display_path(hit["path"])]
+            table.add_row(*row, *([display_path(hit.get("snippet", ""))] if snippets else []))
         console.print(table)

@@ -9,7 +9,7 @@ import click
 from .app import Application, json_option
 from .options import index_options, model_options
 
-SERVE_EXIT = """\\b
+SERVE_EXIT = """\b
 Exit codes:
   0  stopped by SIGTERM or Ctrl-C, after the requests in flight were answered
   1  no index, or a damaged one
@@ -34,12 +34,15 @@ Exit codes:
                    "(default: documents relative to the folder they were indexed from, the rest by name).")
 @click.option("--json-logs", is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request; errors only.")
+@click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
+              help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does "
+                   "(built first if there is no index yet). See docs/watch.md.")
 @json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
 @model_options
 @index_options
 @click.pass_obj
 def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet,
-          device, dtype) -> None:
+          watch_docs, device, dtype) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
     from ..serve.httpguard import ConnectionLimits, PathPolicy, default_max_connections
@@ -49,9 +52,29 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
 
     check_exposure(host, token)
     limits = ConnectionLimits(header_timeout, body_timeout, max_connections or default_max_connections())
-    service = open_service(app.store(), device, dtype)
     log = RequestLog(quiet=quiet, as_json=json_logs)
-    failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths))
+    store = app.store()
+    watcher = _watcher(watch_docs, store, log, device, dtype) if watch_docs else None
+    service = open_service(store, device, dtype)
+    start = (lambda: watcher.start_background(catch_up=watcher.builds == 0)) if watcher else (lambda: None)
+    failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths), on_listening=start)
+    if watcher is not None and not watcher.stop(wait_s=10):
+        log.message("watch: the build in progress was abandoned; the index keeps its last generation", "notice")
     if failure is not None:
         app.fail(failure)
     sys.exit(0)
+
+
+def _watcher(docs, store, log, device: str, dtype: str):
+    """serve --watch: a watcher whose events go to the request log; with no index yet, its first
+    build runs now, before the server opens the index."""
+    from .watch import logged_watcher
+
+    watcher = logged_watcher(docs, store, log, device, dtype)
+    if not store.exists():
+        watcher.source.start()
+        watcher.build(())
+        if watcher.error is not None:
+            watcher.stop()
+            raise watcher.error
+    return watcher

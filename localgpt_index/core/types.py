@@ -43,9 +43,25 @@ class SearchHit:
     sha256: str
     kind: str
     metadata: dict = field(default_factory=dict)
+    # hybrid queries: the page's place in each candidate list (None: not in that list's top N)
+    fused: bool = False
+    visual_rank: int | None = None
+    text_rank: int | None = None
+    visual_score: float | None = None
+    text_score: float | None = None
+    snippet: str | None = None  # the page's text where the query's words are, matched words marked
+    text: str | None = None  # the page's whole text, when asked for
 
     def to_dict(self) -> dict:
         # by hand, not dataclasses.asdict: its recursive deep copy was most of a query answer's cost
         # in the server (metadata holds strings: a copy of the dict is enough)
-        return {"rank": self.rank, "score": self.score, "path": self.path, "page": self.page, "sha256": self.sha256,
-                "kind": self.kind, "metadata": dict(self.metadata)}
+        document = {"rank": self.rank, "score": self.score, "path": self.path, "page": self.page, "sha256": self.sha256,
+                    "kind": self.kind, "metadata": dict(self.metadata)}
+        if self.fused:
+            document.update(visual_rank=self.visual_rank, text_rank=self.text_rank,
+                            visual_score=self.visual_score, text_score=self.text_score)
+        if self.snippet is not None:
+            document["snippet"] = self.snippet
+        if self.text is not None:
+            document["text"] = self.text
+        return document

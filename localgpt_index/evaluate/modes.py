@@ -1,18 +1,18 @@
 """The ways of answering `eval` compares (variants: a mode, a first pass, a fusion), and how each is
 asked of the query layer.
 
-Modes and fusions are the query layer's (issue 27: `Index.search(..., options=QueryOptions(mode=...,
-fusion=...))`, with `Index.mode(options)` refusing a mode the index cannot answer); `eval` passes them
-on and lets the query layer judge them. A query layer without options answers visually only."""
+Modes and fusions are the query layer's (`Index.search(..., options=QueryOptions(mode=..., fusion=...))`,
+with `Index.mode(options)` refusing a mode the index cannot answer); `eval` passes them on and lets the
+query layer judge them."""
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..core.errors import IndexProblem, UsageError
+from ..core.errors import UsageError
 from ..core.types import SearchHit
+from ..query.hybrid import QueryOptions
 
 MODES = ("visual", "text", "hybrid")
 
@@ -58,37 +58,22 @@ def variants(modes: Sequence[str], first_passes: Sequence[int] = (), fusions: Se
     return found
 
 
-def _options_type(index: Any) -> Any:
-    """The query layer's QueryOptions when its search takes options; None for a visual-only one."""
-    from ..query import search as layer
-
-    if "options" not in inspect.signature(index.search).parameters:
-        return None
-    return getattr(layer, "QueryOptions", None)
+def _options(variant: Variant) -> QueryOptions:
+    return QueryOptions(mode=variant.mode, **({"fusion": variant.fusion} if variant.fusion else {}))
 
 
-def _options(options_type: Any, variant: Variant) -> Any:
-    return options_type(mode=variant.mode, **({"fusion": variant.fusion} if variant.fusion else {}))
+def default_modes(index: Any) -> list[str]:
+    """What `query` answers in by default: hybrid where the index has page text, visual otherwise."""
+    return [index.mode(QueryOptions())]
 
 
 def check_modes(index: Any, chosen: Sequence[Variant]) -> None:
     """Refuse, before any query is asked, a variant the index cannot answer (the query layer's own
     message: an index without page text cannot answer text or hybrid; an unknown fusion)."""
-    options_type = _options_type(index)
-    if options_type is None:
-        refused = list(dict.fromkeys(v.mode for v in chosen if v.mode != "visual"))
-        if refused:
-            raise IndexProblem(f"{index.store.location} answers visual queries only, so --modes {','.join(refused)} cannot be "
-                               "evaluated.", hint="Evaluate with --modes visual.")
-        return
     for variant in dict.fromkeys(Variant(v.mode, None, v.fusion) for v in chosen):
-        index.mode(_options(options_type, variant))
+        index.mode(_options(variant))
 
 
 def search(index: Any, texts: list[str], variant: Variant, depth: int) -> list[list[SearchHit]]:
     """The query layer's top `depth` pages for each of `texts`, answered as `variant` says."""
-    options_type = _options_type(index)
-    if options_type is None:
-        check_modes(index, [variant])
-        return index.search(texts, k=depth, candidates=variant.first_pass)
-    return index.search(texts, k=depth, candidates=variant.first_pass, options=_options(options_type, variant))
+    return index.search(texts, k=depth, candidates=variant.first_pass, options=_options(variant))

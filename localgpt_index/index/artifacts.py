@@ -33,7 +33,8 @@ __all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "Comm
            "artifact_named", "register", "registered", "unregister"]
 
 PLUGINS_ENV = "LGPT_PLUGINS"
-BUILT_INS: tuple[str, ...] = ()  # modules of built-in artifacts, imported (and so registered) before the registry is read
+# modules of built-in artifacts, imported (and so registered) before the registry is read
+BUILT_INS: tuple[str, ...] = ("localgpt_index.index.text.artifact", "localgpt_index.index.codes.artifact")
 
 
 class BlobSink(Protocol):

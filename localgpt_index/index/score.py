@@ -10,7 +10,7 @@ import functools
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
@@ -19,15 +19,16 @@ from ..core.cpus import available_cpus
 if TYPE_CHECKING:
     pass
 
-# Rows of page vectors scored at once, at most. The float16 rows are widened into
-# one reused float32 buffer (no allocation per chunk), and the similarity block
-# (query tokens x rows) is kept near SIM_ELEMENTS so that both stay in a core's L2
-# cache: measured on this project's 2-core EPYC, 4,096-row chunks score one query 2.4x
-# faster than 32,768-row ones, and 8 stacked queries 1.5x faster with 2,048 rows.
-# It also bounds memory whatever the index size.
-CHUNK_ROWS = 4096
-MIN_CHUNK_ROWS = 1024
-SIM_ELEMENTS = 512 << 10
+# Page rows scored at once, at most. A chunk's float16 rows are widened once into a float32 block
+# that each scorer thread reuses, multiplied by the query tokens, and reduced to each page's best
+# match while the block and the similarities are still in cache (four 1,030-row pages are 2 MiB in
+# float32: the core's 1 MiB of L2 and the shared L3 of the EPYC this was tuned on). Fewer rows cost
+# more in per-chunk overhead (each chunk is a few torch calls from Python: 2-page chunks scored one
+# query at about 50 % of the float32 peak in CPU time, 4-page ones about 60 %, 8-page ones 45 %).
+# A page longer than this is a chunk of its own. It also bounds memory whatever the index size.
+CHUNK_ROWS = 4608
+MIN_CHUNK_ROWS = 512
+SIM_ELEMENTS = 512 << 10  # similarities (query tokens x rows) of one chunk, at most: many stacked tokens, fewer rows
 
 
 def maxsim(
@@ -39,7 +40,7 @@ def maxsim(
 ) -> np.ndarray:
     """Scores (n_queries, n_pages) for every page of one segment, or the `pages` listed.
 
-    score(q, p) = sum over query tokens of the max over page tokens of <q_i, p_j>.
+    score(q, p) = sum over query tokens of the max over page tokens of <q_i, p_j>, in float32.
     All queries are stacked into one matrix so each page block is read once.
     """
     if pages is None:
@@ -49,42 +50,93 @@ def maxsim(
         return _maxsim_numpy(queries, vectors, offsets, pages)
     import torch
 
-    q_lengths = [len(q) for q in queries]
     q_all = torch.from_numpy(np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])).to(device)
-    q_owner = torch.repeat_interleave(torch.arange(len(queries), device=device), torch.tensor(q_lengths, device=device))
-    scores = torch.zeros((len(queries), len(pages)), dtype=torch.float32, device=device)
     with warnings.catch_warnings():
         # the memory map is read-only and torch says so; nothing here writes to it
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         source = torch.from_numpy(vectors) if isinstance(vectors, np.ndarray) else vectors
     chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, len(q_all))))
-    chunks = list(_chunks(pages, offsets, chunk_rows))
-
-    def score_chunks(part: list[tuple[int, int]]) -> None:
-        buffer = torch.empty((min(chunk_rows, max(len(vectors), 1)), vectors.shape[1]), dtype=torch.float32, device=device)
-        for lo, hi in part:
-            chunk_pages = pages[lo:hi]
-            starts, ends = offsets[chunk_pages], offsets[chunk_pages + 1]
-            lengths = ends - starts
-            n_rows = int(lengths.sum())
-            block = buffer[:n_rows] if n_rows <= len(buffer) else torch.empty((n_rows, buffer.shape[1]), device=device)
-            if np.all(starts[1:] == ends[:-1]):  # contiguous pages: one copy
-                block.copy_(source[int(starts[0]) : int(ends[-1])])
-            else:
-                at = 0
-                for s, e in zip(starts, ends):
-                    block[at : at + e - s].copy_(source[int(s) : int(e)])
-                    at += int(e - s)
-            scores[:, lo:hi].index_add_(0, q_owner, _best_per_page(q_all, block[:n_rows], lengths))
-
+    chunks = _plan(pages, offsets, chunk_rows)
+    # each page's best similarity for each query token, pages first: a chunk's result is one
+    # contiguous run of rows; summed per query once at the end
+    best = torch.empty((len(pages), len(q_all)), dtype=torch.float32, device=device)
     workers = min(SCORE_WORKERS, len(chunks)) if device == "cpu" else 1
+    queue = _ChunkQueue(chunks)
     if workers <= 1:
-        score_chunks(chunks)
+        _score_chunks(queue, q_all, source, best, chunk_rows)
     else:
-        # Chunks side by side on the scorer's threads, one torch thread each: widening float16 and
-        # the skinny matrix product keep one core busy each far better than one op on all cores.
-        list(scoring_pool().map(score_chunks, [chunks[i::workers] for i in range(workers)]))
+        # chunks side by side on the scorer's threads, one torch thread each (widening float16 and a
+        # skinny matrix product keep one core busy each far better than one op on all cores), each
+        # taking the next chunk when done with one: a thread slowed by anything else does fewer
+        list(scoring_pool().map(lambda _: _score_chunks(queue, q_all, source, best, chunk_rows), range(workers)))
+    bounds = np.cumsum([0] + [len(q) for q in queries])
+    scores = torch.stack([best[:, a:b].sum(dim=1) for a, b in zip(bounds[:-1], bounds[1:])])
     return scores.cpu().numpy()
+
+
+class _Chunk(NamedTuple):
+    lo: int  # the chunk's first and last page (positions in the page list)
+    hi: int
+    rows: np.ndarray | tuple[int, int]  # the rows to read: a (start, end) run, or each row's index
+    lengths: np.ndarray  # rows of each page
+    same_length: int  # every page's row count when they are all equal, else 0
+
+
+def _plan(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int) -> list[_Chunk]:
+    """The chunks of `pages`, each at most `chunk_rows` rows (at least one page), and the rows each reads."""
+    starts, ends = offsets[pages], offsets[pages + 1]
+    plan = []
+    for lo, hi in _chunks(pages, offsets, chunk_rows):
+        s, e = starts[lo:hi], ends[lo:hi]
+        lengths = e - s
+        if np.all(s[1:] == e[:-1]):  # contiguous pages: one copy
+            rows: np.ndarray | tuple[int, int] = (int(s[0]), int(e[-1]))
+        else:
+            rows = np.repeat(s - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        plan.append(_Chunk(lo, hi, rows, lengths, int(lengths[0]) if np.all(lengths == lengths[0]) else 0))
+    return plan
+
+
+class _ChunkQueue:
+    """The chunks of one call, handed out one at a time to whichever scorer thread asks."""
+
+    def __init__(self, chunks: list[_Chunk]) -> None:
+        self._chunks = iter(chunks)
+        self._lock = threading.Lock()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> _Chunk:
+        with self._lock:
+            return next(self._chunks)
+
+
+def _score_chunks(chunks, q_all, source, best, chunk_rows: int) -> None:
+    """Chunks (taken from `chunks` until none is left) into `best`, on one thread: float16 widened
+    into one reused float32 block, the product (into one reused buffer) and each page's max taken
+    while the block is in cache."""
+    import torch
+
+    width = source.shape[1]
+    block = torch.empty((chunk_rows, width), dtype=torch.float32, device=q_all.device)
+    sims = torch.empty(chunk_rows * len(q_all), dtype=torch.float32, device=q_all.device)
+    staging = None  # float16 rows gathered from scattered pages
+    for chunk in chunks:
+        if isinstance(chunk.rows, tuple):
+            n_rows = chunk.rows[1] - chunk.rows[0]
+            rows = source[chunk.rows[0] : chunk.rows[1]]
+        else:
+            n_rows = len(chunk.rows)
+            if staging is None or len(staging) < n_rows:
+                staging = torch.empty((max(chunk_rows, n_rows), width), dtype=source.dtype, device=source.device)
+            rows = torch.index_select(source, 0, torch.from_numpy(chunk.rows).to(source.device), out=staging[:n_rows])
+        if n_rows > len(block):  # one page longer than a chunk
+            block = torch.empty((n_rows, width), dtype=torch.float32, device=q_all.device)
+            sims = torch.empty(n_rows * len(q_all), dtype=torch.float32, device=q_all.device)
+        block[:n_rows].copy_(rows)
+        _best_per_page(q_all, block[:n_rows], chunk.lengths, chunk.same_length, out=best[chunk.lo : chunk.hi],
+                       sims=sims[: n_rows * len(q_all)])
 
 
 SCORE_WORKERS = min(available_cpus(), 8)
@@ -150,17 +202,23 @@ def torch_available() -> bool:
 
 
 def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: np.ndarray, pages: np.ndarray) -> np.ndarray:
-    """maxsim without torch: the same chunks, widened to float32, one product per query (BLAS
+    """maxsim without torch: the same chunks, widened to float32 once, one product per query (BLAS
     rounds a product of stacked queries differently, and a query's scores must not depend on
-    which queries it was asked with)."""
-    queries = [np.asarray(q, dtype=np.float32) for q in queries]
-    chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, max(len(q) for q in queries))))
+    which queries it was asked with). Rows first, (rows x tokens): OpenBLAS runs that shape far
+    better than (tokens x rows), above all when its threads compete for the cores."""
+    queries_t = [np.ascontiguousarray(np.asarray(q, dtype=np.float32).T) for q in queries]
+    chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, max(q.shape[1] for q in queries_t))))
     scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
-    for lo, hi in _chunks(pages, offsets, chunk_rows):
-        starts, ends = offsets[pages[lo:hi]], offsets[pages[lo:hi] + 1]
-        block = np.concatenate([vectors[s:e] for s, e in zip(starts, ends)]).astype(np.float32)
-        for i, query in enumerate(queries):
-            scores[i, lo:hi] = _page_sums(query @ block.T, ends - starts, [0])[0]
+    for chunk in _plan(pages, offsets, chunk_rows):
+        rows = slice(*chunk.rows) if isinstance(chunk.rows, tuple) else chunk.rows
+        block = vectors[rows].astype(np.float32)
+        for i, query_t in enumerate(queries_t):
+            sim = block @ query_t
+            if chunk.same_length:
+                best = sim.reshape(len(chunk.lengths), chunk.same_length, -1).max(axis=1)
+            else:
+                best = np.maximum.reduceat(sim, np.cumsum(chunk.lengths) - chunk.lengths, axis=0)
+            scores[i, chunk.lo : chunk.hi] = best.sum(axis=1)
     return scores
 
 
@@ -174,32 +232,39 @@ def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts) -> np.ndarray:
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
 
 
-def _best_per_page(q_all, block, lengths: np.ndarray):
-    """Each query token's best similarity in each page of `block`: (query tokens, pages), in float32.
+def _best_per_page(q_all, block, lengths: np.ndarray, same_length: int = 0, out=None, sims=None):
+    """Each query token's best similarity in each page of `block`: (pages, query tokens), in float32,
+    written into `out` when given (a view of the caller's array: no copy); the similarities go
+    into `sims` when given (a reused flat buffer of tokens x rows).
 
     Few query tokens: one (tokens x rows) product. Many (several queries stacked): the product
     is taken rows-first, which keeps the big dimension outermost (about 30 % faster there)."""
-    if len(q_all) < ROWS_FIRST_FROM:
-        return _max_per_page(q_all @ block.T, lengths)
-    return _max_per_page_rows_first(block @ q_all.T, lengths)
-
-
-def _max_per_page(sim, lengths: np.ndarray):
-    """(query tokens, rows) similarities -> (query tokens, pages): each token's best match per page."""
     import torch
 
-    if np.all(lengths == lengths[0]):
-        return sim.view(sim.shape[0], len(lengths), int(lengths[0])).amax(dim=2)
-    return torch.segment_reduce(sim.T, "max", lengths=torch.from_numpy(lengths).to(sim.device), axis=0).T
+    tokens_first = len(q_all) < ROWS_FIRST_FROM
+    if sims is None:
+        sim = q_all @ block.T if tokens_first else block @ q_all.T
+    elif tokens_first:
+        sim = torch.mm(q_all, block.T, out=sims.view(len(q_all), len(block)))
+    else:
+        sim = torch.mm(block, q_all.T, out=sims.view(len(block), len(q_all)))
+    if not same_length:
+        best = _page_max(sim.T if tokens_first else sim, lengths)
+        return best if out is None else out.copy_(best)
+    if out is None:
+        out = torch.empty((len(lengths), len(q_all)), dtype=sim.dtype, device=sim.device)
+    if tokens_first:
+        torch.amax(sim.view(len(q_all), len(lengths), same_length), dim=2, out=out.T)
+    else:
+        torch.amax(sim.view(len(lengths), same_length, len(q_all)), dim=1, out=out)
+    return out
 
 
-def _max_per_page_rows_first(sim, lengths: np.ndarray):
-    """(rows, query tokens) similarities -> (query tokens, pages)."""
+def _page_max(by_row, lengths: np.ndarray):
+    """(rows, query tokens) similarities of pages of any lengths -> (pages, query tokens)."""
     import torch
 
-    if np.all(lengths == lengths[0]):
-        return sim.view(len(lengths), int(lengths[0]), sim.shape[1]).amax(dim=1).T
-    return torch.segment_reduce(sim, "max", lengths=torch.from_numpy(lengths).to(sim.device), axis=0).T
+    return torch.segment_reduce(by_row, "max", lengths=torch.from_numpy(lengths).to(by_row.device), axis=0)
 
 
 def _chunks(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
@@ -251,7 +316,7 @@ def approximate_maxsim(queries: Sequence[np.ndarray], codes: np.ndarray, offsets
             block = torch.cat([block, torch.zeros((width - (end - start), block.shape[1]), dtype=torch.int8)])
         sim = torch._int_mm(q_tensor, block.T.contiguous())[: len(q8), : end - start].float() * weights[:, None]
         lengths = offsets[lo + 1 : hi + 1] - offsets[lo:hi]
-        scores[:, lo:hi].index_add_(0, owner, _max_per_page(sim, lengths))
+        scores[:, lo:hi].index_add_(0, owner, _page_max(sim.T, lengths).T)
     return scores.numpy()
 
 

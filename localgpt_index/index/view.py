@@ -7,10 +7,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..core.errors import IndexProblem
 from ..core.metadata import matches
 from ..core.types import SearchHit
 from .artifacts import BlobSource, open_artifact
-from .manifest import Document, Manifest
+from .codes import SegmentCodes, first_pass
+from .codes.artifact import NAME as CODES
+from .codes.plan import ScoringPath, choose
+from .manifest import REBUILD_HINT, Document, Manifest
 from .score import maxsim
 
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
@@ -24,7 +28,6 @@ class IndexView:
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore or a QdrantStore
         self.store = store
         self.manifest = manifest
-        self._codes: dict = {}  # segment id -> sign codes, for the first pass
         self._table: PageTable | None = None  # of all documents, built on first use
         self._by_path: dict[str, Document] | None = None
         self._artifacts: dict[str, object | None] = {}
@@ -49,6 +52,10 @@ class IndexView:
             self._artifacts[name] = open_artifact(name, self.manifest, self._blob_source())
         return self._artifacts[name]
 
+    def blobs(self) -> BlobSource:
+        """Where this generation's artifact blobs are read from, checked (a reader's: it never writes)."""
+        return self._blob_source()
+
     def _blob_source(self) -> BlobSource:
         return self.store.blob_source()
 
@@ -68,14 +75,14 @@ class IndexView:
         k: int,
         device: str = "cpu",
         filters: dict[str, str] | None = None,
-        candidates: int | None = None,
+        candidates: int | str | None = None,
     ) -> list[list[SearchHit]]:
         """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
 
-        Filtered-out documents are not scored at all. With `candidates`, a first pass over
-        sign-quantised vectors (built on first use and kept, half the size of the index)
-        picks that many pages per query, and only those are scored exactly (lossy: a page
-        the first pass misses is not returned)."""
+        Filtered-out documents are not scored at all. With `candidates` (a number, or "auto": see
+        scoring_path), a first pass over the binary codes stored with each segment picks that many
+        pages per query, and only those are scored exactly (lossy: a page the first pass misses is
+        not returned). Without codes (an index written before them) every page is scored exactly."""
         docs = self.manifest.documents
         if filters:
             docs = [d for d in docs if matches(d.metadata, filters)]
@@ -84,31 +91,39 @@ class IndexView:
             table = self._table = self._table or page_table(docs)
         if not docs or not len(query_vectors):
             return [[] for _ in query_vectors]
-        if candidates:
-            tables = self._first_pass(query_vectors, table, candidates)
+        plan = self.scoring_path(candidates)
+        if plan.path == "first-pass" and plan.candidates:
+            tables = self._first_pass(query_vectors, table, plan.candidates)
             return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, tables)]
         return self._rank(query_vectors, docs, k, device, table)
 
-    def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
-        """Per query, the page table narrowed to the `candidates` pages the sign codes rank best."""
-        from .score import approximate_maxsim, sign_codes
+    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
+        """Which path answers a request for `candidates` (None, N, "auto"): codes.plan.choose."""
+        segments = self.manifest.segments
+        if any(seg.storage != "file" for seg in segments.values()):
+            return ScoringPath("store", candidates if isinstance(candidates, int) else None, "the store ranks the pages")
+        codes = self.artifact(CODES) if candidates is not None else None
+        coded = {sid for sid in segments if codes is not None and sid in codes}  # type: ignore[operator]  # StoredCodes
+        vector_bytes = sum(seg.rows * seg.dim * 2 for seg in segments.values())
+        return choose(candidates, self.page_count, vector_bytes, list(segments), coded)
 
-        parts, owners = [], []
+    def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
+        """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best
+        (hamming MaxSim); the pages of segments without codes are all kept (scored exactly)."""
+        codes: Any = self.artifact(CODES)
+        coded, exact = [], {}
         for segment_id, (rows, _, _) in table.items():
-            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
-            if segment_id not in self._codes:
-                self._codes[segment_id] = sign_codes(vectors)
-            parts.append(approximate_maxsim(query_vectors, self._codes[segment_id], offsets)[:, rows])
-            owners += [(segment_id, i) for i in range(len(rows))]
-        approx = np.concatenate(parts, axis=1)
-        narrowed = []
-        for row in approx:
-            chosen: dict[str, list[int]] = {}
-            for column in np.argsort(-row, kind="stable")[:candidates]:
-                segment_id, i = owners[column]
-                chosen.setdefault(segment_id, []).append(i)
-            narrowed.append({sid: tuple(a[np.sort(idx)] for a in table[sid]) for sid, idx in chosen.items()})
-        return narrowed
+            segment = self.manifest.segments[segment_id]
+            if codes is None or segment_id not in codes:
+                exact[segment_id] = table[segment_id]
+                continue
+            words = codes.words(segment_id)
+            if words.shape[0] != segment.rows:
+                raise IndexProblem(f"segment {segment_id}: codes for {words.shape[0]} rows, the segment has {segment.rows}; "
+                                   "the index is damaged.", hint=REBUILD_HINT)
+            coded.append(SegmentCodes(segment_id, words, self.store.segment_files(segment).offsets, rows))  # no vector read
+        picks = first_pass(query_vectors, coded, candidates)
+        return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
 
     def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""

@@ -10,7 +10,7 @@ and the model (torch) on the first search of an index.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,14 +23,16 @@ if TYPE_CHECKING:
 
 
 class SearchOptions(BaseModel):
-    """What `query` takes besides the text, with its limits: `-k`, `--filter`, `--first-pass`,
-    `--with-images` and `--dpi`."""
+    """What `query` takes besides the text, with its limits: `-k`, `--filter`, `--first-pass`, `--mode`,
+    `--with-text`, `--with-images` and `--dpi`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     k: int = Field(5, ge=1, le=1000, description="pages per query")
     filters: dict[str, str] = Field(default_factory=dict, description="only documents whose metadata has every KEY=VALUE")
     first_pass: int | None = Field(None, ge=1, description="lossy first pass over N candidate pages (off by default)")
+    mode: Literal["hybrid", "visual", "text"] | None = Field(None, description="as query --mode (default: hybrid where the index has text)")
+    with_text: bool = Field(True, description="each hit carries its page text where the index has it")
     with_images: bool = Field(False, description="each hit carries its page as base64 PNG")
     dpi: int = Field(150, ge=20, le=600, description="resolution of page images")
 
@@ -108,9 +110,12 @@ class IndexSource:
 
     def search(self, query: str, options: SearchOptions) -> list[PageHit]:
         from ..interop.reports import query_document
+        from ..query.hybrid import QueryOptions
 
-        results = self.index.search(query, k=options.k, filters=options.filters, candidates=options.first_pass)
-        document = query_document(self.index, [query], results, options.k, options.with_images, options.dpi)
+        how = QueryOptions(mode=options.mode, with_text=options.with_text)
+        results = self.index.search(query, k=options.k, filters=options.filters, candidates=options.first_pass, options=how)
+        document = query_document(self.index, [query], results, options.k, options.with_images, options.dpi,
+                                  mode=self.index.mode(how), fusion=how.fusion)
         return [PageHit.from_hit(query, hit) for hit in document["queries"][0]["results"]]
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes:
@@ -132,7 +137,8 @@ class ServerSource:
         self.client = ServerClient(url, token, TIMEOUT_S if timeout_s is None else timeout_s)
 
     def search(self, query: str, options: SearchOptions) -> list[PageHit]:
-        document = self.client.query([query], options.k, options.filters, options.first_pass, options.with_images, options.dpi)
+        how = {"mode": options.mode, "with_text": options.with_text or None}  # None: not sent (an older server refuses it)
+        document = self.client.query([query], options.k, options.filters, options.first_pass, options.with_images, options.dpi, how)
         return [PageHit.from_hit(query, hit, self._url(hit["sha256"], hit["page"], options.dpi))
                 for hit in document["queries"][0]["results"]]
 

@@ -12,7 +12,7 @@ from .results import QUERY_SCHEMA_VERSION, Hit, QueryAnswer, QueryDocument
 
 
 def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
-                   with_images: bool = False, dpi: int = 150) -> dict:
+                   with_images: bool = False, dpi: int = 150, mode: str | None = None, fusion: str | None = None) -> dict:
     """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
     from .pages import page_image, png_base64
 
@@ -22,8 +22,11 @@ def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequenc
         return Hit(**hit.to_dict())
 
     queries = [QueryAnswer(query=q, results=[result(hit) for hit in hits]) for q, hits in zip(texts, results)]
+    how = {"mode": mode} if mode else {}
+    if mode == "hybrid" and fusion:
+        how["fusion"] = fusion
     document = QueryDocument(version=QUERY_SCHEMA_VERSION, index=index.store.location, model=index.manifest.model.id,
-                             k=k, queries=queries).to_json()
+                             k=k, **how, queries=queries).to_json()
     if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
         document.update(document["queries"][0])
     return document
@@ -46,6 +49,7 @@ def status_document(index: Index) -> dict:
         "tool_version": m.tool_version,
         "format": m.format,
         "failures": [f.model_dump() for f in m.failures],
+        "text": _total(text_sources(index).values()),
     }
 
 
@@ -57,9 +61,46 @@ def documents_document(index: Index, prefix: str = "", failed: bool = False) -> 
     if failed:
         document["failures"] = [f.model_dump() for f in m.failures if f.path.startswith(prefix)]
         return document
+    sources = text_sources(index, prefix)
     document["documents"] = [
         {"path": d.path, "pages": d.pages, "kind": d.kind, "converter": d.converter, "sha256": d.sha256,
-         "size": d.size, "metadata": dict(d.metadata)}
+         "size": d.size, "metadata": dict(d.metadata), "text": sources[d.path]}
         for d in m.documents if d.path.startswith(prefix)
     ]
     return document
+
+
+TEXT_SOURCES = ("layer", "ocr", "none", "unknown")
+
+
+def text_sources(index: Index, prefix: str = "") -> dict[str, dict[str, int]]:
+    """Per document (under `prefix`), its pages by the source of their text: the PDF's text layer,
+    OCR, none; unknown for pages written before the index kept page text (a --rebuild reads it).
+    Reads the text parts of the segments these documents are in (each once)."""
+    from ..index.text.artifact import TEXT, read_text_part
+
+    m = index.manifest
+    rows: dict[str, list[str] | None] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for doc in m.documents:
+        if not doc.path.startswith(prefix):
+            continue
+        count = dict.fromkeys(TEXT_SOURCES, 0)
+        for span in doc.spans:
+            if span.segment not in rows:
+                part = m.segments[span.segment].parts.get(TEXT)
+                rows[span.segment] = [source for _, source in read_text_part(part, index.blobs())] if part else None
+            found = rows[span.segment]
+            for row in range(span.first, span.first + span.pages):
+                source = found[row] if found is not None and row < len(found) else "unknown"
+                count[source if source in count else "unknown"] += 1
+        counts[doc.path] = count
+    return counts
+
+
+def _total(counts) -> dict[str, int]:
+    total = dict.fromkeys(TEXT_SOURCES, 0)
+    for count in counts:
+        for source, pages in count.items():
+            total[source] += pages
+    return total

@@ -34,6 +34,11 @@ def _absent(description: str) -> Any:
     return Field(None, description=description, json_schema_extra=_no_default)
 
 
+def _nullable(description: str) -> Any:
+    """A field that is left out where it does not apply, and null where it applies but has no value."""
+    return Field(None, description=description, json_schema_extra=_no_default)
+
+
 class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -42,7 +47,7 @@ class Hit(_Document):
     """One page that answers a query."""
 
     rank: int = Field(ge=1)
-    score: float
+    score: float = Field(description="visual: MaxSim; text: BM25; hybrid: the fused score")
     path: str
     page: int = Field(ge=1)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -51,6 +56,12 @@ class Hit(_Document):
     image_base64: str | None = Field(None, description="the page as PNG; null when it was not rendered: image_error says why",
                                      json_schema_extra=_png)
     image_error: str = _absent("why the page carries no image")
+    visual_rank: int | None = _nullable("hybrid: the page's rank in the visual candidate list; null: not in its top N")
+    text_rank: int | None = _nullable("hybrid: the page's rank in the text (BM25) candidate list; null: not in its top N")
+    visual_score: float | None = _nullable("hybrid: the page's MaxSim score; null: not in the visual list")
+    text_score: float | None = _nullable("hybrid: the page's BM25 score; null: not in the text list")
+    snippet: str = _absent("the page's text where the query's words are, each matched word between ** (indexes with page text)")
+    text: str = _absent("the page's whole text (--with-text)")
 
 
 class QueryAnswer(_Document):
@@ -58,6 +69,18 @@ class QueryAnswer(_Document):
 
     query: str
     results: list[Hit]
+
+
+class Scoring(_Document):
+    """How the pages were scored: exact MaxSim over every page, or the binary first pass
+    (hamming MaxSim over 1-bit codes) with exact rescoring of `candidates` pages per query."""
+
+    path: Literal["exact", "first-pass", "store"]
+    candidates: int | None = _nullable("pages per query rescored exactly after the first pass")
+    reason: str
+    hint: str | None = _nullable("what would make the fast path answer, where the exact one did")
+    exact_segments: int = Field(0, ge=0, description="segments without codes, all of whose pages were scored exactly",
+                                json_schema_extra=_no_default)
 
 
 class QueryDocument(_Document):
@@ -68,9 +91,12 @@ class QueryDocument(_Document):
     index: str
     model: str
     k: int = Field(ge=1)
+    mode: Literal["hybrid", "visual", "text"] = _absent("how the pages were found: hybrid fuses the text and visual lists")
+    fusion: Literal["weighted", "rrf"] = _absent("hybrid: how the two lists were fused")
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
     results: list[Hit] = _absent("present when exactly one query was asked")
+    scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given (without it: exact)")
 
     def to_json(self) -> dict[str, Any]:
         """The document as the CLI prints it: fields that do not apply are left out, not null."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -14,16 +14,24 @@ from ..index.store import PageRef
 SEGMENT_PAGES = 1000  # pages per segment written
 
 
-def write_documents(txn, items: Iterable[tuple[Document, Sequence[np.ndarray]]], dim: int) -> list[Document]:
-    """Write each document's pages into `txn`, in segments of about SEGMENT_PAGES pages; returns
-    the documents with the spans of their new home (their other fields as given)."""
+PageTexts = Callable[[Document], Sequence[tuple[str, str] | None]]  # a document's (text, source) per page
+
+
+def write_documents(txn, items: Iterable[tuple[Document, Sequence[np.ndarray]]], dim: int,
+                    texts: PageTexts | None = None) -> list[Document]:
+    """Write each document's pages into `txn`, in segments of about SEGMENT_PAGES pages, with their
+    page text where `texts` knows it; returns the documents with the spans of their new home (their
+    other fields as given)."""
     placed: list[tuple[Document, list[tuple[object, int, int]]]] = []
     writer, in_writer = txn.segment_writer(dim), []
     for doc, pages in items:
         spans: list[tuple[object, int, int]] = []
+        known = texts(doc) if texts is not None else []
         for number, vectors in enumerate(pages, 1):
+            text = known[number - 1] if number <= len(known) else None
+            extra = {"text": text[0], "text_source": text[1]} if text is not None else None
             with txn.writing():
-                row = writer.append(vectors, PageRef(doc.path, number, doc.sha256, doc.kind, dict(doc.metadata)))
+                row = writer.append(vectors, PageRef(doc.path, number, doc.sha256, doc.kind, dict(doc.metadata)), extra)
             if spans and spans[-1][0] is writer and spans[-1][1] + spans[-1][2] == row:
                 spans[-1] = (writer, spans[-1][1], spans[-1][2] + 1)
             else:
@@ -48,13 +56,18 @@ class CopyReport:
 
 
 def copy_index(index, target) -> CopyReport:
-    """The current generation of `index` (any store) into the empty store `target`, stored PDFs included."""
+    """The current generation of `index` (any store) into the empty store `target`, stored PDFs and
+    page text included."""
+    from ..index.text.artifact import page_texts
+
     manifest = index.manifest
+    read: dict = {}
     dim = manifest.model.dim or manifest.settings.dim
     with target.begin(rebuild=True) as txn:
         if txn.base is not None and (txn.base.documents or txn.base.in_progress):
             raise IndexProblem(f"{target.location} already holds documents.", hint="Copy into a new, empty index.")
-        documents = write_documents(txn, ((doc, index.page_vectors(doc)) for doc in index.documents), dim)
+        documents = write_documents(txn, ((doc, index.page_vectors(doc)) for doc in index.documents), dim,
+                                    lambda doc: page_texts(manifest.segments, doc, index.blobs(), read))
         documents = [_with_pdf(txn, index, doc) for doc in documents]
         committed = txn.commit(documents, manifest.model, manifest.settings, manifest.failures)
     return CopyReport(index.store.location, target.location, len(documents), committed.page_count, committed.generation)

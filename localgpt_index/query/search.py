@@ -11,11 +11,14 @@ import numpy as np
 from ..core.errors import IndexProblem
 from ..core.types import SearchHit
 from ..index.store import IndexStore, MissingIndexFile, index_path
+from ..index.text.engine import LexicalIndex
 from ..index.view import IndexView
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
+from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
 
-__all__ = ["Index", "SearchHit", "load_query_encoder", "open_index"]
+__all__ = ["Index", "QueryOptions", "SearchHit", "load_query_encoder", "open_index"]
+_UNSET: Any = object()
 
 
 def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> QueryEncoder:
@@ -34,9 +37,23 @@ class Index:
     """A read-only view of one committed generation of an index (an IndexView: its store, manifest,
     documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
 
-    def __init__(self, view: IndexView) -> None:
+    def __init__(self, view: IndexView, lexical: LexicalIndex | None = _UNSET) -> None:
         self.view = view
         self._encoder: QueryEncoder | None = None
+        self._lexical = lexical
+
+    @property
+    def lexical(self) -> LexicalIndex | None:
+        """The generation's full-text index (the "lexical" artifact); None: no page has text (an index
+        from before page text, or of images with OCR off)."""
+        if self._lexical is _UNSET:
+            found = self.view.artifact("lexical")
+            self._lexical = found if isinstance(found, LexicalIndex) and found.page_count() else None
+        return self._lexical
+
+    def mode(self, options: QueryOptions | None = None) -> Mode:
+        """The mode a query with `options` is answered in (hybrid by default when the index has text)."""
+        return choose_mode(options or QueryOptions(), self.lexical, self.store.location)
 
     def __getattr__(self, name: str) -> Any:
         if name == "view":  # not set yet (a copy being built): no recursion
@@ -66,14 +83,44 @@ class Index:
         k: int = 5,
         filters: dict[str, str] | None = None,
         candidates: int | None = None,
+        options: QueryOptions | None = None,
     ) -> list[list[SearchHit]]:
         """Top-k pages for each query (all queries are encoded in one batch), among the
-        documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors."""
+        documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors.
+        `options`: the mode (hybrid, visual, text) and fusion; text mode loads no model."""
         texts = check_queries([queries] if isinstance(queries, str) else list(queries))
+        options = options or QueryOptions()
+        if self.mode(options) == "text":
+            return self.search_encoded(texts, None, k, filters=filters, options=options)
         encoder = self._encoder or self.load_encoder()
-        return self.search_vectors(
-            encoder.encode_queries(texts), k, device=encoder.precision.device, filters=filters, candidates=candidates
-        )
+        return self.search_encoded(texts, encoder.encode_queries(texts), k, device=encoder.precision.device,
+                                   filters=filters, candidates=candidates, options=options)
+
+    def search_encoded(self, texts: Sequence[str], query_vectors: Sequence[np.ndarray] | None, k: int, device: str = "cpu",
+                       filters: dict[str, str] | None = None, candidates: int | None = None,
+                       options: QueryOptions | None = None) -> list[list[SearchHit]]:
+        """The answer to queries whose vectors are encoded already (None in text mode)."""
+        options = options or QueryOptions()
+        mode = self.mode(options)
+        visual = None
+        if mode != "text":
+            if query_vectors is None:
+                raise ValueError(f"a {mode} query needs its query vectors")
+            visual = self.search_vectors(query_vectors, visual_depth(mode, k, options), device=device, filters=filters,
+                                         candidates=candidates)
+        return self.finish(texts, visual, k, filters, options)
+
+    def visual_depth(self, k: int, options: QueryOptions | None = None) -> int:
+        """How many pages each query's visual list must hold for `options` (search_vectors' k)."""
+        options = options or QueryOptions()
+        return visual_depth(self.mode(options), k, options)
+
+    def finish(self, texts: Sequence[str], visual: Sequence[list[SearchHit]] | None, k: int,
+               filters: dict[str, str] | None = None, options: QueryOptions | None = None) -> list[list[SearchHit]]:
+        """The top-k of each query from its visual list (search_vectors with visual_depth; None in
+        text mode): the text list asked and fused here, as `options` say."""
+        options = options or QueryOptions()
+        return answer(self.view, self.lexical, texts, visual, k, filters, self.mode(options), options)
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:

@@ -25,9 +25,11 @@ class ServerClient:
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
     def query(self, texts: list[str], k: int, filters: dict[str, str], first_pass: int | None = None,
-              with_images: bool = False, dpi: int = 150) -> dict:
-        """The server's query document for `texts`, checked: a bad answer is an LgptError naming the server."""
-        body = {"queries": texts, "k": k, "filters": filters, "first_pass": first_pass, "with_images": with_images, "dpi": dpi}
+              with_images: bool = False, dpi: int = 150, how: dict | None = None) -> dict:
+        """The server's query document for `texts`, checked: a bad answer is an LgptError naming the server.
+        `how`: mode, fusion, rrf_k, with_text (sent only when given: an older server refuses unknown fields)."""
+        body = {"queries": texts, "k": k, "filters": filters, "first_pass": first_pass, "with_images": with_images, "dpi": dpi,
+                **{key: value for key, value in (how or {}).items() if value is not None}}
         response = self._request("POST", "/query", json=body)
         try:
             document = response.json()

@@ -13,6 +13,7 @@ from ..core.metadata import parse_filters
 from ..core.types import SearchHit
 from ..interop.reports import documents_document, query_document, status_document
 from ..interop.results import QueryDocument
+from ..query.search import QueryOptions
 from .httpguard import PathPolicy, check_query_texts
 from .images import CANNOT_RENDER, PageImages
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
@@ -66,9 +67,11 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
         if any(not key for key in filters):
             raise UsageError("filters: a key may not be empty")
         service.require_ready()
-        request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass)
+        options = QueryOptions(mode=body.mode, fusion=body.fusion, rrf_k=body.rrf_k, with_text=body.with_text)
+        service.index().mode(options)  # text or hybrid of an index without text: refused here, before the batch
+        request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass, options)
         answer = await batcher.submit(request)
-        document = query_document(answer.index, texts, answer.results, body.k)
+        document = query_document(answer.index, texts, answer.results, body.k, mode=answer.index.mode(options), fusion=body.fusion)
         rendered = 0
         if body.with_images:
             rendered = await images.fill(document, answer, body.dpi, http_request, policy)

@@ -3,6 +3,8 @@ connection protocol, until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..core.errors import EnvironmentMissing, LgptError, UsageError
 from .app import create_app
 from .httpconn import guarded_protocol
@@ -54,9 +56,11 @@ def bind(host: str, port: int):
 
 
 def run_server(service: IndexService, host: str, port: int, token: str | None, log: RequestLog,
-               limits: ConnectionLimits | None = None, policy: PathPolicy | None = None) -> LgptError | None:
+               limits: ConnectionLimits | None = None, policy: PathPolicy | None = None,
+               on_listening: Callable[[], None] = lambda: None) -> LgptError | None:
     """Serve until SIGTERM or SIGINT (requests in flight are answered first); the model loads
-    in the background meanwhile. Returns why the server stopped early, if it did."""
+    in the background meanwhile. Returns why the server stopped early, if it did. `on_listening`
+    runs once the address is announced (serve --watch starts its watcher there)."""
     limits = limits or ConnectionLimits(max_connections=default_max_connections())
 
     sock = bind(host, port)
@@ -74,6 +78,7 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
     manifest = service.index().manifest
     log.message(f"lgpt-index serve: http://{shown}:{bound_port} ({service.store.location}, generation {manifest.generation}, "
                 f"{manifest.page_count} pages); loading {manifest.model.id}", "notice")
+    on_listening()
     run_until_stopped(server, sock)
     log.message("lgpt-index serve: stopped")
     return failures[0] if failures else None

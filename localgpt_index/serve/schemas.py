@@ -5,7 +5,7 @@ it answers with is the CLI's own (interop.results.QueryDocument)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +30,11 @@ class QueryBody(BaseModel):
                                                 description='{"team": "finance"} or ["team=finance"]: all must match')
     first_pass: int | None = Field(None, ge=1, le=1_000_000,
                                    description="lossy: score sign codes first, then only the best N pages exactly")
+    mode: Literal["hybrid", "visual", "text"] | None = Field(
+        None, description="hybrid (the default when the index has page text), visual (the default otherwise) or text")
+    fusion: Literal["weighted", "rrf"] = Field("weighted", description="hybrid: evidence-weighted scores, or plain reciprocal-rank fusion")
+    rrf_k: int = Field(60, ge=0, le=100_000, description="hybrid with fusion rrf: the k of 1 / (k + rank)")
+    with_text: bool = Field(False, description="each result carries its page's text")
     with_images: bool = Field(False, description="each result carries its page as base64 PNG")
     dpi: int = Field(150, ge=20, le=600, description="resolution of those images")
 

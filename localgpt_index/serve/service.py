@@ -12,6 +12,8 @@ one forward pass of the model and one scoring pass per filter.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +25,7 @@ from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
-from ..query.search import Index, SearchHit
+from ..query.search import Index, QueryOptions, SearchHit
 
 
 class NotReady(LgptError):
@@ -38,6 +40,7 @@ class SearchRequest:
     k: int = 5
     filters: tuple[tuple[str, str], ...] = ()
     first_pass: int | None = None
+    options: QueryOptions = field(default_factory=QueryOptions)  # mode and fusion
 
 
 @dataclass
@@ -159,12 +162,14 @@ class IndexService:
             answer.batch_queries = len(texts)
         for (filters, first_pass), members in groups.items():
             stacked = [v for number, _ in members for v in per_request[number]]
-            k = max(requests[number].k for number, _ in members)
+            k = max(index.visual_depth(requests[number].k, requests[number].options) for number, _ in members)
             hits = index.search_vectors(stacked, k, device=encoder.precision.device, filters=dict(filters) or None,
                                         candidates=first_pass)
             at = 0
             for number, count in members:
-                answers[number].results = [h[: requests[number].k] for h in hits[at : at + count]]
+                request = requests[number]
+                answers[number].results = index.finish(request.queries, hits[at : at + count], request.k,
+                                                       dict(filters) or None, request.options)
                 at += count
         return answers
 
@@ -280,8 +285,24 @@ def _request_error(exc: Exception) -> Exception:
     return exc
 
 
+# How long an idle OpenMP thread of torch's spins before it sleeps (GNU OpenMP's GOMP_SPINCOUNT;
+# its default, 300,000, is milliseconds). After each query's encoding the model thread's idle
+# OpenMP worker kept spinning while the scorer's threads wanted every core: measured on a 2-core
+# EPYC, 5-8 ms of a core after every encoding (a warm /query about 4 ms slower than when the scorer
+# ran inside torch's own team), none with a short spin, the encoding itself no slower.
+OPENMP_SPIN = "1000"
+
+
+def quiet_openmp_spinning() -> None:
+    """Short OpenMP spinning for this serving process, once, before torch is loaded (GNU OpenMP reads
+    it when torch loads it); a value the user set wins, and once torch is loaded it changes nothing."""
+    if "torch" not in sys.modules:
+        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN)
+
+
 def open_service(store, device: str = "auto", dtype: str = "auto") -> IndexService:
     """A service on `store` (its model not loaded yet): a missing or damaged index fails here."""
+    quiet_openmp_spinning()
     service = IndexService(store, device, dtype)
     if not service.store.exists():
         raise IndexProblem(f"no index at {service.store.location}.",

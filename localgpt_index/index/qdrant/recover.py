@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .commit import doc_rows
+from .sparse import sparse_config
 from .ids import (
     HEAD_ID,
     POOLED,
@@ -32,7 +33,7 @@ def ensure_collections(txn: Any, dim: int) -> None:
                     on_disk=server or None,  # a server keeps the big multi-vectors on disk, the pooled ones in RAM
                 ),
                 POOLED: models.VectorParams(size=dim, distance=models.Distance.DOT),
-            }, shard_number=txn.store.spec.shards, replication_factor=txn.store.spec.replicas)
+            }, sparse_vectors_config=sparse_config(), shard_number=txn.store.spec.shards, replication_factor=txn.store.spec.replicas)
             if txn.store.spec.path is None:  # a server filters faster with them; the in-process mode has none
                 for field, schema in (("path", "keyword"), ("sha256", "keyword"), ("visible_from", "integer"),
                                       ("gen_removed", "integer"), ("gen_written", "integer")):

@@ -27,6 +27,7 @@ from . import recover as setup
 from .blobs import QdrantBlobs
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease, hold_lease
+from .sparse import write_vectors
 from .writer import PointSink
 
 
@@ -192,6 +193,9 @@ class QdrantBackend:
         return segment
 
     def write_catalog(self, manifest: Manifest) -> object:
+        # the sparse lexical vectors of the pages this commit shows, before HEAD moves (index/qdrant/sparse.py)
+        first_of_rebuild = self.physical != self.previous_physical and self.current is self.base
+        write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
         return steps.write_catalog(self, manifest)
 
     def publish(self, manifest: Manifest, receipt: object) -> None:
@@ -219,8 +223,13 @@ class QdrantBackend:
     def discard(self, keep: list[Manifest]) -> None:
         """Staged points that no commit named: deleted now (a killed writer's are, by the next one)."""
         models = _models()
-        if self.physical == self.previous_physical:
-            self.blob_sink().delete(self.txn.staging.blobs - blob_names(keep))
+        # Blobs are named by their content: a writer that took the lease over may have staged the same
+        # names (its next HEAD will name them). A writer that lost its lease deletes none; the next
+        # commit's collect removes what no generation names.
+        if self.physical == self.previous_physical and not _lease_lost(self.lease):
+            readable, head = _head_manifest(self.store, self.physical)
+            if readable:
+                self.blob_sink().delete(self.txn.staging.blobs - blob_names([*keep, head]))
         if not self._staged and not self.txn.staging.wrote:
             return
         try:
@@ -232,6 +241,24 @@ class QdrantBackend:
                     filter=_flt(gen_written=(self.generation + 1, PENDING), writer=self.token)))
         except Exception:
             pass
+
+
+def _lease_lost(lease: _Lease | None) -> bool:
+    """Whether another writer may hold the lease now (lost, or past its life)."""
+    if lease is None:
+        return False
+    return bool(lease.lost) or lease.store.clock() >= lease.expires
+
+
+def _head_manifest(store: Any, physical: str) -> tuple[bool, Manifest | None]:
+    """(readable, the generation HEAD names now): after a takeover, the new writer's."""
+    from .catalog import read_catalog, read_head
+
+    try:
+        head = read_head(store, physical)
+        return True, (read_catalog(store, physical, head) if head is not None else None)
+    except Exception:
+        return False, None
 
 
 class QdrantParts:

@@ -14,7 +14,9 @@ from ..manifest import (
 )
 from ..artifacts import BlobSource
 from ..view import IndexView
+from ..text.engine import TextHit
 from .blobs import QdrantBlobs
+from .sparse import SPARSE, avgdl_of, has_sparse, idf_scope, query_vector
 from .ids import (
     POOLED,
     VECTOR,
@@ -34,6 +36,7 @@ class QdrantIndex(IndexView):
         super().__init__(store, manifest)
         self.physical = physical
         self.legacy_paths = legacy_paths
+        self._sparse: bool | None = None
         self._paths = {doc_key(d.path, legacy_paths): d.path for d in manifest.documents}
 
     def _blob_source(self) -> BlobSource:
@@ -70,6 +73,42 @@ class QdrantIndex(IndexView):
                           p.payload["kind"], {str(k): str(v) for k, v in (p.payload.get("metadata") or {}).items()})
                 for rank, (path, p) in enumerate(points[:k], 1)
             ])
+        return results
+
+    def text_search(self, texts: list[str], k: int, filters=None) -> list[list[TextHit]] | None:
+        """The lexical top-k of each query from the points' sparse vectors (index/qdrant/sparse.py), IDF
+        over this generation's visible points; None where the collection has no sparse vectors (one from
+        before them, or a generation whose text index does not record its token count): the caller then
+        takes the text list from the generation's FTS5 artifact."""
+        models = _models()
+        if self._sparse is None:
+            with self.store.talking("reading the collection's schema"):
+                self._sparse = avgdl_of(self.manifest) is not None and has_sparse(self.store.client, self.physical)
+        if not self._sparse:
+            return None
+        flt = visible_filter(self.manifest.generation, filters)
+        requests, asked = [], []
+        for text in texts:
+            indices, values = query_vector(text)
+            asked.append(bool(indices))
+            if not indices:
+                continue  # no token: no text hit (as the FTS5 engine)
+            requests.append(models.QueryRequest(query=models.SparseVector(indices=indices, values=values), using=SPARSE,
+                                                filter=flt, params=idf_scope(self.manifest.generation), limit=k + 16,
+                                                with_payload=["path", "path_raw", "page"]))
+        with self.store.talking("querying"):
+            answers = self.store.client.query_batch_points(self.physical, requests) if requests else []
+        results: list[list[TextHit]] = []
+        pending = iter(answers)
+        for has_tokens in asked:
+            if not has_tokens:
+                results.append([])
+                continue
+            answer = next(pending)
+            named = [(self._paths.get(point_key(p.payload, self.legacy_paths)), p) for p in answer.points]
+            hits = [TextHit(path, int(p.payload["page"]), float(p.score)) for path, p in named if path is not None and p.score > 0]
+            hits.sort(key=lambda hit: (-hit.score, hit.path, hit.page))  # ties as the FTS5 engine orders them
+            results.append(hits[:k])
         return results
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:

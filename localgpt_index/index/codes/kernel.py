@@ -1,0 +1,96 @@
+"""Hamming MaxSim over packed binary codes: for each page, each query token's smallest hamming
+distance to the page's rows, summed over the query's tokens (lower is better; with 1-bit codes,
+<q, p> ~ dim - 2 * hamming(q, p), so this ranks like MaxSim over the signs).
+
+Compiled by numba where it imports (`@njit(nogil=True)`: the scorer's own threads run it side by
+side, without numba's threading layer, which is not safe for concurrent callers), else NumPy's
+bitwise_count on chunks (measured in scripts/bench_first_pass.py; much slower). Nothing here sets
+any process-wide state per call: the thread pool is started once per process."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+
+from ...core.cpus import available_cpus
+
+PAGES_PER_TASK = 2048  # pages per unit of work on the pool: enough to amortise a task, small enough to balance
+NUMPY_ROWS = 8192  # rows per NumPy chunk: (tokens x rows x words) bytes stay in tens of MiB
+WORKERS = min(available_cpus(), 8)
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def hamming_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words: np.ndarray, offsets: np.ndarray,
+                   pages: np.ndarray | None = None, kernel: str | None = None) -> np.ndarray:
+    """(n_queries, len(pages)) int32: per query, the sum over its tokens of the smallest hamming distance
+    to any row of the page. q_words: (words, tokens) uint64 (pack.query_words); words: (rows, words) uint64."""
+    if pages is None:
+        pages = np.arange(len(offsets) - 1, dtype=np.int64)
+    pages = np.ascontiguousarray(pages, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    out = np.zeros((n_queries, len(pages)), dtype=np.int32)
+    if not len(pages) or not q_words.shape[1]:
+        return out
+    run = _numba_kernel() if kernel in (None, "numba") else None
+    if run is None and kernel == "numba":
+        raise RuntimeError("numba is not available here")
+    if run is None:
+        run = _numpy_kernel
+    spans = [(lo, min(lo + PAGES_PER_TASK, len(pages))) for lo in range(0, len(pages), PAGES_PER_TASK)]
+    if len(spans) == 1 or WORKERS == 1:
+        for lo, hi in spans:
+            run(words, offsets, pages, q_words, owner, lo, hi, out)
+    else:
+        list(_thread_pool().map(lambda span: run(words, offsets, pages, q_words, owner, span[0], span[1], out), spans))
+    return out
+
+
+def kernel_name() -> str:
+    """Which kernel hamming_maxsim runs here: "numba" or "numpy"."""
+    return "numba" if _numba_kernel() is not None else "numpy"
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="lgpt-codes")
+        return _pool
+
+
+def _numpy_kernel(words, offsets, pages, q_words, owner, lo: int, hi: int, out: np.ndarray) -> None:
+    """The same sums with NumPy: (tokens, rows) distances per chunk of pages, the minimum per page."""
+    n_queries = out.shape[0]
+    start = lo
+    while start < hi:
+        end, rows = start, 0
+        while end < hi and (end == start or rows + offsets[pages[end] + 1] - offsets[pages[end]] <= NUMPY_ROWS):
+            rows += int(offsets[pages[end] + 1] - offsets[pages[end]])
+            end += 1
+        chunk = pages[start:end]
+        lengths = offsets[chunk + 1] - offsets[chunk]
+        block = np.concatenate([words[offsets[p] : offsets[p + 1]] for p in chunk])
+        dist = np.zeros((q_words.shape[1], len(block)), dtype=np.int32)
+        for w in range(q_words.shape[0]):
+            dist += np.bitwise_count(q_words[w][:, None] ^ block[:, w][None, :])
+        best = np.minimum.reduceat(dist, np.cumsum(lengths) - lengths, axis=1)
+        best[:, lengths == 0] = 0  # a page without rows adds nothing
+        for query in range(n_queries):
+            out[query, start:end] = best[owner == query].sum(axis=0)
+        start = end
+
+
+@functools.cache
+def _numba_kernel() -> Callable[..., Any] | None:
+    """The compiled kernel, or None where numba does not import (compiled on first use, a few seconds;
+    cached on disk where numba finds a writable cache directory, so once per machine)."""
+    try:
+        from ._compiled import hamming_kernel
+    except ImportError:
+        return None
+    return hamming_kernel

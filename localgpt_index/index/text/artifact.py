@@ -1,0 +1,200 @@
+"""Page text and the full-text index as per-generation artifacts of the one transaction core
+(index/artifacts.py; docs/dev/transaction-core.md, "Per-generation artifacts").
+
+- "text", a part per segment: every page's text and where it came from (`extra` of
+  `StagedWriter.append`: {"text", "text_source"}, from ingest/pagetext), in row order, as one
+  zlib-compressed JSON blob. The source of truth for a page's text; checksummed like the vectors.
+- "lexical", one per generation: the FTS5 index (engine.py) as one SQLite database image. Built at
+  commit incrementally: the base generation's image, minus the removed (and replaced) documents'
+  pages, plus the added documents' pages read from their segments' text parts; the other rows are
+  not touched. With no base image (the first generation, or one from before page text) it is built
+  from every live document's text part. A page whose segment has no text part is not in it.
+
+A reader opens "lexical" from the generation HEAD names, so it sees the vectors and the text of one
+generation; a kill before HEAD moves leaves the old generation's pair answering.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from ...core.errors import IndexProblem
+from ...core.types import PageRef
+from ..artifacts import BlobSink, BlobSource, CommitContext, register
+from ..manifest import ArtifactRef, Document, PartRef, Segment
+from .engine import LexicalError, LexicalIndex, PageText
+from .tokenize import TOKENIZER_VERSION
+
+TEXT = "text"
+LEXICAL = "lexical"
+TEXT_SOURCES = ("layer", "ocr", "none")
+
+
+class TextPartWriter:
+    """A segment's page texts, in row order."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str]] = []
+
+    def add(self, row: int, vectors: np.ndarray, page: PageRef | None, extra: Mapping[str, object]) -> None:
+        if row != len(self.rows):
+            raise ValueError(f"text part: row {row} after {len(self.rows)} rows")
+        text, source = extra.get("text", ""), extra.get("text_source", "none")
+        self.rows.append((text if isinstance(text, str) else "", str(source) if source in TEXT_SOURCES else "none"))
+
+    def seal(self, sink: BlobSink) -> PartRef:
+        data = zlib.compress(json.dumps(self.rows, ensure_ascii=False).encode("utf-8", "surrogatepass"), 6)
+        counts = {source: sum(1 for _, s in self.rows if s == source) for source in TEXT_SOURCES}
+        return PartRef(version=TextArtifact.version, blobs=[sink.put(data, "jsonz")], meta={"rows": len(self.rows), **counts})
+
+    def discard(self) -> None:
+        self.rows = []
+
+
+def read_text_part(ref: PartRef, source: BlobSource) -> list[tuple[str, str]]:
+    """A segment's (text, source) rows; IndexProblem if the blob is damaged."""
+    try:
+        rows = json.loads(zlib.decompress(source.read(ref.blobs[0])).decode("utf-8", "surrogatepass"))
+    except (zlib.error, ValueError, IndexError) as exc:
+        raise IndexProblem(f"a text part is damaged ({exc}).") from None
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(v, str) for v in r) for r in rows):
+        raise IndexProblem("a text part is damaged (not a list of [text, source] rows).")
+    return [(text, source) for text, source in rows]
+
+
+def page_texts(segments: Mapping[str, Segment], doc: Document, source: BlobSource,
+               cache: dict[str, list[tuple[str, str]] | None] | None = None) -> list[tuple[str, str] | None]:
+    """Each page's (text, source) of `doc`, in page order; None for a page written without a text part
+    (before the index kept page text). `cache`: text parts already read, by segment id."""
+    cache = {} if cache is None else cache
+    found: list[tuple[str, str] | None] = []
+    for span in doc.spans:
+        if span.segment not in cache:
+            part = segments[span.segment].parts.get(TEXT)
+            cache[span.segment] = read_text_part(part, source) if part is not None else None
+        rows = cache[span.segment]
+        found += [rows[row] if rows is not None and row < len(rows) else None for row in range(span.first, span.first + span.pages)]
+    return found
+
+
+class TextArtifact:
+    """The per-segment page text."""
+
+    name = TEXT
+    version = 1
+
+    def part_writer(self, dim: int) -> TextPartWriter:
+        return TextPartWriter()
+
+    def derive_part(self, segment: Segment, source: BlobSource, sink: BlobSink) -> PartRef | None:
+        return None  # a segment written before page text existed has none: a --rebuild reads it
+
+    def build(self, ctx: CommitContext, sink: BlobSink) -> ArtifactRef | None:
+        return None
+
+    def check(self, ref: PartRef, source: BlobSource, full: bool) -> list[str]:
+        try:
+            rows = read_text_part(ref, source)
+        except IndexProblem as exc:
+            return [exc.message]
+        return [] if len(rows) == ref.meta.get("rows") else [f"{len(rows)} rows of text, its record says {ref.meta.get('rows')}"]
+
+    def open(self, ref: ArtifactRef | None, parts: Mapping[str, PartRef], source: BlobSource) -> object:
+        return dict(parts)
+
+
+class LexicalArtifact:
+    """The generation's full-text index (one SQLite FTS5 image)."""
+
+    name = LEXICAL
+    version = 1
+
+    def part_writer(self, dim: int) -> None:
+        return None
+
+    def derive_part(self, segment: Segment, source: BlobSource, sink: BlobSink) -> PartRef | None:
+        return None
+
+    def build(self, ctx: CommitContext, sink: BlobSink) -> ArtifactRef | None:
+        parts = ctx.parts(TEXT)
+        if not parts:
+            return None  # no page text in this generation: queries stay visual
+        base = self._base(ctx)
+        retexted = _retexted(ctx)
+        if base is not None and not ctx.added and not ctx.removed and not retexted:
+            return ctx.base_ref
+        if base is None:
+            index, removed, added = LexicalIndex.create(), [], ctx.documents
+        else:
+            index, removed, added = base, [doc.path for doc in ctx.removed + retexted], ctx.added + retexted
+        index.update(removed=removed, added=_pages(added, parts, ctx.source))
+        pages, tokens = index.page_count(), index.token_count()
+        ref = sink.put(index.to_bytes(), "sqlite")
+        index.close()
+        # tokens: avgdl = tokens / pages, the length normalisation of the Qdrant sparse vectors (index/qdrant/sparse.py)
+        return ArtifactRef(version=self.version, blobs=[ref], meta={"pages": pages, "tokens": tokens, "tokenizer": TOKENIZER_VERSION})
+
+    def _base(self, ctx: CommitContext) -> LexicalIndex | None:
+        ref = ctx.base_ref
+        if ref is None or ref.version != self.version or ref.meta.get("tokenizer") != TOKENIZER_VERSION:
+            return None  # none yet, or another tokenizer's: built afresh from the text parts
+        return LexicalIndex.from_bytes(ctx.source.read(ref.blobs[0]), "the base generation's text index")
+
+    def check(self, ref: PartRef, source: BlobSource, full: bool) -> list[str]:
+        try:
+            index = LexicalIndex.from_bytes(source.read(ref.blobs[0]))
+        except (LexicalError, IndexProblem) as exc:
+            return [str(exc)]
+        try:
+            problems = index.problems()
+            if index.page_count() != ref.meta.get("pages"):
+                problems.append(f"{index.page_count()} pages, its record says {ref.meta.get('pages')}")
+            return problems
+        finally:
+            index.close()
+
+    def open(self, ref: ArtifactRef | None, parts: Mapping[str, PartRef], source: BlobSource) -> LexicalIndex | None:
+        if ref is None or ref.version != self.version:
+            return None
+        try:
+            return LexicalIndex.from_bytes(source.read(ref.blobs[0]), "this generation's text index")
+        except LexicalError as exc:
+            raise IndexProblem(str(exc), hint="`lgpt-index verify` checks the index; `build --rebuild` rewrites it.") from None
+
+
+def _retexted(ctx: CommitContext) -> list[Document]:
+    """Kept documents whose segments' text parts changed (the same vectors, another text: --ocr)."""
+    if ctx.base is None:
+        return []
+    changed = []
+    for doc in ctx.kept:
+        for span in doc.spans:
+            old, new = ctx.base.segments.get(span.segment), ctx.segments.get(span.segment)
+            if (old.parts.get(TEXT) if old else None) != (new.parts.get(TEXT) if new else None):
+                changed.append(doc)
+                break
+    return changed
+
+
+def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: BlobSource) -> Iterator[PageText]:
+    """The pages of `documents` that have text, from their segments' text parts."""
+    cache: dict[str, list[tuple[str, str]]] = {}
+    for doc in documents:
+        page = 0
+        for span in doc.spans:
+            part = parts.get(span.segment)
+            if part is not None and span.segment not in cache:
+                cache[span.segment] = read_text_part(part, source)
+            rows = cache.get(span.segment)
+            for row in range(span.first, span.first + span.pages):
+                page += 1
+                if rows is not None and row < len(rows) and rows[row][0]:
+                    yield PageText(doc.path, page, rows[row][0])
+
+
+register(TextArtifact())
+register(LexicalArtifact())

@@ -1,0 +1,276 @@
+"""The full-text engine: an SQLite FTS5 index of page tokens, scored with the one BM25 (bm25.py).
+
+One SQLite file per generation (a per-generation artifact: a writer copies the base generation's
+file and applies only the changed documents' rows; readers open it read-only). Tables:
+
+    meta(key, value)                  tokenizer and format versions
+    pages(id, path, page, length, text)   one row per page: its text (snippets, `--with-text`) and
+                                      its token count (|d| of BM25); the path as bytes (a file name
+                                      that is not UTF-8 is kept as its surrogate escapes are)
+    terms                             contentless FTS5 over the page's tokens, space-joined
+                                      (tokenize='ascii': our tokens hold no ASCII separator and no
+                                      capital, so FTS5 keeps them verbatim); detail=full keeps term
+                                      frequencies; a page leaves it by FTS5's 'delete' with the
+                                      tokens of its stored text (no contentless-delete in 3.40)
+    term_rows, term_hits              fts5vocab views: pages holding a term, and its occurrences
+
+Why FTS5 and our own BM25 over its postings (docs/dev/lexical.md has the measurements): FTS5
+applies a delete to its statistics at once, so the statistics a query sees are those of the live
+pages only; tantivy's document frequencies count deleted documents until a merge that its Python
+binding cannot ask for. Scoring ourselves keeps one BM25 for this engine and the Qdrant sparse
+vectors (FTS5's own bm25() uses another idf).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from .bm25 import WEIGHTING, BM25
+from .tokenize import TOKENIZER_VERSION, tokenize
+
+ENGINE_VERSION: Final = 1
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE pages(id INTEGER PRIMARY KEY, path BLOB NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL);
+CREATE INDEX pages_by_path ON pages(path);
+CREATE VIRTUAL TABLE terms USING fts5(tokens, content='', tokenize='ascii', detail=full);
+CREATE VIRTUAL TABLE term_rows USING fts5vocab(terms, 'row');
+CREATE VIRTUAL TABLE term_hits USING fts5vocab(terms, 'instance');
+"""
+
+
+@dataclass(frozen=True)
+class PageText:
+    """One page's text, as the engine takes it."""
+
+    path: str
+    page: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TextHit:
+    path: str
+    page: int
+    score: float
+
+
+@dataclass(frozen=True)
+class _Table:
+    """The pages, by row id (ascending), as arrays: loaded once per open."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    paths: list[str]
+    pages: np.ndarray
+
+
+class LexicalError(Exception):
+    """The engine's file is not one this version can read (another tokenizer or format, damage)."""
+
+
+class LexicalIndex:
+    """One generation's full-text index; read-only unless opened `writable` (by a writer, on a copy)."""
+
+    def __init__(self, db: sqlite3.Connection, where: str, weighting: BM25 = WEIGHTING) -> None:
+        self._db = db
+        self.where = where
+        self.weighting = weighting
+        try:
+            versions = dict(db.execute("SELECT key, value FROM meta"))
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise LexicalError(f"{where}: not a readable text index ({exc}).") from None
+        wanted = {"engine": str(ENGINE_VERSION), "tokenizer": str(TOKENIZER_VERSION)}
+        if versions != wanted:
+            db.close()
+            raise LexicalError(f"{where}: text index of another version ({versions}, this one reads {wanted}).")
+        self._rows: _Table | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path, writable: bool = False) -> LexicalIndex:
+        """A file, read-only unless `writable` (a writer's copy)."""
+        # one connection, used under a lock: the server answers from several threads
+        try:
+            db = sqlite3.connect(f"file:{path}?mode={'rw' if writable else 'ro'}", uri=True, isolation_level=None,
+                                 check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise LexicalError(f"{path}: not a readable text index ({exc}).") from None
+        return cls(db, str(path))
+
+    @classmethod
+    def create(cls, path: Path | str = ":memory:") -> LexicalIndex:
+        """A new, empty index: in a file, or in memory (a writer serialises it with to_bytes)."""
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.executescript(_SCHEMA)
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [("engine", str(ENGINE_VERSION)), ("tokenizer", str(TOKENIZER_VERSION))])
+        return cls(db, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = "text index") -> LexicalIndex:
+        """An index held in memory from its serialised bytes (what a generation stores)."""
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        try:
+            _deserialize(db, data)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise LexicalError(f"{where}: not a readable text index ({exc}).") from None
+        return cls(db, where)
+
+    def to_bytes(self) -> bytes:
+        """The whole index as one SQLite database image (VACUUMed: no free pages travel)."""
+        self._db.execute("VACUUM")
+        return _serialize(self._db)
+
+    def problems(self) -> list[str]:
+        """What SQLite's and FTS5's own integrity checks find (verify)."""
+        found = []
+        try:
+            found += [row[0] for row in self._db.execute("PRAGMA integrity_check") if row[0] != "ok"]
+            self._db.execute("INSERT INTO terms(terms) VALUES ('integrity-check')")
+            total = self._db.execute("SELECT count(*) FROM pages").fetchone()[0]
+            lengths = sum(len(tokenize(text)) != length for text, length in self._db.execute("SELECT text, length FROM pages"))
+            if lengths:
+                found.append(f"{lengths} of {total} pages' token counts do not match their text")
+        except sqlite3.DatabaseError as exc:
+            found.append(str(exc))
+        return [f"{self.where}: {problem}" for problem in found]
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- writing (a writer's copy only) ------------------------------------------------------------
+
+    def update(self, removed: Iterable[str], added: Iterable[PageText]) -> None:
+        """Drop every page of the `removed` documents, then index the `added` pages, in one SQLite
+        transaction; the other documents' rows are not touched."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            for path in removed:
+                gone = db.execute("SELECT id, text FROM pages WHERE path = ?", (_key(path),)).fetchall()
+                db.executemany("INSERT INTO terms(terms, rowid, tokens) VALUES ('delete', ?, ?)",
+                               [(row, " ".join(tokenize(text))) for row, text in gone])
+                db.execute("DELETE FROM pages WHERE path = ?", (_key(path),))
+            for page in added:
+                text = page.text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogate reaches SQLite
+                tokens = tokenize(text)
+                row = db.execute("INSERT INTO pages(path, page, length, text) VALUES (?, ?, ?, ?)",
+                                 (_key(page.path), page.page, len(tokens), text)).lastrowid
+                db.execute("INSERT INTO terms(rowid, tokens) VALUES (?, ?)", (row, " ".join(tokens)))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._rows = None
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def paths(self) -> set[str]:
+        return {_name(path) for (path,) in self._db.execute("SELECT DISTINCT path FROM pages")}
+
+    def page_text(self, path: str, page: int) -> str | None:
+        """A page's stored text (None: the page is not in this index)."""
+        with self._lock:
+            row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (_key(path), page)).fetchone()
+        return row[0] if row else None
+
+    def page_count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM pages").fetchone()[0])
+
+    def token_count(self) -> int:
+        """The sum of the pages' token counts (avgdl = token_count / page_count)."""
+        return int(self._db.execute("SELECT coalesce(sum(length), 0) FROM pages").fetchone()[0])
+
+    def statistics(self, tokens: Iterable[str]) -> tuple[int, float, list[int]]:
+        """(N, avgdl, [n_t for each token]): what BM25 sees, live pages only."""
+        table = self._table()
+        holding = [self._holding(token) for token in tokens]
+        return len(table.ids), float(table.lengths.mean()) if len(table.ids) else 0.0, holding
+
+    def search(self, query: str, n: int, paths: Collection[str] | None = None) -> list[TextHit]:
+        """The `n` best pages for `query` by BM25 (ties by path and page), among `paths` if given."""
+        with self._lock:
+            return self._search(query, n, paths)
+
+    def _search(self, query: str, n: int, paths: Collection[str] | None) -> list[TextHit]:
+        table = self._table()
+        if not len(table.ids):
+            return []
+        avgdl = float(table.lengths.mean())
+        found_rows, found_weights = [], []
+        for token in dict.fromkeys(tokenize(query)):
+            postings = np.array(self._db.execute("SELECT doc, count(*) FROM term_hits WHERE term = ? GROUP BY doc", (token,)).fetchall(),
+                                dtype=np.int64).reshape(-1, 2)
+            if not len(postings):
+                continue
+            at = np.searchsorted(table.ids, postings[:, 0])
+            found_rows.append(at)
+            found_weights.append(self.weighting.idf(len(table.ids), len(postings)) *
+                                 self.weighting.tf_weight(postings[:, 1], table.lengths[at], avgdl))
+        if not found_rows:
+            return []
+        scores = np.bincount(np.concatenate(found_rows), weights=np.concatenate(found_weights), minlength=len(table.ids))
+        hit = np.flatnonzero(scores > 0)
+        if paths is not None:
+            wanted = set(paths)
+            hit = hit[np.fromiter((table.paths[at] in wanted for at in hit), dtype=bool, count=len(hit))]
+        order = sorted(hit.tolist(), key=lambda at: (-scores[at], table.paths[at], table.pages[at]))[:n]
+        return [TextHit(table.paths[at], int(table.pages[at]), float(scores[at])) for at in order]
+
+    def _holding(self, token: str) -> int:
+        row = self._db.execute("SELECT doc FROM term_rows WHERE term = ?", (token,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _table(self) -> _Table:
+        if self._rows is None:
+            rows = self._db.execute("SELECT id, length, path, page FROM pages ORDER BY id").fetchall()
+            self._rows = _Table(np.array([row[0] for row in rows], dtype=np.int64), np.array([row[1] for row in rows], dtype=np.float64),
+                                [_name(row[2]) for row in rows], np.array([row[3] for row in rows], dtype=np.int64))
+        return self._rows
+
+
+def _deserialize(db: sqlite3.Connection, data: bytes) -> None:
+    """Load a database image into an in-memory connection (Python 3.11+ directly; 3.10 via a file)."""
+    if hasattr(db, "deserialize"):
+        db.deserialize(data)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "image.sqlite"
+        path.write_bytes(data)
+        source = sqlite3.connect(path)
+        try:
+            source.backup(db)
+        finally:
+            source.close()
+
+
+def _serialize(db: sqlite3.Connection) -> bytes:
+    if hasattr(db, "serialize"):
+        return db.serialize()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "image.sqlite"
+        target = sqlite3.connect(path)
+        try:
+            db.backup(target)
+        finally:
+            target.close()
+        return path.read_bytes()
+
+
+def _key(path: str) -> bytes:
+    return path.encode("utf-8", "surrogateescape")
+
+
+def _name(stored: bytes) -> str:
+    return bytes(stored).decode("utf-8", "surrogateescape")

@@ -1,0 +1,39 @@
+"""A snippet: the part of a page's text where a query's tokens are densest, matched words marked."""
+
+from __future__ import annotations
+
+from .tokenize import spans, tokenize
+
+WIDTH = 200
+MARK = ("**", "**")  # Markdown bold: what an answerer's prompt or a terminal renders as emphasis
+
+
+def snippet(text: str, query: str, width: int = WIDTH) -> str:
+    """About `width` characters of `text` around the window holding the most distinct query tokens,
+    each matched word between MARK; the text's start if nothing matches; "" for no text."""
+    wanted = set(tokenize(query))
+    hits = [(start, end, token) for start, end, token in spans(text) if token in wanted]
+    if not hits:
+        return _clip(text, 0, width)
+    best, best_count = 0, -1
+    for first, (start, _, _) in enumerate(hits):
+        inside = {token for other_start, _, token in hits[first:] if other_start < start + width}
+        if len(inside) > best_count:
+            best, best_count = first, len(inside)
+    begin = max(0, hits[best][0] - width // 4)
+    begin = text.rfind(" ", 0, begin) + 1 if begin else 0  # start on a word
+    end = min(len(text), begin + width)
+    marked, at = [], begin
+    for start, stop in sorted({(start, stop) for start, stop, _ in hits if begin <= start and stop <= end}):
+        if start < at:
+            continue  # one compound's tokens share a span: marked once
+        marked += [text[at:start], MARK[0], text[start:stop], MARK[1]]
+        at = stop
+    marked.append(text[at:end])
+    body = " ".join("".join(marked).split())
+    return ("… " if begin else "") + body + (" …" if end < len(text) else "")
+
+
+def _clip(text: str, begin: int, width: int) -> str:
+    body = " ".join(text[begin:begin + width].split())
+    return body + (" …" if len(text) > begin + width else "")

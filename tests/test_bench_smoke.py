@@ -1,0 +1,42 @@
+"""The benches the issue's numbers come from still run: `--quick` smoke runs, checked for the
+numbers they must print (the scorer against the machine's limit; serve against the scorer's
+batched ceiling). No timing is asserted: this machine's speed says nothing here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def test_bench_query_quick_prints_the_scorer_against_the_machine_s_limit():
+    """Torch-free in the fast tier: the NumPy scorer and NumPy's product give the limit."""
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_query.py"), "--quick", "--pages", "20", "--batch", "8",
+                           "--baseline-queries", "2", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["ok"]
+    limit = report["sizes"][0]["limit"]
+    assert limit["bytes"] == 20 * 1030 * 128 * 2
+    assert limit["read_gb_s"][0] > 0 and limit["peak_gflop_s"]["float32"][0] > 0
+    for stacked in ("1_stacked", "8_stacked"):
+        (one,) = limit[stacked]["rounds"]
+        assert one["limit_s"] == max(one["read_s"], one["compute_s"]) and one["percent"] > 0
+    assert limit["8_stacked"]["gflop"] == pytest.approx(8 * limit["1_stacked"]["gflop"])
+    assert "% of the limit (target 60 %)" in done.stderr
+
+
+@pytest.mark.slow  # the bench checkpoint on torch, a real server
+def test_bench_serve_quick_prints_serve_against_the_scorer_s_batched_ceiling():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_serve.py"), "--quick", "--json"], capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    ceiling = report["ceiling"]
+    assert ceiling["rounds"] and all(r["of_ceiling"] > 0 for r in ceiling["rounds"])
+    assert "of the scorer's batched ceiling (target 90 %)" in done.stderr

@@ -1,0 +1,420 @@
+"""`lgpt-index watch` and `serve --watch`: a folder that stays indexed.
+
+Every test waits on the watcher's own events (in this process, or its --json lines) or on
+failpoints, never on sleeps: an event that never comes fails the test after a generous guard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from conftest import run_cli
+from docgen import make_pdf
+from helpers import build_ok, held_build, make_pdfs, verify_ok, wait_until
+from served import Server
+
+GUARD_S = 180  # an event that has not come by then never will: the test fails
+
+
+def picture(path: Path, n: int) -> Path:
+    """A small PNG whose pixels (and so its fake vectors) are its own."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (64, 64), (n % 251, (n // 251) % 251, 100 + n % 7)).save(path)
+    return path
+
+
+def indexed(index: Path) -> dict[str, str]:
+    """path -> sha256 of the documents of the index's current generation."""
+    from localgpt_index import open_index
+
+    return {d.path: d.sha256 for d in open_index(index).manifest.documents}
+
+
+def sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Events:
+    """Events in arrival order, waited for one kind at a time."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+        self.seen: list = []
+
+    def next(self, kind: str, where=lambda event: True):
+        while True:
+            try:
+                event = self.queue.get(timeout=GUARD_S)
+            except queue.Empty:
+                raise AssertionError(f"no {kind} event; seen: {[self._kind(e) for e in self.seen]}") from None
+            self.seen.append(event)
+            if self._kind(event) == kind and where(event):
+                return event
+            if self._kind(event) == "stopped":
+                raise AssertionError(f"the watcher stopped before a {kind} event: {event}")
+
+    def since(self, start, kind: str, where=lambda event: True):
+        """The first `kind` event after the event `start`, already seen or still to come."""
+        earlier = next((e for e in self.seen[self.seen.index(start) + 1:] if self._kind(e) == kind and where(e)), None)
+        return earlier if earlier is not None else self.next(kind, where)
+
+    def of(self, kind: str) -> list:
+        return [e for e in self.seen if self._kind(e) == kind]
+
+    @staticmethod
+    def _kind(event) -> str:
+        return event["event"] if isinstance(event, dict) else event.kind
+
+
+@contextmanager
+def watching(docs: Path, index: Path, model: Path, **kwargs):
+    """A Watcher of `docs` in a thread of this process; yields (watcher, events)."""
+    from localgpt_index.build.options import BuildOptions
+    from localgpt_index.index.open import open_store
+    from localgpt_index.watch.watcher import Watcher
+
+    events = Events()
+    watcher = Watcher(docs, open_store(index_dir=str(index)), BuildOptions(model=str(model), wait_s=60), events.queue.put,
+                      settle_s=kwargs.pop("settle_s", 0.3), **kwargs)
+    watcher.start_background()
+    try:
+        yield watcher, events
+    finally:
+        assert watcher.stop(wait_s=GUARD_S)
+
+
+@contextmanager
+def querying(index: Path):
+    """Queries through the Python API in a thread, and at every switch of HEAD (just before and just
+    after it, in the writer's thread): none may fail."""
+    from localgpt_index import open_index
+    from localgpt_index.core import failpoints
+
+    errors: list[BaseException] = []
+    answered = {"thread": 0, "before-head": 0, "after-head": 0}
+    stop = threading.Event()
+
+    def query(where: str) -> None:
+        try:
+            assert open_index(index).search("the quarterly report", k=3)[0]
+            answered[where] += 1
+        except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding
+            errors.append(exc)
+
+    def loop() -> None:
+        while not stop.wait(0.02):  # paced, to leave the builder a core
+            query("thread")
+
+    query("thread")
+    failpoints.set_hook(lambda name: query(name) if name in ("before-head", "after-head") else None)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield answered
+    finally:
+        failpoints.set_hook(None)
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+
+
+def test_a_saved_file_becomes_searchable_after_the_next_commit_with_the_model_kept(fake_model, tmp_path):
+    from localgpt_index import open_index
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    first = picture(docs / "first.png", 1)
+    with watching(docs, index, fake_model) as (watcher, events):
+        events.next("build-committed")  # the catch-up build
+        with querying(index) as answered:
+            saved = picture(docs / "sub" / "saved.png", 2)
+            committed = events.next("build-committed", lambda e: e.report.indexed == 1)
+            assert str(saved) in indexed(index)
+            hits = open_index(index).search("a saved page", k=5)[0]
+            assert str(saved) in {hit.path for hit in hits}
+            picture(first, 3)  # saved again, new content
+            events.next("build-committed", lambda e: e.generation > committed.generation)
+            assert indexed(index)[str(first)] == sha256(first)
+        assert answered["before-head"] >= 2 and answered["after-head"] >= 2
+    assert watcher.encoders.loads == 1  # three builds embedded pages; the model loaded once
+    assert [e.number for e in events.of("build-started")] == [1, 2, 3]
+
+
+def test_a_deleted_or_renamed_file_leaves_the_index(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    gone, moved = picture(docs / "gone.png", 1), picture(docs / "moved.png", 2)
+    picture(docs / "kept.png", 3)
+    with watching(docs, index, fake_model) as (_, events):
+        events.next("build-committed")
+        with querying(index):
+            gone.unlink()
+            events.next("build-committed", lambda e: e.report.removed == 1)
+            assert str(gone) not in indexed(index)
+            moved.rename(docs / "renamed.png")
+            events.next("build-committed", lambda e: e.report.reused == 1)
+    assert set(indexed(index)) == {str(docs / "kept.png"), str(docs / "renamed.png")}
+    verify_ok(index)
+
+
+def test_a_burst_of_1000_files_unpacked_at_once_costs_at_most_5_builds(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    picture(docs / "first.png", 0)
+    archive = tmp_path / "burst.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for n in range(1, 1001):
+            bundle.write(picture(tmp_path / "made" / f"page-{n:04}.png", n), f"burst/page-{n:04}.png")
+    with watching(docs, index, fake_model, settle_s=1.0) as (_, events):
+        events.next("build-committed")
+        with querying(index):
+            zipfile.ZipFile(archive).extractall(docs)
+            events.next("build-committed", lambda e: e.report.pages_total == 1001)
+            # every build the burst causes (those of its events still pending too) comes before the sentinel's
+            sentinel = picture(docs / "sentinel.png", 5000)
+            events.next("build-started", lambda e: str(sentinel) in e.paths)
+            events.next("build-committed", lambda e: e.report.pages_total == 1002)
+    burst_builds = [e for e in events.of("build-started")[1:] if str(sentinel) not in e.paths]
+    assert 1 <= len(burst_builds) <= 5, [len(e.paths) for e in burst_builds]
+    assert len(indexed(index)) == 1002
+
+
+def test_the_filter_drops_the_stores_own_folders_hidden_and_junk_files(tmp_path):
+    """What `watch` never reacts to, for each store: a local index and its folder, a qdrant+path store
+    and its PDF store (inside the watched folder); hidden and junk names; types that are never documents."""
+    from localgpt_index.index.open import open_store
+    from localgpt_index.watch.changes import ChangeFilter
+
+    docs = tmp_path / "docs"
+    (docs / "notes.txt").parent.mkdir(parents=True)
+    (docs / "notes.xyz").write_text("not a document type")
+    local = open_store(None, str(docs / "idx"), None)
+    qdrant = open_store(f"qdrant+path://{docs / 'qd'}/pages")
+    relevant = ChangeFilter(docs, [*local.local_folders, *qdrant.local_folders])
+    (docs / "idx" / "default").mkdir(parents=True)
+    for own in ["idx", "idx/default/HEAD", "idx/default/segments/x.npy", "qd/collection/pages/storage.sqlite",
+                "qd/pages-pdf/ab.pdf", ".git/index", "sub/.hidden.pdf", "~$memo.docx", "report.pdf~", "notes.xyz"]:
+        assert not relevant(str(docs / own)), own
+    for change in ["report.pdf", "sub/deck.pptx", "sub", "gone.xyz", "notes.txt", "IDX.pdf", "idx-notes.pdf"]:
+        assert relevant(str(docs / change)), change
+    assert not relevant(str(tmp_path / "elsewhere.pdf"))
+
+
+def test_half_written_files_wait_until_they_keep_their_size(tmp_path):
+    """The settle check stats the batch's files twice; a file that grew in between waits one more interval."""
+    from localgpt_index.core import failpoints
+    from localgpt_index.watch.changes import Pending
+
+    growing = tmp_path / "growing.pdf"
+    growing.write_bytes(b"%PDF-1.4 half")
+    checks = []
+
+    def hook(name: str) -> None:
+        if name == "watch.settle-check":
+            checks.append(growing.stat().st_size)
+            if len(checks) == 1:
+                with open(growing, "ab") as handle:
+                    handle.write(b" and the rest")
+
+    pending = Pending()
+    pending.add([str(growing)])
+    failpoints.set_hook(hook)
+    try:
+        assert pending.take_settled(settle_s=0.01, max_wait_s=600) == {str(growing)}
+    finally:
+        failpoints.set_hook(None)
+    assert len(checks) == 2  # it waited for the write to end
+
+
+class WatchProcess:
+    """`lgpt-index watch ... --json` in a process of its own, its event lines read as they come."""
+
+    def __init__(self, *args: str, cwd: Path | None = None, env: dict | None = None, process=None) -> None:
+        self.process = process or subprocess.Popen([sys.executable, "-m", "localgpt_index", "watch", *args, "--json"],
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                                   env={**os.environ, **(env or {})})
+        self.events = Events()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr.extend(self.process.stderr), daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.events.queue.put(json.loads(line))
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=GUARD_S)
+        self.events.next("stopped")
+        return code
+
+
+def test_watch_dot_never_reacts_to_its_own_index(fake_model, tmp_path):
+    """The index lives inside the watched folder (not hidden, so only the watcher's own filter keeps
+    it out): its writes are seen and dropped, and the next build is the sentinel's, and only it."""
+    docs = tmp_path / "docs"
+    picture(docs / "a.png", 1)
+    watch = WatchProcess(".", "--model", str(fake_model), "--index-dir", "index", "--settle", "0.3", cwd=docs)
+    try:
+        events = watch.events
+        assert events.next("watching")["polling"] is False
+        started = events.next("build-started")
+        events.next("build-committed")
+        events.since(started, "changes-seen", lambda e: e["ignored"] > 0)  # the build's own writes, seen and dropped
+        for n, name in [(2, "sentinel-1.png"), (3, "sentinel-2.png")]:
+            picture(docs / name, n)
+            started = events.next("build-started")
+            assert started["paths"] == [str(docs / name)], started
+            events.next("build-committed", lambda e: e["number"] == started["number"])
+            events.since(started, "changes-seen", lambda e: e["ignored"] > 0 and not e["paths"])
+        assert watch.stop(signal.SIGINT) == 0
+    finally:
+        if watch.process.poll() is None:
+            watch.process.kill()
+    assert [e["number"] for e in events.of("build-started")] == [1, 2, 3]
+    assert events.seen[-1] == {**events.seen[-1], "event": "stopped", "exit_code": 0, "builds": 3}
+    verify_ok(docs / "index")
+
+
+def test_kill_9_mid_build_leaves_an_index_that_verifies_and_the_next_watch_catches_up(fake_model, tmp_path):
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdfs(docs, 2, 2, stem="old")
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    before = indexed(index)
+    new = make_pdfs(docs, 3, 3, stem="new")
+    args = ["watch", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--json"]
+    held = WatchProcess(process=held_build(args, release, "encode"))  # its catch-up build, held mid-way
+    try:
+        with querying(index):
+            manual = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+            assert manual.exit_code == 1
+            assert f"is being written by pid {held.process.pid} on" in manual.stderr  # who holds the lock
+            assert indexed(index) == before  # queries answer from the last generation meanwhile
+    finally:
+        held.process.kill()  # kill -9, mid-build
+        held.process.wait(timeout=GUARD_S)
+    verify_ok(index)
+    assert indexed(index) == before
+    with watching(docs, index, fake_model) as (_, events):
+        with querying(index):
+            events.next("build-committed", lambda e: e.report.indexed == 3)
+    assert set(indexed(index)) == set(before) | {str(p) for p in new}
+    verify_ok(index)
+
+
+def test_sigterm_mid_build_abandons_it_and_exits_0(fake_model, tmp_path):
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdfs(docs, 2, 3)
+    args = ["watch", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--json"]
+    held = WatchProcess(process=held_build(args, release, "encode"))
+    assert held.stop(signal.SIGTERM) == 0
+    stopped = held.events.of("stopped")[0]
+    assert stopped["exit_code"] == 0 and "build 1, in progress, was abandoned" in stopped["reason"]
+    assert not held.events.of("build-committed")
+    assert "Traceback" not in "".join(held.stderr)
+    with watching(docs, index, fake_model) as (_, events):  # the next watch carries on
+        events.next("build-committed", lambda e: e.report.indexed == 2)
+    verify_ok(index)
+
+
+def test_polling_takes_over_where_file_system_events_are_unavailable(fake_model, tmp_path, monkeypatch):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    picture(docs / "a.png", 1)
+    monkeypatch.setenv("LGPT_FAILPOINT", "watch.native:1:enospc")  # what inotify says when its watch limit is reached
+    with watching(docs, index, fake_model) as (_, events):
+        armed = events.next("watching")
+        assert armed.polling and "unavailable" in armed.reason and "max_user_watches" in armed.reason
+        events.next("build-committed")
+        saved = picture(docs / "b.png", 2)
+        events.next("build-committed", lambda e: e.report.indexed == 1)
+    assert str(saved) in indexed(index)
+
+
+def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_model, tmp_path):
+    docs = tmp_path / "docs"
+    one = picture(docs / "a.png", 1)
+    refused = run_cli("watch", str(one), "--index-dir", str(tmp_path / "idx"))
+    assert refused.exit_code == 2 and "is a file" in refused.stderr
+    watch = WatchProcess(str(docs), "--model", "example-org/no-such-model", "--index-dir", str(tmp_path / "idx"))
+    assert watch.process.wait(timeout=GUARD_S) == 4
+    failed = watch.events.next("build-failed")
+    assert failed["fatal"] and failed["exit_code"] == watch.process.returncode
+    assert watch.events.next("stopped")["exit_code"] == watch.process.returncode
+    assert "Traceback" not in "".join(watch.stderr)
+
+
+def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "report.pdf", ["quarterly report"])
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    server = Server("--index-dir", str(index), "--watch", str(docs))
+    try:
+        server.wait_ready()
+        def line(pattern: str):
+            return lambda: next((m for m in map(re.compile(pattern).search, server.lines) if m), None)
+
+        wait_until(line(r"watch: build 1: (nothing to change|generation \d+ committed)"), GUARD_S, "the catch-up build", server.proc)
+        picture(docs / "saved.png", 7)
+        wait_until(line(r"watch: build 2: generation \d+ committed: 1 indexed"), GUARD_S, "the saved file's commit", server.proc)
+        with server.client() as client:
+            answer = client.post("/query", json={"queries": ["what was saved"], "k": 5})
+        assert answer.status_code == 200, answer.text
+        assert "saved.png" in {Path(hit["path"]).name for hit in answer.json()["results"]}
+    finally:
+        code = server.stop()
+        print("\n".join(server.lines))
+    assert code == 0
+    assert any("watch: ended" in line for line in server.lines)
+
+
+def test_mcp_watch_a_saved_file_becomes_a_search_hit_after_its_commit(fake_model, tmp_path):
+    """`mcp --watch DOCS` over stdio with the SDK's own client: the watcher's lines go to stderr (the
+    protocol stream stays clean), and the tools answer from its commits."""
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    docs, index, errlog = tmp_path / "docs", tmp_path / "idx", tmp_path / "stderr.txt"
+    make_pdf(docs / "report.pdf", ["quarterly report"])
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+
+    def logged(pattern: str):
+        return lambda: re.search(pattern, errlog.read_text(errors="replace"), re.M)
+
+    async def scenario() -> list[str]:
+        faults: list[Exception] = []
+
+        async def on_message(message) -> None:
+            if isinstance(message, Exception):
+                faults.append(message)
+
+        params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", "--index-dir", str(index),
+                                                                     "--watch", str(docs)], env=dict(os.environ))
+        with open(errlog, "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write):
+                async with ClientSession(read, write, message_handler=on_message, read_timeout_seconds=300) as session:
+                    await session.initialize()
+                    await asyncio.to_thread(wait_until, logged(r"watch: build 1: (nothing to change|generation \d+ committed)"),
+                                            GUARD_S, "the catch-up build")
+                    picture(docs / "saved.png", 9)
+                    await asyncio.to_thread(wait_until, logged(r"watch: build 2: generation \d+ committed: 1 indexed"), GUARD_S,
+                                            "the saved file's commit")
+                    found = await session.call_tool("search", {"query": "what was saved", "k": 5})
+                    assert not found.is_error, found.content[0].text
+        assert not faults, faults
+        return [hit["document"] for hit in found.structured_content["hits"]]
+
+    assert "saved.png" in asyncio.run(scenario())
+    assert re.search(r"^watch: ended \(stopped\)", errlog.read_text(), re.M)
