@@ -16,7 +16,7 @@ import pytest
 
 from conftest import run_cli
 
-DIM, ROWS, DOCS, PAGES = 128, 256, 6, 4  # 24 pages: 96 blocks of 64 KiB, plus the header's share
+DIM, ROWS, DOCS, PAGES = 128, 256, 6, 4  # 24 pages of 64 KiB after a 128-byte header: 25 blocks of 64 KiB
 
 
 def _make_index(root: Path, seed: int = 7) -> None:
@@ -274,3 +274,22 @@ def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_a
         assert "Traceback" not in answer.text and status.status_code == 200
     finally:
         running.stop()
+
+
+def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
+    from localgpt_index.core.errors import IndexProblem
+    from localgpt_index.index.store import IndexStore
+
+    store = IndexStore(root)
+    view = store.open_view()
+    assert view.scoring_path(5).path == "first-pass"  # the codes written with the segment
+    expected = view.search_vectors(_queries(), k=3, candidates=5)
+    [files] = store._mmaps.values()
+    read = set(np.flatnonzero(files.guard._done).tolist())
+    assert 0 < len(checks) == len(read) <= 2 * 5 * 2 < _blocks(root)  # 2 queries x 5 candidates, a page in 2 blocks
+    unread = max(set(range(_blocks(root))) - read)
+    _damage(_vectors(root), unread * (64 << 10) + 10)
+    fresh = IndexStore(root).open_view()
+    assert fresh.search_vectors(_queries(), k=3, candidates=5) == expected  # the damage lies outside what it reads
+    with pytest.raises(IndexProblem, match=f"block {unread} "):
+        fresh.search_vectors(_queries(), k=3)  # exact reads every block
