@@ -1,18 +1,39 @@
-"""Block checksums of a file: XXH3 per block (every open can afford it), and format 1's word sums."""
+"""Block checksums of a segment's vectors file: XXH3 per block, and format 1's word sums.
+
+Opening an index does not read its vectors: a `BlockGuard` checks a block the first time
+any of its bytes is about to be scored (once per block per process, under a lock), so a
+query reads and checks only the blocks it scores, and `verify` checks them all. New
+segments use CHECK_BLOCK (64 KiB) blocks; older ones keep their 64 MiB blocks (checked the
+same way, lazily) until the next write re-hashes them (`rechecksum`, which checks the old
+hashes in the same pass, so damage is never re-hashed as if it were good)."""
 
 from __future__ import annotations
 
+import mmap
+import threading
 from pathlib import Path
 
 import numpy as np
 
-from .manifest import CHECK_BLOCK
+from ..core.errors import IndexProblem
+from ..core.failpoints import failpoint
+from .manifest import CHECK_BLOCK, LEGACY_CHECK_BLOCK, REBUILD_HINT, Checksum
+
+__all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "rechecksum"]
+
+
+def block_hash(data: memoryview, algorithm: str = "xxh3_64") -> str:
+    """The checksum of one block, as 16 hex digits."""
+    if algorithm == "xxh3_64":
+        import xxhash
+
+        return f"{xxhash.xxh3_64_intdigest(data):016x}"
+    return f"{_sum64(np.frombuffer(data, dtype=np.uint8)):016x}"
 
 
 def block_checksums(path: Path, algorithm: str = "xxh3_64", block_size: int = CHECK_BLOCK) -> list[str]:
-    """One hash per `block_size` bytes of the file, as 16 hex digits. XXH3 runs at memory speed,
-    so every open can afford it; `sum64` is format 1's wrapping word sum, kept to read old indexes.
-    The file is read through one small buffer: hashing a segment never maps it into memory."""
+    """One hash per `block_size` bytes of the file. `sum64` is format 1's wrapping word sum, kept to
+    read old indexes. The file is read through one small buffer: hashing never maps it into memory."""
     import xxhash
 
     buffer = bytearray(min(block_size, 4 << 20))
@@ -35,6 +56,103 @@ def block_checksums(path: Path, algorithm: str = "xxh3_64", block_size: int = CH
             if left:
                 break
     return hashes
+
+
+def rechecksum(path: Path, old: Checksum, block_size: int = CHECK_BLOCK) -> list[str]:
+    """XXH3 hashes of `block_size` blocks, computed in one read of the file that also checks it
+    against `old` (any algorithm, any block size): an upgrade never blesses damaged bytes."""
+    guard = BlockGuard(path, old)
+    guard.advise(np.array([0]), np.array([guard.size]))  # one pass through the file, with read-ahead
+    new: list[str] = []
+    for start in range(0, guard.size, block_size):
+        end = min(guard.size, start + block_size)
+        guard.check_bytes(start, end)  # each old block hashed once, when the first new one inside it is
+        new.append(block_hash(guard.raw[start:end].data))
+    return new or [block_hash(memoryview(b""))]
+
+
+STREAM_BYTES = 4 << 20  # a range read at least this long is streamed with read-ahead
+
+
+class BlockGuard:
+    """Checks the blocks of one vectors file lazily: `check_bytes` hashes each block of a byte range
+    the first time it is asked for (once per process, thread-safe), and remembers a damaged one."""
+
+    def __init__(self, path: Path, checksum: Checksum) -> None:
+        self.path = path
+        self.checksum = checksum
+        with open(path, "rb") as handle:  # file-backed: hashing and scoring read through the page cache
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        # no read-around: a page read at random would otherwise bring in read_ahead_kb (8 MiB here) around it;
+        # `advise` asks for exactly the ranges about to be read
+        self._map.madvise(mmap.MADV_RANDOM)
+        self.raw = np.frombuffer(self._map, dtype=np.uint8)
+        self.size = len(self.raw)
+        self._done = np.zeros(len(checksum.blocks), dtype=bool)
+        self._bad: set[int] = set()
+        self._lock = threading.Lock()
+        self.checked = 0  # blocks hashed by this process (each once)
+        self._all = False
+
+    def check_bytes(self, lo: int, hi: int) -> None:
+        """Bytes lo..hi-1 are about to be read: check the blocks that hold them (IndexProblem if damaged)."""
+        if hi > lo:
+            self.check_blocks(np.arange(lo // self.checksum.block_size, (hi - 1) // self.checksum.block_size + 1))
+
+    def advise(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Byte ranges about to be read (adjacent ones merged): a long one is streamed with the kernel's
+        read-ahead, a short one asked for exactly. Measured cold on 512 MB here: hashing it in 32 MiB
+        ranges 2.4 s with read-ahead, 13-16 s without; 100 random 258 KiB pages 0.2 s and 35 MB read
+        asked for exactly, 1.6 s and 430 MB with read-ahead (8 MiB around each)."""
+        breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+        for lo, hi in zip(starts[np.r_[0, breaks]], ends[np.r_[breaks - 1, len(ends) - 1]]):
+            lo = int(lo) & ~(mmap.PAGESIZE - 1)
+            self._map.madvise(mmap.MADV_NORMAL if hi - lo >= STREAM_BYTES else mmap.MADV_WILLNEED, lo, int(hi) - lo)
+
+    def check_spans(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Byte ranges [starts[i], ends[i]) are about to be read (ranges of pages, vectorised)."""
+        size = self.checksum.block_size
+        first, last = starts // size, (ends - 1) // size
+        counts = last - first + 1
+        at = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        self.check_blocks(at)
+
+    def check_all(self) -> list[int]:
+        """Check every block (verify); the damaged ones, never raising."""
+        self.advise(np.array([0]), np.array([self.size]))  # one pass through the file, with read-ahead
+        for block in range(len(self._done)):
+            try:
+                self.check_blocks(np.array([block]))
+            except IndexProblem:
+                pass
+        return sorted(self._bad)
+
+    def check_blocks(self, blocks: np.ndarray) -> None:
+        if self._all:
+            return
+        with self._lock:
+            wanted = np.unique(blocks[~self._done[blocks]])
+            for block in (int(b) for b in wanted):
+                if block not in self._bad:
+                    self._check_one(block)
+                if block in self._bad:
+                    lo = block * self.checksum.block_size
+                    hi = min(self.size, lo + self.checksum.block_size)
+                    raise IndexProblem(
+                        f"{self.path}: block {block} (bytes {lo}..{hi - 1}) does not match its checksum; the vectors are damaged.",
+                        hint=REBUILD_HINT,
+                    )
+            self._all = bool(self._done.all())
+
+    def _check_one(self, block: int) -> None:
+        failpoint("vectors.check_block")
+        lo = block * self.checksum.block_size
+        data = self.raw[lo : min(self.size, lo + self.checksum.block_size)]
+        self.checked += 1
+        if block_hash(data.data, self.checksum.algorithm) == self.checksum.blocks[block]:
+            self._done[block] = True
+        else:
+            self._bad.add(block)
 
 
 def _sum64(block: np.ndarray) -> int:

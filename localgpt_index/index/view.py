@@ -63,7 +63,9 @@ class IndexView:
         """Every page's vectors of a document, in page order (exports)."""
         pages = []
         for span in doc.spans:
-            vectors, offsets = self.store.segment_arrays(self.manifest.segments[span.segment])
+            files = self.store.segment_files(self.manifest.segments[span.segment])
+            files.check_pages(np.arange(span.first, span.first + span.pages))
+            vectors, offsets = files.vectors, files.offsets
             pages += [np.asarray(vectors[offsets[r] : offsets[r + 1]]) for r in range(span.first, span.first + span.pages)]
         return pages
 
@@ -119,7 +121,7 @@ class IndexView:
             if words.shape[0] != segment.rows:
                 raise IndexProblem(f"segment {segment_id}: codes for {words.shape[0]} rows, the segment has {segment.rows}; "
                                    "the index is damaged.", hint=REBUILD_HINT)
-            coded.append(SegmentCodes(segment_id, words, self.store.segment_arrays(segment)[1], rows))
+            coded.append(SegmentCodes(segment_id, words, self.store.segment_files(segment).offsets, rows))  # no vector read
         picks = first_pass(query_vectors, coded, candidates)
         return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
 
@@ -127,8 +129,8 @@ class IndexView:
         """Exact scores for the pages of `table`."""
         score_parts, doc_parts, page_parts = [], [], []
         for segment_id, (rows, doc_of, page_of) in table.items():
-            vectors, offsets = self.store.segment_arrays(self.manifest.segments[segment_id])
-            score_parts.append(maxsim(query_vectors, vectors, offsets, rows, device=device))
+            files = self.store.segment_files(self.manifest.segments[segment_id])  # blocks checked as they are scored
+            score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device) for part in files.checked_groups(rows)]
             doc_parts.append(doc_of)
             page_parts.append(page_of)
         scores = np.concatenate(score_parts, axis=1)

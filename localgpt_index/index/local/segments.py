@@ -1,4 +1,5 @@
-"""Segments of a local index: written page by page (`FileSegmentSink` under a StagedWriter), read back checked (`load_segment`)."""
+"""Segments of a local index: written page by page (`FileSegmentSink` under a StagedWriter), read back checked (`load_segment`),
+the vectors block by block when first read."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from ...core.errors import IndexProblem
 from ...core.files import sha256_file
 from ...core.types import PageRef
-from ..checksums import block_checksums
+from ..checksums import CHECK_BLOCK, BlockGuard, block_checksums
 from ..files import TMP_PREFIX as _TMP_PREFIX
 from ..files import fsync_dir as _fsync_dir
 from ..files import read_member, regular_size
@@ -64,7 +65,7 @@ class FileSegmentSink:
             vectors_bytes=self._vectors.stat().st_size,
             vectors_sha256=vectors_sha,
             offsets_sha256=offsets_sha,
-            checksum=Checksum(algorithm="xxh3_64", blocks=block_checksums(self._vectors)),
+            checksum=Checksum(algorithm="xxh3_64", block_size=CHECK_BLOCK, blocks=block_checksums(self._vectors)),
         )
         os.replace(self._vectors, self.folder / f"{segment.id}.vectors.npy")
         os.replace(self._offsets, self.folder / f"{segment.id}.offsets.npy")
@@ -78,9 +79,44 @@ class FileSegmentSink:
             path.unlink(missing_ok=True)
 
 
-def load_segment(root: Path, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
-    """A segment's vectors (memory-mapped, float16) and offsets, checked against the manifest:
-    sha256 of the offsets, size and block checksums of the vectors, dtypes and shapes."""
+class SegmentFiles:
+    """A segment's vectors (memory-mapped float16, not read until scored) and offsets, with the
+    guard that checks a block of the vectors when it is first read."""
+
+    GROUP_BYTES = 32 << 20  # vectors checked then scored at a time: a full scan reads each block once, while it is cached
+
+    def __init__(self, vectors: np.ndarray, offsets: np.ndarray, guard: BlockGuard, header: int) -> None:
+        self.vectors, self.offsets, self.guard, self.header = vectors, offsets, guard, header
+        self.row_bytes = vectors.shape[1] * 2
+
+    def check_pages(self, pages: np.ndarray) -> None:
+        """The blocks holding these pages' vectors are checked (each once per process); IndexProblem if damaged."""
+        pages = np.asarray(pages, dtype=np.int64)
+        if len(pages):
+            starts = self.header + self.offsets[pages] * self.row_bytes
+            ends = self.header + self.offsets[pages + 1] * self.row_bytes
+            self.guard.advise(starts, ends)
+            self.guard.check_spans(starts, ends)
+
+    def checked_groups(self, pages: np.ndarray):
+        """`pages` (in row order) in groups of about GROUP_BYTES of vectors, each checked just before
+        it is yielded: a scan streams through the file once, checking as it goes."""
+        pages = np.asarray(pages, dtype=np.int64)
+        sizes = (self.offsets[pages + 1] - self.offsets[pages]) * self.row_bytes
+        group = np.cumsum(sizes) // self.GROUP_BYTES
+        cuts = np.flatnonzero(np.diff(group)) + 1
+        for part in np.split(pages, cuts) if len(pages) else []:
+            self.check_pages(part)
+            yield part
+
+    def check_all(self) -> list[int]:
+        """Every block checked (verify): the damaged ones."""
+        return self.guard.check_all()
+
+
+def load_segment(root: Path, segment: Segment) -> SegmentFiles:
+    """A segment's files, checked against the manifest without reading the vectors: sha256 of the
+    offsets, size and header of the vectors, dtypes and shapes. Blocks of vectors are checked when read."""
     vec_rel, off_rel = f"segments/{segment.id}.vectors.npy", f"segments/{segment.id}.offsets.npy"
     offsets_raw = read_member(root, off_rel, NPY_HEADER + 8 * (segment.pages + 1) + 4096)
     if hashlib.sha256(offsets_raw).hexdigest() != segment.offsets_sha256:
@@ -93,21 +129,31 @@ def load_segment(root: Path, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
     check = segment.checksum
     if check is None:  # a Qdrant segment listed in a local index
         raise IndexProblem(f"segment {segment.id}: the manifest gives its vectors no checksum.", hint=REBUILD_HINT)
-    if block_checksums(root / vec_rel, check.algorithm, check.block_size) != check.blocks:
-        raise IndexProblem(f"{root / vec_rel}: checksum mismatch; the vectors are damaged.", hint=REBUILD_HINT)
+    header = size - segment.rows * segment.dim * 2
     try:
         offsets = np.load(io.BytesIO(offsets_raw), allow_pickle=False)
-        vectors = np.load(root / vec_rel, mmap_mode="r", allow_pickle=False)
+        _check_header(root / vec_rel, header, segment)
+        guard = BlockGuard(root / vec_rel, check)
     except (OSError, ValueError, EOFError) as exc:
         raise IndexProblem(f"segment {segment.id}: unreadable array ({' '.join(str(exc).split())[:200]}).", hint=REBUILD_HINT) from None
-    if (
-        vectors.dtype != np.float16
-        or vectors.shape != (segment.rows, segment.dim)
-        or offsets.dtype != np.int64
-        or offsets.shape != (segment.pages + 1,)
-        or offsets[0] != 0
-        or offsets[-1] != segment.rows
-        or np.any(np.diff(offsets) <= 0)
-    ):
+    if offsets.dtype != np.int64 or offsets.shape != (segment.pages + 1,) or offsets[0] != 0 or offsets[-1] != segment.rows \
+            or np.any(np.diff(offsets) <= 0):
         raise IndexProblem(f"segment {segment.id}: shapes do not match the manifest; the index is damaged.", hint=REBUILD_HINT)
-    return vectors, offsets
+    # the vectors as the scorer reads them: the guard's own mapping (one set of page-cache hints)
+    vectors = guard.raw[header:].view("<f2").reshape(segment.rows, segment.dim)
+    return SegmentFiles(vectors, offsets, guard, header)
+
+
+def _check_header(path: Path, length: int, segment: Segment) -> None:
+    """The npy header says what the manifest says (float16, C order, its shape) and ends where the
+    vectors begin: the vectors are then mapped at that offset, whatever the header's own bytes are
+    (they are checked with block 0)."""
+    with open(path, "rb") as handle:
+        raw = handle.read(length)
+    stream = io.BytesIO(raw)
+    version = np.lib.format.read_magic(stream)
+    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = reader(stream)
+    if shape != (segment.rows, segment.dim) or fortran or dtype != np.dtype("<f2") or stream.tell() != length:
+        order = " in Fortran order" if fortran else ""
+        raise ValueError(f"the header says {dtype} {shape}{order}, not float16 ({segment.rows}, {segment.dim})")

@@ -45,7 +45,7 @@ from .layout import (
 )
 from .blobs import LocalBlobs
 from .lock import writer_lock
-from .segments import load_segment
+from .segments import SegmentFiles, load_segment
 from .txn import LocalParts, Transaction
 from .verify import verify_local
 
@@ -62,12 +62,12 @@ class IndexStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self._mmaps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._adopted: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._mmaps: dict[str, SegmentFiles] = {}
+        self._adopted: dict[str, SegmentFiles] = {}
 
     def adopt(self, other: IndexStore) -> None:
-        """Reuse the segments another view of this index has already checked and mapped: a segment
-        is named by its content, so the same id is the same bytes. Those `open` does not need are let go."""
+        """Reuse the segments another view of this index has already mapped, and the blocks it has checked:
+        a segment is named by its content, so the same id is the same bytes. Those `open` does not need are let go."""
         self._adopted = dict(other._mmaps)
 
     @property
@@ -159,7 +159,7 @@ class IndexStore:
         return manifest
 
     def open(self) -> Manifest:
-        """The current manifest with every segment checked (sizes, offsets, block checksums)."""
+        """The current manifest with every segment checked (sizes, headers, offsets; the vectors' blocks when read)."""
         manifest = self.read_manifest()
         if manifest is None:
             raise IndexProblem(
@@ -170,11 +170,12 @@ class IndexStore:
         return manifest
 
     def check(self, manifest: Manifest) -> None:
-        """Every segment the manifest names exists, has the recorded shape, and matches its checksums."""
+        """Every segment the manifest names exists and has the recorded size, shape and offsets. Its vectors
+        are not read here: each block is checked when first read (`segment_files`)."""
         self._check_folder("segments", required=bool(manifest.segments))
         self._check_folder("pdf", required=False)
         for segment in manifest.segments.values():
-            self.segment_arrays(segment)
+            self.segment_files(segment)
 
     def _check_folder(self, name: str, required: bool) -> None:
         path = self.root / name
@@ -188,18 +189,29 @@ class IndexStore:
             raise IndexProblem(f"{path}: not a folder (a link or a file); the index is damaged.", hint=REBUILD_HINT)
 
     def segment_arrays(self, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
-        """The vectors (memory-mapped, float16) and offsets of a segment, checked against the manifest."""
+        """The vectors (memory-mapped, float16) and offsets of a segment, every block checked (once per
+        process): for readers of a whole segment. A reader of some pages uses `segment_files`."""
+        files = self.segment_files(segment)
+        files.check_pages(np.arange(segment.pages))
+        return files.vectors, files.offsets
+
+    def segment_files(self, segment: Segment) -> SegmentFiles:
+        """A segment's mapped files, its size, header and offsets checked; its blocks checked when read."""
         if segment.id in self._mmaps:
             return self._mmaps[segment.id]
         if segment.storage != "file":
             raise IndexProblem(f"segment {segment.id}: a {segment.storage} segment in a local index; the index is damaged.",
                                hint=REBUILD_HINT)
         adopted = self._adopted.pop(segment.id, None)
-        if adopted is not None and adopted[0].shape == (segment.rows, segment.dim):
+        if adopted is not None and adopted.vectors.shape == (segment.rows, segment.dim) and adopted.guard.checksum == segment.checksum:
             self._mmaps[segment.id] = adopted
             return adopted
-        self._mmaps[segment.id] = arrays = load_segment(self.root, segment)
-        return arrays
+        self._mmaps[segment.id] = files = load_segment(self.root, segment)
+        return files
+
+    def blocks_checked(self) -> int:
+        """Blocks of vectors this store has hashed so far (each once)."""
+        return sum(files.guard.checked for files in self._mmaps.values())
 
     def verify(self) -> list[str]:
         """Check everything against the manifest, full sha256 of every file included; the problems found."""
@@ -221,6 +233,8 @@ class IndexStore:
         base = self.read_manifest()
         if base is not None:
             self.check(base)
+            for segment in base.segments.values():  # a writer names these blocks in its generation: all of them checked
+                self.segment_arrays(segment)
         return base, base.generation if base else 0, head is not None and head.format != FORMAT
 
     def _highest_generation(self) -> int:

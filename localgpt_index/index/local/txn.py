@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..artifacts import blob_names
-from ..checksums import block_checksums
+from ..checksums import CHECK_BLOCK, rechecksum
 from ..files import TMP_PREFIX, plain_files, sweep_temporary, write_atomic
 from ..manifest import Checksum, Document, Head, Manifest, Segment
 from ..pdfstore import PdfStore
@@ -83,11 +83,14 @@ class LocalBackend:
         return documents, in_progress
 
     def segment_record(self, segment: Segment) -> Segment:
-        """Format 1's word sums (already checked when the index was opened) replaced by XXH3."""
-        if segment.checksum is None or segment.checksum.algorithm == "xxh3_64":  # None: no files to check
+        """Format 1's word sums and the 64 MiB blocks of segments written before lazy checks replaced by
+        XXH3 of CHECK_BLOCK blocks, in one read that checks the old hashes (checksums.rechecksum)."""
+        check = segment.checksum
+        if check is None or (check.algorithm == "xxh3_64" and check.block_size == CHECK_BLOCK):  # None: no files to check
             return segment
         path = self.segments_dir / f"{segment.id}.vectors.npy"
-        return segment.model_copy(update={"checksum": Checksum(algorithm="xxh3_64", blocks=block_checksums(path))})
+        return segment.model_copy(update={"checksum": Checksum(algorithm="xxh3_64", block_size=CHECK_BLOCK,
+                                                               blocks=rechecksum(path, check))})
 
     def write_catalog(self, manifest: Manifest) -> object:
         raw = manifest.to_json()

@@ -24,11 +24,17 @@ def verify_local(store: Any) -> list[str]:  # an IndexStore (local/store.py impo
     problems: list[str] = []
     for segment in manifest.segments.values():
         try:
-            store.segment_arrays(segment)
+            damaged = store.segment_files(segment).check_all()  # every block, whatever this process has checked
         except IndexProblem as exc:
             problems.append(exc.message)
             continue
         vec_path = store.segments_dir / f"{segment.id}.vectors.npy"
+        if damaged:
+            shown = ", ".join(str(b) for b in damaged[:5]) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+            problems.append(f"{vec_path}: block{'s' if len(damaged) > 1 else ''} {shown} of {len(segment.checksum.blocks)} "
+                            f"({segment.checksum.block_size} bytes each) do{'' if len(damaged) > 1 else 'es'} not match "
+                            "the checksums; the vectors are damaged.")
+            continue
         if sha256_file(vec_path) != segment.vectors_sha256:
             problems.append(f"{vec_path}: sha256 mismatch; the vectors are damaged.")
     pdfs = {(d.pdf, d.pdf_sha256, d.path) for d in [*manifest.documents, *manifest.in_progress] if d.pdf}
