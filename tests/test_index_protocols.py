@@ -42,3 +42,46 @@ def test_the_index_modules_keep_the_size_limits():
     index = ROOT / "localgpt_index" / "index"
     assert size_problems(sorted(index.rglob("*.py")), index) == []
 
+
+
+LOCAL_SCORING = ("_table", "_codes", "_first_pass", "_rank")  # the local view's scoring state and steps
+
+
+def test_the_qdrant_view_shares_the_generation_view_and_carries_no_local_scoring(fake_model, tmp_path):
+    """Both views hold what every view shares (GenerationView) and every member of the IndexView protocol;
+    only the local view carries the local scoring (its page table, the codes' first pass, the exact ranking)."""
+    import numpy as np
+
+    from docgen import make_pdf
+    from helpers import build_ok
+    from localgpt_index.index import protocols
+    from localgpt_index.index.open import open_store
+    from localgpt_index.index.qdrant_store import QdrantIndex
+    from localgpt_index.index.qdrant.view import QdrantView
+    from localgpt_index.index.view import GenerationView, IndexView, LocalView
+
+    make_pdf(tmp_path / "docs" / "report.pdf", ["quarterly report", "market outlook"])
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"))
+    build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--store", url)
+    local_store, qdrant_store = open_store(index_dir=tmp_path / "idx"), open_store(url)
+    try:
+        local, qdrant = local_store.open_view(), qdrant_store.open_view()
+        assert type(local) is LocalView and IndexView is LocalView  # the old name still opens the local view
+        assert type(qdrant) is QdrantView and QdrantIndex is QdrantView
+        assert isinstance(local, GenerationView) and isinstance(qdrant, GenerationView)
+        assert not isinstance(qdrant, LocalView)
+        members = set(protocols.IndexView.__annotations__) | {n for n in vars(protocols.IndexView) if not n.startswith("_")}
+        for view in (local, qdrant):
+            assert all(hasattr(view, name) for name in members), sorted(n for n in members if not hasattr(view, n))
+            assert view.page_count == 2 and [d.path for d in view.documents] == [str(tmp_path / "docs" / "report.pdf")]
+        dim = next(iter(local.manifest.segments.values())).dim
+        assert local.search_vectors([np.ones((3, dim), dtype=np.float32)], 1)[0]  # builds the local page table
+        assert local._table is not None and hasattr(local, "_first_pass") and hasattr(local, "_rank")
+        present = [name for name in LOCAL_SCORING if hasattr(qdrant, name)]
+        assert present == [], f"the Qdrant view carries local scoring: {present}"
+        assert (local.scoring_path(None).path, qdrant.scoring_path(5).path) == ("exact", "store")
+        assert qdrant.scoring_path(5).candidates == 5 and qdrant.scoring_path("auto").candidates is None
+    finally:
+        local_store.close()
+        qdrant_store.close()

@@ -14,12 +14,12 @@ if TYPE_CHECKING:
     from .local.txn import Transaction as LocalTransaction
     from .protocols import IndexView, SegmentWriter, Store, Transaction
     from .qdrant.store import (
-        QdrantIndex,
         QdrantSegmentWriter,
         QdrantStore,
         QdrantTransaction,
+        QdrantView,
     )
-    from .view import IndexView as LocalView
+    from .view import LocalView
 
     def _stores(local: IndexStore, qdrant: QdrantStore) -> tuple[Store, Store]:
         return local, qdrant
@@ -30,5 +30,5 @@ if TYPE_CHECKING:
     def _writers(local: LocalSegmentWriter, qdrant: QdrantSegmentWriter) -> tuple[SegmentWriter, SegmentWriter]:
         return local, qdrant
 
-    def _views(local: LocalView, qdrant: QdrantIndex) -> tuple[IndexView, IndexView]:
+    def _views(local: LocalView, qdrant: QdrantView) -> tuple[IndexView, IndexView]:
         return local, qdrant

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
 from ..core.types import PageRef, SearchHit
 from .manifest import Document, Failure, Manifest, ModelInfo, Segment, Settings
+
+if TYPE_CHECKING:
+    from .codes.plan import ScoringPath  # not at run time: codes/ imports the scorer
 
 __all__ = ["IndexView", "PageRef", "SearchHit", "SegmentWriter", "Store", "Transaction"]
 
@@ -78,6 +81,10 @@ class IndexView(Protocol):
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None,
                        candidates: int | None = None) -> list[list[SearchHit]]: ...
+
+    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
+        """Which path answers a request for `candidates` (exact, first-pass, or "store": the store ranks)."""
+        ...
 
     def artifact(self, name: str) -> object | None:
         """A derived artifact of this generation, opened lazily; None: absent (the caller falls back)."""

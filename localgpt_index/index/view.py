@@ -1,5 +1,8 @@
-"""An index view: one committed generation, opened and checked, and exact or two-pass MaxSim scoring
-of query vectors against its pages. It never loads a model (query.search composes it with one)."""
+"""Views of one committed generation, opened and checked. `GenerationView` holds what every backend's
+view shares (the store, the manifest, its documents, the artifacts and their blobs); `LocalView` adds
+exact or two-pass MaxSim scoring of query vectors against the memory-mapped segments of a local index.
+The Qdrant view (index/qdrant/view.py) shares `GenerationView` only: Qdrant ranks the pages itself.
+No view loads a model (query.search composes one with it)."""
 
 from __future__ import annotations
 
@@ -21,14 +24,14 @@ from .score import maxsim
 PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-class IndexView:
-    """A read-only view of one committed generation of an index: its documents, and the scoring of
-    query vectors against them (no model: query.search.Index adds the query encoder)."""
+class GenerationView:
+    """What every view of one committed generation holds, whatever ranks its pages: the store, the
+    manifest, the documents by path, and the generation's artifacts (opened on first use, checked).
+    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.IndexView)."""
 
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore or a QdrantStore
         self.store = store
         self.manifest = manifest
-        self._table: PageTable | None = None  # of all documents, built on first use
         self._by_path: dict[str, Document] | None = None
         self._artifacts: dict[str, object | None] = {}
 
@@ -58,6 +61,15 @@ class IndexView:
 
     def _blob_source(self) -> BlobSource:
         return self.store.blob_source()
+
+
+class LocalView(GenerationView):
+    """A local index's generation, scored here: exact MaxSim over its memory-mapped segments, or a
+    first pass over their binary codes with exact rescoring (no model: query.search.Index adds it)."""
+
+    def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore
+        super().__init__(store, manifest)
+        self._table: PageTable | None = None  # of all documents, built on first use
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -147,6 +159,9 @@ class IndexView:
                 ]
             )
         return results
+
+
+IndexView = LocalView  # the local view's name before the split, kept for its importers (not the Protocol)
 
 
 def page_table(docs: list[Document]) -> PageTable:

@@ -12,7 +12,7 @@ from ..core.errors import IndexProblem
 from ..core.types import SearchHit
 from ..index.store import IndexStore, MissingIndexFile, index_path
 from ..index.text.engine import LexicalIndex
-from ..index.view import IndexView
+from ..index.protocols import IndexView
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth

@@ -50,7 +50,7 @@ from .txn import LocalParts, Transaction
 from .verify import verify_local
 
 if TYPE_CHECKING:
-    from ..view import IndexView
+    from ..view import LocalView
 
 __all__ = ["DEFAULT_INDEX_DIR", "DEFAULT_INDEX_NAME", "HEAD_LIMIT", "MANIFEST_LIMIT", "NAME_PATTERN", "NPY_HEADER",
            "IndexStore", "IndexWriteError", "MissingIndexFile", "PageRef", "SegmentWriter", "Transaction", "_alive",
@@ -108,11 +108,11 @@ class IndexStore:
         fresh.adopt(self)
         return fresh
 
-    def open_view(self) -> IndexView:
+    def open_view(self) -> LocalView:
         """The current generation, checked, as an index view."""
-        from ..view import IndexView
+        from ..view import LocalView
 
-        return IndexView(self, self.open())
+        return LocalView(self, self.open())
 
     def pdf_file(self, rel: str) -> Path:
         """A stored PDF: inside the index and a plain file, else a clear IndexProblem."""

@@ -87,14 +87,14 @@ from .ids import (
 )
 from .lease import _Lease
 from .txn import QdrantParts, QdrantSegmentWriter, QdrantTransaction
-from .view import QdrantIndex
+from .view import QdrantIndex, QdrantView
 
 __all__ = [
     'CHUNK_CHARS', 'HEAD_ID', 'LEASE_ID', 'LEASE_MARGIN_S', 'LEASE_RENEW_S', 'LEASE_TTL_S', 'LeaseLost',
     'MIN_SERVER', 'NAMESPACE', 'NO_TOKEN', 'PATHS_VERSION', 'PDF_STORE_MARKER', 'PENDING', 'QdrantSpec',
     'UPSERT_BATCH', 'check_server_version', 'chunk_id', 'doc_key', 'parse_store_url', 'path_fields',
     'payload_path', 'point_id', 'point_key', 'visible_filter', 'catalog_of', 'QdrantStore',
-    'QdrantTransaction', 'QdrantSegmentWriter', 'QdrantIndex',
+    'QdrantTransaction', 'QdrantSegmentWriter', 'QdrantIndex', 'QdrantView',
 ]
 
 
@@ -233,7 +233,7 @@ class QdrantStore:
         if manifest is None:
             raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
         catalog.check_count(self, physical, manifest)
-        return QdrantIndex(self, manifest, physical, self.legacy_paths)
+        return QdrantView(self, manifest, physical, self.legacy_paths)
 
     def reopened(self) -> "QdrantStore":
         return self

@@ -13,7 +13,8 @@ from ..manifest import (
     Manifest,
 )
 from ..artifacts import BlobSource
-from ..view import IndexView
+from ..codes.plan import ScoringPath
+from ..view import GenerationView
 from ..text.engine import TextHit
 from .blobs import QdrantBlobs
 from .sparse import SPARSE, avgdl_of, has_sparse, idf_scope, query_vector
@@ -28,9 +29,10 @@ from .ids import (
 )
 
 
-class QdrantIndex(IndexView):
+class QdrantView(GenerationView):
     """A read-only view of one committed generation in Qdrant: the catalog from the catalog
-    collection, pages ranked by Qdrant's exact MaxSim over the points visible to it."""
+    collection, pages ranked by Qdrant's exact MaxSim over the points visible to it (no local
+    scoring state: the shared parts are GenerationView's, index/view.py)."""
 
     def __init__(self, store: Any, manifest: Manifest, physical: str, legacy_paths: bool = False) -> None:  # a QdrantStore
         super().__init__(store, manifest)
@@ -41,6 +43,10 @@ class QdrantIndex(IndexView):
 
     def _blob_source(self) -> BlobSource:
         return QdrantBlobs(self.store, self.store.catalog_of(self.physical))
+
+    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
+        """Qdrant ranks the pages itself, whatever `candidates` asks (a number: its pooled-vector prefetch)."""
+        return ScoringPath("store", candidates if isinstance(candidates, int) else None, "the store ranks the pages")
 
     def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
@@ -123,3 +129,6 @@ class QdrantIndex(IndexView):
             raise IndexProblem(f"{doc.path}: {len(ids) - len(found)} of its pages are missing from {self.store.location}.",
                                hint=REBUILD_HINT)
         return [found[i] for i in ids]
+
+
+QdrantIndex = QdrantView  # the name before the split (index/qdrant_store.py and its importers)
