@@ -115,6 +115,7 @@ class PageFeed:
         prepare: Callable | None = lambda image: image,
         render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
         root: Path | None = None,
+        on_open: Callable[[int, OpenedDocument], None] | None = None,
     ) -> None:
         self.sources, self.converters, self.render_size, self.timings = sources, converters, render_size, timings
         self.convert_workers = max(1, convert_workers)
@@ -122,6 +123,7 @@ class PageFeed:
         # per-page preprocessing for the model, done here, off its thread. None: not known yet (the
         # model is loading); events then wait, their pages in files, up to AHEAD_BYTES (set_prepare)
         self.prepare, self.render_timeout_s = prepare, render_timeout_s
+        self.on_open = on_open  # told of each document as it opens, on the producer's thread (its text read ahead)
         self._queue: queue.Queue[Queued] = queue.Queue(maxsize=max(1, queue_pages))
         self._stop = threading.Event()
         self.processes = processes.ProcessScope.under_current()  # its conversions and renders: close() stops them
@@ -251,6 +253,8 @@ class PageFeed:
         return True
 
     def _send_pages(self, number: int, document: OpenedDocument) -> bool:
+        if self.on_open is not None:
+            self.on_open(number, document)
         if not self._put(DocumentOpened(number, document)):
             return False
         sent = 0
