@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..core.failpoints import failpoint
 from ..ingest.convert import ConverterSet
-from ..ingest.events import EngineEvent, OpenedDocument, PageReady, PagesEncoded
+from ..ingest.events import EngineEvent, PageReady, PagesEncoded
 from ..ingest.feed import FeedSource, PageFeed
+from ..ingest.opening import OnOpen
 from ..models.batching import encode_resiliently
 from ..models.loading import EncoderOptions
 from ..models.protocols import PageEncoder
@@ -30,7 +31,6 @@ from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads
 from .options import BuildOptions, BuildReport, Log, StageTimer
 
 EncoderFactory = Callable[[ModelRef, EncoderOptions], PageEncoder]
-OnOpen = Callable[[int, OpenedDocument], None]
 
 
 def load_encoder(factory: EncoderFactory, model: ModelRef, options: BuildOptions, timer: StageTimer) -> PageEncoder:

@@ -7,9 +7,10 @@ always; never) go to a pool of OCR worker threads, each page a pdftoppm and a Te
 (ocr.py). All this runs while the engine renders and encodes the same pages; a batch of encoded
 pages (PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES
 batches) while the engine encodes the next ones. A build of scanned pages thus takes about as long
-as the slower of OCR and encoding, not their sum. The local engine's feed also tells `open` of each
-document it opens while the model loads (on its own thread), so OCR overlaps the load as well; how
-far ahead that goes is bounded by the feed (its pages set aside during the load, its queue after).
+as the slower of OCR and encoding, not their sum. The local engine's feed tells `open` of each document
+as it opens it (on its opening threads), the model's load included, so OCR overlaps the load as well.
+How far ahead that goes is bounded by the feed: it opens a few documents ahead of what it has rendered,
+and renders ahead only up to its set-aside pages (during the load) and its queue (after).
 
 A page whose OCR fails or times out keeps its vectors and its text layer, if any, and is reported
 (`tally.warnings`); a document whose text layer cannot be read is reported once and its pages are
@@ -171,8 +172,8 @@ class PageTexts:
         self._ocr_pool = (ThreadPoolExecutor(max(1, settings.ocr_workers), "lgpt-ocr", self.scope.enter_thread)
                           if settings.tesseract is not None and settings.ocr != "never" else None)
         self._documents: dict[int, _Document] = {}
-        self._opened: set[int] = set()  # documents whose reading started (by the feed's thread or by attach)
-        self._lock = threading.Lock()  # open() may be called from the feed's thread
+        self._opened: set[int] = set()  # documents whose reading started (told by the feed or by attach)
+        self._lock = threading.Lock()  # open() may be called from the feed's opening threads
         self._closed = False
         self._said: set[str] = set()  # warnings given once a build
 
@@ -221,7 +222,7 @@ class PageTexts:
 
     def open(self, number: int, document: OpenedDocument) -> None:
         """Start reading a document's text (its pages from the source's first page on), once: from the
-        feed's thread as it opens the document, or when its DocumentOpened comes by."""
+        feed's opening thread as it opens the document, or when its DocumentOpened comes by."""
         source = self.sources[number]
         pdf = document.pdf or source.pdf or (source.path if source.kind == PDF else None)
         image = document.image or (source.path if source.kind == IMAGE and pdf is None else None)
