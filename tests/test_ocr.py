@@ -270,3 +270,33 @@ def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypat
                          BuildOptions(model=str(fake_model), batch_size=1, ocr="auto", ocr_workers=1, ocr_timeout_s=120),
                          encoder_factory=lambda model, options: Counting(load_page_encoder(model, options)))
     assert report.text == {"layer": 0, "ocr": 3, "none": 0, "unread": 0} and report.page_warnings == []
+
+
+def test_ocr_starts_while_the_model_loads(tmp_path, monkeypatch, fake_model, appended):
+    """The model's load is held until a scanned page's OCR has started: the feed that renders during
+    the load tells the text reader of each document it opens, and OCR does not wait for the encoder."""
+    import time
+
+    from localgpt_index.core import failpoints
+
+    png, pdf = _scanned(tmp_path, ["Invoice number 7731"])
+    started = tmp_path / "ocr-started"
+    _fake_tesseract(tmp_path, monkeypatch, f"touch {started}\necho Invoice number 7731")
+    at_load: list[bool] = []  # whether an OCR had started when the load was let go
+
+    def hold_the_load(name: str) -> None:
+        if name == "model-load":
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            at_load.append(started.exists())
+
+    failpoints.set_hook(hold_the_load)
+    try:
+        result, report = build_json(png.parent, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto")
+    finally:
+        failpoints.set_hook(None)
+    assert result.exit_code == 0, result.stderr
+    assert at_load == [True], "no OCR started while the model loaded"
+    assert report["text"] == {"layer": 0, "ocr": 2, "none": 0, "unread": 0} and report["page_warnings"] == []
+    assert {name: extra["text"] for name, _, extra in appended} == {"photo.png": "Invoice number 7731", "scan.pdf": "Invoice number 7731"}

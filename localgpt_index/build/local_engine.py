@@ -3,7 +3,8 @@
 It yields the events the commit policy takes (ingest/events.py), as the Ray engine does:
 a feed's pages are batched, encoded (and pooled) here, and go out as PagesEncoded.
 The model loads while the first pages are converted and rendered, at the size its processor
-settings say (seconds of a second core that would otherwise wait).
+settings say (seconds of a second core that would otherwise wait); `on_open` is told of each
+document as the feed opens it, during the load too, so that its text and OCR start then.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..core.failpoints import failpoint
 from ..ingest.convert import ConverterSet
 from ..ingest.events import EngineEvent, PageReady, PagesEncoded
 from ..ingest.feed import FeedSource, PageFeed
+from ..ingest.opening import OnOpen
 from ..models.batching import encode_resiliently
 from ..models.loading import EncoderOptions
 from ..models.protocols import PageEncoder
@@ -57,8 +59,8 @@ class LocalEngine:
     encoder: PageEncoder  # once loaded
 
     def __init__(self, model: ModelRef, options: BuildOptions, sources: list[FeedSource], root: Path,
-                 converters: ConverterSet, staging: Path, timer: StageTimer, log: Log) -> None:
-        self.model, self.options, self.sources, self.root = model, options, sources, root
+                 converters: ConverterSet, staging: Path, timer: StageTimer, log: Log, on_open: OnOpen | None = None) -> None:
+        self.model, self.options, self.sources, self.root, self.on_open = model, options, sources, root, on_open
         self.converters, self.staging, self.timer, self.log = converters, staging, timer, log
         self.tuner: CpuTuner | None = None
         self.buffer: list[tuple[int, object]] = []  # (document number, prepared page)
@@ -88,7 +90,7 @@ class LocalEngine:
         return PageFeed(
             self.sources, self.converters, self.staging, render_size, queue_pages=queue_pages,
             convert_workers=self.options.convert_workers, timings=self.timer.add_seconds,
-            render_timeout_s=self.options.render_timeout_s, root=self.root, prepare=None,
+            render_timeout_s=self.options.render_timeout_s, root=self.root, prepare=None, on_open=self.on_open,
         )
 
     def _feed_for_encoder(self) -> PageFeed:
@@ -162,12 +164,12 @@ class LocalEngine:
 
 @contextmanager
 def local_engine(model: ModelRef, options: BuildOptions, sources: list[FeedSource], root: Path,
-                 timer: StageTimer, log: Log, factory: EncoderFactory) -> Iterator[LocalEngine]:
+                 timer: StageTimer, log: Log, factory: EncoderFactory, on_open: OnOpen | None = None) -> Iterator[LocalEngine]:
     """A loaded local engine, its converters and staging folder for the duration."""
     with tempfile.TemporaryDirectory(prefix="lgpt-stage-") as staging:
         converters = ConverterSet.detect(options.convert_timeout_s)
         try:
-            engine = LocalEngine(model, options, sources, root, converters, Path(staging), timer, log)
+            engine = LocalEngine(model, options, sources, root, converters, Path(staging), timer, log, on_open)
             engine.load(factory)
             try:
                 with cpu_threads(engine.encoder):

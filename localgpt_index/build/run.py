@@ -126,27 +126,32 @@ class _Build:
 
     def run(self, encoder_factory: EncoderFactory) -> None:
         if self.plan.embed:
-            with self._engine(encoder_factory) as engine:
-                self._adopt(engine.encoder)
-                if (description := engine.describe()) is not None:
-                    self.log(description)
-                self._embed(engine)
+            # made before the engine: the local one tells it of the documents it opens while the model loads
+            texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds)
+            try:
+                with self._engine(encoder_factory, texts) as engine:
+                    self._adopt(engine.encoder)
+                    if (description := engine.describe()) is not None:
+                        self.log(description)
+                    self._embed(engine, texts)
+            finally:
+                texts.close()  # a model that failed to load: the reading started beside it ends too
         self.policy.finish()
 
-    def _engine(self, encoder_factory: EncoderFactory) -> AbstractContextManager[Engine]:
+    def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts) -> AbstractContextManager[Engine]:
         root = Path(self.report.source)
         if self.options.ray:
             from .ray_engine import ray_engine
 
             return ray_engine(self.model, self.options, self._sources(), root, self.timer, self.log)
-        return local_engine(self.model, self.options, self._sources(), root, self.timer, self.log, encoder_factory)
+        return local_engine(self.model, self.options, self._sources(), root, self.timer, self.log, encoder_factory,
+                            texts.open)
 
-    def _embed(self, engine: Engine) -> None:
+    def _embed(self, engine: Engine, texts: PageTexts) -> None:
         """The one loop: every engine event into the commit policy."""
         if self.progress:
             self.progress.add_task("documents", len(self.plan.embed))
             self.progress.add_task("pages", None)
-        texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds)
         self.policy.discard = lambda number: (engine.discard(number), texts.drop(number))
         events = texts.attach(engine.events())
         try:

@@ -30,7 +30,7 @@ from ..core.failpoints import failpoint
 from . import processes
 from .convert import ConverterSet
 from .events import DocumentDone, DocumentFailed, DocumentOpened, FeedEnded, FeedEvent, OpenedDocument, PageReady
-from .opening import CONVERT_BATCH, DocumentOpener, FeedSource, plan_jobs
+from .opening import CONVERT_BATCH, DocumentOpener, FeedSource, OnOpen, plan_jobs
 from .render import DEFAULT_RENDER_TIMEOUT_S, RenderSize, image_file_pages, render_pdf_pages
 
 __all__ = ["AHEAD_BYTES", "CONVERT_BATCH", "RENDER_CHUNK", "FeedSource", "OpenedDocument", "PageFeed", "plan_jobs"]
@@ -114,11 +114,11 @@ class PageFeed:
         timings: Callable[[str, float], None] = lambda stage, seconds: None,
         prepare: Callable | None = lambda image: image,
         render_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
-        root: Path | None = None,
+        root: Path | None = None, on_open: OnOpen | None = None,  # told of each document as it opens (opening.py)
     ) -> None:
         self.sources, self.converters, self.render_size, self.timings = sources, converters, render_size, timings
         self.convert_workers = max(1, convert_workers)
-        self.opener = DocumentOpener(sources, converters, staging, render_size, render_timeout_s, root, timings)
+        self.opener = DocumentOpener(sources, converters, staging, render_size, render_timeout_s, root, timings, on_open)
         # per-page preprocessing for the model, done here, off its thread. None: not known yet (the
         # model is loading); events then wait, their pages in files, up to AHEAD_BYTES (set_prepare)
         self.prepare, self.render_timeout_s = prepare, render_timeout_s

@@ -13,6 +13,8 @@ from .discover import IMAGE, MARKDOWN, OFFICE
 from .events import OpenedDocument
 from .render import PixelBudget, RenderSize, image_frame_count, read_pdf_pages
 
+OnOpen = Callable[[int, OpenedDocument], None]  # told of a document (its number in the sources) once it is opened
+
 CONVERT_BATCH = 8  # office files per LibreOffice run
 
 
@@ -59,8 +61,10 @@ class DocumentOpener:
     """Opens the feed's documents, a job (several office files in one conversion run) at a time."""
 
     def __init__(self, sources: list[FeedSource], converters: ConverterSet, staging: Path, render_size: RenderSize,
-                 render_timeout_s: float, root: Path | None, timings: Callable[[str, float], None]) -> None:
+                 render_timeout_s: float, root: Path | None, timings: Callable[[str, float], None],
+                 on_open: OnOpen | None = None) -> None:
         self.sources, self.converters, self.staging = sources, converters, staging
+        self.on_open = on_open  # told of each document opened, on the converter's thread: its text is read from then on
         self.render_size, self.render_timeout_s = render_size, render_timeout_s
         self.root = root  # the indexed folder: converted HTML may only reference files inside it
         self.timings = timings
@@ -95,7 +99,11 @@ class DocumentOpener:
                 except DocumentError as exc:
                     results[number] = exc
         self.timings("convert", time.perf_counter() - started)
-        return dict(sorted(results.items()))
+        opened = dict(sorted(results.items()))
+        for number, document in opened.items():
+            if self.on_open is not None and isinstance(document, OpenedDocument):
+                self.on_open(number, document)
+        return opened
 
     def _open_one(self, source: FeedSource) -> OpenedDocument:
         if source.size == 0:

@@ -7,7 +7,10 @@ always; never) go to a pool of OCR worker threads, each page a pdftoppm and a Te
 (ocr.py). All this runs while the engine renders and encodes the same pages; a batch of encoded
 pages (PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES
 batches) while the engine encodes the next ones. A build of scanned pages thus takes about as long
-as the slower of OCR and encoding, not their sum.
+as the slower of OCR and encoding, not their sum. The local engine's feed tells `open` of each document
+as it opens it (on its opening threads), the model's load included, so OCR overlaps the load as well.
+How far ahead that goes is bounded by the feed: it opens a few documents ahead of what it has rendered,
+and renders ahead only up to its set-aside pages (during the load) and its queue (after).
 
 A page whose OCR fails or times out keeps its vectors and its text layer, if any, and is reported
 (`tally.warnings`); a document whose text layer cannot be read is reported once and its pages are
@@ -17,6 +20,7 @@ treated as having none. A missing Tesseract is said once per build, not once per
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -168,6 +172,9 @@ class PageTexts:
         self._ocr_pool = (ThreadPoolExecutor(max(1, settings.ocr_workers), "lgpt-ocr", self.scope.enter_thread)
                           if settings.tesseract is not None and settings.ocr != "never" else None)
         self._documents: dict[int, _Document] = {}
+        self._opened: set[int] = set()  # documents whose reading started (told by the feed or by attach)
+        self._lock = threading.Lock()  # open() may be called from the feed's opening threads
+        self._closed = False
         self._said: set[str] = set()  # warnings given once a build
 
     def attach(self, events: Iterator[EngineEvent]) -> Iterator[EngineEvent]:
@@ -214,23 +221,29 @@ class PageTexts:
             yield event
 
     def open(self, number: int, document: OpenedDocument) -> None:
-        """Start reading a document's text (its pages from the source's first page on)."""
+        """Start reading a document's text (its pages from the source's first page on), once: from the
+        feed's opening thread as it opens the document, or when its DocumentOpened comes by."""
         source = self.sources[number]
         pdf = document.pdf or source.pdf or (source.path if source.kind == PDF else None)
         image = document.image or (source.path if source.kind == IMAGE and pdf is None else None)
         first, last = source.first_page, document.pages
-        layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last)
-        self._documents[number] = _Document(str(source.path), first, last, layer)
+        with self._lock:
+            if self._closed or number in self._opened:
+                return
+            self._opened.add(number)
+            layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last)
+            self._documents[number] = _Document(str(source.path), first, last, layer)
 
     def claim(self, number: int) -> _Claim | None:
         """The next page of document `number` (None: a document given up, or not opened)."""
-        document = self._documents.get(number)
-        if document is None:
-            return None
-        page = document.next
-        document.next += 1
-        if document.next > document.last:
-            del self._documents[number]
+        with self._lock:
+            document = self._documents.get(number)
+            if document is None:
+                return None
+            page = document.next
+            document.next += 1
+            if document.next > document.last:
+                del self._documents[number]
         return _Claim(document, page)
 
     def take(self, claim: _Claim) -> PageText | None:
@@ -254,7 +267,9 @@ class PageTexts:
 
     def drop(self, number: int) -> None:
         """The document failed: what of its text is not read yet is not read."""
-        document = self._documents.pop(number, None)
+        with self._lock:
+            self._opened.add(number)  # not read if the feed opens it later
+            document = self._documents.pop(number, None)
         if document is None:
             return
         document.dropped = True
@@ -263,11 +278,14 @@ class PageTexts:
 
     def close(self) -> None:
         """End the reading: processes still running are ended, what is queued is not started."""
+        with self._lock:
+            self._closed = True
         self.scope.stop()
         for pool in (self._layer_pool, self._ocr_pool):
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        self._documents.clear()
+        with self._lock:
+            self._documents.clear()
 
     # on the text thread and the OCR pool
 
