@@ -260,7 +260,7 @@ def test_build_and_query_a_corpus(family_model, tmp_path):
         assert settings.get("render_size") is None and settings["max_visual_tokens"] >= 1
     else:
         assert len(settings["render_size"]) == (1 if family.dynamic else 2)
-    answer = run_cli("query", "quarterly revenue", "-k", "5", "--json", *index, *float32)
+    answer = run_cli("query", "quarterly revenue", "-k", "5", "--json", "--mode", "visual", *index, *float32)
     assert answer.exit_code == 0, answer.stderr
     hits = json.loads(answer.stdout)["queries"][0]["results"]
     assert sorted((Path(h["path"]).name, h["page"]) for h in hits) == [("memo.docx", 1), ("report.pdf", 1), ("report.pdf", 2),
