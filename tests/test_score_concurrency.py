@@ -86,7 +86,7 @@ def test_serve_sets_a_short_openmp_spin_before_torch_loads(users, fake_model, tm
         monkeypatch.setenv("GOMP_SPINCOUNT", users)
     seen = {}
 
-    def fake_run_server(service, *args):
+    def fake_run_server(service, *args, **options):
         seen.update(spin=os.environ.get("GOMP_SPINCOUNT"), torch="torch" in sys.modules)
 
     monkeypatch.setattr(runner, "run_server", fake_run_server)
