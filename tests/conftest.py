@@ -164,3 +164,20 @@ def unstable_soffice(folder: Path) -> dict[str, str]:
 def unstable_converter(tmp_path, monkeypatch):
     """Converted documents without LibreOffice: a stand-in `soffice` on PATH (see UNSTABLE_SOFFICE)."""
     monkeypatch.setenv("PATH", unstable_soffice(tmp_path / "unstable-bin")["PATH"])
+
+
+@pytest.fixture
+def appended(monkeypatch) -> list[tuple[str, int, dict]]:
+    """What the build hands the store writer, page by page: (file name, page, extra), recorded
+    in this process (the CLI runs in-process) on the way to the real writer."""
+    from localgpt_index.index.txn.staged import StagedWriter
+
+    seen: list[tuple[str, int, dict]] = []
+    original = StagedWriter.append
+
+    def recording(self, vectors, page=None, extra=None):
+        seen.append((Path(page.path).name, page.page, dict(extra or {})))
+        return original(self, vectors, page, extra)
+
+    monkeypatch.setattr(StagedWriter, "append", recording)
+    return seen

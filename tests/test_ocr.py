@@ -15,22 +15,6 @@ from helpers import build_json, marked_processes, wait_until
 LIST_LANGS = 'if [ "$1" = "--list-langs" ]; then printf \'List of available languages in "/x/" (2):\\neng\\nosd\\n\'; exit 0; fi\n'
 
 
-@pytest.fixture
-def appended(monkeypatch) -> list[tuple[str, int, dict]]:
-    """(file name, page, extra) of every page the build hands the store writer (see test_page_text.py)."""
-    from localgpt_index.index.txn.staged import StagedWriter
-
-    seen: list[tuple[str, int, dict]] = []
-    original = StagedWriter.append
-
-    def recording(self, vectors, page=None, extra=None):
-        seen.append((Path(page.path).name, page.page, dict(extra or {})))
-        return original(self, vectors, page, extra)
-
-    monkeypatch.setattr(StagedWriter, "append", recording)
-    return seen
-
-
 def _fake_tesseract(tmp_path: Path, monkeypatch, body: str) -> Path:
     """A `tesseract` first on PATH that lists eng and, asked to read, runs `body`."""
     folder = tmp_path / "fake-bin"

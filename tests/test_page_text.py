@@ -16,23 +16,6 @@ from helpers import build_json, make_pdfs, marked_processes
 from localgpt_index.core.errors import DocumentError
 
 
-@pytest.fixture
-def appended(monkeypatch) -> list[tuple[str, int, dict]]:
-    """What the build hands the store writer, page by page: (file name, page, extra), recorded
-    in this process (the CLI runs in-process) on the way to the real writer."""
-    from localgpt_index.index.txn.staged import StagedWriter
-
-    seen: list[tuple[str, int, dict]] = []
-    original = StagedWriter.append
-
-    def recording(self, vectors, page=None, extra=None):
-        seen.append((Path(page.path).name, page.page, dict(extra or {})))
-        return original(self, vectors, page, extra)
-
-    monkeypatch.setattr(StagedWriter, "append", recording)
-    return seen
-
-
 def _blank_page_pdf(path: Path) -> Path:
     """Three pages: words, nothing at all, other words."""
     from reportlab.pdfgen import canvas

@@ -107,3 +107,12 @@ def sweep_temporary(folders: list[Path]) -> None:
                         path.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def same_regular_file(target: Path, size: int) -> bool:
+    """`target` is a regular file (not a link, a FIFO, a folder) of `size` bytes: a copy already in place."""
+    try:
+        info = target.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..core.errors import IndexBusy
 from ..core.failpoints import failpoint
 from ..core.files import sha256_file
-from .files import TMP_PREFIX, fsync_dir, plain_files, regular_size, sweep_temporary
+from .files import TMP_PREFIX, fsync_dir, plain_files, regular_size, same_regular_file, sweep_temporary
 from .manifest import Manifest
 from .pdfrefs import SharedRefs
 
@@ -81,7 +81,7 @@ class PdfStore:
             fsync_dir(self.root)
         if self.marker:
             (self.root / self.marker).touch()
-        if not _same_regular_file(target, pdf.stat().st_size):
+        if not same_regular_file(target, pdf.stat().st_size):
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}.pdf"
             shutil.copyfile(pdf, tmp)
             with open(tmp, "rb+") as handle:
@@ -170,11 +170,3 @@ class PdfStore:
                     sweep_temporary([self.folder])
             except IndexBusy:
                 pass
-
-
-def _same_regular_file(target: Path, size: int) -> bool:
-    try:
-        info = target.lstat()
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == size

@@ -7,12 +7,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import uuid
 from pathlib import Path
 
 from ...core.errors import IndexProblem
-from ..files import TMP_PREFIX, fsync_dir, plain_files, read_member
+from ..files import TMP_PREFIX, fsync_dir, plain_files, read_member, same_regular_file
 from ..manifest import REBUILD_HINT, BlobRef
 
 FOLDER = "artifacts"
@@ -39,7 +38,7 @@ class LocalBlobs:
         self.folder.mkdir(parents=True, exist_ok=True)
         if created:
             fsync_dir(self.root)
-        if not _same_regular_file(target, len(data)):
+        if not same_regular_file(target, len(data)):
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}.{ext}"
             with open(tmp, "wb") as handle:
                 handle.write(data)
@@ -71,11 +70,3 @@ class LocalBlobs:
                 (self.folder / name).unlink(missing_ok=True)
         except OSError:
             pass
-
-
-def _same_regular_file(target: Path, size: int) -> bool:
-    try:
-        info = target.lstat()
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == size
