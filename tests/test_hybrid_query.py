@@ -232,3 +232,31 @@ def test_a_qdrant_store_answers_text_and_hybrid_queries_the_same_way(fake_model,
         assert document_pages(document)[0] == ("report-1.pdf", 2)
     verified = run_cli("verify", "--store", url)
     assert verified.exit_code == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("point", ["write-vectors", "before-head", "after-head"])
+def test_kill_during_a_build_leaves_text_and_vectors_of_one_generation(fake_model, tmp_path, point):
+    """A build that reads page text (the text layer, as every build now does), killed at each commit
+    step: the text index and the vectors answer the same generation, and verify passes."""
+    from conftest import run_process
+    from docgen import make_pdf
+    from helpers import build_ok, verify_ok
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "old.pdf", ["Zanzibar shipping terms", "Payment within 30 days"])
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    before = text_generation(index)
+    assert before[1] == before[2] and len(before[1]) == 1  # the one document, and its text
+    make_pdf(docs / "new.pdf", ["Quokka habitat survey", "Rottnest island", "Appendix"])
+    killed = run_process("build", str(docs), "--model", str(fake_model), "--index-dir", str(index),
+                         env={"LGPT_FAILPOINT": point})
+    assert killed.returncode == -9, killed.stderr
+    verify_ok(index)
+    generation, documents, texts = text_generation(index)
+    assert texts == documents  # never the vectors of one generation with the text of another
+    found = document_pages(query_json(index, "quokka habitat", "--mode", "text"))
+    if point == "after-head":
+        assert generation == before[0] + 1 and found == [("new.pdf", 1)]
+    else:
+        assert (generation, documents, texts) == before and found == []
+    assert document_pages(query_json(index, "zanzibar", "--mode", "text")) == [("old.pdf", 1)]
