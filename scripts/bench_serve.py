@@ -70,8 +70,15 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+# Visual mode throughout: the scorer's ceiling is visual scoring, and the baseline trees (before page
+# text) answer visually. A baseline server refuses the field: its URL is listed in WITHOUT_MODES.
+VISUAL = {"mode": "visual"}
+WITHOUT_MODES: set[str] = set()
+
+
 def ask(client, text: str, k: int = 10) -> dict:
-    answer = client.post("/query", json={"queries": [text], "k": k})
+    extra = {} if str(client.base_url).rstrip("/") in WITHOUT_MODES else VISUAL
+    answer = client.post("/query", json={"queries": [text], "k": k, **extra})
     answer.raise_for_status()
     return answer.json()
 
@@ -180,7 +187,8 @@ def one_round(tree: Path, server_url: str, index: Path, texts: list[str], docs: 
     cold = []
     for text in texts[:2]:
         started = time.perf_counter()
-        assert lgpt("query", text, "--json", "--index-dir", str(index), tree=tree).returncode == 0
+        mode = ["--mode", "visual"] if tree == ROOT else []
+        assert lgpt("query", text, "--json", "--index-dir", str(index), *mode, tree=tree).returncode == 0
         cold.append(time.perf_counter() - started)
     with httpx.Client(base_url=server_url, timeout=120) as client:
         warm = []
@@ -213,6 +221,7 @@ def against_baseline(baseline: Path, model: Path, docs: Path, tmp: Path, rounds:
         servers[name] = Server("-q", "--index-dir", str(indexes[name]), env=tree_env(tree), cwd=tree)
     texts = questions(64)
     runs: dict[str, list[dict]] = {name: [] for name in trees}
+    WITHOUT_MODES.update(server.url.rstrip("/") for name, server in servers.items() if trees[name] != ROOT)
     try:
         for server in servers.values():
             server.wait_ready(timeout=300)
@@ -292,7 +301,7 @@ def main() -> None:
         cold = []
         for text in questions(0 if args.quick else 5):
             started = time.perf_counter()
-            assert lgpt("query", text, "--json", "--index-dir", str(index)).returncode == 0
+            assert lgpt("query", text, "--json", "--mode", "visual", "--index-dir", str(index)).returncode == 0
             cold.append(time.perf_counter() - started)
         server = Server("-q", "--index-dir", str(index), env=tree_env(ROOT), cwd=ROOT)
         server.wait_ready(timeout=300)
@@ -313,7 +322,7 @@ def main() -> None:
             say(f"1. median latency: warm /query {warm_ms:.1f} ms")
 
         texts = questions(64)
-        cli = json.loads(lgpt("query", *texts, "-k", "10", "--json", "--index-dir", str(index)).stdout)["queries"]
+        cli = json.loads(lgpt("query", *texts, "-k", "10", "--json", "--mode", "visual", "--index-dir", str(index)).stdout)["queries"]
         # the CLI answers absolute paths, `serve` paths relative to the indexed folder
         expected = [[(os.path.relpath(path, docs), page) for path, page in ranking(c)] for c in cli]
         ceiling, same = against_ceiling(server.url, texts, expected, index, args.rounds)
@@ -372,7 +381,7 @@ def main() -> None:
             with httpx.Client(base_url=server.url, timeout=120) as own:
                 while not stop.is_set():
                     try:
-                        outcomes.append(own.post("/query", json={"queries": ["revenue"], "k": 5}).status_code)
+                        outcomes.append(own.post("/query", json={"queries": ["revenue"], "k": 5, **VISUAL}).status_code)
                     except httpx.HTTPError:
                         outcomes.append(0)
 
@@ -385,7 +394,7 @@ def main() -> None:
         stop.set()
         [t.join() for t in threads]
         pages_after = client.get("/status").json()["pages"]
-        seen = {h["path"] for h in client.post("/query", json={"queries": ["added"], "k": 1000}).json()["results"]}
+        seen = {h["path"] for h in client.post("/query", json={"queries": ["added"], "k": 1000, **VISUAL}).json()["results"]}
         new_seen = sum(Path(p).name.startswith("added-") for p in seen)
         bad = sum(status != 200 for status in outcomes)
         failed |= bad > 0 or added.returncode != 0 or new_seen != 10

@@ -62,8 +62,10 @@ def answer(view, lexical: LexicalIndex | None, texts: Sequence[str], visual: Seq
            k: int, filters: dict[str, str] | None, mode: Mode, options: QueryOptions) -> list[list[SearchHit]]:
     """The top-k of each query in `mode`, from its visual list (already ranked; None in text mode)
     and the text list asked here."""
-    if mode == "visual":
+    if mode == "visual":  # the vision model's answer: page text and snippets only when asked for
         assert visual is not None
+        if not options.with_text:
+            return [hits[:k] for hits in visual]
         return [[_with_text(hit, lexical, text, options) for hit in hits[:k]] for text, hits in zip(texts, visual)]
     assert lexical is not None
     paths = None if not filters else {doc.path for doc in view.documents if matches(doc.metadata, filters)}

@@ -12,7 +12,7 @@ def snippet(text: str, query: str, width: int = WIDTH) -> str:
     """About `width` characters of `text` around the window holding the most distinct query tokens,
     each matched word between MARK; the text's start if nothing matches; "" for no text."""
     wanted = set(tokenize(query))
-    hits = [(start, end, token) for start, end, token in spans(text) if token in wanted]
+    hits = spans(text, wanted)
     if not hits:
         return _clip(text, 0, width)
     best, best_count = 0, -1

@@ -46,11 +46,20 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-def spans(text: str) -> list[tuple[int, int, str]]:
+_JOINERS = str.maketrans("", "", "-_./:,")
+
+
+def spans(text: str, wanted: set[str] | None = None) -> list[tuple[int, int, str]]:
     """(start, end, token) of each token of `text` in its own characters (for snippets): a compound's
-    tokens all span the compound; a word whose normalised form changes length (ß, ligatures) is found."""
+    tokens all span the compound; a word whose normalised form changes length (ß, ligatures) is found.
+    With `wanted`, only those tokens (a compound that holds none of them, even glued, is not tokenized)."""
     found = []
     for match in _COMPOUND.finditer(text):
+        if wanted is not None:
+            folded = normalize(match.group())
+            if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted):
+                continue
         for token in tokenize(match.group()):
-            found.append((match.start(), match.end(), token))
+            if wanted is None or token in wanted:
+                found.append((match.start(), match.end(), token))
     return found
