@@ -151,3 +151,33 @@ def test_overlapping_quiet_blocks_on_two_threads_restore_the_outer_settings():
     finally:
         release.set()
         hf_logging.set_verbosity_warning()
+
+
+@pytest.mark.slow
+def test_quiet_blocks_touch_nothing_where_transformers_is_quiet_already_and_quieten_the_command_once(monkeypatch):
+    """Setting transformers' verbosity walks every logger (about 0.5 ms with a model loaded): a block
+    where it is quiet already sets nothing, and the command's own process quietens it once, for good."""
+    from transformers.utils import logging as hf_logging
+
+    import localgpt_index.core.collector as collector
+    from localgpt_index.models.quiet import quiet_transformers
+
+    calls = []
+    real = hf_logging.set_verbosity
+    monkeypatch.setattr(hf_logging, "set_verbosity", lambda level: (calls.append(level), real(level))[1])
+    try:
+        hf_logging.set_verbosity_warning()
+        hf_logging.enable_progress_bar()
+        calls.clear()
+        with quiet_transformers():
+            pass
+        assert hf_logging.get_verbosity() == hf_logging.WARNING and calls  # a library's settings come back
+        monkeypatch.setattr(collector._policy, "owned", True)
+        calls.clear()
+        for _ in range(3):
+            with quiet_transformers():
+                assert hf_logging.get_verbosity() == hf_logging.ERROR
+        assert hf_logging.get_verbosity() == hf_logging.ERROR and len(calls) == 1  # once, then left quiet
+    finally:
+        hf_logging.set_verbosity_warning()
+        hf_logging.enable_progress_bar()

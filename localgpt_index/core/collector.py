@@ -30,6 +30,11 @@ def own_process() -> None:
     _policy.owned = True
 
 
+def process_owned() -> bool:
+    """Whether this interpreter is the lgpt-index command's (own_process was called)."""
+    return _policy.owned
+
+
 @contextmanager
 def frozen_after() -> Iterator[None]:
     """Around a model load: the collector off inside; on the way out, with or without an error,

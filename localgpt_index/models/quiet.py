@@ -1,11 +1,15 @@
 """transformers' own logging and progress bars, quietened while a model loads or runs and put back
-as they were afterwards: a library that imports lgpt-index keeps its logging settings."""
+as they were afterwards: a library that imports lgpt-index keeps its logging settings. In the
+command's own process (core.collector.own_process) they are quietened once and left so: setting
+transformers' verbosity walks every logger (about 0.5 ms with a model loaded), twice a query."""
 
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
 from typing import Iterator
+
+from ..core.collector import process_owned
 
 _lock = threading.Lock()
 _depth = 0
@@ -22,9 +26,11 @@ def quiet_transformers() -> Iterator[None]:
     global _depth, _saved
     with _lock:
         if _depth == 0:
-            _saved = (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled())
-            hf_logging.set_verbosity_error()
-            hf_logging.disable_progress_bar()
+            quiet = hf_logging.get_verbosity() >= hf_logging.ERROR and not hf_logging.is_progress_bar_enabled()
+            _saved = None if quiet or process_owned() else (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled())
+            if not quiet:
+                hf_logging.set_verbosity_error()
+                hf_logging.disable_progress_bar()
         _depth += 1
     try:
         yield
