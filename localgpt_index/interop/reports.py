@@ -77,23 +77,18 @@ def text_sources(index: Index, prefix: str = "") -> dict[str, dict[str, int]]:
     """Per document (under `prefix`), its pages by the source of their text: the PDF's text layer,
     OCR, none; unknown for pages written before the index kept page text (a --rebuild reads it).
     Reads the text parts of the segments these documents are in (each once)."""
-    from ..index.text.artifact import TEXT, read_text_part
+    from ..index.text.artifact import page_texts
 
     m = index.manifest
-    rows: dict[str, list[str] | None] = {}
+    read: dict = {}
     counts: dict[str, dict[str, int]] = {}
     for doc in m.documents:
         if not doc.path.startswith(prefix):
             continue
         count = dict.fromkeys(TEXT_SOURCES, 0)
-        for span in doc.spans:
-            if span.segment not in rows:
-                part = m.segments[span.segment].parts.get(TEXT)
-                rows[span.segment] = [source for _, source in read_text_part(part, index.blobs())] if part else None
-            found = rows[span.segment]
-            for row in range(span.first, span.first + span.pages):
-                source = found[row] if found is not None and row < len(found) else "unknown"
-                count[source if source in count else "unknown"] += 1
+        for found in page_texts(m.segments, doc, index.blobs(), read):
+            source = found[1] if found is not None else "unknown"
+            count[source if source in count else "unknown"] += 1
         counts[doc.path] = count
     return counts
 

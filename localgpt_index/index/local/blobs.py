@@ -5,13 +5,11 @@ index, of the size the manifest says, with its sha256), collected when no kept g
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import uuid
 from pathlib import Path
 
 from ...core.errors import IndexProblem
-from ..files import TMP_PREFIX, fsync_dir, plain_files, read_member, same_regular_file
+from ..files import TMP_PREFIX, fsync_dir, plain_files, read_member, same_regular_file, write_atomic
 from ..manifest import REBUILD_HINT, BlobRef
 
 FOLDER = "artifacts"
@@ -39,13 +37,7 @@ class LocalBlobs:
         if created:
             fsync_dir(self.root)
         if not same_regular_file(target, len(data)):
-            tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}.{ext}"
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-            fsync_dir(self.folder)
+            write_atomic(target, data)
         return ref
 
     def read(self, ref: BlobRef) -> bytes:
