@@ -20,11 +20,11 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-SIM_BYTES = 256 << 20  # similarities (rows x stacked query tokens, float32) of one device chunk, at most
+SIM_BYTES = 512 << 20  # similarities (rows x stacked query tokens, float32) of one device chunk, at most
 STREAM_ROWS = 1 << 20  # rows (256 MiB of 128-dim float16) copied to the device at a time when streaming
 RESERVE_BYTES = 4 << 30  # device memory left free besides the resident vectors (chunks, the model's activations)
 RESERVE_FRACTION = 0.10  # ... or this share of the device's memory, whichever is larger
@@ -85,6 +85,7 @@ class DeviceScorer:
         self._resident: dict[str, Any] = {}  # segment id -> (rows, dim) float16 tensor on the device
         self._lock = threading.Lock()
         self._released = False
+        self._tensor_cores = True  # float16 products into float32 (CUDA); False once refused
         self.stats = ScorerStats(str(self.device))
 
     def release(self) -> None:
@@ -102,19 +103,19 @@ class DeviceScorer:
 
         pages = np.asarray(pages, dtype=np.int64)
         resident = self._resident_for(segment_id, files)
-        q_all, parts = self._query_matrix(queries)
-        best = torch.empty((len(pages), len(q_all) // parts), dtype=torch.float32, device=self.device)
+        q = self._query_matrix(queries)
+        best = torch.empty((len(pages), len(q.full)), dtype=torch.float32, device=self.device)
         lengths = files.offsets[pages + 1] - files.offsets[pages]
         with torch.inference_mode():
             if resident is not None:
-                for lo, hi in _spans(lengths, self._chunk_rows(len(q_all))):
+                for lo, hi in _spans(lengths, self._chunk_rows(len(q.full))):
                     rows = _row_index(files.offsets, pages[lo:hi])
                     block = resident[rows[0] : rows[1]] if isinstance(rows, tuple) else resident[torch.from_numpy(rows).to(self.device)]
-                    self._best(q_all, parts, block, lengths[lo:hi], best[lo:hi])
+                    self._best(q, block, lengths[lo:hi], best[lo:hi])
                 self.stats.scored_resident_bytes = int(lengths.sum()) * files.vectors.shape[1] * 2
                 self.stats.streamed_bytes = 0
             else:
-                self.stats.streamed_bytes = self._stream(q_all, parts, files, pages, lengths, best)
+                self.stats.streamed_bytes = self._stream(q, files, pages, lengths, best)
                 self.stats.scored_resident_bytes = 0
             bounds = np.cumsum([0] + [len(q) for q in queries])
             scores = torch.stack([best[:, a:b].sum(dim=1) for a, b in zip(bounds[:-1], bounds[1:])])
@@ -174,11 +175,11 @@ class DeviceScorer:
 
     # streaming
 
-    def _stream(self, q_all, parts: int, files: SegmentVectors, pages: np.ndarray, lengths: np.ndarray, best) -> int:
+    def _stream(self, q: "_Queries", files: SegmentVectors, pages: np.ndarray, lengths: np.ndarray, best) -> int:
         """Score pages not resident: their rows copied to the device in chunks (checked first); bytes copied."""
         dim = files.vectors.shape[1]
-        limit = min(STREAM_ROWS, self._chunk_rows(len(q_all)))
-        staging = self._host_buffer(max(limit, int(lengths.max()) if len(lengths) else 1), dim)
+        limit = min(STREAM_ROWS, self._chunk_rows(len(q.full)))
+        staging = self._host_buffer(limit + (int(lengths.max()) if len(lengths) else 0), dim)  # a run: up to one page more
         done, copied = 0, 0
         for group in files.checked_groups(pages):  # pages in row order: each group continues where the last ended
             group_lengths = lengths[done : done + len(group)]
@@ -186,7 +187,7 @@ class DeviceScorer:
                 rows = _row_index(files.offsets, group[lo:hi])
                 host = files.vectors[rows[0] : rows[1]] if isinstance(rows, tuple) else files.vectors[rows]
                 block = staging.send(host)
-                self._best(q_all, parts, block, group_lengths[lo:hi], best[done + lo : done + hi])
+                self._best(q, block, group_lengths[lo:hi], best[done + lo : done + hi])
                 copied += host.nbytes
             done += len(group)
         staging.wait()
@@ -200,33 +201,44 @@ class DeviceScorer:
     def _chunk_rows(self, tokens: int) -> int:
         return max(1 << 12, SIM_BYTES // (4 * max(1, tokens)))
 
-    def _query_matrix(self, queries: Sequence[np.ndarray]) -> tuple[Any, int]:
-        """The stacked query tokens on the device, and how many parts each token has: on CUDA the
-        float32 tokens split into float16 high and residual halves (2 parts: exact products on tensor
-        cores, accumulated in float32), elsewhere float32 (1 part)."""
+    def _query_matrix(self, queries: Sequence[np.ndarray]) -> "_Queries":
+        """The stacked query tokens on the device: float32, and on CUDA also as float16 high and residual
+        halves (high + residual = the float32 token to about 1e-7: products with the float16 vectors
+        on tensor cores, accumulated in float32; the residual is None where it is zero, as for queries
+        a bfloat16 or float16 model encoded)."""
         import torch
 
         q = torch.from_numpy(np.concatenate([np.asarray(v, dtype=np.float32) for v in queries])).to(self.device)
-        if self.device.type != "cuda":
-            return q, 1
+        if self.device.type != "cuda" or not self._tensor_cores:
+            return _Queries(q, None, None)
         high = q.to(torch.float16)
         low = (q - high.float()).to(torch.float16)
-        return torch.cat([high, low]), 2
+        return _Queries(q, high, low if bool(low.any()) else None)
 
-    def _best(self, q_all, parts: int, block, lengths: np.ndarray, out) -> None:
+    def _best(self, q: "_Queries", block, lengths: np.ndarray, out) -> None:
         """Each query token's best similarity in each page of `block` (rows of whole pages) into `out` (pages, tokens)."""
         import torch
 
-        if parts == 2:
-            both = torch.mm(block, q_all.T, out_dtype=torch.float32)  # (rows, 2 x tokens): high and residual products
-            tokens = len(q_all) // 2
-            sim = both[:, :tokens] + both[:, tokens:]
-        else:
-            sim = block.float() @ q_all.T
+        sim = None
+        if q.high is not None:
+            try:
+                sim = torch.mm(block, q.high.T, out_dtype=torch.float32)
+                if q.low is not None:
+                    sim = torch.addmm(sim, block, q.low.T, out_dtype=torch.float32)
+            except (RuntimeError, TypeError):  # no float16 product into float32 here: widen instead, from now on
+                self._tensor_cores, sim = False, None
+        if sim is None:
+            sim = block.float() @ q.full.T
         if np.all(lengths == lengths[0]):
             torch.amax(sim.view(len(lengths), int(lengths[0]), -1), dim=1, out=out)
         else:
             out.copy_(torch.segment_reduce(sim, "max", lengths=torch.from_numpy(lengths).to(sim.device), axis=0))
+
+
+class _Queries(NamedTuple):
+    full: Any  # (tokens, dim) float32 on the device
+    high: Any  # float16 halves (CUDA), or None
+    low: Any
 
 
 class _Staging:
@@ -281,15 +293,13 @@ class _Staging:
 
 
 def _spans(lengths: np.ndarray, max_rows: int):
-    """Runs of pages of at most `max_rows` rows (at least one page each): (lo, hi) positions."""
-    lo, acc = 0, 0
-    for i, n in enumerate(lengths):
-        if acc and acc + n > max_rows:
-            yield lo, i
-            lo, acc = i, 0
-        acc += int(n)
-    if len(lengths):
-        yield lo, len(lengths)
+    """Runs of pages of about `max_rows` rows (at most that plus one page; at least one page each): (lo, hi) positions."""
+    if not len(lengths):
+        return
+    run = np.cumsum(lengths) // max(1, max_rows)  # the run each page ends in
+    cuts = np.flatnonzero(np.diff(run)) + 1
+    bounds = [0, *cuts.tolist(), len(lengths)]
+    yield from zip(bounds[:-1], bounds[1:])
 
 
 def _row_index(offsets: np.ndarray, pages: np.ndarray) -> tuple[int, int] | np.ndarray:
