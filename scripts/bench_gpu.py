@@ -156,7 +156,8 @@ def main() -> None:
     parser.add_argument("--query-tokens", type=int, default=20, help="--query: vectors a query")
     parser.add_argument("--stack", type=int, default=8, help="--query: queries stacked in one pass")
     parser.add_argument("--rounds", type=int, default=5, help="--query: timed rounds of each measurement (the median is kept)")
-    parser.add_argument("--bf16-queries", action="store_true", help="--query: query vectors rounded through bfloat16, as a bfloat16 model makes them")
+    parser.add_argument("--bf16-queries", action="store_true",
+                        help="--query: query vectors rounded through bfloat16, as a bfloat16 model makes them")
     parser.add_argument("--no-stream", action="store_true", help="--query: skip the streamed measurement")
     parser.add_argument("--json", default=None, metavar="PATH", help="--query: write the numbers here as JSON")
     args = parser.parse_args()

@@ -141,14 +141,16 @@ def query_main(args) -> None:
     pages = args.pages or 100_000
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
     load = os.getloadavg()
-    print(f"device scorer on {device} ({name}); torch {torch.__version__}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    print(f"device scorer on {device} ({name}); torch {torch.__version__}; "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     started = time.perf_counter()
     segment = synthetic_segment(pages, args.tokens, str(device))
     nbytes = segment.vectors.nbytes
     print(f"{pages:,} pages x {args.tokens} x 128 float16 vectors, held in memory: {nbytes / 1e9:.2f} GB "
           f"(made in {time.perf_counter() - started:.1f} s)", flush=True)
     on_device, to_device = copy_rates(device, nbytes)
-    print(f"copy rates measured here: on the device {on_device / 1e9:.0f} GB/s read, host to device (pinned) {to_device / 1e9:.1f} GB/s", flush=True)
+    print(f"copy rates measured here: on the device {on_device / 1e9:.0f} GB/s read, "
+          f"host to device (pinned) {to_device / 1e9:.1f} GB/s", flush=True)
     queries = make_queries(args.stack + 1, args.query_tokens, args.bf16_queries, seed=2)
     one, stacked = queries[:1], queries[1:]
     every = np.arange(pages)
@@ -175,7 +177,8 @@ def query_main(args) -> None:
         same_one, diff_one, checked = reference_check(one, segment, one_scores)
         same_stack, diff_stack, _ = reference_check(stacked, segment, stack_scores)
         result["top10_identical"], result["max_score_difference"] = same_one and same_stack, max(diff_one, diff_stack)
-        print(f"{mode:9s} against the CPU scorer ({checked:,} pages a query): top-10 {'identical' if same_one and same_stack else 'DIFFERENT'}, "
+        verdict = "identical" if same_one and same_stack else "DIFFERENT"
+        print(f"{mode:9s} against the CPU scorer ({checked:,} pages a query): top-10 {verdict}, "
               f"largest score difference {max(diff_one, diff_stack):.2e}", flush=True)
         report[mode] = result
         del scorer

@@ -147,7 +147,8 @@ class LocalView(GenerationView):
             if self.exact_scorer is not None:
                 score_parts.append(self.exact_scorer.score(query_vectors, segment_id, files, rows))
             else:
-                score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device) for part in files.checked_groups(rows)]
+                score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device)
+                                for part in files.checked_groups(rows)]
             doc_parts.append(doc_of)
             page_parts.append(page_of)
         scores = np.concatenate(score_parts, axis=1)
