@@ -62,7 +62,8 @@ def _top10(scores: np.ndarray) -> list[list[int]]:
 
 def test_the_scorer_is_chosen_by_the_model_device_and_the_option():
     assert DeviceScoring().device_for("cpu") is None  # auto: the CPU scorer for a model on the CPU
-    assert DeviceScoring().device_for("cuda:1") == "cuda:1"
+    assert DeviceScoring().device_for("cuda:1") == "cuda:1" and DeviceScoring().device_for("mps") is None
+    assert DeviceScoring("device").device_for("mps") == "mps"
     assert DeviceScoring("cpu").device_for("cuda:0") is None
     assert DeviceScoring("device").device_for("cpu") == "cpu"  # forced: the device path on the CPU (these tests)
 

@@ -85,7 +85,7 @@ def scoring_options(func: Callable) -> Callable:
     func = click.option(
         "--scorer", type=click.Choice(["auto", "cpu", "device"]), default="auto", show_default=True,
         help="Exact scoring on the CPU, or on the model's device with its vectors resident there "
-             "(auto: the device when the model is not on the CPU).",
+             "(auto: the device when the model is on a CUDA GPU).",
     )(func)
     return func
 

@@ -42,18 +42,21 @@ class SegmentVectors(Protocol):
 
 @dataclass(frozen=True)
 class DeviceScoring:
-    """Where exact scoring runs: `scorer` "auto" (on the model's device when it is not the CPU), "cpu"
-    (the CPU scorer, index.score), "device" (the device scorer on the model's device, even the CPU);
-    `max_resident`: bytes of vectors kept on the device at most (None: what it has free, less a reserve)."""
+    """Where exact scoring runs: `scorer` "auto" (on the model's device when it is a CUDA GPU), "cpu"
+    (the CPU scorer, index.score), "device" (the device scorer on the model's device, whatever it is:
+    the CPU, where the tests run it, or another torch device); `max_resident`: bytes of vectors kept
+    on the device at most (None: what it has free, less a reserve)."""
 
     scorer: str = "auto"
     max_resident: int | None = None
 
     def device_for(self, model_device: str) -> str | None:
         """The device the device scorer runs on for a model on `model_device`; None: the CPU scorer."""
-        if self.scorer == "cpu" or (self.scorer == "auto" and model_device.split(":")[0] == "cpu"):
-            return None
-        return model_device
+        if self.scorer == "device":
+            return model_device
+        if self.scorer == "auto" and model_device.split(":")[0] == "cuda":  # measured there; MPS is untried
+            return model_device
+        return None
 
 
 @dataclass
