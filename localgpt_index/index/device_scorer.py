@@ -61,7 +61,8 @@ class DeviceScoring:
 
 @dataclass
 class ScorerStats:
-    """What the last call read: bytes of resident vectors scored, bytes streamed from the host."""
+    """What the scorer holds, and what the last search read (since begin()): bytes of resident vectors
+    scored, bytes streamed from the host."""
 
     device: str
     resident_bytes: int = 0  # all resident segments together
@@ -70,6 +71,10 @@ class ScorerStats:
     passes: int = 0  # calls of score() (one per segment and stack of queries)
     last_stack: int = 0  # queries in the last call's stack
     uploads: list[str] = field(default_factory=list)  # segments made resident, in order
+
+    def begin(self) -> None:
+        """A new search: the bytes scored and streamed count from zero (passes keep counting)."""
+        self.scored_resident_bytes = self.streamed_bytes = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "resident_bytes": self.resident_bytes, "streamed_bytes": self.streamed_bytes,
@@ -115,11 +120,9 @@ class DeviceScorer:
                     rows = _row_index(files.offsets, pages[lo:hi])
                     block = resident[rows[0] : rows[1]] if isinstance(rows, tuple) else resident[torch.from_numpy(rows).to(self.device)]
                     self._best(q, block, lengths[lo:hi], best[lo:hi])
-                self.stats.scored_resident_bytes = int(lengths.sum()) * files.vectors.shape[1] * 2
-                self.stats.streamed_bytes = 0
+                self.stats.scored_resident_bytes += int(lengths.sum()) * files.vectors.shape[1] * 2
             else:
-                self.stats.streamed_bytes = self._stream(q, files, pages, lengths, best)
-                self.stats.scored_resident_bytes = 0
+                self.stats.streamed_bytes += self._stream(q, files, pages, lengths, best)
             bounds = np.cumsum([0] + [len(q) for q in queries])
             scores = torch.stack([best[:, a:b].sum(dim=1) for a, b in zip(bounds[:-1], bounds[1:])])
         self.stats.passes += 1

@@ -76,7 +76,7 @@ class DeviceUse(_Document):
 
     device: str = Field(description="the torch device that scored exactly, e.g. cuda:0")
     resident_bytes: int = Field(ge=0, description="bytes of float16 vectors kept on the device for this generation")
-    streamed_bytes: int = Field(ge=0, description="bytes copied to the device for the last segment scored (0: all resident)")
+    streamed_bytes: int = Field(ge=0, description="bytes of vectors copied to the device for this answer (0: all resident)")
     stacked_queries: int = Field(ge=0, description="queries scored together in the last pass")
 
 

@@ -145,6 +145,8 @@ class Index:
                 raise EnvironmentMissing(f"the device scorer (on {on}) needs torch, which cannot be imported here.",
                                          hint="Install lgpt-index with its dependencies, or score on the CPU: --scorer cpu.") from None
         self.view.exact_scorer = self._device_scorer if on is not None else None
+        if self._device_scorer is not None and on is not None:
+            self._device_scorer.stats.begin()
 
     def device_scoring(self) -> dict[str, Any] | None:
         """What the device scorer did for the last query (query --json "scoring"."device"); None: the CPU scorer answered."""
