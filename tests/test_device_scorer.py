@@ -250,3 +250,20 @@ def test_the_gpu_bench_query_mode_runs_on_the_cpu_and_agrees_with_the_cpu_scorer
             assert timing["ms_per_query"] > 0 and timing["bound_ms"] > 0 and 0 < timing["share_of_bound"]
     assert report["top10_identical"] is True and report["max_score_difference"] < 1e-3
     assert "one query" in result.stdout and "bandwidth bound" in result.stdout
+
+
+@pytest.mark.slow  # torch
+def test_a_device_out_of_memory_on_upload_streams_instead(monkeypatch):
+    import torch
+
+    from localgpt_index.index.device_scorer import DeviceScorer
+
+    def no_room(self, files):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    segment, queries = _segment(6, 30), _queries(7, (9,))
+    scorer = DeviceScorer("cpu")
+    monkeypatch.setattr(DeviceScorer, "_upload", no_room)
+    got = scorer.score(queries, "s", segment, np.arange(30))
+    assert scorer.stats.streamed_bytes == segment.vectors.nbytes and scorer.stats.resident_bytes == 0
+    assert np.abs(got - _reference(queries, segment, np.arange(30))).max() < 1e-3

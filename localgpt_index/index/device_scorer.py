@@ -133,6 +133,8 @@ class DeviceScorer:
 
     def _resident_for(self, segment_id: str, files: SegmentVectors) -> Any:
         """The segment's vectors on the device: uploaded now if they fit and are not there yet; None: stream."""
+        import torch
+
         with self._lock:
             if segment_id in self._resident or self._released:
                 return self._resident.get(segment_id)
@@ -141,7 +143,11 @@ class DeviceScorer:
             size = int(files.vectors.nbytes)
             if size > self._room:
                 return None
-            tensor = self._upload(files)
+            try:
+                tensor = self._upload(files)
+            except torch.OutOfMemoryError:  # the budget was wrong (another process took memory): this and later segments stream
+                self._room = 0
+                return None
             self._resident[segment_id] = tensor
             self._room -= size
             self.stats.resident_bytes += size
@@ -257,7 +263,7 @@ class _Staging:
         self.device, self.rows = device, rows
         self.cuda = device.type == "cuda"
         self._pinned = [torch.empty((rows, dim), dtype=torch.float16, pin_memory=True) for _ in range(2)] if self.cuda else []
-        self._landing = [torch.empty((rows, dim), dtype=torch.float16, device=device) for _ in range(2)] if self.cuda else []
+        self._landing: list[Any] = [None, None]  # device tensors the streamed rows land in, made on first use
         self._copied: list[Any] = [None, None]  # per pinned buffer: the event recorded after its last copy
         self._turn = 0
 
@@ -284,6 +290,8 @@ class _Staging:
             self._copied[turn].synchronize()  # the pinned buffer's previous copy is done: it may be refilled
         pinned = self._pinned[turn][:n]
         pinned.copy_(source)
+        if into is None and self._landing[turn] is None:
+            self._landing[turn] = torch.empty((self.rows, pinned.shape[1]), dtype=torch.float16, device=self.device)
         target = into if into is not None else self._landing[turn][:n]
         target.copy_(pinned, non_blocking=True)
         event = torch.cuda.Event()
