@@ -267,3 +267,55 @@ def test_a_device_out_of_memory_on_upload_streams_instead(monkeypatch):
     got = scorer.score(queries, "s", segment, np.arange(30))
     assert scorer.stats.streamed_bytes == segment.vectors.nbytes and scorer.stats.resident_bytes == 0
     assert np.abs(got - _reference(queries, segment, np.arange(30))).max() < 1e-3
+
+
+@pytest.mark.slow  # torch
+def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_model, tmp_path):
+    """QueryBatcher (serve's): while the model thread is held on a first request, three more arrive;
+    they are answered by one model call and one device pass with their three queries stacked."""
+    import asyncio
+    import threading
+
+    from localgpt_index.core import failpoints
+    from localgpt_index.query.search import QueryOptions
+    from localgpt_index.serve.service import IndexService, QueryBatcher, SearchRequest
+
+    index = _index(fake_model, tmp_path)
+    service = IndexService(index / "default")
+    service.scoring = DeviceScoring("device")
+    service.load()
+    held, release = threading.Event(), threading.Event()
+
+    def hook(name: str) -> None:
+        if name == "serve.batch" and not held.is_set():
+            held.set()
+            release.wait(timeout=60)
+
+    visual = QueryOptions(mode="visual")
+    stacks: list[tuple[int, int]] = []
+
+    async def scenario() -> list:
+        batcher = QueryBatcher(service)
+        batcher.start()
+        first = asyncio.ensure_future(batcher.submit(SearchRequest(("document 0",), 3, options=visual)))
+        await asyncio.get_running_loop().run_in_executor(None, held.wait, 60)
+        rest = [asyncio.ensure_future(batcher.submit(SearchRequest((f"document {n} page 1",), 3, options=visual))) for n in (1, 2, 3)]
+        while batcher.queued < 3:
+            await asyncio.sleep(0)  # the three are in the queue, behind the held batch
+        release.set()
+        answers = await asyncio.gather(first, *rest)
+        await batcher.stop()
+        return answers
+
+    failpoints.set_hook(hook)
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        failpoints.set_hook(None)
+    scorer = service.index()._device_scorer
+    assert [answer.batch_queries for answer in answers] == [1, 3, 3, 3]
+    assert scorer.stats.last_stack == 3  # the last device pass scored the three queued queries together
+    for number, answer in enumerate(answers):  # each the answer its request gets alone
+        alone = service.search([SearchRequest((("document 0",) if number == 0 else (f"document {number} page 1",)), 3,
+                                              options=visual)])[0]
+        assert [(h.path, h.page) for h in answer.results[0]] == [(h.path, h.page) for h in alone.results[0]]
