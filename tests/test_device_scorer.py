@@ -292,7 +292,6 @@ def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_m
             release.wait(timeout=60)
 
     visual = QueryOptions(mode="visual")
-    stacks: list[tuple[int, int]] = []
 
     async def scenario() -> list:
         batcher = QueryBatcher(service)
