@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_options, model_options
+from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options
 
 
 class FirstPass(click.ParamType):
@@ -51,7 +51,7 @@ class FirstPass(click.ParamType):
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
-@click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
+@index_model_option
 @model_options
 @index_options
 @output_options
