@@ -50,6 +50,10 @@ class QdrantBackend:
 
     dtype: type = np.float32
     needs_page = True
+    # Artifacts a Qdrant store does not write: its first pass is Qdrant's own binary quantization
+    # (qdrant/quantization.py), so the "codes" parts would be blobs no reader uses. Segments of older
+    # collections keep theirs: their manifests still name them, so verify checks them and collection keeps them.
+    unused_artifacts: frozenset[str] = frozenset({"codes"})
 
     def __init__(self, store: Any, physical: str | None, base: Manifest | None, rebuild: bool,  # a QdrantStore
                  lease: _Lease | None = None) -> None:
@@ -65,6 +69,7 @@ class QdrantBackend:
 
     def attach(self, txn: TransactionCore) -> None:
         self.txn = txn
+        txn.artifacts = tuple(a for a in txn.artifacts if a.name not in self.unused_artifacts)
 
     # what the step functions read of the transaction
 
@@ -158,6 +163,8 @@ class QdrantBackend:
                 filter=_flt(generation=(g + 1, PENDING))))
             if self.store.legacy_paths and not self.rebuild:
                 setup.upgrade_paths(self)
+            if not self.rebuild:
+                setup.upgrade_quantization(self)
             upgrade = self.store.head_format != FORMAT and not self.rebuild
         self._created = not self.rebuild
         return upgrade
