@@ -47,7 +47,9 @@ def ensure_collections(txn: Any, dim: int) -> None:
 
 def upgrade_quantization(txn: Any) -> None:
     """A collection from before binary quantization gets it, under the writer's lease (any build, even
-    one that changes no document); Qdrant then builds the codes in the background."""
+    one that changes no document); Qdrant then builds the codes in the background. A rebuild creates it with them."""
+    if txn.rebuild:
+        return
     add_quantization(txn.client, txn.previous_physical)
 
 
