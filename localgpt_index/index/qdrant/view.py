@@ -58,7 +58,8 @@ class QdrantView(GenerationView):
         if not self.quantized():
             return ScoringPath("exact", reason=f"{why}, but the collection {self.physical} has no binary quantization",
                                hint=ADD_QUANTIZATION)
-        return ScoringPath("first-pass", wanted, f"{why}: Qdrant's binary quantization, the top {wanted} rescored with the original vectors")
+        return ScoringPath("first-pass", wanted,
+                           f"{why}: Qdrant's binary quantization, the top {wanted} rescored with the original vectors")
 
     def quantized(self) -> bool:
         """Whether the collection's page vectors have binary quantization (read once per view)."""
