@@ -37,7 +37,7 @@ class FirstPass(click.ParamType):
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
 @click.option("--first-pass", "candidates", type=FirstPass(), default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
-                   "(local: 1-bit codes stored with the index; Qdrant: a pooled vector per page). "
+                   "(local: 1-bit codes stored with the index; Qdrant: its binary quantization, then rescoring). "
                    "'auto': only where exact cannot serve (docs/performance.md).")
 @click.option("--mode", type=click.Choice(["hybrid", "visual", "text"]), default=None,
               help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
