@@ -60,6 +60,26 @@ def model_options(func: Callable) -> Callable:
     return func
 
 
+# --model of a command that reads an index (query, eval): the query encoder
+index_model_option = click.option("--model", "-m", default=None, metavar="ID|PATH",
+                                  help="Must be the model the index was built with. [default: that model]")
+
+
+def listen_options(port: int, when: str = "", token_help: str = "Bearer token every request must carry.") -> Callable:
+    """--host, --port and --token of a command that listens (serve, mcp --http); `when` prefixes their help."""
+
+    def decorate(func: Callable) -> Callable:
+        func = click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
+                            help=f"{when}{token_help} [env: LGPT_SERVE_TOKEN]")(func)
+        func = click.option("--port", type=click.IntRange(0, 65535), default=port, show_default=True,
+                            help=f"{when}{'p' if when else 'P'}ort (0: any free one).")(func)
+        host_help = "address to listen on; anything but loopback needs --token."
+        return click.option("--host", default="127.0.0.1", show_default=True,
+                            help=f"{when}{host_help if when else host_help.capitalize()}")(func)
+
+    return decorate
+
+
 class ByteSize(click.ParamType):
     """A number of bytes: 0, 123456, 512M, 20G, 1.5T (powers of 1024)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_options, model_options, scoring_options
+from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options, scoring_options
 
 
 class FirstPass(click.ParamType):
@@ -37,7 +37,7 @@ class FirstPass(click.ParamType):
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
 @click.option("--first-pass", "candidates", type=FirstPass(), default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
-                   "(local: 1-bit codes stored with the index; Qdrant: a pooled vector per page). "
+                   "(local: 1-bit codes stored with the index; Qdrant: its binary quantization, then rescoring). "
                    "'auto': only where exact cannot serve (docs/performance.md).")
 @click.option("--mode", type=click.Choice(["hybrid", "visual", "text"]), default=None,
               help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
@@ -51,7 +51,7 @@ class FirstPass(click.ParamType):
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
-@click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
+@index_model_option
 @model_options
 @scoring_options
 @index_options
@@ -173,19 +173,10 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
 
 
 def read_queries_file(path: str) -> list[str]:
-    """One query per line; a file that is not UTF-8 text is refused with a message."""
-    from ..core.errors import UsageError
+    """One query per line; a file that is not UTF-8 text, or over 16 MiB, is refused with a message."""
+    from ..core.files import read_user_text
 
-    try:
-        with click.open_file(path, "rb") as handle:
-            raw = handle.read(16 << 20)
-        text = raw.decode("utf-8-sig")
-    except OSError as exc:
-        raise UsageError(f"--queries-file {path}: {exc.strerror or exc}.") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--queries-file {path}: not UTF-8 text (a binary file?).") from None
-    if "\x00" in text:
-        raise UsageError(f"--queries-file {path}: holds NUL bytes; not a text file.")
+    text = read_user_text(path, limit=16 << 20, label=f"--queries-file {path}")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 

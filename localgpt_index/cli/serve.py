@@ -7,7 +7,7 @@ import sys
 import click
 
 from .app import Application, json_option
-from .options import index_options, model_options, scoring_options
+from .options import index_options, listen_options, model_options, scoring_options
 
 SERVE_EXIT = """\b
 Exit codes:
@@ -18,10 +18,7 @@ Exit codes:
 
 
 @click.command(epilog=SERVE_EXIT)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; anything but loopback needs --token.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
-@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
-              help="Bearer token every request but /healthz must carry. [env: LGPT_SERVE_TOKEN]")
+@listen_options(8765, token_help="Bearer token every request but /healthz must carry.")
 @click.option("--header-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
               help="Drop a connection whose request headers are not complete this long after it opened (or after its last answer).")
 @click.option("--body-timeout", type=click.FloatRange(min=0.01), default=30.0, show_default=True, metavar="SECONDS",
