@@ -80,6 +80,36 @@ def listen_options(port: int, when: str = "", token_help: str = "Bearer token ev
     return decorate
 
 
+class ByteSize(click.ParamType):
+    """A number of bytes: 0, 123456, 512M, 20G, 1.5T (powers of 1024)."""
+
+    name = "size"
+    UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
+        if not found:
+            self.fail(f"{value!r} is not a size (e.g. 0, 512M, 20G).", param, ctx)
+        return int(float(found.group(1)) * self.UNITS[found.group(2).upper()])
+
+
+def scoring_options(func: Callable) -> Callable:
+    """--scorer and --max-resident: where exact scoring runs (query, serve; docs/performance.md "On a GPU")."""
+    func = click.option(
+        "--max-resident", type=ByteSize(), default=None, metavar="SIZE",
+        help="Device scorer: vectors kept on the device at most (e.g. 40G; 0: stream every query). "
+             "[default: the device's free memory less a reserve]",
+    )(func)
+    func = click.option(
+        "--scorer", type=click.Choice(["auto", "cpu", "device"]), default="auto", show_default=True,
+        help="Exact scoring on the CPU, or on the model's device with its vectors resident there "
+             "(auto: the device when the model is on a CUDA GPU).",
+    )(func)
+    return func
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 

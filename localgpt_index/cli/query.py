@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options
+from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options, scoring_options
 
 
 class FirstPass(click.ParamType):
@@ -53,11 +53,12 @@ class FirstPass(click.ParamType):
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
 @index_model_option
 @model_options
+@scoring_options
 @index_options
 @output_options
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, mode, fusion, rrf_k, with_text,
-          top_k, server, token, model, device, dtype) -> None:
+          top_k, server, token, model, device, dtype, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..models.protocols import check_queries
     from ..core.errors import UsageError
@@ -76,7 +77,8 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi, how)
     else:
-        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how)
+        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how,
+                                     (scorer, max_resident))
     if wanted and not any(answer["results"] for answer in document["queries"]):
         shown = " ".join(f"--filter {key}={value}" for key, value in wanted.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
@@ -93,13 +95,13 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     _print_tables(document)
 
 
-def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi, how):
+def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi, how, scoring):
     from ..models.resolve import is_random_checkpoint
     from ..interop.pages import local_page
     from ..interop.reports import query_document
-    from ..query.search import QueryOptions, open_index
+    from ..query.search import DeviceScoring, QueryOptions, open_index
 
-    index = open_index(store=app.store())
+    index = open_index(store=app.store(), scoring=DeviceScoring(*scoring))
     options = QueryOptions(**how)
     mode = index.mode(options)
     if mode != "text":
@@ -109,10 +111,12 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
     results = index.search(texts, k=top_k, filters=filters, candidates=candidates, options=options)
     document = query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion)
-    if candidates is not None and mode != "text":  # which path answered (QueryDocument.scoring); without --first-pass: exact
+    on_device = index.device_scoring() if mode != "text" else None
+    if (candidates is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring); else exact, CPU
         scoring = index.view.scoring_path(candidates)
-        document["scoring"] = scoring.to_json()
-        app.terminal.detail(f"scored: {scoring.path} ({scoring.reason})")
+        document["scoring"] = scoring.to_json() | ({"device": on_device} if on_device else {})
+        where = f" on {on_device['device']}" if on_device else ""
+        app.terminal.detail(f"scored: {scoring.path}{where} ({scoring.reason})")
         if scoring.hint:
             app.terminal.info(f"hint: {scoring.hint}")
     return document, local_page(index, dpi)
@@ -149,7 +153,8 @@ def _utf8(values: list[str], what: str) -> list[str]:
 
 # Options that pick or load a local index and model: with --server, the server's index answers.
 _LOCAL_ONLY = {"store": "--store", "index_dir": "--index-dir", "name": "--name", "pdf_store": "--pdf-store",
-               "qdrant_api_key": "--qdrant-api-key", "model": "--model", "device": "--device", "dtype": "--dtype"}
+               "qdrant_api_key": "--qdrant-api-key", "model": "--model", "device": "--device", "dtype": "--dtype",
+               "scorer": "--scorer", "max_resident": "--max-resident"}
 
 
 def _refuse_local_options(ctx: click.Context, server: str) -> None:

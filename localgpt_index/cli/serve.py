@@ -7,7 +7,7 @@ import sys
 import click
 
 from .app import Application, json_option
-from .options import index_options, listen_options, model_options
+from .options import index_options, listen_options, model_options, scoring_options
 
 SERVE_EXIT = """\b
 Exit codes:
@@ -36,15 +36,17 @@ Exit codes:
                    "(built first if there is no index yet). See docs/watch.md.")
 @json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
 @model_options
+@scoring_options
 @index_options
 @click.pass_obj
 def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet,
-          watch_docs, device, dtype) -> None:
+          watch_docs, device, dtype, scorer, max_resident) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
     from ..serve.httpguard import ConnectionLimits, PathPolicy, default_max_connections
     from ..serve.middleware import RequestLog
     from ..serve.runner import check_exposure, run_server
+    from ..query.search import DeviceScoring
     from ..serve.service import open_service
 
     check_exposure(host, token)
@@ -52,7 +54,7 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     log = RequestLog(quiet=quiet, as_json=json_logs)
     store = app.store()
     watcher = _watcher(watch_docs, store, log, device, dtype) if watch_docs else None
-    service = open_service(store, device, dtype)
+    service = open_service(store, device, dtype, DeviceScoring(scorer, max_resident))
     start = (lambda: watcher.start_background(catch_up=watcher.builds == 0)) if watcher else (lambda: None)
     failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths), on_listening=start)
     if watcher is not None and not watcher.stop(wait_s=10):
