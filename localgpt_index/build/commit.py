@@ -21,6 +21,7 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..index.store import PageRef, SegmentWriter, Transaction
+from ..index.text.artifact import TEXT
 from ..ingest.convert import MissingConverter
 from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
@@ -159,6 +160,8 @@ class CommitPolicy:
         self.gone: set[int] = set()
         self.pending_pages = 0
         self.discard: Callable[[int], None] = lambda number: None  # the engine drops a failed document's pages
+        # --text never: the segments get no "text" part (their pages have no text, as in an index from before page text)
+        self.without_parts: tuple[str, ...] = () if options.reads_text else (TEXT,)
 
     # events
 
@@ -219,7 +222,7 @@ class CommitPolicy:
     def _append(self, state: DocProgress, vectors: np.ndarray, text: PageText | None) -> None:
         """One page's vectors, and its text where it was read, into the segment being written."""
         if self.writer is None:
-            self.writer = self.txn.segment_writer(self.settings.dim)
+            self.writer = self.txn.segment_writer(self.settings.dim, without=self.without_parts)
         file = state.embed.file
         ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
         with self.txn.writing():
