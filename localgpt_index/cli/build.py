@@ -37,8 +37,8 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Conversions run side by side, ahead of the model.")
 @click.option("--text", "text", type=click.Choice(["auto", "never"]), default=None,
-              help="Keep each page's text for text and hybrid queries: auto, its text layer, and OCR as --ocr says; "
-                   "never, pixels only (no text read, no OCR, no text index: queries are visual). [default: auto]")
+              help="Page text for text and hybrid queries: auto, each page's text layer, and OCR as --ocr says; never, "
+                   "pixels only (no text read, no OCR, no text stored for these pages; see docs/page-text.md). [default: auto]")
 @click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
               help="Read pages with Tesseract: auto, those with almost no text layer (scans, images; under 32 visible "
                    "characters); always, every page; never, only the text layer. [default: $LGPT_OCR, else auto]")
