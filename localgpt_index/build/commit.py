@@ -21,7 +21,6 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..index.store import PageRef, SegmentWriter, Transaction
-from ..index.text.artifact import TEXT
 from ..ingest.convert import MissingConverter
 from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
@@ -160,8 +159,7 @@ class CommitPolicy:
         self.gone: set[int] = set()
         self.pending_pages = 0
         self.discard: Callable[[int], None] = lambda number: None  # the engine drops a failed document's pages
-        # --text never: the segments get no "text" part (their pages have no text, as in an index from before page text)
-        self.without_parts: tuple[str, ...] = () if options.reads_text else (TEXT,)
+        self.without_parts: tuple[str, ...] = ()  # artifacts whose parts the segments do not get (--text never: "text")
 
     # events
 

@@ -22,6 +22,7 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.manifest import ModelInfo, Settings
 from ..index.store import IndexStore, Transaction
+from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
@@ -91,7 +92,10 @@ def build_index(
             log("Index is up to date: no document changed, no model work done.")
             return report
         build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
-        build.text = options.text_settings(tesseract) if options.reads_text else None
+        if options.reads_text:
+            build.text = options.text_settings(tesseract)
+        else:  # pixels only: no text read, and no "text" part beside the vectors (as in an index from before page text)
+            build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
     return report
 
