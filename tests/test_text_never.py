@@ -102,3 +102,23 @@ def test_text_never_adds_documents_to_an_index_with_text_which_keeps_the_text_of
     hits = json.loads(run_cli("query", "report 1 page 1", "--index-dir", str(index), "--json", "--mode", "text").stdout)
     assert Path(hits["results"][0]["path"]).name == "report-1.pdf"  # the others' text still answers
     verify_ok(index)
+
+
+def test_text_never_on_a_qdrant_collection_answers_visual_only(tmp_path, fake_model):
+    from localgpt_index.index.open import open_store
+
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 2, 2)
+    url = f"qdrant+path://{tmp_path / 'qd'}/pixels"
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--store", url, "--text", "never", "--json")
+    assert result.exit_code == 0, result.stderr
+    store = open_store(url)
+    try:
+        manifest = store.open_view().manifest
+    finally:
+        store.close()
+    assert "lexical" not in manifest.artifacts and all("text" not in seg.parts for seg in manifest.segments.values())
+    answer = run_cli("query", "report one", "--store", url, "--json")
+    assert answer.exit_code == 0 and json.loads(answer.stdout)["mode"] == "visual", answer.stderr
+    text = run_cli("query", "report one", "--store", url, "--json", "--mode", "text")
+    assert text.exit_code != 0 and "holds no page text" in text.stderr, text.stderr
