@@ -243,15 +243,18 @@ def test_the_bench_smoke_run_opens_without_checking_and_rescoring_checks_only_ca
     import sys
 
     script = Path(__file__).parent.parent / "scripts" / "bench_bigindex.py"
-    done = subprocess.run([sys.executable, str(script), "--pages", "40", "--segment-pages", "20", "--candidates", "5", "--warm",
-                           "--dir", str(tmp_path / "bench")], capture_output=True, text=True, check=False, timeout=600)
+    done = subprocess.run([sys.executable, str(script), "--pages", "40", "--segment-pages", "20", "--candidates", "5", "--queries", "2",
+                           "--warm", "--dir", str(tmp_path / "bench")], capture_output=True, text=True, check=False, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["pages"] == 40 and report["page_cache"] == "warm"
     assert report["open"]["blocks_checked"] == 0
-    assert 0 < report["rescore"]["blocks_checked"] < report["exact"]["blocks_checked"] + report["rescore"]["blocks_checked"]
-    assert report["rescore"]["blocks_checked"] <= 5 * 6  # a 258 KiB page lies in 5 or 6 blocks of 64 KiB
-    assert report["open"]["memory_mb"]["RssAnon"] > 0 and not (tmp_path / "bench" / "default").exists()
+    runs = report["queries"]["5"]["runs"]
+    assert len(runs) == 2 and all(0 < run["blocks_checked"] <= 5 * 6 for run in runs)  # a 258 KiB page lies in 5 or 6 blocks of 64 KiB
+    assert all(run["first_pass_s"] > 0 and run["rescore_s"] > 0 for run in runs)  # the real path: codes, then rescoring
+    assert report["exact"]["blocks_checked"] > 0 and 0 <= report["recall_at_10"]["5"] <= 1
+    assert report["open"]["memory_mb"]["RssAnon"] > 0 and report["peak_rss_anon_mb"] >= report["open"]["memory_mb"]["RssAnon"]
+    assert not (tmp_path / "bench" / "default").exists() and not list((tmp_path / "bench").glob("exact-*"))
 
 
 def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_an_error(fake_model, tmp_path):

@@ -14,6 +14,7 @@ from ..core.errors import IndexProblem
 from ..core.metadata import matches
 from ..core.types import SearchHit
 from .artifacts import BlobSource, open_artifact
+from .checksums import prefetch
 from .codes import SegmentCodes, first_pass
 from .codes.artifact import NAME as CODES
 from .codes.plan import ScoringPath, choose
@@ -140,8 +141,11 @@ class LocalView(GenerationView):
     def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
         score_parts, doc_parts, page_parts = [], [], []
+        files_of = {sid: self.store.segment_files(self.manifest.segments[sid]) for sid in table}
+        # scattered pages (a first pass's candidates): all their blocks read at once, many reads in flight
+        prefetch([read for sid, (rows, _, _) in table.items() for read in files_of[sid].scattered_reads(rows)])
         for segment_id, (rows, doc_of, page_of) in table.items():
-            files = self.store.segment_files(self.manifest.segments[segment_id])  # blocks checked as they are scored
+            files = files_of[segment_id]  # blocks checked as they are scored
             score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device) for part in files.checked_groups(rows)]
             doc_parts.append(doc_of)
             page_parts.append(page_of)
