@@ -151,7 +151,7 @@ def summary(runs: list[dict]) -> dict:
             "runs": [{k: round(r[k], 4) for k in keys} for r in runs]}
 
 
-def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_vectors: bool) -> dict:
+def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_vectors: bool, compare: bool) -> dict:
     """In this (fresh) process: open, then `queries` queries through the first pass for each C, then exact."""
     import localgpt_index.index.view as view_module
     from localgpt_index.index.score import maxsim
@@ -174,7 +174,9 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     spent: dict = {}
     view._first_pass = timed(spent, "first_pass", view._first_pass)
     view._rank = timed(spent, "rescore", view._rank)
-    view_module.prefetch = timed(spent, "prefetch", view_module.prefetch)
+    prefetching = {"on": True}
+    real_prefetch = view_module.prefetch
+    view_module.prefetch = timed(spent, "prefetch", lambda reads: real_prefetch(reads) if prefetching["on"] else 0)
     first = one_query(store, view, opening, candidates[0], spent)
     report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {"candidates": candidates[0], "memory_mb": memory()}
     tops: dict[int, list] = {}
@@ -187,6 +189,16 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
             runs.append(one_query(store, view, query, c, spent))
         again = one_query(store, view, asked[-1], c, spent)
         tops[c] = [r["top"] for r in runs]
+        if compare:  # the same queries without prefetch (the blocks faulted in group by group), interleaved
+            plain = []
+            for query in asked:
+                prefetching["on"] = False
+                evict(store, view)
+                plain.append(one_query(store, view, query, c, spent))
+                prefetching["on"] = True
+                evict(store, view)
+                runs.append(one_query(store, view, query, c, spent))
+            report["queries_no_prefetch"] = report.get("queries_no_prefetch", {}) | {c: summary(plain)}
         report["queries"][c] = summary(runs) | {"again": {k: v for k, v in again.items() if k != "top"}, "memory_mb": memory(),
                                                "resident_mb": {"codes": resident_mb(codes), "vectors": resident_mb(vectors)}}
     report["load_average"] = os.getloadavg()
@@ -245,6 +257,8 @@ def main() -> None:
     parser.add_argument("--no-exact", action="store_true", help="no exact pass (no recall)")
     parser.add_argument("--vectors-cache", choices=["cold", "keep"], default="cold",
                         help="cold: the vectors evicted from the page cache before each query (the codes stay)")
+    parser.add_argument("--compare-prefetch", action="store_true",
+                        help="also run each query without prefetching its candidates' blocks (interleaved with it, vectors evicted)")
     parser.add_argument("--keep", action="store_true", help="keep the index (default: deleted when done)")
     parser.add_argument("--reuse", action="store_true", help="measure the index already in --dir (written by --keep); implies --keep")
     parser.add_argument("--warm", action="store_true", help="leave the page cache as it is (the machine's other users keep theirs)")
@@ -252,7 +266,8 @@ def main() -> None:
     args = parser.parse_args()
     candidates = [int(c) for c in args.candidates.split(",")]
     if args.measure:
-        print(json.dumps(measure(args.measure, candidates, args.queries, not args.no_exact, args.vectors_cache == "cold")))
+        print(json.dumps(measure(args.measure, candidates, args.queries, not args.no_exact, args.vectors_cache == "cold",
+                                 args.compare_prefetch)))
         return
     pages = 2000 if args.quick else args.pages
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench-bigindex-"))
@@ -270,7 +285,8 @@ def main() -> None:
         cold = not args.warm and drop_caches()
         script = [sys.executable, __file__, "--measure", str(root), "--candidates", args.candidates, "--queries", str(args.queries),
                   "--vectors-cache", args.vectors_cache]
-        done = subprocess.run(script + (["--no-exact"] if args.no_exact else []), capture_output=True, text=True, check=False)
+        script += (["--no-exact"] if args.no_exact else []) + (["--compare-prefetch"] if args.compare_prefetch else [])
+        done = subprocess.run(script, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             sys.exit(done.stderr[-3000:])
         report = {"pages": pages, "vectors_gb": need / 1e9, "write_s": write_s, "page_cache": "cold" if cold else "warm",
