@@ -138,14 +138,18 @@ class LocalView(GenerationView):
         picks = first_pass(query_vectors, coded, candidates)
         return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
 
+    def _prefetch(self, table: PageTable) -> None:
+        """Scattered pages (a first pass's candidates): the blocks of all of them read at once, many reads
+        in flight, before any is checked and scored (a long run of pages, an exact scan, is streamed instead)."""
+        files = {sid: self.store.segment_files(self.manifest.segments[sid]) for sid in table}
+        prefetch([read for sid, (rows, _, _) in table.items() for read in files[sid].scattered_reads(rows)])
+
     def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
+        self._prefetch(table)
         score_parts, doc_parts, page_parts = [], [], []
-        files_of = {sid: self.store.segment_files(self.manifest.segments[sid]) for sid in table}
-        # scattered pages (a first pass's candidates): all their blocks read at once, many reads in flight
-        prefetch([read for sid, (rows, _, _) in table.items() for read in files_of[sid].scattered_reads(rows)])
         for segment_id, (rows, doc_of, page_of) in table.items():
-            files = files_of[segment_id]  # blocks checked as they are scored
+            files = self.store.segment_files(self.manifest.segments[segment_id])  # blocks checked as they are scored
             score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device) for part in files.checked_groups(rows)]
             doc_parts.append(doc_of)
             page_parts.append(page_of)
