@@ -71,6 +71,8 @@ class LocalView(GenerationView):
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore
         super().__init__(store, manifest)
         self._table: PageTable | None = None  # of all documents, built on first use
+        # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
+        self.exact_scorer: Any = None
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -150,7 +152,11 @@ class LocalView(GenerationView):
         score_parts, doc_parts, page_parts = [], [], []
         for segment_id, (rows, doc_of, page_of) in table.items():
             files = self.store.segment_files(self.manifest.segments[segment_id])  # blocks checked as they are scored
-            score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device) for part in files.checked_groups(rows)]
+            if self.exact_scorer is not None:
+                score_parts.append(self.exact_scorer.score(query_vectors, segment_id, files, rows))
+            else:
+                score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device)
+                                for part in files.checked_groups(rows)]
             doc_parts.append(doc_of)
             page_parts.append(page_of)
         scores = np.concatenate(score_parts, axis=1)
