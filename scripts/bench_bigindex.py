@@ -277,8 +277,9 @@ def main() -> None:
     try:
         write_s = None
         if not (args.reuse and existing_pages(root) == pages):
-            if args.reuse:
-                sys.exit(f"{root}: no index of {pages} pages to reuse")
+            if args.reuse or root.exists():
+                keep = True  # never delete what this run did not write
+                sys.exit(f"{root}: no index of {pages} pages to reuse" if args.reuse else f"{root} exists: --reuse measures it")
             if shutil.disk_usage(base if base.exists() else base.parent).free < need * 1.2:
                 sys.exit(f"{base}: {need / 1e9:.1f} GB needed, not free")
             write_s = write_index(root, pages, min(args.segment_pages, pages))
