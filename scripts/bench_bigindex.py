@@ -13,8 +13,9 @@ exact pass over every page for all the queries at once (its answers kept beside 
 The page cache is dropped before the measuring process starts where this process may (root:
 /proc/sys/vm/drop_caches), and the report says whether it was ("cold") or not ("warm"). The first query
 of the process maps and checks the codes (sha256 of every blob, read from disk when cold); before every
-later query the vectors files are evicted from the page cache (--vectors-cache cold, the default: an index
-larger than memory keeps only its codes cached), so its rescoring reads its candidates from disk; "again"
+later query the vectors files are evicted from the page cache and their blocks marked unchecked (--vectors-cache
+cold, the default: an index larger than memory keeps only its codes cached), so its rescoring reads and checks
+its candidates' blocks from disk; "again"
 is the same query once more with everything cached. Bytes read are /proc/self/io's read_bytes; memory
 is /proc/self/status (RssAnon sampled every 10 ms for its peak); resident bytes of the codes and vectors
 files by fincore (util-linux) where it is installed."""
@@ -110,9 +111,12 @@ def resident_mb(paths: list[Path]) -> int | None:
 
 
 def evict(store, view) -> None:
-    """Every vectors file out of the page cache (our mapping's pages unmapped first: the kernel keeps mapped ones)."""
+    """Every vectors file out of the page cache (our mapping's pages unmapped first: the kernel keeps mapped ones),
+    and its blocks unchecked again: the next query reads and checks its candidates' blocks as a fresh process would."""
     for segment in view.manifest.segments.values():
         files = store.segment_files(segment)
+        files.guard._done[:] = False
+        files.guard._all = False
         files.guard._map.madvise(mmap.MADV_DONTNEED)
         fd = os.open(files.guard.path, os.O_RDONLY)
         try:
