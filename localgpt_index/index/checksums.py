@@ -90,7 +90,7 @@ def prefetch(reads: Sequence[tuple[BlockGuard, int, int]]) -> int:
     The bytes read; none when they total more than PREFETCH_LIMIT (the caller streams instead)."""
     pieces = [(guard, lo, min(hi, lo + READ_PIECE)) for guard, start, hi in reads for lo in range(start, hi, READ_PIECE)]
     total = sum(hi - lo for _, lo, hi in pieces)
-    if not pieces or total > PREFETCH_LIMIT:
+    if not pieces or total > PREFETCH_LIMIT or not hasattr(os, "preadv"):  # no preadv (Windows): read as scored
         return 0
     list(_read_pool().map(lambda piece: piece[0].read_into_cache(piece[1], piece[2]), pieces))
     return total
