@@ -76,8 +76,8 @@ def _read_part(part: PartRef, source: BlobSource) -> np.ndarray:
     rows = part.meta["rows"]
     if not isinstance(width, int) or width < 8 or width % 8 or not isinstance(rows, int):
         raise IndexProblem(f"codes part: {width!r} bytes a row, {rows!r} rows; the index is damaged.", hint=REBUILD_HINT)
-    if len(part.blobs) == 1:
-        flat = np.frombuffer(source.read(part.blobs[0]), dtype=np.uint8)
+    if len(part.blobs) == 1:  # mapped where the source can (file-backed, not heap: index/local/blobs.py)
+        flat = np.frombuffer(getattr(source, "map", source.read)(part.blobs[0]), dtype=np.uint8)
     else:
         flat = np.empty(sum(blob.bytes for blob in part.blobs), dtype=np.uint8)
         at = 0
