@@ -313,3 +313,30 @@ def test_a_reference_avgdl_bounds_the_drift_and_a_large_one_renormalises_every_v
     assert added["reference"] == pytest.approx(added["exact"]) and set(added["weighted"].values()) == {added["reference"]}
     assert len(added["weighted"]) == len(first["weighted"]) + 3  # doc-near's page and doc-short's two
     compare(rel=1e-6)
+
+
+def test_a_reader_on_another_machine_gets_snippets_and_text_from_the_store_alone(fake_model, tmp_path):
+    """The Qdrant store is self-contained: the text index and the page text are blobs of its catalog
+    collection, so a reader with none of the builder's files (its documents, its folders, its home)
+    gets snippets and --with-text from Qdrant alone."""
+    import json
+    import shutil
+
+    from conftest import run_process
+
+    builder = tmp_path / "builder"
+    make_corpus(builder / "docs")
+    make_pdf(builder / "docs" / "paid.pdf", ["budget review", "invoice INV-2024-0042 paid by ACME"])
+    built = run_cli("build", str(builder / "docs"), "--model", str(fake_model), "--store", f"qdrant+path://{builder / 'qd'}/pages")
+    assert built.exit_code == 0, built.stderr
+    reader = tmp_path / "reader"
+    shutil.copytree(builder / "qd", reader / "qd")  # what a Qdrant server holds; nothing else of the builder's
+    shutil.rmtree(builder)
+    (reader / "home").mkdir()
+    done = run_process("query", "who paid invoice INV-2024-0042?", "--mode", "text", "--with-text", "--json", "-k", "3",
+                       "--store", f"qdrant+path://{reader / 'qd'}/pages", cwd=str(reader),
+                       env={"HOME": str(reader / "home"), "XDG_CACHE_HOME": str(reader / "home" / ".cache")})
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)["queries"][0]["results"]
+    assert (hits[0]["path"].rsplit("/", 1)[-1], hits[0]["page"]) == ("paid.pdf", 2)
+    assert "INV-2024-0042" in hits[0]["text"] and "**" in hits[0]["snippet"], hits[0]
