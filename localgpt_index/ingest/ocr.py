@@ -8,16 +8,20 @@ like the renderer's poppler calls, in time (one deadline for the page's render a
 (`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
 process runs in its own process group, in the current ProcessScope (an interrupt ends them).
 Tesseract runs one thread a page (OMP_THREAD_LIMIT=1): pages run side by side instead (pagetext.py).
+Every OCR process runs at a lower CPU priority (nice OCR_NICE): beside the encoder it takes the cores
+the encoder leaves idle, and never slows the model's threads (docs/performance.md, "OCR").
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from PIL import Image
@@ -29,6 +33,7 @@ from .text import clean_page_text
 OCR_DPI = 300
 DEFAULT_OCR_TIMEOUT_S = 60.0
 DEFAULT_OCR_LANG = "eng"
+OCR_NICE = 10  # the OCR processes' niceness: the encoder's threads go first (a CFS weight of 110 against 1024)
 OCR_MEMORY_MIB = 2048  # address space each process of a page's OCR may map (pdftoppm, tesseract)
 SMALL_IMAGE_SIDE = 1600  # an image frame whose long side is shorter is enlarged (screenshots: small text)
 LARGE_IMAGE_SIDE = 7000  # and one whose long side is longer is reduced (about A3 at 400 dpi)
@@ -121,13 +126,22 @@ def _sized_for_ocr(image: Image.Image) -> Image.Image:
     return image
 
 
+@lru_cache(maxsize=1)
+def _nice() -> str | None:
+    """coreutils' nice (a process's priority is set before it starts: no window at the normal one), if found."""
+    found = shutil.which("nice", path="/usr/bin:/bin")
+    return shlex.quote(found) if found else None
+
+
 def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: int, what: str) -> bytes:
     """Run a tool under an address-space limit until `deadline`, in its own process group, in the
     current ProcessScope: its stdout, or OcrFailed (missing, too slow, out of memory, failed)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise OcrFailed(f"the page's OCR did not finish within {timeout_s:g} s (see --ocr-timeout)")
-    limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec "$@"', "sh", *args]
+    nice = _nice()
+    lowered = f'{nice} -n {OCR_NICE} ' if nice else ""
+    limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec {lowered}"$@"', "sh", *args]
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
         proc = processes.Tracked(limited, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
