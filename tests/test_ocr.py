@@ -159,6 +159,17 @@ def test_each_ocr_process_is_held_to_its_memory_limit(tmp_path):
     assert raised.value.reason.startswith("tesseract failed: ") and "(each OCR process may map 16 MiB)" in raised.value.reason
 
 
+def test_each_ocr_process_runs_at_a_lower_priority_than_the_encoder():
+    """OCR takes the cores the encoder leaves: its processes (the 300 dpi render, Tesseract) start at
+    nice OCR_NICE, so the model's threads are not slowed by them (docs/performance.md, "OCR")."""
+    import time
+
+    from localgpt_index.ingest.ocr import OCR_NICE, run_bounded
+
+    said = run_bounded(["nice"], time.monotonic() + 60, 60, 256, "nice")  # coreutils' nice alone prints the niceness it runs at
+    assert int(said) == min(19, os.nice(0) + OCR_NICE)
+
+
 @pytest.mark.slow
 def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, appended):
     docs = tmp_path / "docs"
