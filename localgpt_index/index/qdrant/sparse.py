@@ -43,7 +43,7 @@ from ..text.artifact import LEXICAL, TEXT, read_text_part
 from ..text.bm25 import WEIGHTING
 from ..text.tokenize import tokenize
 from .catalog import read_head
-from .ids import HEAD_ID, _models, catalog_of, point_id
+from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id
 
 SPARSE = "lexical"
 BATCH = 64
@@ -116,9 +116,27 @@ def recorded_reference(txn: Any, previous: Manifest | None) -> float | None:
 class SparseCommit:
     """What a commit wrote of the sparse vectors: HEAD's record, and the rewrite that follows HEAD."""
 
+    manifest: Manifest
     written: int
     reference: float | None  # to record in HEAD (None: no reference yet, a rewrite follows)
     renormalise: float | None = None  # the exact mean every page is to be rewritten with, once HEAD has moved
+
+    def after_head(self, txn: Any) -> None:
+        """Once HEAD has moved: the rewrite, if the commit needs one (best effort: HEAD records no
+        reference until it is done, so the next commit rewrites every vector if this one does not)."""
+        if self.renormalise is None:
+            return
+        try:
+            renormalise(txn, self.manifest, self.renormalise)
+        except LeaseLost:
+            raise
+        except Exception:
+            pass
+
+
+def with_reference(receipt: dict, sparse: SparseCommit | None) -> dict:
+    """HEAD's payload with the reference avgdl of the commit's sparse vectors (None while a rewrite is due)."""
+    return {**receipt, HEAD_KEY: sparse.reference} if sparse is not None else receipt
 
 
 def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> SparseCommit | None:
@@ -129,10 +147,10 @@ def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebui
     if exact is None or not has_sparse(txn.client, txn.physical):
         return None
     if rebuilt or previous is None:
-        return SparseCommit(_write_pages(txn, manifest, None, exact), exact)
-    avgdl, renormalise = reference_avgdl(exact, recorded_reference(txn, previous))
+        return SparseCommit(manifest, _write_pages(txn, manifest, None, exact), exact)
+    avgdl, due = reference_avgdl(exact, recorded_reference(txn, previous))
     written = _write_pages(txn, manifest, previous, avgdl)
-    return SparseCommit(written, None, exact) if renormalise else SparseCommit(written, avgdl)
+    return SparseCommit(manifest, written, None, exact) if due else SparseCommit(manifest, written, avgdl)
 
 
 def renormalise(txn: Any, manifest: Manifest, avgdl: float) -> int:

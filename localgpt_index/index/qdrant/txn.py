@@ -27,8 +27,7 @@ from . import recover as setup
 from .blobs import QdrantBlobs
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease, hold_lease
-from .sparse import HEAD_KEY as SPARSE_HEAD_KEY
-from .sparse import renormalise, write_vectors
+from .sparse import SparseCommit, with_reference, write_vectors
 from .writer import PointSink
 
 
@@ -62,7 +61,7 @@ class QdrantBackend:
         self._created = False
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
         self._committed_owners: dict[tuple[str, int], str] | None = None
-        self._renormalise: tuple[Manifest, float] | None = None  # after HEAD: every sparse vector rewritten (sparse.py)
+        self._sparse: SparseCommit | None = None  # the commit's sparse vectors, and their rewrite after HEAD (sparse.py)
         self.txn: TransactionCore
 
     def attach(self, txn: TransactionCore) -> None:
@@ -197,10 +196,8 @@ class QdrantBackend:
     def write_catalog(self, manifest: Manifest) -> object:
         # the sparse lexical vectors of the pages this commit shows, before HEAD moves (index/qdrant/sparse.py)
         first_of_rebuild = self.physical != self.previous_physical and self.current is self.base
-        sparse = write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
-        self._renormalise = (manifest, sparse.renormalise) if sparse is not None and sparse.renormalise is not None else None
-        receipt = steps.write_catalog(self, manifest)
-        return {**receipt, SPARSE_HEAD_KEY: sparse.reference} if sparse is not None else receipt
+        self._sparse = write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
+        return with_reference(steps.write_catalog(self, manifest), self._sparse)
 
     def publish(self, manifest: Manifest, receipt: object) -> None:
         assert isinstance(receipt, dict)
@@ -209,15 +206,9 @@ class QdrantBackend:
     def after_publish(self) -> None:
         """The sparse vectors renormalised where the commit asked for it; a rebuild's readers move to the new physical collection."""
         self._committed_owners = None
-        if self._renormalise is not None:
-            manifest, avgdl = self._renormalise
-            self._renormalise = None
-            try:
-                renormalise(self, manifest, avgdl)
-            except LeaseLost:
-                raise
-            except Exception:
-                pass  # best effort: HEAD records no reference, so the next commit rewrites every vector
+        self._sparse, sparse = None, self._sparse
+        if sparse is not None:
+            sparse.after_head(self)
         if self.physical != self.previous_physical:
             self.fence()
             steps.switch_alias(self)
