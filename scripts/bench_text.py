@@ -176,6 +176,22 @@ def main() -> None:
             for name, values in scan_results.items():
                 if name.startswith("variant "):
                     print(f"  {name}: x{spread(values)} of the slower")
+        docs, ocr = (texts, "never") if "text" in parts else (scans, "auto")
+        build(docs, model, index, "--ocr", ocr)
+        text_bytes, vector_bytes = text_and_vectors(index)
+        print(f"text index / vectors ({docs.name}, --ocr {ocr}): {100 * text_bytes / vector_bytes:.2f} % "
+              f"({text_bytes} / {vector_bytes} bytes; target <= 10 %; at 10,000 pages: scripts/bench_lexical.py --hybrid)")
+
+
+def text_and_vectors(index: Path) -> tuple[int, int]:
+    """Bytes of a generation's text (the full-text index and the page-text parts) and of its vectors."""
+    from localgpt_index.query.search import open_index
+
+    manifest = open_index(index).view.manifest
+    lexical = manifest.artifacts.get("lexical")
+    text = sum(blob.bytes for blob in lexical.blobs) if lexical is not None else 0
+    text += sum(blob.bytes for seg in manifest.segments.values() if "text" in seg.parts for blob in seg.parts["text"].blobs)
+    return text, sum(seg.vectors_bytes or 0 for seg in manifest.segments.values())
 
 
 def text_round(number: int, texts: Path, model: str, index: Path, pages: int, no_pdftotext_path: str, results: dict) -> None:
