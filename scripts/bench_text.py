@@ -22,7 +22,7 @@ median and spread (min-max) are printed: the machine's speed drifts, so compare 
     python scripts/bench_text.py                    # 20 text PDFs x 5 pages, 12 scanned pages, 3 rounds
     python scripts/bench_text.py --small            # 8 x 3 and 6 scanned pages, 2 rounds (minutes)
     python scripts/bench_text.py --rounds 5
-    python scripts/bench_text.py --parts scanned --ocr-workers 1 --baseline /path/to/older/tree   # OCR scheduling variants
+    python scripts/bench_text.py --parts scanned --ocr-workers 1 --ocr-nice 0 --baseline /older/tree   # OCR scheduling variants
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--scanned-pages", type=int, default=None, help="scanned pages (default 12, --small 6)")
     parser.add_argument("--parts", default="text,scanned", help="which measurements: text (extraction), scanned (OCR)")
     parser.add_argument("--ocr-workers", default="", help="extra scanned builds with these --ocr-workers (comma list)")
+    parser.add_argument("--ocr-nice", default="", help="extra scanned builds with these LGPT_OCR_NICE (comma list; 0: not lowered)")
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
     args = parser.parse_args()
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
@@ -227,10 +228,11 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
           f"encoding alone {encoding['seconds']:.2f} s, {encoding['cpu']:.2f} CPU s; ceiling {ceiling:.2f} s "
           f"(x{results['ceiling'][-1]:.3f}); with OCR {both['seconds']:.2f} s, {both['cpu']:.2f} CPU s (x{results['ratio'][-1]:.3f} "
           f"of the slower, CPU x{results['cpu_cost'][-1]:.3f} of the two alone); stage seconds [{stages(both)}]")
-    variants = [(f"--ocr-workers {n}", ("--ocr-workers", n), None) for n in args.ocr_workers.split(",") if n]
-    variants += [(f"baseline {args.baseline}", (), args.baseline)] if args.baseline else []
-    for name, extra, tree in variants:
-        other = build(scans, model, index, "--ocr", "auto", *extra, tree=tree)
+    variants = [(f"--ocr-workers {n}", ("--ocr-workers", n), None, None) for n in args.ocr_workers.split(",") if n]
+    variants += [(f"LGPT_OCR_NICE={n}", (), None, {"LGPT_OCR_NICE": n}) for n in args.ocr_nice.split(",") if n]
+    variants += [(f"baseline {args.baseline}", (), args.baseline, None)] if args.baseline else []
+    for name, extra, tree, env in variants:
+        other = build(scans, model, index, "--ocr", "auto", *extra, tree=tree, env=env)
         add(f"variant {name}", []).append(other["seconds"] / slower)
         print(f"  {name}: {other['seconds']:.2f} s, {other['cpu']:.2f} CPU s (x{other['seconds'] / slower:.3f} of the slower)")
 

@@ -8,8 +8,9 @@ like the renderer's poppler calls, in time (one deadline for the page's render a
 (`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
 process runs in its own process group, in the current ProcessScope (an interrupt ends them).
 Tesseract runs one thread a page (OMP_THREAD_LIMIT=1): pages run side by side instead (pagetext.py).
-Every OCR process runs at a lower CPU priority (nice OCR_NICE): beside the encoder it takes the cores
-the encoder leaves idle, and never slows the model's threads (docs/performance.md, "OCR").
+Every OCR process runs at a lower CPU priority (nice OCR_NICE, or $LGPT_OCR_NICE: 0 keeps the build's):
+beside the encoder it takes the cores the encoder leaves idle, and does not slow the model's threads
+(docs/page-text.md). On a machine busy with other work it yields to that work too.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ def _sized_for_ocr(image: Image.Image) -> Image.Image:
     return image
 
 
+def ocr_niceness() -> int:
+    """How much lower than the build OCR runs: $LGPT_OCR_NICE (0 to 19; a machine's setting, or a
+    benchmark's variant), else OCR_NICE. A value that is not one is ignored."""
+    value = os.environ.get("LGPT_OCR_NICE", "")
+    return int(value) if value.isdigit() and int(value) <= 19 else OCR_NICE
+
+
 @lru_cache(maxsize=1)
 def _nice() -> str | None:
     """coreutils' nice (a process's priority is set before it starts: no window at the normal one), if found."""
@@ -139,8 +147,8 @@ def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: 
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise OcrFailed(f"the page's OCR did not finish within {timeout_s:g} s (see --ocr-timeout)")
-    nice = _nice()
-    lowered = f'{nice} -n {OCR_NICE} ' if nice else ""
+    nice, niceness = _nice(), ocr_niceness()
+    lowered = f'{nice} -n {niceness} ' if nice and niceness else ""
     limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec {lowered}"$@"', "sh", *args]
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
