@@ -209,11 +209,19 @@ def text_round(number: int, texts: Path, model: str, index: Path, pages: int, no
 
 
 def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: int, workers: int, cpus: int, args, results: dict) -> None:
-    """One round of the scanned-build measurement: OCR alone, encoding alone, the build with OCR
-    (and the variants asked for), with the machine's ceiling from the CPU seconds of the first two."""
-    ocr_seconds, ocr_cpu, ocr_pages = ocr_alone(scans, workers)
-    encoding = build(scans, model, index, "--ocr", "never")
-    both = build(scans, model, index, "--ocr", "auto")
+    """One round of the scanned-build measurement: OCR alone, encoding alone, the build with OCR and
+    the variants asked for, in an order rotated from round to round (the machine's load drifts), with
+    the machine's ceiling from the CPU seconds of the first two."""
+    variants = [(f"--ocr-workers {n}", ("--ocr-workers", n), None, None) for n in args.ocr_workers.split(",") if n]
+    variants += [(f"LGPT_OCR_NICE={n}", (), None, {"LGPT_OCR_NICE": n}) for n in args.ocr_nice.split(",") if n]
+    variants += [(f"baseline {args.baseline}", (), args.baseline, None)] if args.baseline else []
+    jobs = {"OCR alone": lambda: ocr_alone(scans, workers), "encoding alone": lambda: build(scans, model, index, "--ocr", "never"),
+            "with OCR": lambda: build(scans, model, index, "--ocr", "auto")}
+    for name, extra, tree, env in variants:
+        jobs[name] = lambda extra=extra, tree=tree, env=env: build(scans, model, index, "--ocr", "auto", *extra, tree=tree, env=env)
+    order = list(jobs)[(number - 1) % len(jobs):] + list(jobs)[:(number - 1) % len(jobs)]
+    done = {name: jobs[name]() for name in order}
+    (ocr_seconds, ocr_cpu, ocr_pages), encoding, both = done["OCR alone"], done["encoding alone"], done["with OCR"]
     assert both["text"]["ocr"] == scanned and encoding["text"]["ocr"] == 0, (both, encoding)
     slower = max(ocr_seconds, encoding["seconds"])
     ceiling = (ocr_cpu + encoding["cpu"]) / cpus
@@ -224,15 +232,13 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
     add("over_ceiling", []).append(both["seconds"] / max(ceiling, slower))
     add("cpu_cost", []).append(both["cpu"] / (ocr_cpu + encoding["cpu"]))
     add("loaded", []).append(both["loaded"] / max(ocr_seconds, encoding["loaded"]))
-    print(f"round {number}: OCR alone {ocr_seconds:.2f} s, {ocr_cpu:.2f} CPU s ({ocr_pages / ocr_seconds:.2f} pages/s); "
-          f"encoding alone {encoding['seconds']:.2f} s, {encoding['cpu']:.2f} CPU s; ceiling {ceiling:.2f} s "
-          f"(x{results['ceiling'][-1]:.3f}); with OCR {both['seconds']:.2f} s, {both['cpu']:.2f} CPU s (x{results['ratio'][-1]:.3f} "
-          f"of the slower, CPU x{results['cpu_cost'][-1]:.3f} of the two alone); stage seconds [{stages(both)}]")
-    variants = [(f"--ocr-workers {n}", ("--ocr-workers", n), None, None) for n in args.ocr_workers.split(",") if n]
-    variants += [(f"LGPT_OCR_NICE={n}", (), None, {"LGPT_OCR_NICE": n}) for n in args.ocr_nice.split(",") if n]
-    variants += [(f"baseline {args.baseline}", (), args.baseline, None)] if args.baseline else []
-    for name, extra, tree, env in variants:
-        other = build(scans, model, index, "--ocr", "auto", *extra, tree=tree, env=env)
+    print(f"round {number} ({', '.join(order)}; load average {os.getloadavg()[0]:.1f}): OCR alone {ocr_seconds:.2f} s, "
+          f"{ocr_cpu:.2f} CPU s ({ocr_pages / ocr_seconds:.2f} pages/s); encoding alone {encoding['seconds']:.2f} s, "
+          f"{encoding['cpu']:.2f} CPU s; ceiling {ceiling:.2f} s (x{results['ceiling'][-1]:.3f}); with OCR {both['seconds']:.2f} s, "
+          f"{both['cpu']:.2f} CPU s (x{results['ratio'][-1]:.3f} of the slower, CPU x{results['cpu_cost'][-1]:.3f} of the two alone); "
+          f"stage seconds [{stages(both)}]")
+    for name, _, _, _ in variants:
+        other = done[name]
         add(f"variant {name}", []).append(other["seconds"] / slower)
         print(f"  {name}: {other['seconds']:.2f} s, {other['cpu']:.2f} CPU s (x{other['seconds'] / slower:.3f} of the slower)")
 
