@@ -121,17 +121,20 @@ class SparseCommit:
     reference: float | None  # to record in HEAD (None: no reference yet, a rewrite follows)
     renormalise: float | None = None  # the exact mean every page is to be rewritten with, once HEAD has moved
 
-    def after_head(self, txn: Any) -> None:
-        """Once HEAD has moved: the rewrite, if the commit needs one (best effort: HEAD records no
-        reference until it is done, so the next commit rewrites every vector if this one does not)."""
-        if self.renormalise is None:
-            return
-        try:
-            renormalise(txn, self.manifest, self.renormalise)
-        except LeaseLost:
-            raise
-        except Exception:
-            pass
+
+def after_head(txn: Any, sparse: SparseCommit | None) -> None:
+    """Once HEAD has moved: the rewrite, if the commit needs one; returns None (nothing left to do).
+    Best effort: HEAD records no reference until it is done, so the next commit rewrites every vector
+    if this one does not."""
+    if sparse is None or sparse.renormalise is None:
+        return None
+    try:
+        renormalise(txn, sparse.manifest, sparse.renormalise)
+    except LeaseLost:
+        raise
+    except Exception:
+        pass
+    return None
 
 
 def with_reference(receipt: dict, sparse: SparseCommit | None) -> dict:

@@ -27,7 +27,7 @@ from . import recover as setup
 from .blobs import QdrantBlobs
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease, hold_lease
-from .sparse import SparseCommit, with_reference, write_vectors
+from .sparse import SparseCommit, after_head, with_reference, write_vectors
 from .writer import PointSink
 
 
@@ -194,9 +194,8 @@ class QdrantBackend:
         return segment
 
     def write_catalog(self, manifest: Manifest) -> object:
-        # the sparse lexical vectors of the pages this commit shows, before HEAD moves (index/qdrant/sparse.py)
-        first_of_rebuild = self.physical != self.previous_physical and self.current is self.base
-        self._sparse = write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
+        """Before HEAD moves: the sparse vectors of the pages this commit shows (first of a rebuild: all), then the catalog."""
+        self._sparse = write_vectors(self, manifest, self.current, self.physical != self.previous_physical and self.current is self.base)
         return with_reference(steps.write_catalog(self, manifest), self._sparse)
 
     def publish(self, manifest: Manifest, receipt: object) -> None:
@@ -206,9 +205,7 @@ class QdrantBackend:
     def after_publish(self) -> None:
         """The sparse vectors renormalised where the commit asked for it; a rebuild's readers move to the new physical collection."""
         self._committed_owners = None
-        self._sparse, sparse = None, self._sparse
-        if sparse is not None:
-            sparse.after_head(self)
+        self._sparse = after_head(self, self._sparse)
         if self.physical != self.previous_physical:
             self.fence()
             steps.switch_alias(self)
