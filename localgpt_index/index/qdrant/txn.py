@@ -61,7 +61,7 @@ class QdrantBackend:
         self._created = False
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
         self._committed_owners: dict[tuple[str, int], str] | None = None
-        self._sparse: SparseCommit | None = None  # the commit's sparse vectors, and their rewrite after HEAD (sparse.py)
+        self._sparse: SparseCommit | None = None  # written by write_catalog before HEAD; after_publish rewrites them if due (sparse.py)
         self.txn: TransactionCore
 
     def attach(self, txn: TransactionCore) -> None:
@@ -194,7 +194,6 @@ class QdrantBackend:
         return segment
 
     def write_catalog(self, manifest: Manifest) -> object:
-        """Before HEAD moves: the sparse vectors of the pages this commit shows (first of a rebuild: all), then the catalog."""
         self._sparse = write_vectors(self, manifest, self.current, self.physical != self.previous_physical and self.current is self.base)
         return with_reference(steps.write_catalog(self, manifest), self._sparse)
 
