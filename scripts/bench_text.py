@@ -6,7 +6,7 @@ narrow ColPali geometry: its model costs about what rendering does, so any added
    written) against the same build with text extraction disabled: pdftotext taken off PATH (a
    folder of links to /usr/bin without it), so every page is indexed with no text. Target: <= +5 %.
 2. OCR alone: pages/s of Tesseract on scanned (image-only) PDF pages, the 300 dpi render included,
-   as many pages at a time as the build's OCR pool reads with its default workers (one a CPU, up to 8).
+   as many pages at a time as the build's OCR pool reads with its default workers (half the CPUs).
 3. A build of scanned pages with `--ocr auto` against max(OCR alone, encoding alone), encoding alone
    being `build --ocr never` of the same pages. Target: <= +15 %. Beside it, the machine's ceiling:
    (CPU seconds of OCR alone + CPU seconds of encoding alone) / CPUs, over the same max. When OCR
@@ -22,13 +22,14 @@ median and spread (min-max) are printed: the machine's speed drifts, so compare 
     python scripts/bench_text.py                    # 20 text PDFs x 5 pages, 12 scanned pages, 3 rounds
     python scripts/bench_text.py --small            # 8 x 3 and 6 scanned pages, 2 rounds (minutes)
     python scripts/bench_text.py --rounds 5
-    python scripts/bench_text.py --parts scanned --ocr-workers 1 --ocr-nice 0 --baseline /older/tree   # OCR scheduling variants
+    python scripts/bench_text.py --parts scanned --variants w2n10,w1n10,w2n0 --baseline /older/tree   # OCR scheduling
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -134,10 +135,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--scanned-pages", type=int, default=None, help="scanned pages (default 12, --small 6)")
     parser.add_argument("--parts", default="text,scanned", help="which measurements: text (extraction), scanned (OCR)")
-    parser.add_argument("--ocr-workers", default="", help="extra scanned builds with these --ocr-workers (comma list)")
-    parser.add_argument("--ocr-nice", default="", help="extra scanned builds with these LGPT_OCR_NICE (comma list; 0: not lowered)")
+    parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE: --ocr-workers "
+                        "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build)")
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
     args = parser.parse_args()
+    asked = [re.fullmatch(r"w(\d+)n(\d+)", v) for v in args.variants.split(",") if v]
+    if not all(asked):
+        parser.error(f"--variants {args.variants}: each one is wWORKERSnNICE, e.g. w2n10")
+    args.asked = [(m[1], m[2]) for m in asked if m]
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds, scanned = args.rounds or rounds, args.scanned_pages or scanned
     parts = set(args.parts.split(","))
@@ -212,8 +217,7 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
     """One round of the scanned-build measurement: OCR alone, encoding alone, the build with OCR and
     the variants asked for, in an order rotated from round to round (the machine's load drifts), with
     the machine's ceiling from the CPU seconds of the first two."""
-    variants = [(f"--ocr-workers {n}", ("--ocr-workers", n), None, None) for n in args.ocr_workers.split(",") if n]
-    variants += [(f"LGPT_OCR_NICE={n}", (), None, {"LGPT_OCR_NICE": n}) for n in args.ocr_nice.split(",") if n]
+    variants = [(f"--ocr-workers {w} LGPT_OCR_NICE={n}", ("--ocr-workers", w), None, {"LGPT_OCR_NICE": n}) for w, n in args.asked]
     variants += [(f"baseline {args.baseline}", (), args.baseline, None)] if args.baseline else []
     jobs = {"OCR alone": lambda: ocr_alone(scans, workers), "encoding alone": lambda: build(scans, model, index, "--ocr", "never"),
             "with OCR": lambda: build(scans, model, index, "--ocr", "auto")}

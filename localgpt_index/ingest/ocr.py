@@ -8,9 +8,10 @@ like the renderer's poppler calls, in time (one deadline for the page's render a
 (`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
 process runs in its own process group, in the current ProcessScope (an interrupt ends them).
 Tesseract runs one thread a page (OMP_THREAD_LIMIT=1): pages run side by side instead (pagetext.py).
-Every OCR process runs at a lower CPU priority (nice OCR_NICE, or $LGPT_OCR_NICE: 0 keeps the build's):
-beside the encoder it takes the cores the encoder leaves idle, and does not slow the model's threads
-(docs/page-text.md). On a machine busy with other work it yields to that work too.
+$LGPT_OCR_NICE (0 to 19; default 0) runs every OCR process that much lower in CPU priority: beside
+the encoder it then takes the cores the model leaves idle without preempting its threads, and on a
+machine busy with other work it yields to that work too. Measured on a loaded 2-core machine it did
+not pay (docs/performance.md, "OCR scheduling"), so it is off unless asked for.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .text import clean_page_text
 OCR_DPI = 300
 DEFAULT_OCR_TIMEOUT_S = 60.0
 DEFAULT_OCR_LANG = "eng"
-OCR_NICE = 10  # the OCR processes' niceness: the encoder's threads go first (a CFS weight of 110 against 1024)
+OCR_NICE = 0  # the OCR processes' niceness over the build's (10: a CFS weight of 110 against 1024), unless $LGPT_OCR_NICE
 OCR_MEMORY_MIB = 2048  # address space each process of a page's OCR may map (pdftoppm, tesseract)
 SMALL_IMAGE_SIDE = 1600  # an image frame whose long side is shorter is enlarged (screenshots: small text)
 LARGE_IMAGE_SIDE = 7000  # and one whose long side is longer is reduced (about A3 at 400 dpi)

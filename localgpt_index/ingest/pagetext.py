@@ -39,7 +39,6 @@ from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
 
 OCR_MODES = ("auto", "always", "never")
-MAX_OCR_WORKERS = 8  # by default: each Tesseract holds a 300 dpi page (about 100-200 MiB)
 HELD_BATCHES = 4  # encoded batches that wait for their pages' text while the encoder goes on (their vectors in memory)
 Log = Callable[[str], None]
 Timings = Callable[[str, float], None]
@@ -54,9 +53,8 @@ def ocr_mode(asked: str | None) -> str:
 
 
 def default_ocr_workers() -> int:
-    """OCR threads by default: one a CPU this process may use, up to MAX_OCR_WORKERS. OCR runs at a
-    lower priority (ocr.OCR_NICE): it takes what the encoder leaves, every core once the encoder is done."""
-    return max(1, min(available_cpus(), MAX_OCR_WORKERS))
+    """OCR threads by default: half the CPUs this process may use (the encoder and renderer have the rest)."""
+    return max(1, available_cpus() // 2)
 
 
 @dataclass(frozen=True)

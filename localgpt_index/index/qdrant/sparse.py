@@ -122,8 +122,8 @@ class SparseCommit:
     renormalise: float | None = None  # the exact mean every page is to be rewritten with, once HEAD has moved
 
 
-def after_head(txn: Any, sparse: SparseCommit | None) -> None:
-    """Once HEAD has moved: the rewrite, if the commit needs one; returns None (nothing left to do).
+def after_head(txn: Any, sparse: SparseCommit | None) -> SparseCommit | None:
+    """Once HEAD has moved: the rewrite, if the commit needs one; returns what is left to do (nothing: None).
     Best effort: HEAD records no reference until it is done, so the next commit rewrites every vector
     if this one does not."""
     if sparse is None or sparse.renormalise is None:
