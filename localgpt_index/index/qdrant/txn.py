@@ -31,7 +31,7 @@ from . import recover as setup
 from .blobs import QdrantBlobs
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease, hold_lease
-from .sparse import write_vectors
+from .sparse import SparseCommit, after_head, with_reference, write_vectors
 from .writer import PointSink
 
 
@@ -66,6 +66,7 @@ class QdrantBackend:
         self._created = False
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
         self._committed_owners: dict[tuple[str, int], str] | None = None
+        self._sparse: SparseCommit | None = None  # written by write_catalog before HEAD; after_publish rewrites them if due (sparse.py)
         self.txn: TransactionCore
 
     def attach(self, txn: TransactionCore) -> None:
@@ -200,18 +201,17 @@ class QdrantBackend:
         return segment
 
     def write_catalog(self, manifest: Manifest) -> object:
-        # the sparse lexical vectors of the pages this commit shows, before HEAD moves (index/qdrant/sparse.py)
-        first_of_rebuild = self.physical != self.previous_physical and self.current is self.base
-        write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
-        return steps.write_catalog(self, manifest)
+        self._sparse = write_vectors(self, manifest, self.current, self.physical != self.previous_physical and self.current is self.base)
+        return with_reference(steps.write_catalog(self, manifest), self._sparse)
 
     def publish(self, manifest: Manifest, receipt: object) -> None:
         assert isinstance(receipt, dict)
         steps.write_head(self, manifest, receipt)
 
     def after_publish(self) -> None:
-        """A rebuild's readers move to the new physical collection."""
+        """The sparse vectors renormalised where the commit asked for it; a rebuild's readers move to the new physical collection."""
         self._committed_owners = None
+        self._sparse = after_head(self, self._sparse)
         if self.physical != self.previous_physical:
             self.fence()
             steps.switch_alias(self)
