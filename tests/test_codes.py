@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from localgpt_index.index.codes import SegmentCodes, first_pass, hamming_maxsim, kernel_name, pack_codes, query_words, two_pass
-from localgpt_index.index.codes.pack import as_words, unpack_signs
+from localgpt_index.index.codes.pack import CENTROIDS, as_words, residual_codes, train_codebook, unpack_signs
 from localgpt_index.index.score import maxsim
 
 KERNELS = ["numba", "numpy"]
@@ -177,9 +177,12 @@ def test_build_writes_codes_and_the_first_pass_answers_from_them(fake_model, cor
     view = open_index(index).view
     segments = view.manifest.segments.values()
     assert segments and all(seg.parts["codes"].meta["rows"] == seg.rows for seg in segments)
-    for seg in segments:  # the stored codes are the signs of the stored vectors
+    for seg in segments:  # the stored codes are the residuals' signs of the stored vectors against the stored codebook
         vectors, _ = view.store.segment_arrays(seg)
-        assert np.array_equal(view.artifact("codes").words(seg.id), as_words(pack_codes(vectors)))
+        stored = view.artifact("codes").segment(seg.id)
+        codes, ids, _ = residual_codes(vectors, stored.codebook.centroids)
+        assert np.array_equal(stored.words, as_words(codes)) and np.array_equal(stored.ids, ids)
+        assert len(stored.codebook.centroids) == min(seg.rows, CENTROIDS)
     verify_ok(index)
     exact, _ = _query(index)
     assert "scoring" not in exact  # without --first-pass: exact, the document as before
@@ -339,14 +342,19 @@ def test_codes_split_into_several_blobs_read_back_whole(monkeypatch):
             return self.data[ref.sha256]
 
     monkeypatch.setattr(artifact, "BLOB_ROWS", 7)
+    monkeypatch.setattr(artifact, "TRAIN_ROWS", 10)  # the codebook is learned from the first 14 rows (two pages)
     rng = np.random.default_rng(8)
     pages = [rng.standard_normal((n, 128)).astype(np.float16) for n in (5, 9, 1, 6)]
     writer, blobs = artifact.CODES.part_writer(128), Blobs()
     for row, page in enumerate(pages):
         writer.add(row, page, None, {})
     part = writer.seal(blobs)
-    assert [b.bytes for b in part.blobs] == [7 * 16, 7 * 16, 7 * 16] and artifact.CODES.check(part, blobs, True) == []
-    stored = artifact.CODES.open(None, {"s": part}, blobs)
-    assert np.array_equal(stored.words("s"), as_words(pack_codes(np.concatenate(pages))))
+    # codes in blobs of 7 rows, the ids in blobs of 7 rows, the codebook (14 centroids and sigma)
+    assert [b.bytes for b in part.blobs] == [7 * 16] * 3 + [7] * 3 + [15 * 128 * 4] and artifact.CODES.check(part, blobs, True) == []
+    stored = artifact.CODES.open(None, {"s": part}, blobs).segment("s")
+    assert np.array_equal(stored.codebook.centroids, train_codebook(np.concatenate(pages[:2])))
+    codes, ids, abs_sum = residual_codes(np.concatenate(pages), stored.codebook.centroids)
+    assert np.array_equal(stored.words, as_words(codes)) and np.array_equal(stored.ids, ids)
+    assert np.allclose(stored.codebook.sigma, abs_sum / 21)
     bad = part.model_copy(update={"meta": {**part.meta, "rows": 22}})
     assert artifact.CODES.check(bad, blobs, True)  # the blobs do not hold what the entry says
