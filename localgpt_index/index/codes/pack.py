@@ -131,3 +131,18 @@ def query_tables(queries: np.ndarray, codebook: Codebook) -> tuple[np.ndarray, n
     q = np.asarray(queries, dtype=np.float32)
     table = np.ascontiguousarray((q @ codebook.centroids.T).T, dtype=np.float32)
     return table, (2 * (np.abs(q) * codebook.sigma).mean(axis=1)).astype(np.float32)
+
+
+def code_segment(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, Codebook]:
+    """A whole segment's (words (rows, words) uint64, ids, codebook), as CodesWriter writes them: the
+    codebook learned from the first TRAIN_ROWS rows, every row coded against it."""
+    centroids = train_codebook(np.asarray(vectors[:TRAIN_ROWS]))
+    codes, ids, abs_sum = [], [], np.zeros(vectors.shape[1], dtype=np.float64)
+    for start in range(0, len(vectors), ROWS_AT_ONCE):
+        part_codes, part_ids, part_abs = residual_codes(vectors[start : start + ROWS_AT_ONCE], centroids)
+        codes.append(part_codes)
+        ids.append(part_ids)
+        abs_sum += part_abs
+    words = as_words(np.concatenate(codes)) if codes else np.zeros((0, code_bytes(vectors.shape[1]) // 8), dtype=np.uint64)
+    ids_all = np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint8)
+    return words, ids_all, Codebook(centroids, (abs_sum / max(len(vectors), 1)).astype(np.float32))
