@@ -262,7 +262,7 @@ def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_wri
     exact, _ = _query(index)
     asked, stderr = _query(index, "--first-pass", "2")
     assert asked["scoring"]["path"] == "exact" and "no binary codes" in asked["scoring"]["reason"]
-    assert "hint:" in stderr and "--rebuild" in stderr
+    assert "hint:" in stderr and "lgpt-index upgrade" in stderr
     assert asked["results"] == exact["results"]
     assert sorted(p.relative_to(index) for p in index.rglob("*")) == before  # nothing derived by a reader
 
@@ -328,7 +328,7 @@ def test_segments_written_before_codes_are_scored_exactly_beside_coded_ones(fake
     assert sorted("codes" in seg.parts for seg in segments) == [False, True]
     answer, stderr = _query(index, "--first-pass", "1", "-k", "12")
     assert answer["scoring"]["path"] == "first-pass" and answer["scoring"]["exact_segments"] == 1
-    assert "hint:" in stderr and "--rebuild" in stderr
+    assert "hint:" in stderr and "lgpt-index upgrade" in stderr
     paths = [h["path"] for h in answer["results"]]
     assert sum("old-" in p for p in paths) == 6 and sum("new-" in p for p in paths) == 1  # 6 exact + 1 candidate
 

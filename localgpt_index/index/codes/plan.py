@@ -60,13 +60,14 @@ def choose(requested: int | str | None, pages: int, vector_bytes: int, segments:
         candidates, why = int(requested), "asked for"
     lacking = [sid for sid in segments if sid not in coded]
     if lacking and len(lacking) == len(segments):
-        return ScoringPath("exact", reason=f"{why}, but this index has no binary codes", hint=REBUILD_FOR_CODES)
-    hint = REBUILD_FOR_CODES if lacking else None
+        return ScoringPath("exact", reason=f"{why}, but this index has no binary codes (of the current version)", hint=UPGRADE_FOR_CODES)
+    hint = UPGRADE_FOR_CODES if lacking else None
     return ScoringPath("first-pass", candidates, why, hint, exact_segments=len(lacking))
 
 
-REBUILD_FOR_CODES = ("pages written before binary codes existed are scored exactly; "
-                     "`lgpt-index build --rebuild` writes codes for every page")
+UPGRADE_FOR_CODES = ("pages written before binary codes (or before their current version) are scored exactly; "
+                     "`lgpt-index upgrade` writes codes for every page")
+THRESHOLD = f"auto: from {AUTO_FROM_PAGES:,} pages, or where the float16 vectors do not fit in memory"
 
 
 def physical_memory() -> int:
