@@ -149,3 +149,30 @@ def test_the_stored_version_1_codes_are_the_signs(fake_model, corpus, tmp_path):
         stored = store.open_view().artifact("codes")
         assert seg.id not in stored and seg.id in stored.stale  # read as absent
         assert seg.parts["codes"].meta["rows"] == len(as_words(pack_codes(vectors)))
+
+
+def test_status_names_the_first_pass_threshold_and_whether_auto_uses_it(fake_model, corpus, tmp_path, monkeypatch):
+    from conftest import run_cli, validate
+
+    from localgpt_index.index.codes import plan
+
+    index = _old_index(fake_model, corpus, tmp_path, "v1")
+
+    def status():
+        result = run_cli("status", "--index-dir", str(index), "--json")
+        assert result.exit_code == 0, result.stderr
+        document = json.loads(result.stdout)
+        validate(document, "status")
+        return document["first_pass"]
+
+    old = status()
+    pages = _manifest(index).page_count
+    assert old["auto_from_pages"] == plan.AUTO_FROM_PAGES and "20,000 pages" in old["threshold"]
+    assert (old["auto_uses_it"], old["path"], old["coded_segments"]) == (False, "exact", 0)  # below the threshold, and v1 codes
+    monkeypatch.setattr(plan, "AUTO_FROM_PAGES", pages)  # the threshold reached: still exact without current codes
+    assert status()["path"] == "exact" and "no binary codes" in status()["reason"]
+    assert run_cli("upgrade", "--index-dir", str(index)).exit_code == 0
+    now = status()
+    assert now["auto_uses_it"] and now["path"] == "first-pass" and now["coded_segments"] == now["segments"] > 0
+    text = run_cli("status", "--index-dir", str(index)).stdout
+    assert "first pass  auto: from" in text and "--first-pass auto here: uses it" in text
