@@ -72,3 +72,26 @@ with warnings.catch_warnings():
         estimate_kernel = numba.njit(nogil=True, cache=True)(_kernel)
     except RuntimeError:  # "cannot cache function": a read-only install and no writable user cache: compiled per process
         estimate_kernel = numba.njit(nogil=True)(_kernel)
+
+
+def _nearest(x: np.ndarray, centroids_t: np.ndarray, half_norms: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = argmax_k x[i].centroids[k] - half_norms[k] (the nearest centroid), in the calling thread:
+    a BLAS product here would start the BLAS library's own threads beside the build's. centroids_t is
+    (dim, k): the inner loop runs over centroids (contiguous: vectorised)."""
+    dim, k = centroids_t.shape
+    acc = np.empty(k, dtype=np.float32)
+    for i in range(x.shape[0]):
+        acc[:] = -half_norms
+        for d in range(dim):
+            value = x[i, d]
+            for c in range(k):
+                acc[c] += value * centroids_t[d, c]
+        out[i] = np.argmax(acc)
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+        nearest_kernel = numba.njit(nogil=True, cache=True, fastmath=True)(_nearest)
+    except RuntimeError:
+        nearest_kernel = numba.njit(nogil=True, fastmath=True)(_nearest)

@@ -107,10 +107,18 @@ def train_codebook(sample: np.ndarray, k: int = CENTROIDS, iterations: int = TRA
 
 def nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     """Each row's nearest centroid (euclidean) as uint8 ids (a codebook holds at most 256)."""
-    x = np.asarray(vectors, dtype=np.float32)
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    centroids = np.ascontiguousarray(centroids, dtype=np.float32)
     ids = np.empty(len(x), dtype=np.uint8)
-    half_norms = 0.5 * (centroids**2).sum(axis=1)
-    for start in range(0, len(x), ROWS_AT_ONCE):
+    half_norms = (0.5 * (centroids**2).sum(axis=1)).astype(np.float32)
+    try:
+        from ._compiled import nearest_kernel
+    except ImportError:
+        nearest_kernel = None
+    if nearest_kernel is not None and len(x) < ROWS_AT_ONCE:  # a page: compiled, in this thread
+        nearest_kernel(x, np.ascontiguousarray(centroids.T), half_norms, ids)
+        return ids
+    for start in range(0, len(x), ROWS_AT_ONCE):  # a whole segment (upgrade, k-means): BLAS
         ids[start : start + ROWS_AT_ONCE] = (x[start : start + ROWS_AT_ONCE] @ centroids.T - half_norms).argmax(axis=1)
     return ids
 
