@@ -14,7 +14,7 @@ dimension (ColBERTv2's residual compression at one bit). q.v is then estimated a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -111,16 +111,21 @@ def nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     centroids = np.ascontiguousarray(centroids, dtype=np.float32)
     ids = np.empty(len(x), dtype=np.uint8)
     half_norms = (0.5 * (centroids**2).sum(axis=1)).astype(np.float32)
-    try:
-        from ._compiled import nearest_kernel
-    except ImportError:
-        nearest_kernel = None
-    if nearest_kernel is not None and len(x) < ROWS_AT_ONCE:  # a page: compiled, in this thread
-        nearest_kernel(x, np.ascontiguousarray(centroids.T), half_norms, ids)
+    kernel = _nearest_kernel()
+    if kernel is not None and len(x) < ROWS_AT_ONCE:  # a page: compiled, in this thread
+        kernel(x, np.ascontiguousarray(centroids.T), half_norms, ids)
         return ids
     for start in range(0, len(x), ROWS_AT_ONCE):  # a whole segment (upgrade, k-means): BLAS
         ids[start : start + ROWS_AT_ONCE] = (x[start : start + ROWS_AT_ONCE] @ centroids.T - half_norms).argmax(axis=1)
     return ids
+
+
+def _nearest_kernel() -> Callable[..., Any] | None:
+    try:
+        from ._compiled import nearest_kernel
+    except ImportError:  # no numba: BLAS
+        return None
+    return nearest_kernel
 
 
 def residual_codes(vectors: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
