@@ -176,3 +176,17 @@ def test_status_names_the_first_pass_threshold_and_whether_auto_uses_it(fake_mod
     assert now["auto_uses_it"] and now["path"] == "first-pass" and now["coded_segments"] == now["segments"] > 0
     text = run_cli("status", "--index-dir", str(index)).stdout
     assert "first pass  auto: from" in text and "--first-pass auto here: uses it" in text
+
+
+def test_upgrade_of_a_qdrant_store_writes_nothing_and_says_why(fake_model, tmp_path):
+    from conftest import run_cli
+    from helpers import make_pdfs
+
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 2, 2)
+    url = f"qdrant+path://{tmp_path / 'qd'}/notes"
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--store", url).exit_code == 0
+    done = run_cli("upgrade", "--store", url, "--json")
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert not report["upgraded"] and "Qdrant" in report["note"] and report["generation"] >= 1
