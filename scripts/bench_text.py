@@ -2,9 +2,9 @@
 """What page text costs a build (issue 27), with the bench checkpoint (scripts/bench_build.py's
 narrow ColPali geometry: its model costs about what rendering does, so any added work shows).
 
-1. Text extraction on text PDFs: `build --ocr never` (one pdftotext per document, the text index
-   written) against the same build with text extraction disabled: pdftotext taken off PATH (a
-   folder of links to /usr/bin without it), so every page is indexed with no text. Target: <= +5 %.
+1. Text extraction on text PDFs: `build --ocr never` (one pdftotext per document, each segment's
+   text part and the text index written) against the same build with `--text never` (pixels only:
+   no pdftotext, no text part, no text index). Target: <= +5 %.
 2. OCR alone: pages/s of Tesseract on scanned (image-only) PDF pages, the 300 dpi render included,
    one page at a time, as the build's OCR pool does with its default workers (half the CPUs).
 3. A build of scanned pages with `--ocr auto` against max(OCR alone, encoding alone), encoding alone
@@ -18,6 +18,7 @@ median and spread (min-max) are printed: the machine's speed drifts, so compare 
     python scripts/bench_text.py                    # 20 text PDFs x 5 pages, 12 scanned pages, 3 rounds
     python scripts/bench_text.py --small            # 8 x 3 and 6 scanned pages, 2 rounds (minutes)
     python scripts/bench_text.py --rounds 5
+    python scripts/bench_text.py --extraction-only --rounds 6   # only 1.
 """
 
 from __future__ import annotations
@@ -63,16 +64,6 @@ def make_scans(folder: Path, pages: int) -> None:
         make_eval_set.write_scan_pdf(folder / f"scan-{n:03d}.pdf", (page_lines(n, 1)[:12],), n)
 
 
-def path_without(program: str, folder: Path) -> str:
-    """A PATH on which `program` is absent: links to every other program of /usr/bin, then the rest of PATH."""
-    folder.mkdir()
-    for entry in os.scandir("/usr/bin"):
-        if entry.name != program:
-            os.symlink(entry.path, folder / entry.name)
-    rest = [p for p in os.environ["PATH"].split(os.pathsep) if os.path.realpath(p) not in ("/usr/bin", "/bin")]
-    return os.pathsep.join([str(folder), *rest])
-
-
 def build(docs: Path, model: str, index: Path, *args: str, env: dict | None = None) -> dict:
     """One build as a whole process: wall seconds, seconds once loaded, pages, and the text tally."""
     shutil.rmtree(index, ignore_errors=True)
@@ -89,7 +80,8 @@ def build(docs: Path, model: str, index: Path, *args: str, env: dict | None = No
 
 def stages(result: dict) -> str:
     """The build's own stage seconds that tell where page text's time went (summed over threads)."""
-    return ", ".join(f"{name} {result['stages'][name]:.2f}" for name in ("encode", "text", "ocr", "text_wait") if name in result["stages"])
+    names = ("encode", "text", "ocr", "text_wait", "commit")
+    return ", ".join(f"{name} {result['stages'][name]:.2f}" for name in names if name in result["stages"])
 
 
 def ocr_alone(scans: Path, workers: int) -> tuple[float, int]:
@@ -117,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small", action="store_true", help="8 text PDFs x 3 pages, 6 scanned pages, 2 rounds")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--extraction-only", action="store_true", help="only 1. (text PDFs with and without page text)")
     args = parser.parse_args()
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds = args.rounds or rounds
@@ -130,18 +123,27 @@ def main() -> None:
         texts, scans, index = tmp / "text-pdfs", tmp / "scans", tmp / "index"
         make_text_pdfs(texts, pdfs, pages)
         make_scans(scans, scanned)
-        no_pdftotext = {"PATH": path_without("pdftotext", tmp / "bin")}
         print(f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}: a shared machine, compare within a run); "
               f"{pdfs} text PDFs x {pages} pages, {scanned} scanned pages, {rounds} interleaved rounds, OCR workers {workers}")
         build(texts, model, index, "--ocr", "never")  # warm the page cache and the model's files
         extraction, loaded, ocr_rates, scanned_ratio, scanned_loaded = [], [], [], [], []
         for number in range(1, rounds + 1):
-            with_text = build(texts, model, index, "--ocr", "never")
-            without = build(texts, model, index, "--ocr", "never", env=no_pdftotext)
+            if number % 2:  # the order turns each round: neither variant always runs first
+                with_text = build(texts, model, index, "--ocr", "never")
+                without = build(texts, model, index, "--text", "never")
+            else:
+                without = build(texts, model, index, "--text", "never")
+                with_text = build(texts, model, index, "--ocr", "never")
             assert with_text["pages"] == without["pages"] == pdfs * pages
             assert with_text["text"]["layer"] == pdfs * pages and without["text"]["layer"] == 0, (with_text, without)
             extraction.append(with_text["seconds"] / without["seconds"])
             loaded.append(with_text["loaded"] / without["loaded"])
+            print(f"round {number} (load average {os.getloadavg()[0]:.1f}): text PDFs {with_text['seconds']:.2f} s with "
+                  f"text, {without['seconds']:.2f} s --text never (x{extraction[-1]:.3f}; once loaded "
+                  f"{with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{loaded[-1]:.3f}); stage seconds with text "
+                  f"[{stages(with_text)}], --text never [{stages(without)}]")
+            if args.extraction_only:
+                continue
             ocr_seconds, ocr_pages = ocr_alone(scans, workers)
             ocr_rates.append(ocr_pages / ocr_seconds)
             encoding = build(scans, model, index, "--ocr", "never")
@@ -149,18 +151,16 @@ def main() -> None:
             assert both["text"]["ocr"] == scanned and encoding["text"]["ocr"] == 0, (both, encoding)
             scanned_ratio.append(both["seconds"] / max(ocr_seconds, encoding["seconds"]))
             scanned_loaded.append(both["loaded"] / max(ocr_seconds, encoding["loaded"]))
-            print(f"round {number}: text PDFs {with_text['seconds']:.2f} s with text, {without['seconds']:.2f} s without "
-                  f"(x{extraction[-1]:.3f}; once loaded {with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{loaded[-1]:.3f}); "
-                  f"OCR alone {ocr_seconds:.2f} s ({ocr_rates[-1]:.2f} pages/s); scanned build: encoding alone "
-                  f"{encoding['seconds']:.2f} s, with OCR {both['seconds']:.2f} s (x{scanned_ratio[-1]:.3f} of the slower; once loaded "
-                  f"{encoding['loaded']:.2f} / {both['loaded']:.2f} s, x{scanned_loaded[-1]:.3f})")
-            print(f"  stage seconds: text PDFs with text [{stages(with_text)}], without [{stages(without)}]; "
+            print(f"  OCR alone {ocr_seconds:.2f} s ({ocr_rates[-1]:.2f} pages/s); scanned build: encoding alone "
+                  f"{encoding['seconds']:.2f} s, with OCR {both['seconds']:.2f} s (x{scanned_ratio[-1]:.3f} of the slower; "
+                  f"once loaded {encoding['loaded']:.2f} / {both['loaded']:.2f} s, x{scanned_loaded[-1]:.3f}); stage seconds: "
                   f"scans encoding alone [{stages(encoding)}], with OCR [{stages(both)}]")
         print(f"text extraction, whole build:  x{spread(extraction)}   (target <= x1.05)")
         print(f"text extraction, once loaded:  x{spread(loaded)}")
-        print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(ocr_rates)}")
-        print(f"scanned build / max(OCR alone, encoding alone): x{spread(scanned_ratio)}   (target <= x1.15)")
-        print(f"  the same once the model is loaded: x{spread(scanned_loaded)}")
+        if not args.extraction_only:
+            print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(ocr_rates)}")
+            print(f"scanned build / max(OCR alone, encoding alone): x{spread(scanned_ratio)}   (target <= x1.15)")
+            print(f"  the same once the model is loaded: x{spread(scanned_loaded)}")
 
 
 if __name__ == "__main__":

@@ -179,7 +179,7 @@ def test_status_names_the_first_pass_threshold_and_whether_auto_uses_it(fake_mod
 
 
 def test_upgrade_of_a_qdrant_store_writes_nothing_and_says_why(fake_model, tmp_path):
-    from conftest import run_cli
+    from conftest import run_cli, validate
     from helpers import make_pdfs
 
     docs = tmp_path / "docs"
@@ -190,3 +190,6 @@ def test_upgrade_of_a_qdrant_store_writes_nothing_and_says_why(fake_model, tmp_p
     assert done.exit_code == 0, done.stderr
     report = json.loads(done.stdout)
     assert not report["upgraded"] and "Qdrant" in report["note"] and report["generation"] >= 1
+    status = run_cli("status", "--store", url, "--json")
+    assert status.exit_code == 0, status.stderr
+    validate(json.loads(status.stdout), "status")  # first_pass says how Qdrant's own first pass would answer

@@ -26,7 +26,8 @@ def status(app: Application) -> None:
     click.echo(f"index       {data['index']} (generation {m.generation})")
     click.echo(f"documents   {data['documents']}, pages {data['pages']}, vectors {data['vectors']}")
     text = data["text"]
-    unknown = f", {text['unknown']} from before page text (a --rebuild reads them)" if text["unknown"] else ""
+    unknown = (f", {text['unknown']} with no stored text (built before page text or with --text never; a --rebuild reads it)"
+               if text["unknown"] else "")
     click.echo(f"text        {text['layer']} pages from their text layer, {text['ocr']} by OCR, {text['none']} without text{unknown}")
     if data["in_progress"]:
         click.echo(f"in progress {data['in_progress']} long document(s), carried on by the next build")

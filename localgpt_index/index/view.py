@@ -14,6 +14,7 @@ from ..core.errors import IndexProblem
 from ..core.metadata import matches
 from ..core.types import SearchHit
 from .artifacts import BlobSource, open_artifact
+from .checksums import prefetch
 from .codes import SegmentCodes, first_pass
 from .codes.artifact import NAME as CODES
 from .codes.plan import ScoringPath, choose
@@ -70,6 +71,8 @@ class LocalView(GenerationView):
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore
         super().__init__(store, manifest)
         self._table: PageTable | None = None  # of all documents, built on first use
+        # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
+        self.exact_scorer: Any = None
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -138,12 +141,23 @@ class LocalView(GenerationView):
         picks = first_pass(query_vectors, coded, candidates)
         return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
 
+    def _prefetch(self, table: PageTable) -> None:
+        """Scattered pages (a first pass's candidates): the blocks of all of them read at once, many reads
+        in flight, before any is checked and scored (a long run of pages, an exact scan, is streamed instead)."""
+        files = {sid: self.store.segment_files(self.manifest.segments[sid]) for sid in table}
+        prefetch([read for sid, (rows, _, _) in table.items() for read in files[sid].scattered_reads(rows)])
+
     def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
+        self._prefetch(table)
         score_parts, doc_parts, page_parts = [], [], []
         for segment_id, (rows, doc_of, page_of) in table.items():
             files = self.store.segment_files(self.manifest.segments[segment_id])  # blocks checked as they are scored
-            score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device) for part in files.checked_groups(rows)]
+            if self.exact_scorer is not None:
+                score_parts.append(self.exact_scorer.score(query_vectors, segment_id, files, rows))
+            else:
+                score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device)
+                                for part in files.checked_groups(rows)]
             doc_parts.append(doc_of)
             page_parts.append(page_of)
         scores = np.concatenate(score_parts, axis=1)

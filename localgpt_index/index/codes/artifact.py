@@ -138,8 +138,8 @@ def _read_part(part: PartRef, source: BlobSource) -> PartCodes:
 
 
 def _joined(blobs: list[BlobRef], source: BlobSource) -> np.ndarray:
-    if len(blobs) == 1:
-        return np.frombuffer(source.read(blobs[0]), dtype=np.uint8)
+    if len(blobs) == 1:  # mapped where the source can (file-backed, not heap: index/local/blobs.py)
+        return np.frombuffer(getattr(source, "map", source.read)(blobs[0]), dtype=np.uint8)
     flat = np.empty(sum(blob.bytes for blob in blobs), dtype=np.uint8)
     at = 0
     for blob in blobs:

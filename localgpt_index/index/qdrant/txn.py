@@ -1,6 +1,10 @@
 """The Qdrant backend of the transaction core: rows staged as PENDING points, a generation published
 by copying/showing/removing points, writing catalog chunks and replacing HEAD by compare-and-swap
-(then, for a rebuild, switching the alias); see qdrant/store.py's docstring for the scheme."""
+(then, for a rebuild, switching the alias); see qdrant/store.py's docstring for the scheme.
+
+A Qdrant store writes no "codes" parts (`QdrantBackend.unused_artifacts`): its first pass is Qdrant's own
+binary quantization, so they would be blobs no reader uses. Segments of older collections keep theirs:
+their manifests still name them, so verify checks them and collection keeps them until no kept generation does."""
 
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ class QdrantBackend:
 
     dtype: type = np.float32
     needs_page = True
+    unused_artifacts: frozenset[str] = frozenset({"codes"})  # not written: the first pass is Qdrant's (qdrant/quantization.py)
 
     def __init__(self, store: Any, physical: str | None, base: Manifest | None, rebuild: bool,  # a QdrantStore
                  lease: _Lease | None = None) -> None:
@@ -65,6 +70,7 @@ class QdrantBackend:
 
     def attach(self, txn: TransactionCore) -> None:
         self.txn = txn
+        txn.artifacts = tuple(a for a in txn.artifacts if a.name not in self.unused_artifacts)
 
     # what the step functions read of the transaction
 
@@ -158,6 +164,7 @@ class QdrantBackend:
                 filter=_flt(generation=(g + 1, PENDING))))
             if self.store.legacy_paths and not self.rebuild:
                 setup.upgrade_paths(self)
+            setup.upgrade_quantization(self)
             upgrade = self.store.head_format != FORMAT and not self.rebuild
         self._created = not self.rebuild
         return upgrade
