@@ -333,12 +333,13 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
     from localgpt_index.index.store import IndexStore
 
     codes = IndexStore(root).open_view().artifact("codes")
-    words = codes.words(next(iter(codes.parts)))  # type: ignore[union-attr]
+    segment = next(iter(codes.parts))  # type: ignore[union-attr]
+    words = codes.words(segment)  # type: ignore[union-attr]
     base = words
     while isinstance(base, np.ndarray):
         base = base.base
     assert isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)  # file-backed (the page cache), not a copy on the heap
-    [blob] = (root / "artifacts").glob("*.codes")
+    blob = root / "artifacts" / codes.parts[segment].blobs[0].name  # type: ignore[union-attr]  # its codes (then ids, codebook)
     _damage(blob, 5)
     with pytest.raises(IndexProblem, match="checksum mismatch; the artifact is damaged"):
         IndexStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)

@@ -34,6 +34,11 @@ def status(app: Application) -> None:
     click.echo(f"model       {m.model.id} [{m.model.fingerprint}]")
     click.echo(f"built with  {m.settings.dtype} on {m.settings.device}, vectors {m.settings.vector_dtype} x {m.settings.dim}")
     click.echo(f"size        {data['size_bytes'] / 2**20:.1f} MiB")
+    fp = data["first_pass"]
+    uses = "uses it" if fp["auto_uses_it"] else ("the store ranks itself" if fp["path"] == "store" else "exact")
+    click.echo(f"first pass  {fp['threshold']} ({fp['memory_bytes'] / 2**30:.1f} GiB here)")
+    click.echo(f"            --first-pass auto here: {uses} ({fp['reason']}); binary codes in {fp['coded_segments']} "
+               f"of {fp['segments']} segments")
     click.echo(f"last build  {data['last_build']}")
     if m.failures:
         click.echo(f"failed last time ({len(m.failures)}):")

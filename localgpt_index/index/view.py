@@ -124,7 +124,7 @@ class LocalView(GenerationView):
 
     def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
         """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best
-        (hamming MaxSim); the pages of segments without codes are all kept (scored exactly)."""
+        (estimated MaxSim); the pages of segments without codes are all kept (scored exactly)."""
         codes: Any = self.artifact(CODES)
         coded, exact = [], {}
         for segment_id, (rows, _, _) in table.items():
@@ -132,11 +132,12 @@ class LocalView(GenerationView):
             if codes is None or segment_id not in codes:
                 exact[segment_id] = table[segment_id]
                 continue
-            words = codes.words(segment_id)
-            if words.shape[0] != segment.rows:
-                raise IndexProblem(f"segment {segment_id}: codes for {words.shape[0]} rows, the segment has {segment.rows}; "
+            part = codes.segment(segment_id)
+            if part.words.shape[0] != segment.rows:
+                raise IndexProblem(f"segment {segment_id}: codes for {part.words.shape[0]} rows, the segment has {segment.rows}; "
                                    "the index is damaged.", hint=REBUILD_HINT)
-            coded.append(SegmentCodes(segment_id, words, self.store.segment_files(segment).offsets, rows))  # no vector read
+            offsets = self.store.segment_files(segment).offsets  # no vector read
+            coded.append(SegmentCodes(segment_id, part.words, offsets, rows, part.ids, part.codebook))
         picks = first_pass(query_vectors, coded, candidates)
         return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
 
