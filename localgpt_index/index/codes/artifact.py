@@ -44,7 +44,7 @@ class CodesWriter:
 
     def add(self, row: int, vectors: np.ndarray, page: PageRef | None, extra: Mapping[str, object]) -> None:
         if self.centroids is None:
-            self.pending.append(np.asarray(vectors, dtype=np.float16))
+            self.pending.append(np.array(vectors, dtype=np.float16))  # a copy: the page's own array is not kept alive
             self.pending_rows += len(vectors)
             if self.pending_rows >= TRAIN_ROWS:
                 self._learn()
