@@ -288,7 +288,7 @@ class QueryBatcher:
         """A sweep over the generation the waiting requests were encoded for; they join it."""
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device)
+        self._sweep = Sweep(index, device, SearchAnswer)
         self._join_waiting()
 
     def _join_waiting(self) -> None:

@@ -37,8 +37,9 @@ class Member:
 class Sweep:
     """The exact pass of one generation, gone round while members need it."""
 
-    def __init__(self, index: Any, device: str = "cpu") -> None:
+    def __init__(self, index: Any, device: str, answer: Callable[..., Any]) -> None:
         self.index, self.device = index, device
+        self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a SearchAnswer
         self.units = index.view.exact_units()
         self.cursor = 0
         self.members: list[Member] = []
@@ -83,8 +84,6 @@ class Sweep:
 
     def _answer(self, member: Member) -> bool:
         """The member's answer delivered (or what failed it); True when it was an answer."""
-        from .service import SearchAnswer  # the service imports this module
-
         request, index = member.request, self.index
         try:
             view = index.view
@@ -96,7 +95,7 @@ class Sweep:
         except Exception as exc:  # noqa: BLE001 - it fails this request only
             member.deliver(exc)
             return False
-        member.deliver(SearchAnswer(index, results, member.batch_queries, member.stacked))
+        member.deliver(self.make_answer(index, results, member.batch_queries, member.stacked))
         return True
 
 
