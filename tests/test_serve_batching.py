@@ -101,11 +101,10 @@ def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service)
 
     batcher, answers = asyncio.run(scenario())
     assert [ranked(a) for a in answers] == expected
-    sweep = batcher.sweep
     # the first query took 12 parts; the two that joined at its fourth (the filtered one had a pass of
     # its own) took the 9 left with it, then came round for the 3 they missed: 15 parts scored, not
     # 12 + 12 (a pass of their own after it), each after the first three shared by several requests
-    assert sweep.steps == units + 3 and sweep.shared == units
+    assert batcher.parts == units + 3 and batcher.shared_parts == units
     assert answers[0].scored_with == 1 + 2 + 1 and answers[1].scored_with == 4 and answers[3].scored_with == 4
     assert answers[1].batch_queries == 2 + 1 + 1  # the three that came together: one forward pass
     assert batcher.batches == 2
@@ -165,7 +164,7 @@ def test_a_client_that_goes_away_leaves_the_pass(service):
 
     batcher, answer, gone = asyncio.run(scenario())
     assert gone.cancelled() and ranked(answer) == expected and answer.scored_with == 1
-    assert batcher.sweep.steps == 1 + 12 and batcher.sweep.shared == 0  # it left before the second part
+    assert batcher.parts == 1 + 12 and batcher.shared_parts == 0  # it left before the second part
 
 
 def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(service, fake_model, tmp_path):

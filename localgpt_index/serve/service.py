@@ -194,6 +194,7 @@ class QueryBatcher:
     def __init__(self, service: IndexService) -> None:
         self.service = service
         self.batches = 0  # forward passes (each for every request that had arrived)
+        self.parts = self.shared_parts = 0  # parts of a pass scored, and those scored for several requests (ended sweeps)
         self._inbox: list[tuple[SearchRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
         self._lock = threading.Lock()
         self._working = False
@@ -213,10 +214,6 @@ class QueryBatcher:
         """Requests waiting for the model thread."""
         return len(self._inbox)
 
-    @property
-    def sweep(self) -> Sweep | None:
-        """The current sweep (its counters: parts scored, parts shared by several requests)."""
-        return self._sweep
 
     async def submit(self, request: SearchRequest) -> SearchAnswer:
         loop = asyncio.get_running_loop()
@@ -234,6 +231,7 @@ class QueryBatcher:
             with self._lock:
                 arrived, self._inbox = self._inbox, []
                 if not arrived and not self._busy():
+                    self._end_sweep()  # idle: an old generation is not kept open by an empty sweep
                     self._working = False
                     return
             try:
@@ -244,6 +242,8 @@ class QueryBatcher:
                 elif self._waiting:
                     self._start_sweep()
             except BaseException as exc:  # noqa: BLE001 - never leave a request unanswered
+                for _, future, loop in arrived:
+                    _deliver(future, loop, exc)  # those answered already are left as they are
                 self._fail_everyone(exc)
 
     def _busy(self) -> bool:
@@ -284,8 +284,15 @@ class QueryBatcher:
         else:  # those of the sweep's generation join it; a newer one's wait until it is done
             self._join_waiting()
 
+    def _end_sweep(self) -> None:
+        if self._sweep is not None:
+            self.parts += self._sweep.steps
+            self.shared_parts += self._sweep.shared
+            self._sweep = None
+
     def _start_sweep(self) -> None:
         """A sweep over the generation the waiting requests were encoded for; they join it."""
+        self._end_sweep()
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
         self._sweep = Sweep(index, device, SearchAnswer)
