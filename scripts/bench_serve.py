@@ -76,10 +76,15 @@ VISUAL = {"mode": "visual"}
 WITHOUT_MODES: set[str] = set()
 
 
-def ask(client, text: str, k: int = 10) -> dict:
+SCORED_WITH: list[int] = []  # X-Lgpt-Scored-With of the answers to concurrent clients (this tree's server)
+
+
+def ask(client, text: str, k: int = 10, scored_with: list | None = None) -> dict:
     extra = {} if str(client.base_url).rstrip("/") in WITHOUT_MODES else VISUAL
     answer = client.post("/query", json={"queries": [text], "k": k, **extra})
     answer.raise_for_status()
+    if scored_with is not None and "X-Lgpt-Scored-With" in answer.headers:
+        scored_with.append(int(answer.headers["X-Lgpt-Scored-With"]))
     return answer.json()
 
 
@@ -100,7 +105,7 @@ def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int) -
             one_by_one = [ask(clients[0], t) for t in texts]
             alone = len(texts) / (time.perf_counter() - started)
             started = time.perf_counter()
-            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1]), enumerate(texts)))
+            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1], scored_with=SCORED_WITH), enumerate(texts)))
             rates.append((alone, len(texts) / (time.perf_counter() - started)))
             same &= all(ranking(a) == ranking(b) == want for a, b, want in zip(one_by_one, together, expected))
     for client in clients:
@@ -163,6 +168,7 @@ def scoring_alone(index: Path) -> tuple[float, float]:
 def against_ceiling(url: str, texts: list[str], expected: list, index: Path, rounds: int) -> tuple[dict, bool]:
     """`rounds` interleaved rounds: serve's queries/s from 8 concurrent clients (and one at a time),
     then the scorer's own batched ceiling, 1000 / (ms a query of 8 stacked), with the server idle."""
+    SCORED_WITH.clear()  # this tree's server only
     scorer = Scorer(index)
     result: dict = {"rounds": []}
     same = True
@@ -337,6 +343,10 @@ def main() -> None:
                         f"query, {r['scorer_stacked_ms']:.0f} ms a query of 8 stacked, ceiling {r['ceiling_qps']:.1f} q/s)"
                         for r in rounds))
         most = [r["scorer_one_ms"] / r["scorer_stacked_ms"] for r in rounds]
+        if SCORED_WITH:
+            report["scored_with_median"] = statistics.median(SCORED_WITH)
+            say(f"   queries scored together with each of the 8 clients' queries (X-Lgpt-Scored-With): median "
+                f"{statistics.median(SCORED_WITH):.0f}, min {min(SCORED_WITH)}, max {max(SCORED_WITH)}")
         say(f"   8 clients: {statistics.median(share):.0f} % ({min(share):.0f}-{max(share):.0f} %) of the scorer's batched "
             f"ceiling (target 90 %); {statistics.median(gain):.2f}x ({min(gain):.2f}x-{max(gain):.2f}x) one client's "
             f"throughput, where batching can take at most {statistics.median(most):.2f}x off the scoring "

@@ -191,3 +191,36 @@ def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(servic
     assert old.index.manifest.generation + 1 == new.index.manifest.generation
     assert len(old.results[0]) == 12 and len(new.results[0]) == 13
     assert old.scored_with == 1 and new.scored_with == 1  # never on one pass: their pages differ
+
+
+@pytest.mark.slow  # the torch scorer
+def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setting(service, monkeypatch):
+    import torch
+
+    import localgpt_index.index.score as score_module
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
+    requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)]
+    expected = [alone(service, r) for r in requests]  # the scorer's threads start here, once
+    before = torch.get_num_threads()
+    calls: list = []
+    for name in ("set_num_threads", "set_num_interop_threads"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda n, name=name, real=real: (calls.append((name, n)), real(n))[1])
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.sweep", at=2)
+        first = asyncio.ensure_future(batcher.submit(requests[0]))
+        await held.wait()
+        later = [asyncio.ensure_future(batcher.submit(r)) for r in requests[1:]]
+        await asyncio.sleep(0)
+        held.release.set()
+        answers = await asyncio.gather(first, *later)
+        await batcher.stop()
+        return batcher, answers
+
+    batcher, answers = asyncio.run(scenario())
+    assert [ranked(a) for a in answers] == expected and batcher.shared_parts > 0
+    assert calls == [] and torch.get_num_threads() == before
