@@ -224,3 +224,26 @@ def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setti
     batcher, answers = asyncio.run(scenario())
     assert [ranked(a) for a in answers] == expected and batcher.shared_parts > 0
     assert calls == [] and torch.get_num_threads() == before
+
+
+def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(service, monkeypatch):
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    monkeypatch.setattr(QueryBatcher, "MAX_QUERIES", 2)
+    requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)] + [SearchRequest(("a", "b", "c"), 5, options=VISUAL)]
+    expected = [alone(service, r) for r in requests]
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.batch", at=1)  # all of them arrive while the model thread waits
+        tasks = [asyncio.ensure_future(batcher.submit(r)) for r in requests]
+        await held.wait()
+        await asyncio.sleep(0)
+        held.release.set()
+        answers = await asyncio.gather(*tasks)
+        await batcher.stop()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [ranked(a) for a in answers] == expected
+    assert [a.scored_with for a in answers[:4]] == [2, 2, 2, 2] and answers[4].scored_with == 3  # a request larger than the cap goes alone

@@ -191,6 +191,8 @@ class QueryBatcher:
     (filters, a first pass, text mode, a store that ranks itself) are scored in a stacked pass of
     their own between two parts."""
 
+    MAX_QUERIES = 64  # on a sweep at once (each part's product and similarities grow with them); more wait
+
     def __init__(self, service: IndexService) -> None:
         self.service = service
         self.batches = 0  # forward passes (each for every request that had arrived)
@@ -239,6 +241,8 @@ class QueryBatcher:
                     self._admit(arrived)
                 if self._sweep is not None and self._sweep.members:
                     self._sweep.step()
+                    if self._waiting:  # room left by those done
+                        self._join_waiting()
                 elif self._waiting:
                     self._start_sweep()
             except BaseException as exc:  # noqa: BLE001 - never leave a request unanswered
@@ -270,7 +274,7 @@ class QueryBatcher:
         for (request, future, loop), vectors in zip(arrived, encoded):
             if isinstance(vectors, BaseException):
                 _deliver(future, loop, vectors)
-            elif _sweepable(request, index):
+            elif sweepable(request, index):
                 member = Member(request, vectors, index, functools.partial(_deliver, future, loop), future.done, count)
                 self._waiting.append(member)
             else:
@@ -299,10 +303,15 @@ class QueryBatcher:
         self._join_waiting()
 
     def _join_waiting(self) -> None:
+        """The waiting requests of the sweep's generation join it, up to MAX_QUERIES queries on it."""
         assert self._sweep is not None
-        keep = []
+        keep, on = [], sum(len(m.vectors) for m in self._sweep.members)
         for member in self._waiting:
-            (self._sweep.join if member.index is self._sweep.index else keep.append)(member)
+            if member.index is self._sweep.index and (not on or on + len(member.vectors) <= self.MAX_QUERIES):
+                self._sweep.join(member)
+                on += len(member.vectors)
+            else:
+                keep.append(member)
         self._waiting = keep
 
     def _answer_others(self, index: Index, others: list, count: int) -> None:
@@ -330,13 +339,6 @@ class QueryBatcher:
     def run_on_model_thread(self, work, *args):
         """`work(*args)` on the model thread, when it has no request (a concurrent.futures.Future)."""
         return self._executor.submit(work, *args)
-
-
-def _sweepable(request: SearchRequest, index: Index) -> bool:
-    try:
-        return sweepable(request, index)
-    except LgptError:
-        return False  # its own pass says why
 
 
 def _encode(encoder: QueryEncoder, requests: list[SearchRequest]) -> list:

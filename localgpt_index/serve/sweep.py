@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.errors import LgptError
 from ..core.failpoints import failpoint
 
 
@@ -102,8 +103,11 @@ class Sweep:
 def sweepable(request: Any, index: Any) -> bool:
     """Whether a request can join a sweep: exact scoring of every page of a local index (no filters, no
     first pass, not text mode); the others are scored in a pass of their own (IndexService.answer_encoded)."""
-    return (not request.filters and request.first_pass is None and hasattr(index.view, "exact_units")
-            and index.mode(request.options) != "text")
+    try:
+        return (not request.filters and request.first_pass is None and hasattr(index.view, "exact_units")
+                and index.mode(request.options) != "text")
+    except LgptError:
+        return False  # a mode the index cannot answer: its own pass says why
 
 
 def deliver_from_thread(future: asyncio.Future, loop: asyncio.AbstractEventLoop, answer) -> None:
