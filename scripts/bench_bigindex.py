@@ -1,24 +1,36 @@
 """An index larger than memory: N synthetic pages of 1,030 x 128 float16 vectors written through the real
-store (a transaction, write_segment, commit), then, in a fresh process: the time and bytes read to open it,
-one exact query over every page, and rescoring C random candidate pages (what a first pass leaves),
-each with the blocks of vectors checked, the bytes read (/proc/self/io) and RSS anon/file.
+store (a transaction, write_segment with its binary codes, commit), then, in a fresh process (the scorer
+loaded first, as in `serve` or a Python program): the time and bytes read to open it, then queries through
+the real query path (LocalView.search_vectors with candidates=C: the first pass over the stored codes,
+exact rescoring of the C candidates) for each C, one query at a time, and their recall@10 against one
+exact pass over every page for all the queries at once (its answers kept beside the index for reruns).
 
     python scripts/bench_bigindex.py --quick                  # 2,000 pages (about 0.5 GB), in a temporary folder
-    python scripts/bench_bigindex.py --pages 40 --candidates 5 --warm   # what tests/test_lazy_blocks.py runs
-    python scripts/bench_bigindex.py --pages 100000 --dir /work/bigindex-data   # 26 GB: check df first
+    python scripts/bench_bigindex.py --pages 40 --segment-pages 20 --candidates 5 --warm   # tests/test_lazy_blocks.py
+    python scripts/bench_bigindex.py --pages 100000 --dir /work/big100k --keep   # 26 GB: check df first
+    python scripts/bench_bigindex.py --pages 100000 --dir /work/big100k --reuse  # measure again, no write
 
 The page cache is dropped before the measuring process starts where this process may (root:
-/proc/sys/vm/drop_caches), and the report says whether it was ("cold") or not ("warm")."""
+/proc/sys/vm/drop_caches), and the report says whether it was ("cold") or not ("warm"). The first query
+of the process maps and checks the codes (sha256 of every blob, read from disk when cold); before every
+later query the vectors files are evicted from the page cache and their blocks marked unchecked (--vectors-cache
+cold, the default: an index larger than memory keeps only its codes cached), so its rescoring reads and checks
+its candidates' blocks from disk; "again"
+is the same query once more with everything cached. Bytes read are /proc/self/io's read_bytes; memory
+is /proc/self/status (RssAnon sampled every 10 ms for its peak); resident bytes of the codes and vectors
+files by fincore (util-linux) where it is installed."""
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -70,44 +82,155 @@ def read_bytes() -> int:
     return 0
 
 
-def measure(root: Path, candidates: int, exact: bool) -> dict:
-    """In this (fresh) process: open, rescoring `candidates` random pages, and one exact query."""
-    from localgpt_index.index.store import IndexStore
-    from localgpt_index.index.view import page_table
+class PeakAnon:
+    """The peak of RssAnon (MB) while it runs: /proc/self/status has no high-water mark for it."""
 
+    def __init__(self) -> None:
+        self.peak = memory()["RssAnon"]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, memory()["RssAnon"])
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, memory()["RssAnon"])
+
+
+def resident_mb(paths: list[Path]) -> int | None:
+    """Bytes of these files in the page cache (MB), by fincore; None where it is not installed."""
+    if not paths or not shutil.which("fincore"):
+        return None
+    done = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, paths)], capture_output=True,
+                          text=True, check=False)
+    return sum(int(x) for x in done.stdout.split()) >> 20 if done.returncode == 0 else None
+
+
+def evict(store, view) -> None:
+    """Every vectors file out of the page cache (our mapping's pages unmapped first: the kernel keeps mapped ones),
+    and its blocks unchecked again: the next query reads and checks its candidates' blocks as a fresh process would."""
+    for segment in view.manifest.segments.values():
+        files = store.segment_files(segment)
+        files.guard._done[:] = False
+        files.guard._all = False
+        files.guard._map.madvise(mmap.MADV_DONTNEED)
+        fd = os.open(files.guard.path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def timed(spent: dict, name: str, function):
+    """`function`, adding the seconds each call takes to spent[name] (a breakdown of one query)."""
+    def run(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+    return run
+
+
+def make_queries(count: int, seed: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((20, DIM), dtype=np.float32) for _ in range(count)]
+
+
+def one_query(store, view, query: np.ndarray, candidates: int, spent: dict) -> dict:
+    spent.clear()
+    before, checked, t0 = read_bytes(), store.blocks_checked(), time.perf_counter()
+    [hits] = view.search_vectors([query], k=10, candidates=candidates)
+    return {"s": time.perf_counter() - t0, **{f"{k}_s": v for k, v in spent.items()}, "read_mb": (read_bytes() - before) / 1e6,
+            "blocks_checked": store.blocks_checked() - checked, "top": [(h.path, h.page) for h in hits]}
+
+
+def summary(runs: list[dict]) -> dict:
+    keys = [k for k in runs[0] if k != "top"]
+    return {"median": {k: float(np.median([r[k] for r in runs])) for k in keys}, "max_s": max(r["s"] for r in runs),
+            "runs": [{k: round(r[k], 4) for k in keys} for r in runs]}
+
+
+def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_vectors: bool, compare: bool) -> dict:
+    """In this (fresh) process: open, then `queries` queries through the first pass for each C, then exact."""
+    import localgpt_index.index.view as view_module
     from localgpt_index.index.score import maxsim
+    from localgpt_index.index.store import IndexStore
 
-    rng = np.random.default_rng(5)
-    query = [rng.standard_normal((20, DIM), dtype=np.float32)]
+    opening, *asked = make_queries(queries + 1)  # the process's first query is one of its own: it maps and checks the codes
     # a warm process (serve, the Python API): the scorer loaded and its threads started before the index is opened
-    maxsim(query, np.zeros((8, DIM), dtype=np.float16), np.array([0, 4, 8]))
+    maxsim([opening], np.zeros((8, DIM), dtype=np.float16), np.array([0, 4, 8]))
+    peak = PeakAnon()
     report: dict = {"process_memory_mb": memory()}
     store = IndexStore(root)
     before, t0 = read_bytes(), time.perf_counter()
     view = store.open_view()
     report["open"] = {"s": time.perf_counter() - t0, "read_bytes": read_bytes() - before, "blocks_checked": store.blocks_checked(),
                       "memory_mb": memory()}
-    table = page_table(view.documents)
-    owners = [(sid, i) for sid, (rows, _, _) in table.items() for i in range(len(rows))]
-    chosen: dict[str, list[int]] = {}
-    for column in np.sort(rng.choice(len(owners), size=min(candidates, len(owners)), replace=False)):
-        sid, i = owners[column]
-        chosen.setdefault(sid, []).append(i)
-    narrowed = {sid: tuple(a[np.array(idx)] for a in table[sid]) for sid, idx in chosen.items()}
-    before, t0, checked = read_bytes(), time.perf_counter(), store.blocks_checked()
-    view._rank(query, view.documents, 10, "cpu", narrowed)
-    report["rescore"] = {"candidates": candidates, "s": time.perf_counter() - t0, "read_bytes": read_bytes() - before,
-                         "candidate_bytes": candidates * TOKENS * DIM * 2, "blocks_checked": store.blocks_checked() - checked,
-                         "memory_mb": memory()}
+    vectors = [store.segment_files(seg).guard.path for seg in view.manifest.segments.values()]
+    codes = [root / "artifacts" / blob.name for seg in view.manifest.segments.values() for part in seg.parts.values()
+             for blob in part.blobs]
+    report["resident_mb_at_open"] = {"codes": resident_mb(codes), "vectors": resident_mb(vectors)}
+    spent: dict = {}
+    view._first_pass = timed(spent, "first_pass", view._first_pass)
+    view._rank = timed(spent, "rescore", view._rank)
+    prefetching = {"on": True}
+    real_prefetch = view_module.prefetch
+    view_module.prefetch = timed(spent, "prefetch", lambda reads: real_prefetch(reads) if prefetching["on"] else 0)
+    first = one_query(store, view, opening, candidates[0], spent)
+    report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {"candidates": candidates[0], "memory_mb": memory()}
+    tops: dict[int, list] = {}
+    report["queries"] = {}
+    for c in candidates:
+        runs = []
+        for query in asked:
+            if evict_vectors:
+                evict(store, view)
+            runs.append(one_query(store, view, query, c, spent))
+        again = one_query(store, view, asked[-1], c, spent)
+        tops[c] = [r["top"] for r in runs]
+        if compare:  # the same queries without prefetch (the blocks faulted in group by group), interleaved
+            plain = []
+            for query in asked:
+                prefetching["on"] = False
+                evict(store, view)
+                plain.append(one_query(store, view, query, c, spent))
+                prefetching["on"] = True
+                evict(store, view)
+                runs.append(one_query(store, view, query, c, spent))
+            report["queries_no_prefetch"] = report.get("queries_no_prefetch", {}) | {c: summary(plain)}
+        report["queries"][c] = summary(runs) | {"again": {k: v for k, v in again.items() if k != "top"}, "memory_mb": memory(),
+                                               "resident_mb": {"codes": resident_mb(codes), "vectors": resident_mb(vectors)}}
+    report["load_average"] = os.getloadavg()
     if exact:
-        before, t0, checked = read_bytes(), time.perf_counter(), store.blocks_checked()
-        view.search_vectors(query, k=10)
-        report["exact"] = {"s": time.perf_counter() - t0, "read_bytes": read_bytes() - before,
-                           "blocks_checked": store.blocks_checked() - checked, "memory_mb": memory()}
-        t0 = time.perf_counter()
-        view.search_vectors(query, k=10)
-        report["exact_again_s"] = time.perf_counter() - t0
+        report["exact"] = exact_pass(root, store, view, asked, spent)
+        truth = report["exact"].pop("tops")
+        report["recall_at_10"] = {c: float(np.mean([len({tuple(h) for h in t} & {tuple(h) for h in e}) / 10
+                                                    for t, e in zip(tops[c], truth)])) for c in candidates}
+    report["peak_rss_anon_mb"] = peak.stop()
+    report["process_memory_mb_end"] = memory()
     return report
+
+
+def exact_pass(root: Path, store, view, asked: list[np.ndarray], spent: dict) -> dict:
+    """The exact top-10 of every query, in one pass over every page (kept beside the index: a rerun reads it)."""
+    import hashlib
+
+    index_id = hashlib.sha256(" ".join(sorted(view.manifest.segments)).encode()).hexdigest()[:12]
+    saved = root.parent / f"exact-{index_id}-{len(asked)}q.json"
+    if saved.exists():
+        return json.loads(saved.read_text()) | {"from": str(saved)}
+    before, t0, checked = read_bytes(), time.perf_counter(), store.blocks_checked()
+    answers = view.search_vectors(asked, k=10)
+    result = {"queries": len(asked), "s": time.perf_counter() - t0, "read_bytes": read_bytes() - before,
+              "blocks_checked": store.blocks_checked() - checked, "memory_mb": memory(),
+              "tops": [[(h.path, h.page) for h in hits] for hits in answers]}
+    saved.write_text(json.dumps(result))
+    return result
 
 
 def drop_caches() -> bool:
@@ -119,41 +242,66 @@ def drop_caches() -> bool:
         return False
 
 
+def existing_pages(root: Path) -> int | None:
+    from localgpt_index.index.store import IndexStore
+
+    manifest = IndexStore(root).read_manifest() if root.exists() else None
+    return manifest.page_count if manifest else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="2,000 pages in a temporary folder (a smoke test)")
     parser.add_argument("--dir", type=Path, help="where to write the index (default: a temporary folder)")
-    parser.add_argument("--segment-pages", type=int, default=10_000)
-    parser.add_argument("--candidates", type=int, help="pages rescored (default 1000; --quick: 100)")
-    parser.add_argument("--no-exact", action="store_true", help="skip the exact query over every page")
+    parser.add_argument("--segment-pages", type=int, default=4000,
+                        help="pages a segment (4,000: a segment's codes fit in one blob, which a reader maps)")
+    parser.add_argument("--candidates", default="100,300,1000", help="C, the first pass's candidates: a comma-separated list")
+    parser.add_argument("--queries", type=int, default=5, help="queries a C (each 20 random tokens)")
+    parser.add_argument("--no-exact", action="store_true", help="no exact pass (no recall)")
+    parser.add_argument("--vectors-cache", choices=["cold", "keep"], default="cold",
+                        help="cold: the vectors evicted from the page cache before each query (the codes stay)")
+    parser.add_argument("--compare-prefetch", action="store_true",
+                        help="also run each query without prefetching its candidates' blocks (interleaved with it, vectors evicted)")
     parser.add_argument("--keep", action="store_true", help="keep the index (default: deleted when done)")
+    parser.add_argument("--reuse", action="store_true", help="measure the index already in --dir (written by --keep); implies --keep")
     parser.add_argument("--warm", action="store_true", help="leave the page cache as it is (the machine's other users keep theirs)")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the fresh measuring process
     args = parser.parse_args()
+    candidates = [int(c) for c in args.candidates.split(",")]
     if args.measure:
-        print(json.dumps(measure(args.measure, args.candidates, not args.no_exact)))
+        print(json.dumps(measure(args.measure, candidates, args.queries, not args.no_exact, args.vectors_cache == "cold",
+                                 args.compare_prefetch)))
         return
     pages = 2000 if args.quick else args.pages
-    args.candidates = args.candidates or (100 if args.quick else 1000)
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench-bigindex-"))
     root = base / "default"
     need = pages * TOKENS * DIM * 2
-    if shutil.disk_usage(base if base.exists() else base.parent).free < need * 1.2:
-        sys.exit(f"{base}: {need / 1e9:.1f} GB needed, not free")
+    keep = args.keep or args.reuse
     try:
-        write_s = write_index(root, pages, min(args.segment_pages, pages))
+        write_s = None
+        if not (args.reuse and existing_pages(root) == pages):
+            if args.reuse or root.exists():
+                keep = True  # never delete what this run did not write
+                sys.exit(f"{root}: no index of {pages} pages to reuse" if args.reuse else f"{root} exists: --reuse measures it")
+            if shutil.disk_usage(base if base.exists() else base.parent).free < need * 1.2:
+                sys.exit(f"{base}: {need / 1e9:.1f} GB needed, not free")
+            write_s = write_index(root, pages, min(args.segment_pages, pages))
         cold = not args.warm and drop_caches()
-        script = [sys.executable, __file__, "--measure", str(root), "--candidates", str(args.candidates)]
-        done = subprocess.run(script + (["--no-exact"] if args.no_exact else []), capture_output=True, text=True, check=False)
+        script = [sys.executable, __file__, "--measure", str(root), "--candidates", args.candidates, "--queries", str(args.queries),
+                  "--vectors-cache", args.vectors_cache]
+        script += (["--no-exact"] if args.no_exact else []) + (["--compare-prefetch"] if args.compare_prefetch else [])
+        done = subprocess.run(script, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             sys.exit(done.stderr[-3000:])
         report = {"pages": pages, "vectors_gb": need / 1e9, "write_s": write_s, "page_cache": "cold" if cold else "warm",
-                  **json.loads(done.stdout)}
+                  "load_average_start": os.getloadavg(), **json.loads(done.stdout)}
         print(json.dumps(report, indent=1))
     finally:
-        if not args.keep:
+        if not keep:
             shutil.rmtree(root, ignore_errors=True)
+            for saved in base.glob("exact-*q.json"):
+                saved.unlink()
             if args.dir is None:
                 shutil.rmtree(base, ignore_errors=True)
 

@@ -14,6 +14,8 @@ is for lgpt-index).
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --only cpu --repeat 5            # 5 rounds, and the median ratios
     python scripts/bench_build.py --baseline e3a3eed       # also each regime with that commit's lgpt-index
+    python scripts/bench_build.py --only bench --baseline 31bee69 --repeat 3 --baseline-only   # no byaldi: faster
+    python scripts/bench_build.py --only bench --baseline 31bee69 --repeat 3 --batch-size 2    # the same batch everywhere
     python scripts/bench_build.py --family colqwen2_5      # a dynamic-resolution family against colpali-engine's loop
     python scripts/bench_build.py --family colqwen2_5 --repeat 5   # 5 rounds, and the median ratio
     python scripts/bench_build.py --family colqwen2_5 --dtype float32 --baseline 8125464
@@ -32,7 +34,11 @@ loop's scripts time their own indexing, and the wrapper says when lgpt-index's C
 Prints, per regime: whole-process seconds, pages/s once the model is loaded, the encoder's busy
 share, peak RSS, and the ratios; and the model alone (lgpt-index's encoder on pages prepared
 beforehand, in the batch size its build kept), which bounds what any pipeline can gain once
-loaded. Exits 1 only if two systems disagree on the pages indexed.
+loaded. With --baseline, each round also builds with that commit's lgpt-index and with this tree's
+`--text never` (pixels only: no page text, no OCR, no text index, as a baseline from before page
+text indexes), and prints this tree / baseline twice: like for like (--text never) and full (the
+default, page text included: its cost), with the batch size each build kept, and the medians with
+their spread (min-max) over the rounds. Exits 1 only if two systems disagree on the pages indexed.
 """
 
 from __future__ import annotations
@@ -178,12 +184,20 @@ def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> 
     return seconds, proc.stdout, proc.stderr
 
 
-def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | None = None, dtype: str = "auto") -> dict:
+BATCH_SIZE: int | None = None  # --batch-size: every lgpt-index build (this tree's and the baseline's) uses it
+BASELINE_ONLY = False  # --baseline-only: no byaldi, no model alone; this tree (default, --text never) and the baseline
+ROUND = 0
+
+
+def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | None = None, dtype: str = "auto",
+         extra: tuple[str, ...] = ()) -> dict:
     env = {**ENV, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    shutil.rmtree(index, ignore_errors=True)  # every build from scratch
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:]); "
                "print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
                python, "-c", OURS, "build", str(docs), "--model", model, "--index-dir", str(index), "--json", "-q",
-               *(["--dtype", dtype] if dtype != "auto" else [])]
+               *(["--dtype", dtype] if dtype != "auto" else []),
+               *(["--batch-size", str(BATCH_SIZE)] if BATCH_SIZE else []), *extra]
     # `python -c` puts the working directory first on sys.path: a baseline runs from its own tree
     seconds, out, err = run(command, env=env, cwd=pythonpath)
     lines = out.strip().splitlines()
@@ -193,7 +207,8 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
     done = float(err.split("BUILD DONE ")[1].split()[0])
     return {"seconds": seconds, "pages": report["pages_embedded"], "rss": rss, "encode": report["stage_seconds"].get("encode", 0.0),
             "loaded_rate": report["pages_embedded"] / max(done - ready, 1e-9), "load": ready,
-            "tuning": report.get("cpu_tuning"), "dtype": report["precision"]["dtype"]}
+            "tuning": report.get("cpu_tuning"), "dtype": report["precision"]["dtype"], "stages": report["stage_seconds"],
+            "batch": (report.get("cpu_tuning") or {}).get("batch_size") or BATCH_SIZE}
 
 
 def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None, dtype: str = "float32") -> dict:
@@ -226,7 +241,8 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
     model = str(make_checkpoint(tmp / f"{spec}-colpali", spec))
     corpus = tmp / f"corpus-{spec}"
     make_corpus(corpus, pdfs, pages, office)
-    byaldi_copy(corpus, tmp / f"corpus-{spec}-pdf")
+    if not BASELINE_ONLY:
+        byaldi_copy(corpus, tmp / f"corpus-{spec}-pdf")
     agree, ratios = True, []
     for round_number in range(1, repeat + 1):
         for index in tmp.glob(f"idx-{spec}*"):
@@ -240,9 +256,13 @@ def regime(name: str, spec: str, pdfs: int, pages: int, office: bool, tmp: Path,
             values = [r[key] for r in ratios]
             return f"{statistics.median(values):.2f}{unit} ({min(values):.2f}{unit}-{max(values):.2f}{unit})"
 
-        print(f"[{name}] median of {repeat} rounds against byaldi (float32): whole process {median('whole')}, once "
-              f"loaded {median('loaded')}, peak RSS ratio {median('rss', '')}; the model alone {median('ceiling')}"
-              + (f"; this tree / baseline, whole process: {median('baseline')}" if baseline is not None else ""))
+        if not BASELINE_ONLY:
+            print(f"[{name}] median of {repeat} rounds against byaldi (float32): whole process {median('whole')}, once "
+                  f"loaded {median('loaded')}, peak RSS ratio {median('rss', '')}; the model alone {median('ceiling')}")
+        if baseline is not None:
+            print(f"[{name}] median of {repeat} rounds, this tree / baseline (min-max), whole process: like for like "
+                  f"(--text never) {median('pixels')}, full (page text) {median('baseline')}; pages/s once loaded: like "
+                  f"for like {median('pixels_loaded')}, full {median('full_loaded')}")
     return agree
 
 
@@ -250,6 +270,8 @@ def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, b
     """One round of a regime: lgpt-index, byaldi (in bfloat16 too where lgpt-index ran in it), the
     model alone, the baseline; printed, with the ratios against byaldi float32."""
     python = sys.executable
+    if BASELINE_ONLY:
+        return baseline_round(heading, spec, model, corpus, tmp, baseline)
     us = ours(python, corpus, model, tmp / f"idx-{spec}")
     runs = {f"lgpt-index build ({us['dtype']})": us}
     if us["dtype"] != "float32":  # the probe picked bfloat16 (a CPU with AMX or AVX512-BF16): float32 as well
@@ -260,7 +282,7 @@ def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, b
     if us["dtype"] == "bfloat16":  # byaldi's own default, for the same dtype on both sides
         theirs_bf16 = theirs(python, tmp / f"corpus-{spec}-pdf", model, tmp / f"byaldi-{spec}-bf16", dtype="bfloat16")
         others["byaldi index (bfloat16)"] = theirs_bf16
-    batch = us["tuning"]["batch_size"] if us["tuning"] else 4
+    batch = us["batch"] or 4
     alone = model_alone(python, model, corpus, us["dtype"], batch)
     print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores")
     for label, r in (*runs.items(), *others.items()):
@@ -283,13 +305,62 @@ def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, b
     ratios = {"whole": them["seconds"] / us["seconds"], "loaded": us["loaded_rate"] / them["loaded_rate"],
               "rss": us["rss"] / them["rss"], "ceiling": alone / them["loaded_rate"]}
     if baseline is not None:
-        before = ours(python, corpus, model, tmp / f"idx-{spec}-baseline", pythonpath=str(baseline))
-        print(f"  baseline ({baseline.name}, {before['dtype']}): whole process {before['seconds']:6.1f} s, "
-              f"{before['loaded_rate']:6.2f} pages/s once loaded (model load {before['load']:.1f} s), peak RSS "
-              f"{before['rss']:.0f} MiB; this tree / baseline: {before['seconds'] / us['seconds']:.2f}x")
-        agree &= before["pages"] == us["pages"]
-        ratios["baseline"] = before["seconds"] / us["seconds"]
+        before, pixels = baseline_pair(python, corpus, model, tmp, spec, baseline)
+        agree &= before["pages"] == us["pages"] == pixels["pages"]
+        ratios.update(against_baseline(us, pixels, before))
     return agree, ratios
+
+
+def baseline_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, baseline: Path | None) -> tuple[bool, dict]:
+    """--baseline-only: this tree (default), this tree --text never and the baseline, no byaldi; the
+    order turns by one each round (A B C, B C A, ...), so that no variant always runs first or last."""
+    global ROUND
+    if baseline is None:
+        sys.exit("--baseline-only needs --baseline REF")
+    python = sys.executable
+    runs = [("default", lambda: ours(python, corpus, model, tmp / f"idx-{spec}")),
+            ("pixels", lambda: ours(python, corpus, model, tmp / f"idx-{spec}-pixels", extra=("--text", "never"))),
+            ("baseline", lambda: ours(python, corpus, model, tmp / f"idx-{spec}-baseline", pythonpath=str(baseline)))]
+    ROUND += 1
+    turn = ROUND % len(runs)
+    done = {name: run() for name, run in runs[turn:] + runs[:turn]}
+    us, pixels, before = done["default"], done["pixels"], done["baseline"]
+    print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f}; order {', '.join(done)}")
+    for label, r in ((f"lgpt-index build ({us['dtype']})", us), ("this tree --text never", pixels),
+                     (f"baseline ({baseline.name.removeprefix('baseline-')})", before)):
+        print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
+              f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB, batch {r['batch']}")
+    ratios = against_baseline(us, pixels, before)
+    return before["pages"] == us["pages"] == pixels["pages"], ratios
+
+
+def baseline_pair(python: str, corpus: Path, model: str, tmp: Path, spec: str, baseline: Path) -> tuple[dict, dict]:
+    """The baseline's build and this tree's with `--text never` (pixels only, as the baseline indexes),
+    one after the other, printed."""
+    before = ours(python, corpus, model, tmp / f"idx-{spec}-baseline", pythonpath=str(baseline))
+    pixels = ours(python, corpus, model, tmp / f"idx-{spec}-pixels", extra=("--text", "never"))
+    for label, r in ((f"baseline ({baseline.name.removeprefix('baseline-')})", before), ("this tree --text never", pixels)):
+        print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
+              f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB, batch {r['batch']}")
+    return before, pixels
+
+
+def against_baseline(us: dict, pixels: dict, before: dict) -> dict:
+    """This tree / the baseline, whole process (baseline seconds / ours: above 1 is faster), printed:
+    like for like (--text never: what the baseline does) and full (the default: page text, OCR where
+    the text layer is thin, the text index), with the batch sizes each kept (the tuner's choice moves
+    pages/s by up to a third: a ratio of builds that kept different sizes says so)."""
+    like, full = before["seconds"] / pixels["seconds"], before["seconds"] / us["seconds"]
+    batches = f"batch sizes kept: default {us['batch']}, --text never {pixels['batch']}, baseline {before['batch']}"
+    same = "" if us["batch"] == pixels["batch"] == before["batch"] else " (they differ: --batch-size N fixes them)"
+    text = {name: us["stages"].get(name, 0.0) for name in ("text", "ocr", "text_wait")}
+    print(f"  this tree / baseline, whole process: like for like (--text never) {like:.2f}x, full (page text) {full:.2f}x; "
+          f"{batches}{same}; page text's own seconds in the full build: pdftotext {text['text']:.2f}, OCR {text['ocr']:.2f}, "
+          f"waited for {text['text_wait']:.2f}, commit {us['stages'].get('commit', 0.0):.2f} (--text never: "
+          f"{pixels['stages'].get('commit', 0.0):.2f})")
+    return {"baseline": full, "pixels": like, "pixels_loaded": pixels["loaded_rate"] / before["loaded_rate"],
+            "full_loaded": us["loaded_rate"] / before["loaded_rate"]}
 
 
 def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, repeat: int = 1) -> bool:
@@ -341,7 +412,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every system, and the median ratios")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="with --family: lgpt-index's dtype (the loop runs in the same)")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="every lgpt-index build (this tree's and the baseline's) with --batch-size N: the CPU tuner's "
+                             "choice, which moves pages/s by up to a third, is then the same on every side")
+    parser.add_argument("--baseline-only", action="store_true",
+                        help="with --baseline: only lgpt-index builds (this tree, this tree --text never, the baseline), no byaldi")
     args = parser.parse_args()
+    global BATCH_SIZE, BASELINE_ONLY
+    BATCH_SIZE, BASELINE_ONLY = args.batch_size, args.baseline_only
     agree = True
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-") as tmp:
         tmp = Path(tmp)

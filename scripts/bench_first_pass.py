@@ -65,19 +65,45 @@ def exact_top(query, vectors, offsets) -> list[int]:
     return top(maxsim([query], vectors, offsets)[0], np.arange(len(offsets) - 1))
 
 
-def two_pass_top(query, vectors, offsets, words, candidates: int) -> list[int]:
-    from localgpt_index.index.codes import SegmentCodes, first_pass
+def coded(vectors, offsets, plain: bool = False, splits: list[int] | None = None) -> list:
+    """The codes a build writes for these vectors, a segment per span of pages between `splits` (default:
+    one segment); plain: version 1's sign codes."""
+    from localgpt_index.index.codes import SegmentCodes, pack_codes
+    from localgpt_index.index.codes.pack import as_words, code_segment
+
+    splits = splits or [0, len(offsets) - 1]
+    segments = []
+    for number, (first, end) in enumerate(zip(splits, splits[1:])):
+        rows = vectors[offsets[first] : offsets[end]]
+        local = offsets[first : end + 1] - offsets[first]
+        pages = np.arange(end - first, dtype=np.int64)
+        if plain:
+            segments.append(SegmentCodes(f"s{number}", as_words(pack_codes(rows)), local, pages))
+        else:
+            words, ids, book = code_segment(rows)
+            segments.append(SegmentCodes(f"s{number}", words, local, pages, ids, book))
+    return segments
+
+
+def two_pass_top(query, vectors, offsets, segments, candidates: int) -> list[int]:
+    from localgpt_index.index.codes import first_pass
     from localgpt_index.index.score import maxsim
 
-    segment = SegmentCodes("s", words, offsets, np.arange(len(offsets) - 1, dtype=np.int64))
-    chosen = segment.pages[first_pass([query], [segment], candidates)[0].get("s", np.zeros(0, dtype=np.int64))]
+    picks = first_pass([query], segments, candidates)[0]
+    starts = np.cumsum([0] + [len(s.pages) for s in segments])
+    chosen = np.concatenate([starts[i] + picks[s.segment] for i, s in enumerate(segments) if s.segment in picks] or [np.zeros(0, np.int64)])
     return top(maxsim([query], vectors, offsets, chosen)[0], chosen)
 
 
-def recalls(queries, vectors, offsets, words, cs: list[int]) -> dict[int, float]:
+def recalls(queries, vectors, offsets, cs: list[int], splits: list[int] | None = None) -> dict[str, dict[int, float]]:
+    """recall@10 against exact of the codes builds write, and of version 1's plain sign codes."""
     exact = [set(exact_top(q, vectors, offsets)) for q in queries]
-    return {c: float(np.mean([len(e & set(two_pass_top(q, vectors, offsets, words, c))) / len(e) for q, e in zip(queries, exact)]))
-            for c in cs}
+    report = {}
+    for name, plain in (("recall_at_10", False), ("recall_at_10_plain_signs", True)):
+        segment = coded(vectors, offsets, plain, splits)
+        report[name] = {c: float(np.mean([len(e & set(two_pass_top(q, vectors, offsets, segment, c))) / len(e)
+                                          for q, e in zip(queries, exact)])) for c in cs}
+    return report
 
 
 def planted(queries, vectors, offsets, cosine: float, seed: int) -> list[int]:
@@ -95,11 +121,12 @@ def planted(queries, vectors, offsets, cosine: float, seed: int) -> list[int]:
     return pages
 
 
-def needle_hits(queries, pages, vectors, offsets, words, cs: list[int]) -> dict:
+def needle_hits(queries, pages, vectors, offsets, cs: list[int]) -> dict:
     """Hit@10 of each query's planted page: exact, and first pass + rescoring at each C."""
     hits = {"exact": float(np.mean([p in exact_top(q, vectors, offsets) for q, p in zip(queries, pages)]))}
+    segment = coded(vectors, offsets)
     for c in cs:
-        hits[str(c)] = float(np.mean([p in two_pass_top(q, vectors, offsets, words, c) for q, p in zip(queries, pages)]))
+        hits[str(c)] = float(np.mean([p in two_pass_top(q, vectors, offsets, segment, c) for q, p in zip(queries, pages)]))
     return hits
 
 
@@ -107,13 +134,14 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def timings(queries, vectors, offsets, words, candidates: int, rounds: int) -> dict:
+def timings(queries, vectors, offsets, candidates: int, rounds: int) -> dict:
     """Exact vs first pass + rescoring, one query per call, the order alternating round by round."""
-    from localgpt_index.index.codes import hamming_maxsim, query_words
+    from localgpt_index.index.codes import query_words
 
     exact_s, two_s, ratios, kernel_wall, kernel_cpu = [], [], [], [], []
-    runs = {"exact": lambda q: exact_top(q, vectors, offsets), "two": lambda q: two_pass_top(q, vectors, offsets, words, candidates)}
-    two_pass_top(queries[0], vectors, offsets, words, candidates)  # compile / load the kernel once
+    segment = coded(vectors, offsets)
+    runs = {"exact": lambda q: exact_top(q, vectors, offsets), "two": lambda q: two_pass_top(q, vectors, offsets, segment, candidates)}
+    two_pass_top(queries[0], vectors, offsets, segment, candidates)  # compile / load the kernel once
     for r in range(rounds):
         for q in queries:
             took = {}
@@ -126,7 +154,7 @@ def timings(queries, vectors, offsets, words, candidates: int, rounds: int) -> d
             ratios.append(took["exact"] / took["two"])
             q_words, owner = query_words([q])
             wall, cpu = time.perf_counter(), time.process_time()
-            hamming_maxsim(q_words, owner, 1, words, offsets)
+            segment[0].estimates(q_words, owner, q, 1)
             kernel_wall.append(time.perf_counter() - wall)
             kernel_cpu.append(time.process_time() - cpu)
     pages = len(offsets) - 1
@@ -137,18 +165,22 @@ def timings(queries, vectors, offsets, words, candidates: int, rounds: int) -> d
 
 def big(pages: int, tokens: int, queries, vectors, offsets, candidates: int, rounds: int) -> dict:
     """The first pass over `pages` pages of random codes (in memory), plus rescoring `candidates` pages."""
-    from localgpt_index.index.codes import hamming_maxsim, query_words
+    from localgpt_index.index.codes import SegmentCodes, query_words
+    from localgpt_index.index.codes.pack import CENTROIDS, Codebook
     from localgpt_index.index.score import maxsim
 
     rng = np.random.default_rng(7)
     words = rng.integers(0, np.iinfo(np.int64).max, size=(pages * tokens, 2), dtype=np.uint64)
+    ids = rng.integers(0, CENTROIDS, size=pages * tokens, dtype=np.uint8)
+    book = Codebook(rng.standard_normal((CENTROIDS, DIM), dtype=np.float32), np.full(DIM, 0.05, dtype=np.float32))
     big_offsets = np.arange(pages + 1, dtype=np.int64) * tokens
+    segment = SegmentCodes("big", words, big_offsets, np.arange(pages, dtype=np.int64), ids, book)
     first, rescore, cpu, rescore_cpu = [], [], [], []
     for r in range(rounds):
         for q in queries:
             q_words, owner = query_words([q])
             started, cpu_started = time.perf_counter(), time.process_time()
-            hamming_maxsim(q_words, owner, 1, words, big_offsets)
+            segment.estimates(q_words, owner, q, 1)
             first.append(time.perf_counter() - started)
             cpu.append(time.process_time() - cpu_started)
             chosen = rng.choice(len(offsets) - 1, size=min(candidates, len(offsets) - 1), replace=False)
@@ -157,7 +189,7 @@ def big(pages: int, tokens: int, queries, vectors, offsets, candidates: int, rou
             rescore.append(time.perf_counter() - started)
             rescore_cpu.append(time.process_time() - cpu_started)
     total = [a + b for a, b in zip(first, rescore)]
-    return {"pages": pages, "codes_bytes": int(words.nbytes), "first_pass_s": spread(first), "first_pass_cpu_s": spread(cpu),
+    return {"pages": pages, "codes_bytes": int(words.nbytes + ids.nbytes), "first_pass_s": spread(first), "first_pass_cpu_s": spread(cpu),
             "rescore_s": spread(rescore), "rescore_cpu_s": spread(rescore_cpu),
             "total_s": spread(total), "kernel_pages_per_s": pages / statistics.median(first),
             "within_1_5_s": statistics.median(total) <= 1.5}
@@ -165,8 +197,6 @@ def big(pages: int, tokens: int, queries, vectors, offsets, candidates: int, rou
 
 def real(index_dir: Path, cs: list[int], count: int) -> dict:
     """Recall on an index's own vectors (codes packed from its memory-mapped segments: the bytes build stores)."""
-    from localgpt_index.index.codes import pack_codes
-    from localgpt_index.index.codes.pack import as_words
     from localgpt_index.query.search import open_index
 
     index = open_index(index_dir)
@@ -174,15 +204,13 @@ def real(index_dir: Path, cs: list[int], count: int) -> dict:
     texts = [" ".join(rng.choice(QUERY_WORDS, 2)) + f" {i}" for i in range(count)]
     queries = index.load_encoder().encode_queries(texts)
     segments = list(index.manifest.segments.values())
-    if len(segments) != 1:
-        vectors = np.concatenate([np.asarray(index.store.segment_arrays(s)[0]) for s in segments])
-        lengths = np.concatenate([np.diff(index.store.segment_arrays(s)[1]) for s in segments])
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    else:
-        vectors, offsets = index.store.segment_arrays(segments[0])
-    words = as_words(pack_codes(vectors))
+    arrays = [index.store.segment_arrays(s) for s in segments]  # coded per segment, as the build writes them
+    vectors = np.concatenate([np.asarray(v) for v, _ in arrays])
+    lengths = np.concatenate([np.diff(o) for _, o in arrays])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    splits = [int(n) for n in np.cumsum([0] + [len(o) - 1 for _, o in arrays])]
     return {"index": str(index_dir), "pages": len(offsets) - 1, "tokens_per_page": float(np.mean(np.diff(offsets))),
-            "queries": count, "recall_at_10": recalls(queries, vectors, offsets, words, cs)}
+            "segments": len(segments), "queries": count, **recalls(queries, vectors, offsets, cs, splits)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -199,26 +227,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from localgpt_index.core.cpus import available_cpus
-    from localgpt_index.index.codes import kernel_name, pack_codes
-    from localgpt_index.index.codes.pack import as_words
+    from localgpt_index.index.codes import kernel_name
     from localgpt_index.index.codes.plan import DEFAULT_CANDIDATES
 
     if args.quick:
         args.pages, args.tokens, args.big, args.queries, args.rounds, args.candidates = 400, 64, 2000, 3, 1, [10, 50, 400]
     chosen = args.chosen or min(DEFAULT_CANDIDATES, args.pages)
     vectors, offsets = unit_pages(args.pages, args.tokens, seed=1)
-    words = as_words(pack_codes(vectors))
     queries = unit_queries(args.queries, 20, seed=2)
     report = {"kernel": kernel_name(), "cpus": available_cpus(), "load_average_before": os.getloadavg()[0],
               "pages": args.pages, "tokens_per_page": args.tokens, "query_tokens": 20,
-              "chosen_candidates": chosen, "random": {"recall_at_10": recalls(queries, vectors, offsets, words, args.candidates)}}
+              "chosen_candidates": chosen, "random": recalls(queries, vectors, offsets, args.candidates)}
     needles = unit_queries(args.queries, 20, seed=5)
     needle_cs = [c for c in (10, 30, 100, 300) if c < args.pages] or [1]
     for cosine in (0.6, 0.45, 0.35):
         pages = planted(needles, vectors, offsets, cosine, seed=int(cosine * 100))
-        words = as_words(pack_codes(vectors))
-        report["random"][f"needle_hit_at_10_cos_{cosine}"] = needle_hits(needles, pages, vectors, offsets, words, needle_cs)
-    report["timing"] = timings(queries[:3], vectors, offsets, words, chosen, args.rounds)
+        report["random"][f"needle_hit_at_10_cos_{cosine}"] = needle_hits(needles, pages, vectors, offsets, needle_cs)
+    report["timing"] = timings(queries[:3], vectors, offsets, chosen, args.rounds)
     report["big"] = big(args.big, args.tokens, queries[:2], vectors, offsets, chosen, args.rounds)
     if args.real:
         report["real"] = real(args.real, args.candidates, 30 if not args.quick else 3)
@@ -234,9 +259,13 @@ def _text(r: dict) -> str:
     lines += [f"planted page found in the top-10 (token cosine {key.rsplit('_', 1)[1]}): "
               + ", ".join(f"{c}: {v:.2f}" for c, v in hits.items())
               for key, hits in r["random"].items() if key.startswith("needle")]
+    plain = r["random"]["recall_at_10_plain_signs"]
+    lines.append("  version 1's plain sign codes: " + ", ".join(f"C={c}: {v:.2f}" for c, v in plain.items()))
     if "real" in r:
         lines.append(f"recall@10 ({r['real']['pages']} pages of {r['real']['index']}): "
                      + ", ".join(f"C={c}: {v:.2f}" for c, v in r["real"]["recall_at_10"].items()))
+        plain = r["real"]["recall_at_10_plain_signs"]
+        lines.append("  version 1's plain sign codes: " + ", ".join(f"C={c}: {v:.2f}" for c, v in plain.items()))
     lines += [f"one query: exact {t['exact_s']['median']:.3f} s, first pass + rescoring {r['chosen_candidates']} "
               f"{t['first_pass_s']['median']:.3f} s (speedup {t['speedup']['median']:.1f}x, "
               f"{t['speedup']['min']:.1f}-{t['speedup']['max']:.1f}); kernel {t['kernel_pages_per_s']:.0f} pages/s wall, "

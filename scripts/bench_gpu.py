@@ -22,6 +22,17 @@ colpali-engine's own loop as its README shows it (process_images of one page, th
 
 Pages are preprocessed before timing (in a build that runs in the render thread);
 the timed part is the batch assembly, the forward pass and copying vectors back.
+
+With --query it measures the exact device scorer (index/device_scorer.py) instead: --pages synthetic
+pages of --tokens random unit float16 vectors each, held in memory (a NumPy array shaped like a
+segment's memory map; the store is not involved: opening and block checks are bench_bigindex.py's),
+one query and --stack stacked, resident on the device and streamed to it, against the bandwidth bound
+(the vectors' bytes over the device's copy rate measured in the same run), and checked against the
+CPU scorer (top-10 identical, every score within 1e-3). The target on one H200: one query over
+100,000 pages under 50 ms.
+
+    python scripts/bench_gpu.py --query --pages 100000 --tokens 1030     # on a CUDA machine (26 GB of vectors)
+    python scripts/bench_gpu.py --query --device cpu --pages 500          # smoke test
 """
 
 from __future__ import annotations
@@ -134,14 +145,29 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64])
-    parser.add_argument("--pages", type=int, default=192, help="pages timed per batch size")
+    parser.add_argument("--pages", type=int, default=None, help="pages timed per batch size [192]; --query: pages in the index [100000]")
     parser.add_argument("--byaldi-pages", type=int, default=24)
     parser.add_argument("--compile", action="store_true", help="also time the encoder with torch.compile")
     parser.add_argument("--profile", action="store_true", help="print the GPU kernels that take the time, at the first batch size")
     parser.add_argument("--family", choices=["colqwen2_5"], default=None,
                         help="ColQwen2.5 (Qwen2.5-VL-3B's layers; --spec bench: narrow) against colpali-engine's loop")
+    parser.add_argument("--query", action="store_true", help="measure the exact device scorer (then --pages: pages in the index)")
+    parser.add_argument("--tokens", type=int, default=1030, help="--query: vectors a page")
+    parser.add_argument("--query-tokens", type=int, default=20, help="--query: vectors a query")
+    parser.add_argument("--stack", type=int, default=8, help="--query: queries stacked in one pass")
+    parser.add_argument("--rounds", type=int, default=5, help="--query: timed rounds of each measurement (the median is kept)")
+    parser.add_argument("--bf16-queries", action="store_true",
+                        help="--query: query vectors rounded through bfloat16, as a bfloat16 model makes them")
+    parser.add_argument("--no-stream", action="store_true", help="--query: skip the streamed measurement")
+    parser.add_argument("--json", default=None, metavar="PATH", help="--query: write the numbers here as JSON")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.query:
+        from bench_gpu_query import query_main
+
+        query_main(args)
+        return
+    args.pages = args.pages or 192
     if args.family:
         family_main(args)
         return

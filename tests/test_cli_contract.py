@@ -50,6 +50,7 @@ ERROR_CASES = {
     "status": (lambda tmp, built: ["status", "--index-dir", str(tmp / "none")], 1, "index"),
     "ls": (lambda tmp, built: ["ls", "--index-dir", str(tmp / "none")], 1, "index"),
     "remove": (lambda tmp, built: ["remove", "x.pdf", "--index-dir", str(tmp / "none")], 1, "index"),
+    "upgrade": (lambda tmp, built: ["upgrade", "--index-dir", str(tmp / "none")], 1, "index"),
     "verify": (lambda tmp, built: ["verify", "--store", "nonsense://x"], 2, "usage"),  # its findings are a report
     "doctor": (lambda tmp, built: ["doctor", "--dtype", "float8"], 2, "usage"),
     "export": (lambda tmp, built: ["export", "--format", "qdrant", "http://x/y", "--index-dir", str(built["index"])], 2, "usage"),

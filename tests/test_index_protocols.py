@@ -80,8 +80,9 @@ def test_the_qdrant_view_shares_the_generation_view_and_carries_no_local_scoring
         assert local._table is not None and hasattr(local, "_first_pass") and hasattr(local, "_rank")
         present = [name for name in LOCAL_SCORING if hasattr(qdrant, name)]
         assert present == [], f"the Qdrant view carries local scoring: {present}"
-        assert (local.scoring_path(None).path, qdrant.scoring_path(5).path) == ("exact", "store")
-        assert qdrant.scoring_path(5).candidates == 5 and qdrant.scoring_path("auto").candidates is None
+        # the in-process mode scores exactly, whatever is asked (tests/test_qdrant_quantization.py: a server's first pass)
+        assert (local.scoring_path(None).path, qdrant.scoring_path(5).path) == ("exact", "exact")
+        assert qdrant.scoring_path(5).hint and qdrant.scoring_path("auto").candidates is None
     finally:
         local_store.close()
         qdrant_store.close()

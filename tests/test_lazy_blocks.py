@@ -243,15 +243,18 @@ def test_the_bench_smoke_run_opens_without_checking_and_rescoring_checks_only_ca
     import sys
 
     script = Path(__file__).parent.parent / "scripts" / "bench_bigindex.py"
-    done = subprocess.run([sys.executable, str(script), "--pages", "40", "--segment-pages", "20", "--candidates", "5", "--warm",
-                           "--dir", str(tmp_path / "bench")], capture_output=True, text=True, check=False, timeout=600)
+    done = subprocess.run([sys.executable, str(script), "--pages", "40", "--segment-pages", "20", "--candidates", "5", "--queries", "2",
+                           "--warm", "--dir", str(tmp_path / "bench")], capture_output=True, text=True, check=False, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["pages"] == 40 and report["page_cache"] == "warm"
     assert report["open"]["blocks_checked"] == 0
-    assert 0 < report["rescore"]["blocks_checked"] < report["exact"]["blocks_checked"] + report["rescore"]["blocks_checked"]
-    assert report["rescore"]["blocks_checked"] <= 5 * 6  # a 258 KiB page lies in 5 or 6 blocks of 64 KiB
-    assert report["open"]["memory_mb"]["RssAnon"] > 0 and not (tmp_path / "bench" / "default").exists()
+    runs = report["queries"]["5"]["runs"]
+    assert len(runs) == 2 and all(0 < run["blocks_checked"] <= 5 * 6 for run in runs)  # a 258 KiB page lies in 5 or 6 blocks of 64 KiB
+    assert all(run["first_pass_s"] > 0 and run["rescore_s"] > 0 for run in runs)  # the real path: codes, then rescoring
+    assert report["exact"]["blocks_checked"] > 0 and 0 <= report["recall_at_10"]["5"] <= 1
+    assert report["open"]["memory_mb"]["RssAnon"] > 0 and report["peak_rss_anon_mb"] >= report["open"]["memory_mb"]["RssAnon"]
+    assert not (tmp_path / "bench" / "default").exists() and not list((tmp_path / "bench").glob("exact-*"))
 
 
 def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_an_error(fake_model, tmp_path):
@@ -293,3 +296,50 @@ def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
     assert fresh.search_vectors(_queries(), k=3, candidates=5) == expected  # the damage lies outside what it reads
     with pytest.raises(IndexProblem, match=f"block {unread} "):
         fresh.search_vectors(_queries(), k=3)  # exact reads every block
+
+
+def test_rescoring_reads_its_candidates_blocks_all_at_once_before_checking_them(root, monkeypatch):
+    from localgpt_index.core import failpoints
+    from localgpt_index.index import checksums
+    from localgpt_index.index.store import IndexStore
+
+    events: list[tuple] = []
+    lock = threading.Lock()
+    real = checksums.BlockGuard.read_into_cache
+
+    def read(guard, lo: int, hi: int) -> None:
+        with lock:
+            events.append(("read", lo, hi))
+        real(guard, lo, hi)
+
+    monkeypatch.setattr(checksums.BlockGuard, "read_into_cache", read)
+    failpoints.set_hook(lambda name: events.append(("check",)) if name == "vectors.check_block" else None)
+    try:
+        store = IndexStore(root)
+        store.open_view().search_vectors(_queries()[:1], k=3, candidates=5)
+    finally:
+        failpoints.set_hook(None)
+    kinds = [event[0] for event in events]
+    assert "read" in kinds and kinds.index("check") > max(i for i, kind in enumerate(kinds) if kind == "read")
+    [files] = store._mmaps.values()
+    read = {block for _, lo, hi in (e for e in events if e[0] == "read") for block in range(lo >> 16, -(-hi >> 16))}
+    assert read == set(np.flatnonzero(files.guard._done).tolist()) and len(read) <= 5 * 2  # exactly the blocks checked
+
+
+def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
+    import mmap
+
+    from localgpt_index.core.errors import IndexProblem
+    from localgpt_index.index.store import IndexStore
+
+    codes = IndexStore(root).open_view().artifact("codes")
+    segment = next(iter(codes.parts))  # type: ignore[union-attr]
+    words = codes.words(segment)  # type: ignore[union-attr]
+    base = words
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)  # file-backed (the page cache), not a copy on the heap
+    blob = root / "artifacts" / codes.parts[segment].blobs[0].name  # type: ignore[union-attr]  # its codes (then ids, codebook)
+    _damage(blob, 5)
+    with pytest.raises(IndexProblem, match="checksum mismatch; the artifact is damaged"):
+        IndexStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)

@@ -159,6 +159,24 @@ def test_each_ocr_process_is_held_to_its_memory_limit(tmp_path):
     assert raised.value.reason.startswith("tesseract failed: ") and "(each OCR process may map 16 MiB)" in raised.value.reason
 
 
+def test_lgpt_ocr_nice_runs_each_ocr_process_at_a_lower_priority(monkeypatch):
+    """LGPT_OCR_NICE=N starts each OCR process (the 300 dpi render, Tesseract) N lower in CPU priority
+    than the build, so that it takes only the cores the encoder leaves; by default, the build's own."""
+    import time
+
+    from localgpt_index.ingest.ocr import run_bounded
+
+    def niceness() -> int:  # coreutils' nice alone prints the niceness it runs at
+        return int(run_bounded(["nice"], time.monotonic() + 60, 60, 256, "nice"))
+
+    monkeypatch.delenv("LGPT_OCR_NICE", raising=False)
+    assert niceness() == os.nice(0)
+    monkeypatch.setenv("LGPT_OCR_NICE", "10")
+    assert niceness() == min(19, os.nice(0) + 10)
+    monkeypatch.setenv("LGPT_OCR_NICE", "lots")  # not a niceness: ignored
+    assert niceness() == os.nice(0)
+
+
 @pytest.mark.slow
 def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, appended):
     docs = tmp_path / "docs"

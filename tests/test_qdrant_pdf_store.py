@@ -116,3 +116,45 @@ def test_a_writer_killed_while_copying_leaves_a_temporary_file_the_next_one_swee
     names = _pdfs(shared)
     assert len(names) == 1 and not names[0].startswith(".tmp-")
     assert run_cli("verify", *store).exit_code == 0
+
+
+def test_verify_says_which_records_belong_to_collections_that_are_gone(tmp_path):
+    """A record of a deleted collection keeps its PDFs for good: verify says so (a note, exit 0), only of
+    collections it can tell are gone (an in-process folder removed, or its collection deleted; the same
+    server's alias missing), never of one that exists or of another server's."""
+    import shutil
+
+    from localgpt_index.index.qdrant.store import QdrantStore, parse_store_url
+
+    shared = tmp_path / "pdfs"
+    a, b, c = (_store(tmp_path, name, shared) for name in "abc")
+    try:
+        for store, name in ((a, "a"), (b, "b"), (c, "c")):
+            _commit(store, _pdf(tmp_path, f"{name}.pdf", name))
+        b.client.delete_collection(b.physical())  # c's collection deleted, its folder kept; b's folder removed
+        c.client.delete_collection(c.physical())
+        (shared / "refs" / "elsewhere.json").write_text(json.dumps({"location": "qdrant://other.invalid:6333/x", "pdfs": []}))
+    finally:
+        for store in (a, b, c):
+            store.close()
+    shutil.rmtree(tmp_path / "qd-b")
+    args = ["verify", "--store", f"qdrant+path://{tmp_path / 'qd-a'}/a", "--pdf-store", str(shared)]
+    out = run_cli(*args, "--json")
+    assert out.exit_code == 0, out.stdout + out.stderr
+    document = json.loads(out.stdout)
+    assert document["ok"] is True and len(document["notes"]) == 2
+    gone = [f"qdrant+path://{tmp_path / 'qd-b'}/b", f"qdrant+path://{tmp_path / 'qd-c'}/c"]
+    assert all(any(where in note for note in document["notes"]) for where in gone)
+    assert all("delete the record" in note and "keeps 1 PDF(s)" in note for note in document["notes"])
+    plain = run_cli(*args)
+    assert plain.exit_code == 0 and plain.stderr.count("note: ") == 2 and "other.invalid" not in plain.stderr
+
+    server = QdrantStore(parse_store_url("qdrant://qdrant.invalid:6333/a"), shared, client=_store(tmp_path, "a", shared).client)
+    try:  # a server's own collections are asked to it: "a" exists there (over the same client), "x" does not
+        (shared / "refs" / "same.json").write_text(json.dumps({"location": "qdrant://qdrant.invalid:6333/x", "pdfs": ["pdf/1.pdf"]}))
+        (shared / "refs" / "here.json").write_text(json.dumps({"location": "qdrant://qdrant.invalid:6333/a", "pdfs": []}))
+        notes = server.verify_notes()
+        assert len(notes) == 3 and any("qdrant://qdrant.invalid:6333/x" in note for note in notes)
+        assert not any("6333/a," in note or "other.invalid" in note for note in notes)
+    finally:
+        server.client.close()

@@ -20,13 +20,20 @@ QUESTIONS = ["who paid invoice INV-2024-0042?", "when does the zanzibar lease en
              "annual report summary", "payment"]
 
 
-def make_corpus(folder, seed: int = 7) -> None:
+def corpus_pages(seed: int = 7) -> dict[str, list[str]]:
     rng = random.Random(seed)
+    corpus = {}
     for n in range(8):
         pages = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))) for _ in range(2)]
         if n < len(FACTS):
             pages[n % 2] += " " + FACTS[n]
-        make_pdf(folder / f"doc-{n}.pdf", pages)
+        corpus[f"doc-{n}.pdf"] = pages
+    return corpus
+
+
+def make_corpus(folder, seed: int = 7) -> None:
+    for name, pages in corpus_pages(seed).items():
+        make_pdf(folder / name, pages)
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +214,129 @@ def test_a_build_killed_before_head_leaves_its_sparse_points_out_of_the_idf(both
         store.close()
     assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
     assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=1e-5)
+
+
+def sparse_state(url: str, *candidates: float) -> dict:
+    """HEAD's reference avgdl, the generation's exact mean, and which of them (or of `candidates`) each
+    visible page's sparse vector was weighted with (recomputed from its text; None: none of them)."""
+    from localgpt_index.index.open import open_store
+    from localgpt_index.index.qdrant.catalog import read_head
+    from localgpt_index.index.qdrant.ids import visible_filter
+    from localgpt_index.index.qdrant.sparse import HEAD_KEY, SPARSE, avgdl_of, page_vector
+    from localgpt_index.query.search import open_index
+
+    store = open_store(url)
+    try:
+        manifest = store.open()
+        head = read_head(store, store.physical())
+        lexical = open_index(store=store).view.artifact("lexical")
+        points, _ = store.client.scroll(store.physical(), scroll_filter=visible_filter(manifest.generation), limit=500,
+                                        with_vectors=[SPARSE], with_payload=["path", "page"])
+        weighted = {}
+        for point in points:
+            text = lexical.page_text(point.payload["path"], point.payload["page"])
+            if not text:
+                continue
+            vector = point.vector[SPARSE]
+            found = [avgdl for avgdl in {head.get(HEAD_KEY) or 0.0, avgdl_of(manifest), *candidates}
+                     if avgdl and page_vector(text, avgdl)[1] == pytest.approx(vector.values, rel=1e-6)]
+            weighted[(point.payload["path"].rsplit("/", 1)[-1], point.payload["page"])] = found[0] if found else None
+        return {"reference": head.get(HEAD_KEY), "exact": avgdl_of(manifest), "weighted": weighted}
+    finally:
+        store.close()
+
+
+def test_a_reference_avgdl_bounds_the_drift_and_a_large_one_renormalises_every_vector(both, fake_model, tmp_path):
+    """Every visible page's sparse vector is weighted with HEAD's reference avgdl. A small change of the
+    mean (under 1 %) keeps it: scores within the drift of the local engine's, the same top-10. A large
+    one (a short document added or removed) rewrites every vector with the exact mean: scores equal the
+    local engine's again. A kill after HEAD, before the rewrite, leaves HEAD with no reference, and the
+    next commit rewrites them all."""
+    from conftest import copy_tree, run_process
+
+    from localgpt_index.index.qdrant.sparse import AVGDL_TOLERANCE
+    from localgpt_index.query.search import open_index
+
+    root = tmp_path / "copy"
+    copy_tree(both["root"], root)
+    local, url, docs = root / "local", f"qdrant+path://{root / 'qd'}/pages", root / "docs"
+
+    def build_both(*remove: str) -> None:
+        for where in (["--index-dir", str(local)], ["--store", url]):
+            done = run_cli("remove", *remove, *where) if remove else run_cli("build", str(docs), "--model", str(fake_model), *where)
+            assert done.exit_code == 0, done.stderr
+
+    def compare(rel: float):
+        from localgpt_index.index.open import open_store
+
+        mine = answers(open_index(local), "text")
+        store = open_store(url)
+        try:
+            theirs = answers(open_index(store=store), "text")
+        finally:
+            store.close()
+        assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
+        assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=rel)
+
+    first = sparse_state(url)
+    assert first["reference"] == pytest.approx(first["exact"]) and set(first["weighted"].values()) == {first["reference"]}
+    # a page as long as the mean: the mean moves under 1 %, the reference stays, no vector is rewritten
+    pages = corpus_pages()
+    lengths = {(name, page): len(text.split()) for name, texts in pages.items() for page, text in enumerate(texts)}
+    mean = sum(lengths.values()) / len(lengths)
+    name, page = min(lengths, key=lambda key: abs(lengths[key] - mean))
+    make_pdf(docs / "doc-near.pdf", [pages[name][page]])
+    build_both()
+    near = sparse_state(url)
+    drift = abs(near["reference"] / near["exact"] - 1)
+    assert near["reference"] == first["reference"] and 0 < drift <= AVGDL_TOLERANCE, near
+    assert set(near["weighted"].values()) == {first["reference"]}  # doc-near's page too
+    compare(rel=drift / (1 - drift))
+    # a short document (about half the mean): killed once HEAD moved, before the rewrite: HEAD records no reference
+    make_pdf(docs / "doc-short.pdf", ["ledger", "freight"])
+    killed = run_process("build", str(docs), "--model", str(fake_model), "--store", url, env={"LGPT_FAILPOINT": "after-head"})
+    assert killed.returncode == -9, killed.stderr
+    done = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(local))
+    assert done.exit_code == 0, done.stderr
+    dirty = sparse_state(url, first["reference"])
+    assert dirty["reference"] is None and abs(first["reference"] / dirty["exact"] - 1) > AVGDL_TOLERANCE, dirty
+    assert set(dirty["weighted"].values()) == {first["reference"]}  # its pages were written with the old reference
+    # the next commit (the short document removed) rewrites every vector with the exact mean
+    build_both(str(docs / "doc-short.pdf"))
+    removed = sparse_state(url)
+    assert removed["reference"] == pytest.approx(removed["exact"]) and set(removed["weighted"].values()) == {removed["reference"]}
+    compare(rel=1e-6)
+    # added again in one commit: the mean drifts over the tolerance, the commit renormalises after HEAD
+    build_both()
+    added = sparse_state(url)
+    assert abs(removed["reference"] / added["exact"] - 1) > AVGDL_TOLERANCE
+    assert added["reference"] == pytest.approx(added["exact"]) and set(added["weighted"].values()) == {added["reference"]}
+    assert len(added["weighted"]) == len(first["weighted"]) + 3  # doc-near's page and doc-short's two
+    compare(rel=1e-6)
+
+
+def test_a_reader_on_another_machine_gets_snippets_and_text_from_the_store_alone(fake_model, tmp_path):
+    """The Qdrant store is self-contained: the text index and the page text are blobs of its catalog
+    collection, so a reader with none of the builder's files (its documents, its folders, its home)
+    gets snippets and --with-text from Qdrant alone."""
+    import json
+    import shutil
+
+    from conftest import run_process
+
+    builder = tmp_path / "builder"
+    make_corpus(builder / "docs")
+    make_pdf(builder / "docs" / "paid.pdf", ["budget review", "invoice INV-2024-0042 paid by ACME"])
+    built = run_cli("build", str(builder / "docs"), "--model", str(fake_model), "--store", f"qdrant+path://{builder / 'qd'}/pages")
+    assert built.exit_code == 0, built.stderr
+    reader = tmp_path / "reader"
+    shutil.copytree(builder / "qd", reader / "qd")  # what a Qdrant server holds; nothing else of the builder's
+    shutil.rmtree(builder)
+    (reader / "home").mkdir()
+    done = run_process("query", "who paid invoice INV-2024-0042?", "--mode", "text", "--with-text", "--json", "-k", "3",
+                       "--store", f"qdrant+path://{reader / 'qd'}/pages", cwd=str(reader),
+                       env={"HOME": str(reader / "home"), "XDG_CACHE_HOME": str(reader / "home" / ".cache")})
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)["queries"][0]["results"]
+    assert (hits[0]["path"].rsplit("/", 1)[-1], hits[0]["page"]) == ("paid.pdf", 2)
+    assert "INV-2024-0042" in hits[0]["text"] and "**" in hits[0]["snippet"], hits[0]

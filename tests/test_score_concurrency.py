@@ -94,3 +94,20 @@ def test_serve_sets_a_short_openmp_spin_before_torch_loads(users, fake_model, tm
     result = run_cli("serve", "--index-dir", str(index))
     assert result.exit_code == 0, result.stderr
     assert seen == {"spin": users or (None if loaded else "1000"), "torch": loaded}
+
+
+@pytest.mark.slow  # the torch scorer
+def test_a_single_chunk_is_scored_on_a_scorer_thread_not_the_callers(monkeypatch):
+    """A rescoring's few candidates of a segment make one chunk: scored on the calling thread, its ops
+    ran on torch's team of threads, 10-20x slower on a loaded machine than on a one-thread scorer."""
+    from localgpt_index.index import score
+
+    if score.SCORE_WORKERS <= 1:
+        pytest.skip("one CPU: the calling thread is the scorer")
+    names: list[str] = []
+    real = score._score_chunks
+    monkeypatch.setattr(score, "_score_chunks", lambda *args: names.append(threading.current_thread().name) or real(*args))
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((8, 16)).astype(np.float16)
+    scores = score.maxsim([rng.standard_normal((3, 16)).astype(np.float32)], vectors, np.array([0, 4, 8]), np.array([1]))
+    assert scores.shape == (1, 1) and names and all(name.startswith("lgpt-score") for name in names)

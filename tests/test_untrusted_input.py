@@ -145,7 +145,8 @@ def test_a_newline_in_a_file_name_does_not_split_a_table_row(fake_model, tmp_pat
     docs = tmp_path / "docs"
     make_pdf(docs / "two\nlines.pdf", ["odd name"])
     build_json(docs, tmp_path / "idx", "--model", str(fake_model))
-    table = run_cli("query", "odd", "--index-dir", str(tmp_path / "idx")).stdout
+    # wide enough that the long temporary path is not folded: the point is the escaped newline
+    table = run_cli("query", "odd", "--index-dir", str(tmp_path / "idx"), env={"COLUMNS": "240"}).stdout
     assert "two\\nlines.pdf" in table
     assert not any(line.strip().startswith("lines.pdf") for line in table.splitlines())
 
@@ -185,6 +186,26 @@ def test_binary_option_files_are_refused_with_a_message(fake_model, tmp_path, op
     else:
         result = run_cli("build", str(docs), "--metadata", str(binary), "--index-dir", str(tmp_path / "idx"))
     assert result.exit_code == 2 and "not UTF-8 text" in result.stderr
+
+
+def test_user_text_files_are_read_whole_or_refused(tmp_path, monkeypatch):
+    """One bounded reader for --queries-file, --metadata and eval sets: too large is refused, never cut short."""
+    import io
+
+    from localgpt_index.core.errors import UsageError
+    from localgpt_index.core.files import read_user_text
+
+    text_file = tmp_path / "q.txt"
+    text_file.write_bytes("\ufeffone\ntwo\n".encode())
+    assert read_user_text(text_file, limit=64, label="--queries-file q.txt") == "one\ntwo\n"
+    text_file.write_bytes(b"x\n" * 40)
+    with pytest.raises(UsageError, match=r"^--queries-file q.txt: larger than"):
+        read_user_text(text_file, limit=64, label="--queries-file q.txt")
+    text_file.write_bytes(b"a\x00b")
+    with pytest.raises(UsageError, match="NUL bytes"):
+        read_user_text(text_file, limit=64, label="q")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"from stdin\n")))
+    assert read_user_text("-", limit=64, label="q") == "from stdin\n"
 
 
 def test_an_index_folder_in_proc_is_a_message(fake_model, tmp_path):

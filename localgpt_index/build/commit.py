@@ -159,6 +159,7 @@ class CommitPolicy:
         self.gone: set[int] = set()
         self.pending_pages = 0
         self.discard: Callable[[int], None] = lambda number: None  # the engine drops a failed document's pages
+        self.without_parts: tuple[str, ...] = ()  # artifacts whose parts the segments do not get (--text never: "text")
 
     # events
 
@@ -219,7 +220,7 @@ class CommitPolicy:
     def _append(self, state: DocProgress, vectors: np.ndarray, text: PageText | None) -> None:
         """One page's vectors, and its text where it was read, into the segment being written."""
         if self.writer is None:
-            self.writer = self.txn.segment_writer(self.settings.dim)
+            self.writer = self.txn.segment_writer(self.settings.dim, without=self.without_parts)
         file = state.embed.file
         ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
         with self.txn.writing():

@@ -12,7 +12,7 @@ from ..core.errors import ExitCode
 from ..core.metadata import Rules
 from ..index.manifest import Failure
 from ..ingest.ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, Tesseract
-from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode
+from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode, text_mode
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class BuildOptions:
     ray_actors: int | None = None  # encoder actors (default: one per GPU, or half the CPUs)
     ray_gpus_per_actor: float = 1.0
     max_visual_tokens: int | None = None  # dynamic-resolution families: image tokens a page at most (None: the index's, else the model's)
+    text: str | None = None  # auto: each page's text (its text layer, OCR as `ocr` says); never: pixels only (None: auto)
     ocr: str | None = None  # auto (pages with almost no text layer), always, never (None: $LGPT_OCR, else auto): ingest/pagetext.py
     ocr_lang: str = DEFAULT_OCR_LANG  # Tesseract's language(s): eng, or eng+deu
     ocr_timeout_s: float = DEFAULT_OCR_TIMEOUT_S  # per page: its 300 dpi render and its OCR
@@ -52,6 +53,12 @@ class BuildOptions:
         from ..models.loading import EncoderOptions  # the commit policy's modules need no model layer
 
         return EncoderOptions(self.device, self.dtype, self.batch_size, self.compile, self.max_visual_tokens)
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether the build reads and keeps page text (not --text never); a UsageError for --text never
+        with an explicit --ocr auto/always."""
+        return text_mode(self.text, self.ocr) != "never"
 
     def text_settings(self, tesseract: Tesseract | None) -> TextSettings:
         """How the build reads page text, with the Tesseract find_ocr found."""

@@ -22,6 +22,7 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.manifest import ModelInfo, Settings
 from ..index.store import IndexStore, Transaction
+from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
@@ -50,7 +51,8 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    tesseract = find_ocr(ocr_mode(options.ocr), options.ocr_lang)  # a language Tesseract lacks: exit 4 before any work
+    # a language Tesseract lacks: exit 4 before any work; --text never: no OCR, nothing asked of Tesseract
+    tesseract = find_ocr(ocr_mode(options.ocr), options.ocr_lang) if options.reads_text else None
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     scan_started = time.time_ns()
@@ -90,7 +92,10 @@ def build_index(
             log("Index is up to date: no document changed, no model work done.")
             return report
         build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
-        build.text = options.text_settings(tesseract)
+        if options.reads_text:
+            build.text = options.text_settings(tesseract)
+        else:  # pixels only: no text read, and no "text" part beside the vectors (as in an index from before page text)
+            build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
     return report
 
@@ -119,7 +124,7 @@ class _Build:
         self.txn, self.plan, self.model, self.options = txn, plan, model, options
         self.report, self.timer, self.progress, self.log = report, timer, progress, log
         self.policy = CommitPolicy(txn, plan, options, report, timer, progress, log, scan_started_ns)
-        self.text = TextSettings(ocr="never")
+        self.text: TextSettings | None = TextSettings(ocr="never")  # None: --text never, no page text read
         base = txn.base
         if base is not None:
             self.policy.model_info, self.policy.settings = upgraded(base.model, model), base.settings
@@ -127,7 +132,7 @@ class _Build:
     def run(self, encoder_factory: EncoderFactory) -> None:
         if self.plan.embed:
             # made before the engine: the local one tells it of the documents it opens while the model loads
-            texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds)
+            texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds) if self.text else None
             try:
                 with self._engine(encoder_factory, texts) as engine:
                     self._adopt(engine.encoder)
@@ -135,25 +140,26 @@ class _Build:
                         self.log(description)
                     self._embed(engine, texts)
             finally:
-                texts.close()  # a model that failed to load: the reading started beside it ends too
+                if texts is not None:
+                    texts.close()  # a model that failed to load: the reading started beside it ends too
         self.policy.finish()
 
-    def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts) -> AbstractContextManager[Engine]:
+    def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts | None) -> AbstractContextManager[Engine]:
         root = Path(self.report.source)
         if self.options.ray:
             from .ray_engine import ray_engine
 
             return ray_engine(self.model, self.options, self._sources(), root, self.timer, self.log)
         return local_engine(self.model, self.options, self._sources(), root, self.timer, self.log, encoder_factory,
-                            texts.open)
+                            texts.open if texts is not None else None)
 
-    def _embed(self, engine: Engine, texts: PageTexts) -> None:
-        """The one loop: every engine event into the commit policy."""
+    def _embed(self, engine: Engine, texts: PageTexts | None) -> None:
+        """The one loop: every engine event into the commit policy (with its pages' text, unless --text never)."""
         if self.progress:
             self.progress.add_task("documents", len(self.plan.embed))
             self.progress.add_task("pages", None)
-        self.policy.discard = lambda number: (engine.discard(number), texts.drop(number))
-        events = texts.attach(engine.events())
+        self.policy.discard = lambda number: (engine.discard(number), texts.drop(number) if texts is not None else None)
+        events = texts.attach(engine.events()) if texts is not None else engine.events()
         try:
             for event in events:
                 self.policy.handle(event)
@@ -162,7 +168,8 @@ class _Build:
         finally:
             events.close()  # the feed's and the text readers' threads and processes end now, not when collected
             engine.tally(self.report)
-            self.report.text, self.report.page_warnings = texts.tally.to_dict(), texts.tally.warnings
+            if texts is not None:
+                self.report.text, self.report.page_warnings = texts.tally.to_dict(), texts.tally.warnings
 
     def _adopt(self, encoder) -> None:
         """The encoder's facts become the index's settings."""

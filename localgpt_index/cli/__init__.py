@@ -31,6 +31,7 @@ def main() -> None:
       lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
       lgpt-index verify                       check the index, every checksum
+      lgpt-index upgrade                      write what an older version's index lacks (binary codes)
       lgpt-index eval QUERIES                 measure the answers: nDCG, recall, MRR
       lgpt-index doctor [--model M]           what this machine has and lacks
       lgpt-index export|import --format byaldi   trade indexes with byaldi
@@ -48,10 +49,11 @@ def _register() -> None:
     from .serve import serve
     from .status import status
     from .transfer import export, import_
+    from .upgrade import upgrade
     from .verify import verify
     from .watch import watch
 
-    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch, upgrade):
         main.add_command(command)
 
 

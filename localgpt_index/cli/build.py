@@ -36,6 +36,9 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
               help="Seconds poppler may take for a few pages of a PDF.")
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Conversions run side by side, ahead of the model.")
+@click.option("--text", "text", type=click.Choice(["auto", "never"]), default=None,
+              help="Page text for text and hybrid queries: auto, each page's text layer, and OCR as --ocr says; never, "
+                   "pixels only (no text read, no OCR, no text stored for these pages; see docs/page-text.md). [default: auto]")
 @click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
               help="Read pages with Tesseract: auto, those with almost no text layer (scans, images; under 32 visible "
                    "characters); always, every page; never, only the text layer. [default: $LGPT_OCR, else auto]")
@@ -60,7 +63,7 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @output_options
 @click.pass_obj
 def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, max_visual_tokens, strict,
-          compile_model, include, exclude, convert_timeout, render_timeout, workers, ocr, ocr_lang, ocr_timeout, ocr_workers,
+          compile_model, include, exclude, convert_timeout, render_timeout, workers, text, ocr, ocr_lang, ocr_timeout, ocr_workers,
           commit_every, commit_interval, wait_s, ray_address, ray_actors, ray_gpus_per_actor) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
@@ -75,7 +78,7 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
         render_timeout_s=render_timeout, convert_workers=workers, commit_every_pages=commit_every,
         commit_every_s=commit_interval, wait_s=wait_s, ray=ray_address, ray_actors=ray_actors,
         ray_gpus_per_actor=ray_gpus_per_actor, max_visual_tokens=max_visual_tokens,
-        ocr=ocr, ocr_lang=ocr_lang, ocr_timeout_s=ocr_timeout, ocr_workers=ocr_workers,
+        text=text, ocr=ocr, ocr_lang=ocr_lang, ocr_timeout_s=ocr_timeout, ocr_workers=ocr_workers,
     )
     with app.terminal.progress() as progress:
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_options, model_options
+from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options
 
 # the columns of the table, in the order of the document's measures
 HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall@1": "R@1", "recall@5": "R@5",
@@ -25,7 +25,7 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @click.option("--per-query", is_flag=True, help="Each query's measures and first relevant rank too.")
 @click.option("--group-by", default=None, metavar="KEY",
               help="Also the measures per value of KEY, a key of the query set's lines (the bundled set's: category).")
-@click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
+@index_model_option
 @model_options
 @index_options
 @output_options

@@ -8,7 +8,7 @@ import sys
 import click
 
 from .app import Application, json_option
-from .options import index_options, model_options
+from .options import index_options, listen_options, model_options
 
 MCP_EXIT = """\b
 Exit codes:
@@ -19,11 +19,7 @@ Exit codes:
 
 @click.command("mcp", epilog=MCP_EXIT)
 @click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: address to listen on; anything but loopback "
-                                                                     "needs --token.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True, help="With --http: port (0: any free one).")
-@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
-              help="With --http: bearer token every request must carry. [env: LGPT_SERVE_TOKEN]")
+@listen_options(8766, when="With --http: ", token_help="bearer token every request must carry.")
 @click.option("--max-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",
               help="Largest PNG of one page image; larger pages are scaled down to fit. [default: 524288]")
 @click.option("--max-answer-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",

@@ -60,6 +60,56 @@ def model_options(func: Callable) -> Callable:
     return func
 
 
+# --model of a command that reads an index (query, eval): the query encoder
+index_model_option = click.option("--model", "-m", default=None, metavar="ID|PATH",
+                                  help="Must be the model the index was built with. [default: that model]")
+
+
+def listen_options(port: int, when: str = "", token_help: str = "Bearer token every request must carry.") -> Callable:
+    """--host, --port and --token of a command that listens (serve, mcp --http); `when` prefixes their help."""
+
+    def decorate(func: Callable) -> Callable:
+        func = click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
+                            help=f"{when}{token_help} [env: LGPT_SERVE_TOKEN]")(func)
+        func = click.option("--port", type=click.IntRange(0, 65535), default=port, show_default=True,
+                            help=f"{when}{'p' if when else 'P'}ort (0: any free one).")(func)
+        host_help = "address to listen on; anything but loopback needs --token."
+        return click.option("--host", default="127.0.0.1", show_default=True,
+                            help=f"{when}{host_help if when else host_help.capitalize()}")(func)
+
+    return decorate
+
+
+class ByteSize(click.ParamType):
+    """A number of bytes: 0, 123456, 512M, 20G, 1.5T (powers of 1024)."""
+
+    name = "size"
+    UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
+        if not found:
+            self.fail(f"{value!r} is not a size (e.g. 0, 512M, 20G).", param, ctx)
+        return int(float(found.group(1)) * self.UNITS[found.group(2).upper()])
+
+
+def scoring_options(func: Callable) -> Callable:
+    """--scorer and --max-resident: where exact scoring runs (query, serve; docs/performance.md "On a GPU")."""
+    func = click.option(
+        "--max-resident", type=ByteSize(), default=None, metavar="SIZE",
+        help="Device scorer: vectors kept on the device at most (e.g. 40G; 0: stream every query). "
+             "[default: the device's free memory less a reserve]",
+    )(func)
+    func = click.option(
+        "--scorer", type=click.Choice(["auto", "cpu", "device"]), default="auto", show_default=True,
+        help="Exact scoring on the CPU, or on the model's device with its vectors resident there "
+             "(auto: the device when the model is on a CUDA GPU).",
+    )(func)
+    return func
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 

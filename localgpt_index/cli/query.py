@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_options, model_options
+from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options, scoring_options
 
 
 class FirstPass(click.ParamType):
@@ -37,7 +37,7 @@ class FirstPass(click.ParamType):
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
 @click.option("--first-pass", "candidates", type=FirstPass(), default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
-                   "(local: 1-bit codes stored with the index; Qdrant: a pooled vector per page). "
+                   "(local: 1-bit codes stored with the index; Qdrant: its binary quantization, then rescoring). "
                    "'auto': only where exact cannot serve (docs/performance.md).")
 @click.option("--mode", type=click.Choice(["hybrid", "visual", "text"]), default=None,
               help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
@@ -51,13 +51,14 @@ class FirstPass(click.ParamType):
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
-@click.option("--model", "-m", default=None, metavar="ID|PATH", help="Must be the model the index was built with. [default: that model]")
+@index_model_option
 @model_options
+@scoring_options
 @index_options
 @output_options
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, mode, fusion, rrf_k, with_text,
-          top_k, server, token, model, device, dtype) -> None:
+          top_k, server, token, model, device, dtype, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..models.protocols import check_queries
     from ..core.errors import UsageError
@@ -76,7 +77,8 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi, how)
     else:
-        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how)
+        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how,
+                                     (scorer, max_resident))
     if wanted and not any(answer["results"] for answer in document["queries"]):
         shown = " ".join(f"--filter {key}={value}" for key, value in wanted.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
@@ -93,13 +95,13 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     _print_tables(document)
 
 
-def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi, how):
+def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi, how, scoring):
     from ..models.resolve import is_random_checkpoint
     from ..interop.pages import local_page
     from ..interop.reports import query_document
-    from ..query.search import QueryOptions, open_index
+    from ..query.search import DeviceScoring, QueryOptions, open_index
 
-    index = open_index(store=app.store())
+    index = open_index(store=app.store(), scoring=DeviceScoring(*scoring))
     options = QueryOptions(**how)
     mode = index.mode(options)
     if mode != "text":
@@ -109,10 +111,12 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
     results = index.search(texts, k=top_k, filters=filters, candidates=candidates, options=options)
     document = query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion)
-    if candidates is not None and mode != "text":  # which path answered (QueryDocument.scoring); without --first-pass: exact
+    on_device = index.device_scoring() if mode != "text" else None
+    if (candidates is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring); else exact, CPU
         scoring = index.view.scoring_path(candidates)
-        document["scoring"] = scoring.to_json()
-        app.terminal.detail(f"scored: {scoring.path} ({scoring.reason})")
+        document["scoring"] = scoring.to_json() | ({"device": on_device} if on_device else {})
+        where = f" on {on_device['device']}" if on_device else ""
+        app.terminal.detail(f"scored: {scoring.path}{where} ({scoring.reason})")
         if scoring.hint:
             app.terminal.info(f"hint: {scoring.hint}")
     return document, local_page(index, dpi)
@@ -149,7 +153,8 @@ def _utf8(values: list[str], what: str) -> list[str]:
 
 # Options that pick or load a local index and model: with --server, the server's index answers.
 _LOCAL_ONLY = {"store": "--store", "index_dir": "--index-dir", "name": "--name", "pdf_store": "--pdf-store",
-               "qdrant_api_key": "--qdrant-api-key", "model": "--model", "device": "--device", "dtype": "--dtype"}
+               "qdrant_api_key": "--qdrant-api-key", "model": "--model", "device": "--device", "dtype": "--dtype",
+               "scorer": "--scorer", "max_resident": "--max-resident"}
 
 
 def _refuse_local_options(ctx: click.Context, server: str) -> None:
@@ -168,19 +173,10 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
 
 
 def read_queries_file(path: str) -> list[str]:
-    """One query per line; a file that is not UTF-8 text is refused with a message."""
-    from ..core.errors import UsageError
+    """One query per line; a file that is not UTF-8 text, or over 16 MiB, is refused with a message."""
+    from ..core.files import read_user_text
 
-    try:
-        with click.open_file(path, "rb") as handle:
-            raw = handle.read(16 << 20)
-        text = raw.decode("utf-8-sig")
-    except OSError as exc:
-        raise UsageError(f"--queries-file {path}: {exc.strerror or exc}.") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--queries-file {path}: not UTF-8 text (a binary file?).") from None
-    if "\x00" in text:
-        raise UsageError(f"--queries-file {path}: holds NUL bytes; not a text file.")
+    text = read_user_text(path, limit=16 << 20, label=f"--queries-file {path}")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from .app import Application, json_option
-from .options import index_options, model_options
+from .options import index_options, listen_options, model_options, scoring_options
 
 SERVE_EXIT = """\b
 Exit codes:
@@ -18,10 +18,7 @@ Exit codes:
 
 
 @click.command(epilog=SERVE_EXIT)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; anything but loopback needs --token.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
-@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
-              help="Bearer token every request but /healthz must carry. [env: LGPT_SERVE_TOKEN]")
+@listen_options(8765, token_help="Bearer token every request but /healthz must carry.")
 @click.option("--header-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
               help="Drop a connection whose request headers are not complete this long after it opened (or after its last answer).")
 @click.option("--body-timeout", type=click.FloatRange(min=0.01), default=30.0, show_default=True, metavar="SECONDS",
@@ -39,15 +36,17 @@ Exit codes:
                    "(built first if there is no index yet). See docs/watch.md.")
 @json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
 @model_options
+@scoring_options
 @index_options
 @click.pass_obj
 def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet,
-          watch_docs, device, dtype) -> None:
+          watch_docs, device, dtype, scorer, max_resident) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
     from ..serve.httpguard import ConnectionLimits, PathPolicy, default_max_connections
     from ..serve.middleware import RequestLog
     from ..serve.runner import check_exposure, run_server
+    from ..query.search import DeviceScoring
     from ..serve.service import open_service
 
     check_exposure(host, token)
@@ -55,7 +54,7 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     log = RequestLog(quiet=quiet, as_json=json_logs)
     store = app.store()
     watcher = _watcher(watch_docs, store, log, device, dtype) if watch_docs else None
-    service = open_service(store, device, dtype)
+    service = open_service(store, device, dtype, DeviceScoring(scorer, max_resident))
     start = (lambda: watcher.start_background(catch_up=watcher.builds == 0)) if watcher else (lambda: None)
     failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths), on_listening=start)
     if watcher is not None and not watcher.stop(wait_s=10):

@@ -26,13 +26,19 @@ def status(app: Application) -> None:
     click.echo(f"index       {data['index']} (generation {m.generation})")
     click.echo(f"documents   {data['documents']}, pages {data['pages']}, vectors {data['vectors']}")
     text = data["text"]
-    unknown = f", {text['unknown']} from before page text (a --rebuild reads them)" if text["unknown"] else ""
+    unknown = (f", {text['unknown']} with no stored text (built before page text or with --text never; a --rebuild reads it)"
+               if text["unknown"] else "")
     click.echo(f"text        {text['layer']} pages from their text layer, {text['ocr']} by OCR, {text['none']} without text{unknown}")
     if data["in_progress"]:
         click.echo(f"in progress {data['in_progress']} long document(s), carried on by the next build")
     click.echo(f"model       {m.model.id} [{m.model.fingerprint}]")
     click.echo(f"built with  {m.settings.dtype} on {m.settings.device}, vectors {m.settings.vector_dtype} x {m.settings.dim}")
     click.echo(f"size        {data['size_bytes'] / 2**20:.1f} MiB")
+    fp = data["first_pass"]
+    uses = "uses it" if fp["auto_uses_it"] else ("the store ranks itself" if fp["path"] == "store" else "exact")
+    click.echo(f"first pass  {fp['threshold']} ({fp['memory_bytes'] / 2**30:.1f} GiB here)")
+    click.echo(f"            --first-pass auto here: {uses} ({fp['reason']}); binary codes in {fp['coded_segments']} "
+               f"of {fp['segments']} segments")
     click.echo(f"last build  {data['last_build']}")
     if m.failures:
         click.echo(f"failed last time ({len(m.failures)}):")

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from .errors import UsageError
+from .files import read_user_text
 
 Rules = list[tuple[str, dict[str, str]]]
 
@@ -32,17 +33,7 @@ MAX_KEY, MAX_VALUE = 256, 4096
 
 def load_rules(path: str | Path) -> Rules:
     path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_RULES_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"--metadata {path}: {exc.strerror or exc}.") from None
-    if len(raw) > MAX_RULES_BYTES:
-        raise UsageError(f"--metadata {path}: larger than {MAX_RULES_BYTES >> 20} MiB.")
-    try:
-        text = raw.decode("utf-8-sig")  # Excel writes CSV with a byte-order mark
-    except UnicodeDecodeError:
-        raise UsageError(f"--metadata {path}: not UTF-8 text (a binary file?).") from None
+    text = read_user_text(path, limit=MAX_RULES_BYTES, label=f"--metadata {path}")
     rules = _csv_rules(path, text) if path.suffix.lower() == ".csv" else _json_rules(path, text)
     for glob, values in rules:
         for key, value in values.items():

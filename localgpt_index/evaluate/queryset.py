@@ -12,6 +12,7 @@ from typing import Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from ..core.errors import UsageError
+from ..core.files import read_user_text
 
 MAX_FILE_BYTES = 256 << 20  # a query set, or a BEIR corpus of page ids and text; larger is a mistake
 
@@ -143,17 +144,7 @@ def parse_line(text: str, where: str, model: type[BaseModel]):
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line) of a UTF-8 text file, blank lines left out."""
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}.") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; not a query set.")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}).") from None
+    text = read_user_text(path, limit=MAX_FILE_BYTES, label=str(path))
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             yield number, line

@@ -10,7 +10,10 @@ hashes in the same pass, so damage is never re-hashed as if it were good)."""
 from __future__ import annotations
 
 import mmap
+import os
 import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from ..core.errors import IndexProblem
 from ..core.failpoints import failpoint
 from .manifest import CHECK_BLOCK, LEGACY_CHECK_BLOCK, REBUILD_HINT, Checksum
 
-__all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "rechecksum"]
+__all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "prefetch", "rechecksum"]
 
 
 def block_hash(data: memoryview, algorithm: str = "xxh3_64") -> str:
@@ -72,6 +75,33 @@ def rechecksum(path: Path, old: Checksum, block_size: int = CHECK_BLOCK) -> list
 
 
 STREAM_BYTES = 4 << 20  # a range read at least this long is streamed with read-ahead
+READ_THREADS = 32  # reads in flight at once when prefetching scattered ranges (the disk's queue depth)
+READ_PIECE = 1 << 20  # bytes a prefetching read asks for at most
+PREFETCH_LIMIT = 1 << 30  # scattered bytes prefetched at most in one go (more would not stay cached until scored)
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_buffers = threading.local()
+
+
+def prefetch(reads: Sequence[tuple[BlockGuard, int, int]]) -> int:
+    """Bring byte ranges of vectors files into the page cache with many reads in flight at once, and
+    wait for them: a virtual disk serves scattered reads far faster at queue depth > 1 than the
+    one-at-a-time faults of a mapping. Nothing is checked here (check_spans does, from the cache).
+    The bytes read; none when they total more than PREFETCH_LIMIT (the caller streams instead)."""
+    pieces = [(guard, lo, min(hi, lo + READ_PIECE)) for guard, start, hi in reads for lo in range(start, hi, READ_PIECE)]
+    total = sum(hi - lo for _, lo, hi in pieces)
+    if not pieces or total > PREFETCH_LIMIT or not hasattr(os, "preadv"):  # no preadv (Windows): read as scored
+        return 0
+    list(_read_pool().map(lambda piece: piece[0].read_into_cache(piece[1], piece[2]), pieces))
+    return total
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lgpt-read")
+        return _pool
 
 
 class BlockGuard:
@@ -81,8 +111,12 @@ class BlockGuard:
     def __init__(self, path: Path, checksum: Checksum) -> None:
         self.path = path
         self.checksum = checksum
-        with open(path, "rb") as handle:  # file-backed: hashing and scoring read through the page cache
-            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        # kept open for prefetch's reads, which ask for exactly their bytes (no read-ahead around them)
+        self._file = open(path, "rb", buffering=0)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self._file.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        # file-backed: hashing and scoring read through the page cache
+        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         # no read-around: a page read at random would otherwise bring in read_ahead_kb (8 MiB here) around it;
         # `advise` asks for exactly the ranges about to be read
         self._map.madvise(mmap.MADV_RANDOM)
@@ -108,6 +142,22 @@ class BlockGuard:
         for lo, hi in zip(starts[np.r_[0, breaks]], ends[np.r_[breaks - 1, len(ends) - 1]]):
             lo = int(lo) & ~(mmap.PAGESIZE - 1)
             self._map.madvise(mmap.MADV_NORMAL if hi - lo >= STREAM_BYTES else mmap.MADV_WILLNEED, lo, int(hi) - lo)
+
+    def scattered(self, starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+        """The blocks holding byte ranges [starts[i], ends[i]) (ascending), merged into ranges, of those
+        shorter than STREAM_BYTES: what prefetch reads at once (a long range is streamed by `advise`)."""
+        size = self.checksum.block_size
+        los, his = starts // size * size, np.minimum(-(-ends // size) * size, self.size)
+        breaks = np.flatnonzero(los[1:] > his[:-1]) + 1
+        merged = zip(los[np.r_[0, breaks]], his[np.r_[breaks - 1, len(his) - 1]]) if len(los) else []
+        return [(int(lo), int(hi)) for lo, hi in merged if hi - lo < STREAM_BYTES]
+
+    def read_into_cache(self, lo: int, hi: int) -> None:
+        """Read bytes lo..hi-1 (at most READ_PIECE) into a per-thread buffer: the page cache keeps them."""
+        buffer = getattr(_buffers, "data", None)
+        if buffer is None:
+            buffer = _buffers.data = bytearray(READ_PIECE)
+        os.preadv(self._file.fileno(), [memoryview(buffer)[: hi - lo]], lo)
 
     def check_spans(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Byte ranges [starts[i], ends[i]) are about to be read (ranges of pages, vectorised)."""

@@ -4,6 +4,7 @@ before the rename and of the folder after), and the sweep of a killed writer's t
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 import uuid
@@ -23,18 +24,38 @@ def inside(root: Path, path: Path) -> bool:
     return real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-def read_member(root: Path, rel: str, limit: int) -> bytes:
-    """The bytes of `rel` inside `root`: a regular file inside the folder, at most `limit` bytes."""
+def _open_member(root: Path, rel: str) -> tuple[Path, int]:
+    """`rel` inside `root` opened read-only (never following a link, never blocking on a FIFO)."""
     path = root / rel
     if not inside(root, path):
         raise IndexProblem(f"{path}: the manifest names a file outside the index.", hint=REBUILD_HINT)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
+        return path, os.open(path, flags)
     except FileNotFoundError:
         raise MissingIndexFile(f"{path} is missing.", hint=REBUILD_HINT) from None
     except OSError as exc:
         raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
+
+
+def map_member(root: Path, rel: str, size: int) -> mmap.mmap:
+    """`rel` inside `root`, a regular file of exactly `size` bytes (> 0), mapped read-only: its bytes stay
+    in the page cache (file-backed memory), not in this process's heap."""
+    path, fd = _open_member(root, rel)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != size or not size:
+            raise IndexProblem(f"{path}: not a regular file of {size} bytes; the index is damaged.", hint=REBUILD_HINT)
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise IndexProblem(f"{path}: cannot be read ({exc.strerror or exc}).", hint=REBUILD_HINT) from None
+    finally:
+        os.close(fd)
+
+
+def read_member(root: Path, rel: str, limit: int) -> bytes:
+    """The bytes of `rel` inside `root`: a regular file inside the folder, at most `limit` bytes."""
+    path, fd = _open_member(root, rel)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

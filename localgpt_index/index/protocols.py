@@ -8,7 +8,7 @@ Value types live in `core/types.py` (PageRef, SearchHit) and `index/manifest.py`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -47,7 +47,10 @@ class Transaction(Protocol[W]):
     current: Manifest | None
     needs_upgrade: bool
 
-    def segment_writer(self, dim: int) -> W: ...
+    def segment_writer(self, dim: int, without: Collection[str] = ()) -> W:
+        """A writer of a new segment, feeding every registered artifact's part but those named in
+        `without` (a build with --text never writes no "text" part: its pages have no text)."""
+        ...
 
     def finish_segment(self, writer: W) -> Segment | None: ...
 

@@ -60,14 +60,16 @@ def maxsim(
     # each page's best similarity for each query token, pages first: a chunk's result is one
     # contiguous run of rows; summed per query once at the end
     best = torch.empty((len(pages), len(q_all)), dtype=torch.float32, device=device)
-    workers = min(SCORE_WORKERS, len(chunks)) if device == "cpu" else 1
+    workers = max(1, min(SCORE_WORKERS, len(chunks)))
     queue = _ChunkQueue(chunks)
-    if workers <= 1:
+    if device != "cpu" or SCORE_WORKERS <= 1:
         _score_chunks(queue, q_all, source, best, chunk_rows)
     else:
         # chunks side by side on the scorer's threads, one torch thread each (widening float16 and a
         # skinny matrix product keep one core busy each far better than one op on all cores), each
-        # taking the next chunk when done with one: a thread slowed by anything else does fewer
+        # taking the next chunk when done with one: a thread slowed by anything else does fewer.
+        # One chunk too (a few candidates of a segment): on the calling thread its ops would run on
+        # torch's team of threads, 10-20x slower on a loaded machine (a 100-candidate rescoring, load 10)
         list(scoring_pool().map(lambda _: _score_chunks(queue, q_all, source, best, chunk_rows), range(workers)))
     bounds = np.cumsum([0] + [len(q) for q in queries])
     scores = torch.stack([best[:, a:b].sum(dim=1) for a, b in zip(bounds[:-1], bounds[1:])])

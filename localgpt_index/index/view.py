@@ -14,6 +14,7 @@ from ..core.errors import IndexProblem
 from ..core.metadata import matches
 from ..core.types import SearchHit
 from .artifacts import BlobSource, open_artifact
+from .checksums import prefetch
 from .codes import SegmentCodes, first_pass
 from .codes.artifact import NAME as CODES
 from .codes.plan import ScoringPath, choose
@@ -77,6 +78,8 @@ class LocalView(GenerationView):
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore
         super().__init__(store, manifest)
         self._table: PageTable | None = None  # of all documents, built on first use
+        # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
+        self.exact_scorer: Any = None
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -128,7 +131,7 @@ class LocalView(GenerationView):
 
     def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
         """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best
-        (hamming MaxSim); the pages of segments without codes are all kept (scored exactly)."""
+        (estimated MaxSim); the pages of segments without codes are all kept (scored exactly)."""
         codes: Any = self.artifact(CODES)
         coded, exact = [], {}
         for segment_id, (rows, _, _) in table.items():
@@ -136,16 +139,24 @@ class LocalView(GenerationView):
             if codes is None or segment_id not in codes:
                 exact[segment_id] = table[segment_id]
                 continue
-            words = codes.words(segment_id)
-            if words.shape[0] != segment.rows:
-                raise IndexProblem(f"segment {segment_id}: codes for {words.shape[0]} rows, the segment has {segment.rows}; "
+            part = codes.segment(segment_id)
+            if part.words.shape[0] != segment.rows:
+                raise IndexProblem(f"segment {segment_id}: codes for {part.words.shape[0]} rows, the segment has {segment.rows}; "
                                    "the index is damaged.", hint=REBUILD_HINT)
-            coded.append(SegmentCodes(segment_id, words, self.store.segment_files(segment).offsets, rows))  # no vector read
+            offsets = self.store.segment_files(segment).offsets  # no vector read
+            coded.append(SegmentCodes(segment_id, part.words, offsets, rows, part.ids, part.codebook))
         picks = first_pass(query_vectors, coded, candidates)
         return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
 
+    def _prefetch(self, table: PageTable) -> None:
+        """Scattered pages (a first pass's candidates): the blocks of all of them read at once, many reads
+        in flight, before any is checked and scored (a long run of pages, an exact scan, is streamed instead)."""
+        files = {sid: self.store.segment_files(self.manifest.segments[sid]) for sid in table}
+        prefetch([read for sid, (rows, _, _) in table.items() for read in files[sid].scattered_reads(rows)])
+
     def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
+        self._prefetch(table)
         scores = [self.score_unit(query_vectors, unit, device) for unit in self.exact_units(table)]
         return self.rank_scores(np.concatenate(scores, axis=1), docs, k, table)
 
@@ -155,7 +166,7 @@ class LocalView(GenerationView):
         table = table if table is not None else self.all_pages()
         units = []
         for segment_id, (rows, _, _) in table.items():
-            if getattr(self, "exact_scorer", None) is not None:  # a device scorer takes a segment at once
+            if self.exact_scorer is not None:  # a device scorer takes a segment at once
                 units.append(ExactUnit(segment_id, rows))
             else:
                 files = self.store.segment_files(self.manifest.segments[segment_id])
@@ -165,9 +176,8 @@ class LocalView(GenerationView):
     def score_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> np.ndarray:
         """Exact scores (queries, the unit's pages) of one part of exact_units; its blocks checked first."""
         files = self.store.segment_files(self.manifest.segments[unit.segment_id])
-        scorer = getattr(self, "exact_scorer", None)
-        if scorer is not None:
-            return scorer.score(query_vectors, unit.segment_id, files, unit.rows)
+        if self.exact_scorer is not None:
+            return self.exact_scorer.score(query_vectors, unit.segment_id, files, unit.rows)
         files.check_pages(unit.rows)
         return maxsim(query_vectors, files.vectors, files.offsets, unit.rows, device=device)
 

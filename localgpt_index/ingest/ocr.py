@@ -8,16 +8,22 @@ like the renderer's poppler calls, in time (one deadline for the page's render a
 (`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
 process runs in its own process group, in the current ProcessScope (an interrupt ends them).
 Tesseract runs one thread a page (OMP_THREAD_LIMIT=1): pages run side by side instead (pagetext.py).
+$LGPT_OCR_NICE (0 to 19; default 0) runs every OCR process that much lower in CPU priority: beside
+the encoder it then takes the cores the model leaves idle without preempting its threads, and on a
+machine busy with other work it yields to that work too. Measured on a loaded 2-core machine it did
+not pay (docs/performance.md, "OCR scheduling"), so it is off unless asked for.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from PIL import Image
@@ -29,6 +35,7 @@ from .text import clean_page_text
 OCR_DPI = 300
 DEFAULT_OCR_TIMEOUT_S = 60.0
 DEFAULT_OCR_LANG = "eng"
+OCR_NICE = 0  # the OCR processes' niceness over the build's (10: a CFS weight of 110 against 1024), unless $LGPT_OCR_NICE
 OCR_MEMORY_MIB = 2048  # address space each process of a page's OCR may map (pdftoppm, tesseract)
 SMALL_IMAGE_SIDE = 1600  # an image frame whose long side is shorter is enlarged (screenshots: small text)
 LARGE_IMAGE_SIDE = 7000  # and one whose long side is longer is reduced (about A3 at 400 dpi)
@@ -121,13 +128,29 @@ def _sized_for_ocr(image: Image.Image) -> Image.Image:
     return image
 
 
+def ocr_niceness() -> int:
+    """How much lower than the build OCR runs: $LGPT_OCR_NICE (0 to 19; a machine's setting, or a
+    benchmark's variant), else OCR_NICE. A value that is not one is ignored."""
+    value = os.environ.get("LGPT_OCR_NICE", "")
+    return int(value) if value.isdigit() and int(value) <= 19 else OCR_NICE
+
+
+@lru_cache(maxsize=1)
+def _nice() -> str | None:
+    """coreutils' nice (a process's priority is set before it starts: no window at the normal one), if found."""
+    found = shutil.which("nice", path="/usr/bin:/bin")
+    return shlex.quote(found) if found else None
+
+
 def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: int, what: str) -> bytes:
     """Run a tool under an address-space limit until `deadline`, in its own process group, in the
     current ProcessScope: its stdout, or OcrFailed (missing, too slow, out of memory, failed)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise OcrFailed(f"the page's OCR did not finish within {timeout_s:g} s (see --ocr-timeout)")
-    limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec "$@"', "sh", *args]
+    nice, niceness = _nice(), ocr_niceness()
+    lowered = f'{nice} -n {niceness} ' if nice and niceness else ""
+    limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec {lowered}"$@"', "sh", *args]
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
         proc = processes.Tracked(limited, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

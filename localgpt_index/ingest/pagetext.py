@@ -39,6 +39,7 @@ from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
 
 OCR_MODES = ("auto", "always", "never")
+TEXT_MODES = ("auto", "never")
 HELD_BATCHES = 4  # encoded batches that wait for their pages' text while the encoder goes on (their vectors in memory)
 Log = Callable[[str], None]
 Timings = Callable[[str, float], None]
@@ -49,6 +50,19 @@ def ocr_mode(asked: str | None) -> str:
     mode = asked or os.environ.get("LGPT_OCR") or "auto"
     if mode not in OCR_MODES:
         raise UsageError(f"{'--ocr' if asked else 'LGPT_OCR'}={mode}: expected one of {', '.join(OCR_MODES)}")
+    return mode
+
+
+def text_mode(asked: str | None, ocr: str | None) -> str:
+    """The --text mode: auto (each page's text layer, and OCR as --ocr says) or never (pixels only: no
+    text layer read, no OCR, no text stored). --text never with an explicit --ocr auto/always is a
+    usage error: the two contradict each other (--ocr never goes with it; $LGPT_OCR is not asked for)."""
+    mode = asked or "auto"
+    if mode not in TEXT_MODES:
+        raise UsageError(f"--text={mode}: expected one of {', '.join(TEXT_MODES)}")
+    if mode == "never" and ocr not in (None, "never"):
+        raise UsageError(f"--text never --ocr {ocr}: OCR reads page text, which --text never does not keep",
+                         hint="drop --ocr (or give --ocr never) to index pixels only, or drop --text never")
     return mode
 
 

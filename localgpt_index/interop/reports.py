@@ -50,6 +50,29 @@ def status_document(index: Index) -> dict:
         "format": m.format,
         "failures": [f.model_dump() for f in m.failures],
         "text": _total(text_sources(index).values()),
+        "first_pass": first_pass_status(index),
+    }
+
+
+def first_pass_status(index: Index) -> dict:
+    """The binary first pass: the `auto` threshold, whether this index's `--first-pass auto` queries
+    would use it (and why), and how many segments have current codes (`lgpt-index upgrade` writes the rest)."""
+    from ..index.codes.artifact import NAME, VERSION
+    from ..index.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES, THRESHOLD, physical_memory
+
+    segments = index.manifest.segments.values()
+    path = getattr(index, "view", index).scoring_path("auto")
+    return {
+        "threshold": THRESHOLD,
+        "auto_from_pages": AUTO_FROM_PAGES,
+        "memory_bytes": physical_memory(),
+        "vector_bytes": sum(seg.rows * seg.dim * 2 for seg in segments),
+        "auto_uses_it": path.path == "first-pass",
+        "path": path.path,
+        "reason": path.reason,
+        "candidates": DEFAULT_CANDIDATES,
+        "segments": len(segments),
+        "coded_segments": sum(1 for seg in segments if NAME in seg.parts and seg.parts[NAME].version == VERSION),
     }
 
 

@@ -71,6 +71,15 @@ class QueryAnswer(_Document):
     results: list[Hit]
 
 
+class DeviceUse(_Document):
+    """The device scorer's part (query --device cuda, --scorer device): where it scored, and what it read."""
+
+    device: str = Field(description="the torch device that scored exactly, e.g. cuda:0")
+    resident_bytes: int = Field(ge=0, description="bytes of float16 vectors kept on the device for this generation")
+    streamed_bytes: int = Field(ge=0, description="bytes of vectors copied to the device for this answer (0: all resident)")
+    stacked_queries: int = Field(ge=0, description="queries scored together in the last pass")
+
+
 class Scoring(_Document):
     """How the pages were scored: exact MaxSim over every page, or the binary first pass
     (hamming MaxSim over 1-bit codes) with exact rescoring of `candidates` pages per query."""
@@ -81,6 +90,7 @@ class Scoring(_Document):
     hint: str | None = _nullable("what would make the fast path answer, where the exact one did")
     exact_segments: int = Field(0, ge=0, description="segments without codes, all of whose pages were scored exactly",
                                 json_schema_extra=_no_default)
+    device: DeviceUse = _absent("present when the device scorer answered (a GPU: docs/performance.md, On a GPU)")
 
 
 class QueryDocument(_Document):
@@ -96,7 +106,8 @@ class QueryDocument(_Document):
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
     results: list[Hit] = _absent("present when exactly one query was asked")
-    scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given (without it: exact)")
+    scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given or the device scorer "
+                               "answered (without them: exact, on the CPU)")
 
     def to_json(self) -> dict[str, Any]:
         """The document as the CLI prints it: fields that do not apply are left out, not null."""

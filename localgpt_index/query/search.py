@@ -8,8 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.errors import IndexProblem
+from ..core.errors import EnvironmentMissing, IndexProblem
 from ..core.types import SearchHit
+from ..index.device_scorer import DeviceScorer, DeviceScoring
 from ..index.store import IndexStore, MissingIndexFile, index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import IndexView
@@ -17,7 +18,7 @@ from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
 
-__all__ = ["Index", "QueryOptions", "SearchHit", "load_query_encoder", "open_index"]
+__all__ = ["DeviceScoring", "Index", "QueryOptions", "SearchHit", "load_query_encoder", "open_index"]
 _UNSET: Any = object()
 
 
@@ -37,10 +38,12 @@ class Index:
     """A read-only view of one committed generation of an index (an IndexView: its store, manifest,
     documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
 
-    def __init__(self, view: IndexView, lexical: LexicalIndex | None = _UNSET) -> None:
+    def __init__(self, view: IndexView, lexical: LexicalIndex | None = _UNSET, scoring: DeviceScoring | None = None) -> None:
         self.view = view
         self._encoder: QueryEncoder | None = None
         self._lexical = lexical
+        self.scoring = scoring or DeviceScoring()
+        self._device_scorer: DeviceScorer | None = None  # this generation's (its resident vectors), made on first use
 
     @property
     def lexical(self) -> LexicalIndex | None:
@@ -124,11 +127,44 @@ class Index:
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:
-        """The view's ranking of already-encoded queries (IndexView.search_vectors)."""
+        """The view's ranking of already-encoded queries (IndexView.search_vectors), scored exactly on
+        the device `self.scoring` picks for `device` (the model's): the CPU scorer, or the device scorer."""
+        self._choose_scorer(device)
         return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
 
+    def prepare_scoring(self, device: str) -> None:
+        """The exact scorer for `device` chosen now (serve's sweep scores the view's parts itself)."""
+        self._choose_scorer(device)
 
-def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None) -> Index:
+    def _choose_scorer(self, device: str) -> None:
+        """The hook where exact scoring is chosen: a local view gets this generation's device scorer
+        when `self.scoring` puts scoring on a device (DeviceScoring.device_for); else the CPU scorer."""
+        if not hasattr(self.view, "exact_scorer"):  # a store that ranks by itself (Qdrant)
+            return
+        on = self.scoring.device_for(device)
+        if on is not None and (self._device_scorer is None or self._device_scorer.requested != on):
+            try:
+                self._device_scorer = DeviceScorer(on, self.scoring.max_resident)
+            except ImportError:
+                raise EnvironmentMissing(f"the device scorer (on {on}) needs torch, which cannot be imported here.",
+                                         hint="Install lgpt-index with its dependencies, or score on the CPU: --scorer cpu.") from None
+        self.view.exact_scorer = self._device_scorer if on is not None else None
+        if self._device_scorer is not None and on is not None:
+            self._device_scorer.stats.begin()
+
+    def device_scoring(self) -> dict[str, Any] | None:
+        """What the device scorer did for the last query (query --json "scoring"."device"); None: the CPU scorer answered."""
+        scorer = getattr(self.view, "exact_scorer", None)
+        return scorer.stats.to_json() if scorer is not None else None
+
+    def release_device(self) -> None:
+        """Drop this generation's resident vectors now (serve, when it moves to a new generation)."""
+        if self._device_scorer is not None:
+            self._device_scorer.release()
+
+
+def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None,
+               scoring: DeviceScoring | None = None) -> Index:
     """Open the current generation of an index (default ./.lgpt-index/default), or of `store`.
 
     The manifest is validated and every segment is checked (sizes, offsets, checksums)
@@ -137,7 +173,7 @@ def open_index(index_dir: str | Path | None = None, name: str | None = None, sto
     store = store if store is not None else IndexStore(index_path(index_dir, name))
     for attempt in range(3):
         try:
-            return Index(store.open_view())
+            return Index(store.open_view(), scoring=scoring)
         except MissingIndexFile:
             if attempt == 2:
                 raise

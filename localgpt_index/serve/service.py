@@ -25,7 +25,7 @@ from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
-from ..query.search import Index, QueryOptions, SearchHit
+from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
 from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
 
 
@@ -66,6 +66,7 @@ class IndexService:
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
         self.switches = 0
+        self.scoring = DeviceScoring()  # where exact scoring runs (serve --scorer, --max-resident)
 
     # the generation
 
@@ -81,7 +82,7 @@ class IndexService:
         for attempt in range(3):
             store = self._index.store.reopened() if self._index is not None else self.store
             try:
-                index = Index(store.open_view())
+                index = Index(store.open_view(), scoring=self.scoring)
                 break
             except MissingIndexFile:
                 if attempt == 2:
@@ -89,6 +90,7 @@ class IndexService:
                 key = self.store.head_key()  # a writer committed and collected meanwhile
         if self._index is not None:
             self.switches += 1
+            self._index.release_device()  # the old generation's resident vectors (a batch in flight keeps what it holds)
         self._index, self._head_key = index, key
         self._check_model()
 
@@ -385,10 +387,11 @@ def quiet_openmp_spinning() -> None:
         os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN)
 
 
-def open_service(store, device: str = "auto", dtype: str = "auto") -> IndexService:
+def open_service(store, device: str = "auto", dtype: str = "auto", scoring: DeviceScoring | None = None) -> IndexService:
     """A service on `store` (its model not loaded yet): a missing or damaged index fails here."""
     quiet_openmp_spinning()
     service = IndexService(store, device, dtype)
+    service.scoring = scoring or service.scoring
     if not service.store.exists():
         raise IndexProblem(f"no index at {service.store.location}.",
                            hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name / --store).")

@@ -41,6 +41,7 @@ class Sweep:
     def __init__(self, index: Any, device: str, answer: Callable[..., Any]) -> None:
         self.index, self.device = index, device
         self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a SearchAnswer
+        index.prepare_scoring(device)  # a device scorer, when the service scores on one: a segment a part
         self.units = index.view.exact_units()
         self.cursor = 0
         self.members: list[Member] = []

@@ -1,5 +1,6 @@
-"""The two passes: hamming MaxSim over every page's binary codes picks the best `candidates` pages
-per query (over all segments together), then only those are scored exactly (index.score.maxsim over
+"""The two passes: estimated MaxSim over every page's residual binary codes (kernel.estimate_maxsim)
+picks the best `candidates` pages per query (over all segments together: each segment's estimates are
+of the same q.v, whatever its codebook), then only those are scored exactly (index.score.maxsim over
 the float16 vectors, `pages=` the candidates), so the scores returned are the exact ones."""
 
 from __future__ import annotations
@@ -10,29 +11,42 @@ from typing import Sequence
 import numpy as np
 
 from ..score import maxsim
-from .kernel import hamming_maxsim
-from .pack import query_words
+from .kernel import estimate_maxsim
+from .pack import Codebook, query_tables, query_words
 
 
 @dataclass(frozen=True)
 class SegmentCodes:
-    """One segment's codes as uint64 words (rows, words), its row offsets per page, and the pages
-    (indices in the segment) a query may return."""
+    """One segment's codes as uint64 words (rows, words), its row offsets per page, the pages (indices
+    in the segment) a query may return, and each row's centroid id in the segment's codebook (no
+    codebook: one zero centroid and unit sigma, plain sign codes)."""
 
     segment: str
     words: np.ndarray
     offsets: np.ndarray
     pages: np.ndarray
+    ids: np.ndarray | None = None
+    codebook: Codebook | None = None
+
+    def estimates(self, q_words: np.ndarray, owner: np.ndarray, stacked: np.ndarray, n_queries: int,
+                  kernel: str | None = None) -> np.ndarray:
+        """(n_queries, len(pages)) estimated MaxSim of this segment's pages (higher is better)."""
+        dim = stacked.shape[1]
+        book = self.codebook or Codebook(np.zeros((1, dim), np.float32), np.ones(dim, np.float32))
+        ids = self.ids if self.ids is not None else np.zeros(len(self.words), dtype=np.uint8)
+        table, weight = query_tables(stacked, book)
+        return estimate_maxsim(q_words, owner, n_queries, self.words, ids, table, weight, self.offsets, self.pages, kernel=kernel)
 
 
 def first_pass(queries: Sequence[np.ndarray], segments: Sequence[SegmentCodes], candidates: int,
                kernel: str | None = None) -> list[dict[str, np.ndarray]]:
     """Per query, {segment: positions in that segment's `pages`, ascending} of the `candidates` pages with
-    the smallest hamming MaxSim over all segments (ties: the earlier segment, then the earlier page)."""
+    the largest estimated MaxSim over all segments (ties: the earlier segment, then the earlier page)."""
     if not queries:
         return []
     q_words, owner = query_words(queries)
-    parts = [hamming_maxsim(q_words, owner, len(queries), s.words, s.offsets, s.pages, kernel=kernel) for s in segments]
+    stacked = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
+    parts = [-s.estimates(q_words, owner, stacked, len(queries), kernel=kernel) for s in segments]
     if not parts:
         return [{} for _ in queries]
     distances = np.concatenate(parts, axis=1)

@@ -1,6 +1,7 @@
-"""Hamming MaxSim over packed binary codes: for each page, each query token's smallest hamming
-distance to the page's rows, summed over the query's tokens (lower is better; with 1-bit codes,
-<q, p> ~ dim - 2 * hamming(q, p), so this ranks like MaxSim over the signs).
+"""Estimated MaxSim over residual binary codes (pack.py): for each page, each query token's largest
+estimate of q.v over the page's rows, table[centroid id] - weight * hamming(sign(q), code), summed
+over the query's tokens (higher is better). With one zero centroid and unit weights it is plain
+hamming MaxSim over the signs (hamming_maxsim: codes version 1).
 
 Compiled by numba where it imports (`@njit(nogil=True)`: the scorer's own threads run it side by
 side, without numba's threading layer, which is not safe for concurrent callers), else NumPy's
@@ -25,15 +26,20 @@ _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
-def hamming_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words: np.ndarray, offsets: np.ndarray,
-                   pages: np.ndarray | None = None, kernel: str | None = None) -> np.ndarray:
-    """(n_queries, len(pages)) int32: per query, the sum over its tokens of the smallest hamming distance
-    to any row of the page. q_words: (words, tokens) uint64 (pack.query_words); words: (rows, words) uint64."""
+def estimate_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words: np.ndarray, ids: np.ndarray,
+                    table: np.ndarray, weight: np.ndarray, offsets: np.ndarray, pages: np.ndarray | None = None,
+                    kernel: str | None = None) -> np.ndarray:
+    """(n_queries, len(pages)) float32, higher is better: per query, the sum over its tokens of the largest
+    estimate table[ids[row], token] - weight[token] * hamming(token, row) over the page's rows.
+    q_words: (words, tokens) uint64 (pack.query_words); words: (rows, words) uint64; ids: (rows,) uint8;
+    table: (centroids, tokens) float32; weight: (tokens,) float32 (pack.query_tables)."""
     if pages is None:
         pages = np.arange(len(offsets) - 1, dtype=np.int64)
     pages = np.ascontiguousarray(pages, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    out = np.zeros((n_queries, len(pages)), dtype=np.int32)
+    table = np.ascontiguousarray(table, dtype=np.float32)
+    weight = np.ascontiguousarray(weight, dtype=np.float32)
+    out = np.zeros((n_queries, len(pages)), dtype=np.float32)
     if not len(pages) or not q_words.shape[1]:
         return out
     run = _numba_kernel() if kernel in (None, "numba") else None
@@ -42,12 +48,23 @@ def hamming_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words
     if run is None:
         run = _numpy_kernel
     spans = [(lo, min(lo + PAGES_PER_TASK, len(pages))) for lo in range(0, len(pages), PAGES_PER_TASK)]
+    args = (words, ids, table, weight, offsets, pages, q_words, owner)
     if len(spans) == 1 or WORKERS == 1:
         for lo, hi in spans:
-            run(words, offsets, pages, q_words, owner, lo, hi, out)
+            run(*args, lo, hi, out)
     else:
-        list(_thread_pool().map(lambda span: run(words, offsets, pages, q_words, owner, span[0], span[1], out), spans))
+        list(_thread_pool().map(lambda span: run(*args, span[0], span[1], out), spans))
     return out
+
+
+def hamming_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words: np.ndarray, offsets: np.ndarray,
+                   pages: np.ndarray | None = None, kernel: str | None = None) -> np.ndarray:
+    """(n_queries, len(pages)) int32: per query, the sum over its tokens of the smallest hamming distance
+    to any row of the page (estimate_maxsim with one zero centroid and unit weights, negated)."""
+    n_tokens = q_words.shape[1]
+    scores = estimate_maxsim(q_words, owner, n_queries, words, np.zeros(len(words), dtype=np.uint8),
+                             np.zeros((1, n_tokens), dtype=np.float32), np.ones(n_tokens, dtype=np.float32), offsets, pages, kernel)
+    return (-scores).astype(np.int32)
 
 
 def kernel_name() -> str:
@@ -63,8 +80,8 @@ def _thread_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _numpy_kernel(words, offsets, pages, q_words, owner, lo: int, hi: int, out: np.ndarray) -> None:
-    """The same sums with NumPy: (tokens, rows) distances per chunk of pages, the minimum per page."""
+def _numpy_kernel(words, ids, table, weight, offsets, pages, q_words, owner, lo: int, hi: int, out: np.ndarray) -> None:
+    """The same sums with NumPy: (tokens, rows) estimates per chunk of pages, the maximum per page."""
     n_queries = out.shape[0]
     start = lo
     while start < hi:
@@ -74,11 +91,13 @@ def _numpy_kernel(words, offsets, pages, q_words, owner, lo: int, hi: int, out: 
             end += 1
         chunk = pages[start:end]
         lengths = offsets[chunk + 1] - offsets[chunk]
-        block = np.concatenate([words[offsets[p] : offsets[p + 1]] for p in chunk])
-        dist = np.zeros((q_words.shape[1], len(block)), dtype=np.int32)
+        taken = np.concatenate([np.arange(offsets[p], offsets[p + 1]) for p in chunk])
+        block = words[taken]
+        dist = np.zeros((q_words.shape[1], len(block)), dtype=np.float32)
         for w in range(q_words.shape[0]):
             dist += np.bitwise_count(q_words[w][:, None] ^ block[:, w][None, :])
-        best = np.minimum.reduceat(dist, np.cumsum(lengths) - lengths, axis=1)
+        estimate = table[ids[taken]].T - weight[:, None] * dist
+        best = np.maximum.reduceat(estimate, np.cumsum(lengths) - lengths, axis=1)
         best[:, lengths == 0] = 0  # a page without rows adds nothing
         for query in range(n_queries):
             out[query, start:end] = best[owner == query].sum(axis=0)
@@ -90,7 +109,7 @@ def _numba_kernel() -> Callable[..., Any] | None:
     """The compiled kernel, or None where numba does not import (compiled on first use, a few seconds;
     cached on disk where numba finds a writable cache directory, so once per machine)."""
     try:
-        from ._compiled import hamming_kernel
+        from ._compiled import estimate_kernel
     except ImportError:
         return None
-    return hamming_kernel
+    return estimate_kernel

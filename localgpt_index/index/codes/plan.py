@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-# Measured by scripts/bench_first_pass.py (docs/performance.md): 1,000 candidates keep recall@10 >= 0.95
-# against exact on the tiny checkpoint's vectors of rendered pages and on random unit vectors.
+# Measured by scripts/bench_first_pass.py (docs/performance.md): with the residual codes, 1,000 candidates
+# keep recall@10 0.96 against exact on the tiny checkpoint's vectors of 3,000 rendered pages (300: 0.84).
 DEFAULT_CANDIDATES = 1000
 # Exact MaxSim reads every float16 vector: about 1.4 s a query at 10,000 pages on a 2-core CPU;
 # from here the first pass is what keeps one query near a second.
@@ -60,13 +60,14 @@ def choose(requested: int | str | None, pages: int, vector_bytes: int, segments:
         candidates, why = int(requested), "asked for"
     lacking = [sid for sid in segments if sid not in coded]
     if lacking and len(lacking) == len(segments):
-        return ScoringPath("exact", reason=f"{why}, but this index has no binary codes", hint=REBUILD_FOR_CODES)
-    hint = REBUILD_FOR_CODES if lacking else None
+        return ScoringPath("exact", reason=f"{why}, but this index has no binary codes (of the current version)", hint=UPGRADE_FOR_CODES)
+    hint = UPGRADE_FOR_CODES if lacking else None
     return ScoringPath("first-pass", candidates, why, hint, exact_segments=len(lacking))
 
 
-REBUILD_FOR_CODES = ("pages written before binary codes existed are scored exactly; "
-                     "`lgpt-index build --rebuild` writes codes for every page")
+UPGRADE_FOR_CODES = ("pages written before binary codes (or before their current version) are scored exactly; "
+                     "`lgpt-index upgrade` writes codes for every page")
+THRESHOLD = f"auto: from {AUTO_FROM_PAGES:,} pages, or where the float16 vectors do not fit in memory"
 
 
 def physical_memory() -> int:

@@ -5,11 +5,12 @@ index, of the size the manifest says, with its sha256), collected when no kept g
 from __future__ import annotations
 
 import hashlib
+import mmap
 import re
 from pathlib import Path
 
 from ...core.errors import IndexProblem
-from ..files import TMP_PREFIX, fsync_dir, plain_files, read_member, same_regular_file, write_atomic
+from ..files import TMP_PREFIX, fsync_dir, map_member, plain_files, read_member, same_regular_file, write_atomic
 from ..manifest import REBUILD_HINT, BlobRef
 
 FOLDER = "artifacts"
@@ -46,6 +47,18 @@ class LocalBlobs:
         if len(data) != ref.bytes or hashlib.sha256(data).hexdigest() != ref.sha256:
             raise IndexProblem(f"{self.root / rel}: checksum mismatch; the artifact is damaged.", hint=REBUILD_HINT)
         return data
+
+    def map(self, ref: BlobRef) -> mmap.mmap | bytes:
+        """The blob's bytes, checked like `read`, but mapped read-only: a large blob kept by a reader (the
+        codes a first pass scans) is file-backed memory the kernel may drop and read again, not heap."""
+        if not ref.bytes:
+            return self.read(ref)
+        rel = f"{FOLDER}/{ref.name}"
+        mapped = map_member(self.root, rel, ref.bytes)
+        if hashlib.sha256(mapped).hexdigest() != ref.sha256:
+            mapped.close()
+            raise IndexProblem(f"{self.root / rel}: checksum mismatch; the artifact is damaged.", hint=REBUILD_HINT)
+        return mapped
 
     def collect(self, live: set[str]) -> None:
         """Delete blobs not in `live` (best effort; temporary files are the sweep's)."""

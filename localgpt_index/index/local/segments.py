@@ -98,6 +98,13 @@ class SegmentFiles:
             self.guard.advise(starts, ends)
             self.guard.check_spans(starts, ends)
 
+    def scattered_reads(self, pages: np.ndarray) -> list[tuple[BlockGuard, int, int]]:
+        """The short byte ranges (whole blocks) that scoring `pages` (in row order) reads: for checksums.prefetch."""
+        pages = np.asarray(pages, dtype=np.int64)
+        starts = self.header + self.offsets[pages] * self.row_bytes
+        ends = self.header + self.offsets[pages + 1] * self.row_bytes
+        return [(self.guard, lo, hi) for lo, hi in self.guard.scattered(starts, ends)]
+
     def checked_groups(self, pages: np.ndarray):
         """`pages` (in row order) in groups of about GROUP_BYTES of vectors, each checked just before
         it is yielded: a scan streams through the file once, checking as it goes."""

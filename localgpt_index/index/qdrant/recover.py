@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .commit import doc_rows
+from .quantization import add_quantization, binary_quantization
 from .sparse import sparse_config
 from .ids import (
     HEAD_ID,
@@ -31,6 +32,7 @@ def ensure_collections(txn: Any, dim: int) -> None:
                     multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
                     hnsw_config=models.HnswConfigDiff(m=0),  # no graph: MaxSim over every visible page, exact
                     on_disk=server or None,  # a server keeps the big multi-vectors on disk, the pooled ones in RAM
+                    quantization_config=binary_quantization(),  # their 1-bit codes in RAM: --first-pass (quantization.py)
                 ),
                 POOLED: models.VectorParams(size=dim, distance=models.Distance.DOT),
             }, sparse_vectors_config=sparse_config(), shard_number=txn.store.spec.shards, replication_factor=txn.store.spec.replicas)
@@ -41,6 +43,14 @@ def ensure_collections(txn: Any, dim: int) -> None:
         if not txn.client.collection_exists(txn.catalog):
             txn.client.create_collection(txn.catalog, vectors_config={})
     txn._created = True
+
+
+def upgrade_quantization(txn: Any) -> None:
+    """A collection from before binary quantization gets it, under the writer's lease (any build, even
+    one that changes no document); Qdrant then builds the codes in the background. A rebuild creates it with them."""
+    if txn.rebuild:
+        return
+    add_quantization(txn.client, txn.previous_physical)
 
 
 def claim_head(txn: Any, physical: str) -> None:

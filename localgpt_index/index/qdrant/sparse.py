@@ -12,10 +12,20 @@ ones scores a page exactly as the FTS5 engine does, when N, n and avgdl are the 
   with the reader's visible filter), so points of removed documents (gen_removed) and of writes not
   yet committed (visible_from PENDING), which do exist in the collection, do not count. Without that
   scope Qdrant counts every point that has the vector (tests/test_qdrant_sparse.py measures the skew).
-- avgdl is fixed when a page's vector is written: at the commit that first shows it, the mean token
-  count of that generation's pages (the "lexical" artifact's record). A later incremental build
-  changes the mean; older pages keep theirs (a drift of their length normalisation only; `build
-  --rebuild` writes every vector with the new mean).
+- avgdl: Qdrant cannot normalise a page's length at query time (a sparse score is a dot product), so
+  the weights carry it. Every visible page's vector is weighted with ONE reference avgdl, which HEAD
+  records ("sparse_avgdl"): a commit writes its new pages with it, so a generation's Qdrant scores are
+  exactly BM25's with avgdl = the reference, and each page's score is within drift / (1 - drift) of
+  the local engine's (drift = |reference / exact mean - 1|, the mean from the "lexical" artifact's
+  pages and tokens). While the drift stays within AVGDL_TOLERANCE (1 %), nothing else is written:
+  pages whose local scores differ by more than about 2 % keep their order. A commit that takes it
+  further (a collection grown or shrunk) renormalises: once HEAD has moved, every page's vector is
+  rewritten with the exact mean, which HEAD then records as the reference. Until then HEAD records
+  none, so a kill -9 during the rewrite (the answering generation has pages of both means, scores
+  within the old drift) makes the next commit rewrite them all again. The same happens after a HEAD
+  from before the reference (its pages kept the mean of the commit that wrote them). A first commit
+  and a --rebuild write every page with the exact mean. The rewrite is one pass over the page text;
+  the tolerance bounds how often a growing or shrinking collection pays it.
 
 Vectors are written at commit, after the points are shown and before HEAD moves: a kill before HEAD
 leaves the old generation answering, and the points it wrote are discarded as any staged point.
@@ -25,16 +35,20 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from ..manifest import Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
 from ..text.bm25 import WEIGHTING
 from ..text.tokenize import tokenize
-from .ids import _models, point_id
+from .catalog import read_head
+from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id
 
 SPARSE = "lexical"
 BATCH = 64
+AVGDL_TOLERANCE = 0.01  # the reference avgdl's relative drift from the exact mean that makes a commit rewrite every vector
+HEAD_KEY = "sparse_avgdl"  # the reference avgdl, in HEAD's payload
 
 
 def term_id(token: str) -> int:
@@ -80,15 +94,87 @@ def avgdl_of(manifest: Manifest) -> float | None:
     return tokens / pages
 
 
-def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> int:
-    """The sparse vectors of the pages of `manifest` whose text is new since `previous` (all of them
-    when `rebuilt`); returns how many points got one."""
-    avgdl = avgdl_of(manifest)
-    if avgdl is None or not has_sparse(txn.client, txn.physical):
-        return 0
+def reference_avgdl(exact: float, reference: float | None) -> tuple[float, bool]:
+    """(the avgdl this commit's new pages are weighted with, whether every page's vector must then be
+    rewritten with `exact`): the recorded reference, while the exact mean stays within AVGDL_TOLERANCE of it."""
+    if reference is None or reference <= 0:
+        return exact, True
+    return reference, abs(reference / exact - 1) > AVGDL_TOLERANCE
+
+
+def recorded_reference(txn: Any, previous: Manifest | None) -> float | None:
+    """The reference avgdl HEAD records for `previous` (None: no HEAD of that generation, a
+    renormalisation that did not finish, or a HEAD from before the reference)."""
+    head = read_head(txn.store, txn.physical) if previous is not None else None
+    if head is None or previous is None or head.get("generation") != previous.generation:
+        return None
+    value = head.get(HEAD_KEY)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class SparseCommit:
+    """What a commit wrote of the sparse vectors: HEAD's record, and the rewrite that follows HEAD."""
+
+    manifest: Manifest
+    written: int
+    reference: float | None  # to record in HEAD (None: no reference yet, a rewrite follows)
+    renormalise: float | None = None  # the exact mean every page is to be rewritten with, once HEAD has moved
+
+
+def after_head(txn: Any, sparse: SparseCommit | None) -> SparseCommit | None:
+    """Once HEAD has moved: the rewrite, if the commit needs one; returns what is left to do (nothing: None).
+    Best effort: HEAD records no reference until it is done, so the next commit rewrites every vector
+    if this one does not."""
+    if sparse is None or sparse.renormalise is None:
+        return None
+    try:
+        renormalise(txn, sparse.manifest, sparse.renormalise)
+    except LeaseLost:
+        raise
+    except Exception:
+        pass
+    return None
+
+
+def with_reference(receipt: dict, sparse: SparseCommit | None) -> dict:
+    """HEAD's payload with the reference avgdl of the commit's sparse vectors (None while a rewrite is due)."""
+    return {**receipt, HEAD_KEY: sparse.reference} if sparse is not None else receipt
+
+
+def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> SparseCommit | None:
+    """Before HEAD: the sparse vectors of the pages of `manifest` whose text is new since `previous`
+    (every page's when `rebuilt` or first), weighted with HEAD's reference avgdl (the exact mean when
+    there is none). None: the collection or the generation has no sparse vectors."""
+    exact = avgdl_of(manifest)
+    if exact is None or not has_sparse(txn.client, txn.physical):
+        return None
+    if rebuilt or previous is None:
+        return SparseCommit(manifest, _write_pages(txn, manifest, None, exact), exact)
+    avgdl, due = reference_avgdl(exact, recorded_reference(txn, previous))
+    written = _write_pages(txn, manifest, previous, avgdl)
+    return SparseCommit(manifest, written, None, exact) if due else SparseCommit(manifest, written, avgdl)
+
+
+def renormalise(txn: Any, manifest: Manifest, avgdl: float) -> int:
+    """After HEAD (which records no reference meanwhile): every page's vector weighted with `avgdl`,
+    then HEAD records it, if HEAD is still this writer's and of this generation."""
+    written = _write_pages(txn, manifest, None, avgdl)
+    models = _models()
+    txn.fence()
+    mine = models.Filter(must=[models.HasIdCondition(has_id=[HEAD_ID]),
+                               models.FieldCondition(key="writer", match=models.MatchValue(value=txn.token)),
+                               models.FieldCondition(key="generation", match=models.MatchValue(value=manifest.generation))])
+    with txn.writing():
+        txn.client.set_payload(catalog_of(txn.physical), {HEAD_KEY: avgdl}, points=mine, wait=True)
+    return written
+
+
+def _write_pages(txn: Any, manifest: Manifest, previous: Manifest | None, avgdl: float) -> int:
+    """The vectors of the pages with text of `manifest`, but those whose text part `previous` shows already."""
     models = _models()
     source = txn.base_blobs()
-    shown = {span.segment for doc in previous.documents for span in doc.spans} if previous and not rebuilt else set()
+    shown = {span.segment for doc in previous.documents for span in doc.spans} if previous is not None else set()
     texts: dict[str, list[tuple[str, str]]] = {}
     batch: list = []
     written = 0
@@ -96,9 +182,9 @@ def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebui
         for span in doc.spans:
             segment = manifest.segments.get(span.segment)
             part = segment.parts.get(TEXT) if segment else None
-            old = previous.segments.get(span.segment) if previous and span.segment in shown else None
+            old = previous.segments.get(span.segment) if previous is not None and span.segment in shown else None
             if part is None or (old is not None and old.parts.get(TEXT) == part):
-                continue  # no text, or its vectors were written by the commit that first showed it
+                continue  # no text, or its vectors (of the same reference) were written by an earlier commit
             if span.segment not in texts:
                 texts[span.segment] = read_text_part(part, source)
             rows = texts[span.segment]

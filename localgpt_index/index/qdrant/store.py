@@ -266,6 +266,10 @@ class QdrantStore:
         """The catalog, the collection's configuration, and every document's pages against the points."""
         return checks.verify(self)
 
+    def verify_notes(self) -> list[str]:
+        """What verify says beside damage: records of a shared --pdf-store whose collection is gone."""
+        return checks.gone_records(self)
+
     def scroll(self, collection: str, flt, fields: list[str] | bool = True, with_vectors: bool | list[str] = False):
         offset = None
         while True:

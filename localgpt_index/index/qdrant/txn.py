@@ -1,6 +1,10 @@
 """The Qdrant backend of the transaction core: rows staged as PENDING points, a generation published
 by copying/showing/removing points, writing catalog chunks and replacing HEAD by compare-and-swap
-(then, for a rebuild, switching the alias); see qdrant/store.py's docstring for the scheme."""
+(then, for a rebuild, switching the alias); see qdrant/store.py's docstring for the scheme.
+
+A Qdrant store writes no "codes" parts (`QdrantBackend.unused_artifacts`): its first pass is Qdrant's own
+binary quantization, so they would be blobs no reader uses. Segments of older collections keep theirs:
+their manifests still name them, so verify checks them and collection keeps them until no kept generation does."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from . import recover as setup
 from .blobs import QdrantBlobs
 from .ids import PENDING, LeaseLost, _flt, _models, catalog_of
 from .lease import _Lease, hold_lease
-from .sparse import write_vectors
+from .sparse import SparseCommit, after_head, with_reference, write_vectors
 from .writer import PointSink
 
 
@@ -50,6 +54,7 @@ class QdrantBackend:
 
     dtype: type = np.float32
     needs_page = True
+    unused_artifacts: frozenset[str] = frozenset({"codes"})  # not written: the first pass is Qdrant's (qdrant/quantization.py)
 
     def __init__(self, store: Any, physical: str | None, base: Manifest | None, rebuild: bool,  # a QdrantStore
                  lease: _Lease | None = None) -> None:
@@ -61,10 +66,12 @@ class QdrantBackend:
         self._created = False
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
         self._committed_owners: dict[tuple[str, int], str] | None = None
+        self._sparse: SparseCommit | None = None  # written by write_catalog before HEAD; after_publish rewrites them if due (sparse.py)
         self.txn: TransactionCore
 
     def attach(self, txn: TransactionCore) -> None:
         self.txn = txn
+        txn.artifacts = tuple(a for a in txn.artifacts if a.name not in self.unused_artifacts)
 
     # what the step functions read of the transaction
 
@@ -158,6 +165,7 @@ class QdrantBackend:
                 filter=_flt(generation=(g + 1, PENDING))))
             if self.store.legacy_paths and not self.rebuild:
                 setup.upgrade_paths(self)
+            setup.upgrade_quantization(self)
             upgrade = self.store.head_format != FORMAT and not self.rebuild
         self._created = not self.rebuild
         return upgrade
@@ -193,18 +201,17 @@ class QdrantBackend:
         return segment
 
     def write_catalog(self, manifest: Manifest) -> object:
-        # the sparse lexical vectors of the pages this commit shows, before HEAD moves (index/qdrant/sparse.py)
-        first_of_rebuild = self.physical != self.previous_physical and self.current is self.base
-        write_vectors(self, manifest, self.current, rebuilt=first_of_rebuild)
-        return steps.write_catalog(self, manifest)
+        self._sparse = write_vectors(self, manifest, self.current, self.physical != self.previous_physical and self.current is self.base)
+        return with_reference(steps.write_catalog(self, manifest), self._sparse)
 
     def publish(self, manifest: Manifest, receipt: object) -> None:
         assert isinstance(receipt, dict)
         steps.write_head(self, manifest, receipt)
 
     def after_publish(self) -> None:
-        """A rebuild's readers move to the new physical collection."""
+        """The sparse vectors renormalised where the commit asked for it; a rebuild's readers move to the new physical collection."""
         self._committed_owners = None
+        self._sparse = after_head(self, self._sparse)
         if self.physical != self.previous_physical:
             self.fence()
             steps.switch_alias(self)

@@ -3,19 +3,23 @@ points, and the stored PDFs (regular files inside the PDF store, sha256)."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from ...core.errors import IndexProblem, LgptError, UsageError
 from ...core.files import sha256_file
 from ..errors import MissingIndexFile
 from ..artifacts import check_all
-from ..files import regular_size
+from ..files import plain_files, regular_size
 from ..manifest import (
     Manifest,
 )
 from .blobs import QdrantBlobs
 from .ids import (
     VECTOR,
+    parse_store_url,
     doc_key,
     point_key,
     visible_filter,
@@ -71,3 +75,57 @@ def verify(store: Any) -> list[str]:
         raise  # not an index of ours at all (another tool's collection): not damage
     except LgptError as exc:
         return [exc.message]
+
+
+def gone_records(store: Any) -> list[str]:
+    """Notes (not damage) on the records of a shared --pdf-store (index/pdfrefs.py) whose Qdrant collection
+    no longer exists: such a record keeps its PDFs for good. Only what can be told from here is said:
+    in-process folders (their meta.json) and collections of the same server; a record of another
+    server's collection, or one that cannot be read, is left unsaid."""
+    pdfs = store.pdfs()
+    if pdfs is None or pdfs.refs is None:
+        return []
+    notes = []
+    for path in sorted(plain_files(pdfs.refs.folder)):
+        if not path.name.endswith(".json") or path.is_symlink() or path == pdfs.refs.record:
+            continue
+        try:
+            record = json.loads(path.read_bytes())
+            location, count = str(record["location"]), len(record["pdfs"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _gone(store, location):
+            notes.append(f"{path}: the record of {location}, which no longer exists, keeps {count} PDF(s) in "
+                         f"{store.pdf_store}; delete the record to let them go (docs/qdrant.md, Stored PDFs).")
+    return notes
+
+
+def _gone(store: Any, location: str) -> bool:
+    """Whether the index at `location` is known to be gone (False: it exists, or it cannot be told from here)."""
+    try:
+        spec = parse_store_url(location)
+    except UsageError:
+        return False
+    if spec.path is not None:
+        return _folder_lacks(spec.path, spec.collection)
+    if spec.url != store.spec.url:
+        return False  # another server: not asked
+    with store.talking("reading the aliases"):
+        return not any(a.alias_name == spec.collection for a in store.client.get_aliases().aliases)
+
+
+def _folder_lacks(folder: Path, collection: str) -> bool:
+    """An in-process folder without the collection: no folder, no meta.json, or no alias of that name to a collection in it."""
+    meta = folder / "meta.json"
+    if not folder.is_dir():
+        return True
+    try:
+        if os.path.islink(meta):
+            return False
+        data = json.loads(meta.read_bytes())
+        physical = data.get("aliases", {}).get(collection)
+        return physical is None or physical not in data.get("collections", {})
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False

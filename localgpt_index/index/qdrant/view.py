@@ -13,13 +13,13 @@ from ..manifest import (
     Manifest,
 )
 from ..artifacts import BlobSource
-from ..codes.plan import ScoringPath
+from ..codes.plan import AUTO, AUTO_FROM_PAGES, DEFAULT_CANDIDATES, ScoringPath
 from ..view import GenerationView
 from ..text.engine import TextHit
 from .blobs import QdrantBlobs
+from .quantization import is_quantized, search_params
 from .sparse import SPARSE, avgdl_of, has_sparse, idf_scope, query_vector
 from .ids import (
-    POOLED,
     VECTOR,
     _models,
     doc_key,
@@ -39,34 +39,51 @@ class QdrantView(GenerationView):
         self.physical = physical
         self.legacy_paths = legacy_paths
         self._sparse: bool | None = None
+        self._quantized: bool | None = None
         self._paths = {doc_key(d.path, legacy_paths): d.path for d in manifest.documents}
 
     def _blob_source(self) -> BlobSource:
         return QdrantBlobs(self.store, self.store.catalog_of(self.physical))
 
     def scoring_path(self, candidates: int | str | None) -> ScoringPath:
-        """Qdrant ranks the pages itself, whatever `candidates` asks (a number: its pooled-vector prefetch)."""
-        return ScoringPath("store", candidates if isinstance(candidates, int) else None, "the store ranks the pages")
+        """Which path answers a request for `candidates` (None, N, "auto"), as query --json reports it:
+        exact MaxSim over the original vectors, or Qdrant's binary first pass with rescoring where the
+        collection has binary quantization and a server searches it (the in-process mode scores exactly)."""
+        wanted, why = first_pass_wanted(candidates, self.page_count)
+        if wanted is None:
+            return ScoringPath("exact", reason=f"{why}: Qdrant's MaxSim over the original vectors")
+        if self.store.spec.path is not None:
+            return ScoringPath("exact", reason=f"{why}, but Qdrant's in-process mode ignores binary quantization and scores exactly",
+                               hint="a Qdrant server answers with the binary first pass (docs/qdrant.md)")
+        if not self.quantized():
+            return ScoringPath("exact", reason=f"{why}, but the collection {self.physical} has no binary quantization",
+                               hint=ADD_QUANTIZATION)
+        return ScoringPath("first-pass", wanted,
+                           f"{why}: Qdrant's binary quantization, the top {wanted} rescored with the original vectors")
+
+    def quantized(self) -> bool:
+        """Whether the collection's page vectors have binary quantization (read once per view)."""
+        if self._quantized is None:
+            with self.store.talking("reading the collection's schema"):
+                self._quantized = is_quantized(self.store.client, self.physical)
+        return self._quantized
 
     def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
-        With `candidates`, Qdrant first takes that many pages by the pooled vector (lossy)."""
+        With `candidates` (N, or "auto" past the threshold: codes.plan), Qdrant scores the pages by
+        their binary codes first and rescores about N of them with the original vectors (lossy);
+        without, the codes are ignored: exact MaxSim (quantization.py)."""
         from ...core.types import SearchHit
 
         models = _models()
         if not len(query_vectors):
             return []
         flt = visible_filter(self.manifest.generation, filters)
-        requests = []
-        for query in query_vectors:
-            query = np.asarray(query, dtype=np.float32)
-            prefetch = None
-            if candidates:
-                pooled = query.mean(axis=0)
-                prefetch = models.Prefetch(query=(pooled / (np.linalg.norm(pooled) or 1.0)).tolist(), using=POOLED,
-                                           filter=flt, limit=candidates)
-            requests.append(models.QueryRequest(query=query.tolist(), using=VECTOR, filter=flt, prefetch=prefetch,
-                                                limit=k + 16, with_payload=["path", "path_raw", "page", "sha256", "kind", "metadata"]))
+        limit = k + 16
+        params = search_params(first_pass_wanted(candidates, self.page_count)[0], limit)
+        requests = [models.QueryRequest(query=np.asarray(query, dtype=np.float32).tolist(), using=VECTOR, filter=flt, params=params,
+                                        limit=limit, with_payload=["path", "path_raw", "page", "sha256", "kind", "metadata"])
+                    for query in query_vectors]
         with self.store.talking("querying"):
             answers = self.store.client.query_batch_points(self.physical, requests)
         results = []
@@ -129,6 +146,23 @@ class QdrantView(GenerationView):
             raise IndexProblem(f"{doc.path}: {len(ids) - len(found)} of its pages are missing from {self.store.location}.",
                                hint=REBUILD_HINT)
         return [found[i] for i in ids]
+
+
+ADD_QUANTIZATION = ("any build adds it (`lgpt-index build DOCS --store URL`, even with nothing changed); "
+                    "Qdrant then writes the codes in the background")
+
+
+def first_pass_wanted(candidates: int | str | None, pages: int) -> tuple[int | None, str]:
+    """(how many pages Qdrant's binary first pass keeps, or None: exact; why). "auto" turns it on
+    from the local index's page threshold (codes.plan.AUTO_FROM_PAGES): a Qdrant server's memory is
+    its own, so the memory rule of a local index does not apply."""
+    if candidates is None:
+        return None, "the default"
+    if candidates == AUTO:
+        if pages < AUTO_FROM_PAGES:
+            return None, f"auto: {pages} pages < {AUTO_FROM_PAGES}, exact serves"
+        return DEFAULT_CANDIDATES, f"{pages} pages >= {AUTO_FROM_PAGES} (auto threshold)"
+    return int(candidates), "asked for"
 
 
 QdrantIndex = QdrantView  # the name before the split (index/qdrant_store.py and its importers)

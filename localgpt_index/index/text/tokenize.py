@@ -12,6 +12,7 @@ so an index built by another version is rebuilt rather than queried with differe
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Final
 
@@ -25,6 +26,10 @@ _WORD = rf"[[\p{{L}}\p{{N}}\p{{M}}]--[{_CJK}]]+"
 # a word, optionally followed by more words each after one joiner: a compound (a code when it has a digit)
 _COMPOUND = regex.compile(rf"{_WORD}(?:[-_./:,]{_WORD})*|[{_CJK}]", regex.V1)
 _PARTS = regex.compile(_WORD, regex.V1)
+# the same two for ASCII text (most pages), where a word is [a-z0-9]+ (after case folding; A-Z kept for
+# spans, which match the text as it is): the standard library's re runs them about 3x faster than regex's set operations
+_ASCII_COMPOUND = re.compile(r"[a-zA-Z0-9]+(?:[-_./:,][a-zA-Z0-9]+)*")
+_ASCII_PARTS = re.compile(r"[a-zA-Z0-9]+")
 
 
 def normalize(text: str) -> str:
@@ -35,9 +40,14 @@ def normalize(text: str) -> str:
 def tokenize(text: str) -> list[str]:
     """The tokens of `text`, in order (a code's glued form follows its parts)."""
     tokens: list[str] = []
-    for match in _COMPOUND.finditer(normalize(text)):
-        compound = match.group()
-        parts = _PARTS.findall(compound) or [compound]  # a Han, kana or Hangul character: itself
+    text = normalize(text)
+    compounds, words = (_ASCII_COMPOUND, _ASCII_PARTS) if text.isascii() else (_COMPOUND, _PARTS)
+    for compound in compounds.findall(text):
+        if compound.isalnum():  # no joiner: one word (or one Han, kana or Hangul character), most tokens; its own token
+            if len(compound) <= MAX_TOKEN_CHARS:
+                tokens.append(compound)
+            continue
+        parts = words.findall(compound) or [compound]
         tokens.extend(part for part in parts if len(part) <= MAX_TOKEN_CHARS)
         if len(parts) > 1 and any(char.isdigit() for char in compound):
             glued = "".join(parts)

@@ -5,7 +5,7 @@ collects and discards."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,10 +165,11 @@ class TransactionCore:
 
     # staging
 
-    def segment_writer(self, dim: int) -> StagedWriter:
+    def segment_writer(self, dim: int, without: Collection[str] = ()) -> StagedWriter:
+        artifacts = [a for a in self.artifacts if a.name not in without]
         with self.writing():
             writer = StagedWriter(self.backend.sink(dim), dim, self.backend.dtype, self.backend.needs_page,
-                                  part_writers(self.artifacts, dim))
+                                  part_writers(artifacts, dim))
         self.staging.writers.append(writer)
         return writer
 

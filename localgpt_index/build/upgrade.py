@@ -1,0 +1,63 @@
+"""`lgpt-index upgrade`: write what an index made by an older version lacks, as one new generation
+through the transaction core (the writers' lock, staged blobs, one HEAD switch: a kill at any point
+leaves the old generation answering; never done by a reader). Today that is the binary codes of the
+first pass (index/codes): every live segment without a part of the current version gets one, coded
+from its stored vectors (read and checked block by block) exactly as a build would code them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.errors import IndexProblem
+from ..core.failpoints import failpoint
+from ..index.codes.artifact import CODES, NAME, VERSION
+from ..index.manifest import Segment
+from ..index.store import IndexStore
+
+
+@dataclass
+class UpgradeReport:
+    index: str
+    generation: int  # the generation the index has now (the new one when something was written)
+    upgraded: bool = False
+    segments: int = 0  # live segments
+    segments_coded: int = 0  # given codes by this run
+    pages_coded: int = 0
+    note: str = ""
+
+
+def needs_codes(segment: Segment) -> bool:
+    part = segment.parts.get(NAME)
+    return segment.storage == "file" and (part is None or part.version != VERSION)
+
+
+def upgrade_index(store: IndexStore, wait_s: float = 0.0) -> UpgradeReport:
+    """Codes for every live segment lacking current ones, committed as one new generation."""
+    if not store.exists():
+        raise IndexProblem(f"no index at {store.location}.")
+    with store.begin(wait_s) as txn:
+        manifest = txn.base
+        if manifest is None:
+            raise IndexProblem(f"no index at {store.location}.")
+        report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
+        if any(seg.storage != "file" for seg in manifest.segments.values()):
+            report.note = "this store ranks the pages itself (Qdrant): it uses no binary codes"
+            return report
+        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)]
+        if not stale:
+            report.note = "every segment has binary codes of the current version"
+            return report
+        for segment in stale:
+            vectors, offsets = store.segment_arrays(segment)  # every block checked before it is coded
+            writer = CODES.part_writer(segment.dim)
+            for page in range(segment.pages):
+                writer.add(page, vectors[offsets[page] : offsets[page + 1]], None, {})
+            with txn.writing():
+                part = writer.seal(txn.blobs)
+            txn.stage(segment.model_copy(update={"parts": {**segment.parts, NAME: part}}))
+            report.segments_coded += 1
+            report.pages_coded += segment.pages
+            failpoint("upgrade-segment")
+        new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
+        report.generation, report.upgraded = new.generation, True
+    return report

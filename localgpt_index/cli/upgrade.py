@@ -1,0 +1,35 @@
+"""lgpt-index upgrade"""
+
+from __future__ import annotations
+
+import click
+
+from .app import Application, output_options
+from .options import SECONDS, index_options
+
+
+@click.command()
+@click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
+@index_options
+@output_options
+@click.pass_obj
+def upgrade(app: Application, wait_s: float) -> None:
+    """Write what an index made by an older version lacks, as one new generation.
+
+    Today: the binary codes `query --first-pass` ranks by, for every segment without codes of the
+    current version (built before they existed), read from the stored vectors. Queries keep working
+    meanwhile, and a kill leaves the old generation. Nothing else changes; a no-op when nothing is missing.
+    """
+    from dataclasses import asdict
+
+    from ..build.upgrade import upgrade_index
+
+    report = upgrade_index(app.store(), wait_s)
+    if app.as_json:
+        app.print_json(asdict(report))
+        return
+    if report.upgraded:
+        app.terminal.info(f"{report.index}: binary codes written for {report.pages_coded} pages in {report.segments_coded} "
+                          f"of {report.segments} segments (generation {report.generation})")
+    else:
+        app.terminal.info(f"{report.index}: nothing to upgrade: {report.note} (generation {report.generation})")
