@@ -76,10 +76,15 @@ VISUAL = {"mode": "visual"}
 WITHOUT_MODES: set[str] = set()
 
 
-def ask(client, text: str, k: int = 10) -> dict:
+SCORED_WITH: list[int] = []  # X-Lgpt-Scored-With of the answers to concurrent clients (this tree's server)
+
+
+def ask(client, text: str, k: int = 10, scored_with: list | None = None) -> dict:
     extra = {} if str(client.base_url).rstrip("/") in WITHOUT_MODES else VISUAL
     answer = client.post("/query", json={"queries": [text], "k": k, **extra})
     answer.raise_for_status()
+    if scored_with is not None and "X-Lgpt-Scored-With" in answer.headers:
+        scored_with.append(int(answer.headers["X-Lgpt-Scored-With"]))
     return answer.json()
 
 
@@ -87,9 +92,17 @@ def ranking(document: dict) -> list[tuple[str, int]]:
     return [(h["path"], h["page"]) for h in document["results"]]
 
 
-def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int) -> tuple[list[tuple[float, float]], bool]:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process `pid` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int, pid: int | None = None,
+                      cpu: list | None = None) -> tuple[list[tuple[float, float]], bool]:
     """Queries/s of `texts` one at a time, then from 8 concurrent clients, `rounds` times in turn
-    (the machine's speed drifts between runs); and whether every answer ranked as `expected`."""
+    (the machine's speed drifts between runs); and whether every answer ranked as `expected`. With
+    `pid` (the server's), its CPU seconds a query from the 8 clients are appended to `cpu`."""
     import httpx
 
     rates, same = [], True
@@ -99,9 +112,11 @@ def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int) -
             started = time.perf_counter()
             one_by_one = [ask(clients[0], t) for t in texts]
             alone = len(texts) / (time.perf_counter() - started)
-            started = time.perf_counter()
-            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1]), enumerate(texts)))
+            started, used = time.perf_counter(), cpu_seconds(pid) if pid else 0.0
+            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1], scored_with=SCORED_WITH), enumerate(texts)))
             rates.append((alone, len(texts) / (time.perf_counter() - started)))
+            if pid and cpu is not None:
+                cpu.append((cpu_seconds(pid) - used) / len(texts))
             same &= all(ranking(a) == ranking(b) == want for a, b, want in zip(one_by_one, together, expected))
     for client in clients:
         client.close()
@@ -119,15 +134,16 @@ encoder = index.load_encoder()
 vectors = encoder.encode_queries([f"revenue growth {i}" for i in range(8)])
 def median_ms(queries):
     index.search_vectors(queries, 10)
-    runs = []
+    runs, cpu = [], time.process_time()
     for _ in range(3):
         started = time.perf_counter()
         index.search_vectors(queries, 10)
         runs.append(time.perf_counter() - started)
-    return 1000 * statistics.median(runs)
+    return 1000 * statistics.median(runs), 1000 * (time.process_time() - cpu) / 3
 print("ready", flush=True)
 for _ in sys.stdin:
-    print(json.dumps([median_ms(vectors[:1]), median_ms(vectors) / 8]), flush=True)
+    stacked, stacked_cpu = median_ms(vectors)
+    print(json.dumps([median_ms(vectors[:1])[0], stacked / 8, stacked_cpu / 8]), flush=True)
 """
 
 
@@ -140,18 +156,19 @@ class Scorer:
                                      stdout=subprocess.PIPE, text=True, env=tree_env(ROOT), cwd=ROOT)
         assert self.proc.stdout.readline().strip() == "ready"
 
-    def measure(self) -> tuple[float, float]:
+    def measure(self) -> tuple[float, float, float]:
+        """Milliseconds: one query, a query of 8 stacked, and the CPU time a query of 8 stacked."""
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
-        alone, stacked = json.loads(self.proc.stdout.readline())
-        return alone, stacked
+        alone, stacked, stacked_cpu = json.loads(self.proc.stdout.readline())
+        return alone, stacked, stacked_cpu
 
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
 
 
-def scoring_alone(index: Path) -> tuple[float, float]:
+def scoring_alone(index: Path) -> tuple[float, float, float]:
     """Milliseconds a query of the scorer alone: one query, and 8 stacked (SCORING)."""
     scorer = Scorer(index)
     try:
@@ -160,20 +177,23 @@ def scoring_alone(index: Path) -> tuple[float, float]:
         scorer.close()
 
 
-def against_ceiling(url: str, texts: list[str], expected: list, index: Path, rounds: int) -> tuple[dict, bool]:
+def against_ceiling(url: str, texts: list[str], expected: list, index: Path, rounds: int, pid: int | None = None) -> tuple[dict, bool]:
     """`rounds` interleaved rounds: serve's queries/s from 8 concurrent clients (and one at a time),
     then the scorer's own batched ceiling, 1000 / (ms a query of 8 stacked), with the server idle."""
+    SCORED_WITH.clear()  # this tree's server only
     scorer = Scorer(index)
     result: dict = {"rounds": []}
     same = True
     try:
         for _ in range(rounds):
-            [(alone, together)], agreed = throughput_rounds(url, texts, expected, 1)
+            cpu: list[float] = []
+            [(alone, together)], agreed = throughput_rounds(url, texts, expected, 1, pid, cpu)
             same &= agreed
-            one_ms, stacked_ms = scorer.measure()
+            one_ms, stacked_ms, stacked_cpu_ms = scorer.measure()
             result["rounds"].append({"alone_qps": alone, "together_qps": together, "scorer_one_ms": one_ms,
                                      "scorer_stacked_ms": stacked_ms, "ceiling_qps": 1000 / stacked_ms,
-                                     "of_ceiling": together * stacked_ms / 1000})
+                                     "of_ceiling": together * stacked_ms / 1000, "scorer_stacked_cpu_ms": stacked_cpu_ms,
+                                     "serve_cpu_ms": 1000 * cpu[0] if cpu else None})
     finally:
         scorer.close()
     return result, same
@@ -325,7 +345,7 @@ def main() -> None:
         cli = json.loads(lgpt("query", *texts, "-k", "10", "--json", "--mode", "visual", "--index-dir", str(index)).stdout)["queries"]
         # the CLI answers absolute paths, `serve` paths relative to the indexed folder
         expected = [[(os.path.relpath(path, docs), page) for path, page in ranking(c)] for c in cli]
-        ceiling, same = against_ceiling(server.url, texts, expected, index, args.rounds)
+        ceiling, same = against_ceiling(server.url, texts, expected, index, args.rounds, server.proc.pid)
         failed |= not same
         report["ceiling"] = ceiling
         rounds = ceiling["rounds"]
@@ -337,6 +357,16 @@ def main() -> None:
                         f"query, {r['scorer_stacked_ms']:.0f} ms a query of 8 stacked, ceiling {r['ceiling_qps']:.1f} q/s)"
                         for r in rounds))
         most = [r["scorer_one_ms"] / r["scorer_stacked_ms"] for r in rounds]
+        cpu_share = [100 * r["scorer_stacked_cpu_ms"] / r["serve_cpu_ms"] for r in rounds if r["serve_cpu_ms"]]
+        if cpu_share:  # CPU time drifts far less than wall time on a loaded machine
+            say(f"   CPU time a query: the scorer's (8 stacked) as a share of serve's (8 clients, the whole server "
+                f"process): {statistics.median(cpu_share):.0f} % ({min(cpu_share):.0f}-{max(cpu_share):.0f} %); serve "
+                + ", ".join(f"{r['serve_cpu_ms']:.0f}" for r in rounds) + " ms, the scorer "
+                + ", ".join(f"{r['scorer_stacked_cpu_ms']:.0f}" for r in rounds) + " ms")
+        if SCORED_WITH:
+            report["scored_with_median"] = statistics.median(SCORED_WITH)
+            say(f"   queries scored together with each of the 8 clients' queries (X-Lgpt-Scored-With): median "
+                f"{statistics.median(SCORED_WITH):.0f}, min {min(SCORED_WITH)}, max {max(SCORED_WITH)}")
         say(f"   8 clients: {statistics.median(share):.0f} % ({min(share):.0f}-{max(share):.0f} %) of the scorer's batched "
             f"ceiling (target 90 %); {statistics.median(gain):.2f}x ({min(gain):.2f}x-{max(gain):.2f}x) one client's "
             f"throughput, where batching can take at most {statistics.median(most):.2f}x off the scoring "

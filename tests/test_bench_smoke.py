@@ -40,3 +40,5 @@ def test_bench_serve_quick_prints_serve_against_the_scorer_s_batched_ceiling():
     ceiling = report["ceiling"]
     assert ceiling["rounds"] and all(r["of_ceiling"] > 0 for r in ceiling["rounds"])
     assert "of the scorer's batched ceiling (target 90 %)" in done.stderr
+    assert all(r["serve_cpu_ms"] > 0 and r["scorer_stacked_cpu_ms"] > 0 for r in ceiling["rounds"])
+    assert report["scored_with_median"] >= 1 and "X-Lgpt-Scored-With" in done.stderr

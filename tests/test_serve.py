@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -348,38 +347,3 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     del old, in_flight, old_vectors
     gc.collect()
     assert gone() is None
-
-
-def test_clients_answered_together_are_gathered_again_when_they_come_back():
-    """8 clients answered by one batch come back one after another (client N after N turns of the
-    event loop, as each parses its answer first): the next batch waits for all 8 (its window: a
-    quarter of the last batch's time, at most 50 ms) instead of going with the first few and leaving
-    the rest a whole batch behind. No client waits on a clock: the order of their returns is fixed."""
-    import asyncio
-    from types import SimpleNamespace
-
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
-
-    sizes: list[int] = []
-
-    def search(requests):
-        sizes.append(len(requests))
-        time.sleep(0.2)  # the model and the scorer
-        return [SimpleNamespace(request=r) for r in requests]
-
-    async def client(batcher, number: int) -> None:
-        await batcher.submit(SearchRequest((f"first {number}",)))
-        for _ in range(number):  # the batch begins with client 0's question, before client 7 is back
-            await asyncio.sleep(0)
-        await batcher.submit(SearchRequest((f"second {number}",)))
-
-    async def scenario() -> None:
-        batcher = QueryBatcher(SimpleNamespace(search=search))
-        batcher.start()
-        await asyncio.gather(*(client(batcher, n) for n in range(8)))
-        await batcher.submit(SearchRequest(("alone",)))  # 8 expected, 1 comes: it goes after the window
-        await batcher.submit(SearchRequest(("alone again",)))
-        await batcher.stop()
-
-    asyncio.run(scenario())
-    assert sizes == [8, 8, 1, 1]

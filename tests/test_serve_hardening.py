@@ -92,21 +92,26 @@ def test_a_malformed_query_fails_only_its_own_request(hardening_index, tmp_path)
 
 
 def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
-    """Past the HTTP checks (a library caller, a tokenizer with rules of its own): a batch that
-    fails is answered request by request, so only the request the model cannot read fails."""
+    """Past the HTTP checks (a library caller, a tokenizer with rules of its own): a forward pass that
+    fails is run again request by request, so only the request the model cannot read fails."""
     import asyncio
     from types import SimpleNamespace
 
     from localgpt_index.core.errors import UsageError
     from localgpt_index.serve.service import QueryBatcher, SearchRequest
 
-    def search(requests):
-        if any("poison" in q for r in requests for q in r.queries):
-            raise TypeError("TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]")
-        return [SimpleNamespace(request=r) for r in requests]
+    class Encoder:  # the tokenizer refuses one text
+        def encode_queries(self, texts):
+            if any("poison" in text for text in texts):
+                raise TypeError("TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]")
+            return [f"vector of {text}" for text in texts]
+
+    index = SimpleNamespace(view=SimpleNamespace())  # a view that ranks by itself: no sweep, a stacked pass
+    service = SimpleNamespace(require_ready=Encoder, index=lambda: index, stale=None, encoder=None,
+                              answer_encoded=lambda index, requests, vectors, count: [SimpleNamespace(request=r) for r in requests])
 
     async def scenario():
-        batcher = QueryBatcher(SimpleNamespace(search=search))
+        batcher = QueryBatcher(service)
         batcher.start()
         requests = [SearchRequest((text,)) for text in ("one", "poison", "two", "three")]
         answers = await asyncio.gather(*(batcher.submit(r) for r in requests), return_exceptions=True)

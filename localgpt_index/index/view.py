@@ -6,7 +6,7 @@ No view loads a model (query.search composes one with it)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -23,6 +23,13 @@ from .score import maxsim
 
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
 PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+class ExactUnit(NamedTuple):
+    """A part of an exact scoring pass: pages (rows, in row order) of one segment."""
+
+    segment_id: str
+    rows: np.ndarray
 
 
 class GenerationView:
@@ -103,7 +110,7 @@ class LocalView(GenerationView):
             docs = [d for d in docs if matches(d.metadata, filters)]
             table = page_table(docs)
         else:
-            table = self._table = self._table or page_table(docs)
+            table = self.all_pages()
         if not docs or not len(query_vectors):
             return [[] for _ in query_vectors]
         plan = self.scoring_path(candidates)
@@ -150,19 +157,39 @@ class LocalView(GenerationView):
     def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
         self._prefetch(table)
-        score_parts, doc_parts, page_parts = [], [], []
-        for segment_id, (rows, doc_of, page_of) in table.items():
-            files = self.store.segment_files(self.manifest.segments[segment_id])  # blocks checked as they are scored
-            if self.exact_scorer is not None:
-                score_parts.append(self.exact_scorer.score(query_vectors, segment_id, files, rows))
+        scores = [self.score_unit(query_vectors, unit, device) for unit in self.exact_units(table)]
+        return self.rank_scores(np.concatenate(scores, axis=1), docs, k, table)
+
+    def exact_units(self, table: PageTable | None = None) -> list[ExactUnit]:
+        """The parts exact scoring of `table` (default: every page) goes through, in order: their scores,
+        side by side, are the scores rank_scores takes. serve lets queries join a pass between parts."""
+        table = table if table is not None else self.all_pages()
+        units = []
+        for segment_id, (rows, _, _) in table.items():
+            if self.exact_scorer is not None:  # a device scorer takes a segment at once
+                units.append(ExactUnit(segment_id, rows))
             else:
-                score_parts += [maxsim(query_vectors, files.vectors, files.offsets, part, device=device)
-                                for part in files.checked_groups(rows)]
-            doc_parts.append(doc_of)
-            page_parts.append(page_of)
-        scores = np.concatenate(score_parts, axis=1)
-        doc_of = np.concatenate(doc_parts)
-        page_of = np.concatenate(page_parts)
+                files = self.store.segment_files(self.manifest.segments[segment_id])
+                units += [ExactUnit(segment_id, part) for part in files.groups(rows)]
+        return units
+
+    def score_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> np.ndarray:
+        """Exact scores (queries, the unit's pages) of one part of exact_units; its blocks checked first."""
+        files = self.store.segment_files(self.manifest.segments[unit.segment_id])
+        if self.exact_scorer is not None:
+            return self.exact_scorer.score(query_vectors, unit.segment_id, files, unit.rows)
+        files.check_pages(unit.rows)
+        return maxsim(query_vectors, files.vectors, files.offsets, unit.rows, device=device)
+
+    def all_pages(self) -> PageTable:
+        """The page table of every document (built once per view)."""
+        self._table = self._table or page_table(self.manifest.documents)
+        return self._table
+
+    def rank_scores(self, scores: np.ndarray, docs: list[Document], k: int, table: PageTable) -> list[list[SearchHit]]:
+        """The top k of each row of `scores` (queries, the pages of `table` in its order)."""
+        doc_of = np.concatenate([doc_of for _, doc_of, _ in table.values()])
+        page_of = np.concatenate([page_of for _, _, page_of in table.values()])
         results = []
         for row in scores:
             order = np.lexsort((page_of, doc_of, -row))[:k]

@@ -132,6 +132,10 @@ class Index:
         self._choose_scorer(device)
         return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
 
+    def prepare_scoring(self, device: str) -> None:
+        """The exact scorer for `device` chosen now (serve's sweep scores the view's parts itself)."""
+        self._choose_scorer(device)
+
     def _choose_scorer(self, device: str) -> None:
         """The hook where exact scoring is chosen: a local view gets this generation's device scorer
         when `self.scoring` puts scoring on a device (DeviceScoring.device_for); else the CPU scorer."""

@@ -78,6 +78,7 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
         response = json_response(policy.publish(document, answer.index))
         response.headers["X-Lgpt-Images-Rendered"] = str(rendered)  # the others came from the cache, or failed
         response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
+        response.headers["X-Lgpt-Scored-With"] = str(answer.scored_with)  # the most queries scored together with its own
         response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
         return response
 

@@ -5,17 +5,17 @@ followed, queries that arrive together answered together.
 it). It notices a new HEAD (a build or remove beside it) between batches and opens the new
 generation, reusing the segments it has already checked; a batch in flight keeps the
 generation it started with, and the old one's memory maps go with the last reference.
-`QueryBatcher` gathers the queries of requests that arrive within a few milliseconds into
-one forward pass of the model and one scoring pass per filter.
+`QueryBatcher` encodes the queries of requests that arrived together in one forward pass of the
+model and lets them join the exact scoring pass in flight (serve/sweep.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +26,7 @@ from ..index.store import IndexStore, MissingIndexFile
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
 from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
+from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
 
 
 class NotReady(LgptError):
@@ -48,6 +49,7 @@ class SearchAnswer:
     index: Index  # the generation that answered
     results: list[list[SearchHit]] = field(default_factory=list)
     batch_queries: int = 0  # how many queries shared its forward pass
+    scored_with: int = 0  # the most queries scored together with its own (one stacked pass, or one part of a sweep)
 
 
 class IndexService:
@@ -153,128 +155,211 @@ class IndexService:
             raise NotReady(self.stale)
         texts = [text for request in requests for text in request.queries]
         vectors = iter(encoder.encode_queries(check_queries(texts)))
-        answers: list[SearchAnswer | LgptError] = []
-        groups: dict[tuple, list[tuple[int, int]]] = {}
-        per_request = []
+        per_request = [[next(vectors) for _ in request.queries] for request in requests]
+        return self.answer_encoded(index, requests, per_request, len(texts))
+
+    def answer_encoded(self, index: Index, requests: list[SearchRequest], per_request: list[list],
+                       batch_queries: int) -> list[SearchAnswer | LgptError]:
+        """Requests whose queries are encoded (`per_request`): one stacked scoring pass per distinct
+        (filters, first pass), split per request."""
+        device = self.encoder.precision.device if self.encoder is not None else "cpu"
+        answers: list[SearchAnswer | LgptError] = [SearchAnswer(index, [[] for _ in r.queries], batch_queries) for r in requests]
+        groups: dict[tuple, list[int]] = {}
         for number, request in enumerate(requests):
-            per_request.append([next(vectors) for _ in request.queries])
-            answers.append(SearchAnswer(index, [[] for _ in request.queries]))
-            groups.setdefault((request.filters, request.first_pass), []).append((number, len(request.queries)))
-        for answer in answers:
-            answer.batch_queries = len(texts)
+            groups.setdefault((request.filters, request.first_pass), []).append(number)
         for (filters, first_pass), members in groups.items():
-            stacked = [v for number, _ in members for v in per_request[number]]
-            k = max(index.visual_depth(requests[number].k, requests[number].options) for number, _ in members)
-            hits = index.search_vectors(stacked, k, device=encoder.precision.device, filters=dict(filters) or None,
-                                        candidates=first_pass)
+            stacked = [v for number in members for v in per_request[number]]
+            k = max(index.visual_depth(requests[number].k, requests[number].options) for number in members)
+            hits = index.search_vectors(stacked, k, device=device, filters=dict(filters) or None, candidates=first_pass)
             at = 0
-            for number, count in members:
-                request = requests[number]
-                answers[number].results = index.finish(request.queries, hits[at : at + count], request.k,
-                                                       dict(filters) or None, request.options)
-                at += count
+            for number in members:
+                request, answer = requests[number], answers[number]
+                assert isinstance(answer, SearchAnswer)
+                answer.results = index.finish(request.queries, hits[at : at + len(request.queries)], request.k,
+                                              dict(filters) or None, request.options)
+                answer.scored_with = len(stacked)
+                at += len(request.queries)
         return answers
 
 
 class QueryBatcher:
-    """Requests that arrive within a short window of each other share one model call and one scoring pass.
+    """Queries of concurrent requests scored together, with no window and no clock.
 
-    The model runs on one thread of its own (the event loop never waits on it), one batch at a time.
-    Clients answered together come back at slightly different times (each parses its answer and
-    sends the next question): a batch waits, up to its window, for as many requests as the last
-    one had, and goes as soon as they are there. A lone client is never kept waiting."""
+    One thread of its own (the model thread; the event loop never waits on it) takes every request
+    that has arrived, encodes their queries in one forward pass, and lets them join the sweep: the
+    exact pass over the current generation that is running, part by part, for the queries already
+    on it (serve/sweep.py). A query arriving mid-pass shares every part from the next one on and
+    comes round for the parts it missed; a lone query starts at once. Requests a sweep cannot take
+    (filters, a first pass, text mode, a store that ranks itself) are scored in a stacked pass of
+    their own between two parts."""
 
-    MAX_WINDOW_S = 0.05
+    MAX_QUERIES = 64  # on a sweep at once (each part's product and similarities grow with them); more wait
 
-    def __init__(self, service: IndexService, window_s: float = 0.002, max_queries: int = 64) -> None:
+    def __init__(self, service: IndexService) -> None:
         self.service = service
-        self.window_s = window_s  # a quarter of the time the last batch took, up to MAX_WINDOW_S
-        self.max_queries = max_queries
-        self.batches = 0
-        self._expected = 1  # requests in the last batch: the clients likely to come back
-        self._queue: asyncio.Queue | None = None
+        self.batches = 0  # forward passes (each for every request that had arrived)
+        self.parts = self.shared_parts = 0  # parts of a pass scored, and those scored for several requests (ended sweeps)
+        self._inbox: list[tuple[SearchRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
+        self._lock = threading.Lock()
+        self._working = False
+        self._sweep: Sweep | None = None
+        self._waiting: list[Member] = []  # encoded for a newer generation than the sweep's: next sweep
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
-        self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._queue = asyncio.Queue()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        """Nothing to start: the model thread works while there are requests."""
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        """Let the requests in flight finish (the model thread returns once it has none)."""
         self._executor.shutdown(wait=True)
 
     @property
     def queued(self) -> int:
         """Requests waiting for the model thread."""
-        return self._queue.qsize() if self._queue is not None else 0
+        return len(self._inbox)
+
 
     async def submit(self, request: SearchRequest) -> SearchAnswer:
-        future = asyncio.get_running_loop().create_future()
-        await self._queue.put((request, future))
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            self._inbox.append((request, future, loop))
+            idle, self._working = not self._working, True
+        if idle:
+            self._executor.submit(self._work)
         return await future
 
-    async def _gather(self, first) -> list:
-        """`first` and the requests that join it: all those already queued, then any that arrive
-        within the window while the batch has fewer requests than the last one."""
-        batch, count = [first], len(first[0].queries)
-        deadline = time.monotonic() + self.window_s
-        while count < self.max_queries:
-            if self._queue.empty():
-                left = deadline - time.monotonic()
-                if len(batch) >= self._expected or left <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), left)
-                except asyncio.TimeoutError:
-                    break
-            else:
-                item = self._queue.get_nowait()
-            batch.append(item)
-            count += len(item[0].queries)
-        return batch
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _work(self) -> None:
+        """On the model thread: admit what arrived, score the next part of the sweep, until there is nothing left."""
         while True:
-            batch = await self._gather(await self._queue.get())
-            self.batches += 1
-            started = time.monotonic()
-            answers = await loop.run_in_executor(self._executor, self._answer, [r for r, _ in batch])
-            self.window_s = min(self.MAX_WINDOW_S, max(0.002, 0.25 * (time.monotonic() - started)))
-            self._expected = len(batch)
-            for (_, future), answer in zip(batch, answers):
-                if future.done():
-                    continue
-                if isinstance(answer, BaseException):
-                    future.set_exception(answer)
-                else:
-                    future.set_result(answer)
+            with self._lock:
+                arrived, self._inbox = self._inbox, []
+                if not arrived and not self._busy():
+                    self._end_sweep()  # idle: an old generation is not kept open by an empty sweep
+                    self._working = False
+                    return
+            try:
+                if arrived:
+                    self._admit(arrived)
+                if self._sweep is not None and self._sweep.members:
+                    self._sweep.step()
+                    if self._waiting:  # room left by those done
+                        self._join_waiting()
+                elif self._waiting:
+                    self._start_sweep()
+            except BaseException as exc:  # noqa: BLE001 - never leave a request unanswered
+                for _, future, loop in arrived:
+                    _deliver(future, loop, exc)  # those answered already are left as they are
+                self._fail_everyone(exc)
 
+    def _busy(self) -> bool:
+        return bool(self._waiting) or (self._sweep is not None and bool(self._sweep.members))
 
-    def _answer(self, requests: list[SearchRequest]) -> list:
-        """Answers for a batch (on the model thread). When the batch fails, each request is answered
-        alone, so that one query the model cannot read fails its own request and no other."""
+    def _admit(self, arrived: list) -> None:
+        """Encode the queries of every request that arrived in one forward pass; each joins the sweep
+        or is answered in a pass of its own."""
+        self.batches += 1
         failpoint("serve.batch")
         try:
-            return self.service.search(requests)
-        except NotReady as exc:
-            return [exc] * len(requests)
-        except Exception as exc:  # noqa: BLE001 - any failure: each request is tried alone
-            if len(requests) == 1:
-                return [_request_error(exc)]
-        answers: list = []
-        for request in requests:
-            try:
-                answers += self.service.search([request])
-            except Exception as exc:  # noqa: BLE001 - it fails this request only
-                answers.append(_request_error(exc))
-        return answers
+            encoder = self.service.require_ready()
+            index = self.service.index()
+            if self.service.stale:
+                raise NotReady(self.service.stale)
+        except Exception as exc:  # noqa: BLE001 - not ready, or no index: each request says so
+            for request, future, loop in arrived:
+                _deliver(future, loop, exc)
+            return
+        requests = [request for request, _, _ in arrived]
+        encoded = _encode(encoder, requests)
+        count = sum(len(r.queries) for r, vectors in zip(requests, encoded) if not isinstance(vectors, BaseException))
+        others = []
+        for (request, future, loop), vectors in zip(arrived, encoded):
+            if isinstance(vectors, BaseException):
+                _deliver(future, loop, vectors)
+            elif sweepable(request, index):
+                member = Member(request, vectors, index, functools.partial(_deliver, future, loop), future.done, count)
+                self._waiting.append(member)
+            else:
+                others.append((request, future, loop, vectors))
+        if others:
+            self._answer_others(index, others, count)
+        if not self._waiting:
+            return
+        if self._sweep is None or (not self._sweep.members and self._sweep.index is not self._waiting[0].index):
+            self._start_sweep()
+        else:  # those of the sweep's generation join it; a newer one's wait until it is done
+            self._join_waiting()
+
+    def _end_sweep(self) -> None:
+        if self._sweep is not None:
+            self.parts += self._sweep.steps
+            self.shared_parts += self._sweep.shared
+            self._sweep = None
+
+    def _start_sweep(self) -> None:
+        """A sweep over the generation the waiting requests were encoded for; they join it."""
+        self._end_sweep()
+        index = self._waiting[0].index
+        device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
+        self._sweep = Sweep(index, device, SearchAnswer)
+        self._join_waiting()
+
+    def _join_waiting(self) -> None:
+        """The waiting requests of the sweep's generation join it, up to MAX_QUERIES queries on it."""
+        assert self._sweep is not None
+        keep, on = [], sum(len(m.vectors) for m in self._sweep.members)
+        for member in self._waiting:
+            if member.index is self._sweep.index and (not on or on + len(member.vectors) <= self.MAX_QUERIES):
+                self._sweep.join(member)
+                on += len(member.vectors)
+            else:
+                keep.append(member)
+        self._waiting = keep
+
+    def _answer_others(self, index: Index, others: list, count: int) -> None:
+        """Requests a sweep cannot take, in one stacked pass per kind; one that fails alone fails only itself."""
+        try:
+            answers = self.service.answer_encoded(index, [o[0] for o in others], [o[3] for o in others], count)
+        except Exception:  # noqa: BLE001 - each request is tried alone
+            answers = []
+            for request, _, _, vectors in others:
+                try:
+                    answers += self.service.answer_encoded(index, [request], [vectors], count)
+                except Exception as exc:  # noqa: BLE001 - it fails this request only
+                    answers.append(_request_error(exc))
+        for (_, future, loop, _), answer in zip(others, answers):
+            _deliver(future, loop, answer)
+
+    def _fail_everyone(self, exc: BaseException) -> None:
+        members = (self._sweep.members if self._sweep is not None else []) + self._waiting
+        self._waiting = []
+        if self._sweep is not None:
+            self._sweep.members = []
+        for member in members:
+            member.deliver(exc)
 
     def run_on_model_thread(self, work, *args):
-        """`work(*args)` on the model thread, between batches (a concurrent.futures.Future)."""
+        """`work(*args)` on the model thread, when it has no request (a concurrent.futures.Future)."""
         return self._executor.submit(work, *args)
+
+
+def _encode(encoder: QueryEncoder, requests: list[SearchRequest]) -> list:
+    """Each request's query vectors, from one forward pass for all; when that fails, each request
+    is encoded alone, so that text the model cannot read fails its own request and no other."""
+    texts = [text for request in requests for text in request.queries]
+    try:
+        vectors = iter(encoder.encode_queries(check_queries(texts)))
+        return [[next(vectors) for _ in request.queries] for request in requests]
+    except Exception as exc:  # noqa: BLE001 - any failure: each request is tried alone
+        if len(requests) == 1:
+            return [_request_error(exc)]
+    encoded: list = []
+    for request in requests:
+        try:
+            encoded.append(list(encoder.encode_queries(check_queries(list(request.queries)))))
+        except Exception as exc:  # noqa: BLE001 - it fails this request only
+            encoded.append(_request_error(exc))
+    return encoded
 
 
 def _request_error(exc: Exception) -> Exception:

@@ -108,13 +108,17 @@ class SegmentFiles:
     def checked_groups(self, pages: np.ndarray):
         """`pages` (in row order) in groups of about GROUP_BYTES of vectors, each checked just before
         it is yielded: a scan streams through the file once, checking as it goes."""
+        for part in self.groups(pages):
+            self.check_pages(part)
+            yield part
+
+    def groups(self, pages: np.ndarray) -> list[np.ndarray]:
+        """`pages` (in row order) in groups of about GROUP_BYTES of vectors, not checked yet (check_pages)."""
         pages = np.asarray(pages, dtype=np.int64)
         sizes = (self.offsets[pages + 1] - self.offsets[pages]) * self.row_bytes
         group = np.cumsum(sizes) // self.GROUP_BYTES
         cuts = np.flatnonzero(np.diff(group)) + 1
-        for part in np.split(pages, cuts) if len(pages) else []:
-            self.check_pages(part)
-            yield part
+        return np.split(pages, cuts) if len(pages) else []
 
     def check_all(self) -> list[int]:
         """Every block checked (verify): the damaged ones."""

@@ -1,0 +1,249 @@
+"""`serve`'s batching: queries that arrive while an exact pass runs join it (serve/sweep.py), with no
+window and no clock. The model thread is held on failpoints (failpoints.set_hook) while the next
+requests arrive; nothing here waits on a timer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+from conftest import run_cli
+from docgen import make_pdf
+
+from localgpt_index.core import failpoints
+from localgpt_index.core.errors import UsageError
+from localgpt_index.query.search import QueryOptions
+
+VISUAL = QueryOptions(mode="visual")
+
+
+@pytest.fixture
+def service(fake_model, tmp_path, monkeypatch):
+    from localgpt_index.index.local.segments import SegmentFiles
+    from localgpt_index.serve.service import IndexService
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    for number in range(4):
+        make_pdf(docs / f"doc-{number}.pdf", [f"page {number} {p}" for p in range(3)])
+    rules = tmp_path / "meta.json"
+    rules.write_text(json.dumps({"doc-0.pdf": {"team": "finance"}}))
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--metadata", str(rules)).exit_code == 0
+    monkeypatch.setattr(SegmentFiles, "GROUP_BYTES", 1)  # a part a page: the pass has 12 parts to join between
+    service = IndexService(index / "default")
+    service.load()
+    yield service
+    failpoints.set_hook(None)
+
+
+class Held:
+    """The model thread held at the `at`-th time it reaches failpoint `name` until released."""
+
+    def __init__(self, name: str, at: int = 1) -> None:
+        self.name, self.at, self.count = name, at, 0
+        self.reached, self.release = threading.Event(), threading.Event()
+        failpoints.set_hook(self)
+
+    def __call__(self, name: str) -> None:
+        if name == self.name:
+            self.count += 1
+            if self.count == self.at:
+                self.reached.set()
+                assert self.release.wait(60)
+
+    async def wait(self) -> None:
+        assert await asyncio.get_running_loop().run_in_executor(None, self.reached.wait, 60)
+
+
+class Ranked(list):
+    """Each query's (path, page) ranking, equal to another's when its scores are equal within float32 rounding
+    (a query's products can round differently stacked with others)."""
+
+    def __init__(self, answer) -> None:
+        super().__init__([[(h.path, h.page) for h in hits] for hits in answer.results])
+        self.scores = [h.score for hits in answer.results for h in hits]
+
+    def __eq__(self, other) -> bool:
+        return list.__eq__(self, other) and self.scores == pytest.approx(other.scores, rel=1e-5, abs=1e-6)
+
+
+def ranked(answer) -> Ranked:
+    return Ranked(answer)
+
+
+def alone(service, request):
+    return ranked(service.search([request])[0])
+
+
+def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service):
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    first = SearchRequest(("page 1",), 5, options=VISUAL)
+    second = SearchRequest(("page 2", "doc 3"), 3, options=VISUAL)
+    filtered = SearchRequest(("page 0",), 5, filters=(("team", "finance"),), options=VISUAL)  # a pass of its own
+    hybrid = SearchRequest(("page 3",), 4)  # the index has text: hybrid by default
+    expected = [alone(service, r) for r in (first, second, filtered, hybrid)]
+    units = len(service.index().view.exact_units())
+    assert units == 12 and expected[2][0]  # the filter matches a document
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.sweep", at=3)  # the first query alone on its third part
+        one = asyncio.ensure_future(batcher.submit(first))
+        await held.wait()
+        later = [asyncio.ensure_future(batcher.submit(r)) for r in (second, filtered, hybrid)]
+        await asyncio.sleep(0)  # they are in the inbox
+        held.release.set()
+        answers = await asyncio.gather(one, *later)
+        await batcher.stop()
+        return batcher, answers
+
+    batcher, answers = asyncio.run(scenario())
+    assert [ranked(a) for a in answers] == expected
+    # the first query took 12 parts; the two that joined at its fourth (the filtered one had a pass of
+    # its own) took the 9 left with it, then came round for the 3 they missed: 15 parts scored, not
+    # 12 + 12 (a pass of their own after it), each after the first three shared by several requests
+    assert batcher.parts == units + 3 and batcher.shared_parts == units
+    assert answers[0].scored_with == 1 + 2 + 1 and answers[1].scored_with == 4 and answers[3].scored_with == 4
+    assert answers[1].batch_queries == 2 + 1 + 1  # the three that came together: one forward pass
+    assert batcher.batches == 2
+
+
+def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    encoder = service.encoder
+    real = encoder.encode_queries
+
+    def encode(texts):
+        if any("unreadable" in t for t in texts):
+            raise ValueError("a token the tokenizer cannot read")
+        return real(texts)
+
+    good = SearchRequest(("page 1",), 5, options=VISUAL)
+    expected = alone(service, good)
+    monkeypatch.setattr(encoder, "encode_queries", encode)
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.sweep", at=1)
+        first = asyncio.ensure_future(batcher.submit(good))
+        await held.wait()
+        bad = asyncio.ensure_future(batcher.submit(SearchRequest(("unreadable",), 5, options=VISUAL)))
+        other = asyncio.ensure_future(batcher.submit(good))
+        await asyncio.sleep(0)
+        held.release.set()
+        answers = await asyncio.gather(first, bad, other, return_exceptions=True)
+        await batcher.stop()
+        return answers
+
+    first, bad, other = asyncio.run(scenario())
+    assert isinstance(bad, UsageError) and "cannot read" in bad.message
+    assert ranked(first) == expected and ranked(other) == expected and other.scored_with == 2
+
+
+def test_a_client_that_goes_away_leaves_the_pass(service):
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    request = SearchRequest(("page 1",), 5, options=VISUAL)
+    expected = alone(service, request)
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.sweep", at=1)
+        gone = asyncio.ensure_future(batcher.submit(request))
+        await held.wait()  # on its first part
+        stays = asyncio.ensure_future(batcher.submit(request))
+        gone.cancel()
+        await asyncio.sleep(0)  # the cancellation reaches the future before the pass goes on
+        held.release.set()
+        answer = await stays
+        await batcher.stop()
+        return batcher, answer, gone
+
+    batcher, answer, gone = asyncio.run(scenario())
+    assert gone.cancelled() and ranked(answer) == expected and answer.scored_with == 1
+    assert batcher.parts == 1 + 12 and batcher.shared_parts == 0  # it left before the second part
+
+
+def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(service, fake_model, tmp_path):
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    request = SearchRequest(("page",), 20, options=VISUAL)
+    docs = tmp_path / "docs"
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.sweep", at=2)
+        old = asyncio.ensure_future(batcher.submit(request))
+        await held.wait()
+        make_pdf(docs / "added.pdf", ["added page"])
+        assert run_cli("build", str(docs), "--index-dir", str(tmp_path / "idx")).exit_code == 0
+        new = asyncio.ensure_future(batcher.submit(request))
+        await asyncio.sleep(0)
+        held.release.set()
+        answers = await asyncio.gather(old, new)
+        await batcher.stop()
+        return answers
+
+    old, new = asyncio.run(scenario())
+    assert old.index.manifest.generation + 1 == new.index.manifest.generation
+    assert len(old.results[0]) == 12 and len(new.results[0]) == 13
+    assert old.scored_with == 1 and new.scored_with == 1  # never on one pass: their pages differ
+
+
+@pytest.mark.slow  # the torch scorer
+def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setting(service, monkeypatch):
+    import torch
+
+    import localgpt_index.index.score as score_module
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
+    requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)]
+    expected = [alone(service, r) for r in requests]  # the scorer's threads start here, once
+    before = torch.get_num_threads()
+    calls: list = []
+    for name in ("set_num_threads", "set_num_interop_threads"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda n, name=name, real=real: (calls.append((name, n)), real(n))[1])
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.sweep", at=2)
+        first = asyncio.ensure_future(batcher.submit(requests[0]))
+        await held.wait()
+        later = [asyncio.ensure_future(batcher.submit(r)) for r in requests[1:]]
+        await asyncio.sleep(0)
+        held.release.set()
+        answers = await asyncio.gather(first, *later)
+        await batcher.stop()
+        return batcher, answers
+
+    batcher, answers = asyncio.run(scenario())
+    assert [ranked(a) for a in answers] == expected and batcher.shared_parts > 0
+    assert calls == [] and torch.get_num_threads() == before
+
+
+def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(service, monkeypatch):
+    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+
+    monkeypatch.setattr(QueryBatcher, "MAX_QUERIES", 2)
+    requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)] + [SearchRequest(("a", "b", "c"), 5, options=VISUAL)]
+    expected = [alone(service, r) for r in requests]
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        held = Held("serve.batch", at=1)  # all of them arrive while the model thread waits
+        tasks = [asyncio.ensure_future(batcher.submit(r)) for r in requests]
+        await held.wait()
+        await asyncio.sleep(0)
+        held.release.set()
+        answers = await asyncio.gather(*tasks)
+        await batcher.stop()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [ranked(a) for a in answers] == expected
+    assert [a.scored_with for a in answers[:4]] == [2, 2, 2, 2] and answers[4].scored_with == 3  # a request larger than the cap goes alone
