@@ -20,8 +20,8 @@ import numpy as np
 
 ROWS_AT_ONCE = 65536  # rows packed at once: bounds the temporary boolean array whatever the segment size
 CENTROIDS = 256  # a codebook's size at most: one byte an id. Measured (bench_first_pass.py): 64 lose recall
-TRAIN_ROWS = 32768  # rows of a segment the codebook is learned from (its first), and Lloyd iterations
-TRAIN_ITERATIONS = 10
+TRAIN_ROWS = 8192  # rows of a segment the codebook is learned from (its first), and Lloyd iterations
+TRAIN_ITERATIONS = 6
 
 
 def code_bytes(dim: int) -> int:
