@@ -113,7 +113,7 @@ def nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     half_norms = (0.5 * (centroids**2).sum(axis=1)).astype(np.float32)
     kernel = _nearest_kernel()
     if kernel is not None and len(x) < ROWS_AT_ONCE:  # a page: compiled, in this thread
-        kernel(x, np.ascontiguousarray(centroids.T), half_norms, ids)
+        kernel(x, centroids, half_norms, ids)
         return ids
     for start in range(0, len(x), ROWS_AT_ONCE):  # a whole segment (upgrade, k-means): BLAS
         ids[start : start + ROWS_AT_ONCE] = (x[start : start + ROWS_AT_ONCE] @ centroids.T - half_norms).argmax(axis=1)
