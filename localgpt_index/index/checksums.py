@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core.errors import IndexProblem
 from ..core.failpoints import failpoint
+from ..core.pools import SharedPool
 from .manifest import CHECK_BLOCK, LEGACY_CHECK_BLOCK, REBUILD_HINT, Checksum
 
 __all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "prefetch", "rechecksum"]
@@ -78,8 +79,6 @@ STREAM_BYTES = 4 << 20  # a range read at least this long is streamed with read-
 READ_THREADS = 32  # reads in flight at once when prefetching scattered ranges (the disk's queue depth)
 READ_PIECE = 1 << 20  # bytes a prefetching read asks for at most
 PREFETCH_LIMIT = 1 << 30  # scattered bytes prefetched at most in one go (more would not stay cached until scored)
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
 _buffers = threading.local()
 
 
@@ -96,12 +95,7 @@ def prefetch(reads: Sequence[tuple[BlockGuard, int, int]]) -> int:
     return total
 
 
-def _read_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lgpt-read")
-        return _pool
+_read_pool = SharedPool(lambda: ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lgpt-read"))
 
 
 class BlockGuard:

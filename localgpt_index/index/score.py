@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 import numpy as np
 
 from ..core.cpus import available_cpus
+from ..core.pools import SharedPool
 
 if TYPE_CHECKING:
     pass
@@ -142,22 +143,12 @@ def _score_chunks(chunks, q_all, source, best, chunk_rows: int) -> None:
 
 
 SCORE_WORKERS = min(available_cpus(), 8)
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def scoring_pool() -> ThreadPoolExecutor:
-    """The scorer's threads, started once per process, each with one torch thread of its own.
-
-    torch's thread count is per thread once a thread has used torch, and new threads start with
-    the count last set anywhere: each worker sets its own to 1, then the count the process had is
-    set back once, here. No call of maxsim touches a process-wide setting (overlapping calls used to
-    leave the whole process at one thread)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = _start_pool(SCORE_WORKERS)
-        return _pool
+# The scorer's threads, started once per process, each with one torch thread of its own: torch's
+# thread count is per thread once a thread has used torch, and new threads start with the count last
+# set anywhere, so each worker sets its own to 1, then the count the process had is set back once
+# (_start_pool). No call of maxsim touches a process-wide setting (overlapping calls used to leave the
+# whole process at one thread).
+scoring_pool = SharedPool(lambda: _start_pool(SCORE_WORKERS))
 
 
 def _start_pool(workers: int) -> ThreadPoolExecutor:

@@ -11,19 +11,17 @@ any process-wide state per call: the thread pool is started once per process."""
 from __future__ import annotations
 
 import functools
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
 
 from ...core.cpus import available_cpus
+from ...core.pools import SharedPool
 
 PAGES_PER_TASK = 2048  # pages per unit of work on the pool: enough to amortise a task, small enough to balance
 NUMPY_ROWS = 8192  # rows per NumPy chunk: (tokens x rows x words) bytes stay in tens of MiB
 WORKERS = min(available_cpus(), 8)
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
 
 
 def estimate_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words: np.ndarray, ids: np.ndarray,
@@ -72,12 +70,7 @@ def kernel_name() -> str:
     return "numba" if _numba_kernel() is not None else "numpy"
 
 
-def _thread_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="lgpt-codes")
-        return _pool
+_thread_pool = SharedPool(lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="lgpt-codes"))
 
 
 def _numpy_kernel(words, ids, table, weight, offsets, pages, q_words, owner, lo: int, hi: int, out: np.ndarray) -> None:
