@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..core.errors import IndexProblem
 from ..index.store import IndexStore
+from .existing import changing_existing
 
 
 @dataclass
@@ -21,12 +21,7 @@ class RemoveReport:
 def remove_documents(store: IndexStore, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
     """Drop the documents at `paths` (a folder drops everything under it)."""
     report = RemoveReport(index=store.location)
-    if not store.exists():
-        raise IndexProblem(f"no index at {store.location}.")
-    with store.begin(wait_s) as txn:
-        manifest = txn.base
-        if manifest is None:
-            raise IndexProblem(f"no index at {store.location}.")
+    with changing_existing(store, wait_s) as (txn, manifest):
         drop: set[str] = set()
         for raw in paths:
             target = os.path.abspath(raw)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.errors import IndexProblem
+from .existing import changing_existing
 from ..core.failpoints import failpoint
 from ..index.codes.artifact import CODES, NAME, VERSION
 from ..index.manifest import Segment
@@ -33,12 +33,7 @@ def needs_codes(segment: Segment) -> bool:
 
 def upgrade_index(store: IndexStore, wait_s: float = 0.0) -> UpgradeReport:
     """Codes for every live segment lacking current ones, committed as one new generation."""
-    if not store.exists():
-        raise IndexProblem(f"no index at {store.location}.")
-    with store.begin(wait_s) as txn:
-        manifest = txn.base
-        if manifest is None:
-            raise IndexProblem(f"no index at {store.location}.")
+    with changing_existing(store, wait_s) as (txn, manifest):
         report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
         if any(seg.storage != "file" for seg in manifest.segments.values()):
             report.note = "this store ranks the pages itself (Qdrant): it uses no binary codes"
