@@ -56,6 +56,24 @@ def answers(index, mode: str, k: int = 10):
     return [[(hit.path.rsplit("/", 1)[-1], hit.page, round(hit.score, 4)) for hit in hits] for hits in results]
 
 
+def qdrant_answers(url: str, mode: str = "text"):
+    """answers() from the Qdrant store at `url`, opened for this call and closed."""
+    from localgpt_index.index.open import open_store
+    from localgpt_index.query.search import open_index
+
+    store = open_store(url)
+    try:
+        return answers(open_index(store=store), mode)
+    finally:
+        store.close()
+
+
+def assert_same_answers(theirs, mine, rel: float) -> None:
+    """The same pages in the same order, scores equal within `rel`."""
+    assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
+    assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=rel)
+
+
 def open_both(both):
     from localgpt_index.index.open import open_store
     from localgpt_index.query.search import open_index
@@ -191,29 +209,17 @@ def test_a_build_killed_before_head_leaves_its_sparse_points_out_of_the_idf(both
     finally:
         store.close()
     mine = answers(open_index(local), "text")
-    assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
-    assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=1e-5)
+    assert_same_answers(theirs, mine, rel=1e-5)
     for where in (["--index-dir", str(local)], ["--store", url]):
         done = run_cli("build", str(root / "docs"), "--model", str(fake_model), *where)
         assert done.exit_code == 0, done.stderr
-    mine = answers(open_index(local), "text")
-    store = open_store(url)
-    try:
-        theirs = answers(open_index(store=store), "text")
-    finally:
-        store.close()
+    mine, theirs = answers(open_index(local), "text"), qdrant_answers(url)
     assert any(hit[0] == "doc-9.pdf" for hits in mine for hit in hits)
     assert [hits[:1] and hits[0][:2] for hits in theirs] == [hits[:1] and hits[0][:2] for hits in mine]
     # the pages shown by the first build kept that generation's avgdl (docs/qdrant.md): --rebuild renormalises
     done = run_cli("build", str(root / "docs"), "--model", str(fake_model), "--store", url, "--rebuild")
     assert done.exit_code == 0, done.stderr
-    store = open_store(url)
-    try:
-        theirs = answers(open_index(store=store), "text")
-    finally:
-        store.close()
-    assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
-    assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=1e-5)
+    assert_same_answers(qdrant_answers(url), mine, rel=1e-5)
 
 
 def sparse_state(url: str, *candidates: float) -> dict:
@@ -267,16 +273,7 @@ def test_a_reference_avgdl_bounds_the_drift_and_a_large_one_renormalises_every_v
             assert done.exit_code == 0, done.stderr
 
     def compare(rel: float):
-        from localgpt_index.index.open import open_store
-
-        mine = answers(open_index(local), "text")
-        store = open_store(url)
-        try:
-            theirs = answers(open_index(store=store), "text")
-        finally:
-            store.close()
-        assert [[hit[:2] for hit in hits] for hits in theirs] == [[hit[:2] for hit in hits] for hits in mine]
-        assert [hit[2] for hits in theirs for hit in hits] == pytest.approx([hit[2] for hits in mine for hit in hits], rel=rel)
+        assert_same_answers(qdrant_answers(url), answers(open_index(local), "text"), rel=rel)
 
     first = sparse_state(url)
     assert first["reference"] == pytest.approx(first["exact"]) and set(first["weighted"].values()) == {first["reference"]}
