@@ -55,11 +55,8 @@ def test_the_numpy_path_equals_the_torch_path(monkeypatch):
     rng, vectors, offsets = _ragged(4, pages=120)
     queries = [_unit(rng, n) for n in (3, 17, 30, 8)]
     with_torch = maxsim(queries, vectors, offsets)
-    codes = score_module.sign_codes(vectors)
-    approximate = score_module.approximate_maxsim(queries, codes, offsets)
     monkeypatch.setattr(score_module, "torch_available", lambda: False)
     np.testing.assert_allclose(maxsim(queries, vectors, offsets), with_torch, rtol=1e-5)
-    np.testing.assert_allclose(score_module.approximate_maxsim(queries, codes, offsets), approximate, rtol=1e-5)
 
 
 @pytest.mark.parametrize("numpy_path", [False, True], ids=["torch-if-installed", "numpy"])

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from .score import rows_of
+
 SIM_BYTES = 512 << 20  # similarities (rows x stacked query tokens, float32) of one device chunk, at most
 STREAM_ROWS = 1 << 20  # rows (256 MiB of 128-dim float16) copied to the device at a time when streaming
 RESERVE_BYTES = 4 << 30  # device memory left free besides the resident vectors (chunks, the model's activations)
@@ -117,7 +119,7 @@ class DeviceScorer:
         with torch.inference_mode():
             if resident is not None:
                 for lo, hi in _spans(lengths, self._chunk_rows(len(q.full))):
-                    rows = _row_index(files.offsets, pages[lo:hi])
+                    rows = rows_of(files.offsets[pages[lo:hi]], files.offsets[pages[lo:hi] + 1])
                     block = resident[rows[0] : rows[1]] if isinstance(rows, tuple) else resident[torch.from_numpy(rows).to(self.device)]
                     self._best(q, block, lengths[lo:hi], best[lo:hi])
                 self.stats.scored_resident_bytes += int(lengths.sum()) * files.vectors.shape[1] * 2
@@ -196,7 +198,7 @@ class DeviceScorer:
         for group in files.checked_groups(pages):  # pages in row order: each group continues where the last ended
             group_lengths = lengths[done : done + len(group)]
             for lo, hi in _spans(group_lengths, limit):
-                rows = _row_index(files.offsets, group[lo:hi])
+                rows = rows_of(files.offsets[group[lo:hi]], files.offsets[group[lo:hi] + 1])
                 host = files.vectors[rows[0] : rows[1]] if isinstance(rows, tuple) else files.vectors[rows]
                 block = staging.send(host)
                 self._best(q, block, group_lengths[lo:hi], best[done + lo : done + hi])
@@ -314,12 +316,3 @@ def _spans(lengths: np.ndarray, max_rows: int):
     cuts = np.flatnonzero(np.diff(run)) + 1
     bounds = [0, *cuts.tolist(), len(lengths)]
     yield from zip(bounds[:-1], bounds[1:])
-
-
-def _row_index(offsets: np.ndarray, pages: np.ndarray) -> tuple[int, int] | np.ndarray:
-    """The rows of `pages`: one (start, end) run when they are contiguous, else each row's index."""
-    starts, ends = offsets[pages], offsets[pages + 1]
-    if np.all(starts[1:] == ends[:-1]):
-        return int(starts[0]), int(ends[-1])
-    lengths = ends - starts
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))

@@ -90,14 +90,18 @@ def _plan(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int) -> list[_Chun
     starts, ends = offsets[pages], offsets[pages + 1]
     plan = []
     for lo, hi in _chunks(pages, offsets, chunk_rows):
-        s, e = starts[lo:hi], ends[lo:hi]
-        lengths = e - s
-        if np.all(s[1:] == e[:-1]):  # contiguous pages: one copy
-            rows: np.ndarray | tuple[int, int] = (int(s[0]), int(e[-1]))
-        else:
-            rows = np.repeat(s - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-        plan.append(_Chunk(lo, hi, rows, lengths, int(lengths[0]) if np.all(lengths == lengths[0]) else 0))
+        lengths = ends[lo:hi] - starts[lo:hi]
+        plan.append(_Chunk(lo, hi, rows_of(starts[lo:hi], ends[lo:hi]), lengths, int(lengths[0]) if np.all(lengths == lengths[0]) else 0))
     return plan
+
+
+def rows_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray | tuple[int, int]:
+    """The rows of pages starts[i]..ends[i]: one (start, end) run when they are contiguous (one copy),
+    else each row's index."""
+    if np.all(starts[1:] == ends[:-1]):
+        return int(starts[0]), int(ends[-1])
+    lengths = ends - starts
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 class _ChunkQueue:
@@ -215,13 +219,6 @@ def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: n
     return scores
 
 
-def _page_sums(sim: np.ndarray, lengths: np.ndarray, q_starts) -> np.ndarray:
-    """(query tokens, rows) similarities -> (queries, pages): each token's best row in each page,
-    summed over each query's tokens."""
-    best = np.maximum.reduceat(sim, np.cumsum(lengths) - lengths, axis=1)
-    return np.add.reduceat(best, q_starts, axis=0)
-
-
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
 
 
@@ -271,55 +268,3 @@ def _chunks(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
         acc += int(n)
     if len(pages):
         yield lo, len(pages)
-
-
-def sign_codes(vectors: np.ndarray) -> np.ndarray:
-    """int8 signs (+1/-1) of every float16 vector component: half the bytes, read by int8 matrix products."""
-    codes = np.empty(vectors.shape, dtype=np.int8)
-    for start in range(0, len(vectors), CHUNK_ROWS):
-        codes[start : start + CHUNK_ROWS] = np.where(vectors[start : start + CHUNK_ROWS] >= 0, 1, -1)
-    return codes
-
-
-def approximate_maxsim(queries: Sequence[np.ndarray], codes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """A cheap MaxSim for a first pass: queries quantised to int8, pages reduced to signs,
-    one int8 matrix product per chunk (VNNI/AMX on recent CPUs). Scores rank roughly like
-    the exact ones; they are not comparable to them."""
-    q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
-    scale = np.abs(q_all).max(axis=1, keepdims=True) + 1e-12
-    q8 = np.rint(q_all / scale * 127).astype(np.int8)
-    if not torch_available():
-        return _approximate_maxsim_numpy(queries, q8, scale, codes, offsets)
-    import torch
-
-    rows = max(32, -(-len(q8) // 8) * 8)  # torch._int_mm wants more than 16 rows, a multiple of 8
-    padded = np.zeros((rows, q8.shape[1]), dtype=np.int8)
-    padded[: len(q8)] = q8
-    q_tensor = torch.from_numpy(padded)
-    owner = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([len(q) for q in queries]))
-    weights = torch.from_numpy(scale[:, 0])
-    source = torch.from_numpy(codes)
-    pages = np.arange(len(offsets) - 1)
-    scores = torch.zeros((len(queries), len(pages)), dtype=torch.float32)
-    for lo, hi in _chunks(pages, offsets, CHUNK_ROWS):
-        start, end = int(offsets[lo]), int(offsets[hi])
-        width = -(-(end - start) // 8) * 8
-        block = source[start:end]
-        if width != end - start:
-            block = torch.cat([block, torch.zeros((width - (end - start), block.shape[1]), dtype=torch.int8)])
-        sim = torch._int_mm(q_tensor, block.T.contiguous())[: len(q8), : end - start].float() * weights[:, None]
-        lengths = offsets[lo + 1 : hi + 1] - offsets[lo:hi]
-        scores[:, lo:hi].index_add_(0, owner, _page_max(sim.T, lengths).T)
-    return scores.numpy()
-
-
-def _approximate_maxsim_numpy(queries, q8: np.ndarray, scale: np.ndarray, codes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """approximate_maxsim without torch: NumPy's int32 product per chunk."""
-    q_starts = np.cumsum([0] + [len(q) for q in queries[:-1]])
-    pages = np.arange(len(offsets) - 1)
-    scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
-    for lo, hi in _chunks(pages, offsets, CHUNK_ROWS):
-        block = codes[int(offsets[lo]) : int(offsets[hi])]
-        sim = (q8.astype(np.int32) @ block.T.astype(np.int32)).astype(np.float32) * scale
-        scores[:, lo:hi] = _page_sums(sim, offsets[lo + 1 : hi + 1] - offsets[lo:hi], q_starts)
-    return scores
