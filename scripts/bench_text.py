@@ -90,7 +90,13 @@ def build(docs: Path, model: str, index: Path, *args: str, env: dict | None = No
     ready = float(err.split("MODEL READY ")[1].split()[0])
     done = float(err.split("BUILD DONE ")[1].split()[0])
     return {"seconds": seconds, "cpu": children_cpu() - cpu_before, "loaded": done - ready, "pages": report["pages_embedded"],
-            "text": report["text"], "stages": report["stage_seconds"]}
+            "text": report["text"], "stages": report["stage_seconds"], "tuning": report.get("cpu_tuning") or {}}
+
+
+def tuning(result: dict) -> str:
+    """The batch size and threads the build kept (the CPU tuner's choice, or --batch-size) and its model's waited share."""
+    chosen = result["tuning"]
+    return f"batch {chosen.get('batch_size', '?')}, threads {chosen.get('threads', '?')}, waited {chosen.get('waited_share', 0):.2f}"
 
 
 def stages(result: dict) -> str:
@@ -131,6 +137,8 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE: --ocr-workers "
                         "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build)")
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
+    parser.add_argument("--batch-size", type=int, help="text builds: this batch size for both variants (the CPU tuner's "
+                        "choice, which moves pages/s by up to a third from build to build, taken out of the ratio)")
     args = parser.parse_args()
     asked = [re.fullmatch(r"w(\d+)n(\d+)", v) for v in args.variants.split(",") if v]
     if not all(asked):
@@ -139,6 +147,7 @@ def main() -> None:
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds, scanned = args.rounds or rounds, args.scanned_pages or scanned
     parts = {"text"} if args.extraction_only else set(args.parts.split(","))
+    same = ("--batch-size", str(args.batch_size)) if args.batch_size else ()
     from localgpt_index.core.cpus import available_cpus
     from localgpt_index.ingest.pagetext import default_ocr_workers
     from localgpt_index.testing.checkpoints import make_checkpoint
@@ -153,16 +162,18 @@ def main() -> None:
         print(f"{cpus} CPUs (load average {os.getloadavg()[0]:.1f}: a shared machine, compare within a run); "
               f"{pdfs} text PDFs x {pages} pages, {scanned} scanned pages, {rounds} interleaved rounds, OCR workers {workers}")
         build(texts, model, index, "--ocr", "never")  # warm the page cache and the model's files
-        text_results: dict[str, list[float]] = {"extraction": [], "loaded": []}
+        text_results: dict[str, list[float]] = {"extraction": [], "loaded": [], "cpu": []}
         scan_results: dict[str, list[float]] = {}
         for number in range(1, rounds + 1):
             if "text" in parts:
-                text_round(number, texts, model, index, pdfs * pages, text_results)
+                text_round(number, texts, model, index, pdfs * pages, text_results, same)
             if "scanned" in parts:
                 scanned_round(number, scans, model, index, scanned, workers, cpus, args, scan_results)
         if "text" in parts:
             print(f"text extraction, whole build:  x{spread(text_results['extraction'])}   (target <= x1.05)")
             print(f"text extraction, once loaded:  x{spread(text_results['loaded'])}")
+            print(f"text extraction, CPU seconds:  x{spread(text_results['cpu'])}   (the process's own and its children's: "
+                  "steadier than wall time on a shared machine)")
         if "scanned" in parts:
             print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(scan_results['ocr_rate'])}")
             print(f"scanned build / max(OCR alone, encoding alone): target <= x1.15; machine ceiling "
@@ -193,22 +204,25 @@ def text_and_vectors(index: Path) -> tuple[int, int]:
     return text, sum(seg.vectors_bytes or 0 for seg in manifest.segments.values())
 
 
-def text_round(number: int, texts: Path, model: str, index: Path, pages: int, results: dict) -> None:
-    """One round of the text-extraction measurement: a build with page text, one with --text never."""
+def text_round(number: int, texts: Path, model: str, index: Path, pages: int, results: dict, extra: tuple[str, ...] = ()) -> None:
+    """One round of the text-extraction measurement: a build with page text, one with --text never
+    (`extra`: what both are given, e.g. --batch-size)."""
     if number % 2:  # the order turns each round: neither variant always runs first
-        with_text = build(texts, model, index, "--ocr", "never")
-        without = build(texts, model, index, "--text", "never")
+        with_text = build(texts, model, index, "--ocr", "never", *extra)
+        without = build(texts, model, index, "--text", "never", *extra)
     else:
-        without = build(texts, model, index, "--text", "never")
-        with_text = build(texts, model, index, "--ocr", "never")
+        without = build(texts, model, index, "--text", "never", *extra)
+        with_text = build(texts, model, index, "--ocr", "never", *extra)
     assert with_text["pages"] == without["pages"] == pages
     assert with_text["text"]["layer"] == pages and without["text"]["layer"] == 0, (with_text, without)
     results["extraction"].append(with_text["seconds"] / without["seconds"])
     results["loaded"].append(with_text["loaded"] / without["loaded"])
+    results["cpu"].append(with_text["cpu"] / without["cpu"])
     print(f"round {number} (load average {os.getloadavg()[0]:.1f}): text PDFs {with_text['seconds']:.2f} s with "
           f"text, {without['seconds']:.2f} s --text never (x{results['extraction'][-1]:.3f}; once loaded "
-          f"{with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}); stage seconds with text "
-          f"[{stages(with_text)}], --text never [{stages(without)}]")
+          f"{with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}; CPU {with_text['cpu']:.2f} / "
+          f"{without['cpu']:.2f} s, x{results['cpu'][-1]:.3f})\n  with text [{tuning(with_text)}; {stages(with_text)}]\n"
+          f"  --text never [{tuning(without)}; {stages(without)}]")
 
 
 def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: int, workers: int, cpus: int, args, results: dict) -> None:
