@@ -123,6 +123,63 @@ def ocr_alone(scans: Path, workers: int) -> tuple[float, float, int]:
     return seconds, cpu, len(pdfs)
 
 
+def cpu_of(work, repeat: int = 3) -> tuple[float, float]:
+    """The least (this thread's CPU seconds, its children's) of `repeat` runs of `work()`."""
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        own, kids = time.thread_time(), children_cpu()
+        work()
+        took = (time.thread_time() - own, children_cpu() - kids)
+        best = min(best, took, key=sum)
+    return best
+
+
+def text_costs(texts: Path, per_pdf: int, build_cpu: float) -> None:
+    """Where page text's CPU goes, each piece measured alone in this process on the same PDFs (best of 3):
+    what `build --ocr never` does beyond `--text never`, in ms a document and a page, and in all against
+    the CPU seconds of a whole `--text never` build (`build_cpu`)."""
+    from localgpt_index.index.local.blobs import LocalBlobs
+    from localgpt_index.index.text.artifact import TextPartWriter, read_text_part
+    from localgpt_index.index.text.engine import LexicalIndex, PageText
+    from localgpt_index.index.text.tokenize import tokenize
+    from localgpt_index.ingest.text import pdf_page_texts
+
+    import numpy as np
+
+    pdfs = sorted(texts.glob("*.pdf"))
+    read = [pdf_page_texts(pdf, 1, per_pdf) for pdf in pdfs]
+    pages = [(pdf.name, number, text) for pdf, found in zip(pdfs, read) for number, text in enumerate(found, 1)]
+    row = np.zeros((4, 8), np.float16)
+
+    def text_part(sink):  # each page through the segment's text part, sealed into a blob
+        writer = TextPartWriter()
+        for number, (_, _, text) in enumerate(pages):
+            writer.add(number, row, None, {"text": text, "text_source": "layer"})
+        return writer.seal(sink)
+
+    def lexical(sink):  # the commit's text index from nothing: tokenized, indexed, serialised, stored
+        index = LexicalIndex.create()
+        index.update([], (PageText(name, number, text) for name, number, text in pages))
+        sink.put(index.to_bytes(), "sqlite")
+        index.close()
+
+    with tempfile.TemporaryDirectory(prefix="text-costs-") as folder:
+        fresh = iter(LocalBlobs(Path(folder) / str(n)) for n in range(100))  # a new folder each run: every blob written
+        part = LocalBlobs(Path(folder) / "part")
+        ref = text_part(part)
+        pieces = {"pdftotext (a process a document; its CPU + the parent's)": cpu_of(lambda: [pdf_page_texts(p, 1, per_pdf) for p in pdfs]),
+                  "text part (add, JSON, zlib, sha256, write, fsync)": cpu_of(lambda: text_part(next(fresh))),
+                  "text index at commit (of which tokenizing below)": cpu_of(lambda: lexical(next(fresh))),
+                  "  tokenizing": cpu_of(lambda: [tokenize(text) for _, _, text in pages]),
+                  "text parts read back at commit (sha256, unzip, JSON)": cpu_of(lambda: read_text_part(ref, part))}
+    total = sum(sum(cpu) for name, cpu in pieces.items() if not name.startswith(" "))
+    print(f"where page text's CPU goes ({len(pdfs)} PDFs, {len(pages)} pages; each piece alone, in this process, best of 3):")
+    for name, (own, kids) in pieces.items():
+        print(f"  {name:68s} {1000 * (own + kids) / len(pdfs):7.2f} ms a document, {1000 * (own + kids) / len(pages):6.3f} ms a page"
+              + (f" ({1000 * kids / len(pdfs):.2f} + {1000 * own / len(pdfs):.2f})" if kids else ""))
+    print(f"  in all {total:.3f} CPU s: {100 * total / build_cpu:.1f} % of a --text never build's {build_cpu:.2f} CPU s (median)")
+
+
 def spread(values: list[float], unit: str = "") -> str:
     return f"{statistics.median(values):.3f}{unit} (min {min(values):.3f}, max {max(values):.3f}, n={len(values)})"
 
@@ -162,7 +219,7 @@ def main() -> None:
         print(f"{cpus} CPUs (load average {os.getloadavg()[0]:.1f}: a shared machine, compare within a run); "
               f"{pdfs} text PDFs x {pages} pages, {scanned} scanned pages, {rounds} interleaved rounds, OCR workers {workers}")
         build(texts, model, index, "--ocr", "never")  # warm the page cache and the model's files
-        text_results: dict[str, list[float]] = {"extraction": [], "loaded": [], "cpu": []}
+        text_results: dict[str, list[float]] = {"extraction": [], "loaded": [], "cpu": [], "cpu_without": []}
         scan_results: dict[str, list[float]] = {}
         for number in range(1, rounds + 1):
             if "text" in parts:
@@ -174,6 +231,7 @@ def main() -> None:
             print(f"text extraction, once loaded:  x{spread(text_results['loaded'])}")
             print(f"text extraction, CPU seconds:  x{spread(text_results['cpu'])}   (the process's own and its children's: "
                   "steadier than wall time on a shared machine)")
+            text_costs(texts, pages, statistics.median(text_results["cpu_without"]))
         if "scanned" in parts:
             print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(scan_results['ocr_rate'])}")
             print(f"scanned build / max(OCR alone, encoding alone): target <= x1.15; machine ceiling "
@@ -218,6 +276,7 @@ def text_round(number: int, texts: Path, model: str, index: Path, pages: int, re
     results["extraction"].append(with_text["seconds"] / without["seconds"])
     results["loaded"].append(with_text["loaded"] / without["loaded"])
     results["cpu"].append(with_text["cpu"] / without["cpu"])
+    results["cpu_without"].append(without["cpu"])
     print(f"round {number} (load average {os.getloadavg()[0]:.1f}): text PDFs {with_text['seconds']:.2f} s with "
           f"text, {without['seconds']:.2f} s --text never (x{results['extraction'][-1]:.3f}; once loaded "
           f"{with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}; CPU {with_text['cpu']:.2f} / "
