@@ -23,6 +23,8 @@ median and spread (min-max) are printed: the machine's speed drifts, so compare 
     python scripts/bench_text.py --small            # 8 x 3 and 6 scanned pages, 2 rounds (minutes)
     python scripts/bench_text.py --rounds 5
     python scripts/bench_text.py --extraction-only --rounds 6   # only 1. (the same as --parts text)
+    python scripts/bench_text.py --extraction-only --batch-size 2   # 1. without the CPU tuner's choice in the ratio
+    python scripts/bench_text.py --extraction-only --paired     # 1., both variants at once (a loaded machine)
     python scripts/bench_text.py --parts scanned --variants w2n10,w1n10,w2n0 --baseline /older/tree   # OCR scheduling
 """
 
@@ -134,7 +136,7 @@ def cpu_of(work, repeat: int = 3) -> tuple[float, float]:
     return best
 
 
-def text_costs(texts: Path, per_pdf: int, build_cpu: float) -> None:
+def text_costs(texts: Path, per_pdf: int, build_cpu: float | None) -> None:
     """Where page text's CPU goes, each piece measured alone in this process on the same PDFs (best of 3):
     what `build --ocr never` does beyond `--text never`, in ms a document and a page, and in all against
     the CPU seconds of a whole `--text never` build (`build_cpu`)."""
@@ -177,7 +179,8 @@ def text_costs(texts: Path, per_pdf: int, build_cpu: float) -> None:
     for name, (own, kids) in pieces.items():
         print(f"  {name:68s} {1000 * (own + kids) / len(pdfs):7.2f} ms a document, {1000 * (own + kids) / len(pages):6.3f} ms a page"
               + (f" ({1000 * kids / len(pdfs):.2f} + {1000 * own / len(pdfs):.2f})" if kids else ""))
-    print(f"  in all {total:.3f} CPU s: {100 * total / build_cpu:.1f} % of a --text never build's {build_cpu:.2f} CPU s (median)")
+    share = f": {100 * total / build_cpu:.1f} % of a --text never build's {build_cpu:.2f} CPU s (median)" if build_cpu else ""
+    print(f"  in all {total:.3f} CPU s{share}")
 
 
 def spread(values: list[float], unit: str = "") -> str:
@@ -196,6 +199,8 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
     parser.add_argument("--batch-size", type=int, help="text builds: this batch size for both variants (the CPU tuner's "
                         "choice, which moves pages/s by up to a third from build to build, taken out of the ratio)")
+    parser.add_argument("--paired", action="store_true", help="text builds: the two variants of a round at the same time, "
+                        "so that both see the same load (a shared machine); each then has about half the CPUs")
     args = parser.parse_args()
     asked = [re.fullmatch(r"w(\d+)n(\d+)", v) for v in args.variants.split(",") if v]
     if not all(asked):
@@ -223,15 +228,15 @@ def main() -> None:
         scan_results: dict[str, list[float]] = {}
         for number in range(1, rounds + 1):
             if "text" in parts:
-                text_round(number, texts, model, index, pdfs * pages, text_results, same)
+                text_round(number, texts, model, index, pdfs * pages, text_results, same, args.paired)
             if "scanned" in parts:
                 scanned_round(number, scans, model, index, scanned, workers, cpus, args, scan_results)
         if "text" in parts:
             print(f"text extraction, whole build:  x{spread(text_results['extraction'])}   (target <= x1.05)")
             print(f"text extraction, once loaded:  x{spread(text_results['loaded'])}")
-            print(f"text extraction, CPU seconds:  x{spread(text_results['cpu'])}   (the process's own and its children's: "
-                  "steadier than wall time on a shared machine)")
-            text_costs(texts, pages, statistics.median(text_results["cpu_without"]))
+            if not args.paired:
+                print(f"text extraction, CPU seconds:  x{spread(text_results['cpu'])}   (the process's own and its children's)")
+            text_costs(texts, pages, None if args.paired else statistics.median(text_results["cpu_without"]))
         if "scanned" in parts:
             print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(scan_results['ocr_rate'])}")
             print(f"scanned build / max(OCR alone, encoding alone): target <= x1.15; machine ceiling "
@@ -262,10 +267,18 @@ def text_and_vectors(index: Path) -> tuple[int, int]:
     return text, sum(seg.vectors_bytes or 0 for seg in manifest.segments.values())
 
 
-def text_round(number: int, texts: Path, model: str, index: Path, pages: int, results: dict, extra: tuple[str, ...] = ()) -> None:
+def text_round(number: int, texts: Path, model: str, index: Path, pages: int, results: dict, extra: tuple[str, ...] = (),
+               paired: bool = False) -> None:
     """One round of the text-extraction measurement: a build with page text, one with --text never
-    (`extra`: what both are given, e.g. --batch-size)."""
-    if number % 2:  # the order turns each round: neither variant always runs first
+    (`extra`: what both are given, e.g. --batch-size); `paired`: both at once (the same load for both;
+    CPU seconds are then not told apart)."""
+    if paired:
+        with ThreadPoolExecutor(2) as pool:
+            both = pool.submit(build, texts, model, index, "--ocr", "never", *extra)
+            without = build(texts, model, index.with_name("index-paired"), "--text", "never", *extra)
+            with_text = both.result()
+        with_text["cpu"] = without["cpu"] = float("nan")
+    elif number % 2:  # the order turns each round: neither variant always runs first
         with_text = build(texts, model, index, "--ocr", "never", *extra)
         without = build(texts, model, index, "--text", "never", *extra)
     else:
