@@ -290,11 +290,11 @@ def text_round(number: int, texts: Path, model: str, index: Path, pages: int, re
     results["loaded"].append(with_text["loaded"] / without["loaded"])
     results["cpu"].append(with_text["cpu"] / without["cpu"])
     results["cpu_without"].append(without["cpu"])
-    print(f"round {number} (load average {os.getloadavg()[0]:.1f}): text PDFs {with_text['seconds']:.2f} s with "
-          f"text, {without['seconds']:.2f} s --text never (x{results['extraction'][-1]:.3f}; once loaded "
-          f"{with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}; CPU {with_text['cpu']:.2f} / "
-          f"{without['cpu']:.2f} s, x{results['cpu'][-1]:.3f})\n  with text [{tuning(with_text)}; {stages(with_text)}]\n"
-          f"  --text never [{tuning(without)}; {stages(without)}]")
+    cpu = "" if paired else f"; CPU {with_text['cpu']:.2f} / {without['cpu']:.2f} s, x{results['cpu'][-1]:.3f}"
+    print(f"round {number} (load average {os.getloadavg()[0]:.1f}{', side by side' if paired else ''}): text PDFs "
+          f"{with_text['seconds']:.2f} s with text, {without['seconds']:.2f} s --text never (x{results['extraction'][-1]:.3f}; "
+          f"once loaded {with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}{cpu})\n"
+          f"  with text [{tuning(with_text)}; {stages(with_text)}]\n  --text never [{tuning(without)}; {stages(without)}]")
 
 
 def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: int, workers: int, cpus: int, args, results: dict) -> None:
