@@ -143,10 +143,45 @@ def make_queries(count: int, seed: int = 5) -> list[np.ndarray]:
 
 def one_query(store, view, query: np.ndarray, candidates: int, spent: dict) -> dict:
     spent.clear()
+    counts = view.read_counts
+    was = (counts.early, counts.late, counts.wasted)
     before, checked, t0 = read_bytes(), store.blocks_checked(), time.perf_counter()
     [hits] = view.search_vectors([query], k=10, candidates=candidates)
+    early, late, wasted = (now - then for now, then in zip((counts.early, counts.late, counts.wasted), was))
     return {"s": time.perf_counter() - t0, **{f"{k}_s": v for k, v in spent.items()}, "read_mb": (read_bytes() - before) / 1e6,
+            "early_mb": early / 1e6, "late_mb": late / 1e6, "wasted_mb": wasted / 1e6, "candidates_mb": (early + late - wasted) / 1e6,
             "blocks_checked": store.blocks_checked() - checked, "top": [(h.path, h.page) for h in hits]}
+
+
+def disk_rate(paths: list[Path], reads: int, size: int, depth: int, seed: int) -> dict:
+    """The disk's random-read rate as rescoring reads: `reads` ranges of `size` bytes at random 64 KiB-aligned offsets
+    of the vectors files, evicted from the page cache first, `depth` reads in flight (preadv, no read-ahead)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(seed)
+    fds = [os.open(path, os.O_RDONLY) for path in paths]
+    try:
+        for fd in fds:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        sizes = [os.fstat(fd).st_size for fd in fds]
+        picks = [(fds[f], int(rng.integers(0, (sizes[f] - size) >> 16)) << 16) for f in rng.integers(0, len(fds), reads)]
+        local = threading.local()
+
+        def read(pick: tuple[int, int]) -> None:
+            buffer = getattr(local, "buffer", None) or bytearray(size)
+            local.buffer = buffer
+            os.preadv(pick[0], [buffer], pick[1])
+
+        with ThreadPoolExecutor(depth) as pool:
+            before, t0 = read_bytes(), time.perf_counter()
+            list(pool.map(read, picks))
+            seconds = time.perf_counter() - t0
+        return {"reads": reads, "read_kib": size >> 10, "in_flight": depth, "s": seconds, "mb_s": reads * size / 1e6 / seconds,
+                "disk_read_mb": (read_bytes() - before) / 1e6}
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def summary(runs: list[dict]) -> dict:
@@ -155,8 +190,10 @@ def summary(runs: list[dict]) -> dict:
             "runs": [{k: round(r[k], 4) for k in keys} for r in runs]}
 
 
-def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_vectors: bool, compare: bool) -> dict:
-    """In this (fresh) process: open, then `queries` queries through the first pass for each C, then exact."""
+def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_vectors: bool, compare: bool,
+            compare_early: bool = False, first_only: bool = False) -> dict:
+    """In this (fresh) process: open, then `queries` queries through the first pass for each C, then exact
+    (`first_only`: open and the first query only)."""
     import localgpt_index.index.view as view_module
     from localgpt_index.index.score import maxsim
     from localgpt_index.index.store import IndexStore
@@ -181,8 +218,14 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     prefetching = {"on": True}
     real_prefetch = view_module.prefetch
     view_module.prefetch = timed(spent, "prefetch", lambda reads: real_prefetch(reads) if prefetching["on"] else 0)
+    early_on = {"on": True}
+    real_early = view_module.EarlyReads
+    view_module.EarlyReads = lambda *a, **k: real_early(*a, **k) if early_on["on"] else real_early(*a, **k, start=2.0)  # 2: never
     first = one_query(store, view, opening, candidates[0], spent)
-    report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {"candidates": candidates[0], "memory_mb": memory()}
+    report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {"candidates": candidates[0], "memory_mb": memory(),
+                                                                             "codes_resident_mb_before": report["resident_mb_at_open"]["codes"]}
+    if first_only:
+        return report
     tops: dict[int, list] = {}
     report["queries"] = {}
     for c in candidates:
@@ -203,8 +246,26 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
                 evict(store, view)
                 runs.append(one_query(store, view, query, c, spent))
             report["queries_no_prefetch"] = report.get("queries_no_prefetch", {}) | {c: summary(plain)}
+        if compare_early:  # the same queries with the candidates read only after the first pass, interleaved (order alternating)
+            late_only = []
+            for number, query in enumerate(asked):
+                for on in ((False, True) if number % 2 == 0 else (True, False)):
+                    early_on["on"] = on
+                    evict(store, view)
+                    (runs if on else late_only).append(one_query(store, view, query, c, spent))
+            early_on["on"] = True
+            report["queries_no_early"] = report.get("queries_no_early", {}) | {c: summary(late_only)}
         report["queries"][c] = summary(runs) | {"again": {k: v for k, v in again.items() if k != "top"}, "memory_mb": memory(),
                                                "resident_mb": {"codes": resident_mb(codes), "vectors": resident_mb(vectors)}}
+    # the disk's ceiling, in the same run: rescoring's reads (whole 64 KiB blocks, ~320 KiB a page, 32 in flight) and variants
+    rates = [disk_rate(vectors, 1000, size, depth, seed) for seed, (size, depth) in
+             enumerate([(256 << 10, 32), (256 << 10, 64), (1 << 20, 32), (256 << 10, 32)])]
+    report["disk"] = rates
+    rate = float(np.median([rates[0]["mb_s"], rates[-1]["mb_s"]]))  # the rescoring's own shape, measured twice
+    report["floor"] = {c: {"first_pass_s": q["median"].get("first_pass_s", 0.0), "candidates_mb": q["median"]["candidates_mb"],
+                           "disk_mb_s": rate, "floor_s": q["median"].get("first_pass_s", 0.0) + q["median"]["candidates_mb"] / rate,
+                           "overlapped_floor_s": max(q["median"].get("first_pass_s", 0.0), q["median"]["candidates_mb"] / rate),
+                           "measured_s": q["median"]["s"], "target_s": 1.5} for c, q in report["queries"].items()}
     report["load_average"] = os.getloadavg()
     if exact:
         report["exact"] = exact_pass(root, store, view, asked, spent)
@@ -263,6 +324,11 @@ def main() -> None:
                         help="cold: the vectors evicted from the page cache before each query (the codes stay)")
     parser.add_argument("--compare-prefetch", action="store_true",
                         help="also run each query without prefetching its candidates' blocks (interleaved with it, vectors evicted)")
+    parser.add_argument("--compare-early", action="store_true",
+                        help="also run each query with its candidates read only after the first pass (interleaved, vectors evicted)")
+    parser.add_argument("--first-query-warm", action="store_true",
+                        help="then a second fresh process, page cache as the first left it: its open and first query (codes cached)")
+    parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--keep", action="store_true", help="keep the index (default: deleted when done)")
     parser.add_argument("--reuse", action="store_true", help="measure the index already in --dir (written by --keep); implies --keep")
     parser.add_argument("--warm", action="store_true", help="leave the page cache as it is (the machine's other users keep theirs)")
@@ -271,7 +337,7 @@ def main() -> None:
     candidates = [int(c) for c in args.candidates.split(",")]
     if args.measure:
         print(json.dumps(measure(args.measure, candidates, args.queries, not args.no_exact, args.vectors_cache == "cold",
-                                 args.compare_prefetch)))
+                                 args.compare_prefetch, args.compare_early, args.first_only)))
         return
     pages = 2000 if args.quick else args.pages
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench-bigindex-"))
@@ -291,11 +357,19 @@ def main() -> None:
         script = [sys.executable, __file__, "--measure", str(root), "--candidates", args.candidates, "--queries", str(args.queries),
                   "--vectors-cache", args.vectors_cache]
         script += (["--no-exact"] if args.no_exact else []) + (["--compare-prefetch"] if args.compare_prefetch else [])
+        script += ["--compare-early"] if args.compare_early else []
+        load_start = os.getloadavg()
         done = subprocess.run(script, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             sys.exit(done.stderr[-3000:])
         report = {"pages": pages, "vectors_gb": need / 1e9, "write_s": write_s, "page_cache": "cold" if cold else "warm",
-                  "load_average_start": os.getloadavg(), **json.loads(done.stdout)}
+                  "load_average_start": load_start, **json.loads(done.stdout)}
+        if args.first_query_warm:  # a process started after the first: the codes are in the page cache, the candidates' pages mostly not
+            again = subprocess.run([*script, "--first-only"], capture_output=True, text=True, check=False)
+            if again.returncode != 0:
+                sys.exit(again.stderr[-3000:])
+            warm = json.loads(again.stdout)
+            report["first_query_warm_process"] = {"open": warm["open"], **warm["first_query"]}
         print(json.dumps(report, indent=1))
     finally:
         if not keep:
