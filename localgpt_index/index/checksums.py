@@ -112,9 +112,10 @@ class BlockGuard:
     """Checks the blocks of one vectors file lazily: `check_bytes` hashes each block of a byte range
     the first time it is asked for (once per process, thread-safe), and remembers a damaged one."""
 
-    def __init__(self, path: Path, checksum: Checksum, what: str = "the vectors") -> None:
+    def __init__(self, path: Path, checksum: Checksum, what: str = "the vectors", point: str = "vectors.check_block") -> None:
         self.path = path
         self.what = what  # named when a block is damaged
+        self.point = point  # the failpoint each block's check passes
         self.checksum = checksum
         # kept open for prefetch's reads, which ask for exactly their bytes (no read-ahead around them)
         self._file = open(path, "rb", buffering=0)
@@ -200,7 +201,7 @@ class BlockGuard:
             self._all = bool(self._done.all())
 
     def _check_one(self, block: int) -> None:
-        failpoint("vectors.check_block")
+        failpoint(self.point)
         lo = block * self.checksum.block_size
         data = self.raw[lo : min(self.size, lo + self.checksum.block_size)]
         self.checked += 1

@@ -70,7 +70,7 @@ class LocalBlobs:
         rel = f"{FOLDER}/{ref.name}"
         if regular_size(self.root, rel) != ref.bytes or not ref.bytes:
             raise IndexProblem(f"{self.root / rel}: not a regular file of {ref.bytes} bytes; the artifact is damaged.", hint=REBUILD_HINT)
-        guard = BlockGuard(self.root / rel, checksum, what)
+        guard = BlockGuard(self.root / rel, checksum, what, "artifact.check_block")
         guard.advise(np.array([0]), np.array([guard.size]))  # a first pass streams through it: the kernel's read-ahead
         return guard
 
