@@ -55,8 +55,8 @@ class EarlyReads:
         """A segment's estimates (higher is better): from START on, read the pages likely to be candidates."""
         self.seen.append((segment, rows, estimates))
         scored = sum(len(r) for _, r, _ in self.seen)
-        if scored < self.start * self.total or len(self.pages) * self.page_bytes() >= PREFETCH_LIMIT:
-            return
+        if scored < self.start * self.total or scored >= self.total or len(self.pages) * self.page_bytes() >= PREFETCH_LIMIT:
+            return  # too few seen to guess; or the last segment: the exact choice follows at once, nothing is left to overlap
         rank = math.ceil(self.margin * self.candidates * scored / self.total)
         everything = np.concatenate([e for _, _, e in self.seen], axis=1)
         bar = np.partition(everything, -rank, axis=1)[:, -rank] if rank < everything.shape[1] else np.full(len(everything), -np.inf)
