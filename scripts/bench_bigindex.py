@@ -191,18 +191,22 @@ def summary(runs: list[dict]) -> dict:
 
 
 def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_vectors: bool, compare: bool,
-            compare_early: bool = False, first_only: bool = False) -> dict:
+            compare_early: bool = False, first_only: bool = False, early_margin: float | None = None) -> dict:
     """In this (fresh) process: open, then `queries` queries through the first pass for each C, then exact
     (`first_only`: open and the first query only)."""
     import localgpt_index.index.view as view_module
+    from localgpt_index.index.codes import kernel_name
     from localgpt_index.index.score import maxsim
     from localgpt_index.index.store import IndexStore
 
     opening, *asked = make_queries(queries + 1)  # the process's first query is one of its own: it maps and checks the codes
     # a warm process (serve, the Python API): the scorer loaded and its threads started before the index is opened
     maxsim([opening], np.zeros((8, DIM), dtype=np.float16), np.array([0, 4, 8]))
+    t0 = time.perf_counter()
+    kernel_name()  # and the first pass's compiled kernel (numba: loaded from its cache, compiled once per machine)
+    kernel_load_s = time.perf_counter() - t0
     peak = PeakAnon()
-    report: dict = {"process_memory_mb": memory()}
+    report: dict = {"process_memory_mb": memory(), "codes_kernel": kernel_name(), "codes_kernel_load_s": kernel_load_s}
     store = IndexStore(root)
     before, t0 = read_bytes(), time.perf_counter()
     view = store.open_view()
@@ -220,7 +224,8 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     view_module.prefetch = timed(spent, "prefetch", lambda reads: real_prefetch(reads) if prefetching["on"] else 0)
     early_on = {"on": True}
     real_early = view_module.EarlyReads
-    view_module.EarlyReads = lambda *a, **k: real_early(*a, **k) if early_on["on"] else real_early(*a, **k, start=2.0)  # 2: never
+    tuning = {"margin": early_margin} if early_margin else {}
+    view_module.EarlyReads = lambda *a, **k: real_early(*a, **k, **tuning) if early_on["on"] else real_early(*a, **k, start=2.0)  # never
     first = one_query(store, view, opening, candidates[0], spent)
     report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {"candidates": candidates[0], "memory_mb": memory(),
                                                                              "codes_resident_mb_before": report["resident_mb_at_open"]["codes"]}
@@ -258,10 +263,10 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
         report["queries"][c] = summary(runs) | {"again": {k: v for k, v in again.items() if k != "top"}, "memory_mb": memory(),
                                                "resident_mb": {"codes": resident_mb(codes), "vectors": resident_mb(vectors)}}
     # the disk's ceiling, in the same run: rescoring's reads (whole 64 KiB blocks, ~320 KiB a page, 32 in flight) and variants
-    rates = [disk_rate(vectors, 1000, size, depth, seed) for seed, (size, depth) in
-             enumerate([(256 << 10, 32), (256 << 10, 64), (1 << 20, 32), (256 << 10, 32)])]
+    shapes = [(256 << 10, 32), (256 << 10, 16), (256 << 10, 64), (256 << 10, 128), (1 << 20, 32)] * 2  # two interleaved rounds
+    rates = [disk_rate(vectors, 1000, size, depth, seed) for seed, (size, depth) in enumerate(shapes)]
     report["disk"] = rates
-    rate = float(np.median([rates[0]["mb_s"], rates[-1]["mb_s"]]))  # the rescoring's own shape, measured twice
+    rate = float(np.median([r["mb_s"] for r in rates if (r["read_kib"], r["in_flight"]) == (256, 32)]))  # rescoring's own shape
     report["floor"] = {c: {"first_pass_s": q["median"].get("first_pass_s", 0.0), "candidates_mb": q["median"]["candidates_mb"],
                            "disk_mb_s": rate, "floor_s": q["median"].get("first_pass_s", 0.0) + q["median"]["candidates_mb"] / rate,
                            "overlapped_floor_s": max(q["median"].get("first_pass_s", 0.0), q["median"]["candidates_mb"] / rate),
@@ -329,6 +334,7 @@ def main() -> None:
     parser.add_argument("--first-query-warm", action="store_true",
                         help="then a second fresh process, page cache as the first left it: its open and first query (codes cached)")
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--early-margin", type=float, help="early reads' margin (index/early_reads.MARGIN by default)")
     parser.add_argument("--keep", action="store_true", help="keep the index (default: deleted when done)")
     parser.add_argument("--reuse", action="store_true", help="measure the index already in --dir (written by --keep); implies --keep")
     parser.add_argument("--warm", action="store_true", help="leave the page cache as it is (the machine's other users keep theirs)")
@@ -337,7 +343,7 @@ def main() -> None:
     candidates = [int(c) for c in args.candidates.split(",")]
     if args.measure:
         print(json.dumps(measure(args.measure, candidates, args.queries, not args.no_exact, args.vectors_cache == "cold",
-                                 args.compare_prefetch, args.compare_early, args.first_only)))
+                                 args.compare_prefetch, args.compare_early, args.first_only, args.early_margin)))
         return
     pages = 2000 if args.quick else args.pages
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench-bigindex-"))
@@ -357,7 +363,7 @@ def main() -> None:
         script = [sys.executable, __file__, "--measure", str(root), "--candidates", args.candidates, "--queries", str(args.queries),
                   "--vectors-cache", args.vectors_cache]
         script += (["--no-exact"] if args.no_exact else []) + (["--compare-prefetch"] if args.compare_prefetch else [])
-        script += ["--compare-early"] if args.compare_early else []
+        script += (["--compare-early"] if args.compare_early else []) + (["--early-margin", str(args.early_margin)] if args.early_margin else [])
         load_start = os.getloadavg()
         done = subprocess.run(script, capture_output=True, text=True, check=False)
         if done.returncode != 0:

@@ -21,7 +21,7 @@ import numpy as np
 from .checksums import PREFETCH_LIMIT, BlockGuard, read_ahead
 
 START = 0.15  # the fraction of pages scored before the first guess
-MARGIN = 1.3  # how far below the guessed C-th estimate a page is still read early (in ranks, as a factor)
+MARGIN = 1.1  # how far below the guessed C-th estimate a page is still read early (in ranks, as a factor)
 
 Reads = Callable[[str, np.ndarray], list[tuple[BlockGuard, int, int]]]  # a segment's rows -> the byte ranges they need
 
