@@ -17,7 +17,8 @@ def upgrade(app: Application, wait_s: float) -> None:
     """Write what an index made by an older version lacks, as one new generation.
 
     Today: the binary codes `query --first-pass` ranks by, for every segment without codes of the
-    current version (built before they existed), read from the stored vectors. Queries keep working
+    current version (built before they existed), read from the stored vectors; codes of version 2 get
+    the block hashes a first pass checks them by as it reads them (not coded again). Queries keep working
     meanwhile, and a kill leaves the old generation. Nothing else changes; a no-op when nothing is missing.
     One line a segment on stderr as it is done (none with --quiet).
     """
