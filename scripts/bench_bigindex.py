@@ -150,7 +150,8 @@ def one_query(store, view, query: np.ndarray, candidates: int, spent: dict) -> d
     [hits] = view.search_vectors([query], k=10, candidates=candidates)
     cpu = time.process_time() - cpu
     early, late, wasted = (now - then for now, then in zip((counts.early, counts.late, counts.wasted), was))
-    return {"s": time.perf_counter() - t0, "cpu_s": cpu, **{f"{k}_s": v for k, v in spent.items()}, "read_mb": (read_bytes() - before) / 1e6,
+    return {"s": time.perf_counter() - t0, "cpu_s": cpu, **{f"{k}_s": v for k, v in spent.items()},
+            "read_mb": (read_bytes() - before) / 1e6,
             "early_mb": early / 1e6, "late_mb": late / 1e6, "wasted_mb": wasted / 1e6, "candidates_mb": (early + late - wasted) / 1e6,
             "blocks_checked": store.blocks_checked() - checked, "top": [(h.path, h.page) for h in hits]}
 
@@ -231,8 +232,8 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     tuning = {"margin": early_margin} if early_margin else {}
     view_module.EarlyReads = lambda *a, **k: real_early(*a, **k, **tuning) if early_on["on"] else real_early(*a, **k, start=2.0)  # never
     first = one_query(store, view, opening, candidates[0], spent)
-    report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {"candidates": candidates[0], "memory_mb": memory(),
-                                                                             "codes_resident_mb_before": report["resident_mb_at_open"]["codes"]}
+    report["first_query"] = {k: v for k, v in first.items() if k != "top"} | {
+        "candidates": candidates[0], "memory_mb": memory(), "codes_resident_mb_before": report["resident_mb_at_open"]["codes"]}
     if first_only:
         return report
     tops: dict[int, list] = {}
@@ -367,7 +368,8 @@ def main() -> None:
         script = [sys.executable, __file__, "--measure", str(root), "--candidates", args.candidates, "--queries", str(args.queries),
                   "--vectors-cache", args.vectors_cache]
         script += (["--no-exact"] if args.no_exact else []) + (["--compare-prefetch"] if args.compare_prefetch else [])
-        script += (["--compare-early"] if args.compare_early else []) + (["--early-margin", str(args.early_margin)] if args.early_margin else [])
+        script += ["--compare-early"] if args.compare_early else []
+        script += ["--early-margin", str(args.early_margin)] if args.early_margin else []
         load_start = os.getloadavg()
         done = subprocess.run(script, capture_output=True, text=True, check=False)
         if done.returncode != 0:

@@ -153,11 +153,11 @@ class LocalView(GenerationView):
         picks = first_pass(query_vectors, coded, candidates, scored=scored)
         tables = [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
         if early is not None:
-            rows: dict[str, list[np.ndarray]] = {}
-            for chosen in tables:
-                for sid, (seg_rows, _, _) in chosen.items():
-                    rows.setdefault(sid, []).append(seg_rows)
-            early.finish({sid: np.concatenate(parts) for sid, parts in rows.items()}, self.read_counts)
+            wanted: dict[str, list[np.ndarray]] = {}
+            for narrowed in tables:
+                for sid, (seg_rows, _, _) in narrowed.items():
+                    wanted.setdefault(sid, []).append(seg_rows)
+            early.finish({sid: np.concatenate(parts) for sid, parts in wanted.items()}, self.read_counts)
         return tables
 
     def _scattered_reads(self, segment_id: str, rows: np.ndarray) -> list:

@@ -104,7 +104,7 @@ def block_hashes(data: np.ndarray, block: int = CHECK_BLOCK) -> np.ndarray:
     """XXH3 of every `block` bytes of an array's bytes (one for an empty one), as uint64."""
     import xxhash
 
-    raw = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    raw = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stubs lack it
     return np.array([xxhash.xxh3_64_intdigest(raw[at : at + block]) for at in range(0, max(len(raw), 1), block)], dtype=np.uint64)
 
 
