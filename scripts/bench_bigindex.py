@@ -270,7 +270,8 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     # the disk's ceiling, in the same run: rescoring's reads (whole 64 KiB blocks, ~320 KiB a page, 32 in flight) and variants
     shapes = [(256 << 10, 32), (256 << 10, 16), (256 << 10, 64), (256 << 10, 128), (1 << 20, 32)] * 2  # two interleaved rounds
     # fresh offsets every run: a virtual disk's host may cache what an earlier run read
-    rates = [disk_rate(vectors, 1000, size, depth, seed) for seed, (size, depth) in zip(np.random.SeedSequence().generate_state(10), shapes)]
+    seeds = np.random.SeedSequence().generate_state(len(shapes))
+    rates = [disk_rate(vectors, 1000, size, depth, seed) for seed, (size, depth) in zip(seeds, shapes)]
     report["disk"] = rates
     rate = float(np.median([r["mb_s"] for r in rates if (r["read_kib"], r["in_flight"]) == (256, 32)]))  # rescoring's own shape
     report["floor"] = {c: {"first_pass_s": q["median"].get("first_pass_s", 0.0), "candidates_mb": q["median"]["candidates_mb"],
