@@ -130,7 +130,7 @@ class PartCodes:
 
 class StoredCodes:
     """A reader's codes of one generation: each segment's read (checked) on first use and kept. Only
-    current (version 2) parts count; `stale` names the segments whose parts are older."""
+    readable parts count (versions 2 and 3: the same codes); `stale` names the segments whose parts are not."""
 
     def __init__(self, parts: Mapping[str, PartRef], source: BlobSource) -> None:
         self.parts = {sid: part for sid, part in parts.items() if part.version in READABLE}
