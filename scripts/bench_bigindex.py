@@ -9,14 +9,22 @@ exact pass over every page for all the queries at once (its answers kept beside 
     python scripts/bench_bigindex.py --pages 40 --segment-pages 20 --candidates 5 --warm   # tests/test_lazy_blocks.py
     python scripts/bench_bigindex.py --pages 100000 --dir /work/big100k --keep   # 26 GB: check df first
     python scripts/bench_bigindex.py --pages 100000 --dir /work/big100k --reuse  # measure again, no write
+    python scripts/bench_bigindex.py --pages 100000 --dir /work/big100k-v3 --reuse --candidates 100,300,1000 --queries 5 \
+        --compare-early --first-query-warm                                        # issue 28's cold-disk numbers
 
 The page cache is dropped before the measuring process starts where this process may (root:
 /proc/sys/vm/drop_caches), and the report says whether it was ("cold") or not ("warm"). The first query
-of the process maps and checks the codes (sha256 of every blob, read from disk when cold); before every
+of the process maps the codes and reads them from disk when cold (version 3 codes are checked block by block
+as the first pass scores them; version 2's sha256 of every blob first); `--first-query-warm` runs a second
+fresh process for its first query with the codes cached. Before every
 later query the vectors files are evicted from the page cache and their blocks marked unchecked (--vectors-cache
 cold, the default: an index larger than memory keeps only its codes cached), so its rescoring reads and checks
 its candidates' blocks from disk; "again"
-is the same query once more with everything cached. Bytes read are /proc/self/io's read_bytes; memory
+is the same query once more with everything cached. Each query reports its wall and CPU seconds (first pass,
+prefetch, rescoring), the candidates' bytes read early (during the first pass: index/early_reads.py), late
+and wasted; `--compare-early` runs each query also with early reads off, interleaved. Then, in the same process,
+the disk's random-read rate (1,000 reads of 256 KiB at 16-128 in flight, and of 1 MiB) and the floor it gives
+per C (first pass + candidates' bytes / rate), beside the 1.5 s target. Bytes read are /proc/self/io's read_bytes; memory
 is /proc/self/status (RssAnon sampled every 10 ms for its peak); resident bytes of the codes and vectors
 files by fincore (util-linux) where it is installed."""
 
