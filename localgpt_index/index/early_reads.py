@@ -50,20 +50,23 @@ class EarlyReads:
         self.submitted = 0  # segments of `seen` whose early reads are started
         self.early: dict[str, np.ndarray] = {}  # segment -> rows read early
         self.pages: dict[tuple[str, int], tuple[list[Future], int]] = {}  # (segment, row) -> its reads and their bytes
+        self.bytes = 0  # asked for so far
 
     def scored(self, segment: str, rows: np.ndarray, estimates: np.ndarray) -> None:
         """A segment's estimates (higher is better): from START on, read the pages likely to be candidates."""
         self.seen.append((segment, rows, estimates))
         scored = sum(len(r) for _, r, _ in self.seen)
-        if scored < self.start * self.total or scored >= self.total or len(self.pages) * self.page_bytes() >= PREFETCH_LIMIT:
+        if scored < self.start * self.total or scored >= self.total or self.bytes >= PREFETCH_LIMIT:
             return  # too few seen to guess; or the last segment: the exact choice follows at once, nothing is left to overlap
         rank = math.ceil(self.margin * self.candidates * scored / self.total)
         everything = np.concatenate([e for _, _, e in self.seen], axis=1)
         bar = np.partition(everything, -rank, axis=1)[:, -rank] if rank < everything.shape[1] else np.full(len(everything), -np.inf)
         for sid, seg_rows, seg_estimates in self.seen[self.submitted :]:
             picked = seg_rows[(seg_estimates >= bar[:, None]).any(axis=0)]
-            for row in picked:  # page by page: a page that is not a candidate in the end is not read if it has not started
-                self.pages[(sid, int(row))] = read_ahead(self.reads(sid, picked[picked == row]))
+            for at in range(len(picked)):  # page by page: a page that is not a candidate in the end is not read if it has not started
+                futures, count = read_ahead(self.reads(sid, picked[at : at + 1]))
+                self.pages[(sid, int(picked[at]))] = futures, count
+                self.bytes += count
             self.early[sid] = picked
         self.submitted = len(self.seen)
 
@@ -71,9 +74,6 @@ class EarlyReads:
         """Of a segment's candidate rows, those not read early."""
         early = self.early.get(segment)
         return rows if early is None else rows[~np.isin(rows, early)]
-
-    def page_bytes(self) -> int:
-        return max((count for _, count in self.pages.values()), default=0)
 
     def finish(self, chosen: dict[str, np.ndarray], counts: ReadCounts) -> None:
         """Cancel the early reads of pages that are not candidates and have not started, and wait for the
@@ -84,7 +84,10 @@ class EarlyReads:
             if page not in wanted:
                 futures = [f for f in futures if not f.cancel()]
             for future in futures:
-                future.result()
+                try:
+                    future.result()
+                except OSError:
+                    pass  # only a hint: rescoring reads (and checks) these bytes itself, and reports what fails
             done = count if futures else 0
             early += done
             wasted += 0 if page in wanted else done
