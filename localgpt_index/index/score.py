@@ -124,6 +124,25 @@ def compiled_kernel():
     return score_pages
 
 
+@functools.cache
+def warm_up() -> None:
+    """Have the compiled kernel loaded (from numba's cache: about a second on a loaded 2-core machine; or
+    compiled: a few) by a thread of its own, once a process, while the caller does something slower (a
+    model's load, whose LLVM and file work runs beside it without the GIL): the first query need not wait."""
+    if torch_available():
+        threading.Thread(target=_load_kernel, name="lgpt-score-warm-up", daemon=True).start()
+
+
+def _load_kernel() -> None:
+    kernel = compiled_kernel()
+    if kernel is not None:  # a call of the types maxsim passes: the specialisation it will use is loaded
+        from .maxsim_kernel import query_columns
+
+        one = np.zeros(1, dtype=np.int64)
+        kernel(np.zeros((1, 8), dtype=np.uint16), one, one + 1, query_columns(np.zeros((1, 8), dtype=np.float32)),
+               np.empty((1, 1), dtype=np.float32))
+
+
 class _Chunk(NamedTuple):
     lo: int  # the chunk's first and last page (positions in the page list)
     hi: int
