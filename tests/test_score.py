@@ -83,7 +83,10 @@ def test_maxsim_equals_colpali_engine_score(uniform, path, monkeypatch):
     if path != "compiled":
         monkeypatch.setattr(score_module, "compiled_kernel", lambda: None)
     else:
-        assert score_module.compiled_kernel() is not None  # numba is a dependency: no silent fallback
+        real = score_module.compiled_kernel()
+        assert real is not None  # numba is a dependency: no silent fallback
+        calls = []
+        monkeypatch.setattr(score_module, "compiled_kernel", lambda: lambda *args: (calls.append(1), real(*args)))
     monkeypatch.setattr(score_module, "ROWS_FIRST_FROM", 1 if path == "torch-rows-first" else 10**9)
     lengths = [40] * 50 if uniform else list(rng.integers(5, 80, size=50))
     pages = [_unit(rng, n).astype(np.float16) for n in lengths]
@@ -98,6 +101,21 @@ def test_maxsim_equals_colpali_engine_score(uniform, path, monkeypatch):
     np.testing.assert_allclose(ours, theirs, atol=1e-3)
     for row_ours, row_theirs in zip(ours, theirs):
         assert list(np.argsort(-row_ours, kind="stable")[:10]) == list(np.argsort(-row_theirs, kind="stable")[:10])
+    if path == "compiled":
+        assert len(calls) > 1  # the kernel scored it, a chunk a call
+
+
+@pytest.mark.slow  # torch: the kernel is used (and warmed) where torch is
+def test_warm_up_loads_the_kernel_once_in_a_thread_of_its_own(monkeypatch):
+    import threading
+
+    real, seen, done = score_module.compiled_kernel, [], threading.Event()
+    monkeypatch.setattr(score_module, "compiled_kernel", lambda: (seen.append(threading.current_thread().name), done.set(), real())[2])
+    score_module.warm_up.cache_clear()
+    score_module.warm_up()
+    score_module.warm_up()
+    assert done.wait(60)
+    assert seen == ["lgpt-score-warm-up"]
 
 
 def test_maxsim_on_a_subset_of_pages():

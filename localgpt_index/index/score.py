@@ -96,8 +96,8 @@ def _maxsim_compiled(kernel, queries: Sequence[np.ndarray], vectors: np.ndarray,
 
     q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
     qt = query_columns(q_all)
-    bits = np.ascontiguousarray(vectors).view(np.uint16)
-    starts, ends = offsets[pages], offsets[pages + 1]
+    bits = _read_only(np.ascontiguousarray(vectors).view(np.uint16))
+    starts, ends = offsets[pages].astype(np.int64, copy=False), offsets[pages + 1].astype(np.int64, copy=False)
     best = np.empty((len(pages), len(q_all)), dtype=np.float32)
     chunks = _ChunkQueue(list(_chunks(pages, offsets, KERNEL_CHUNK_ROWS)))
 
@@ -112,6 +112,15 @@ def _maxsim_compiled(kernel, queries: Sequence[np.ndarray], vectors: np.ndarray,
         list(scoring_pool().map(score, range(workers)))
     bounds = np.cumsum([0] + [len(q) for q in queries])
     return np.stack([best[:, a:b].sum(axis=1) for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: numba compiles (and caches) one kernel per array type, and a memory-mapped
+    index's vectors are read-only; in-memory ones take the same kernel this way."""
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
 
 
 @functools.cache
@@ -139,7 +148,7 @@ def _load_kernel() -> None:
         from .maxsim_kernel import query_columns
 
         one = np.zeros(1, dtype=np.int64)
-        kernel(np.zeros((1, 8), dtype=np.uint16), one, one + 1, query_columns(np.zeros((1, 8), dtype=np.float32)),
+        kernel(_read_only(np.zeros((1, 8), dtype=np.uint16)), one, one + 1, query_columns(np.zeros((1, 8), dtype=np.float32)),
                np.empty((1, 1), dtype=np.float32))
 
 
