@@ -125,31 +125,28 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def compiled_kernel():
-    """The compiled kernel's entry point (maxsim_kernel.score_pages), or None without numba."""
+    """The compiled kernel's entry point (maxsim_kernel.score_pages), loaded from numba's cache (or compiled)
+    and checked on a tiny page, once a process; None without numba, or where it cannot be built or gets
+    that page wrong (a CPU without F16C, say): torch's path, exact too, scores then."""
     try:
-        from .maxsim_kernel import score_pages
-    except ImportError:
+        from .maxsim_kernel import query_columns, score_pages
+
+        # the types maxsim passes (numba loads one specialisation per type): read-only bits, int64 bounds
+        ones, bounds = np.full((8, 8), 0x3C00, dtype=np.uint16), np.array([0, 8], dtype=np.int64)  # float16 1.0
+        best = np.zeros((1, 25), dtype=np.float32)
+        score_pages(_read_only(ones), bounds[:1], bounds[1:], query_columns(np.ones((25, 8), dtype=np.float32)), best)
+    except Exception:  # noqa: BLE001 - whatever stops the kernel, torch's path answers the same
         return None
-    return score_pages
+    return score_pages if np.all(best == 8) else None
 
 
 @functools.cache
 def warm_up() -> None:
-    """Have the compiled kernel loaded (from numba's cache: about a second on a loaded 2-core machine; or
-    compiled: a few) by a thread of its own, once a process, while the caller does something slower (a
-    model's load, whose LLVM and file work runs beside it without the GIL): the first query need not wait."""
+    """Have the compiled kernel loaded (from numba's cache: about a second on a loaded 2-core machine,
+    most of it numba's own start; or compiled: a few) by a thread of its own, once a process, while the
+    caller does something slower (a model's load): the first query need not wait for it."""
     if torch_available():
-        threading.Thread(target=_load_kernel, name="lgpt-score-warm-up", daemon=True).start()
-
-
-def _load_kernel() -> None:
-    kernel = compiled_kernel()
-    if kernel is not None:  # a call of the types maxsim passes: the specialisation it will use is loaded
-        from .maxsim_kernel import query_columns
-
-        one = np.zeros(1, dtype=np.int64)
-        kernel(_read_only(np.zeros((1, 8), dtype=np.uint16)), one, one + 1, query_columns(np.zeros((1, 8), dtype=np.float32)),
-               np.empty((1, 1), dtype=np.float32))
+        threading.Thread(target=compiled_kernel, name="lgpt-score-warm-up", daemon=True).start()
 
 
 class _Chunk(NamedTuple):
