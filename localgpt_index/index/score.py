@@ -2,10 +2,11 @@
 
 On a CPU, in a process with torch (always, for a real model), a compiled kernel does the work
 (maxsim_kernel.py, numba: float16 widened in L1 and multiplied in registers, the max fused); torch
-does it on other devices, or where that kernel cannot be had (no numba; checked once a process). Where torch cannot be imported the same chunks
-go through NumPy: the fast test tier runs without torch, with a fake model, and its queries take that
-path (its processes are short: the kernel's compilation or cache load would cost more than their
-queries). All paths are equal within float32 rounding (tested)."""
+does it on other devices, or where that kernel cannot be had (no numba; checked once a process).
+Where torch cannot be imported the same chunks go through NumPy: the fast test tier runs without
+torch, with a fake model, and its queries take that path (its processes are short: the kernel's
+compilation or cache load would cost more than their queries). All paths are equal within float32
+rounding (tested)."""
 
 from __future__ import annotations
 
