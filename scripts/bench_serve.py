@@ -7,9 +7,10 @@ The "bench" checkpoint (real ColPali geometry, small widths) on the CPU, a 1,000
 1. latency: the median of one `/query` against the warm server, and of one cold
    `lgpt-index query` process (imports, model load, query), measured in the same run;
 2. throughput: the same 64 queries sent one at a time, then by 8 concurrent clients, then the
-   scorer alone (a process of its own, the server idle: one query, and 8 stacked), in interleaved
-   rounds; 8 clients' queries/s as a share of the scorer's batched ceiling (1 / its time a query of
-   8 stacked; target 90 %); every answer's top-k compared with the CLI's for the same query;
+   scorer alone on the same 64 queries (a process of its own, the server idle: one query, and 8
+   stacked at a time), in interleaved rounds; 8 clients' queries/s as a share of the scorer's batched
+   ceiling (1 / its time a query of 8 stacked; target 90 %), and the CPU time a query of both; every
+   answer's top-k compared with the CLI's for the same query;
 3. memory: 10,000 queries; the server's resident memory after the first 100 and at the end;
 4. a build that adds 100 pages while 4 clients query: failed requests, and whether queries
    after the commit see the new pages.
@@ -123,65 +124,63 @@ def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int, p
     return rates, same
 
 
-# The scorer on its own, in a process of its own (the server idle meanwhile): one query's exact
-# MaxSim over the whole index, and 8 stacked (the server's batched pass), median of 3 each; one
-# measurement per line read on stdin, so that it runs between the server's rounds.
+# The scorer on its own, in a process of its own (the server idle meanwhile), on the very queries the
+# clients send (argv[2], a JSON list): each query alone (the median of 3), and all of them 8 stacked at
+# a time in order (the server's batched pass; its wall and CPU time a query). The same queries matter:
+# the cost of a stacked product follows the query tokens stacked (the clients' queries here are about
+# 19.6 tokens, "revenue growth N" 17) and even their count's remainder (torch's CPU product of 135
+# stacked tokens took up to 1.5x the time of 136 here). One measurement per line read on stdin, so
+# that it runs between the server's rounds.
 SCORING = """
 import json, statistics, sys, time
 from localgpt_index.query.search import open_index
 index = open_index(sys.argv[1])
 encoder = index.load_encoder()
-vectors = encoder.encode_queries([f"revenue growth {i}" for i in range(8)])
-def median_ms(queries):
-    index.search_vectors(queries, 10)
-    runs, cpu = [], time.process_time()
-    for _ in range(3):
-        started = time.perf_counter()
-        index.search_vectors(queries, 10)
-        runs.append(time.perf_counter() - started)
-    return 1000 * statistics.median(runs), 1000 * (time.process_time() - cpu) / 3
+vectors = encoder.encode_queries(json.loads(sys.argv[2]))
+stacks = [vectors[at : at + 8] for at in range(0, len(vectors), 8)]
+index.search_vectors(stacks[0], 10)
 print("ready", flush=True)
 for _ in sys.stdin:
-    stacked, stacked_cpu = median_ms(vectors)
-    print(json.dumps([median_ms(vectors[:1])[0], stacked / 8, stacked_cpu / 8]), flush=True)
+    alone = []
+    for query in vectors[:3]:
+        started = time.perf_counter()
+        index.search_vectors([query], 10)
+        alone.append(time.perf_counter() - started)
+    started, cpu = time.perf_counter(), time.process_time()
+    for stack in stacks:
+        index.search_vectors(stack, 10)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    tokens = sum(len(v) for v in vectors) / len(vectors)
+    print(json.dumps([1000 * statistics.median(alone), 1000 * wall / len(vectors), 1000 * cpu / len(vectors), tokens]), flush=True)
 """
 
 
 class Scorer:
-    """The scorer alone in a process of its own (SCORING): `measure()` gives milliseconds a query
-    for one query and for 8 stacked."""
+    """The scorer alone in a process of its own (SCORING) on `texts`: `measure()` gives milliseconds a
+    query for one query and for 8 stacked, the CPU time a query of 8 stacked, and the mean query tokens."""
 
-    def __init__(self, index: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", SCORING, str(index)], stdin=subprocess.PIPE,
+    def __init__(self, index: Path, texts: list[str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", SCORING, str(index), json.dumps(texts)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=tree_env(ROOT), cwd=ROOT)
         assert self.proc.stdout.readline().strip() == "ready"
 
-    def measure(self) -> tuple[float, float, float]:
-        """Milliseconds: one query, a query of 8 stacked, and the CPU time a query of 8 stacked."""
+    def measure(self) -> tuple[float, float, float, float]:
+        """Milliseconds: one query, a query of 8 stacked, the CPU time a query of 8 stacked; mean query tokens."""
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
-        alone, stacked, stacked_cpu = json.loads(self.proc.stdout.readline())
-        return alone, stacked, stacked_cpu
+        alone, stacked, stacked_cpu, tokens = json.loads(self.proc.stdout.readline())
+        return alone, stacked, stacked_cpu, tokens
 
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
 
 
-def scoring_alone(index: Path) -> tuple[float, float, float]:
-    """Milliseconds a query of the scorer alone: one query, and 8 stacked (SCORING)."""
-    scorer = Scorer(index)
-    try:
-        return scorer.measure()
-    finally:
-        scorer.close()
-
-
 def against_ceiling(url: str, texts: list[str], expected: list, index: Path, rounds: int, pid: int | None = None) -> tuple[dict, bool]:
     """`rounds` interleaved rounds: serve's queries/s from 8 concurrent clients (and one at a time),
-    then the scorer's own batched ceiling, 1000 / (ms a query of 8 stacked), with the server idle."""
+    then the scorer's own batched ceiling on the same queries, 1000 / (ms a query of 8 stacked), with the server idle."""
     SCORED_WITH.clear()  # this tree's server only
-    scorer = Scorer(index)
+    scorer = Scorer(index, texts)
     result: dict = {"rounds": []}
     same = True
     try:
@@ -189,7 +188,8 @@ def against_ceiling(url: str, texts: list[str], expected: list, index: Path, rou
             cpu: list[float] = []
             [(alone, together)], agreed = throughput_rounds(url, texts, expected, 1, pid, cpu)
             same &= agreed
-            one_ms, stacked_ms, stacked_cpu_ms = scorer.measure()
+            one_ms, stacked_ms, stacked_cpu_ms, tokens = scorer.measure()
+            result["query_tokens"] = tokens
             result["rounds"].append({"alone_qps": alone, "together_qps": together, "scorer_one_ms": one_ms,
                                      "scorer_stacked_ms": stacked_ms, "ceiling_qps": 1000 / stacked_ms,
                                      "of_ceiling": together * stacked_ms / 1000, "scorer_stacked_cpu_ms": stacked_cpu_ms,
@@ -352,7 +352,8 @@ def main() -> None:
         gain = [r["together_qps"] / r["alone_qps"] for r in rounds]
         share = [100 * r["of_ceiling"] for r in rounds]
         say(f"2. throughput, {args.rounds} interleaved rounds of the 64 queries one at a time, then from 8 concurrent "
-            "clients, then the scorer alone (a process of its own, the server idle): "
+            f"clients, then the scorer alone on the same queries ({ceiling.get('query_tokens', 0):.1f} tokens a query; a process "
+            "of its own, the server idle): "
             + ", ".join(f"{r['alone_qps']:.1f} -> {r['together_qps']:.1f} q/s (scorer: {r['scorer_one_ms']:.0f} ms one "
                         f"query, {r['scorer_stacked_ms']:.0f} ms a query of 8 stacked, ceiling {r['ceiling_qps']:.1f} q/s)"
                         for r in rounds))

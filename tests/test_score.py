@@ -75,6 +75,21 @@ def test_a_query_s_scores_do_not_depend_on_the_queries_asked_with_it(numpy_path,
         np.testing.assert_allclose(maxsim([query], vectors, offsets)[0], stacked[i], rtol=1e-6, err_msg=f"query {i}")
 
 
+@pytest.mark.slow  # imports torch
+def test_stacked_tokens_padded_for_the_product_leave_every_score_unchanged(monkeypatch):
+    """Many stacked tokens are padded with zero rows to a multiple of 16 (the CPU product runs that far
+    faster); the padding's maxima are in no query's sum."""
+    import torch
+
+    rng, vectors, offsets = _ragged(7, pages=200)
+    queries = [_unit(rng, n) for n in (17, 20, 26, 19, 18, 22, 16, 17)]  # 155 tokens
+    assert len(score_module._padded(torch.from_numpy(np.concatenate(queries)))) == 160
+    assert len(score_module._padded(torch.from_numpy(queries[0]))) == 17  # a few tokens: multiplied tokens-first, as they are
+    padded = maxsim(queries, vectors, offsets)
+    monkeypatch.setattr(score_module, "TOKEN_ALIGN", 1)
+    np.testing.assert_allclose(padded, maxsim(queries, vectors, offsets), rtol=1e-6)
+
+
 @pytest.mark.slow  # colpali-engine and torch
 @pytest.mark.parametrize("path", ["compiled", "torch-tokens-first", "torch-rows-first"])
 @pytest.mark.parametrize("uniform", [True, False], ids=["equal-length-pages", "ragged-pages"])
