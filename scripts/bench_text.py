@@ -128,14 +128,15 @@ def main() -> None:
     parser.add_argument("--scanned-pages", type=int, default=None, help="scanned pages (default 12, --small 6)")
     parser.add_argument("--parts", default="text,scanned", help="which measurements: text (extraction), scanned (OCR)")
     parser.add_argument("--extraction-only", action="store_true", help="only 1. (text PDFs with and without page text): --parts text")
-    parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE: --ocr-workers "
-                        "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build)")
+    parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE[sSPIN]: --ocr-workers "
+                        "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build), "
+                        "and GOMP_SPINCOUNT=SPIN (w1n0s300000: GNU OpenMP's default spinning, which the build shortens when OCR runs)")
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
     args = parser.parse_args()
-    asked = [re.fullmatch(r"w(\d+)n(\d+)", v) for v in args.variants.split(",") if v]
+    asked = [re.fullmatch(r"w(\d+)n(\d+)(?:s(\d+))?", v) for v in args.variants.split(",") if v]
     if not all(asked):
-        parser.error(f"--variants {args.variants}: each one is wWORKERSnNICE, e.g. w2n10")
-    args.asked = [(m[1], m[2]) for m in asked if m]
+        parser.error(f"--variants {args.variants}: each one is wWORKERSnNICE[sSPIN], e.g. w2n10 or w1n0s300000")
+    args.asked = [(m[1], m[2], m[3]) for m in asked if m]
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds, scanned = args.rounds or rounds, args.scanned_pages or scanned
     parts = {"text"} if args.extraction_only else set(args.parts.split(","))
@@ -215,7 +216,8 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
     """One round of the scanned-build measurement: OCR alone, encoding alone, the build with OCR and
     the variants asked for, in an order rotated from round to round (the machine's load drifts), with
     the machine's ceiling from the CPU seconds of the first two."""
-    variants = [(f"--ocr-workers {w} LGPT_OCR_NICE={n}", ("--ocr-workers", w), None, {"LGPT_OCR_NICE": n}) for w, n in args.asked]
+    variants = [(f"--ocr-workers {w} LGPT_OCR_NICE={n}" + (f" GOMP_SPINCOUNT={s}" if s else ""), ("--ocr-workers", w), None,
+                 {"LGPT_OCR_NICE": n, **({"GOMP_SPINCOUNT": s} if s else {})}) for w, n, s in args.asked]
     variants += [(f"baseline {args.baseline}", (), args.baseline, None)] if args.baseline else []
     jobs = {"OCR alone": lambda: ocr_alone(scans, workers), "encoding alone": lambda: build(scans, model, index, "--ocr", "never"),
             "with OCR": lambda: build(scans, model, index, "--ocr", "auto")}
