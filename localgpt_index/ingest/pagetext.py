@@ -33,7 +33,7 @@ from ..core.errors import DocumentError, EnvironmentMissing, UsageError
 from . import processes
 from .discover import IMAGE, PDF
 from .events import DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
-from .ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, INSTALL_HINT, OCR_MEMORY_MIB, OcrFailed, Tesseract
+from .ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, INSTALL_HINT, OCR_MEMORY_MIB, OcrFailed, Tesseract, pages_with_images
 from .opening import FeedSource
 from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
@@ -312,16 +312,29 @@ class PageTexts:
             except DocumentError as exc:
                 warning = f"its text layer could not be read ({exc.reason}); its pages are indexed without it"
             self.timings("text", time.perf_counter() - started)
+        pictured = self._pictured(pdf, [page for page, text in zip(range(first, last + 1), texts) if self._wants_ocr(text)])
         pages = []
         for page, text in zip(range(first, last + 1), texts):
             found = PageText(text, "layer") if text else NO_TEXT
-            if not self._wants_ocr(text):
+            if not self._wants_ocr(text) or (pictured is not None and page not in pictured):
                 pages.append(_done(_Outcome(found)))
             elif self._ocr_pool is None or self.settings.tesseract is None:
                 pages.append(_done(_Outcome(found, no_ocr=self.settings.ocr != "never")))
             else:
                 pages.append(self._ocr_pool.submit(self._ocr, pdf, image, page, found))
         return _Layer(pages, warning)
+
+    def _pictured(self, pdf: Path | None, wanted: list[int]) -> set[int] | None:
+        """--ocr auto: which of the PDF pages that want OCR draw an image (None: any may). A page with
+        thin text and no image has nothing to read (an office page's title, a blank page): OCR, about
+        a second of CPU a page, is not run for it. --ocr always reads every page."""
+        if self.settings.ocr != "auto" or pdf is None or not wanted or self._ocr_pool is None:
+            return None
+        started = time.perf_counter()
+        try:
+            return pages_with_images(pdf, min(wanted), max(wanted), self.settings.layer_timeout_s)
+        finally:
+            self.timings("text", time.perf_counter() - started)
 
     def _wants_ocr(self, text: str) -> bool:
         if self.settings.ocr == "always":
