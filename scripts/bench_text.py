@@ -6,7 +6,8 @@ narrow ColPali geometry: its model costs about what rendering does, so any added
    text part and the text index written) against the same build with `--text never` (pixels only:
    no pdftotext, no text part, no text index). Target: <= +5 %.
 2. OCR alone: pages/s of Tesseract on scanned (image-only) PDF pages, the 300 dpi render included,
-   as many pages at a time as the build's OCR pool reads with its default workers (half the CPUs).
+   read as the build's OCR queue reads them with its default workers (half the CPUs): each worker
+   takes its share of the queued pages, up to 8, for one Tesseract process.
 3. A build of scanned pages with `--ocr auto` against max(OCR alone, encoding alone), encoding alone
    being `build --ocr never` of the same pages. Target: <= +15 %. Beside it, the machine's ceiling:
    (CPU seconds of OCR alone + CPU seconds of encoding alone) / CPUs, over the same max. When OCR
@@ -100,8 +101,12 @@ def stages(result: dict) -> str:
 
 
 def ocr_alone(scans: Path, workers: int) -> tuple[float, float, int]:
-    """Wall and CPU seconds to OCR every page of the scans (render at 300 dpi + Tesseract), `workers` pages at a time."""
-    from localgpt_index.ingest.ocr import Tesseract
+    """Wall and CPU seconds to OCR every page of the scans (render at 300 dpi + Tesseract) as the build's
+    OCR queue reads them, `workers` at a time (each taking its share, up to 8 pages a Tesseract process)."""
+    from concurrent.futures import Future
+
+    from localgpt_index.ingest.ocr import OCR_MEMORY_MIB, Tesseract
+    from localgpt_index.ingest.ocrbatch import OcrQueue, QueuedPage
 
     tesseract = Tesseract.find()
     if tesseract is None:
@@ -110,7 +115,9 @@ def ocr_alone(scans: Path, workers: int) -> tuple[float, float, int]:
     cpu_before = children_cpu()
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        texts = list(pool.map(lambda pdf: tesseract.read_pdf_page(pdf, 1, "eng"), pdfs))
+        pages = [QueuedPage(pdf, 1, Future(), lambda result: result if isinstance(result, str) else "") for pdf in pdfs]
+        OcrQueue(pool, tesseract, "eng", 60, OCR_MEMORY_MIB, workers, lambda stage, seconds: None).add(pages)
+        texts = [page.future.result() for page in pages]
     seconds, cpu = time.perf_counter() - started, children_cpu() - cpu_before
     if sum("Report" in text for text in texts) < len(pdfs) * 0.9:
         sys.exit("OCR did not read the scans' titles: the measurement would be of failures")
