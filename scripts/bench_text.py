@@ -124,6 +124,28 @@ def ocr_alone(scans: Path, workers: int) -> tuple[float, float, int]:
     return seconds, cpu, len(pdfs)
 
 
+BASELINE_OCR = """
+import resource, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from localgpt_index.ingest.ocr import Tesseract
+tesseract, pdfs = Tesseract.find(), sorted(Path(sys.argv[1]).glob("*.pdf"))
+with ThreadPoolExecutor(int(sys.argv[2])) as pool:
+    texts = list(pool.map(lambda pdf: tesseract.read_pdf_page(pdf, 1, "eng"), pdfs))
+assert sum("Report" in text for text in texts) >= len(pdfs) * 0.9, "the baseline's OCR did not read the scans"
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(usage.ru_utime + usage.ru_stime)  # its OCR processes' CPU seconds, not Python's start
+"""
+
+
+def baseline_ocr_alone(scans: Path, workers: int, tree: str) -> tuple[float, float, int]:
+    """OCR alone by another source tree, one page a Tesseract process as its read_pdf_page does (a tree
+    from before the OCR queue): its wall seconds (Python's start included) and its OCR processes' CPU seconds."""
+    seconds, out, _ = bench_build.run([sys.executable, "-c", BASELINE_OCR, str(scans), str(workers)],
+                                      env={**bench_build.ENV, "PYTHONPATH": tree}, cwd=tree)
+    return seconds, float(out.split()[-1]), len(list(scans.glob("*.pdf")))
+
+
 def spread(values: list[float], unit: str = "") -> str:
     return f"{statistics.median(values):.3f}{unit} (min {min(values):.3f}, max {max(values):.3f}, n={len(values)})"
 
@@ -180,6 +202,10 @@ def main() -> None:
             print(f"  achieved / max(ceiling, the slower): x{spread(scan_results['over_ceiling'])}")
             print(f"  the build's CPU s / (OCR alone's + encoding alone's): x{spread(scan_results['cpu_cost'])} (side by side costs)")
             print(f"  the ratio once the model is loaded: x{spread(scan_results['loaded'])}")
+            if "ocr_cpu_page" in scan_results:
+                ratios = [ours / theirs for ours, theirs in zip(scan_results["ocr_cpu_page"], scan_results["baseline_ocr_cpu_page"])]
+                print(f"  OCR alone, CPU s a page (render included): this tree {spread(scan_results['ocr_cpu_page'])}, baseline "
+                      f"{spread(scan_results['baseline_ocr_cpu_page'])}; this tree / baseline x{spread(ratios)}")
             for name, values in scan_results.items():
                 if name.startswith("variant "):
                     print(f"  {name}: x{spread(values)} of the slower")
@@ -230,6 +256,8 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
             "with OCR": lambda: build(scans, model, index, "--ocr", "auto")}
     for name, extra, tree, env in variants:
         jobs[name] = lambda extra=extra, tree=tree, env=env: build(scans, model, index, "--ocr", "auto", *extra, tree=tree, env=env)
+    if args.baseline:
+        jobs["baseline OCR alone"] = lambda: baseline_ocr_alone(scans, workers, args.baseline)
     order = list(jobs)[(number - 1) % len(jobs):] + list(jobs)[:(number - 1) % len(jobs)]
     done = {name: jobs[name]() for name in order}
     (ocr_seconds, ocr_cpu, ocr_pages), encoding, both = done["OCR alone"], done["encoding alone"], done["with OCR"]
@@ -248,6 +276,12 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
           f"{encoding['cpu']:.2f} CPU s; ceiling {ceiling:.2f} s (x{results['ceiling'][-1]:.3f}); with OCR {both['seconds']:.2f} s, "
           f"{both['cpu']:.2f} CPU s (x{results['ratio'][-1]:.3f} of the slower, CPU x{results['cpu_cost'][-1]:.3f} of the two alone); "
           f"stage seconds [{stages(both)}]")
+    if args.baseline:
+        _, base_cpu, base_pages = done["baseline OCR alone"]
+        add("ocr_cpu_page", []).append(ocr_cpu / ocr_pages)
+        add("baseline_ocr_cpu_page", []).append(base_cpu / base_pages)
+        print(f"  OCR alone, CPU s a page: this tree {ocr_cpu / ocr_pages:.3f}, baseline {base_cpu / base_pages:.3f} "
+              f"(x{ocr_cpu / ocr_pages / (base_cpu / base_pages):.3f})")
     for name, _, _, _ in variants:
         other = done[name]
         add(f"variant {name}", []).append(other["seconds"] / slower)
