@@ -153,9 +153,14 @@ def test_a_build_that_may_ocr_shortens_openmp_spinning_before_torch_loads(ocr, u
 
 
 LIST_READER = """echo "$1" >> {log}
+case "$1" in *.tif)  # one picture
+  case "$1" in *page-1.tif) {trouble} ;; esac
+  printf 'read %s\\n' "$(basename "$1" .tif)"
+  exit 0 ;;
+esac
 n=0
 while read -r f; do  # a list of pictures, as Tesseract reads one: each page said on stderr, its text when done
-  echo "Page $n : $f" >&2
+  {say}echo "Page $n : $f" >&2
   case "$f" in *page-1.tif) {trouble} ;; esac
   [ $n -gt 0 ] && printf '\\f'
   printf 'read %s\\n' "$(basename "$f" .tif)"
@@ -164,30 +169,32 @@ done < "$1"
 """
 
 
-@pytest.mark.parametrize("trouble", ["", "exec sleep 120", "kill -SEGV $$"], ids=["all-read", "page-2-hangs", "page-2-crashes"])
-def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_itself(trouble, tmp_path, monkeypatch, fake_model,
-                                                                                      process_mark, appended):
+@pytest.mark.parametrize(("trouble", "say"), [("", ""), ("exec sleep 120", ""), ("kill -SEGV $$", ""), ("kill -SEGV $$", ": ")],
+                         ids=["all-read", "page-2-hangs", "page-2-crashes", "page-2-crashes-a-tesseract-naming-no-page"])
+def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_itself(trouble, say, tmp_path, monkeypatch,
+                                                                                      fake_model, process_mark, appended):
     """A PDF's pages are read by one Tesseract process (a list of their renders: the model loaded once);
     a page that hangs or crashes it fails alone, after its own --ocr-timeout: the pages before it keep
-    what was read, the pages after it go on in a new process."""
+    what was read, the pages after it go on in a new process. A Tesseract that does not name the page
+    it starts leaves the pages it did not surely finish to one process each."""
     from PIL import Image
 
     docs, log = tmp_path / "docs", tmp_path / "tesseract.log"
     docs.mkdir()
     Image.new("L", (200, 100), 255).save(docs / "scan.pdf", save_all=True, append_images=[Image.new("L", (200, 100), 255)] * 2)
-    _fake_tesseract(tmp_path, monkeypatch, LIST_READER.format(log=log, trouble=trouble or ":"))
+    _fake_tesseract(tmp_path, monkeypatch, LIST_READER.format(log=log, trouble=trouble or ":", say=say))
     result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto", "--ocr-workers", "1",
                                 "--ocr-timeout", "3")
     assert result.exit_code == 0, result.stderr
     read = {page: extra["text"] for _, page, extra in appended}
     assert read[1] == "read page-0" and read[3] == "read page-2" and report["pages_total"] == 3
-    processes = log.read_text().splitlines()
-    assert all(line.endswith(".txt") for line in processes)  # lists, not single pictures
+    processes = [Path(line).suffix for line in log.read_text().splitlines()]
     if not trouble:
-        assert read[2] == "read page-1" and len(processes) == 1 and report["page_warnings"] == []
+        assert read[2] == "read page-1" and processes == [".txt"] and report["page_warnings"] == []
         return
     [warning] = report["page_warnings"]
-    assert (warning["page"], read[2], len(processes)) == (2, "", 2)
+    assert (warning["page"], read[2]) == (2, "")
+    assert processes == ([".txt", ".txt"] if not say else [".txt", ".tif", ".tif"])
     if "sleep" in trouble:
         assert warning["reason"] == "OCR failed: Tesseract did not finish within the page's 3 s and was stopped (see --ocr-timeout)"
         assert marked_processes(process_mark, "sleep 120") == []

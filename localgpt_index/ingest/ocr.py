@@ -89,7 +89,7 @@ class Tesseract:
         deadline = time.monotonic() + timeout_s
         with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
             picture = render_for_ocr(pdf, page, os.path.join(folder, "page"), deadline, timeout_s, memory_mib)
-            return self._read(picture, lang, deadline, timeout_s, memory_mib, dpi=OCR_DPI)
+            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib, dpi=OCR_DPI)
 
     def read_image_frame(self, image: Path, frame: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
                          memory_mib: int = OCR_MEMORY_MIB) -> str:
@@ -103,9 +103,10 @@ class Tesseract:
                     _sized_for_ocr(source.convert("L")).save(picture, "PPM")
             except (OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError) as exc:
                 raise OcrFailed(f"cannot decode frame {frame}: {' '.join(str(exc).split())[:200]}") from None
-            return self._read(picture, lang, deadline, timeout_s, memory_mib)
+            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib)
 
-    def _read(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
+    def read_picture(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
+        """The text of a picture on disk, by Tesseract, by `deadline`."""
         resolution = ["--dpi", str(dpi)] if dpi else []
         out = run_bounded([self.path, picture, "stdout", "-l", lang, "--psm", "3", *resolution],
                           deadline, timeout_s, memory_mib, "Tesseract")

@@ -9,7 +9,8 @@ reading several pages in one process pays it once. Each page stays bounded alone
   that page runs past its deadline, or Tesseract fails or crashes on it, the pages it finished keep
   their text, that page fails alone, and the pages after it go on in a new process;
 - a Tesseract that does not say which page it is on (none of its stderr lines name one) and fails
-  leaves the pages it did not surely finish to be read one process a page, as single pages are.
+  leaves the pages it did not surely finish to be read one process a page, as single pages are
+  (their renders are not made again).
 """
 
 from __future__ import annotations
@@ -125,9 +126,9 @@ def read_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang
         while ready:
             settled, told = _run_list(tesseract, ready, folder, lang, timeout_s, memory_mib, done)
             if not told and settled < len(ready):  # no page named: which one failed is not known
-                for index, _, _ in ready[settled:]:
+                for index, picture, budget in ready[settled:]:
                     if wanted(index):
-                        _single(tesseract, index, pages[index], lang, timeout_s, memory_mib, done)
+                        _picture(tesseract, index, picture, budget, lang, timeout_s, memory_mib, done)
                 return
             ready = [entry for entry in ready[settled:] if wanted(entry[0])]
 
@@ -136,6 +137,17 @@ def _single(tesseract: Tesseract, index: int, page: tuple[Path, int], lang: str,
             done: Done) -> None:
     try:
         text = tesseract.read_pdf_page(page[0], page[1], lang, timeout_s, memory_mib)
+    except OcrFailed as exc:
+        done(index, exc)
+        return
+    done(index, text)
+
+
+def _picture(tesseract: Tesseract, index: int, picture: str, budget: float, lang: str, timeout_s: float, memory_mib: int,
+             done: Done) -> None:
+    """A rendered page alone, in a Tesseract process of its own, within what is left of its timeout."""
+    try:
+        text = tesseract.read_picture(picture, lang, time.monotonic() + budget, timeout_s, memory_mib, dpi=OCR_DPI)
     except OcrFailed as exc:
         done(index, exc)
         return
