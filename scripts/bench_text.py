@@ -6,7 +6,7 @@ narrow ColPali geometry: its model costs about what rendering does, so any added
    text part and the text index written) against the same build with `--text never` (pixels only:
    no pdftotext, no text part, no text index). Target: <= +5 %.
 2. OCR alone: pages/s of Tesseract on scanned (image-only) PDF pages, the 300 dpi render included,
-   read as the build's OCR queue reads them with its default workers (half the CPUs): each worker
+   read as the build's OCR queue reads them with its default workers (every CPU): each worker
    takes its share of the queued pages, up to 8, for one Tesseract process.
 3. A build of scanned pages with `--ocr auto` against max(OCR alone, encoding alone), encoding alone
    being `build --ocr never` of the same pages. Target: <= +15 %. Beside it, the machine's ceiling:
