@@ -84,9 +84,10 @@ class OcrQueue:
             read_pdf_pages(self.tesseract, [(queued.pdf, queued.page) for queued in batch], self.lang, self.timeout_s,
                            self.memory_mib, lambda index, result: _settle(batch[index], result),
                            lambda index: not batch[index].future.cancelled())
-        except OSError as exc:  # the scratch folder: a full disk
+        except (OcrFailed, OSError) as exc:  # no shell to run Tesseract; the scratch folder: a full disk
+            failed = exc if isinstance(exc, OcrFailed) else OcrFailed(exc.strerror or str(exc))
             for queued in batch:
-                _settle(queued, OcrFailed(exc.strerror or str(exc)))
+                _settle(queued, failed)
         except BaseException as exc:  # interrupted: the pages not read say so to whoever waits for them
             for queued in batch:
                 with suppress(InvalidStateError):

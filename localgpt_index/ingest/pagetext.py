@@ -3,10 +3,11 @@
 `PageTexts.attach` sits between an engine (local or Ray) and the commit policy. When a document
 opens, its text layer is read (one pdftotext process for the document, on a thread of its own) and
 the pages that need OCR (--ocr: auto, those with a text layer under OCR_MIN_CHARS visible characters;
-always; never) go to a pool of OCR worker threads, each page a pdftoppm and a Tesseract process
-(ocr.py). All this runs while the engine renders and encodes the same pages; a batch of encoded
-pages (PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES
-batches) while the engine encodes the next ones. A build of scanned pages thus takes about as long
+always; never) go to a pool of OCR worker threads: each page its own pdftoppm, several PDF pages
+one Tesseract process (ocrbatch.py), an image file's frame a Tesseract of its own (ocr.py). All
+this runs while the engine renders and encodes the same pages; a batch of encoded pages
+(PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES batches)
+while the engine encodes the next ones. A build of scanned pages thus takes about as long
 as the slower of OCR and encoding, not their sum. The local engine's feed tells `open` of each document
 as it opens it (on its opening threads), the model's load included, so OCR overlaps the load as well.
 How far ahead that goes is bounded by the feed: it opens a few documents ahead of what it has rendered,
