@@ -24,6 +24,8 @@ median and spread (min-max) are printed: the machine's speed drifts, so compare 
     python scripts/bench_text.py --small            # 8 x 3 and 6 scanned pages, 2 rounds (minutes)
     python scripts/bench_text.py --rounds 5
     python scripts/bench_text.py --extraction-only --rounds 6   # only 1. (the same as --parts text)
+    python scripts/bench_text.py --extraction-only --batch-size 2   # 1. without the CPU tuner's choice in the ratio
+    python scripts/bench_text.py --extraction-only --paired     # 1., both variants at once (a loaded machine)
     python scripts/bench_text.py --parts scanned --variants w2n10,w1n10,w2n0 --baseline /older/tree   # OCR scheduling
 """
 
@@ -91,7 +93,13 @@ def build(docs: Path, model: str, index: Path, *args: str, env: dict | None = No
     ready = float(err.split("MODEL READY ")[1].split()[0])
     done = float(err.split("BUILD DONE ")[1].split()[0])
     return {"seconds": seconds, "cpu": children_cpu() - cpu_before, "loaded": done - ready, "pages": report["pages_embedded"],
-            "text": report["text"], "stages": report["stage_seconds"]}
+            "text": report["text"], "stages": report["stage_seconds"], "tuning": report.get("cpu_tuning") or {}}
+
+
+def tuning(result: dict) -> str:
+    """The batch size and threads the build kept (the CPU tuner's choice, or --batch-size) and its model's waited share."""
+    chosen = result["tuning"]
+    return f"batch {chosen.get('batch_size', '?')}, threads {chosen.get('threads', '?')}, waited {chosen.get('waited_share', 0):.2f}"
 
 
 def stages(result: dict) -> str:
@@ -146,6 +154,64 @@ def baseline_ocr_alone(scans: Path, workers: int, tree: str) -> tuple[float, flo
     return seconds, float(out.split()[-1]), len(list(scans.glob("*.pdf")))
 
 
+def cpu_of(work, repeat: int = 3) -> tuple[float, float]:
+    """The least (this thread's CPU seconds, its children's) of `repeat` runs of `work()`."""
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        own, kids = time.thread_time(), children_cpu()
+        work()
+        took = (time.thread_time() - own, children_cpu() - kids)
+        best = min(best, took, key=sum)
+    return best
+
+
+def text_costs(texts: Path, per_pdf: int, build_cpu: float | None) -> None:
+    """Where page text's CPU goes, each piece measured alone in this process on the same PDFs (best of 3):
+    what `build --ocr never` does beyond `--text never`, in ms a document and a page, and in all against
+    the CPU seconds of a whole `--text never` build (`build_cpu`)."""
+    from localgpt_index.index.local.blobs import LocalBlobs
+    from localgpt_index.index.text.artifact import TextPartWriter, read_text_part
+    from localgpt_index.index.text.engine import LexicalIndex, PageText
+    from localgpt_index.index.text.tokenize import tokenize
+    from localgpt_index.ingest.text import pdf_page_texts
+
+    import numpy as np
+
+    pdfs = sorted(texts.glob("*.pdf"))
+    read = [pdf_page_texts(pdf, 1, per_pdf) for pdf in pdfs]
+    pages = [(pdf.name, number, text) for pdf, found in zip(pdfs, read) for number, text in enumerate(found, 1)]
+    row = np.zeros((4, 8), np.float16)
+
+    def text_part(sink):  # each page through the segment's text part, sealed into a blob
+        writer = TextPartWriter()
+        for number, (_, _, text) in enumerate(pages):
+            writer.add(number, row, None, {"text": text, "text_source": "layer"})
+        return writer.seal(sink)
+
+    def lexical(sink):  # the commit's text index from nothing: tokenized, indexed, serialised, stored
+        index = LexicalIndex.create()
+        index.update([], (PageText(name, number, text) for name, number, text in pages))
+        sink.put(index.to_bytes(), "sqlite")
+        index.close()
+
+    with tempfile.TemporaryDirectory(prefix="text-costs-") as folder:
+        fresh = iter(LocalBlobs(Path(folder) / str(n)) for n in range(100))  # a new folder each run: every blob written
+        part = LocalBlobs(Path(folder) / "part")
+        ref = text_part(part)
+        pieces = {"pdftotext (a process a document; its CPU + the parent's)": cpu_of(lambda: [pdf_page_texts(p, 1, per_pdf) for p in pdfs]),
+                  "text part (add, JSON, zlib, sha256, write, fsync)": cpu_of(lambda: text_part(next(fresh))),
+                  "text index at commit (of which tokenizing below)": cpu_of(lambda: lexical(next(fresh))),
+                  "  tokenizing": cpu_of(lambda: [tokenize(text) for _, _, text in pages]),
+                  "text parts read back at commit (sha256, unzip, JSON)": cpu_of(lambda: read_text_part(ref, part))}
+    total = sum(sum(cpu) for name, cpu in pieces.items() if not name.startswith(" "))
+    print(f"where page text's CPU goes ({len(pdfs)} PDFs, {len(pages)} pages; each piece alone, in this process, best of 3):")
+    for name, (own, kids) in pieces.items():
+        print(f"  {name:68s} {1000 * (own + kids) / len(pdfs):7.2f} ms a document, {1000 * (own + kids) / len(pages):6.3f} ms a page"
+              + (f" ({1000 * kids / len(pdfs):.2f} + {1000 * own / len(pdfs):.2f})" if kids else ""))
+    share = f": {100 * total / build_cpu:.1f} % of a --text never build's {build_cpu:.2f} CPU s (median)" if build_cpu else ""
+    print(f"  in all {total:.3f} CPU s{share}")
+
+
 def spread(values: list[float], unit: str = "") -> str:
     return f"{statistics.median(values):.3f}{unit} (min {min(values):.3f}, max {max(values):.3f}, n={len(values)})"
 
@@ -161,6 +227,10 @@ def main() -> None:
                         "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build), "
                         "and GOMP_SPINCOUNT=SPIN (w1n0s300000: GNU OpenMP's default spinning, which the build shortens when OCR runs)")
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
+    parser.add_argument("--batch-size", type=int, help="text builds: this batch size for both variants (the CPU tuner's "
+                        "choice, which moves pages/s by up to a third from build to build, taken out of the ratio)")
+    parser.add_argument("--paired", action="store_true", help="text builds: the two variants of a round at the same time, "
+                        "so that both see the same load (a shared machine); each then has about half the CPUs")
     args = parser.parse_args()
     asked = [re.fullmatch(r"w(\d+)n(\d+)(?:s(\d+))?", v) for v in args.variants.split(",") if v]
     if not all(asked):
@@ -169,6 +239,7 @@ def main() -> None:
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds, scanned = args.rounds or rounds, args.scanned_pages or scanned
     parts = {"text"} if args.extraction_only else set(args.parts.split(","))
+    same = ("--batch-size", str(args.batch_size)) if args.batch_size else ()
     from localgpt_index.core.cpus import available_cpus
     from localgpt_index.ingest.pagetext import default_ocr_workers
     from localgpt_index.testing.checkpoints import make_checkpoint
@@ -183,16 +254,19 @@ def main() -> None:
         print(f"{cpus} CPUs (load average {os.getloadavg()[0]:.1f}: a shared machine, compare within a run); "
               f"{pdfs} text PDFs x {pages} pages, {scanned} scanned pages, {rounds} interleaved rounds, OCR workers {workers}")
         build(texts, model, index, "--ocr", "never")  # warm the page cache and the model's files
-        text_results: dict[str, list[float]] = {"extraction": [], "loaded": []}
+        text_results: dict[str, list[float]] = {"extraction": [], "loaded": [], "cpu": [], "cpu_without": []}
         scan_results: dict[str, list[float]] = {}
         for number in range(1, rounds + 1):
             if "text" in parts:
-                text_round(number, texts, model, index, pdfs * pages, text_results)
+                text_round(number, texts, model, index, pdfs * pages, text_results, same, args.paired)
             if "scanned" in parts:
                 scanned_round(number, scans, model, index, scanned, workers, cpus, args, scan_results)
         if "text" in parts:
             print(f"text extraction, whole build:  x{spread(text_results['extraction'])}   (target <= x1.05)")
             print(f"text extraction, once loaded:  x{spread(text_results['loaded'])}")
+            if not args.paired:
+                print(f"text extraction, CPU seconds:  x{spread(text_results['cpu'])}   (the process's own and its children's)")
+            text_costs(texts, pages, None if args.paired else statistics.median(text_results["cpu_without"]))
         if "scanned" in parts:
             print(f"OCR pages/s (300 dpi render + Tesseract, {workers} worker(s)): {spread(scan_results['ocr_rate'])}")
             print(f"scanned build / max(OCR alone, encoding alone): target <= x1.15; machine ceiling "
@@ -227,22 +301,34 @@ def text_and_vectors(index: Path) -> tuple[int, int]:
     return text, sum(seg.vectors_bytes or 0 for seg in manifest.segments.values())
 
 
-def text_round(number: int, texts: Path, model: str, index: Path, pages: int, results: dict) -> None:
-    """One round of the text-extraction measurement: a build with page text, one with --text never."""
-    if number % 2:  # the order turns each round: neither variant always runs first
-        with_text = build(texts, model, index, "--ocr", "never")
-        without = build(texts, model, index, "--text", "never")
+def text_round(number: int, texts: Path, model: str, index: Path, pages: int, results: dict, extra: tuple[str, ...] = (),
+               paired: bool = False) -> None:
+    """One round of the text-extraction measurement: a build with page text, one with --text never
+    (`extra`: what both are given, e.g. --batch-size); `paired`: both at once (the same load for both;
+    CPU seconds are then not told apart)."""
+    if paired:
+        with ThreadPoolExecutor(2) as pool:
+            both = pool.submit(build, texts, model, index, "--ocr", "never", *extra)
+            without = build(texts, model, index.with_name("index-paired"), "--text", "never", *extra)
+            with_text = both.result()
+        with_text["cpu"] = without["cpu"] = float("nan")
+    elif number % 2:  # the order turns each round: neither variant always runs first
+        with_text = build(texts, model, index, "--ocr", "never", *extra)
+        without = build(texts, model, index, "--text", "never", *extra)
     else:
-        without = build(texts, model, index, "--text", "never")
-        with_text = build(texts, model, index, "--ocr", "never")
+        without = build(texts, model, index, "--text", "never", *extra)
+        with_text = build(texts, model, index, "--ocr", "never", *extra)
     assert with_text["pages"] == without["pages"] == pages
     assert with_text["text"]["layer"] == pages and without["text"]["layer"] == 0, (with_text, without)
     results["extraction"].append(with_text["seconds"] / without["seconds"])
     results["loaded"].append(with_text["loaded"] / without["loaded"])
-    print(f"round {number} (load average {os.getloadavg()[0]:.1f}): text PDFs {with_text['seconds']:.2f} s with "
-          f"text, {without['seconds']:.2f} s --text never (x{results['extraction'][-1]:.3f}; once loaded "
-          f"{with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}); stage seconds with text "
-          f"[{stages(with_text)}], --text never [{stages(without)}]")
+    results["cpu"].append(with_text["cpu"] / without["cpu"])
+    results["cpu_without"].append(without["cpu"])
+    cpu = "" if paired else f"; CPU {with_text['cpu']:.2f} / {without['cpu']:.2f} s, x{results['cpu'][-1]:.3f}"
+    print(f"round {number} (load average {os.getloadavg()[0]:.1f}{', side by side' if paired else ''}): text PDFs "
+          f"{with_text['seconds']:.2f} s with text, {without['seconds']:.2f} s --text never (x{results['extraction'][-1]:.3f}; "
+          f"once loaded {with_text['loaded']:.2f} / {without['loaded']:.2f} s, x{results['loaded'][-1]:.3f}{cpu})\n"
+          f"  with text [{tuning(with_text)}; {stages(with_text)}]\n  --text never [{tuning(without)}; {stages(without)}]")
 
 
 def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: int, workers: int, cpus: int, args, results: dict) -> None:

@@ -395,8 +395,9 @@ def test_codes_split_into_several_blobs_read_back_whole(monkeypatch):
     for row, page in enumerate(pages):
         writer.add(row, page, None, {})
     part = writer.seal(blobs)
-    # codes in blobs of 7 rows, the ids in blobs of 7 rows, the codebook (14 centroids and sigma)
-    assert [b.bytes for b in part.blobs] == [7 * 16] * 3 + [7] * 3 + [15 * 128 * 4] and artifact.CODES.check(part, blobs, True) == []
+    # codes in blobs of 7 rows, the ids in blobs of 7 rows, the codebook (14 centroids and sigma), a hash a block of each
+    assert [b.bytes for b in part.blobs] == [7 * 16] * 3 + [7] * 3 + [15 * 128 * 4] + [6 * 8]
+    assert artifact.CODES.check(part, blobs, True) == []
     stored = artifact.CODES.open(None, {"s": part}, blobs).segment("s")
     assert np.array_equal(stored.codebook.centroids, train_codebook(np.concatenate(pages[:2])))
     codes, ids, abs_sum = residual_codes(np.concatenate(pages), stored.codebook.centroids)

@@ -341,5 +341,5 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
     assert isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)  # file-backed (the page cache), not a copy on the heap
     blob = root / "artifacts" / codes.parts[segment].blobs[0].name  # type: ignore[union-attr]  # its codes (then ids, codebook)
     _damage(blob, 5)
-    with pytest.raises(IndexProblem, match="checksum mismatch; the artifact is damaged"):
+    with pytest.raises(IndexProblem, match="block 0 .* does not match its checksum; the codes are damaged"):  # checked by block
         IndexStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)

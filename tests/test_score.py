@@ -51,10 +51,13 @@ def test_maxsim_is_the_sum_over_query_tokens_of_the_best_page_token(monkeypatch)
 
 
 @pytest.mark.slow  # imports torch
-def test_the_numpy_path_equals_the_torch_path(monkeypatch):
+def test_the_numpy_the_torch_and_the_compiled_paths_agree(monkeypatch):
     rng, vectors, offsets = _ragged(4, pages=120)
     queries = [_unit(rng, n) for n in (3, 17, 30, 8)]
+    compiled = maxsim(queries, vectors, offsets)
+    monkeypatch.setattr(score_module, "compiled_kernel", lambda: None)
     with_torch = maxsim(queries, vectors, offsets)
+    np.testing.assert_allclose(compiled, with_torch, rtol=1e-5)
     monkeypatch.setattr(score_module, "torch_available", lambda: False)
     np.testing.assert_allclose(maxsim(queries, vectors, offsets), with_torch, rtol=1e-5)
 
@@ -73,23 +76,46 @@ def test_a_query_s_scores_do_not_depend_on_the_queries_asked_with_it(numpy_path,
 
 
 @pytest.mark.slow  # colpali-engine and torch
-@pytest.mark.parametrize("rows_first", [False, True], ids=["tokens-first", "rows-first"])
+@pytest.mark.parametrize("path", ["compiled", "torch-tokens-first", "torch-rows-first"])
 @pytest.mark.parametrize("uniform", [True, False], ids=["equal-length-pages", "ragged-pages"])
-def test_maxsim_equals_colpali_engine_score(uniform, rows_first, monkeypatch):
+def test_maxsim_equals_colpali_engine_score(uniform, path, monkeypatch):
     rng = np.random.default_rng(0)
-    monkeypatch.setattr(score_module, "ROWS_FIRST_FROM", 1 if rows_first else 10**9)
+    if path != "compiled":
+        monkeypatch.setattr(score_module, "compiled_kernel", lambda: None)
+    else:
+        real = score_module.compiled_kernel()
+        assert real is not None  # numba is a dependency: no silent fallback
+        calls = []
+        monkeypatch.setattr(score_module, "compiled_kernel", lambda: lambda *args: (calls.append(1), real(*args)))
+    monkeypatch.setattr(score_module, "ROWS_FIRST_FROM", 1 if path == "torch-rows-first" else 10**9)
     lengths = [40] * 50 if uniform else list(rng.integers(5, 80, size=50))
     pages = [_unit(rng, n).astype(np.float16) for n in lengths]
     queries = [_unit(rng, n) for n in (7, 12, 20)]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     vectors = np.concatenate(pages)
     monkeypatch.setattr(score_module, "CHUNK_ROWS", 300)  # force several chunks
+    monkeypatch.setattr(score_module, "KERNEL_CHUNK_ROWS", 300)
 
     ours = maxsim(queries, vectors, offsets)
     theirs = _reference(queries, pages)
     np.testing.assert_allclose(ours, theirs, atol=1e-3)
     for row_ours, row_theirs in zip(ours, theirs):
         assert list(np.argsort(-row_ours, kind="stable")[:10]) == list(np.argsort(-row_theirs, kind="stable")[:10])
+    if path == "compiled":
+        assert len(calls) > 1  # the kernel scored it, a chunk a call
+
+
+@pytest.mark.slow  # torch: the kernel is used (and warmed) where torch is
+def test_warm_up_loads_the_kernel_once_in_a_thread_of_its_own(monkeypatch):
+    import threading
+
+    real, seen, done = score_module.compiled_kernel, [], threading.Event()
+    monkeypatch.setattr(score_module, "compiled_kernel", lambda: (seen.append(threading.current_thread().name), done.set(), real())[2])
+    score_module.warm_up.cache_clear()
+    score_module.warm_up()
+    score_module.warm_up()
+    assert done.wait(60)
+    assert seen == ["lgpt-score-warm-up"]
 
 
 def test_maxsim_on_a_subset_of_pages():

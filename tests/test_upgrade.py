@@ -96,7 +96,7 @@ def test_upgrade_writes_current_codes_as_a_new_generation_and_the_first_pass_ans
     assert report["upgraded"] and report["generation"] == after.generation == before.generation + 1
     assert report["segments_coded"] == len(after.segments) and report["pages_coded"] == after.page_count
     assert after.documents == before.documents and set(after.segments) == set(before.segments)
-    assert all(seg.parts["codes"].version == 2 for seg in after.segments.values())
+    assert all(seg.parts["codes"].version == 3 for seg in after.segments.values())
     verify_ok(index)
     everything, _ = _query(index, "--first-pass", "100000")
     assert everything["scoring"]["path"] == "first-pass" and everything["scoring"]["hint"] is None
@@ -127,7 +127,7 @@ def test_a_kill_during_upgrade_leaves_one_sound_generation_and_a_rerun_finishes(
     done = run_cli("upgrade", "--index-dir", str(index), "--json")
     assert done.exit_code == 0, done.stderr
     verify_ok(index)
-    assert all(seg.parts["codes"].version == 2 for seg in _manifest(index).segments.values())
+    assert all(seg.parts["codes"].version == 3 for seg in _manifest(index).segments.values())
     leftovers = [p for p in (index / "default").rglob("*") if p.name.startswith(".tmp")]
     assert not leftovers
 

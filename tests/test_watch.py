@@ -142,6 +142,7 @@ def test_a_saved_file_becomes_searchable_after_the_next_commit_with_the_model_ke
         with querying(index) as answered:
             saved = picture(docs / "sub" / "saved.png", 2)
             committed = events.next("build-committed", lambda e: e.report.indexed == 1)
+            assert committed.report.model_calls == 1  # this build's call, not the warm model's total
             assert str(saved) in indexed(index)
             hits = open_index(index).search("a saved page", k=5)[0]
             assert str(saved) in {hit.path for hit in hits}

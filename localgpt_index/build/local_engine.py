@@ -66,6 +66,7 @@ class LocalEngine:
         self.buffer: list[tuple[int, object]] = []  # (document number, prepared page)
         self.gone: set[int] = set()
         self._early: PageFeed | None = None
+        self._calls_before = 0  # an encoder kept warm across builds (watch, serve) has counted earlier builds' calls
 
     def load(self, factory: EncoderFactory) -> None:
         """Load the model while the first pages are converted and rendered."""
@@ -74,6 +75,7 @@ class LocalEngine:
             self._early = self._feed(expected, 2 * max(CANDIDATES)).start()
         try:
             self.encoder = load_encoder(factory, self.model, self.options, self.timer)
+            self._calls_before = self.encoder.forward_calls
         except BaseException:
             self.close()
             raise
@@ -157,7 +159,7 @@ class LocalEngine:
 
     def tally(self, report: BuildReport) -> None:
         """The model's calls, the dtype fixes and the CPU tuning, into the report."""
-        report.model_calls = self.encoder.forward_calls
+        report.model_calls = self.encoder.forward_calls - self._calls_before
         report.dtype_fixes = [fix.to_dict() for fix in getattr(self.encoder, "dtype_fixes", [])]
         report.cpu_tuning = self.tuner.summary() if self.tuner else None
 

@@ -2,15 +2,18 @@
 through the transaction core (the writers' lock, staged blobs, one HEAD switch: a kill at any point
 leaves the old generation answering; never done by a reader). Today that is the binary codes of the
 first pass (index/codes): every live segment without a part of the current version gets one, coded
-from its stored vectors (read and checked block by block) exactly as a build would code them."""
+from its stored vectors (read and checked block by block) exactly as a build would code them, and
+version 2 codes get their block hashes (version 3: read lazily; the codes themselves are kept)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .existing import changing_existing
 from ..core.failpoints import failpoint
-from ..index.codes.artifact import CODES, NAME, VERSION
+from ..index.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
 from ..index.manifest import Segment
 from ..index.store import IndexStore
 
@@ -23,7 +26,12 @@ class UpgradeReport:
     segments: int = 0  # live segments
     segments_coded: int = 0  # given codes by this run
     pages_coded: int = 0
+    segments_hashed: int = 0  # version 2 codes given their block hashes (not coded again)
     note: str = ""
+
+
+# told of each segment done: (its number from 1, how many, the segment, what was done, seconds it took)
+Progress = Callable[[int, int, Segment, str, float], None]
 
 
 def needs_codes(segment: Segment) -> bool:
@@ -31,8 +39,9 @@ def needs_codes(segment: Segment) -> bool:
     return segment.storage == "file" and (part is None or part.version != VERSION)
 
 
-def upgrade_index(store: IndexStore, wait_s: float = 0.0) -> UpgradeReport:
-    """Codes for every live segment lacking current ones, committed as one new generation."""
+def upgrade_index(store: IndexStore, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
+    """Codes for every live segment lacking current ones, committed as one new generation; `progress` is
+    told of each segment as it is done."""
     with changing_existing(store, wait_s) as (txn, manifest):
         report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
         if any(seg.storage != "file" for seg in manifest.segments.values()):
@@ -42,17 +51,33 @@ def upgrade_index(store: IndexStore, wait_s: float = 0.0) -> UpgradeReport:
         if not stale:
             report.note = "every segment has binary codes of the current version"
             return report
-        for segment in stale:
-            vectors, offsets = store.segment_arrays(segment)  # every block checked before it is coded
-            writer = CODES.part_writer(segment.dim)
-            for page in range(segment.pages):
-                writer.add(page, vectors[offsets[page] : offsets[page + 1]], None, {})
-            with txn.writing():
-                part = writer.seal(txn.blobs)
+        for number, segment in enumerate(stale, 1):
+            started = time.monotonic()
+            old = segment.parts.get(NAME)
+            if old is not None and old.version in READABLE:  # the same codes: their block hashes added
+                with txn.writing():
+                    part = with_block_hashes(old, store.blob_source(), txn.blobs)
+                done = "block hashes added to its codes"
+                report.segments_hashed += 1
+            else:
+                part = _coded(store, txn, segment)
+                done = "coded"
+                report.segments_coded += 1
+                report.pages_coded += segment.pages
             txn.stage(segment.model_copy(update={"parts": {**segment.parts, NAME: part}}))
-            report.segments_coded += 1
-            report.pages_coded += segment.pages
+            if progress is not None:
+                progress(number, len(stale), segment, done, time.monotonic() - started)
             failpoint("upgrade-segment")
         new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
         report.generation, report.upgraded = new.generation, True
     return report
+
+
+def _coded(store: IndexStore, txn, segment: Segment):
+    """A segment's codes part, coded from its stored vectors (every block checked before it is coded)."""
+    vectors, offsets = store.segment_arrays(segment)
+    writer = CODES.part_writer(segment.dim)
+    for page in range(segment.pages):
+        writer.add(page, vectors[offsets[page] : offsets[page + 1]], None, {})
+    with txn.writing():
+        return writer.seal(txn.blobs)

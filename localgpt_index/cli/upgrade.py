@@ -17,19 +17,25 @@ def upgrade(app: Application, wait_s: float) -> None:
     """Write what an index made by an older version lacks, as one new generation.
 
     Today: the binary codes `query --first-pass` ranks by, for every segment without codes of the
-    current version (built before they existed), read from the stored vectors. Queries keep working
+    current version (built before they existed), read from the stored vectors; codes of version 2 get
+    the block hashes a first pass checks them by as it reads them (not coded again). Queries keep working
     meanwhile, and a kill leaves the old generation. Nothing else changes; a no-op when nothing is missing.
+    One line a segment on stderr as it is done (none with --quiet).
     """
     from dataclasses import asdict
 
     from ..build.upgrade import upgrade_index
 
-    report = upgrade_index(app.store(), wait_s)
+    def progress(number: int, total: int, segment, done: str, seconds: float) -> None:
+        app.terminal.info(f"segment {number}/{total} ({segment.id}, {segment.pages} pages): {done} in {seconds:.1f} s")
+
+    report = upgrade_index(app.store(), wait_s, progress)
     if app.as_json:
         app.print_json(asdict(report))
         return
     if report.upgraded:
+        hashed = f", block hashes added in {report.segments_hashed}" if report.segments_hashed else ""
         app.terminal.info(f"{report.index}: binary codes written for {report.pages_coded} pages in {report.segments_coded} "
-                          f"of {report.segments} segments (generation {report.generation})")
+                          f"of {report.segments} segments{hashed} (generation {report.generation})")
     else:
         app.terminal.info(f"{report.index}: nothing to upgrade: {report.note} (generation {report.generation})")

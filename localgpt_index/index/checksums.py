@@ -13,7 +13,7 @@ import mmap
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from ..core.failpoints import failpoint
 from ..core.pools import SharedPool
 from .manifest import CHECK_BLOCK, LEGACY_CHECK_BLOCK, REBUILD_HINT, Checksum
 
-__all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "prefetch", "rechecksum"]
+__all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "prefetch", "read_ahead", "rechecksum"]
 
 
 def block_hash(data: memoryview, algorithm: str = "xxh3_64") -> str:
@@ -87,12 +87,22 @@ def prefetch(reads: Sequence[tuple[BlockGuard, int, int]]) -> int:
     wait for them: a virtual disk serves scattered reads far faster at queue depth > 1 than the
     one-at-a-time faults of a mapping. Nothing is checked here (check_spans does, from the cache).
     The bytes read; none when they total more than PREFETCH_LIMIT (the caller streams instead)."""
-    pieces = [(guard, lo, min(hi, lo + READ_PIECE)) for guard, start, hi in reads for lo in range(start, hi, READ_PIECE)]
-    total = sum(hi - lo for _, lo, hi in pieces)
-    if not pieces or total > PREFETCH_LIMIT or not hasattr(os, "preadv"):  # no preadv (Windows): read as scored
+    if sum(hi - lo for _, lo, hi in reads) > PREFETCH_LIMIT:
         return 0
-    list(_read_pool().map(lambda piece: piece[0].read_into_cache(piece[1], piece[2]), pieces))
+    futures, total = read_ahead(reads)
+    for future in futures:
+        future.result()
     return total
+
+
+def read_ahead(reads: Sequence[tuple[BlockGuard, int, int]]) -> tuple[list[Future], int]:
+    """Start reading byte ranges into the page cache (READ_PIECE at a time, READ_THREADS in flight) and
+    return at once: the reads' futures and their bytes (none where there is no preadv: read as scored)."""
+    if not hasattr(os, "preadv"):
+        return [], 0
+    pieces = [(guard, lo, min(hi, lo + READ_PIECE)) for guard, start, hi in reads for lo in range(start, hi, READ_PIECE)]
+    pool = _read_pool()
+    return [pool.submit(guard.read_into_cache, lo, hi) for guard, lo, hi in pieces], sum(hi - lo for _, lo, hi in pieces)
 
 
 _read_pool = SharedPool(lambda: ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lgpt-read"))
@@ -102,8 +112,10 @@ class BlockGuard:
     """Checks the blocks of one vectors file lazily: `check_bytes` hashes each block of a byte range
     the first time it is asked for (once per process, thread-safe), and remembers a damaged one."""
 
-    def __init__(self, path: Path, checksum: Checksum) -> None:
+    def __init__(self, path: Path, checksum: Checksum, what: str = "the vectors", point: str = "vectors.check_block") -> None:
         self.path = path
+        self.what = what  # named when a block is damaged
+        self.point = point  # the failpoint each block's check passes
         self.checksum = checksum
         # kept open for prefetch's reads, which ask for exactly their bytes (no read-ahead around them)
         self._file = open(path, "rb", buffering=0)
@@ -183,13 +195,13 @@ class BlockGuard:
                     lo = block * self.checksum.block_size
                     hi = min(self.size, lo + self.checksum.block_size)
                     raise IndexProblem(
-                        f"{self.path}: block {block} (bytes {lo}..{hi - 1}) does not match its checksum; the vectors are damaged.",
+                        f"{self.path}: block {block} (bytes {lo}..{hi - 1}) does not match its checksum; {self.what} are damaged.",
                         hint=REBUILD_HINT,
                     )
             self._all = bool(self._done.all())
 
     def _check_one(self, block: int) -> None:
-        failpoint("vectors.check_block")
+        failpoint(self.point)
         lo = block * self.checksum.block_size
         data = self.raw[lo : min(self.size, lo + self.checksum.block_size)]
         self.checked += 1

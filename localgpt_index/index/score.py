@@ -1,8 +1,12 @@
 """Exact MaxSim (late interaction) over float16 page vectors, accumulated in float32.
 
-torch does the work wherever it is installed (always, for a real model). Where it cannot be
-imported the same chunks go through NumPy: the fast test tier runs without torch, with a fake
-model, and its queries take that path (equal to torch's within float32 rounding; tested)."""
+On a CPU, in a process with torch (always, for a real model), a compiled kernel does the work
+(maxsim_kernel.py, numba: float16 widened in L1 and multiplied in registers, the max fused); torch
+does it on other devices, or where that kernel cannot be had (no numba; checked once a process).
+Where torch cannot be imported the same chunks go through NumPy: the fast test tier runs without
+torch, with a fake model, and its queries take that path (its processes are short: the kernel's
+compilation or cache load would cost more than their queries). All paths are equal within float32
+rounding (tested)."""
 
 from __future__ import annotations
 
@@ -49,6 +53,9 @@ def maxsim(
     pages = np.asarray(pages, dtype=np.int64)
     if device == "cpu" and not torch_available():
         return _maxsim_numpy(queries, vectors, offsets, pages)
+    kernel = compiled_kernel() if device == "cpu" else None
+    if kernel is not None and isinstance(vectors, np.ndarray) and vectors.dtype == np.float16 and vectors.shape[1]:
+        return _maxsim_compiled(kernel, queries, vectors, offsets, pages)
     import torch
 
     q_all = torch.from_numpy(np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])).to(device)
@@ -75,6 +82,72 @@ def maxsim(
     bounds = np.cumsum([0] + [len(q) for q in queries])
     scores = torch.stack([best[:, a:b].sum(dim=1) for a, b in zip(bounds[:-1], bounds[1:])])
     return scores.cpu().numpy()
+
+
+# Page rows a call of the compiled kernel scores (its block stays in L1 whatever the chunk): about 1 ms
+# of one core's work for a 20-token query, long enough for the call's overhead not to count, short
+# enough for the scorer's threads to share a few hundred pages evenly.
+KERNEL_CHUNK_ROWS = 16 * 1030
+
+
+def _maxsim_compiled(kernel, queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: np.ndarray, pages: np.ndarray) -> np.ndarray:
+    """maxsim by the compiled kernel: chunks of pages handed out to the scorer's threads, one kernel call a
+    chunk (without the GIL), each writing its pages' rows of one (pages, query tokens) array."""
+    from .maxsim_kernel import query_columns
+
+    q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
+    qt = query_columns(q_all)
+    bits = _read_only(np.ascontiguousarray(vectors).view(np.uint16))
+    starts, ends = offsets[pages].astype(np.int64, copy=False), offsets[pages + 1].astype(np.int64, copy=False)
+    best = np.empty((len(pages), len(q_all)), dtype=np.float32)
+    chunks = _ChunkQueue(list(_chunks(pages, offsets, KERNEL_CHUNK_ROWS)))
+
+    def score(_: object = None) -> None:
+        for lo, hi in chunks:
+            kernel(bits, starts[lo:hi], ends[lo:hi], qt, best[lo:hi])
+
+    workers = max(1, min(SCORE_WORKERS, len(chunks)))
+    if workers <= 1:
+        score()
+    else:
+        list(scoring_pool().map(score, range(workers)))
+    bounds = np.cumsum([0] + [len(q) for q in queries])
+    return np.stack([best[:, a:b].sum(axis=1) for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: numba compiles (and caches) one kernel per array type, and a memory-mapped
+    index's vectors are read-only; in-memory ones take the same kernel this way."""
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+@functools.cache
+def compiled_kernel():
+    """The compiled kernel's entry point (maxsim_kernel.score_pages), loaded from numba's cache (or compiled)
+    and checked on a tiny page, once a process; None without numba, or where it cannot be built or gets
+    that page wrong (a CPU without F16C, say): torch's path, exact too, scores then."""
+    try:
+        from .maxsim_kernel import query_columns, score_pages
+
+        # the types maxsim passes (numba loads one specialisation per type): read-only bits, int64 bounds
+        ones, bounds = np.full((8, 8), 0x3C00, dtype=np.uint16), np.array([0, 8], dtype=np.int64)  # float16 1.0
+        best = np.zeros((1, 25), dtype=np.float32)
+        score_pages(_read_only(ones), bounds[:1], bounds[1:], query_columns(np.ones((25, 8), dtype=np.float32)), best)
+    except Exception:  # noqa: BLE001 - whatever stops the kernel, torch's path answers the same
+        return None
+    return score_pages if np.all(best == 8) else None
+
+
+@functools.cache
+def warm_up() -> None:
+    """Have the compiled kernel loaded (from numba's cache: about a second on a loaded 2-core machine,
+    most of it numba's own start; or compiled: a few) by a thread of its own, once a process, while the
+    caller does something slower (a model's load): the first query need not wait for it."""
+    if torch_available():
+        threading.Thread(target=compiled_kernel, name="lgpt-score-warm-up", daemon=True).start()
 
 
 class _Chunk(NamedTuple):
@@ -107,14 +180,18 @@ def rows_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray | tuple[int, int
 class _ChunkQueue:
     """The chunks of one call, handed out one at a time to whichever scorer thread asks."""
 
-    def __init__(self, chunks: list[_Chunk]) -> None:
+    def __init__(self, chunks: list) -> None:
+        self._count = len(chunks)
         self._chunks = iter(chunks)
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._count
 
     def __iter__(self):
         return self
 
-    def __next__(self) -> _Chunk:
+    def __next__(self):
         with self._lock:
             return next(self._chunks)
 

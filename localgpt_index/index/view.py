@@ -18,6 +18,7 @@ from .checksums import prefetch
 from .codes import SegmentCodes, first_pass
 from .codes.artifact import NAME as CODES
 from .codes.plan import ScoringPath, choose
+from .early_reads import EarlyReads, ReadCounts
 from .manifest import REBUILD_HINT, Document, Manifest
 from .score import maxsim
 
@@ -80,6 +81,7 @@ class LocalView(GenerationView):
         self._table: PageTable | None = None  # of all documents, built on first use
         # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
         self.exact_scorer: Any = None
+        self.read_counts = ReadCounts()  # candidates' bytes read by this view's first passes, early and late
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -115,8 +117,9 @@ class LocalView(GenerationView):
             return [[] for _ in query_vectors]
         plan = self.scoring_path(candidates)
         if plan.path == "first-pass" and plan.candidates:
-            tables = self._first_pass(query_vectors, table, plan.candidates)
-            return [self._rank([q], docs, k, device, t)[0] for q, t in zip(query_vectors, tables)]
+            early = EarlyReads(self._scattered_reads, plan.candidates, sum(len(rows) for rows, _, _ in table.values()))
+            tables = self._first_pass(query_vectors, table, plan.candidates, early)
+            return [self._rank([q], docs, k, device, t, early)[0] for q, t in zip(query_vectors, tables)]
         return self._rank(query_vectors, docs, k, device, table)
 
     def scoring_path(self, candidates: int | str | None) -> ScoringPath:
@@ -129,9 +132,10 @@ class LocalView(GenerationView):
         vector_bytes = sum(seg.rows * seg.dim * 2 for seg in segments.values())
         return choose(candidates, self.page_count, vector_bytes, list(segments), coded)
 
-    def _first_pass(self, query_vectors, table: PageTable, candidates: int) -> list[PageTable]:
+    def _first_pass(self, query_vectors, table: PageTable, candidates: int, early: EarlyReads | None = None) -> list[PageTable]:
         """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best
-        (estimated MaxSim); the pages of segments without codes are all kept (scored exactly)."""
+        (estimated MaxSim); the pages of segments without codes are all kept (scored exactly). With `early`,
+        the likely candidates' pages are read while the pass runs (early_reads), and it is finished after."""
         codes: Any = self.artifact(CODES)
         coded, exact = [], {}
         for segment_id, (rows, _, _) in table.items():
@@ -144,19 +148,35 @@ class LocalView(GenerationView):
                 raise IndexProblem(f"segment {segment_id}: codes for {part.words.shape[0]} rows, the segment has {segment.rows}; "
                                    "the index is damaged.", hint=REBUILD_HINT)
             offsets = self.store.segment_files(segment).offsets  # no vector read
-            coded.append(SegmentCodes(segment_id, part.words, offsets, rows, part.ids, part.codebook))
-        picks = first_pass(query_vectors, coded, candidates)
-        return [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
+            coded.append(SegmentCodes(segment_id, part.words, offsets, rows, part.ids, part.codebook, part.check_rows))
+        scored = (lambda seg, estimates: early.scored(seg.segment, seg.pages, estimates)) if early is not None else None
+        picks = first_pass(query_vectors, coded, candidates, scored=scored)
+        tables = [{**exact, **{sid: tuple(a[idx] for a in table[sid]) for sid, idx in chosen.items()}} for chosen in picks]
+        if early is not None:
+            wanted: dict[str, list[np.ndarray]] = {}
+            for narrowed in tables:
+                for sid, (seg_rows, _, _) in narrowed.items():
+                    wanted.setdefault(sid, []).append(seg_rows)
+            early.finish({sid: np.concatenate(parts) for sid, parts in wanted.items()}, self.read_counts)
+        return tables
 
-    def _prefetch(self, table: PageTable) -> None:
-        """Scattered pages (a first pass's candidates): the blocks of all of them read at once, many reads
-        in flight, before any is checked and scored (a long run of pages, an exact scan, is streamed instead)."""
+    def _scattered_reads(self, segment_id: str, rows: np.ndarray) -> list:
+        return self.store.segment_files(self.manifest.segments[segment_id]).scattered_reads(rows)
+
+    def _prefetch(self, table: PageTable, early: EarlyReads | None = None) -> None:
+        """Scattered pages (a first pass's candidates): the blocks of all of them (but those read early)
+        read at once, many reads in flight, before any is checked and scored (a long run of pages, an exact
+        scan, is streamed instead)."""
         files = {sid: self.store.segment_files(self.manifest.segments[sid]) for sid in table}
-        prefetch([read for sid, (rows, _, _) in table.items() for read in files[sid].scattered_reads(rows)])
+        left = {sid: early.rows_left(sid, rows) if early is not None else rows for sid, (rows, _, _) in table.items()}
+        late = prefetch([read for sid, rows in left.items() if len(rows) for read in files[sid].scattered_reads(rows)])
+        if early is not None:
+            self.read_counts.add(late=late)
 
-    def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable) -> list[list[SearchHit]]:
+    def _rank(self, query_vectors, docs: list[Document], k: int, device: str, table: PageTable,
+              early: EarlyReads | None = None) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
-        self._prefetch(table)
+        self._prefetch(table, early)
         scores = [self.score_unit(query_vectors, unit, device) for unit in self.exact_units(table)]
         return self.rank_scores(np.concatenate(scores, axis=1), docs, k, table)
 

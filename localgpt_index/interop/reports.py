@@ -57,7 +57,7 @@ def status_document(index: Index) -> dict:
 def first_pass_status(index: Index) -> dict:
     """The binary first pass: the `auto` threshold, whether this index's `--first-pass auto` queries
     would use it (and why), and how many segments have current codes (`lgpt-index upgrade` writes the rest)."""
-    from ..index.codes.artifact import NAME, VERSION
+    from ..index.codes.artifact import NAME, READABLE
     from ..index.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES, THRESHOLD, physical_memory
 
     segments = index.manifest.segments.values()
@@ -72,7 +72,7 @@ def first_pass_status(index: Index) -> dict:
         "reason": path.reason,
         "candidates": DEFAULT_CANDIDATES,
         "segments": len(segments),
-        "coded_segments": sum(1 for seg in segments if NAME in seg.parts and seg.parts[NAME].version == VERSION),
+        "coded_segments": sum(1 for seg in segments if NAME in seg.parts and seg.parts[NAME].version in READABLE),
     }
 
 

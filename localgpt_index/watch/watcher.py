@@ -54,8 +54,6 @@ class KeptEncoder:
                 self._encoder = self.factory(model, options)
                 self._key = key
                 self.loads += 1
-            elif isinstance(getattr(type(self._encoder), "forward_calls", None), int):
-                self._encoder.forward_calls = 0  # a plain counter: each build's report counts its own calls
             return self._encoder
 
 

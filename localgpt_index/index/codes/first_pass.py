@@ -6,7 +6,7 @@ the float16 vectors, `pages=` the candidates), so the scores returned are the ex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ class SegmentCodes:
     pages: np.ndarray
     ids: np.ndarray | None = None
     codebook: Codebook | None = None
+    check: Callable[[int, int], None] | None = None  # called before rows lo..hi-1 are scored (artifact.PartCodes.check_rows)
 
     def estimates(self, q_words: np.ndarray, owner: np.ndarray, stacked: np.ndarray, n_queries: int,
                   kernel: str | None = None) -> np.ndarray:
@@ -35,18 +36,25 @@ class SegmentCodes:
         book = self.codebook or Codebook(np.zeros((1, dim), np.float32), np.ones(dim, np.float32))
         ids = self.ids if self.ids is not None else np.zeros(len(self.words), dtype=np.uint8)
         table, weight = query_tables(stacked, book)
-        return estimate_maxsim(q_words, owner, n_queries, self.words, ids, table, weight, self.offsets, self.pages, kernel=kernel)
+        return estimate_maxsim(q_words, owner, n_queries, self.words, ids, table, weight, self.offsets, self.pages, kernel=kernel,
+                              check=self.check)
 
 
 def first_pass(queries: Sequence[np.ndarray], segments: Sequence[SegmentCodes], candidates: int,
-               kernel: str | None = None) -> list[dict[str, np.ndarray]]:
+               kernel: str | None = None, scored: Callable[[SegmentCodes, np.ndarray], None] | None = None) -> list[dict[str, np.ndarray]]:
     """Per query, {segment: positions in that segment's `pages`, ascending} of the `candidates` pages with
-    the largest estimated MaxSim over all segments (ties: the earlier segment, then the earlier page)."""
+    the largest estimated MaxSim over all segments (ties: the earlier segment, then the earlier page).
+    `scored(segment, estimates)` is told each segment's estimates as soon as they are known (early_reads)."""
     if not queries:
         return []
     q_words, owner = query_words(queries)
     stacked = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
-    parts = [-s.estimates(q_words, owner, stacked, len(queries), kernel=kernel) for s in segments]
+    parts = []
+    for seg in segments:
+        estimates = seg.estimates(q_words, owner, stacked, len(queries), kernel=kernel)
+        if scored is not None:
+            scored(seg, estimates)
+        parts.append(-estimates)
     if not parts:
         return [{} for _ in queries]
     distances = np.concatenate(parts, axis=1)

@@ -26,11 +26,12 @@ WORKERS = min(available_cpus(), 8)
 
 def estimate_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, words: np.ndarray, ids: np.ndarray,
                     table: np.ndarray, weight: np.ndarray, offsets: np.ndarray, pages: np.ndarray | None = None,
-                    kernel: str | None = None) -> np.ndarray:
+                    kernel: str | None = None, check: Callable[[int, int], None] | None = None) -> np.ndarray:
     """(n_queries, len(pages)) float32, higher is better: per query, the sum over its tokens of the largest
     estimate table[ids[row], token] - weight[token] * hamming(token, row) over the page's rows.
     q_words: (words, tokens) uint64 (pack.query_words); words: (rows, words) uint64; ids: (rows,) uint8;
-    table: (centroids, tokens) float32; weight: (tokens,) float32 (pack.query_tables)."""
+    table: (centroids, tokens) float32; weight: (tokens,) float32 (pack.query_tables). `check(lo, hi)` is
+    called before the rows lo..hi-1 of each task's pages are read (lazily checked codes: artifact.PartCodes)."""
     if pages is None:
         pages = np.arange(len(offsets) - 1, dtype=np.int64)
     pages = np.ascontiguousarray(pages, dtype=np.int64)
@@ -47,11 +48,17 @@ def estimate_maxsim(q_words: np.ndarray, owner: np.ndarray, n_queries: int, word
         run = _numpy_kernel
     spans = [(lo, min(lo + PAGES_PER_TASK, len(pages))) for lo in range(0, len(pages), PAGES_PER_TASK)]
     args = (words, ids, table, weight, offsets, pages, q_words, owner)
+
+    def task(lo: int, hi: int) -> None:
+        if check is not None:  # pages ascend: their rows lie within these
+            check(int(offsets[pages[lo]]), int(offsets[pages[hi - 1] + 1]))
+        run(*args, lo, hi, out)
+
     if len(spans) == 1 or WORKERS == 1:
         for lo, hi in spans:
-            run(*args, lo, hi, out)
+            task(lo, hi)
     else:
-        list(_thread_pool().map(lambda span: run(*args, span[0], span[1], out), spans))
+        list(_thread_pool().map(lambda span: task(*span), spans))
     return out
 
 

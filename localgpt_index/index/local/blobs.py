@@ -9,9 +9,12 @@ import mmap
 import re
 from pathlib import Path
 
+import numpy as np
+
 from ...core.errors import IndexProblem
-from ..files import TMP_PREFIX, fsync_dir, map_member, plain_files, read_member, same_regular_file, write_atomic
-from ..manifest import REBUILD_HINT, BlobRef
+from ..checksums import BlockGuard
+from ..files import TMP_PREFIX, fsync_dir, map_member, plain_files, read_member, regular_size, same_regular_file, write_atomic
+from ..manifest import REBUILD_HINT, BlobRef, Checksum
 
 FOLDER = "artifacts"
 _EXT = re.compile(r"^[a-z0-9]{1,12}$")
@@ -59,6 +62,17 @@ class LocalBlobs:
             mapped.close()
             raise IndexProblem(f"{self.root / rel}: checksum mismatch; the artifact is damaged.", hint=REBUILD_HINT)
         return mapped
+
+    def guarded(self, ref: BlobRef, checksum: Checksum, what: str = "the artifact") -> BlockGuard:
+        """The blob mapped read-only, not read: a guard checks each block against `checksum` (XXH3 hashes the
+        caller read, checked, from another blob) when it is first about to be used (codes version 3). The whole
+        blob's sha256 is not checked here (verify does)."""
+        rel = f"{FOLDER}/{ref.name}"
+        if regular_size(self.root, rel) != ref.bytes or not ref.bytes:
+            raise IndexProblem(f"{self.root / rel}: not a regular file of {ref.bytes} bytes; the artifact is damaged.", hint=REBUILD_HINT)
+        guard = BlockGuard(self.root / rel, checksum, what, "artifact.check_block")
+        guard.advise(np.array([0]), np.array([guard.size]))  # a first pass streams through it: the kernel's read-ahead
+        return guard
 
     def collect(self, live: set[str]) -> None:
         """Delete blobs not in `live` (best effort; temporary files are the sweep's)."""
