@@ -6,7 +6,8 @@ narrow ColPali geometry: its model costs about what rendering does, so any added
    text part and the text index written) against the same build with `--text never` (pixels only:
    no pdftotext, no text part, no text index). Target: <= +5 %.
 2. OCR alone: pages/s of Tesseract on scanned (image-only) PDF pages, the 300 dpi render included,
-   as many pages at a time as the build's OCR pool reads with its default workers (half the CPUs).
+   read as the build's OCR queue reads them with its default workers (every CPU): each worker
+   takes its share of the queued pages, up to 8, for one Tesseract process.
 3. A build of scanned pages with `--ocr auto` against max(OCR alone, encoding alone), encoding alone
    being `build --ocr never` of the same pages. Target: <= +15 %. Beside it, the machine's ceiling:
    (CPU seconds of OCR alone + CPU seconds of encoding alone) / CPUs, over the same max. When OCR
@@ -108,8 +109,12 @@ def stages(result: dict) -> str:
 
 
 def ocr_alone(scans: Path, workers: int) -> tuple[float, float, int]:
-    """Wall and CPU seconds to OCR every page of the scans (render at 300 dpi + Tesseract), `workers` pages at a time."""
-    from localgpt_index.ingest.ocr import Tesseract
+    """Wall and CPU seconds to OCR every page of the scans (render at 300 dpi + Tesseract) as the build's
+    OCR queue reads them, `workers` at a time (each taking its share, up to 8 pages a Tesseract process)."""
+    from concurrent.futures import Future
+
+    from localgpt_index.ingest.ocr import OCR_MEMORY_MIB, Tesseract
+    from localgpt_index.ingest.ocrbatch import OcrQueue, QueuedPage
 
     tesseract = Tesseract.find()
     if tesseract is None:
@@ -118,11 +123,35 @@ def ocr_alone(scans: Path, workers: int) -> tuple[float, float, int]:
     cpu_before = children_cpu()
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        texts = list(pool.map(lambda pdf: tesseract.read_pdf_page(pdf, 1, "eng"), pdfs))
+        pages = [QueuedPage(pdf, 1, Future(), lambda result: result if isinstance(result, str) else "") for pdf in pdfs]
+        OcrQueue(pool, tesseract, "eng", 60, OCR_MEMORY_MIB, workers, lambda stage, seconds: None).add(pages)
+        texts = [page.future.result() for page in pages]
     seconds, cpu = time.perf_counter() - started, children_cpu() - cpu_before
     if sum("Report" in text for text in texts) < len(pdfs) * 0.9:
         sys.exit("OCR did not read the scans' titles: the measurement would be of failures")
     return seconds, cpu, len(pdfs)
+
+
+BASELINE_OCR = """
+import resource, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from localgpt_index.ingest.ocr import Tesseract
+tesseract, pdfs = Tesseract.find(), sorted(Path(sys.argv[1]).glob("*.pdf"))
+with ThreadPoolExecutor(int(sys.argv[2])) as pool:
+    texts = list(pool.map(lambda pdf: tesseract.read_pdf_page(pdf, 1, "eng"), pdfs))
+assert sum("Report" in text for text in texts) >= len(pdfs) * 0.9, "the baseline's OCR did not read the scans"
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(usage.ru_utime + usage.ru_stime)  # its OCR processes' CPU seconds, not Python's start
+"""
+
+
+def baseline_ocr_alone(scans: Path, workers: int, tree: str) -> tuple[float, float, int]:
+    """OCR alone by another source tree, one page a Tesseract process as its read_pdf_page does (a tree
+    from before the OCR queue): its wall seconds (Python's start included) and its OCR processes' CPU seconds."""
+    seconds, out, _ = bench_build.run([sys.executable, "-c", BASELINE_OCR, str(scans), str(workers)],
+                                      env={**bench_build.ENV, "PYTHONPATH": tree}, cwd=tree)
+    return seconds, float(out.split()[-1]), len(list(scans.glob("*.pdf")))
 
 
 def cpu_of(work, repeat: int = 3) -> tuple[float, float]:
@@ -194,18 +223,19 @@ def main() -> None:
     parser.add_argument("--scanned-pages", type=int, default=None, help="scanned pages (default 12, --small 6)")
     parser.add_argument("--parts", default="text,scanned", help="which measurements: text (extraction), scanned (OCR)")
     parser.add_argument("--extraction-only", action="store_true", help="only 1. (text PDFs with and without page text): --parts text")
-    parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE: --ocr-workers "
-                        "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build)")
+    parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE[sSPIN]: --ocr-workers "
+                        "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build), "
+                        "and GOMP_SPINCOUNT=SPIN (w1n0s300000: GNU OpenMP's default spinning, which the build shortens when OCR runs)")
     parser.add_argument("--baseline", metavar="TREE", help="an extra scanned build by another source tree (e.g. /work/main)")
     parser.add_argument("--batch-size", type=int, help="text builds: this batch size for both variants (the CPU tuner's "
                         "choice, which moves pages/s by up to a third from build to build, taken out of the ratio)")
     parser.add_argument("--paired", action="store_true", help="text builds: the two variants of a round at the same time, "
                         "so that both see the same load (a shared machine); each then has about half the CPUs")
     args = parser.parse_args()
-    asked = [re.fullmatch(r"w(\d+)n(\d+)", v) for v in args.variants.split(",") if v]
+    asked = [re.fullmatch(r"w(\d+)n(\d+)(?:s(\d+))?", v) for v in args.variants.split(",") if v]
     if not all(asked):
-        parser.error(f"--variants {args.variants}: each one is wWORKERSnNICE, e.g. w2n10")
-    args.asked = [(m[1], m[2]) for m in asked if m]
+        parser.error(f"--variants {args.variants}: each one is wWORKERSnNICE[sSPIN], e.g. w2n10 or w1n0s300000")
+    args.asked = [(m[1], m[2], m[3]) for m in asked if m]
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds, scanned = args.rounds or rounds, args.scanned_pages or scanned
     parts = {"text"} if args.extraction_only else set(args.parts.split(","))
@@ -246,6 +276,10 @@ def main() -> None:
             print(f"  achieved / max(ceiling, the slower): x{spread(scan_results['over_ceiling'])}")
             print(f"  the build's CPU s / (OCR alone's + encoding alone's): x{spread(scan_results['cpu_cost'])} (side by side costs)")
             print(f"  the ratio once the model is loaded: x{spread(scan_results['loaded'])}")
+            if "ocr_cpu_page" in scan_results:
+                ratios = [ours / theirs for ours, theirs in zip(scan_results["ocr_cpu_page"], scan_results["baseline_ocr_cpu_page"])]
+                print(f"  OCR alone, CPU s a page (render included): this tree {spread(scan_results['ocr_cpu_page'])}, baseline "
+                      f"{spread(scan_results['baseline_ocr_cpu_page'])}; this tree / baseline x{spread(ratios)}")
             for name, values in scan_results.items():
                 if name.startswith("variant "):
                     print(f"  {name}: x{spread(values)} of the slower")
@@ -301,12 +335,15 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
     """One round of the scanned-build measurement: OCR alone, encoding alone, the build with OCR and
     the variants asked for, in an order rotated from round to round (the machine's load drifts), with
     the machine's ceiling from the CPU seconds of the first two."""
-    variants = [(f"--ocr-workers {w} LGPT_OCR_NICE={n}", ("--ocr-workers", w), None, {"LGPT_OCR_NICE": n}) for w, n in args.asked]
+    variants = [(f"--ocr-workers {w} LGPT_OCR_NICE={n}" + (f" GOMP_SPINCOUNT={s}" if s else ""), ("--ocr-workers", w), None,
+                 {"LGPT_OCR_NICE": n, **({"GOMP_SPINCOUNT": s} if s else {})}) for w, n, s in args.asked]
     variants += [(f"baseline {args.baseline}", (), args.baseline, None)] if args.baseline else []
     jobs = {"OCR alone": lambda: ocr_alone(scans, workers), "encoding alone": lambda: build(scans, model, index, "--ocr", "never"),
             "with OCR": lambda: build(scans, model, index, "--ocr", "auto")}
     for name, extra, tree, env in variants:
         jobs[name] = lambda extra=extra, tree=tree, env=env: build(scans, model, index, "--ocr", "auto", *extra, tree=tree, env=env)
+    if args.baseline:
+        jobs["baseline OCR alone"] = lambda: baseline_ocr_alone(scans, workers, args.baseline)
     order = list(jobs)[(number - 1) % len(jobs):] + list(jobs)[:(number - 1) % len(jobs)]
     done = {name: jobs[name]() for name in order}
     (ocr_seconds, ocr_cpu, ocr_pages), encoding, both = done["OCR alone"], done["encoding alone"], done["with OCR"]
@@ -325,6 +362,12 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
           f"{encoding['cpu']:.2f} CPU s; ceiling {ceiling:.2f} s (x{results['ceiling'][-1]:.3f}); with OCR {both['seconds']:.2f} s, "
           f"{both['cpu']:.2f} CPU s (x{results['ratio'][-1]:.3f} of the slower, CPU x{results['cpu_cost'][-1]:.3f} of the two alone); "
           f"stage seconds [{stages(both)}]")
+    if args.baseline:
+        _, base_cpu, base_pages = done["baseline OCR alone"]
+        add("ocr_cpu_page", []).append(ocr_cpu / ocr_pages)
+        add("baseline_ocr_cpu_page", []).append(base_cpu / base_pages)
+        print(f"  OCR alone, CPU s a page: this tree {ocr_cpu / ocr_pages:.3f}, baseline {base_cpu / base_pages:.3f} "
+              f"(x{ocr_cpu / ocr_pages / (base_cpu / base_pages):.3f})")
     for name, _, _, _ in variants:
         other = done[name]
         add(f"variant {name}", []).append(other["seconds"] / slower)

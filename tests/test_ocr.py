@@ -49,6 +49,13 @@ def _scanned(folder: Path, lines: list[str], dpi: int = 150) -> tuple[Path, Path
     return png, pdf
 
 
+def _picture():
+    from PIL import Image
+    from reportlab.lib.utils import ImageReader
+
+    return ImageReader(Image.new("L", (64, 32), 128))
+
+
 def test_a_picture_and_an_image_only_pdf_are_read_by_tesseract(tmp_path, fake_model, appended):
     png, pdf = _scanned(tmp_path, ["Invoice number 7731", "Quokka Holdings Ltd"])
     result, report = build_json(png.parent, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto")
@@ -85,6 +92,7 @@ def test_a_page_whose_ocr_fails_keeps_its_thin_text_layer_and_is_reported(tmp_pa
     docs = tmp_path / "docs"
     docs.mkdir()
     c = canvas.Canvas(str(docs / "stamped.pdf"), invariant=1)  # a scan's page number: too little text to trust
+    c.drawImage(_picture(), 72, 144, width=200, height=100)  # the scan (--ocr auto reads only a page with an image)
     c.drawString(72, 72, "Page 7")
     c.showPage()
     c.save()
@@ -95,6 +103,103 @@ def test_a_page_whose_ocr_fails_keeps_its_thin_text_layer_and_is_reported(tmp_pa
     [warning] = report["page_warnings"]
     assert warning["reason"] == "OCR failed: tesseract failed: Error in pixReadStream: Unknown format"
     assert appended == [("stamped.pdf", 1, {"text": "Page 7", "text_source": "layer"})]
+
+
+def test_ocr_auto_skips_a_thin_text_page_that_draws_no_image(tmp_path, monkeypatch, fake_model, appended):
+    """--ocr auto reads a page with thin text only where it draws an image (pdfimages -list, one process
+    a document): a slide with a title and no picture has nothing for Tesseract. --ocr always reads it."""
+    from reportlab.pdfgen import canvas
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    c = canvas.Canvas(str(docs / "slides.pdf"), invariant=1)
+    c.drawString(72, 720, "Agenda")  # page 1: a title, nothing else
+    c.showPage()
+    c.drawString(72, 720, "Results")  # page 2: a title and a picture
+    c.drawImage(_picture(), 72, 400, width=128, height=64)
+    c.showPage()
+    c.save()
+    _fake_tesseract(tmp_path, monkeypatch, 'echo "Chart of quarterly results"')
+    result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto")
+    assert result.exit_code == 0, result.stderr
+    assert report["text"] == {"layer": 1, "ocr": 1, "none": 0, "unread": 0} and report["page_warnings"] == []
+    assert sorted((page, extra["text"], extra["text_source"]) for _, page, extra in appended) == [
+        (1, "Agenda", "layer"), (2, "Chart of quarterly results", "ocr")]
+
+    appended.clear()
+    result, report = build_json(docs, tmp_path / "idx2", "--model", str(fake_model), "--ocr", "always")
+    assert report["text"] == {"layer": 0, "ocr": 2, "none": 0, "unread": 0}
+
+
+@pytest.mark.parametrize(("ocr", "users", "spin"), [("auto", None, "1000"), ("never", None, None), ("auto", "50000", "50000")],
+                         ids=["ocr-may-run", "no-ocr", "the-user-s-value-wins"])
+def test_a_build_that_may_ocr_shortens_openmp_spinning_before_torch_loads(ocr, users, spin, tmp_path, fake_model, monkeypatch):
+    """The model's idle OpenMP threads spin on the cores Tesseract wants (GNU OpenMP's default): a build
+    that may run OCR asks for a short spin, before torch is loaded (when it still counts), unless the
+    user set one; a build without OCR leaves it alone."""
+    import sys
+
+    from conftest import run_cli
+
+    make_pdf(tmp_path / "docs" / "a.pdf", ["a page"])
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")  # recorded as absent, restored so after the test
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    if users:
+        monkeypatch.setenv("GOMP_SPINCOUNT", users)
+    loaded = "torch" in sys.modules  # by an earlier test of a mixed run: then too late, and left alone
+    result = run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ocr", ocr)
+    assert result.exit_code == 0, result.stderr
+    assert os.environ.get("GOMP_SPINCOUNT") == (users or (None if loaded else spin))
+
+
+LIST_READER = """echo "$1" >> {log}
+case "$1" in *.tif)  # one picture
+  case "$1" in *page-1.tif) {trouble} ;; esac
+  printf 'read %s\\n' "$(basename "$1" .tif)"
+  exit 0 ;;
+esac
+n=0
+while read -r f; do  # a list of pictures, as Tesseract reads one: each page said on stderr, its text when done
+  {say}echo "Page $n : $f" >&2
+  case "$f" in *page-1.tif) {trouble} ;; esac
+  [ $n -gt 0 ] && printf '\\f'
+  printf 'read %s\\n' "$(basename "$f" .tif)"
+  n=$((n + 1))
+done < "$1"
+"""
+
+
+@pytest.mark.parametrize(("trouble", "say"), [("", ""), ("exec sleep 120", ""), ("kill -SEGV $$", ""), ("kill -SEGV $$", ": ")],
+                         ids=["all-read", "page-2-hangs", "page-2-crashes", "page-2-crashes-a-tesseract-naming-no-page"])
+def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_itself(trouble, say, tmp_path, monkeypatch,
+                                                                                      fake_model, process_mark, appended):
+    """A PDF's pages are read by one Tesseract process (a list of their renders: the model loaded once);
+    a page that hangs or crashes it fails alone, after its own --ocr-timeout: the pages before it keep
+    what was read, the pages after it go on in a new process. A Tesseract that does not name the page
+    it starts leaves the pages it did not surely finish to one process each."""
+    from PIL import Image
+
+    docs, log = tmp_path / "docs", tmp_path / "tesseract.log"
+    docs.mkdir()
+    Image.new("L", (200, 100), 255).save(docs / "scan.pdf", save_all=True, append_images=[Image.new("L", (200, 100), 255)] * 2)
+    _fake_tesseract(tmp_path, monkeypatch, LIST_READER.format(log=log, trouble=trouble or ":", say=say))
+    result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto", "--ocr-workers", "1",
+                                "--ocr-timeout", "3")
+    assert result.exit_code == 0, result.stderr
+    read = {page: extra["text"] for _, page, extra in appended}
+    assert read[1] == "read page-0" and read[3] == "read page-2" and report["pages_total"] == 3
+    processes = [Path(line).suffix for line in log.read_text().splitlines()]
+    if not trouble:
+        assert read[2] == "read page-1" and processes == [".txt"] and report["page_warnings"] == []
+        return
+    [warning] = report["page_warnings"]
+    assert (warning["page"], read[2]) == (2, "")
+    assert processes == ([".txt", ".txt"] if not say else [".txt", ".tif", ".tif"])
+    if "sleep" in trouble:
+        assert warning["reason"] == "OCR failed: Tesseract did not finish within the page's 3 s and was stopped (see --ocr-timeout)"
+        assert marked_processes(process_mark, "sleep 120") == []
+    else:
+        assert warning["reason"].startswith("OCR failed: tesseract failed: exit status -11"), warning
 
 
 def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):

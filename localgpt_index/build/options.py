@@ -46,7 +46,7 @@ class BuildOptions:
     ocr: str | None = None  # auto (pages with almost no text layer), always, never (None: $LGPT_OCR, else auto): ingest/pagetext.py
     ocr_lang: str = DEFAULT_OCR_LANG  # Tesseract's language(s): eng, or eng+deu
     ocr_timeout_s: float = DEFAULT_OCR_TIMEOUT_S  # per page: its 300 dpi render and its OCR
-    ocr_workers: int | None = None  # OCR threads beside the encoder (None: half the CPUs)
+    ocr_workers: int | None = None  # OCR threads beside the encoder (None: every CPU)
 
     def encoder_options(self) -> EncoderOptions:
         """What the model layer needs of these options to load the page encoder."""

@@ -47,7 +47,7 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @click.option("--ocr-timeout", type=SECONDS, default=60.0, show_default=True,
               help="Seconds one page's OCR may take (its 300 dpi render and Tesseract); a slower page is indexed without it.")
 @click.option("--ocr-workers", type=click.IntRange(1, 256), default=None,
-              help="Pages read by OCR side by side, beside the encoder. [default: half the CPUs]")
+              help="Pages read by OCR side by side, beside the encoder. [default: every CPU]")
 @click.option("--commit-every", type=click.IntRange(1), default=None,
               help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
 @click.option("--commit-interval", type=SECONDS, default=600.0, show_default=True, help="Commit at least this often, in seconds.")

@@ -88,12 +88,8 @@ class Tesseract:
         """The text of one PDF page, from its render at OCR_DPI."""
         deadline = time.monotonic() + timeout_s
         with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
-            picture = os.path.join(folder, "page")
-            run_bounded(["pdftoppm", "-r", str(OCR_DPI), "-gray", "-f", str(page), "-l", str(page), "-singlefile",
-                         os.path.abspath(pdf), picture], deadline, timeout_s, memory_mib, f"the {OCR_DPI} dpi render")
-            if not os.path.exists(picture + ".pgm"):
-                raise OcrFailed(f"pdftoppm gave no image of page {page}")
-            return self._read(picture + ".pgm", lang, deadline, timeout_s, memory_mib, dpi=OCR_DPI)
+            picture = render_for_ocr(pdf, page, os.path.join(folder, "page"), deadline, timeout_s, memory_mib)
+            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib, dpi=OCR_DPI)
 
     def read_image_frame(self, image: Path, frame: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
                          memory_mib: int = OCR_MEMORY_MIB) -> str:
@@ -107,13 +103,29 @@ class Tesseract:
                     _sized_for_ocr(source.convert("L")).save(picture, "PPM")
             except (OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError) as exc:
                 raise OcrFailed(f"cannot decode frame {frame}: {' '.join(str(exc).split())[:200]}") from None
-            return self._read(picture, lang, deadline, timeout_s, memory_mib)
+            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib)
 
-    def _read(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
+    def read_picture(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
+        """The text of a picture on disk, by Tesseract, by `deadline`."""
         resolution = ["--dpi", str(dpi)] if dpi else []
         out = run_bounded([self.path, picture, "stdout", "-l", lang, "--psm", "3", *resolution],
                           deadline, timeout_s, memory_mib, "Tesseract")
-        return clean_page_text(out.decode("utf-8", "replace"))
+        return self.clean(out.decode("utf-8", "replace"))
+
+    @staticmethod
+    def clean(text: str) -> str:
+        """Tesseract's text of a page as page text."""
+        return clean_page_text(text)
+
+
+def render_for_ocr(pdf: Path, page: int, root: str, deadline: float, timeout_s: float, memory_mib: int) -> str:
+    """Render one PDF page at OCR_DPI in grey for Tesseract: the picture's path (ROOT.tif)."""
+    # an uncompressed grey TIFF: Tesseract (Leptonica) reads it faster than PGM, the same pixels
+    run_bounded(["pdftoppm", "-r", str(OCR_DPI), "-gray", "-tiff", "-f", str(page), "-l", str(page), "-singlefile",
+                 os.path.abspath(pdf), root], deadline, timeout_s, memory_mib, f"the {OCR_DPI} dpi render")
+    if not os.path.exists(root + ".tif"):
+        raise OcrFailed(f"pdftoppm gave no image of page {page}")
+    return root + ".tif"
 
 
 def _sized_for_ocr(image: Image.Image) -> Image.Image:
@@ -126,6 +138,20 @@ def _sized_for_ocr(image: Image.Image) -> Image.Image:
         scale = LARGE_IMAGE_SIDE / long_side
         return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.LANCZOS)
     return image
+
+
+def pages_with_images(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_OCR_TIMEOUT_S) -> set[int] | None:
+    """Which of pages first..last draw an image of any kind (pdfimages -list: pictures, masks, inline
+    images; one process for them all), or None where that cannot be told (pdfimages missing, too slow,
+    or refusing the file): then any page may hold one. A page with none has nothing for OCR to read
+    but text drawn as outlines."""
+    try:
+        out = run_bounded(["pdfimages", "-list", "-f", str(first), "-l", str(last), os.path.abspath(pdf)],
+                          time.monotonic() + timeout_s, timeout_s, OCR_MEMORY_MIB, "pdfimages")
+    except OcrFailed:
+        return None
+    rows = (line.split(maxsplit=1) for line in out.decode("utf-8", "replace").splitlines()[2:])  # under its two header lines
+    return {int(row[0]) for row in rows if row and row[0].isdigit()}
 
 
 def ocr_niceness() -> int:
@@ -148,12 +174,9 @@ def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: 
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise OcrFailed(f"the page's OCR did not finish within {timeout_s:g} s (see --ocr-timeout)")
-    nice, niceness = _nice(), ocr_niceness()
-    lowered = f'{nice} -n {niceness} ' if nice and niceness else ""
-    limited = [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec {lowered}"$@"', "sh", *args]
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
-        proc = processes.Tracked(limited, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        proc = processes.Tracked(bounded_command(args, memory_mib), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     except FileNotFoundError:
         raise OcrFailed(f"{_SHELL} is missing: cannot run {what}") from None
     try:
@@ -165,10 +188,22 @@ def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: 
     if proc.interrupted:
         raise processes.Stopped("interrupted")
     if proc.returncode != 0:
-        text = " ".join(said.decode("utf-8", "replace").split())[:300] or f"exit status {proc.returncode}"
-        if proc.returncode == 127 and "not found" in text:  # the shell's exec
-            raise OcrFailed(f"{args[0]} is not installed")
-        if proc.returncode < 0 or any(word in text.lower() for word in ("alloc", "memory", "map")):
-            text += f" (each OCR process may map {memory_mib} MiB)"
-        raise OcrFailed(f"{os.path.basename(args[0])} failed: {text}")
+        raise OcrFailed(failure(args[0], proc.returncode, said, memory_mib))
     return out
+
+
+def bounded_command(args: list[str], memory_mib: int) -> list[str]:
+    """`args` run under an address-space limit (and $LGPT_OCR_NICE lower in priority), by the shell."""
+    nice, niceness = _nice(), ocr_niceness()
+    lowered = f'{nice} -n {niceness} ' if nice and niceness else ""
+    return [_SHELL, "-c", f'ulimit -v {memory_mib * 1024} && exec {lowered}"$@"', "sh", *args]
+
+
+def failure(tool: str, code: int, said: bytes, memory_mib: int) -> str:
+    """Why a tool that exited with `code`, saying `said`, failed a page."""
+    text = " ".join(said.decode("utf-8", "replace").split())[:300] or f"exit status {code}"
+    if code == 127 and "not found" in text:  # the shell's exec
+        return f"{tool} is not installed"
+    if code < 0 or any(word in text.lower() for word in ("alloc", "memory", "map")):
+        text += f" (each OCR process may map {memory_mib} MiB)"
+    return f"{os.path.basename(tool)} failed: {text}"

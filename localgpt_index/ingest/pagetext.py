@@ -3,10 +3,11 @@
 `PageTexts.attach` sits between an engine (local or Ray) and the commit policy. When a document
 opens, its text layer is read (one pdftotext process for the document, on a thread of its own) and
 the pages that need OCR (--ocr: auto, those with a text layer under OCR_MIN_CHARS visible characters;
-always; never) go to a pool of OCR worker threads, each page a pdftoppm and a Tesseract process
-(ocr.py). All this runs while the engine renders and encodes the same pages; a batch of encoded
-pages (PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES
-batches) while the engine encodes the next ones. A build of scanned pages thus takes about as long
+always; never) go to a pool of OCR worker threads: each page its own pdftoppm, several PDF pages
+one Tesseract process (ocrbatch.py), an image file's frame a Tesseract of its own (ocr.py). All
+this runs while the engine renders and encodes the same pages; a batch of encoded pages
+(PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES batches)
+while the engine encodes the next ones. A build of scanned pages thus takes about as long
 as the slower of OCR and encoding, not their sum. The local engine's feed tells `open` of each document
 as it opens it (on its opening threads), the model's load included, so OCR overlaps the load as well.
 How far ahead that goes is bounded by the feed: it opens a few documents ahead of what it has rendered,
@@ -33,7 +34,8 @@ from ..core.errors import DocumentError, EnvironmentMissing, UsageError
 from . import processes
 from .discover import IMAGE, PDF
 from .events import DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
-from .ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, INSTALL_HINT, OCR_MEMORY_MIB, OcrFailed, Tesseract
+from .ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, INSTALL_HINT, OCR_MEMORY_MIB, OcrFailed, Tesseract, pages_with_images
+from .ocrbatch import OcrQueue, QueuedPage
 from .opening import FeedSource
 from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
@@ -67,8 +69,10 @@ def text_mode(asked: str | None, ocr: str | None) -> str:
 
 
 def default_ocr_workers() -> int:
-    """OCR threads by default: half the CPUs this process may use (the encoder and renderer have the rest)."""
-    return max(1, available_cpus() // 2)
+    """OCR threads by default: every CPU this process may use. With the encoder's OpenMP spin short
+    (build/run.py), OCR takes the cores the encoder leaves and every core once it is done: on 2 CPUs two
+    workers built scanned pages faster than one in 10 of 13 rounds (docs/performance.md, "OCR's CPU a page")."""
+    return max(1, available_cpus())
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,28 @@ def _cancel_pages(layer: Future[_Layer]) -> None:
             future.cancel()
 
 
+def _settled(found: PageText) -> Callable[[str | OcrFailed], _Outcome]:
+    """A page's outcome from its OCR's: its text, or why not (it keeps what it `found`)."""
+    def outcome(result: str | OcrFailed) -> _Outcome:
+        if isinstance(result, OcrFailed):
+            return _Outcome(found, f"OCR failed: {result.reason}")
+        return _Outcome(PageText(result, "ocr")) if visible_chars(result) else _Outcome(found)
+    return outcome
+
+
+def _pictured(settings: TextSettings, pdf: Path | None, wanted: list[int], timings: Timings) -> set[int] | None:
+    """--ocr auto: which of the PDF pages that want OCR draw an image (None: any may). A page with thin
+    text and no image has nothing to read (an office page's title, a blank page): OCR, about a second
+    of CPU a page, is not run for it. --ocr always reads every page."""
+    if settings.ocr != "auto" or pdf is None or not wanted:
+        return None
+    started = time.perf_counter()
+    try:
+        return pages_with_images(pdf, min(wanted), max(wanted), settings.layer_timeout_s)
+    finally:
+        timings("text", time.perf_counter() - started)
+
+
 def _done(outcome: _Outcome) -> Future[_Outcome]:
     future: Future[_Outcome] = Future()
     future.set_result(outcome)
@@ -190,6 +216,8 @@ class PageTexts:
         self._lock = threading.Lock()  # open() may be called from the feed's opening threads
         self._closed = False
         self._said: set[str] = set()  # warnings given once a build
+        self._ocr_queue = (OcrQueue(self._ocr_pool, settings.tesseract, settings.lang, settings.ocr_timeout_s, settings.memory_mib,
+                                    settings.ocr_workers, timings) if self._ocr_pool is not None and settings.tesseract else None)
 
     def attach(self, events: Iterator[EngineEvent]) -> Iterator[EngineEvent]:
         """The engine's events in their order, each PagesEncoded with its pages' texts. A batch whose
@@ -298,6 +326,8 @@ class PageTexts:
         for pool in (self._layer_pool, self._ocr_pool):
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+        if self._ocr_queue is not None:
+            self._ocr_queue.cancel()
         with self._lock:
             self._documents.clear()
 
@@ -312,15 +342,23 @@ class PageTexts:
             except DocumentError as exc:
                 warning = f"its text layer could not be read ({exc.reason}); its pages are indexed without it"
             self.timings("text", time.perf_counter() - started)
-        pages = []
+        wanted = [page for page, text in zip(range(first, last + 1), texts) if self._wants_ocr(text)]
+        pictured = _pictured(self.settings, pdf, wanted, self.timings) if self._ocr_queue is not None else None
+        pages: list[Future[_Outcome]] = []
+        queued: list[QueuedPage] = []
         for page, text in zip(range(first, last + 1), texts):
             found = PageText(text, "layer") if text else NO_TEXT
-            if not self._wants_ocr(text):
+            if not self._wants_ocr(text) or (pictured is not None and page not in pictured):
                 pages.append(_done(_Outcome(found)))
             elif self._ocr_pool is None or self.settings.tesseract is None:
                 pages.append(_done(_Outcome(found, no_ocr=self.settings.ocr != "never")))
+            elif pdf is not None:  # several pages a Tesseract process (ocrbatch.py)
+                queued.append(QueuedPage(pdf, page, Future(), _settled(found)))
+                pages.append(queued[-1].future)
             else:
-                pages.append(self._ocr_pool.submit(self._ocr, pdf, image, page, found))
+                pages.append(self._ocr_pool.submit(self._ocr_image, image, page, found) if image else _done(_Outcome(found)))
+        if queued and self._ocr_queue is not None:
+            self._ocr_queue.add(queued)
         return _Layer(pages, warning)
 
     def _wants_ocr(self, text: str) -> bool:
@@ -328,24 +366,20 @@ class PageTexts:
             return True
         return self.settings.ocr == "auto" and not has_text_layer(text, self.settings.min_chars)
 
-    def _ocr(self, pdf: Path | None, image: Path | None, page: int, found: PageText) -> _Outcome:
-        tesseract, settings = self.settings.tesseract, self.settings
-        assert tesseract is not None
-        started = time.perf_counter()
+    def _ocr_image(self, image: Path, frame: int, found: PageText) -> _Outcome:
+        """An image file's frame (a PDF's pages go through the OCR queue instead, several a process)."""
+        settings, started = self.settings, time.perf_counter()
+        assert settings.tesseract is not None
         try:
-            if pdf is not None:
-                text = tesseract.read_pdf_page(pdf, page, settings.lang, settings.ocr_timeout_s, settings.memory_mib)
-            elif image is not None:
-                text = tesseract.read_image_frame(image, page, settings.lang, settings.ocr_timeout_s, settings.memory_mib)
-            else:
-                return _Outcome(found)
+            result: str | OcrFailed = settings.tesseract.read_image_frame(image, frame, settings.lang, settings.ocr_timeout_s,
+                                                                          settings.memory_mib)
         except OcrFailed as exc:
-            return _Outcome(found, f"OCR failed: {exc.reason}")
+            result = exc
         except OSError as exc:  # the scratch folder: a full disk
-            return _Outcome(found, f"OCR failed: {exc.strerror or exc}")
+            result = OcrFailed(exc.strerror or str(exc))
         finally:
             self.timings("ocr", time.perf_counter() - started)
-        return _Outcome(PageText(text, "ocr")) if visible_chars(text) else _Outcome(found)
+        return _settled(found)(result)
 
     # warnings, on the consumer's thread
 
