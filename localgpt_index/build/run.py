@@ -12,13 +12,13 @@ a batch in memory.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Generator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.cpus import short_openmp_spin
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.manifest import ModelInfo, Settings
@@ -55,7 +55,7 @@ def build_index(
     # a language Tesseract lacks: exit 4 before any work; --text never: no OCR, nothing asked of Tesseract
     tesseract = find_ocr(ocr_mode(options.ocr), options.ocr_lang) if options.reads_text else None
     if tesseract is not None:
-        quiet_openmp_spinning()
+        short_openmp_spin()  # the model's idle threads would spin on the cores Tesseract wants
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     scan_started = time.time_ns()
@@ -101,21 +101,6 @@ def build_index(
             build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
     return report
-
-
-# How long an idle OpenMP thread of torch's spins before it sleeps (GNU OpenMP's GOMP_SPINCOUNT; its
-# default, 300,000, is milliseconds of a core). Beside OCR, each of the model's threads that waits at a
-# barrier, or between batches, spins on a core a Tesseract process wants (docs/performance.md, "OCR
-# scheduling"). serve sets the same for its own reasons (serve/service.py).
-OPENMP_SPIN = "1000"
-
-
-def quiet_openmp_spinning() -> None:
-    """Short OpenMP spinning when OCR may run beside the encoder: set once, before torch is loaded (GNU
-    OpenMP reads it when torch loads it); a value the user set wins, and once torch is loaded it changes
-    nothing (a second build in the same process, or a caller that imported torch first)."""
-    if "torch" not in sys.modules:
-        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN)
 
 
 class Engine(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,3 +40,18 @@ def available_cpus() -> int:
     if quota is not None:
         count = min(count, max(1, math.ceil(quota)))
     return max(1, count)
+
+
+# How long an idle OpenMP thread of torch's spins before it sleeps (GNU OpenMP's GOMP_SPINCOUNT; its
+# default, 300,000, is milliseconds of a core). Measured on a 2-core EPYC: after each query's encoding
+# serve's model thread spun 5-8 ms of a core the scorer's threads wanted; beside OCR the model's threads
+# waiting at a barrier or between batches spun on cores Tesseract wanted (docs/performance.md).
+OPENMP_SPIN = "1000"
+
+
+def short_openmp_spin() -> None:
+    """Short OpenMP spinning for a process that shares its cores (serve's scorer, a build's OCR): set
+    before torch is loaded (GNU OpenMP reads it then); a value the user set wins, and once torch is
+    loaded it changes nothing."""
+    if "torch" not in sys.modules:
+        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
 from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
@@ -372,24 +371,9 @@ def _request_error(exc: Exception) -> Exception:
     return exc
 
 
-# How long an idle OpenMP thread of torch's spins before it sleeps (GNU OpenMP's GOMP_SPINCOUNT;
-# its default, 300,000, is milliseconds). After each query's encoding the model thread's idle
-# OpenMP worker kept spinning while the scorer's threads wanted every core: measured on a 2-core
-# EPYC, 5-8 ms of a core after every encoding (a warm /query about 4 ms slower than when the scorer
-# ran inside torch's own team), none with a short spin, the encoding itself no slower.
-OPENMP_SPIN = "1000"
-
-
-def quiet_openmp_spinning() -> None:
-    """Short OpenMP spinning for this serving process, once, before torch is loaded (GNU OpenMP reads
-    it when torch loads it); a value the user set wins, and once torch is loaded it changes nothing."""
-    if "torch" not in sys.modules:
-        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN)
-
-
 def open_service(store, device: str = "auto", dtype: str = "auto", scoring: DeviceScoring | None = None) -> IndexService:
     """A service on `store` (its model not loaded yet): a missing or damaged index fails here."""
-    quiet_openmp_spinning()
+    short_openmp_spin()
     service = IndexService(store, device, dtype)
     service.scoring = scoring or service.scoring
     if not service.store.exists():
