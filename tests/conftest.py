@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,12 @@ os.environ["LGPT_PLUGINS"] = ",".join(filter(None, [os.environ.get("LGPT_PLUGINS
 # Set for the whole session, so that module- and session-scoped fixtures' builds (which run before
 # isolated_env) do not OCR their pictures either.
 os.environ["LGPT_OCR"] = "never"
+# A launcher that ignores SIGINT (a background job of a non-interactive shell: `sh -c 'pytest ...' &`)
+# passes SIG_IGN on to every process the tests start, and Python then keeps ignoring it: the tests that
+# interrupt a build or a watch with SIGINT would wait for nothing. A handler (unlike SIG_IGN) is reset
+# to the default on exec, so the processes started from here get SIGINT as a user's terminal sends it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config) -> None:
