@@ -4,7 +4,10 @@ a condition with a deadline, and finding the processes one test started (never t
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -170,3 +173,32 @@ def report_index(work: Path, model: Path, reports: int, pages: int) -> dict:
     index = work / "idx"
     assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(index), "--metadata", str(rules)).exit_code == 0
     return {"docs": docs, "index": index, "work": work}
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    """Damage a file in place: invert the byte at `offset` (same size; the modification time moves)."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+@contextmanager
+def counted_failpoint(point: str) -> Iterator[list[str]]:
+    """Every pass through the failpoint `point`, from any thread, in the list yielded (core.failpoints' hook)."""
+    from localgpt_index.core import failpoints
+
+    counted: list[str] = []
+    lock = threading.Lock()
+
+    def hook(name: str) -> None:
+        if name == point:
+            with lock:
+                counted.append(name)
+
+    failpoints.set_hook(hook)
+    try:
+        yield counted
+    finally:
+        failpoints.set_hook(None)

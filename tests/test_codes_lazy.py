@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers import counted_failpoint, flip_byte
 
 DIM, ROWS, PAGES = 128, 256, 4  # a document of 4 pages: 1,024 rows, a quarter of a codes block
 
@@ -40,30 +41,11 @@ def _queries() -> list[np.ndarray]:
     return [rng.standard_normal((12, DIM)).astype(np.float32) for _ in range(2)]
 
 
-def _damage(path: Path, at: int) -> None:
-    with open(path, "r+b") as handle:
-        handle.seek(at)
-        byte = handle.read(1)
-        handle.seek(at)
-        handle.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.fixture
 def code_checks():
     """The code blocks hashed, counted at the failpoint each check of an artifact's block passes."""
-    from localgpt_index.core import failpoints
-
-    counted: list[str] = []
-    lock = threading.Lock()
-
-    def hook(name: str) -> None:
-        if name == "artifact.check_block":
-            with lock:
-                counted.append(name)
-
-    failpoints.set_hook(hook)
-    yield counted
-    failpoints.set_hook(None)
+    with counted_failpoint("artifact.check_block") as counted:
+        yield counted
 
 
 def _codes_blob(root: Path) -> tuple[Path, int]:
@@ -107,7 +89,7 @@ def test_a_damaged_code_block_stops_the_first_pass_that_would_score_it_and_verif
     _make_index(root)
     exact = IndexStore(root).open_view().search_vectors(_queries(), k=3)
     blob, _ = _codes_blob(root)
-    _damage(blob, 3 * (64 << 10) + 100)  # block 3: rows 12,288.. (documents 12-15)
+    flip_byte(blob, 3 * (64 << 10) + 100)  # block 3: rows 12,288.. (documents 12-15)
     view = IndexStore(root).open_view()
     assert view.search_vectors(_queries(), k=3, candidates=5, filters={"doc": "0"})  # blocks 0 only: answers
     with pytest.raises(IndexProblem, match=r"block 3 \(bytes 196608\.\.262143\) does not match its checksum; the codes are damaged"):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_cli, validate
+from helpers import flip_byte
 from docgen import make_pdf
 
 from localgpt_index.index.device_scorer import DeviceScoring
@@ -163,11 +164,7 @@ def test_query_json_says_the_device_scorer_answered(fake_model, tmp_path):
 def test_a_damaged_block_is_refused_by_the_device_scorer(fake_model, tmp_path, limit):
     index = _index(fake_model, tmp_path)
     [vectors] = (index / "default").glob("**/segments/*.vectors.npy")
-    with open(vectors, "r+b") as handle:  # one byte of the last page's vectors
-        handle.seek(-100, 2)
-        byte = handle.read(1)
-        handle.seek(-100, 2)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    flip_byte(vectors, vectors.stat().st_size - 100)  # one byte of the last page's vectors
     result = run_cli("query", "document", "--mode", "visual", "--index-dir", str(index), "--scorer", "device", "--max-resident", limit)
     assert result.exit_code == 1 and "damaged" in result.stderr and "Traceback" not in result.stderr
 

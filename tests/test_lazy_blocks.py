@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from helpers import counted_failpoint, flip_byte
 
 DIM, ROWS, DOCS, PAGES = 128, 256, 6, 4  # 24 pages of 64 KiB after a 128-byte header: 25 blocks of 64 KiB
 
@@ -63,30 +64,11 @@ def _reference(root: Path) -> np.ndarray:
     return maxsim(_queries(), vectors, np.arange(0, DOCS * PAGES * ROWS + 1, ROWS))
 
 
-def _damage(path: Path, at: int) -> None:
-    with open(path, "r+b") as handle:
-        handle.seek(at)
-        byte = handle.read(1)
-        handle.seek(at)
-        handle.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.fixture
 def checks():
     """How many blocks are hashed, counted at the failpoint every block check passes."""
-    from localgpt_index.core import failpoints
-
-    counted: list[str] = []
-    lock = threading.Lock()
-
-    def hook(name: str) -> None:
-        if name == "vectors.check_block":
-            with lock:
-                counted.append(name)
-
-    failpoints.set_hook(hook)
-    yield counted
-    failpoints.set_hook(None)
+    with counted_failpoint("vectors.check_block") as counted:
+        yield counted
 
 
 def _blocks(root: Path) -> int:
@@ -121,7 +103,7 @@ def test_a_damaged_block_is_found_by_the_reads_that_need_it_and_by_verify(root, 
     from localgpt_index.index.view import page_table
 
     reference = _reference(root)
-    _damage(_vectors(root), _vectors(root).stat().st_size - 100)  # the last page, far from the first document's
+    flip_byte(_vectors(root), _vectors(root).stat().st_size - 100)  # the last page, far from the first document's
     store = IndexStore(root)
     view = store.open_view()
     assert checks == []
@@ -146,7 +128,7 @@ def test_the_cli_reports_a_damaged_block_with_exit_1(fake_model, tmp_path):
     build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(index))
     assert run_cli("status", "--index-dir", str(index)).exit_code == 0
     vectors = _vectors(index / "default")
-    _damage(vectors, vectors.stat().st_size - 3)
+    flip_byte(vectors, vectors.stat().st_size - 3)
     status = run_cli("status", "--index-dir", str(index))
     assert status.exit_code == 0, status.stderr  # opening does not read the vectors
     for args in (["query", "a page"], ["verify"]):
@@ -209,7 +191,7 @@ def test_an_upgrade_never_rehashes_damaged_vectors(root):
     from localgpt_index.index.store import IndexStore
 
     _to_legacy_blocks(root)
-    _damage(_vectors(root), 5000)
+    flip_byte(_vectors(root), 5000)
     [segment] = IndexStore(root).read_manifest().segments.values()
     with pytest.raises(IndexProblem, match="does not match its checksum"):
         rechecksum(_vectors(root), segment.checksum)
@@ -266,7 +248,7 @@ def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_a
     make_pdf(tmp_path / "docs" / "a.pdf", ["a page", "another page"])
     build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(index))
     vectors = _vectors(index / "default")
-    _damage(vectors, vectors.stat().st_size - 3)
+    flip_byte(vectors, vectors.stat().st_size - 3)
     running = Server("--index-dir", str(index), "-q")
     try:
         running.wait_ready()  # opened: the damaged block is not read until a query scores it
@@ -291,7 +273,7 @@ def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
     read = set(np.flatnonzero(files.guard._done).tolist())
     assert 0 < len(checks) == len(read) <= 2 * 5 * 2 < _blocks(root)  # 2 queries x 5 candidates, a page in 2 blocks
     unread = max(set(range(_blocks(root))) - read)
-    _damage(_vectors(root), unread * (64 << 10) + 10)
+    flip_byte(_vectors(root), unread * (64 << 10) + 10)
     fresh = IndexStore(root).open_view()
     assert fresh.search_vectors(_queries(), k=3, candidates=5) == expected  # the damage lies outside what it reads
     with pytest.raises(IndexProblem, match=f"block {unread} "):
@@ -340,6 +322,6 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
         base = base.base
     assert isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)  # file-backed (the page cache), not a copy on the heap
     blob = root / "artifacts" / codes.parts[segment].blobs[0].name  # type: ignore[union-attr]  # its codes (then ids, codebook)
-    _damage(blob, 5)
+    flip_byte(blob, 5)
     with pytest.raises(IndexProblem, match="block 0 .* does not match its checksum; the codes are damaged"):  # checked by block
         IndexStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)

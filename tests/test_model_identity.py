@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from conftest import run_cli
+from helpers import flip_byte
 from docgen import make_pdf
 from helpers import build_json, build_ok
 
@@ -34,11 +35,7 @@ def _fake_with_weights(folder: Path) -> Path:
 def _flip_in_place(path: Path, offset: int) -> None:
     """Change one byte in place, same size, mtime restored (what `cp -p` or `rsync --inplace -t` leave)."""
     info = path.stat()
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    flip_byte(path, offset)
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
     assert path.stat().st_size == info.st_size
 
