@@ -71,8 +71,9 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-# Visual mode throughout: the scorer's ceiling is visual scoring, and the baseline trees (before page
-# text) answer visually. A baseline server refuses the field: its URL is listed in WITHOUT_MODES.
+# Visual mode throughout: the scorer's ceiling is visual scoring, and the baseline trees before page
+# text answer visually. Such a server refuses the field (found by asking it once, `takes_modes`): its URL
+# is listed in WITHOUT_MODES. A baseline with page text gets the field, or it would answer in hybrid mode.
 VISUAL = {"mode": "visual"}
 WITHOUT_MODES: set[str] = set()
 
@@ -87,6 +88,13 @@ def ask(client, text: str, k: int = 10, scored_with: list | None = None) -> dict
     if scored_with is not None and "X-Lgpt-Scored-With" in answer.headers:
         scored_with.append(int(answer.headers["X-Lgpt-Scored-With"]))
     return answer.json()
+
+
+def takes_modes(url: str) -> bool:
+    """Whether the server at `url` accepts the query's `mode` field (trees before page text refuse it)."""
+    import httpx
+
+    return httpx.post(f"{url.rstrip('/')}/query", json={"queries": ["mode"], "k": 1, **VISUAL}, timeout=300).status_code < 400
 
 
 def ranking(document: dict) -> list[tuple[str, int]]:
@@ -241,10 +249,10 @@ def against_baseline(baseline: Path, model: Path, docs: Path, tmp: Path, rounds:
         servers[name] = Server("-q", "--index-dir", str(indexes[name]), env=tree_env(tree), cwd=tree)
     texts = questions(64)
     runs: dict[str, list[dict]] = {name: [] for name in trees}
-    WITHOUT_MODES.update(server.url.rstrip("/") for name, server in servers.items() if trees[name] != ROOT)
     try:
         for server in servers.values():
             server.wait_ready(timeout=300)
+        WITHOUT_MODES.update(server.url.rstrip("/") for name, server in servers.items() if not takes_modes(server.url))
         for round_number in range(rounds):
             names = list(trees) if round_number % 2 == 0 else list(trees)[::-1]
             for name in names:
