@@ -208,7 +208,8 @@ class QueryBatcher:
 
     def run_on_encoder_thread(self, work, *args):
         """`work(*args)` on the encoder thread (where the model runs), between two forward passes
-        (a concurrent.futures.Future): loading and warming up the model."""
+        (a concurrent.futures.Future): loading and warming up the model (the warm-up sets this
+        thread's torch threads)."""
         return self._encoder.submit(work, *args)
 
 

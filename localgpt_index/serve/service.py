@@ -20,7 +20,11 @@ from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
+from ..models.tuning import query_threads
 from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
+
+
+TUNING_QUERY = "what was the revenue growth in the third quarter"  # a typical question's length
 
 
 class NotReady(LgptError):
@@ -56,6 +60,7 @@ class IndexService:
         self.failure: LgptError | None = None  # why the model could not be loaded
         self.stale: str | None = None  # why the current generation cannot be queried with this model
         self.warmed = False  # the warm-up query has run
+        self.query_threads: int | None = None  # torch threads of the encoder thread, chosen at the warm-up
         self._index: Index | None = None
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
@@ -116,10 +121,13 @@ class IndexService:
 
     def warm_up(self) -> None:
         """One query through the model and the scorer, so that the first client does not pay for
-        what loads lazily (kernels, torch's scorer). Run it on the model thread (QueryBatcher)."""
+        what loads lazily (kernels, torch's scorer), and choose the encoder's torch threads
+        (models.tuning.query_threads). Run it on the thread that encodes queries (QueryBatcher's)."""
         failpoint("serve.warm_up")
         try:
             self.search([SearchRequest(("warm up",), 1)])
+            if self.encoder is not None:
+                self.query_threads = query_threads(self.encoder, [TUNING_QUERY])
         except LgptError:
             pass  # an empty index, a stale one: real requests will say so
         finally:
