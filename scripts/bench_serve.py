@@ -149,21 +149,28 @@ def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int, p
     (the machine's speed drifts between runs); and whether every answer ranked as `expected`. With
     `pid` (the server's), its CPU seconds a query from the 8 clients are appended to `cpu`."""
     rates, same = [], True
-    clients = [LeanClient(url) for _ in range(8)]
+    first, own, made = LeanClient(url), threading.local(), []
+
+    def client() -> LeanClient:  # one connection per client thread (http.client's is not thread-safe)
+        if not hasattr(own, "client"):
+            own.client = LeanClient(url)
+            made.append(own.client)
+        return own.client
+
     with ThreadPoolExecutor(8) as pool:
         for _ in range(rounds):
             started = time.perf_counter()
-            one_by_one = [ask(clients[0], t) for t in texts]
+            one_by_one = [ask(first, t) for t in texts]
             alone = len(texts) / (time.perf_counter() - started)
-            started, used, own = time.perf_counter(), cpu_seconds(pid) if pid else 0.0, cpu_seconds(os.getpid())
-            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1], scored_with=SCORED_WITH), enumerate(texts)))
+            started, used, mine = time.perf_counter(), cpu_seconds(pid) if pid else 0.0, cpu_seconds(os.getpid())
+            together = list(pool.map(lambda text: ask(client(), text, scored_with=SCORED_WITH), texts))
             rates.append((alone, len(texts) / (time.perf_counter() - started)))
             if pid and cpu is not None:
                 cpu.append((cpu_seconds(pid) - used) / len(texts))
-                CLIENT_CPU.append((cpu_seconds(os.getpid()) - own) / len(texts))
+                CLIENT_CPU.append((cpu_seconds(os.getpid()) - mine) / len(texts))
             same &= all(ranking(a) == ranking(b) == want for a, b, want in zip(one_by_one, together, expected))
-    for client in clients:
-        client.close()
+    for connection in [first, *made]:
+        connection.close()
     return rates, same
 
 

@@ -282,3 +282,24 @@ def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(servi
     answers = asyncio.run(scenario())
     assert [ranked(a) for a in answers] == expected
     assert [a.scored_with for a in answers[:4]] == [2, 2, 2, 2] and answers[4].scored_with == 3  # a request larger than the cap goes alone
+
+
+@pytest.mark.slow  # a real model
+def test_serve_chooses_the_encoder_threads_at_its_warm_up(tiny_model, tmp_path):
+    """The warm-up times a query's forward pass and keeps the faster thread count for the encoder thread
+    (models.tuning.query_threads); the ready line says which."""
+    import re
+
+    from helpers import wait_until
+    from served import Server
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "report.pdf", ["revenue", "costs"])
+    assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(index)).exit_code == 0
+    server = Server("--index-dir", str(index))
+    try:
+        server.wait_ready(timeout=300)
+        ready = wait_until(lambda: [line for line in server.lines if line.startswith("ready:")], what="the ready line", proc=server.proc)
+        assert len(ready) == 1 and re.search(r"queries encoded with \d+ torch threads\)$", ready[0]), server.lines
+    finally:
+        assert server.stop() == 0
