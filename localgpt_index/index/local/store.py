@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import stat
-import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,7 +44,7 @@ from .layout import (
     index_path,
 )
 from .blobs import LocalBlobs
-from .checked import CheckedRecord
+from .checked import check_whole
 from .lock import writer_lock
 from .segments import SegmentFiles, load_segment
 from .txn import LocalParts, Transaction
@@ -234,22 +233,9 @@ class IndexStore:
         head = self.read_head()
         base = self.read_manifest()
         if base is not None:
-            self.check(base)
-            self._check_whole(base)
+            self.check(base)  # a writer names these blocks in its generation: every one checked, or recorded as checked
+            check_whole(self.root, [(segment, self.segment_files(segment)) for segment in base.segments.values()])
         return base, base.generation if base else 0, head is not None and head.format != FORMAT
-
-    def _check_whole(self, base: Manifest) -> None:
-        """A writer names these blocks in its generation: every one checked, except in files that a writer
-        of this user checked whole and that have not changed since (checked.py's record, which this updates)."""
-        record = CheckedRecord.load(self.root)
-        started = time.time_ns()
-        for segment in base.segments.values():
-            files = self.segment_files(segment)
-            state = files.guard.stat()
-            if not record.trusted(segment, state):
-                files.check_pages(np.arange(segment.pages))
-                record.note(segment, state, started)
-        record.save(set(base.segments))
 
     def _highest_generation(self) -> int:
         numbers = [int(p.name[4:-5]) for p in self.root.glob("gen-*.json") if p.name[4:-5].isdigit()]
