@@ -144,11 +144,12 @@ def evict(root: Path) -> None:
 
 
 def timed_build(docs: Path, index: Path, model: Path, pythonpath: str) -> dict:
-    """One `lgpt-index build` in a process of its own: wall seconds, bytes read from disk, CPU seconds, its report."""
+    """One `lgpt-index build` in a process of its own, of the code in the tree `pythonpath` (its working folder too:
+    `python -m` puts that first on sys.path): wall seconds, bytes read from disk, CPU seconds, its report."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": pythonpath}
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(model), "--index-dir",
-                             str(index), "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+                             str(index), "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=pythonpath)  # -m: cwd first
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -185,7 +186,7 @@ def incremental(args) -> int:
                 (index / "default" / "checked.json").unlink(missing_ok=True)
             evict(index)
             load = os.getloadavg()[0]
-            run = timed_build(docs, index, model, args.baseline or str(ROOT))
+            run = timed_build(docs, index, model, args.baseline if variant == "full" and args.baseline else str(ROOT))
             run.update(variant=variant, load_1m=round(load, 2))
             print(json.dumps(run), file=sys.stderr)
             return run
