@@ -149,7 +149,7 @@ def timed_build(docs: Path, index: Path, model: Path, pythonpath: str) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": pythonpath}
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "build", str(docs), "--model", str(model), "--index-dir",
-                             str(index), "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=pythonpath)  # -m: cwd first
+                             str(index), "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=pythonpath)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
