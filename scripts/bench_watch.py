@@ -197,7 +197,7 @@ def incremental(args) -> int:
                     "cpus": os.cpu_count(), "runs": runs}
     for variant in ("full", "record"):
         mine = [r for r in runs if r["variant"] == variant]
-        result[variant] = {key: statistics.median(r[key] for r in mine) for key in ("wall_s", "read_mb", "cpu_s")}
+        result[variant] = {key: round(statistics.median(r[key] for r in mine), 3) for key in ("wall_s", "read_mb", "cpu_s")}
     result["ratio_wall_full_over_record"] = round(result["full"]["wall_s"] / result["record"]["wall_s"], 2)
     print(json.dumps(result, indent=1))
     return 0
