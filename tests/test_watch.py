@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, validate
 from docgen import make_pdf
 from helpers import build_ok, held_build, make_pdfs, verify_ok, wait_until
 from served import Server
@@ -301,7 +301,9 @@ def test_the_second_build_reuses_what_the_first_builds_cpu_tuner_found(tiny_mode
         first = watch.events.next("build-committed")["report"]["cpu_tuning"]
         assert first["decided"] and first["trial_batches"] > 0 and first["pages_per_second_by_batch"], first
         make_pdf(docs / "saved.pdf", ["a page saved later"])
-        second = watch.events.next("build-committed", lambda e: e["report"]["indexed"] == 1)["report"]["cpu_tuning"]
+        report = watch.events.next("build-committed", lambda e: e["report"]["indexed"] == 1)["report"]
+        validate(report, "build.schema.json")
+        second = report["cpu_tuning"]
         assert second == {**first, "trial_batches": 0}, (first, second)
         assert watch.stop() == 0
     finally:
