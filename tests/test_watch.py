@@ -302,7 +302,7 @@ def test_the_second_build_reuses_what_the_first_builds_cpu_tuner_found(tiny_mode
         assert first["decided"] and first["trial_batches"] > 0 and first["pages_per_second_by_batch"], first
         make_pdf(docs / "saved.pdf", ["a page saved later"])
         report = watch.events.next("build-committed", lambda e: e["report"]["indexed"] == 1)["report"]
-        validate(report, "build.schema.json")
+        validate(report, "build")
         second = report["cpu_tuning"]
         assert second == {**first, "trial_batches": 0}, (first, second)
         assert watch.stop() == 0
