@@ -42,3 +42,15 @@ def test_bench_serve_quick_prints_serve_against_the_scorer_s_batched_ceiling():
     assert "of the scorer's batched ceiling (target 90 %)" in done.stderr
     assert all(r["serve_cpu_ms"] > 0 and r["scorer_stacked_cpu_ms"] > 0 for r in ceiling["rounds"])
     assert report["scored_with_median"] >= 1 and "X-Lgpt-Scored-With" in done.stderr
+
+
+@pytest.mark.slow  # five builds in processes of their own: too long for the fast tier
+def test_bench_watch_incremental_prints_both_variants_with_bytes_read():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_watch.py"), "--incremental", "30", "--segment-pages", "10",
+                           "--rounds", "2"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["pages"] == 30 and report["vectors_gb"] > 0 and len(report["runs"]) == 4
+    assert [r["variant"] for r in report["runs"]] == ["full", "record", "record", "full"]
+    assert all(r["indexed"] == 1 and r["read_mb"] >= 0 for r in report["runs"])
+    assert report["full"]["wall_s"] > 0 and report["ratio_wall_full_over_record"] > 0

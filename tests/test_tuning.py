@@ -211,6 +211,46 @@ def test_the_page_queue_is_sized_for_the_batches_that_will_run(monkeypatch):
     assert tuning.CpuTuner(_encoder(), fixed_batch=False).largest_batch == max(tuning.CANDIDATES)
 
 
+def test_a_kept_encoder_keeps_its_tuner_and_a_later_build_runs_no_trials(monkeypatch):
+    """watch keeps the encoder (KeptEncoder): the next build's tuner is the one the first left on it, decided."""
+    encoder = _encoder()
+    first = tuning.tuner_for(encoder, fixed_batch=False)
+    _run(first, encoder, {size: (0.1 if size == 2 else 0.2) for size in tuning.CANDIDATES})
+    assert first.summary()["trial_batches"] > 0 and encoder.batch_size == 2
+    second = tuning.tuner_for(encoder, fixed_batch=False)
+    assert second is first and second.decided and encoder.batch_size == 2
+    for _ in range(5):
+        second.batch_done(2, 0.2)
+    summary = second.summary()
+    assert summary["trial_batches"] == 0 and summary["batch_size"] == 2 and summary["pages_per_second_by_batch"]
+    assert tuning.tuner_for(_encoder(), fixed_batch=False) is not first  # another encoder (model, device, dtype): its own trials
+    assert tuning.tuner_for(encoder, fixed_batch=True) is not first
+
+
+def test_trials_a_build_left_unfinished_go_on_in_the_next_and_the_pause_between_is_no_wait(monkeypatch):
+    threads = []
+    monkeypatch.setattr(tuning, "set_threads", threads.append)
+    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
+    encoder = _encoder()
+    clock = Clock()
+    tuner = tuning.tuner_for(encoder, fixed_batch=False)
+    tuner._clock = clock
+    for _ in range(3):  # a first build of 3 pages: 1's trial is not over
+        tuner.waiting()
+        clock.now += 0.1
+        tuner.batch_done(1, 0.1)
+    assert not tuner.decided and encoder.batch_size == 1
+    tuner.waiting()
+    clock.now += 600  # ten minutes until the next save
+    again = tuning.tuner_for(encoder, fixed_batch=False)
+    assert again is tuner and again.summary()["trial_batches"] == 0
+    clock.now += 0.1  # the next build's first batch, as the engine feeds it: no waiting() before it
+    again.batch_done(1, 0.1)
+    _run(again, encoder, {size: 0.1 for size in tuning.CANDIDATES}, clock=clock)
+    assert again.decided and 1 in again.summary()["pages_per_second_by_batch"]
+    assert threads == [] and again.summary()["waited_share"] < tuning.WAIT_SHARE  # the pause was not a wait for pages
+
+
 @pytest.mark.slow
 def test_a_cpu_build_measures_and_reports_its_choice(tiny_model, tmp_path):
     import json

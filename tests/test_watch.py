@@ -18,7 +18,9 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from conftest import run_cli
+import pytest
+
+from conftest import run_cli, validate
 from docgen import make_pdf
 from helpers import build_ok, held_build, make_pdfs, verify_ok, wait_until
 from served import Server
@@ -286,6 +288,27 @@ def test_watch_dot_never_reacts_to_its_own_index(fake_model, tmp_path):
     assert [e["number"] for e in events.of("build-started")] == [1, 2, 3]
     assert events.seen[-1] == {**events.seen[-1], "event": "stopped", "exit_code": 0, "builds": 3}
     verify_ok(docs / "index")
+
+
+@pytest.mark.slow
+def test_the_second_build_reuses_what_the_first_builds_cpu_tuner_found(tiny_model, tmp_path):
+    """A real checkpoint on the CPU: the catch-up build runs the batch-size trials (47 pages at most), the
+    next build, with the model kept, runs none and keeps the size and threads found."""
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 6, 10)
+    watch = WatchProcess(str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "idx"), "--settle", "0.3")
+    try:
+        first = watch.events.next("build-committed")["report"]["cpu_tuning"]
+        assert first["decided"] and first["trial_batches"] > 0 and first["pages_per_second_by_batch"], first
+        make_pdf(docs / "saved.pdf", ["a page saved later"])
+        report = watch.events.next("build-committed", lambda e: e["report"]["indexed"] == 1)["report"]
+        validate(report, "build")
+        second = report["cpu_tuning"]
+        assert second == {**first, "trial_batches": 0}, (first, second)
+        assert watch.stop() == 0
+    finally:
+        if watch.process.poll() is None:
+            watch.process.kill()
 
 
 def test_kill_9_mid_build_leaves_an_index_that_verifies_and_the_next_watch_catches_up(fake_model, tmp_path):

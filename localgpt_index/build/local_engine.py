@@ -27,7 +27,7 @@ from ..models.render_size import expected_render_size
 from ..models.families import family_named
 from ..models.pooling import pool_some
 from ..models.resolve import ModelRef
-from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads
+from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads, tuner_for
 from .options import BuildOptions, BuildReport, Log, StageTimer
 
 EncoderFactory = Callable[[ModelRef, EncoderOptions], PageEncoder]
@@ -80,7 +80,7 @@ class LocalEngine:
             self.close()
             raise
         if self.encoder.precision.device_type == "cpu" and family_named(self.encoder.model.family).torch:
-            self.tuner = CpuTuner(self.encoder, fixed_batch=self.options.batch_size is not None)
+            self.tuner = tuner_for(self.encoder, fixed_batch=self.options.batch_size is not None)
 
     def close(self) -> None:
         """End a feed started during the load that was never read."""
@@ -174,7 +174,7 @@ def local_engine(model: ModelRef, options: BuildOptions, sources: list[FeedSourc
             engine = LocalEngine(model, options, sources, root, converters, Path(staging), timer, log, on_open)
             engine.load(factory)
             try:
-                with cpu_threads(engine.encoder):
+                with cpu_threads(engine.encoder, engine.tuner.threads if engine.tuner else None):
                     yield engine
             finally:
                 engine.close()

@@ -122,7 +122,8 @@ def _summarise(app: Application, report) -> None:
         tuning = report.cpu_tuning
         rates = ", ".join(f"{size}: {rate} ({tuning['peak_rss_mib_by_batch'][size]} MiB)"
                           for size, rate in tuning["pages_per_second_by_batch"].items())
-        terminal.detail(f"cpu: batch size {tuning['batch_size']} (pages/s and peak RSS by batch size: {rates or 'not measured'}), "
+        earlier = " measured by an earlier build with this model loaded" if rates and not tuning.get("trial_batches", 1) else ""
+        terminal.detail(f"cpu: batch size {tuning['batch_size']} (pages/s and peak RSS by batch size{earlier}: {rates or 'not measured'}), "
                         f"{tuning['threads']} model threads (the model waited for pages {tuning['waited_share']:.0%} of the time)")
     for fix in report.dtype_fixes:
         terminal.detail(

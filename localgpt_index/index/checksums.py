@@ -134,6 +134,10 @@ class BlockGuard:
         self.checked = 0  # blocks hashed by this process (each once)
         self._all = False
 
+    def stat(self) -> os.stat_result:
+        """The state of the file this guard maps and hashes (its descriptor's, not the path's)."""
+        return os.fstat(self._file.fileno())
+
     def check_bytes(self, lo: int, hi: int) -> None:
         """Bytes lo..hi-1 are about to be read: check the blocks that hold them (IndexProblem if damaged)."""
         if hi > lo:

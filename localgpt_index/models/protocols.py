@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .device import Precision
     from .guard import DtypeFix
     from .resolve import ModelRef
+    from .tuning import CpuTuner
 
 MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
 MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
@@ -37,6 +38,7 @@ class PageEncoder(QueryEncoder, Protocol):
     forward_calls: int = 0
     dtype_fixes: list[DtypeFix] = []  # noqa: RUF012 - read only; each encoder assigns its own
     max_visual_tokens: int | None = None  # image tokens a page at most, where the family has such a budget
+    cpu_tuner: CpuTuner | None = None  # on a CPU: what builds with this encoder measured (tuning.tuner_for), kept with it
 
     @property
     def render_size(self) -> RenderSize:

@@ -72,11 +72,27 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def tuner_for(encoder, fixed_batch: bool) -> CpuTuner:
+    """The tuner of a build that encodes with `encoder`: the one an earlier build with the same encoder left
+    on it (an encoder kept across builds: watch, serve --watch), which goes on from what it found (no trials
+    once decided), else a new one, left on the encoder for the next build. The same encoder is the same
+    model, device and dtype, so what was measured holds; reloading the model to pass the size on would not pay."""
+    kept = getattr(encoder, "cpu_tuner", None)
+    if isinstance(kept, CpuTuner) and kept.encoder is encoder and kept.fixed_batch == fixed_batch:
+        kept.next_build()
+        return kept
+    tuner = CpuTuner(encoder, fixed_batch)
+    encoder.cpu_tuner = tuner
+    return tuner
+
+
 class CpuTuner:
     """Feed it each batch's encoding time and the time the model waited before it; it says the next batch size."""
 
     def __init__(self, encoder, fixed_batch: bool, clock: Callable[[], float] = time.perf_counter) -> None:
         self.encoder = encoder
+        self.fixed_batch = fixed_batch
+        self.trial_batches = 0  # batches this build ran as trials (none once decided, by --batch-size or an earlier build)
         self._clock = clock  # when the model goes idle and comes back (a test gives its own)
         self.cores = available_cpus()
         self._trials = [] if fixed_batch else list(CANDIDATES)  # sizes still to try, the current one first
@@ -91,6 +107,11 @@ class CpuTuner:
         self._share_at_decision: float | None = None
         if self._trials:
             self._start_trials(self._trials[0])
+
+    def next_build(self) -> None:
+        """Another build with the same encoder begins: the time since the last one was no wait for pages."""
+        self._idle_since = None
+        self.trial_batches = 0
 
     def _start_trials(self, size: int) -> None:
         self.encoder.batch_size = size
@@ -114,6 +135,7 @@ class CpuTuner:
         if self.decided:
             return
         if self._trials and pages == self.encoder.batch_size:
+            self.trial_batches += 1
             if not self._trial.add(pages, seconds):
                 return
             size = self._trials.pop(0)
@@ -163,7 +185,8 @@ class CpuTuner:
         return {"batch_size": self.encoder.batch_size, "threads": self.threads, "decided": self.decided,
                 "pages_per_second_by_batch": {size: round(1 / s, 2) for size, s in sorted(self._results.items())},
                 "peak_rss_mib_by_batch": {size: round(kib / 1024) for size, kib in sorted(self._peak_after.items())},
-                "waited_share": round(self.waited_share if self._share_at_decision is None else self._share_at_decision, 3)}
+                "waited_share": round(self.waited_share if self._share_at_decision is None else self._share_at_decision, 3),
+                "trial_batches": self.trial_batches}
 
 
 def set_threads(count: int) -> None:
@@ -173,16 +196,16 @@ def set_threads(count: int) -> None:
 
 
 @contextmanager
-def cpu_threads(encoder) -> Iterator[None]:
-    """Every core for a model on the CPU while a build runs (the tuner may give one back);
-    the count is restored afterwards."""
+def cpu_threads(encoder, threads: int | None = None) -> Iterator[None]:
+    """Every core for a model on the CPU while a build runs (the tuner may give one back), or `threads`
+    (what the tuner kept with a warm encoder chose); the count is restored afterwards."""
     if encoder is None or encoder.precision.device_type != "cpu" or not family_named(encoder.model.family).torch:
         yield
         return
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(available_cpus())
+    torch.set_num_threads(threads or available_cpus())
     try:
         yield
     finally:

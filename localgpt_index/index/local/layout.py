@@ -8,6 +8,7 @@ Layout of one index (`<index-dir>/<name>/`):
     segments/<id>.offsets.npy   int64 (pages + 1): page p owns rows offsets[p]:offsets[p+1]
     pdf/<sha256>.pdf            a PDF a converted document was rendered from, named by its own sha256
     lock, lock.owner            the writers' lock, and who holds it
+    checked.json                which vectors files a writer checked whole, and their state then (checked.py)
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from .layout import (
     index_path,
 )
 from .blobs import LocalBlobs
+from .checked import check_whole
 from .lock import writer_lock
 from .segments import SegmentFiles, load_segment
 from .txn import LocalParts, Transaction
@@ -232,9 +233,8 @@ class IndexStore:
         head = self.read_head()
         base = self.read_manifest()
         if base is not None:
-            self.check(base)
-            for segment in base.segments.values():  # a writer names these blocks in its generation: all of them checked
-                self.segment_arrays(segment)
+            self.check(base)  # a writer names these blocks in its generation: every one checked, or recorded as checked
+            check_whole(self.root, [(segment, self.segment_files(segment)) for segment in base.segments.values()])
         return base, base.generation if base else 0, head is not None and head.format != FORMAT
 
     def _highest_generation(self) -> int:
