@@ -94,29 +94,33 @@ def test_a_request_cut_into_one_byte_packets_is_answered_as_a_whole(conn_index):
 
 
 def test_pipelined_requests_are_answered_in_order_and_wait_their_turn_without_a_deadline(conn_index, tmp_path):
-    """Three requests in one packet, the first held in the model: the second (a body half sent) and
-    the third (headers half sent) are not timed while the first is answered, however long that takes;
-    once the answers before it are sent, the third's header deadline runs."""
+    """Two connections, each a query held in the model with a request pipelined behind it: one half
+    through its body, the other half through its headers. Neither is timed while the query before it is
+    answered, however long that takes; once that answer is sent, the unfinished body's deadline runs."""
     hold = Hold(tmp_path, "serve.batch")
     running = Server("--index-dir", str(conn_index["index"]), "-q", "--header-timeout", "1", "--body-timeout", "1", env=hold.env)
     try:
         running.wait_ready()
-        first, second = _query("report 0 page 1"), _query("report 1 page 0", k=2)
-        cut = len(second) - 8
-        sock = _connect(running)
-        sock.sendall(first + second[:cut])
+        queued_body = _query("report 1 page 0", k=2)
+        body_behind = _connect(running)
+        body_behind.sendall(_query("report 0 page 1") + queued_body[:-8])
         hold.wait_reached(running)
-        stalled = _connect(running)  # started after the pipelined request: its deadline passes first
+        headers_behind = _connect(running)
+        headers_behind.sendall(_query("report 1 page 1") + b"GET /status HTTP/1.1\r\n" + HOST)
+        with running.client() as probe:  # its query waits behind the held one: the packet after it was read too
+            wait_for(lambda: probe.get("/healthz").json().get("queued", 0) >= 1, 60, lambda: probe.get("/healthz").text)
+        stalled = _connect(running)  # started after both pipelined requests: its deadline passes first
         stalled.sendall(b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: 40\r\n\r\n{")
         _closed_within(stalled, 30)
-        assert _still_open(sock)
-        sock.sendall(second[cut:] + b"GET /status HTTP/1.1\r\n" + HOST)
+        assert _still_open(body_behind) and _still_open(headers_behind)
+        headers_behind.sendall(b"\r\n")
         hold.release()
-        answers = _read_answers(sock, 2)
+        answers = _read_answers(headers_behind, 2)
         assert [status for status, _ in answers] == [200, 200], answers
-        assert [a["queries"][0]["query"] for _, a in answers] == ["report 0 page 1", "report 1 page 0"]
-        assert len(_ranking(answers[1][1])) == 2
-        _closed_within(sock, 30)  # the third never finishes its headers: its deadline ran once the answers were sent
+        assert answers[0][1]["queries"][0]["query"] == "report 1 page 1" and answers[1][1]["pages"] == 5
+        [(status, answer)] = _read_answers(body_behind, 1)
+        assert status == 200 and answer["queries"][0]["query"] == "report 0 page 1"
+        _closed_within(body_behind, 30)  # the body never came: its deadline ran once the answer before it was sent
     finally:
         hold.release()
         assert running.stop() == 0
