@@ -42,3 +42,15 @@ def test_bench_serve_quick_prints_serve_against_the_scorer_s_batched_ceiling():
     assert "of the scorer's batched ceiling (target 90 %)" in done.stderr
     assert all(r["serve_cpu_ms"] > 0 and r["scorer_stacked_cpu_ms"] > 0 for r in ceiling["rounds"])
     assert report["scored_with_median"] >= 1 and "X-Lgpt-Scored-With" in done.stderr
+
+
+@pytest.mark.slow  # two real servers, a git worktree of the baseline
+def test_bench_http_prints_serve_s_cpu_a_request_against_a_baseline():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_http.py"), "--baseline", "HEAD", "--rounds", "1", "--requests", "30",
+                           "--queries", "16", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert all("HttpToolsProtocol" in name for name in report["protocols"].values()), report["protocols"]
+    for runs in report["runs"].values():
+        assert runs[0]["healthz_cpu_ms"] >= 0 and runs[0]["query8_cpu_ms"] > 0
+    assert "this tree / baseline" in done.stderr
