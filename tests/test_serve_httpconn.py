@@ -180,3 +180,20 @@ def test_past_the_cap_a_healthz_sent_a_byte_at_a_time_is_answered_and_anything_e
         if held is not None:
             held.close()
         assert running.stop() == 0
+
+
+def test_request_headers_past_16_kib_are_refused_with_431_and_the_connection_closed(plain_server):
+    """httptools bounds nothing (h11 bounded a request's line and headers at 16 KiB): without a bound
+    a client could fill the server's memory within its header deadline."""
+    for target, headers in ((b"/status", b"X-Big: " + b"a" * 20_000 + b"\r\n"), (b"/status?" + b"q=1&" * 5_000, b""),
+                            (b"/status", b"X-Many: b\r\n" * 2_000)):
+        sock = _connect(plain_server)
+        sock.sendall(b"GET " + target + b" HTTP/1.1\r\n" + HOST + headers)  # not even finished: refused as it grows
+        answer = _read_to_end(sock)
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 431 Request Header Fields Too Large", answer[:300]
+        assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["message"].startswith("request line and headers over 16 KiB")
+    sock = _connect(plain_server)  # under the bound: answered
+    sock.sendall(b"GET /status HTTP/1.1\r\n" + HOST + b"X-Big: " + b"a" * 12_000 + b"\r\n\r\n")
+    [(status, answer)] = _read_answers(sock, 1)
+    assert status == 200 and answer["pages"] == 5

@@ -8,14 +8,15 @@ from collections import deque
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .httpguard import ConnectionLimits, is_loopback, over_capacity_response
+from .httpguard import MAX_HEADER_BYTES, ConnectionLimits, headers_too_large_response, is_loopback, over_capacity_response
 
 SPARE_CONNECTIONS = 8  # past the cap: loopback connections given the chance to ask for /healthz
 
 
 class GuardedProtocol(HttpToolsProtocol):
     """One connection: a deadline for its headers, then one for its body, none while it is answered;
-    past the cap only a loopback GET /healthz is answered (then the connection closes).
+    a request's line and headers of at most MAX_HEADER_BYTES; past the cap only a loopback GET /healthz
+    is answered (then the connection closes).
 
     The parser's callbacks say which part of a request the connection is reading (`_reading`:
     "headers" from the connection's opening or the first byte after a request, "body" after its
@@ -31,6 +32,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._deadline = None
         self._armed: tuple[str, int] | None = None  # the part (and which request's) the deadline times
         self._reading, self._number = "headers", 1
+        self._header_bytes = 0  # received since the request began, while its headers are not complete
         self._over_cap = len(self.connections) >= self.limits.max_connections
         self._pending = b""
         self._one_request = False
@@ -64,9 +66,15 @@ class GuardedProtocol(HttpToolsProtocol):
             self._one_request = True
         if data:
             self._begin()  # any byte after a request starts the next one's header deadline (blank lines too)
+        if self._reading == "headers":
+            self._header_bytes += len(data)  # may run past the headers' end: reset there, and only checked below if it did not come
         super().data_received(data)
-        if not self.transport.is_closing():
-            self._follow()
+        if self.transport.is_closing():
+            return
+        if self._reading == "headers" and self._header_bytes > MAX_HEADER_BYTES:
+            self._refuse(headers_too_large_response())  # the parser keeps what it has read of them: bounded here
+            return
+        self._follow()
 
     # the parser's callbacks (httptools calls them from inside data_received)
 
@@ -75,7 +83,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self._reading = "body"
+        self._reading, self._header_bytes = "body", 0
         super().on_headers_complete()
         if self._one_request and self.cycle is not None:  # past the cap: this answer, then the connection closes
             self.cycle.keep_alive = False
@@ -92,7 +100,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _begin(self) -> None:
         if self._reading == "idle":
-            self._reading, self._number = "headers", self._number + 1
+            self._reading, self._number, self._header_bytes = "headers", self._number + 1, 0
 
     def _follow(self) -> None:
         """The deadline of the part being read, if the server is waiting on the client for it."""
@@ -124,10 +132,10 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._over_cap and self in self.waiting:
             self.waiting.remove(self)
 
-    def _refuse(self) -> None:
+    def _refuse(self, answer: bytes | None = None) -> None:
         self._disarm()
         if not self.transport.is_closing():
-            self.transport.write(over_capacity_response())
+            self.transport.write(answer or over_capacity_response())
             self.transport.close()
 
 
