@@ -22,8 +22,8 @@ class GuardedProtocol(HttpToolsProtocol):
     "headers" from the connection's opening or the first byte after a request, "body" after its
     headers, "idle" once it is read); `_follow` keeps one deadline for that part, started when the
     part starts (bytes trickling in do not move it). Nothing is timed while a request is answered
-    with the next one not yet begun, nor while a pipelined request waits its turn (uvicorn stops
-    reading then): its deadline starts when the answer before it is complete."""
+    (nor the headers of the next, if it was begun meanwhile), nor while a pipelined request waits
+    its turn (uvicorn stops reading then): its deadline starts when the answer before it is sent."""
 
     limits: ConnectionLimits = ConnectionLimits()
     waiting: deque  # connections past the cap that may yet ask for /healthz (one deque per server)
