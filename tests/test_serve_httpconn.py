@@ -7,11 +7,13 @@ real port, spoken to with raw sockets; the deadlines of test_serve_hardening.py 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 
 import pytest
 
+from conftest import run_process
 from helpers import report_index as build_report_index
 from served import Server
 from test_serve_hardening import Hold, _closed_within, _connect, wait_for
@@ -197,3 +199,13 @@ def test_request_headers_past_16_kib_are_refused_with_431_and_the_connection_clo
     sock.sendall(b"GET /status HTTP/1.1\r\n" + HOST + b"X-Big: " + b"a" * 12_000 + b"\r\n\r\n")
     [(status, answer)] = _read_answers(sock, 1)
     assert status == 200 and answer["pages"] == 5
+
+
+def test_without_httptools_serve_says_what_to_install(conn_index, tmp_path):
+    hiding = tmp_path / "hiding"
+    hiding.mkdir()
+    (hiding / "httptools.py").write_text("raise ImportError('No module named httptools (hidden by the test)')\n")
+    done = run_process("serve", "--index-dir", str(conn_index["index"]), "--port", "0", timeout=120,
+                       env={"PYTHONPATH": os.pathsep.join([str(hiding), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 4, done.stderr
+    assert "HTTP parser" in done.stderr and "pip install 'httptools" in done.stderr and "Traceback" not in done.stderr

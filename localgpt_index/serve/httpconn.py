@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from ..core.errors import EnvironmentMissing
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError as exc:  # an install without lgpt-index's dependencies (httptools)
+    raise EnvironmentMissing(f"serve's HTTP parser does not load: {exc}.",
+                             hint="pip install 'httptools>=0.6.3' (a dependency of lgpt-index: reinstall it)") from None
 
 from .httpguard import MAX_HEADER_BYTES, ConnectionLimits, headers_too_large_response, is_loopback, over_capacity_response
 
