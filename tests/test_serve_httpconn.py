@@ -1,8 +1,10 @@
 """`serve`'s connection protocol (serve/httpconn.py, on uvicorn's httptools parser) where a parser
 that reads in callbacks differs from one that reads whole events: a request cut into one-byte
 packets, pipelined requests (their deadlines wait while the one before is answered), a body that
-stops mid-way, and the loopback /healthz past the cap sent a byte at a time. A real server on a
-real port, spoken to with raw sockets; the deadlines of test_serve_hardening.py hold here too."""
+stops mid-way, the loopback /healthz past the cap sent a byte at a time, the 16 KiB bound on a
+request's line and headers that h11 had and httptools has not, and an install without httptools.
+A real server on a real port, spoken to with raw sockets; the deadlines of test_serve_hardening.py
+hold here too."""
 
 from __future__ import annotations
 
