@@ -54,3 +54,17 @@ def test_bench_watch_incremental_prints_both_variants_with_bytes_read():
     assert [r["variant"] for r in report["runs"]] == ["full", "record", "record", "full"]
     assert all(r["indexed"] == 1 and r["read_mb"] >= 0 for r in report["runs"])
     assert report["full"]["wall_s"] > 0 and report["ratio_wall_full_over_record"] > 0
+
+
+@pytest.mark.slow  # two real servers, a git worktree of the baseline
+def test_bench_http_prints_serve_s_cpu_a_request_against_a_baseline():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_http.py"), "--baseline", "HEAD", "--rounds", "1", "--layer-requests",
+                           "50", "--requests", "30", "--queries", "16", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert set(report["layer_cpu_us"]) == {"h11 (uvicorn)", "httptools (uvicorn)", "httptools guarded (serve)"}
+    assert all(us[0] > 0 for us in report["layer_cpu_us"].values())
+    assert all("HttpToolsProtocol" in name for name in report["protocols"].values()), report["protocols"]
+    for runs in report["runs"].values():
+        assert runs[0]["healthz_cpu_ms"] >= 0 and runs[0]["query8_cpu_ms"] > 0
+    assert "of h11's" in done.stderr and "this tree / baseline" in done.stderr

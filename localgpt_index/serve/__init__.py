@@ -8,7 +8,7 @@
     schemas     the request body, the limits, the error document
     service     the warm index: the model loaded once, HEAD followed, queries batched
     httpguard   the HTTP policies (who may ask, what an answer may reveal), no FastAPI in them
-    httpconn    the h11 protocol with read deadlines and a connection cap
+    httpconn    uvicorn's httptools protocol with read deadlines and a connection cap
     client      `query --server`: the same documents over HTTP, checked
 
 Nothing is imported here, so that `query --server` (serve.client) does not load FastAPI."""

@@ -1,29 +1,44 @@
-"""The connection layer of `serve`: uvicorn's h11 protocol with read deadlines and a connection cap
-(guarded_protocol makes it with the limits of one server; the limits themselves are httpguard's)."""
+"""The connection layer of `serve`: uvicorn's httptools protocol (a C parser) with read deadlines and
+a connection cap (guarded_protocol makes it with the limits of one server; the limits themselves are
+httpguard's)."""
 
 from __future__ import annotations
 
 from collections import deque
 
-import h11
-from uvicorn.protocols.http.flow_control import CLOSE_HEADER
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from ..core.errors import EnvironmentMissing
 
-from .httpguard import ConnectionLimits, is_loopback, over_capacity_response
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError as exc:  # an install without lgpt-index's dependencies (httptools)
+    raise EnvironmentMissing(f"serve's HTTP parser does not load: {exc}.",
+                             hint="pip install 'httptools>=0.6.3' (a dependency of lgpt-index: reinstall it)") from None
+
+from .httpguard import MAX_HEADER_BYTES, ConnectionLimits, headers_too_large_response, is_loopback, over_capacity_response
 
 SPARE_CONNECTIONS = 8  # past the cap: loopback connections given the chance to ask for /healthz
 
 
-class GuardedH11Protocol(H11Protocol):
+class GuardedProtocol(HttpToolsProtocol):
     """One connection: a deadline for its headers, then one for its body, none while it is answered;
-    past the cap only a loopback GET /healthz is answered (then the connection closes)."""
+    a request's line and headers of at most MAX_HEADER_BYTES; past the cap only a loopback GET /healthz
+    is answered (then the connection closes).
+
+    The parser's callbacks say which part of a request the connection is reading (`_reading`:
+    "headers" from the connection's opening or the first byte after a request, "body" after its
+    headers, "idle" once it is read); `_follow` keeps one deadline for that part, started when the
+    part starts (bytes trickling in do not move it). Nothing is timed while a request is answered
+    (nor the headers of the next, if it was begun meanwhile), nor while a pipelined request waits
+    its turn (uvicorn stops reading then): its deadline starts when the answer before it is sent."""
 
     limits: ConnectionLimits = ConnectionLimits()
     waiting: deque  # connections past the cap that may yet ask for /healthz (one deque per server)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]  # uvicorn annotates the base with its own transport type
         self._deadline = None
-        self._phase = "headers"
+        self._armed: tuple[str, int] | None = None  # the part (and which request's) the deadline times
+        self._reading, self._number = "headers", 1
+        self._header_bytes = 0  # received since the request began, while its headers are not complete
         self._over_cap = len(self.connections) >= self.limits.max_connections
         self._pending = b""
         self._one_request = False
@@ -35,7 +50,7 @@ class GuardedH11Protocol(H11Protocol):
             if len(self.waiting) >= SPARE_CONNECTIONS:
                 self.waiting.popleft()._refuse()  # the oldest gives way: a prober asks as soon as it connects
             self.waiting.append(self)
-        self._arm(self.limits.header_timeout, "headers")
+        self._follow()
 
     def connection_lost(self, exc) -> None:
         self._disarm()
@@ -55,40 +70,67 @@ class GuardedH11Protocol(H11Protocol):
                 return
             self._over_cap, data, self._pending = False, self._pending, b""
             self._one_request = True
-        if self._deadline is None and self.conn.their_state is h11.IDLE:
-            self._arm(self.limits.header_timeout, "headers")  # a next request on a kept-alive connection
+        if data:
+            self._begin()  # any byte after a request starts the next one's header deadline (blank lines too)
+        if self._reading == "headers":
+            self._header_bytes += len(data)  # may run past the headers' end: reset there, and only checked below if it did not come
         super().data_received(data)
+        if self.transport.is_closing():
+            return
+        if self._reading == "headers" and self._header_bytes > MAX_HEADER_BYTES:
+            self._refuse(headers_too_large_response())  # the parser keeps what it has read of them: bounded here
+            return
+        self._follow()
+
+    # the parser's callbacks (httptools calls them from inside data_received)
+
+    def on_message_begin(self) -> None:
+        self._begin()  # a pipelined request that begins in the same packet as the end of the one before
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._reading, self._header_bytes = "body", 0
+        super().on_headers_complete()
         if self._one_request and self.cycle is not None:  # past the cap: this answer, then the connection closes
             self.cycle.keep_alive = False
-            self.scope["headers"].append(CLOSE_HEADER)
             self._one_request = False
-        self._follow()
+
+    def on_message_complete(self) -> None:
+        self._reading = "idle"
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._follow()
+        if not self.transport.is_closing():
+            self._follow()
+
+    def _begin(self) -> None:
+        if self._reading == "idle":
+            self._reading, self._number, self._header_bytes = "headers", self._number + 1, 0
 
     def _follow(self) -> None:
-        """Move the deadline along with the request: headers, then body, then none while it is answered."""
-        state = self.conn.their_state
-        if state is h11.SEND_BODY and self._phase == "headers":
-            self._arm(self.limits.body_timeout, "body")
-        elif state is not h11.IDLE and state is not h11.SEND_BODY:
-            self._disarm()
-
-    def _arm(self, seconds: float, phase: str) -> None:
+        """The deadline of the part being read, if the server is waiting on the client for it."""
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if self._reading == "body" and not self.pipeline:  # (a queued request's body is not read yet)
+            wanted: tuple[str, int] | None = ("body", self._number)
+        elif self._reading == "headers" and not answering and not self.pipeline:
+            wanted = ("headers", self._number)
+        else:
+            wanted = None
+        if wanted == self._armed:
+            return
         self._disarm()
-        self._phase = phase
-        self._deadline = self.loop.call_later(seconds, self._expired)
+        if wanted is not None:
+            seconds = self.limits.body_timeout if wanted[0] == "body" else self.limits.header_timeout
+            self._deadline, self._armed = self.loop.call_later(seconds, self._expired), wanted
 
     def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
-            self._deadline = None
-        self._phase = "headers"
+        self._deadline, self._armed = None, None
 
     def _expired(self) -> None:
-        self._deadline = None
+        self._deadline, self._armed = None, None
         if not self.transport.is_closing():
             self.transport.close()  # a silent or trickling client: its request is not waited for
 
@@ -96,14 +138,14 @@ class GuardedH11Protocol(H11Protocol):
         if self._over_cap and self in self.waiting:
             self.waiting.remove(self)
 
-    def _refuse(self) -> None:
+    def _refuse(self, answer: bytes | None = None) -> None:
         self._disarm()
         if not self.transport.is_closing():
-            self.transport.write(over_capacity_response())
+            self.transport.write(answer or over_capacity_response())
             self.transport.close()
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type:
-    """uvicorn's h11 protocol with the deadlines and the cap of `limits` (uvicorn has neither a
+    """uvicorn's httptools protocol with the deadlines and the cap of `limits` (uvicorn has neither a
     header nor a body read timeout: only keep-alive between requests)."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "waiting": deque()})
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "waiting": deque()})

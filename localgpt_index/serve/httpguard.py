@@ -69,13 +69,25 @@ def default_max_connections(wanted: int = 256) -> int:
     return max(1, min(wanted, (soft - 96) // 2))
 
 
-OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                 b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
+MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers: h11's bound (uvicorn's httptools protocol has none)
+
+
+def error_response(status: int, message: str, extra: bytes = b"") -> bytes:
+    """A whole answer with the error document, written by the connection layer before any application
+    runs (`extra`: more header lines); the connection closes after it."""
+    from http import HTTPStatus
+
+    body = json.dumps({"error": {"status": status, "message": message}}).encode()
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%scontent-length: %d\r\n\r\n%s"
+            % (status, HTTPStatus(status).phrase.encode(), extra, len(body), body))
 
 
 def over_capacity_response() -> bytes:
-    body = json.dumps({"error": {"status": 503, "message": "too many connections; try again"}}).encode()
-    return OVER_CAPACITY % (len(body), body)
+    return error_response(503, "too many connections; try again", b"retry-after: 1\r\n")
+
+
+def headers_too_large_response() -> bytes:
+    return error_response(431, f"request line and headers over {MAX_HEADER_BYTES // 1024} KiB; send less")
 
 
 def is_loopback(host: str | None) -> bool:
