@@ -104,7 +104,7 @@ def test_a_single_chunk_is_scored_on_a_scorer_thread_not_the_callers(monkeypatch
 
     if score.SCORE_WORKERS <= 1:
         pytest.skip("one CPU: the calling thread is the scorer")
-    monkeypatch.setattr(score, "compiled_kernel", lambda: None)  # torch's path (the compiled kernel uses one thread anyway)
+    monkeypatch.setattr(score, "kernel_policy", score.KernelPolicy.fixed(None))  # torch's path (the compiled kernel uses one thread anyway)
     names: list[str] = []
     real = score._score_chunks
     monkeypatch.setattr(score, "_score_chunks", lambda *args: names.append(threading.current_thread().name) or real(*args))

@@ -22,6 +22,7 @@ from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
 from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
+from ..index.score import warm_up
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
 from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
@@ -109,6 +110,7 @@ class IndexService:
         """Load the model the index was built with (seconds to minutes); records a failure instead of raising."""
         try:
             index = self.index()
+            warm_up()  # a long-lived process: the CPU scorer's compiled kernel loads beside the model
             encoder = index.load_encoder(device=self.device, dtype=self.dtype)
             self.encoder = encoder
             with self._lock:
