@@ -150,6 +150,34 @@ def test_a_service_starts_the_kernel_s_load_on_its_own_thread_beside_the_model(f
     assert watched.threads == ["lgpt-score-warm-up"]
 
 
+def test_a_service_is_warm_only_once_the_kernel_s_load_has_ended(fake_index, watched, monkeypatch):
+    """/healthz says ready after the warm-up: by then the kernel is loaded, and the first client gets it."""
+    from localgpt_index.serve.service import KERNEL_WAIT_S, IndexService
+
+    service = IndexService(fake_index / "default")
+    service.load()
+    policy = score_module.kernel_policy
+    waits: list[tuple[float | None, bool]] = []
+    real_wait = policy.wait
+    monkeypatch.setattr(policy, "wait", lambda timeout=None: (waits.append((timeout, service.warmed)), real_wait(timeout))[1])
+    monkeypatch.setattr(service, "search", lambda requests: [])  # the warm-up query (torch's scorer: not in this tier)
+    service.warm_up()
+    assert waits == [(KERNEL_WAIT_S, False)] and service.warmed
+    assert policy.loaded() is watched.kernel
+
+
+def test_waiting_for_the_kernel_returns_at_once_where_no_load_began_and_else_when_it_ends(cold):
+    assert KernelPolicy(Loads()).wait() is None
+    gate = threading.Event()
+    loads = Loads(gate)
+    policy = KernelPolicy(loads)
+    policy.warm_up()
+    assert loads.began.wait(60)
+    assert policy.wait(0) is None
+    gate.set()
+    assert policy.wait(60) is loads.kernel
+
+
 def test_an_exact_pass_announces_its_rows_and_tokens(fake_index, monkeypatch):
     """The view tells the policy the size of a pass before scoring it (the numbers the load is decided on)."""
     import localgpt_index.index.view as view_module

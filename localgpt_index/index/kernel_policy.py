@@ -109,6 +109,13 @@ class KernelPolicy:
             self._started = True
         threading.Thread(target=self._finish, name="lgpt-score-warm-up", daemon=True).start()
 
+    def wait(self, timeout: float | None = None) -> Kernel | None:
+        """The kernel once a load that began has ended (waiting at most `timeout` seconds); None at once
+        if no load began."""
+        if self._started:
+            self._ready.wait(timeout)
+        return self.loaded()
+
     def _finish(self) -> Kernel | None:
         try:
             failpoint("score.kernel_load")
