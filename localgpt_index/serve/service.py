@@ -22,10 +22,14 @@ from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
 from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
+from ..index import score
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
 from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
 from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
+
+
+KERNEL_WAIT_S = 120  # the warm-up waits this long at most for the compiled kernel (compiled where numba has no cache: seconds)
 
 
 class NotReady(LgptError):
@@ -109,6 +113,7 @@ class IndexService:
         """Load the model the index was built with (seconds to minutes); records a failure instead of raising."""
         try:
             index = self.index()
+            score.warm_up()  # a long-lived process: the CPU scorer's compiled kernel loads beside the model
             encoder = index.load_encoder(device=self.device, dtype=self.dtype)
             self.encoder = encoder
             with self._lock:
@@ -128,6 +133,7 @@ class IndexService:
         except LgptError:
             pass  # an empty index, a stale one: real requests will say so
         finally:
+            score.kernel_policy.wait(KERNEL_WAIT_S)  # its load, begun beside the model's, ended: clients get the kernel
             self.warmed = True
 
     @property
