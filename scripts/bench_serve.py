@@ -103,6 +103,21 @@ def ranking(document: dict) -> list[tuple[str, int]]:
     return [(h["path"], h["page"]) for h in document["results"]]
 
 
+# Scores within this of each other may rank either way between the CLI and the server: a one-shot `query`
+# scores by torch's path, a warm server by the compiled kernel, equal within float32 rounding (the
+# scorer's documented tolerance: index/kernel_policy.py, docs/performance.md)
+TIE = 1e-3
+
+
+def ranks_as(document: dict, want: list[tuple[str, int, float]] | None) -> bool:
+    """Whether `document`'s hits rank as `want` (path, page, score), a near-tie (scores within TIE at
+    the same rank) in either order."""
+    got = [(h["path"], h["page"], h["score"]) for h in document["results"]]
+    return want is not None and len(got) == len(want) and all(
+        (path, page) == (their_path, their_page) or abs(score - their_score) <= TIE
+        for (path, page, score), (their_path, their_page, their_score) in zip(got, want))
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) process `pid` has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -168,7 +183,7 @@ def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int, p
             if pid and cpu is not None:
                 cpu.append((cpu_seconds(pid) - used) / len(texts))
                 CLIENT_CPU.append((cpu_seconds(os.getpid()) - mine) / len(texts))
-            same &= all(ranking(a) == ranking(b) == want for a, b, want in zip(one_by_one, together, expected))
+            same &= all(ranking(a) == ranking(b) and ranks_as(a, want) for a, b, want in zip(one_by_one, together, expected))
     for connection in [first, *made]:
         connection.close()
     return rates, same
@@ -186,6 +201,8 @@ import json, statistics, sys, time
 from localgpt_index.query.search import open_index
 index = open_index(sys.argv[1])
 encoder = index.load_encoder()
+from localgpt_index.index.score import kernel_policy
+kernel_policy.load()  # as the server has it (it loads the compiled kernel at start)
 vectors = encoder.encode_queries(json.loads(sys.argv[2]))
 stacks = [vectors[at : at + 8] for at in range(0, len(vectors), 8)]
 index.search_vectors(stacks[0], 10)
@@ -394,7 +411,7 @@ def main() -> None:
         texts = questions(64)
         cli = json.loads(lgpt("query", *texts, "-k", "10", "--json", "--mode", "visual", "--index-dir", str(index)).stdout)["queries"]
         # the CLI answers absolute paths, `serve` paths relative to the indexed folder
-        expected = [[(os.path.relpath(path, docs), page) for path, page in ranking(c)] for c in cli]
+        expected = [[(os.path.relpath(h["path"], docs), h["page"], h["score"]) for h in c["results"]] for c in cli]
         ceiling, same = against_ceiling(server.url, texts, expected, index, args.rounds, server.proc.pid)
         failed |= not same
         report["ceiling"] = ceiling
@@ -423,7 +440,7 @@ def main() -> None:
             f"ceiling (target 90 %); {statistics.median(gain):.2f}x ({min(gain):.2f}x-{max(gain):.2f}x) one client's "
             f"throughput, where batching can take at most {statistics.median(most):.2f}x off the scoring "
             f"({100 * statistics.median(g / m for g, m in zip(gain, most)):.0f} % of that gain); "
-            f"top-10 identical to the CLI's for every query in every round: {same}")
+            f"top-10 identical to the CLI's (near-ties within 1e-3 in either order) for every query in every round: {same}")
         if args.quick:
             server.stop()
             finish(report, failed, args.json)

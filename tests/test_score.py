@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import localgpt_index.index.score as score_module
+from localgpt_index.index.kernel_policy import KernelPolicy
 from localgpt_index.index.score import maxsim
 
 
@@ -54,8 +55,11 @@ def test_maxsim_is_the_sum_over_query_tokens_of_the_best_page_token(monkeypatch)
 def test_the_numpy_the_torch_and_the_compiled_paths_agree(monkeypatch):
     rng, vectors, offsets = _ragged(4, pages=120)
     queries = [_unit(rng, n) for n in (3, 17, 30, 8)]
+    kernel = score_module.compiled_kernel()
+    assert kernel is not None
+    monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(kernel))
     compiled = maxsim(queries, vectors, offsets)
-    monkeypatch.setattr(score_module, "compiled_kernel", lambda: None)
+    monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(None))
     with_torch = maxsim(queries, vectors, offsets)
     np.testing.assert_allclose(compiled, with_torch, rtol=1e-5)
     monkeypatch.setattr(score_module, "torch_available", lambda: False)
@@ -96,12 +100,12 @@ def test_stacked_tokens_padded_for_the_product_leave_every_score_unchanged(monke
 def test_maxsim_equals_colpali_engine_score(uniform, path, monkeypatch):
     rng = np.random.default_rng(0)
     if path != "compiled":
-        monkeypatch.setattr(score_module, "compiled_kernel", lambda: None)
+        monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(None))
     else:
         real = score_module.compiled_kernel()
         assert real is not None  # numba is a dependency: no silent fallback
         calls = []
-        monkeypatch.setattr(score_module, "compiled_kernel", lambda: lambda *args: (calls.append(1), real(*args)))
+        monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(lambda *args: (calls.append(1), real(*args))))
     monkeypatch.setattr(score_module, "ROWS_FIRST_FROM", 1 if path == "torch-rows-first" else 10**9)
     lengths = [40] * 50 if uniform else list(rng.integers(5, 80, size=50))
     pages = [_unit(rng, n).astype(np.float16) for n in lengths]
@@ -126,7 +130,7 @@ def test_warm_up_loads_the_kernel_once_in_a_thread_of_its_own(monkeypatch):
 
     real, seen, done = score_module.compiled_kernel, [], threading.Event()
     monkeypatch.setattr(score_module, "compiled_kernel", lambda: (seen.append(threading.current_thread().name), done.set(), real())[2])
-    score_module.warm_up.cache_clear()
+    monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy(lambda: score_module.compiled_kernel()))
     score_module.warm_up()
     score_module.warm_up()
     assert done.wait(60)

@@ -26,6 +26,7 @@ def test_overlapping_service_queries_change_no_process_wide_torch_setting(fake_m
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
     monkeypatch.setattr(score_module, "CHUNK_ROWS", 1)  # a chunk a page: every query uses both threads
     monkeypatch.setattr(score_module, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(score_module, "kernel_policy", score_module.KernelPolicy.fixed(None))  # torch's path throughout
     service = IndexService(index / "default")
     service.load()
     requests = [SearchRequest((f"page {n}", f"doc {n}"), 5) for n in range(4)]
@@ -104,7 +105,7 @@ def test_a_single_chunk_is_scored_on_a_scorer_thread_not_the_callers(monkeypatch
 
     if score.SCORE_WORKERS <= 1:
         pytest.skip("one CPU: the calling thread is the scorer")
-    monkeypatch.setattr(score, "compiled_kernel", lambda: None)  # torch's path (the compiled kernel uses one thread anyway)
+    monkeypatch.setattr(score, "kernel_policy", score.KernelPolicy.fixed(None))  # torch's path (the compiled kernel uses one thread anyway)
     names: list[str] = []
     real = score._score_chunks
     monkeypatch.setattr(score, "_score_chunks", lambda *args: names.append(threading.current_thread().name) or real(*args))

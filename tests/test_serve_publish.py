@@ -58,7 +58,7 @@ def test_the_scorer_s_threads_score_with_one_torch_thread_each(monkeypatch) -> N
     import localgpt_index.index.score as score_module
 
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)
-    monkeypatch.setattr(score_module, "compiled_kernel", lambda: None)  # torch's path (the compiled kernel uses no torch)
+    monkeypatch.setattr(score_module, "kernel_policy", score_module.KernelPolicy.fixed(None))  # torch's path: no kernel
     threads = torch.get_num_threads()
     seen: list[int] = []
     real = score_module._best_per_page

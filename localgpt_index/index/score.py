@@ -1,12 +1,12 @@
 """Exact MaxSim (late interaction) over float16 page vectors, accumulated in float32.
 
-On a CPU, in a process with torch (always, for a real model), a compiled kernel does the work
-(maxsim_kernel.py, numba: float16 widened in L1 and multiplied in registers, the max fused); torch
-does it on other devices, or where that kernel cannot be had (no numba; checked once a process).
-Where torch cannot be imported the same chunks go through NumPy: the fast test tier runs without
-torch, with a fake model, and its queries take that path (its processes are short: the kernel's
-compilation or cache load would cost more than their queries). All paths are equal within float32
-rounding (tested)."""
+On a CPU, in a process with torch (always, for a real model), a compiled kernel does the work once it
+is loaded (maxsim_kernel.py, numba: float16 widened in L1 and multiplied in registers, the max fused),
+and torch's path until then: a process loads the kernel where that pays (kernel_policy.py: a
+long-lived one at start, a one-shot one only for a large pass). torch scores on other devices, and
+where the kernel cannot be had (no numba; checked once a process). Where torch cannot be imported the
+same chunks go through NumPy: the fast test tier runs without torch, with a fake model, and its
+queries take that path. All paths are equal within float32 rounding (tested)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,13 @@ import functools
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ..core.cpus import available_cpus
 from ..core.pools import SharedPool
-
-if TYPE_CHECKING:
-    pass
+from .kernel_policy import KernelPolicy
 
 # Page rows scored at once, at most. A chunk's float16 rows are widened once into a float32 block
 # that each scorer thread reuses, multiplied by the query tokens, and reduced to each page's best
@@ -53,9 +51,11 @@ def maxsim(
     pages = np.asarray(pages, dtype=np.int64)
     if device == "cpu" and not torch_available():
         return _maxsim_numpy(queries, vectors, offsets, pages)
-    kernel = compiled_kernel() if device == "cpu" else None
-    if kernel is not None and isinstance(vectors, np.ndarray) and vectors.dtype == np.float16 and vectors.shape[1]:
-        return _maxsim_compiled(kernel, queries, vectors, offsets, pages)
+    if device == "cpu" and isinstance(vectors, np.ndarray) and vectors.dtype == np.float16 and vectors.shape[1]:
+        rows = int((offsets[pages + 1] - offsets[pages]).sum())
+        kernel = kernel_policy.choose(rows, sum(len(q) for q in queries))
+        if kernel is not None:
+            return _maxsim_compiled(kernel, queries, vectors, offsets, pages)
     import torch
 
     q_all = torch.from_numpy(np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])).to(device)
@@ -142,13 +142,24 @@ def compiled_kernel():
     return score_pages if np.all(best == 8) else None
 
 
-@functools.cache
+# Where this process loads the kernel, and when it uses it (kernel_policy.py); compiled_kernel looked up
+# when it loads (tests replace it, or the policy: KernelPolicy.fixed)
+kernel_policy = KernelPolicy(lambda: compiled_kernel())
+
+
 def warm_up() -> None:
-    """Have the compiled kernel loaded (from numba's cache: about a second on a loaded 2-core machine,
-    most of it numba's own start; or compiled: a few) by a thread of its own, once a process, while the
-    caller does something slower (a model's load): the first query need not wait for it."""
+    """A long-lived process (serve, mcp): have the compiled kernel loaded on a thread of its own (about
+    a second on a loaded 2-core machine, most of it numba's own start), once, while the caller does
+    something slower (a model's load); queries until then are scored by torch's path."""
     if torch_available():
-        threading.Thread(target=compiled_kernel, name="lgpt-score-warm-up", daemon=True).start()
+        kernel_policy.warm_up()
+
+
+def expect_pass(rows: int, tokens: int) -> None:
+    """An exact pass of `rows` page rows for `tokens` query tokens is next (on the CPU): the kernel is
+    loaded first where the pass pays for it (KernelPolicy.expect)."""
+    if torch_available():
+        kernel_policy.expect(rows, tokens)
 
 
 class _Chunk(NamedTuple):

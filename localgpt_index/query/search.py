@@ -14,7 +14,6 @@ from ..index.device_scorer import DeviceScorer, DeviceScoring
 from ..index.store import IndexStore, MissingIndexFile, index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import IndexView
-from ..index.score import warm_up
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
@@ -78,7 +77,6 @@ class Index:
                 "its vectors cannot be compared with another model's.",
                 hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
             )
-        warm_up()  # the CPU scorer's compiled kernel loads beside the model
         self._encoder = load_query_encoder(ref, device, dtype)
         return self._encoder
 

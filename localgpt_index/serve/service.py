@@ -18,6 +18,7 @@ from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
 from ..core.failpoints import failpoint
 from ..index.store import IndexStore, MissingIndexFile
+from ..index import score
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
 from ..models.tuning import query_threads
@@ -25,6 +26,9 @@ from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
 
 
 TUNING_QUERY = "what was the revenue growth in the third quarter"  # a typical question's length
+
+
+KERNEL_WAIT_S = 120  # the warm-up waits this long at most for the compiled kernel (compiled where numba has no cache: seconds)
 
 
 class NotReady(LgptError):
@@ -109,6 +113,7 @@ class IndexService:
         """Load the model the index was built with (seconds to minutes); records a failure instead of raising."""
         try:
             index = self.index()
+            score.warm_up()  # a long-lived process: the CPU scorer's compiled kernel loads beside the model
             encoder = index.load_encoder(device=self.device, dtype=self.dtype)
             self.encoder = encoder
             with self._lock:
@@ -131,6 +136,7 @@ class IndexService:
         except LgptError:
             pass  # an empty index, a stale one: real requests will say so
         finally:
+            score.kernel_policy.wait(KERNEL_WAIT_S)  # its load, begun beside the model's, ended: clients get the kernel
             self.warmed = True
 
     @property
