@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import json as JSON  # LeanClient.post takes an argument named json, as httpx does
 import os
 import statistics
 import subprocess
@@ -79,6 +80,7 @@ WITHOUT_MODES: set[str] = set()
 
 
 SCORED_WITH: list[int] = []  # X-Lgpt-Scored-With of the answers to concurrent clients (this tree's server)
+CLIENT_CPU: list[float] = []  # the 8 clients' CPU seconds a query (this process), beside the server's
 
 
 def ask(client, text: str, k: int = 10, scored_with: list | None = None) -> dict:
@@ -122,28 +124,68 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class LeanClient:
+    """One kept-alive connection by the standard library's http.client: the clients share the server's 2
+    CPUs here (on a deployment they are elsewhere), so the load they make should cost little; httpx took
+    about 1 ms of CPU a request. Enough of httpx.Client for `ask`."""
+
+    def __init__(self, url: str) -> None:
+        import http.client
+        from urllib.parse import urlsplit
+
+        self.base_url = url
+        where = urlsplit(url)
+        self.connection = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
+
+    def post(self, path: str, json: dict) -> "LeanClient.Answer":
+        body = JSON.dumps(json).encode()
+        self.connection.request("POST", path, body, {"Content-Type": "application/json"})
+        answer = self.connection.getresponse()
+        return self.Answer(answer.status, answer.headers, answer.read())
+
+    class Answer:
+        def __init__(self, status_code: int, headers, content: bytes) -> None:
+            self.status_code, self.headers, self.content = status_code, headers, content
+
+        def raise_for_status(self) -> None:
+            if self.status_code >= 400:
+                raise RuntimeError(f"HTTP {self.status_code}: {self.content[:300]!r}")
+
+        def json(self):
+            return JSON.loads(self.content)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 def throughput_rounds(url: str, texts: list[str], expected: list, rounds: int, pid: int | None = None,
                       cpu: list | None = None) -> tuple[list[tuple[float, float]], bool]:
     """Queries/s of `texts` one at a time, then from 8 concurrent clients, `rounds` times in turn
     (the machine's speed drifts between runs); and whether every answer ranked as `expected`. With
     `pid` (the server's), its CPU seconds a query from the 8 clients are appended to `cpu`."""
-    import httpx
-
     rates, same = [], True
-    clients = [httpx.Client(base_url=url, timeout=120) for _ in range(8)]
+    first, own, made = LeanClient(url), threading.local(), []
+
+    def client() -> LeanClient:  # one connection per client thread (http.client's is not thread-safe)
+        if not hasattr(own, "client"):
+            own.client = LeanClient(url)
+            made.append(own.client)
+        return own.client
+
     with ThreadPoolExecutor(8) as pool:
         for _ in range(rounds):
             started = time.perf_counter()
-            one_by_one = [ask(clients[0], t) for t in texts]
+            one_by_one = [ask(first, t) for t in texts]
             alone = len(texts) / (time.perf_counter() - started)
-            started, used = time.perf_counter(), cpu_seconds(pid) if pid else 0.0
-            together = list(pool.map(lambda pair: ask(clients[pair[0] % 8], pair[1], scored_with=SCORED_WITH), enumerate(texts)))
+            started, used, mine = time.perf_counter(), cpu_seconds(pid) if pid else 0.0, cpu_seconds(os.getpid())
+            together = list(pool.map(lambda text: ask(client(), text, scored_with=SCORED_WITH), texts))
             rates.append((alone, len(texts) / (time.perf_counter() - started)))
             if pid and cpu is not None:
                 cpu.append((cpu_seconds(pid) - used) / len(texts))
+                CLIENT_CPU.append((cpu_seconds(os.getpid()) - mine) / len(texts))
             same &= all(ranking(a) == ranking(b) and ranks_as(a, want) for a, b, want in zip(one_by_one, together, expected))
-    for client in clients:
-        client.close()
+    for connection in [first, *made]:
+        connection.close()
     return rates, same
 
 
@@ -388,7 +430,8 @@ def main() -> None:
             say(f"   CPU time a query: the scorer's (8 stacked) as a share of serve's (8 clients, the whole server "
                 f"process): {statistics.median(cpu_share):.0f} % ({min(cpu_share):.0f}-{max(cpu_share):.0f} %); serve "
                 + ", ".join(f"{r['serve_cpu_ms']:.0f}" for r in rounds) + " ms, the scorer "
-                + ", ".join(f"{r['scorer_stacked_cpu_ms']:.0f}" for r in rounds) + " ms")
+                + ", ".join(f"{r['scorer_stacked_cpu_ms']:.0f}" for r in rounds) + " ms"
+                + (f"; the 8 clients (this process) {1000 * statistics.median(CLIENT_CPU):.1f} ms" if CLIENT_CPU else ""))
         if SCORED_WITH:
             report["scored_with_median"] = statistics.median(SCORED_WITH)
             say(f"   queries scored together with each of the 8 clients' queries (X-Lgpt-Scored-With): median "

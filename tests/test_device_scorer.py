@@ -268,25 +268,29 @@ def test_a_device_out_of_memory_on_upload_streams_instead(monkeypatch):
 
 @pytest.mark.slow  # torch
 def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_model, tmp_path):
-    """QueryBatcher (serve's): while the model thread is held on a first request, three more arrive;
-    they are answered by one model call and one device pass with their three queries stacked."""
+    """QueryBatcher (serve's): a first request answered, three more arrive while the encoder thread is
+    held before its second forward pass; they are answered by one model call and one device pass with
+    their three queries stacked."""
     import asyncio
     import threading
 
     from localgpt_index.core import failpoints
     from localgpt_index.query.search import QueryOptions
-    from localgpt_index.serve.service import IndexService, QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import IndexService, SearchRequest
 
     index = _index(fake_model, tmp_path)
     service = IndexService(index / "default")
     service.scoring = DeviceScoring("device")
     service.load()
-    held, release = threading.Event(), threading.Event()
+    held, release, reached = threading.Event(), threading.Event(), []
 
     def hook(name: str) -> None:
-        if name == "serve.batch" and not held.is_set():
-            held.set()
-            release.wait(timeout=60)
+        if name == "serve.batch":
+            reached.append(name)
+            if len(reached) == 2:  # the encoder thread, back for what arrived after the first request
+                held.set()
+                release.wait(timeout=60)
 
     visual = QueryOptions(mode="visual")
 
@@ -295,6 +299,7 @@ def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_m
         batcher.start()
         first = asyncio.ensure_future(batcher.submit(SearchRequest(("document 0",), 3, options=visual)))
         await asyncio.get_running_loop().run_in_executor(None, held.wait, 60)
+        await asyncio.wait_for(asyncio.shield(first), 60)
         rest = [asyncio.ensure_future(batcher.submit(SearchRequest((f"document {n} page 1",), 3, options=visual))) for n in (1, 2, 3)]
         while batcher.queued < 3:
             await asyncio.sleep(0)  # the three are in the queue, behind the held batch

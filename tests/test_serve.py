@@ -280,7 +280,7 @@ def test_healthz_is_ready_only_once_the_model_is_loaded(report_index, tmp_path):
 
 
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(report_index, tmp_path):
-    """The query is held on the model thread (failpoint serve.batch) while SIGTERM arrives; the server
+    """The query is held on the encoder thread (failpoint serve.batch) while SIGTERM arrives; the server
     stops listening (a new connection is refused), yet answers the held query once it goes on, then exits 0."""
     release = tmp_path / "release"
     running = Server("--index-dir", str(report_index["index"]),

@@ -1,6 +1,6 @@
 """`serve`'s batching: queries that arrive while an exact pass runs join it (serve/sweep.py), with no
-window and no clock. The model thread is held on failpoints (failpoints.set_hook) while the next
-requests arrive; nothing here waits on a timer."""
+window and no clock. The model thread (scoring) and the encoder thread are held on failpoints
+(failpoints.set_hook) while the next requests arrive; nothing here waits on a timer."""
 
 from __future__ import annotations
 
@@ -35,25 +35,54 @@ def service(fake_model, tmp_path, monkeypatch):
     service.load()
     yield service
     failpoints.set_hook(None)
+    HELD.clear()
 
 
 class Held:
-    """The model thread held at the `at`-th time it reaches failpoint `name` until released."""
+    """A thread held at the `at`-th time it reaches failpoint `name` until released (`hold=False`: only
+    seen). Several may be set at once: the failpoint hook asks each."""
 
-    def __init__(self, name: str, at: int = 1) -> None:
-        self.name, self.at, self.count = name, at, 0
+    def __init__(self, name: str, at: int = 1, hold: bool = True) -> None:
+        self.name, self.at, self.hold, self.count = name, at, hold, 0
         self.reached, self.release = threading.Event(), threading.Event()
-        failpoints.set_hook(self)
+        HELD.append(self)
+        failpoints.set_hook(_reached)
 
     def __call__(self, name: str) -> None:
         if name == self.name:
             self.count += 1
             if self.count == self.at:
                 self.reached.set()
-                assert self.release.wait(60)
+                assert not self.hold or self.release.wait(60)
 
     async def wait(self) -> None:
         assert await asyncio.get_running_loop().run_in_executor(None, self.reached.wait, 60)
+
+
+HELD: list[Held] = []
+
+
+def _reached(name: str) -> None:
+    for held in list(HELD):
+        held(name)
+
+
+def second_forward_pass() -> Held:
+    """The encoder thread held before it takes what arrived for its second forward pass (set before the
+    first request, so that nothing it does before can be missed)."""
+    return Held("serve.batch", at=2)
+
+
+async def encoded_together(gate: Held, *requests, batcher) -> list:
+    """`requests` submitted while the encoder thread is held at `gate`, then encoded in one forward pass
+    and handed to the model thread."""
+    await gate.wait()
+    handed = Held("serve.encoded", hold=False)
+    later = [asyncio.ensure_future(batcher.submit(r)) for r in requests]
+    await asyncio.sleep(0)  # they are in the inbox
+    gate.release.set()
+    await handed.wait()
+    return later
 
 
 class Ranked(list):
@@ -77,7 +106,8 @@ def alone(service, request):
 
 
 def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service):
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     first = SearchRequest(("page 1",), 5, options=VISUAL)
     second = SearchRequest(("page 2", "doc 3"), 3, options=VISUAL)
@@ -90,10 +120,10 @@ def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service)
     async def scenario():
         batcher = QueryBatcher(service)
         held = Held("serve.sweep", at=3)  # the first query alone on its third part
+        gate = second_forward_pass()
         one = asyncio.ensure_future(batcher.submit(first))
         await held.wait()
-        later = [asyncio.ensure_future(batcher.submit(r)) for r in (second, filtered, hybrid)]
-        await asyncio.sleep(0)  # they are in the inbox
+        later = await encoded_together(gate, second, filtered, hybrid, batcher=batcher)
         held.release.set()
         answers = await asyncio.gather(one, *later)
         await batcher.stop()
@@ -111,7 +141,8 @@ def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service)
 
 
 def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     encoder = service.encoder
     real = encoder.encode_queries
@@ -128,11 +159,10 @@ def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
     async def scenario():
         batcher = QueryBatcher(service)
         held = Held("serve.sweep", at=1)
+        gate = second_forward_pass()
         first = asyncio.ensure_future(batcher.submit(good))
         await held.wait()
-        bad = asyncio.ensure_future(batcher.submit(SearchRequest(("unreadable",), 5, options=VISUAL)))
-        other = asyncio.ensure_future(batcher.submit(good))
-        await asyncio.sleep(0)
+        bad, other = await encoded_together(gate, SearchRequest(("unreadable",), 5, options=VISUAL), good, batcher=batcher)
         held.release.set()
         answers = await asyncio.gather(first, bad, other, return_exceptions=True)
         await batcher.stop()
@@ -144,7 +174,8 @@ def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
 
 
 def test_a_client_that_goes_away_leaves_the_pass(service):
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     request = SearchRequest(("page 1",), 5, options=VISUAL)
     expected = alone(service, request)
@@ -152,9 +183,10 @@ def test_a_client_that_goes_away_leaves_the_pass(service):
     async def scenario():
         batcher = QueryBatcher(service)
         held = Held("serve.sweep", at=1)
+        gate = second_forward_pass()
         gone = asyncio.ensure_future(batcher.submit(request))
         await held.wait()  # on its first part
-        stays = asyncio.ensure_future(batcher.submit(request))
+        [stays] = await encoded_together(gate, request, batcher=batcher)
         gone.cancel()
         await asyncio.sleep(0)  # the cancellation reaches the future before the pass goes on
         held.release.set()
@@ -168,7 +200,8 @@ def test_a_client_that_goes_away_leaves_the_pass(service):
 
 
 def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(service, fake_model, tmp_path):
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     request = SearchRequest(("page",), 20, options=VISUAL)
     docs = tmp_path / "docs"
@@ -176,12 +209,12 @@ def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(servic
     async def scenario():
         batcher = QueryBatcher(service)
         held = Held("serve.sweep", at=2)
+        gate = second_forward_pass()
         old = asyncio.ensure_future(batcher.submit(request))
         await held.wait()
         make_pdf(docs / "added.pdf", ["added page"])
         assert run_cli("build", str(docs), "--index-dir", str(tmp_path / "idx")).exit_code == 0
-        new = asyncio.ensure_future(batcher.submit(request))
-        await asyncio.sleep(0)
+        [new] = await encoded_together(gate, request, batcher=batcher)  # for the new generation
         held.release.set()
         answers = await asyncio.gather(old, new)
         await batcher.stop()
@@ -198,7 +231,8 @@ def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setti
     import torch
 
     import localgpt_index.index.score as score_module
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
     requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)]
@@ -212,10 +246,10 @@ def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setti
     async def scenario():
         batcher = QueryBatcher(service)
         held = Held("serve.sweep", at=2)
+        gate = second_forward_pass()
         first = asyncio.ensure_future(batcher.submit(requests[0]))
         await held.wait()
-        later = [asyncio.ensure_future(batcher.submit(r)) for r in requests[1:]]
-        await asyncio.sleep(0)
+        later = await encoded_together(gate, *requests[1:], batcher=batcher)
         held.release.set()
         answers = await asyncio.gather(first, *later)
         await batcher.stop()
@@ -227,7 +261,8 @@ def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setti
 
 
 def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(service, monkeypatch):
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     monkeypatch.setattr(QueryBatcher, "MAX_QUERIES", 2)
     requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)] + [SearchRequest(("a", "b", "c"), 5, options=VISUAL)]
@@ -235,7 +270,7 @@ def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(servi
 
     async def scenario():
         batcher = QueryBatcher(service)
-        held = Held("serve.batch", at=1)  # all of them arrive while the model thread waits
+        held = Held("serve.batch", at=1)  # all of them arrive while the encoder thread waits
         tasks = [asyncio.ensure_future(batcher.submit(r)) for r in requests]
         await held.wait()
         await asyncio.sleep(0)
@@ -247,3 +282,24 @@ def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(servi
     answers = asyncio.run(scenario())
     assert [ranked(a) for a in answers] == expected
     assert [a.scored_with for a in answers[:4]] == [2, 2, 2, 2] and answers[4].scored_with == 3  # a request larger than the cap goes alone
+
+
+@pytest.mark.slow  # a real model
+def test_serve_chooses_the_encoder_threads_at_its_warm_up(tiny_model, tmp_path):
+    """The warm-up times a query's forward pass and keeps the faster thread count for the encoder thread
+    (models.tuning.query_threads); the ready line says which."""
+    import re
+
+    from helpers import wait_until
+    from served import Server
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "report.pdf", ["revenue", "costs"])
+    assert run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(index)).exit_code == 0
+    server = Server("--index-dir", str(index))
+    try:
+        server.wait_ready(timeout=300)
+        ready = wait_until(lambda: [line for line in server.lines if line.startswith("ready:")], what="the ready line", proc=server.proc)
+        assert len(ready) == 1 and re.search(r"queries encoded with \d+ torch threads\)$", ready[0]), server.lines
+    finally:
+        assert server.stop() == 0

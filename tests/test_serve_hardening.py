@@ -98,7 +98,8 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
     from types import SimpleNamespace
 
     from localgpt_index.core.errors import UsageError
-    from localgpt_index.serve.service import QueryBatcher, SearchRequest
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
 
     class Encoder:  # the tokenizer refuses one text
         def encode_queries(self, texts):
@@ -129,7 +130,7 @@ def _post(server: Server, body: dict) -> httpx.Response:
         return client.post("/query", content=json.dumps(body).encode(), headers={"content-type": "application/json"})
 
 
-# 2. ready only after the warm-up, which runs on the model thread; /healthz follows HEAD itself
+# 2. ready only after the warm-up, which runs on the encoder thread; /healthz follows HEAD itself
 
 def test_healthz_is_not_ready_until_the_warm_up_has_run(hardening_index, tmp_path):
     hold = Hold(tmp_path, "serve.warm_up")

@@ -297,3 +297,36 @@ def test_the_page_queue_shrinks_to_two_batches_of_the_size_kept(tiny_model, tmp_
     result = run_cli("build", str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "idx"), "--json")
     assert result.exit_code == 0, result.stderr
     assert sizes[0] == 2 * max(tuning.CANDIDATES) and sizes[-1] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("faster", [1, 2])
+def test_the_query_encoder_keeps_the_faster_thread_count_on_its_own_thread(tiny_model, faster):
+    """serve's warm-up times a query's forward pass with torch's thread count and with one thread, on the
+    thread that encodes queries, and keeps the faster there; the thread that started it keeps its own."""
+    import threading
+
+    import torch
+
+    from localgpt_index.models.resolve import resolve_model
+    from localgpt_index.query.search import load_query_encoder
+
+    encoder = load_query_encoder(resolve_model(str(tiny_model)), device="cpu")
+    now = [0.0]
+
+    def clock() -> float:  # a pass at the faster count takes 1 s, at the other 2 s
+        now[0] += 1.0 if torch.get_num_threads() == faster else 2.0
+        return now[0]
+
+    before, seen = torch.get_num_threads(), {}
+
+    def encoder_thread() -> None:
+        torch.set_num_threads(2)  # what torch's count is where there are two cores or more
+        seen["chosen"] = tuning.query_threads(encoder, ["what was the revenue growth"], clock=clock)
+        seen["kept"] = torch.get_num_threads()
+
+    thread = threading.Thread(target=encoder_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"chosen": faster, "kept": faster}
+    assert torch.get_num_threads() == before

@@ -1,5 +1,5 @@
 """What the MCP tools do, without MCP: the warm index of `serve` (serve.service: the model loaded
-once, HEAD followed, queries batched on one model thread), its path policy, and capped page images.
+once, HEAD followed, queries encoded on one thread and scored together on another), its path policy, and capped page images.
 
 Nothing outside the index is read: documents are found by the name the index gives them (or their
 sha256), and pages are rendered from what the index recorded, exactly as `serve` renders them."""
@@ -15,7 +15,8 @@ from ..core.errors import IndexProblem, UsageError
 from ..core.types import SearchHit
 from ..interop.reports import documents_document, status_document
 from ..serve.httpguard import PathPolicy, check_query_texts
-from ..serve.service import IndexService, QueryBatcher, SearchRequest
+from ..serve.batcher import QueryBatcher
+from ..serve.service import IndexService, SearchRequest
 from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
                       SearchAnswer)
@@ -48,10 +49,10 @@ class IndexTools:
         return index
 
     def start_loading(self) -> Future | None:
-        """Load the model on the model thread, once, as soon as there is an index to say which."""
+        """Load the model on the encoder thread, once, as soon as there is an index to say which."""
         with self._lock:
             if self._loading is None and self.service.store.exists():
-                self._loading = self.batcher.run_on_model_thread(self._load)
+                self._loading = self.batcher.run_on_encoder_thread(self._load)
             return self._loading
 
     def settled(self) -> bool:

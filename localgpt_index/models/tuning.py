@@ -210,3 +210,31 @@ def cpu_threads(encoder, threads: int | None = None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def query_threads(encoder, texts: list[str], repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> int | None:
+    """On the thread that will encode every query (serve's encoder thread): time a forward pass of
+    `texts` with torch's thread count and with one thread, and keep the faster on this thread. A
+    small model's query (a few ms) is all overhead, and a team of threads only adds its wake-ups
+    and steals cores from the scorer; a real model's is matrix products that want every core.
+    None where it does not apply (a device model, or a family not run by torch)."""
+    if encoder.precision.device_type != "cpu" or not family_named(encoder.model.family).torch:
+        return None
+    import torch
+
+    counts = sorted({torch.get_num_threads(), 1}, reverse=True)
+    best: tuple[float, int] | None = None
+    for count in counts:
+        torch.set_num_threads(count)
+        encoder.encode_queries(texts)  # a first pass at this count is not timed
+        times = []
+        for _ in range(repeats):
+            started = clock()
+            encoder.encode_queries(texts)
+            times.append(clock() - started)
+        taken = sorted(times)[len(times) // 2]
+        if best is None or taken < best[0]:
+            best = (taken, count)
+    assert best is not None
+    torch.set_num_threads(best[1])
+    return best[1]

@@ -1,5 +1,5 @@
 """The `serve` application: FastAPI with the routes, the middleware, and the model loading in the
-background once it starts (then warmed up on the model thread, where queries run)."""
+background once it starts (then warmed up on the encoder thread, where queries are encoded)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from .httpguard import PathPolicy
 from .middleware import RequestGuard, RequestLog
 from .routes import install_handlers, install_routes
 from .schemas import ErrorDocument
-from .service import IndexService, QueryBatcher
+from .batcher import QueryBatcher
+from .service import IndexService
 
 
 def create_app(service: IndexService, token: str | None = None, log: RequestLog | None = None,
@@ -47,12 +48,12 @@ def create_app(service: IndexService, token: str | None = None, log: RequestLog 
 
 
 def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_failure: Callable[[LgptError], None]) -> None:
-    """Load the model, then warm it up on the model thread (where queries run, one batch at a time)."""
+    """Load the model, then warm it up on the encoder thread (where queries are encoded, one forward pass at a time)."""
     started = time.perf_counter()
     try:
         service.load()
         if service.failure is None:
-            batcher.run_on_model_thread(service.warm_up).result()
+            batcher.run_on_encoder_thread(service.warm_up).result()
     except Exception as exc:  # noqa: BLE001 - whatever it is, serve stops with the reason instead of loading for ever
         reason = " ".join(str(exc).split())[:300]
         service.failure = service.failure or EnvironmentMissing(f"{type(exc).__name__} while loading the model: {reason}")
@@ -60,5 +61,6 @@ def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_fail
         log.message(f"error: the model could not be loaded: {service.failure.message}", "error")
         on_failure(service.failure)
         return
+    threads = f" (queries encoded with {service.query_threads} torch threads)" if service.query_threads else ""
     log.message(f"ready: {service.encoder.model.id} loaded in {time.perf_counter() - started:.1f} s "
-                f"on {service.encoder.precision.device}")
+                f"on {service.encoder.precision.device}{threads}")

@@ -17,7 +17,8 @@ from ..query.search import QueryOptions
 from .httpguard import PathPolicy, check_query_texts
 from .images import CANNOT_RENDER, PageImages
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
-from .service import IndexService, NotReady, QueryBatcher, SearchRequest
+from .batcher import QueryBatcher
+from .service import IndexService, NotReady, SearchRequest
 
 
 def _status_of(exc: LgptError) -> int:

@@ -5,16 +5,12 @@ followed, queries that arrive together answered together.
 it). It notices a new HEAD (a build or remove beside it) between batches and opens the new
 generation, reusing the segments it has already checked; a batch in flight keeps the
 generation it started with, and the old one's memory maps go with the last reference.
-`QueryBatcher` encodes the queries of requests that arrived together in one forward pass of the
-model and lets them join the exact scoring pass in flight (serve/sweep.py).
+`QueryBatcher` (batcher.py) answers the requests of concurrent clients together.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +21,11 @@ from ..index.store import IndexStore, MissingIndexFile
 from ..index import score
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
+from ..models.tuning import query_threads
 from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
-from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
+
+
+TUNING_QUERY = "what was the revenue growth in the third quarter"  # a typical question's length
 
 
 KERNEL_WAIT_S = 120  # the warm-up waits this long at most for the compiled kernel (compiled where numba has no cache: seconds)
@@ -65,6 +64,7 @@ class IndexService:
         self.failure: LgptError | None = None  # why the model could not be loaded
         self.stale: str | None = None  # why the current generation cannot be queried with this model
         self.warmed = False  # the warm-up query has run
+        self.query_threads: int | None = None  # torch threads of the encoder thread, chosen at the warm-up
         self._index: Index | None = None
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
@@ -126,10 +126,13 @@ class IndexService:
 
     def warm_up(self) -> None:
         """One query through the model and the scorer, so that the first client does not pay for
-        what loads lazily (kernels, torch's scorer). Run it on the model thread (QueryBatcher)."""
+        what loads lazily (kernels, torch's scorer), and choose the encoder's torch threads
+        (models.tuning.query_threads). Run it on the thread that encodes queries (QueryBatcher's)."""
         failpoint("serve.warm_up")
         try:
             self.search([SearchRequest(("warm up",), 1)])
+            if self.encoder is not None:
+                self.query_threads = query_threads(self.encoder, [TUNING_QUERY])
         except LgptError:
             pass  # an empty index, a stale one: real requests will say so
         finally:
@@ -185,196 +188,6 @@ class IndexService:
                 answer.scored_with = len(stacked)
                 at += len(request.queries)
         return answers
-
-
-class QueryBatcher:
-    """Queries of concurrent requests scored together, with no window and no clock.
-
-    One thread of its own (the model thread; the event loop never waits on it) takes every request
-    that has arrived, encodes their queries in one forward pass, and lets them join the sweep: the
-    exact pass over the current generation that is running, part by part, for the queries already
-    on it (serve/sweep.py). A query arriving mid-pass shares every part from the next one on and
-    comes round for the parts it missed; a lone query starts at once. Requests a sweep cannot take
-    (filters, a first pass, text mode, a store that ranks itself) are scored in a stacked pass of
-    their own between two parts."""
-
-    MAX_QUERIES = 64  # on a sweep at once (each part's product and similarities grow with them); more wait
-
-    def __init__(self, service: IndexService) -> None:
-        self.service = service
-        self.batches = 0  # forward passes (each for every request that had arrived)
-        self.parts = self.shared_parts = 0  # parts of a pass scored, and those scored for several requests (ended sweeps)
-        self._inbox: list[tuple[SearchRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
-        self._lock = threading.Lock()
-        self._working = False
-        self._sweep: Sweep | None = None
-        self._waiting: list[Member] = []  # encoded for a newer generation than the sweep's: next sweep
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
-
-    def start(self) -> None:
-        """Nothing to start: the model thread works while there are requests."""
-
-    async def stop(self) -> None:
-        """Let the requests in flight finish (the model thread returns once it has none)."""
-        self._executor.shutdown(wait=True)
-
-    @property
-    def queued(self) -> int:
-        """Requests waiting for the model thread."""
-        return len(self._inbox)
-
-
-    async def submit(self, request: SearchRequest) -> SearchAnswer:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        with self._lock:
-            self._inbox.append((request, future, loop))
-            idle, self._working = not self._working, True
-        if idle:
-            self._executor.submit(self._work)
-        return await future
-
-    def _work(self) -> None:
-        """On the model thread: admit what arrived, score the next part of the sweep, until there is nothing left."""
-        while True:
-            with self._lock:
-                arrived, self._inbox = self._inbox, []
-                if not arrived and not self._busy():
-                    self._end_sweep()  # idle: an old generation is not kept open by an empty sweep
-                    self._working = False
-                    return
-            try:
-                if arrived:
-                    self._admit(arrived)
-                if self._sweep is not None and self._sweep.members:
-                    self._sweep.step()
-                    if self._waiting:  # room left by those done
-                        self._join_waiting()
-                elif self._waiting:
-                    self._start_sweep()
-            except BaseException as exc:  # noqa: BLE001 - never leave a request unanswered
-                for _, future, loop in arrived:
-                    _deliver(future, loop, exc)  # those answered already are left as they are
-                self._fail_everyone(exc)
-
-    def _busy(self) -> bool:
-        return bool(self._waiting) or (self._sweep is not None and bool(self._sweep.members))
-
-    def _admit(self, arrived: list) -> None:
-        """Encode the queries of every request that arrived in one forward pass; each joins the sweep
-        or is answered in a pass of its own."""
-        self.batches += 1
-        failpoint("serve.batch")
-        try:
-            encoder = self.service.require_ready()
-            index = self.service.index()
-            if self.service.stale:
-                raise NotReady(self.service.stale)
-        except Exception as exc:  # noqa: BLE001 - not ready, or no index: each request says so
-            for request, future, loop in arrived:
-                _deliver(future, loop, exc)
-            return
-        requests = [request for request, _, _ in arrived]
-        encoded = _encode(encoder, requests)
-        count = sum(len(r.queries) for r, vectors in zip(requests, encoded) if not isinstance(vectors, BaseException))
-        others = []
-        for (request, future, loop), vectors in zip(arrived, encoded):
-            if isinstance(vectors, BaseException):
-                _deliver(future, loop, vectors)
-            elif sweepable(request, index):
-                member = Member(request, vectors, index, functools.partial(_deliver, future, loop), future.done, count)
-                self._waiting.append(member)
-            else:
-                others.append((request, future, loop, vectors))
-        if others:
-            self._answer_others(index, others, count)
-        if not self._waiting:
-            return
-        if self._sweep is None or (not self._sweep.members and self._sweep.index is not self._waiting[0].index):
-            self._start_sweep()
-        else:  # those of the sweep's generation join it; a newer one's wait until it is done
-            self._join_waiting()
-
-    def _end_sweep(self) -> None:
-        if self._sweep is not None:
-            self.parts += self._sweep.steps
-            self.shared_parts += self._sweep.shared
-            self._sweep = None
-
-    def _start_sweep(self) -> None:
-        """A sweep over the generation the waiting requests were encoded for; they join it."""
-        self._end_sweep()
-        index = self._waiting[0].index
-        device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device, SearchAnswer)
-        self._join_waiting()
-
-    def _join_waiting(self) -> None:
-        """The waiting requests of the sweep's generation join it, up to MAX_QUERIES queries on it."""
-        assert self._sweep is not None
-        keep, on = [], sum(len(m.vectors) for m in self._sweep.members)
-        for member in self._waiting:
-            if member.index is self._sweep.index and (not on or on + len(member.vectors) <= self.MAX_QUERIES):
-                self._sweep.join(member)
-                on += len(member.vectors)
-            else:
-                keep.append(member)
-        self._waiting = keep
-
-    def _answer_others(self, index: Index, others: list, count: int) -> None:
-        """Requests a sweep cannot take, in one stacked pass per kind; one that fails alone fails only itself."""
-        try:
-            answers = self.service.answer_encoded(index, [o[0] for o in others], [o[3] for o in others], count)
-        except Exception:  # noqa: BLE001 - each request is tried alone
-            answers = []
-            for request, _, _, vectors in others:
-                try:
-                    answers += self.service.answer_encoded(index, [request], [vectors], count)
-                except Exception as exc:  # noqa: BLE001 - it fails this request only
-                    answers.append(_request_error(exc))
-        for (_, future, loop, _), answer in zip(others, answers):
-            _deliver(future, loop, answer)
-
-    def _fail_everyone(self, exc: BaseException) -> None:
-        members = (self._sweep.members if self._sweep is not None else []) + self._waiting
-        self._waiting = []
-        if self._sweep is not None:
-            self._sweep.members = []
-        for member in members:
-            member.deliver(exc)
-
-    def run_on_model_thread(self, work, *args):
-        """`work(*args)` on the model thread, when it has no request (a concurrent.futures.Future)."""
-        return self._executor.submit(work, *args)
-
-
-def _encode(encoder: QueryEncoder, requests: list[SearchRequest]) -> list:
-    """Each request's query vectors, from one forward pass for all; when that fails, each request
-    is encoded alone, so that text the model cannot read fails its own request and no other."""
-    texts = [text for request in requests for text in request.queries]
-    try:
-        vectors = iter(encoder.encode_queries(check_queries(texts)))
-        return [[next(vectors) for _ in request.queries] for request in requests]
-    except Exception as exc:  # noqa: BLE001 - any failure: each request is tried alone
-        if len(requests) == 1:
-            return [_request_error(exc)]
-    encoded: list = []
-    for request in requests:
-        try:
-            encoded.append(list(encoder.encode_queries(check_queries(list(request.queries)))))
-        except Exception as exc:  # noqa: BLE001 - it fails this request only
-            encoded.append(_request_error(exc))
-    return encoded
-
-
-def _request_error(exc: Exception) -> Exception:
-    """What failed one request alone: text the tokenizer cannot read is the request's fault (a 4xx)."""
-    from ..core.errors import UsageError
-
-    if isinstance(exc, (TypeError, ValueError, UnicodeError)) and not isinstance(exc, LgptError):
-        reason = " ".join(str(exc).split())[:200]
-        return UsageError(f"queries: the model cannot read this request's text ({type(exc).__name__}: {reason}).")
-    return exc
 
 
 def open_service(store, device: str = "auto", dtype: str = "auto", scoring: DeviceScoring | None = None) -> IndexService:
