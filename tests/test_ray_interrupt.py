@@ -18,7 +18,7 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf
-from helpers import held_build
+from helpers import held_build, marked_processes, wait_until
 
 pytestmark = pytest.mark.slow  # imports Ray
 
@@ -101,5 +101,31 @@ def test_a_sigterm_during_a_local_ray_build_is_an_interrupt(fake_model, tmp_path
     assert proc.returncode == 1, stderr  # was 15: Ray's handler, sys.exit(15), without the message
     assert "interrupted; the index keeps its last committed generation" in stderr, stderr
     assert "Traceback" not in stderr and "SIGTERM received" not in stderr, stderr
+    again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    assert again.exit_code == 0, again.stderr
+
+
+def test_a_sigterm_inside_ray_init_is_an_interrupt(fake_model, tmp_path: Path, process_mark):
+    """ray.init sets a SIGTERM handler of its own (sys.exit(15)) before it starts the node: a SIGTERM
+    then is still the CLI's interrupt (exit 1, its message, the index as it was, no Ray left running)."""
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdf(docs / "a.pdf", ["a", "b"])
+    tests_dir = str(Path(__file__).parent)
+    hook = {"RAY_RUNTIME_ENV_HOOK": "ray_init_hold.hold",  # held inside ray.init, its handler set
+            "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))}
+    proc = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ray", "local"],
+                      release, "ray-init", env=hook)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        release.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, stderr  # was 15: Ray's handler, sys.exit(15), without the message
+    assert "interrupted; the index keeps its last committed generation" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    assert wait_until(lambda: not marked_processes(process_mark), 30, "the end of what the build started")
     again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
     assert again.exit_code == 0, again.stderr

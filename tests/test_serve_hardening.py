@@ -4,6 +4,8 @@ port, spoken to with httpx or raw sockets, synchronised on failpoints and observ
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -541,3 +543,47 @@ def test_under_a_file_descriptor_limit_a_flood_leaves_healthz_answering(hardenin
             sock.close()
         assert running.stop() == 0
     assert not any("Traceback" in line for line in running.lines), running.lines
+
+
+# 10. stopping the server ends a page render in flight
+
+STUCK_PDFTOPPM = """#!/bin/sh
+# stands in for a pdftoppm stuck on a page: it and a child of its own never finish
+sleep 300 &
+wait
+"""
+
+
+@pytest.mark.parametrize("route", ["with_images", "pages"])
+def test_sigterm_during_a_page_render_leaves_no_pdftoppm_behind(hardening_index, tmp_path, process_mark, route):
+    """The render runs in the command's ProcessScope (not a bare executor thread): SIGTERM ends its
+    pdftoppm at once, the request in flight is answered ("not rendered"), and serve exits 0."""
+    from helpers import marked_processes, wait_until
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pdftoppm").write_text(STUCK_PDFTOPPM)
+    (bin_dir / "pdftoppm").chmod(0o755)
+    running = Server("--index-dir", str(hardening_index["index"]), env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    try:
+        running.wait_ready()
+        with ThreadPoolExecutor(1) as pool, running.client() as client:
+            if route == "pages":
+                doc = client.get("/documents").json()["documents"][0]
+                answer = pool.submit(client.get, f"/pages/{doc['sha256']}/1.png", params={"dpi": 40})
+            else:
+                answer = pool.submit(client.post, "/query", json={"queries": ["report"], "k": 1, "with_images": True, "dpi": 40})
+            wait_until(lambda: marked_processes(process_mark, "pdftoppm"), 60, "the render", proc=running.proc)
+            running.proc.send_signal(signal.SIGTERM)
+            assert running.proc.wait(timeout=45) == 0  # the render timeout (60 s) did not end it
+            response = answer.result()
+        assert not marked_processes(process_mark, "pdftoppm") and not marked_processes(process_mark, "sleep 300")
+        if route == "pages":
+            assert response.status_code == 503 and response.json()["error"]["message"] == "not rendered: the server is stopping"
+        else:
+            assert response.status_code == 200
+            [[hit]] = [q["results"] for q in response.json()["queries"]]
+            assert hit["image_base64"] is None and hit["image_error"] == "not rendered: the server is stopping"
+        assert not any("Traceback" in line for line in running.lines), running.lines
+    finally:
+        running.stop()

@@ -41,7 +41,7 @@ def connect(address: str) -> bool:
     options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     try:
         if address == "local":
-            with _loopback_only(ray), _sigterm_kept():
+            with _loopback_only(ray), _shut_down_if_interrupted(ray), _sigterm_kept():
                 ray.init(num_cpus=available_cpus(), _node_ip_address="127.0.0.1", **options)
         else:
             probe(address)
@@ -128,9 +128,26 @@ def _sigterm_kept() -> Iterator[None]:
     before = signal.getsignal(signal.SIGTERM)
     try:
         yield
+    except SystemExit as exc:  # Ray's handler, set first thing in ray.init, fired: sys.exit(15)
+        if exc.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None  # the CLI's interrupt: its message, exit code and clean-up
     finally:
         if before is not None:  # None: set from C, cannot be put back from Python
             signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
+def _shut_down_if_interrupted(ray) -> Iterator[None]:
+    """An interrupt during ray.init stops what it had started of the local cluster."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            ray.shutdown()
+        except Exception:  # half-started: what is left ends with this process (Ray's fate-sharing)
+            pass
+        raise
 
 
 @contextmanager

@@ -12,7 +12,8 @@ from PIL import Image
 from ..core.errors import LgptError
 from ..core.types import SearchHit
 from ..interop.pages import png_bytes
-from ..serve.images import CANNOT_RENDER, PageImages
+from ..ingest.processes import Stopped
+from ..serve.images import CANNOT_RENDER, STOPPING, PageImages
 from .schemas import MIN_IMAGE_SIDE, RENDER_DPI, ImageCaps
 
 
@@ -62,6 +63,8 @@ class McpPageImages:
             png, _ = self.pages.png(index, hit, RENDER_DPI)
         except LgptError as exc:
             return f"{CANNOT_RENDER}: {exc.message}"
+        except Stopped:  # the server is stopping (SIGTERM, Ctrl-C): its renders were ended
+            return STOPPING
         try:
             return fit_png(png, limit)
         except LgptError as exc:

@@ -9,9 +9,11 @@ import threading
 from collections import OrderedDict
 
 from fastapi import Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..core.errors import LgptError
 from ..core.failpoints import failpoint
+from ..ingest.processes import Stopped
 from .httpguard import PathPolicy
 
 MAX_IMAGE_BUDGET = 32  # with_images: page images per answer, counted at 150 dpi (one at 300 dpi counts 4)
@@ -19,6 +21,7 @@ RENDER_SLOTS = 2  # pages rendered at once, all requests together
 IMAGE_CACHE_BYTES = 64 << 20  # PNGs kept for reuse
 
 
+STOPPING = "not rendered: the server is stopping"
 CANNOT_RENDER = ("the page cannot be rendered: its source changed or disappeared since it was indexed (run build), "
                  "or the stored PDF is damaged")
 
@@ -64,7 +67,12 @@ class PageImages:
         return data, True
 
     async def render(self, index, hit, dpi: int) -> bytes:
-        return (await asyncio.get_running_loop().run_in_executor(None, self.png, index, hit, dpi))[0]
+        """The page as PNG bytes, rendered on a thread in the command's ProcessScope (asyncio.to_thread
+        carries the context, run_in_executor does not): stopping the server ends its pdftoppm."""
+        try:
+            return (await asyncio.to_thread(self.png, index, hit, dpi))[0]
+        except Stopped:
+            raise StarletteHTTPException(503, STOPPING) from None
 
     async def fill(self, document: dict, answer, dpi: int, request: Request, policy: PathPolicy) -> int:
         """Give each hit of `document` its image: a page that cannot be rendered gets an error of its
@@ -95,7 +103,9 @@ class PageImages:
 
     async def _one(self, index, hit, dpi: int, policy: PathPolicy) -> tuple[str | None, str | None, int]:
         try:
-            data, new = await asyncio.get_running_loop().run_in_executor(None, self.png, index, hit, dpi)
+            data, new = await asyncio.to_thread(self.png, index, hit, dpi)  # in the command's ProcessScope, as render()
         except LgptError as exc:
             return None, policy.message(exc.message), 0
+        except Stopped:
+            return None, STOPPING, 0
         return base64.b64encode(data).decode("ascii"), None, int(new)

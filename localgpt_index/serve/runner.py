@@ -100,6 +100,17 @@ def run_until_stopped(server, sock) -> None:
     # for the handler it found: with that one ignoring it, a graceful stop is a normal exit 0
     import signal
 
+    from ..ingest.processes import current
+
+    scope, handle_exit = current(), server.handle_exit
+
+    def stop_processes_then_exit(sig, frame) -> None:
+        # a page render (pdftoppm) in flight is ended at once, not waited for: its request answers "stopping"
+        if scope is not None:
+            scope.stop()
+        handle_exit(sig, frame)
+
+    server.handle_exit = stop_processes_then_exit
     before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.run(sockets=[sock])
