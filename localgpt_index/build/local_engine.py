@@ -24,10 +24,9 @@ from ..models.batching import encode_resiliently
 from ..models.loading import EncoderOptions
 from ..models.protocols import PageEncoder
 from ..models.render_size import expected_render_size
-from ..models.families import family_named
 from ..models.pooling import pool_some
 from ..models.resolve import ModelRef
-from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads, tuner_for
+from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads, torch_on_cpu, tuner_for
 from .options import BuildOptions, BuildReport, Log, StageTimer
 
 EncoderFactory = Callable[[ModelRef, EncoderOptions], PageEncoder]
@@ -79,7 +78,7 @@ class LocalEngine:
         except BaseException:
             self.close()
             raise
-        if self.encoder.precision.device_type == "cpu" and family_named(self.encoder.model.family).torch:
+        if torch_on_cpu(self.encoder):
             self.tuner = tuner_for(self.encoder, fixed_batch=self.options.batch_size is not None)
 
     def close(self) -> None:

@@ -72,6 +72,11 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def torch_on_cpu(encoder) -> bool:
+    """Whether `encoder` runs a torch model on the CPU: what the tuner and the thread settings apply to."""
+    return encoder.precision.device_type == "cpu" and family_named(encoder.model.family).torch
+
+
 def tuner_for(encoder, fixed_batch: bool) -> CpuTuner:
     """The tuner of a build that encodes with `encoder`: the one an earlier build with the same encoder left
     on it (an encoder kept across builds: watch, serve --watch), which goes on from what it found (no trials
@@ -199,7 +204,7 @@ def set_threads(count: int) -> None:
 def cpu_threads(encoder, threads: int | None = None) -> Iterator[None]:
     """Every core for a model on the CPU while a build runs (the tuner may give one back), or `threads`
     (what the tuner kept with a warm encoder chose); the count is restored afterwards."""
-    if encoder is None or encoder.precision.device_type != "cpu" or not family_named(encoder.model.family).torch:
+    if encoder is None or not torch_on_cpu(encoder):
         yield
         return
     import torch
@@ -218,7 +223,7 @@ def query_threads(encoder, texts: list[str], repeats: int = 5, clock: Callable[[
     small model's query (a few ms) is all overhead, and a team of threads only adds its wake-ups
     and steals cores from the scorer; a real model's is matrix products that want every core.
     None where it does not apply (a device model, or a family not run by torch)."""
-    if encoder.precision.device_type != "cpu" or not family_named(encoder.model.family).torch:
+    if not torch_on_cpu(encoder):
         return None
     import torch
 
