@@ -84,12 +84,9 @@ def test_an_interrupt_while_ray_waits_for_a_silent_head_ends_the_build_at_once(f
     assert again.exit_code == 0, again.stderr
 
 
-def test_a_sigterm_during_a_local_ray_build_is_an_interrupt(fake_model, tmp_path: Path):
-    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
-    make_pdf(docs / "a.pdf", ["a", "b"])
-    # the cluster is up, the build held before encoding
-    proc = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ray", "local"],
-                      release, "encode")
+def _terminated(proc, release: Path) -> str:
+    """SIGTERM to a build held at a failpoint: its stderr, once it has ended as the CLI's interrupt
+    (exit 1, its message)."""
     try:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
@@ -100,6 +97,16 @@ def test_a_sigterm_during_a_local_ray_build_is_an_interrupt(fake_model, tmp_path
             proc.communicate()
     assert proc.returncode == 1, stderr  # was 15: Ray's handler, sys.exit(15), without the message
     assert "interrupted; the index keeps its last committed generation" in stderr, stderr
+    return stderr
+
+
+def test_a_sigterm_during_a_local_ray_build_is_an_interrupt(fake_model, tmp_path: Path):
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdf(docs / "a.pdf", ["a", "b"])
+    # the cluster is up, the build held before encoding
+    proc = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ray", "local"],
+                      release, "encode")
+    stderr = _terminated(proc, release)
     assert "Traceback" not in stderr and "SIGTERM received" not in stderr, stderr
     again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
     assert again.exit_code == 0, again.stderr
@@ -115,16 +122,7 @@ def test_a_sigterm_inside_ray_init_is_an_interrupt(fake_model, tmp_path: Path, p
             "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))}
     proc = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ray", "local"],
                       release, "ray-init", env=hook)
-    try:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        release.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1, stderr  # was 15: Ray's handler, sys.exit(15), without the message
-    assert "interrupted; the index keeps its last committed generation" in stderr, stderr
+    stderr = _terminated(proc, release)
     assert "Traceback" not in stderr, stderr
     assert wait_until(lambda: not marked_processes(process_mark), 30, "the end of what the build started")
     again = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
