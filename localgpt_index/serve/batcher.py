@@ -44,6 +44,7 @@ class QueryBatcher:
         self._waiting: list[Member] = []  # encoded for a newer generation than the sweep's: next sweep
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="lgpt-encode")
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
+        self._parts = ThreadPoolExecutor(Sweep.DEPTH, thread_name_prefix="lgpt-part")  # a sweep's parts in flight
 
     def start(self) -> None:
         """Nothing to start: the threads work while there are requests."""
@@ -52,6 +53,7 @@ class QueryBatcher:
         """Let the requests in flight finish (each thread returns once it has none)."""
         self._encoder.shutdown(wait=True)
         self._executor.shutdown(wait=True)
+        self._parts.shutdown(wait=True)
 
     @property
     def queued(self) -> int:
@@ -106,7 +108,7 @@ class QueryBatcher:
             try:
                 for admitted in encoded:
                     self._place(admitted)
-                if self._sweep is not None and self._sweep.members:
+                if self._sweep is not None and self._sweep.busy:
                     self._sweep.step()
                     if self._waiting:  # room left by those done
                         self._join_waiting()
@@ -118,7 +120,7 @@ class QueryBatcher:
                 self._fail_everyone(exc)
 
     def _busy(self) -> bool:
-        return bool(self._waiting) or (self._sweep is not None and bool(self._sweep.members))
+        return bool(self._waiting) or (self._sweep is not None and self._sweep.busy)
 
     def _admit(self, arrived: list) -> _Admitted | None:
         """Encode the queries of every request that arrived in one forward pass: those a sweep can
@@ -153,7 +155,7 @@ class QueryBatcher:
         self._waiting += admitted.members
         if not self._waiting:
             return
-        if self._sweep is None or (not self._sweep.members and self._sweep.index is not self._waiting[0].index):
+        if self._sweep is None or (not self._sweep.busy and self._sweep.index is not self._waiting[0].index):
             self._start_sweep()
         else:  # those of the sweep's generation join it; a newer one's wait until it is done
             self._join_waiting()
@@ -169,7 +171,7 @@ class QueryBatcher:
         self._end_sweep()
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device, SearchAnswer)
+        self._sweep = Sweep(index, device, SearchAnswer, self._parts)
         self._join_waiting()
 
     def _join_waiting(self) -> None:
@@ -199,10 +201,8 @@ class QueryBatcher:
             _deliver(future, loop, answer)
 
     def _fail_everyone(self, exc: BaseException) -> None:
-        members = (self._sweep.members if self._sweep is not None else []) + self._waiting
+        members = (self._sweep.abandon() if self._sweep is not None else []) + self._waiting
         self._waiting = []
-        if self._sweep is not None:
-            self._sweep.members = []
         for member in members:
             member.deliver(exc)
 
