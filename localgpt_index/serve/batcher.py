@@ -44,7 +44,6 @@ class QueryBatcher:
         self._waiting: list[Member] = []  # encoded for a newer generation than the sweep's: next sweep
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="lgpt-encode")
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
-        self._parts = ThreadPoolExecutor(Sweep.DEPTH, thread_name_prefix="lgpt-part")  # a sweep's parts in flight
 
     def start(self) -> None:
         """Nothing to start: the threads work while there are requests."""
@@ -53,7 +52,6 @@ class QueryBatcher:
         """Let the requests in flight finish (each thread returns once it has none)."""
         self._encoder.shutdown(wait=True)
         self._executor.shutdown(wait=True)
-        self._parts.shutdown(wait=True)
 
     @property
     def queued(self) -> int:
@@ -171,7 +169,7 @@ class QueryBatcher:
         self._end_sweep()
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device, SearchAnswer, self._parts)
+        self._sweep = Sweep(index, device, SearchAnswer)
         self._join_waiting()
 
     def _join_waiting(self) -> None:

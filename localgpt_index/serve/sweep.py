@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -41,20 +41,16 @@ class Member:
 class Sweep:
     """The exact pass of one generation, gone round while members need it.
 
-    On the CPU scorer two parts are in flight: the next part's chunks wait behind this one's on the
-    scorer's threads, so the thread that finds none left of this part goes on to the next at once
-    instead of waiting for the other to finish its last chunk, and the model thread's work between
-    parts (answers, joins) overlaps scoring. A query that arrives joins the part after those in flight."""
+    Parts are scored as LocalView.score_units scores them, parts_in_flight at once (two on the CPU
+    scorer), and the model thread's work between parts (answers, joins) overlaps scoring. A query
+    that arrives joins the part after those in flight."""
 
-    DEPTH = 2  # parts in flight at most (scored on threads of `parts`, an executor of this many)
-
-    def __init__(self, index: Any, device: str, answer: Callable[..., Any], parts: Executor) -> None:
+    def __init__(self, index: Any, device: str, answer: Callable[..., Any]) -> None:
         self.index, self.device = index, device
         self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a SearchAnswer
         index.prepare_scoring(device)  # a device scorer, when the service scores on one: a segment a part
         self.units = index.view.exact_units()
-        self.depth = self.DEPTH if getattr(index.view, "exact_scorer", None) is None else 1  # a device scorer: one call at a time
-        self._parts = parts
+        self.depth = index.view.parts_in_flight(device)
         self._flight: deque[tuple[int, list[Member], Future]] = deque()  # (part, the members on it, its scores)
         self.cursor = 0
         self.members: list[Member] = []
@@ -103,7 +99,7 @@ class Sweep:
             member.remaining.discard(unit)
             member.pending += 1
         vectors = [v for m in on for v in m.vectors]
-        self._flight.append((unit, on, self._parts.submit(self.index.view.score_unit, vectors, self.units[unit], self.device)))
+        self._flight.append((unit, on, self.index.view.start_unit(vectors, self.units[unit], self.device)))
         return True
 
     def _finish(self, unit: int, on: list[Member], scoring: Future) -> list[Member]:
