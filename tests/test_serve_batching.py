@@ -303,3 +303,36 @@ def test_serve_chooses_the_encoder_threads_at_its_warm_up(tiny_model, tmp_path):
         assert len(ready) == 1 and re.search(r"queries encoded with \d+ torch threads\)$", ready[0]), server.lines
     finally:
         assert server.stop() == 0
+
+
+def test_the_next_part_starts_while_the_last_one_is_still_scored(service, monkeypatch):
+    """Two parts of a sweep are in flight: the next part is scored while the one before is, so a scorer
+    thread that finds no chunk left of a part goes on to the next instead of waiting for the others."""
+    from localgpt_index.serve.batcher import QueryBatcher
+    from localgpt_index.serve.service import SearchRequest
+
+    request = SearchRequest(("page 1",), 5, options=VISUAL)
+    expected = alone(service, request)
+    view = type(service.index().view)
+    real = view.score_unit
+    started: list = []
+    second = threading.Event()
+
+    def score_unit(self, vectors, unit, device="cpu"):
+        started.append(unit)
+        if len(started) == 1:
+            assert second.wait(30), "the second part did not start while the first was scored"
+        elif len(started) == 2:
+            second.set()
+        return real(self, vectors, unit, device)
+
+    monkeypatch.setattr(view, "score_unit", score_unit)
+
+    async def scenario():
+        batcher = QueryBatcher(service)
+        answer = await batcher.submit(request)
+        await batcher.stop()
+        return batcher, answer
+
+    batcher, answer = asyncio.run(scenario())
+    assert ranked(answer) == expected and batcher.parts == len(started) == 12

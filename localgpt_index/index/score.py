@@ -242,6 +242,11 @@ SCORE_WORKERS = min(available_cpus(), 8)
 # (_start_pool). No call of maxsim touches a process-wide setting (overlapping calls used to leave the
 # whole process at one thread).
 scoring_pool = SharedPool(lambda: _start_pool(SCORE_WORKERS))
+# Parts of one exact pass scored at once (LocalView.score_units, serve's sweep), each on a thread of this
+# pool that waits for the scorer's threads: a part's chunks queue behind the one before, so a scorer
+# thread with none left of a part goes on to the next instead of waiting for the other's last chunk.
+PARTS_IN_FLIGHT = 2
+part_pool = SharedPool(lambda: ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="lgpt-part"))
 
 
 def _start_pool(workers: int) -> ThreadPoolExecutor:

@@ -6,6 +6,8 @@ No view loads a model (query.search composes one with it)."""
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import Future
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -20,7 +22,7 @@ from .codes.artifact import NAME as CODES
 from .codes.plan import ScoringPath, choose
 from .early_reads import EarlyReads, ReadCounts
 from .manifest import REBUILD_HINT, Document, Manifest
-from .score import expect_pass, maxsim
+from .score import PARTS_IN_FLIGHT, expect_pass, maxsim, part_pool
 
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
 PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -179,7 +181,7 @@ class LocalView(GenerationView):
         self._prefetch(table, early)
         if self.exact_scorer is None and device == "cpu":  # the CPU scorer's kernel loaded first where this pass pays for it
             expect_pass(self._rows(table), sum(len(q) for q in query_vectors))
-        scores = [self.score_unit(query_vectors, unit, device) for unit in self.exact_units(table)]
+        scores = self.score_units(query_vectors, self.exact_units(table), device)
         return self.rank_scores(np.concatenate(scores, axis=1), docs, k, table)
 
     def _rows(self, table: PageTable) -> int:
@@ -202,6 +204,28 @@ class LocalView(GenerationView):
                 files = self.store.segment_files(self.manifest.segments[segment_id])
                 units += [ExactUnit(segment_id, part) for part in files.groups(rows)]
         return units
+
+    def parts_in_flight(self, device: str = "cpu") -> int:
+        """Parts of a pass scored at once: PARTS_IN_FLIGHT on the CPU scorer, one on a device scorer."""
+        return PARTS_IN_FLIGHT if self.exact_scorer is None and device == "cpu" else 1
+
+    def start_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> Future:
+        """score_unit on a thread of the part pool: its scores, when they come (at most parts_in_flight at once)."""
+        return part_pool().submit(self.score_unit, query_vectors, unit, device)
+
+    def score_units(self, query_vectors: Sequence[np.ndarray], units: list[ExactUnit], device: str = "cpu") -> list[np.ndarray]:
+        """score_unit of each unit, in order, parts_in_flight of them at once (8 stacked queries over 1,000
+        pages on 2 cores: 1.07x with two, in 12 interleaved rounds)."""
+        depth = self.parts_in_flight(device)
+        if depth < 2 or len(units) < 2:
+            return [self.score_unit(query_vectors, unit, device) for unit in units]
+        flight: deque[Future] = deque()
+        scores = []
+        for unit in units:
+            flight.append(self.start_unit(query_vectors, unit, device))
+            if len(flight) == depth:
+                scores.append(flight.popleft().result())
+        return scores + [scoring.result() for scoring in flight]
 
     def score_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> np.ndarray:
         """Exact scores (queries, the unit's pages) of one part of exact_units; its blocks checked first."""

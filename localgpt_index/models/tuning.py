@@ -217,18 +217,25 @@ def cpu_threads(encoder, threads: int | None = None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+# A team of threads encodes serve's queries only where it takes at most this share of one thread's time
+# (two threads took 0.8-1.3 of one's time here for the bench checkpoint's query, for twice the CPU; a real
+# model's matrix products come near one thread's time divided by the team's size)
+TEAM_TIME = 0.7
+
+
 def query_threads(encoder, texts: list[str], repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> int | None:
     """On the thread that will encode every query (serve's encoder thread): time a forward pass of
-    `texts` with torch's thread count and with one thread, and keep the faster on this thread. A
-    small model's query (a few ms) is all overhead, and a team of threads only adds its wake-ups
-    and steals cores from the scorer; a real model's is matrix products that want every core.
+    `texts` with torch's thread count and with one thread, and keep one thread unless the team takes
+    at most TEAM_TIME of its time. A small model's query (a few ms) is all overhead: a team only adds
+    its wake-ups and, a little faster or not, takes that much more CPU from the scorer that runs
+    beside it; a real model's is matrix products that want every core.
     None where it does not apply (a device model, or a family not run by torch)."""
     if not torch_on_cpu(encoder):
         return None
     import torch
 
     counts = sorted({torch.get_num_threads(), 1}, reverse=True)
-    best: tuple[float, int] | None = None
+    taken: dict[int, float] = {}
     for count in counts:
         torch.set_num_threads(count)
         encoder.encode_queries(texts)  # a first pass at this count is not timed
@@ -237,9 +244,8 @@ def query_threads(encoder, texts: list[str], repeats: int = 5, clock: Callable[[
             started = clock()
             encoder.encode_queries(texts)
             times.append(clock() - started)
-        taken = sorted(times)[len(times) // 2]
-        if best is None or taken < best[0]:
-            best = (taken, count)
-    assert best is not None
-    torch.set_num_threads(best[1])
-    return best[1]
+        taken[count] = sorted(times)[len(times) // 2]
+    team = counts[0]
+    chosen = team if team > 1 and taken[team] <= TEAM_TIME * taken[1] else 1
+    torch.set_num_threads(chosen)
+    return chosen

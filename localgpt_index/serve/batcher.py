@@ -106,7 +106,7 @@ class QueryBatcher:
             try:
                 for admitted in encoded:
                     self._place(admitted)
-                if self._sweep is not None and self._sweep.members:
+                if self._sweep is not None and self._sweep.busy:
                     self._sweep.step()
                     if self._waiting:  # room left by those done
                         self._join_waiting()
@@ -118,7 +118,7 @@ class QueryBatcher:
                 self._fail_everyone(exc)
 
     def _busy(self) -> bool:
-        return bool(self._waiting) or (self._sweep is not None and bool(self._sweep.members))
+        return bool(self._waiting) or (self._sweep is not None and self._sweep.busy)
 
     def _admit(self, arrived: list) -> _Admitted | None:
         """Encode the queries of every request that arrived in one forward pass: those a sweep can
@@ -153,7 +153,7 @@ class QueryBatcher:
         self._waiting += admitted.members
         if not self._waiting:
             return
-        if self._sweep is None or (not self._sweep.members and self._sweep.index is not self._waiting[0].index):
+        if self._sweep is None or (not self._sweep.busy and self._sweep.index is not self._waiting[0].index):
             self._start_sweep()
         else:  # those of the sweep's generation join it; a newer one's wait until it is done
             self._join_waiting()
@@ -199,10 +199,8 @@ class QueryBatcher:
             _deliver(future, loop, answer)
 
     def _fail_everyone(self, exc: BaseException) -> None:
-        members = (self._sweep.members if self._sweep is not None else []) + self._waiting
+        members = (self._sweep.abandon() if self._sweep is not None else []) + self._waiting
         self._waiting = []
-        if self._sweep is not None:
-            self._sweep.members = []
         for member in members:
             member.deliver(exc)
 

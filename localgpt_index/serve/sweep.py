@@ -2,7 +2,7 @@
 
 An exact pass goes through a generation's vectors part by part (LocalView.exact_units). A sweep goes
 round those parts for as long as any query needs them: a query that arrives while a pass runs joins
-it at the next part, is scored with every query already there on each part they both still need, and
+it at the next part to start, is scored with every query already there on each part they both still need, and
 is done once it has been round every part (the ones it missed come first on the next round). Each
 part is read once for all the queries on it, no query waits for a pass to end before it starts, and
 a lone query starts at once: no window, no clock. The view scores each part (the CPU scorer, or a
@@ -11,6 +11,8 @@ device scorer set on the view): nothing here depends on where the scoring runs."
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,57 +33,95 @@ class Member:
     cancelled: Callable[[], bool]
     batch_queries: int = 1  # queries encoded with it in one forward pass
     stacked: int = 0  # the most queries scored together on one part with it
-    remaining: set[int] = field(default_factory=set)
+    remaining: set[int] = field(default_factory=set)  # parts not yet started for it
+    pending: int = 0  # its parts being scored
     scores: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class Sweep:
-    """The exact pass of one generation, gone round while members need it."""
+    """The exact pass of one generation, gone round while members need it.
+
+    Parts are scored as LocalView.score_units scores them, parts_in_flight at once (two on the CPU
+    scorer), and the model thread's work between parts (answers, joins) overlaps scoring. A query
+    that arrives joins the part after those in flight."""
 
     def __init__(self, index: Any, device: str, answer: Callable[..., Any]) -> None:
         self.index, self.device = index, device
         self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a SearchAnswer
         index.prepare_scoring(device)  # a device scorer, when the service scores on one: a segment a part
         self.units = index.view.exact_units()
+        self.depth = index.view.parts_in_flight(device)
+        self._flight: deque[tuple[int, list[Member], Future]] = deque()  # (part, the members on it, its scores)
         self.cursor = 0
         self.members: list[Member] = []
         self.steps = 0  # parts scored
         self.shared = 0  # parts scored for queries of more than one request
+
+    @property
+    def busy(self) -> bool:
+        """Members on it, or parts still being scored."""
+        return bool(self.members or self._flight)
 
     def join(self, member: Member) -> None:
         member.remaining = set(range(len(self.units)))
         self.members.append(member)
 
     def step(self) -> list[Member]:
-        """Score the next part for every member that still needs it; the members done, answered."""
+        """Start the next parts members need (up to `depth` in flight), then wait for the oldest: its
+        scores kept, the members done answered."""
         self.members = [m for m in self.members if not m.cancelled()]
         if not self.units:  # an index without pages
             done, self.members = self.members, []
             return [m for m in done if self._answer(m)]
-        unit = self.cursor
-        self.cursor = (self.cursor + 1) % len(self.units)
-        on = [m for m in self.members if unit in m.remaining]
-        if not on:
-            return []
-        vectors = [v for m in on for v in m.vectors]
+        while len(self._flight) < self.depth and self._start_next():
+            pass
+        return self._finish(*self._flight.popleft()) if self._flight else []
+
+    def abandon(self) -> list[Member]:
+        """Every member taken off (the caller fails them); parts in flight finish unread."""
+        members, self.members = self.members, []
+        self._flight.clear()
+        return members
+
+    def _start_next(self) -> bool:
+        """The next part (from the cursor, round the pass) a member still needs, started for every member
+        needing it; False when none needs any."""
+        for _ in range(len(self.units)):
+            unit = self.cursor
+            self.cursor = (self.cursor + 1) % len(self.units)
+            on = [m for m in self.members if unit in m.remaining and not m.cancelled()]
+            if on:
+                break
+        else:
+            return False
         failpoint("serve.sweep")
+        for member in on:
+            member.remaining.discard(unit)
+            member.pending += 1
+        vectors = [v for m in on for v in m.vectors]
+        self._flight.append((unit, on, self.index.view.start_unit(vectors, self.units[unit], self.device)))
+        return True
+
+    def _finish(self, unit: int, on: list[Member], scoring: Future) -> list[Member]:
+        """A part's scores to the members on it (those still on the sweep); the members done, answered."""
         try:
-            scores = self.index.view.score_unit(vectors, self.units[unit], self.device)
+            scores = scoring.result()
         except Exception as exc:  # noqa: BLE001 - a damaged block: every query reading it fails with it
+            failed = [m for m in on if m in self.members]
             self.members = [m for m in self.members if m not in on]
-            for member in on:
+            for member in failed:
                 member.deliver(exc)
             return []
         self.steps += 1
         self.shared += len(on) > 1
-        at = 0
+        at, stacked = 0, sum(len(m.vectors) for m in on)
         for member in on:
             member.scores[unit] = scores[at : at + len(member.vectors)]
             at += len(member.vectors)
-            member.remaining.discard(unit)
-            member.stacked = max(member.stacked, len(vectors))
-        done = [m for m in on if not m.remaining]
-        self.members = [m for m in self.members if m.remaining]
+            member.pending -= 1
+            member.stacked = max(member.stacked, stacked)
+        done = [m for m in self.members if not m.remaining and not m.pending]
+        self.members = [m for m in self.members if m.remaining or m.pending]
         return [m for m in done if self._answer(m)]
 
     def _answer(self, member: Member) -> bool:
