@@ -106,6 +106,19 @@ def test_a_query_does_not_depend_on_its_batch_neighbours(tiny_model):
     assert encoder.processor.process_queries(queries)["attention_mask"].min() == 0  # they do differ in length
 
 
+def test_a_pass_computes_no_logits_and_builds_no_cache(tiny_model):
+    """ColPali reads its last hidden states only: a forward pass turns no token into vocabulary logits
+    (PaliGemma-3B's LM head reads 1 GB of weights for one token) and builds no key-value cache."""
+    from helpers import pass_by_products
+
+    encoder = _encoder(tiny_model, "float32")
+    seen = pass_by_products(encoder.net)
+    encoder.encode_queries(["revenue", "invoice total"])
+    encoder.encode_pages([Image.new("RGB", (60, 80), "white")])
+    assert seen["logits"] == [0, 0, 0]  # three passes, each with its LM head given no token
+    assert seen["caches"] == []
+
+
 def test_page_batches_equal_the_processor_output(tiny_model):
     """The cached prompt tokens plus per-page pixels are exactly what process_images gives."""
     import torch
