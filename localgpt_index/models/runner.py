@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .colpali_parts import query_parts, same_bits
 from .failures import device_failure
 from .guard import DtypeFix, audit_checkpoint, audit_live, failing_module, translate_error
 
@@ -46,6 +47,9 @@ class NetRunner:
         self.dtype_fixes += audit_live(net, self.dtype, self.device, "load")
         self._audits_due = 1  # once more after the first batch: catches modules changed after loading
         self._named = None if compiled else net  # errors name its modules (guard.failing_module)
+        # ColPali's queries through the parts whose results they keep (colpali_parts), once checked
+        self.query_parts = None if compiled else query_parts(net)
+        self._parts_checked = False
 
     def to_model(self, value: Any) -> Any:
         """`value` on the model's device, floating point cast to its dtype (the model boundary)."""
@@ -60,7 +64,6 @@ class NetRunner:
             if key == "labels":  # training targets: only cost a loss computation
                 continue
             inputs[key] = [self.to_model(v) for v in value] if isinstance(value, list) else self.to_model(value)
-        inputs.update(self.fixed)
         out = self._run(inputs)
         self.calls += 1
         if self._audits_due:
@@ -85,9 +88,24 @@ class NetRunner:
                     if precision.autocast or torch.is_autocast_enabled(kind) else nullcontext())
         try:
             with torch.inference_mode(), autocast:
-                return self.net(**inputs)
+                return self._forward(inputs)
         except RuntimeError as exc:
             failure = device_failure(exc, precision.device) or translate_error(exc, failing_module(exc, self._named), precision.dtype)
             if failure is None:
                 raise
             raise failure from exc
+
+    def _forward(self, inputs: dict) -> Any:
+        """The network's output; a query's (no pixels) through ColPali's parts once they gave the whole
+        network's bits on a first query (else through the whole network from then on)."""
+        parts = self.query_parts
+        if parts is None or "pixel_values" in inputs:
+            return self.net(**inputs, **self.fixed)
+        out = parts(inputs)
+        if not self._parts_checked:
+            whole = self.net(**inputs, **self.fixed)
+            if not same_bits(out, whole):
+                self.query_parts = None
+                return whole
+            self._parts_checked = True
+        return out
