@@ -36,7 +36,7 @@ class NetRunner:
         if logits_to_keep:
             # ColPali reads the last hidden states only. An empty index of positions leaves the LM head
             # no token at all; with 1 it still turns the last token of every input into vocabulary
-            # logits (PaliGemma-3B: a 257,216 x 2048 product, its 1 GB of weights read every pass).
+            # logits (PaliGemma-3B: a 257,216 x 2048 product, 1 GB of weights in bfloat16 read every pass).
             self.fixed["logits_to_keep"] = torch.empty(0, dtype=torch.long, device=self.device)
         if use_cache:
             self.fixed["use_cache"] = False  # a cache of the keys and values, built per pass and dropped
