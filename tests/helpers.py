@@ -202,3 +202,21 @@ def counted_failpoint(point: str) -> Iterator[list[str]]:
         yield counted
     finally:
         failpoints.set_hook(None)
+
+
+def pass_by_products(net) -> dict[str, list]:
+    """What the forward passes of `net` that follow compute beside its vectors: the key-value caches its
+    sub-modules return ("caches": module names) and the logits of its LM heads ("logits": element counts)."""
+    seen: dict[str, list] = {"caches": [], "logits": []}
+
+    def watch(name: str):
+        def hook(module, args, output) -> None:
+            if any(getattr(output, field, None) is not None for field in ("cache", "past_key_values")):
+                seen["caches"].append(name)
+            if name.endswith("lm_head"):
+                seen["logits"].append(output.numel())
+        return hook
+
+    for name, module in net.named_modules():
+        module.register_forward_hook(watch(name))
+    return seen

@@ -68,3 +68,13 @@ def test_bench_http_prints_serve_s_cpu_a_request_against_a_baseline():
     for runs in report["runs"].values():
         assert runs[0]["healthz_cpu_ms"] >= 0 and runs[0]["query8_cpu_ms"] > 0
     assert "of h11's" in done.stderr and "this tree / baseline" in done.stderr
+
+
+@pytest.mark.slow  # two copies of a torch model in one process
+def test_bench_encode_compares_a_baseline_s_query_pass_bit_for_bit():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_encode.py"), "--baseline", "HEAD", "--spec", "tiny",
+                           "--passes", "16", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["bitwise_equal"] and report["ratio_1"] > 0 and report["ratio_8"] > 0
+    assert "a single-query pass" in done.stderr

@@ -106,6 +106,46 @@ def test_a_query_does_not_depend_on_its_batch_neighbours(tiny_model):
     assert encoder.processor.process_queries(queries)["attention_mask"].min() == 0  # they do differ in length
 
 
+def test_a_pass_computes_no_logits_and_builds_no_cache(tiny_model):
+    """ColPali reads its last hidden states only: a forward pass turns no token into vocabulary logits
+    (PaliGemma-3B's LM head reads 1 GB of weights for one token) and builds no key-value cache."""
+    from helpers import pass_by_products
+
+    encoder = _encoder(tiny_model, "float32")
+    seen = pass_by_products(encoder.net)
+    encoder.encode_queries(["revenue", "invoice total"])
+    encoder.encode_pages([Image.new("RGB", (60, 80), "white")])
+    # the page's pass and the first query's check run the whole network, its LM head given no token
+    assert seen["logits"] == [0, 0]
+    assert seen["caches"] == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_queries_go_through_colpali_s_parts_with_the_whole_network_s_bits(tiny_model, dtype):
+    """A query skips ColPali's captured hidden states and LM head (colpali_parts): its vectors are the
+    whole network's bit for bit; where the parts ever differ, the whole network answers from then on."""
+    import numpy as np
+    import torch
+
+    encoder = _encoder(tiny_model, dtype)
+    queries = ["revenue", "market outlook for the third quarter", "what was q3 revenue in 2024"]
+
+    def whole(query):
+        batch = {k: v for k, v in encoder.processor.process_queries([query]).items()}
+        with torch.inference_mode(), torch.autocast("cpu", dtype=encoder.runner.dtype, enabled=dtype != "float32"):
+            return encoder.net(**batch)[0].float().numpy()
+
+    for query, vectors in zip(queries, encoder.encode_queries(queries)):
+        np.testing.assert_array_equal(vectors, whole(query))
+    assert encoder.runner.query_parts is not None  # checked on the first query, and kept
+
+    off = _encoder(tiny_model, dtype)
+    parts = off.runner.query_parts
+    off.runner.query_parts = lambda inputs: parts(inputs) * 2  # parts that no longer match
+    np.testing.assert_array_equal(off.encode_queries([queries[0]])[0], whole(queries[0]))
+    assert off.runner.query_parts is None
+
+
 def test_page_batches_equal_the_processor_output(tiny_model):
     """The cached prompt tokens plus per-page pixels are exactly what process_images gives."""
     import torch

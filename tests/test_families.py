@@ -204,6 +204,20 @@ def test_a_batch_of_pages_reaches_the_model_without_a_copy_of_their_pixels(famil
 
 
 @pytest.mark.slow
+def test_a_pass_builds_no_key_value_cache(family_model):
+    """A forward pass builds no cache of keys and values (nothing is generated after it): where the
+    family's network builds one unless told not to, the runner tells it (families.Family.use_cache)."""
+    from helpers import pass_by_products
+
+    encoder = _encoder(family_model)
+    seen = pass_by_products(encoder.net)
+    encoder.encode_queries(["quarterly revenue"])
+    encoder.encode_pages([Image.effect_noise((220, 300), 40).convert("RGB")])
+    assert encoder.forward_calls == 2 and seen["caches"] == []
+    assert all(count == 0 for count in seen["logits"])
+
+
+@pytest.mark.slow
 def test_the_qwen_patch_embedding_runs_as_a_product_with_the_convolution_s_result(family_model):
     import torch
 

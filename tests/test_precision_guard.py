@@ -96,6 +96,20 @@ def test_escaped_mismatch_names_the_module_and_the_fix(tiny_model):
     assert "--dtype" in info.value.hint
 
 
+def test_a_mismatch_after_the_first_batch_names_the_module_and_no_pass_pays_for_it(tiny_model):
+    """The module is named from the error's traceback: no hooks run in any pass, and a module changed
+    after the first batch's audit is still named."""
+    encoder = _encoder(tiny_model, "bfloat16", autocast=False)
+    page = Image.new("RGB", (60, 80), "white")
+    encoder.encode_pages([page])
+    hooks = [hook for m in encoder.net.modules() for hook in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
+    assert not [hook for hook in hooks if hook.__module__.startswith("localgpt_index")]  # transformers' own may run
+    encoder.net.model.model.multi_modal_projector.float()
+    with pytest.raises(PrecisionError) as info:
+        encoder.encode_pages([page])
+    assert "in module model.model.multi_modal_projector.linear" in info.value.message
+
+
 def test_audit_after_first_batch_catches_a_module_changed_during_it(tiny_model):
     import torch
 

@@ -46,13 +46,14 @@ class Family:
     # a fixed-size image, so every page has the same prompt: pages are stacked into batches (ColPali)
     shared_prompt: bool = False
     logits_to_keep: bool = False  # the network takes logits_to_keep (it reads the last hidden states only)
+    use_cache: bool = False  # the network takes use_cache (passed False: it builds no key-value cache per pass)
     compile_parts: tuple[str, ...] = ()  # the parts torch.compile compiles apart (dotted paths; none: the whole)
 
 
 # Published checkpoints, scores and the hardware each suits: the README's Models table.
 FAMILIES: tuple[Family, ...] = (
     Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", "byaldi", False, shared_prompt=True,
-           logits_to_keep=True, compile_parts=("model.model.vision_tower", "model.model.language_model")),
+           logits_to_keep=True, use_cache=True, compile_parts=("model.model.vision_tower", "model.model.language_model")),
     Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", "byaldi", True, pixel_grid=True),
     Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", "colpali-engine", True,
            pixel_grid=True),
@@ -61,7 +62,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", "colpali-engine", True,
            config_dim=True, pixel_grid=True),
     Family("colidefics3", "ColIdefics3 (ColSmol)", ("idefics3",), "ColIdefics3", "ColIdefics3Processor",
-           "colpali-engine", True),
+           "colpali-engine", True, use_cache=True),
     Family("colmodernvbert", "ColModernVBert", ("modernvbert",), "ColModernVBert", "ColModernVBertProcessor",
            "colpali-engine", True),
     Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", "colpali-engine", False),

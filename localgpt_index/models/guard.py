@@ -15,10 +15,8 @@ import json
 import re
 import struct
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ..core.errors import LgptError
 
@@ -122,39 +120,22 @@ def audit_checkpoint(folder: str | Path, dtype_name: str) -> list[DtypeFix]:
     return fixes
 
 
-class ModuleTracker:
-    """Knows which module is running, so an error inside a forward pass can name it."""
-
-    def __init__(self, model) -> None:
-        """Hooks on every sub-module of `model`; None tracks nothing (a compiled model)."""
-        self.stack: list[str] = []
-        self._handles = []
-        for name, module in model.named_modules() if model is not None else ():
-            if not name:
-                continue
-            self._handles.append(module.register_forward_pre_hook(self._enter(name)))
-            self._handles.append(module.register_forward_hook(self._leave))
-
-    def _enter(self, name: str):
-        def hook(module, args):
-            self.stack.append(name)
-
-        return hook
-
-    def _leave(self, module, args, output):
-        if self.stack:
-            self.stack.pop()
-
-    @contextmanager
-    def running(self) -> Iterator[None]:
-        self.stack.clear()
-        yield
-        # Not in a finally: after an exception the stack still names the failing module.
-        self.stack.clear()
-
-    @property
-    def innermost(self) -> str | None:
-        return self.stack[-1] if self.stack else None
+def failing_module(exc: BaseException, model) -> str | None:
+    """The innermost sub-module of `model` whose code was running when `exc` was raised (its name in
+    named_modules), read from the traceback's frames: the innermost frame whose `self` is one of them.
+    A forward pass pays nothing for it (hooks on every module cost about a tenth of a small model's
+    query pass). None where `model` is None (a compiled model: errors then name no module) or no
+    sub-module's frame is in the traceback."""
+    if model is None:
+        return None
+    names = {id(module): name for name, module in model.named_modules() if name}
+    found = None
+    trace = exc.__traceback__
+    while trace is not None:
+        name = names.get(id(trace.tb_frame.f_locals.get("self")))
+        found = name or found
+        trace = trace.tb_next
+    return found
 
 
 _MISMATCH_PATTERNS = [

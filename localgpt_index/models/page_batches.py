@@ -41,6 +41,8 @@ def collate(inputs: list[dict], pixels_as_list: bool = False) -> dict:
     would be copied twice."""
     import torch
 
+    if len(inputs) == 1 and not pixels_as_list:  # one input (a query, mostly): its tensors as they are
+        return dict(inputs[0])
     batch: dict[str, Any] = {key: torch.cat([one[key] for one in inputs]) for key in inputs[0] if key != "pixel_values"}
     if "pixel_values" in inputs[0]:
         pixels = [one["pixel_values"] for one in inputs]

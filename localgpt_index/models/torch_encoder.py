@@ -44,7 +44,8 @@ class TorchEncoder(PageEncoder):
         if compile:
             for part in family.compile_parts or ("",):
                 _attribute(self.net, part).compile(dynamic=False)
-        self.runner = NetRunner(self.net, model.path, precision, compiled=compile, logits_to_keep=family.logits_to_keep)
+        self.runner = NetRunner(self.net, model.path, precision, compiled=compile, logits_to_keep=family.logits_to_keep,
+                               use_cache=family.use_cache)
         self.geometry = ProcessorGeometry(self.processor.image_processor)
         self.dim = int(getattr(self.net, "dim", 128))
         self.grid = GridPages(self.processor, self.runner.dtype, self.one_frame) if family.pixel_grid else None
