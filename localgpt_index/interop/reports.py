@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ..core.types import SearchHit
 from ..index.view import IndexView as Index
-from .results import QUERY_SCHEMA_VERSION, Hit, QueryAnswer, QueryDocument
+from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 
 def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
@@ -16,17 +16,18 @@ def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequenc
     """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
     from .pages import page_image, png_base64
 
-    def result(hit: SearchHit) -> Hit:
+    def result(hit: SearchHit) -> dict:
         if with_images:
-            return Hit(**hit.to_dict(), image_base64=png_base64(page_image(index, hit, dpi)))
-        return Hit(**hit.to_dict())
+            return {**hit.to_dict(), "image_base64": png_base64(page_image(index, hit, dpi))}
+        return hit.to_dict()
 
-    queries = [QueryAnswer(query=q, results=[result(hit) for hit in hits]) for q, hits in zip(texts, results)]
+    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
     how = {"mode": mode} if mode else {}
     if mode == "hybrid" and fusion:
         how["fusion"] = fusion
-    document = QueryDocument(version=QUERY_SCHEMA_VERSION, index=index.store.location, model=index.manifest.model.id,
-                             k=k, **how, queries=queries).to_json()
+    # validated as a whole, in one pass (a model per hit was most of building a server's answer)
+    document = QueryDocument.model_validate({"version": QUERY_SCHEMA_VERSION, "index": index.store.location,
+                                             "model": index.manifest.model.id, "k": k, **how, "queries": queries}).to_json()
     if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
         document.update(document["queries"][0])
     return document

@@ -78,12 +78,11 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
         rendered = 0
         if body.with_images:
             rendered = await images.fill(document, answer, body.dpi, http_request, policy)
-        response = json_response(policy.publish(document, answer.index))
-        response.headers["X-Lgpt-Images-Rendered"] = str(rendered)  # the others came from the cache, or failed
-        response.headers["X-Lgpt-Batch-Queries"] = str(answer.batch_queries)  # queries that shared the forward pass
-        response.headers["X-Lgpt-Scored-With"] = str(answer.scored_with)  # the most queries scored together with its own
-        response.headers["X-Lgpt-Generation"] = str(answer.index.manifest.generation)
-        return response
+        return json_response(policy.publish(document, answer.index), {
+            "X-Lgpt-Images-Rendered": str(rendered),  # the others came from the cache, or failed
+            "X-Lgpt-Batch-Queries": str(answer.batch_queries),  # queries that shared the forward pass
+            "X-Lgpt-Scored-With": str(answer.scored_with),  # the most queries scored together with its own
+            "X-Lgpt-Generation": str(answer.index.manifest.generation)})
 
     # the response model is the OpenAPI's description; the route answers with its own Response
     # (the document as the path policy publishes it), which FastAPI passes on unconverted
