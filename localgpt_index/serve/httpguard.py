@@ -8,6 +8,7 @@ another server can apply the same rules.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import json
@@ -104,6 +105,7 @@ def is_loopback(host: str | None) -> bool:
 LOOPBACK_NAMES = ("localhost", "localhost.")
 
 
+@functools.lru_cache(maxsize=64)  # a client sends the same Host with every request; parsing it was most of the guard's time
 def loopback_host(host: str) -> bool:
     """Whether a Host header (a name or an address, with or without its port) names this machine's loopback."""
     host = host.strip().lower()
@@ -202,7 +204,7 @@ class PathPolicy:
             return {**document, "index": redact(document["index"])} if "index" in document else document
         generation = self._generation(index)
         document = _copied(document)  # the CLI's builders are shared
-        document["index"] = self.index_name(document.get("index", ""))
+        document["index"] = generation.index_name(document.get("index", ""))
         if isinstance(document.get("model"), str):
             document["model"] = _last_part(document["model"])
         elif isinstance(document.get("model"), dict):
@@ -257,6 +259,13 @@ class _Generation:
     def __init__(self, generation: int, root: str | None) -> None:
         self.generation, self.root = generation, root
         self._published: dict[str, str] = {}  # bounded by the generation's documents
+        self._names: dict[str, str] = {}  # its location (one, mostly) -> the index's name
+
+    def index_name(self, location: str) -> str:
+        name = self._names.get(location)
+        if name is None:
+            name = self._names[location] = PathPolicy.index_name(location)
+        return name
 
     def relative(self, path: str) -> str:
         published = self._published.get(path)

@@ -45,6 +45,9 @@ class RequestLog:
             print(line, file=self.stream, flush=True)
 
 
+_GUARDED = frozenset((b"host", b"origin", b"authorization", b"content-length"))  # the headers the guard reads
+
+
 class RequestGuard:
     """ASGI middleware: the request log, the bearer token and the body limit, in that order."""
 
@@ -75,7 +78,7 @@ class RequestGuard:
             self.log.request(scope["method"], printable(scope["path"]), state["status"], 1000 * (time.perf_counter() - started))
 
     async def _guarded(self, scope, receive, send) -> None:
-        raw = {k.lower(): v for k, v in scope.get("headers", [])}
+        raw = {key: value for key, value in ((k.lower(), v) for k, v in scope.get("headers", [])) if key in _GUARDED}
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw.items()}
         refusal = host_refusal(headers.get("host"), headers.get("origin"), self.token)
         if refusal:
