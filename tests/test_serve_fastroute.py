@@ -110,3 +110,32 @@ def test_the_openapi_document_still_describes_the_query_route(service):
     fast, plain = _apps(service)
     assert fast.openapi() == plain.openapi()
     assert "requestBody" in fast.openapi()["paths"]["/query"]["post"]
+
+
+def test_a_query_document_is_the_validated_model_s_dump_key_for_key():
+    """query_document returns the dicts it built where they hold exactly the published types, else the
+    model's dump: either way the document the model's dump would be (values, types and key order)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from localgpt_index.core.types import SearchHit
+    from localgpt_index.interop.reports import query_document
+    from localgpt_index.interop.results import QueryDocument
+
+    index = SimpleNamespace(store=SimpleNamespace(location="/srv/idx"), manifest=SimpleNamespace(model=SimpleNamespace(id="m")))
+    sha = "ab" * 32
+    visual = [SearchHit(1, 2.5, "/d/a.pdf", 3, sha, "pdf", {"team": "x"}), SearchHit(2, 1.25, "/d/b.png", 1, sha, "image")]
+    hybrid = [SearchHit(1, 0.5, "/d/a.pdf", 1, sha, "pdf", fused=True, visual_rank=2, text_rank=None, visual_score=3.0,
+                        text_score=None, snippet="**a** b")]
+    coerced = [SearchHit(1, np.float32(2.5), "/d/a.pdf", np.int64(3), sha, "pdf")]  # not the published types: the dump converts
+    for results, mode in [([visual], "visual"), ([visual, hybrid], "hybrid"), ([coerced], None)]:
+        texts = [f"q{n}" for n in range(len(results))]
+        document = query_document(index, texts, results, 5, mode=mode, fusion="rrf")
+        how = {"mode": mode, **({"fusion": "rrf"} if mode == "hybrid" else {})} if mode else {}
+        dumped = QueryDocument.model_validate({"version": 1, "index": "/srv/idx", "model": "m", "k": 5, **how, "queries": [
+            {"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(texts, results)]}).to_json()
+        if len(texts) == 1:
+            dumped.update(dumped["queries"][0])
+        assert json.dumps(document) == json.dumps(dumped)
+    assert type(document["results"][0]["score"]) is float and type(document["results"][0]["page"]) is int

@@ -27,6 +27,7 @@ class RequestLog:
     def request(self, method: str, path: str, status: int, ms: float) -> None:
         if self.quiet:
             return
+        path = printable(path)
         if self.as_json:
             line = json.dumps({"time": time.time(), "method": method, "path": path, "status": status, "ms": round(ms, 2)})
         else:
@@ -75,7 +76,7 @@ class RequestGuard:
             if not state["started"]:
                 await error_response(500, "internal error; the server log says more")(scope, receive, tracked_send)
         finally:
-            self.log.request(scope["method"], printable(scope["path"]), state["status"], 1000 * (time.perf_counter() - started))
+            self.log.request(scope["method"], scope["path"], state["status"], 1000 * (time.perf_counter() - started))
 
     async def _guarded(self, scope, receive, send) -> None:
         raw = {key: value for key, value in ((k.lower(), v) for k, v in scope.get("headers", [])) if key in _GUARDED}
