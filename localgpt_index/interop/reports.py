@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from ..core.types import SearchHit
 from ..index.view import IndexView as Index
-from .results import QUERY_SCHEMA_VERSION, Hit, QueryAnswer, QueryDocument
+from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 
 def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
@@ -16,20 +18,34 @@ def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequenc
     """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
     from .pages import page_image, png_base64
 
-    def result(hit: SearchHit) -> Hit:
+    def result(hit: SearchHit) -> dict:
         if with_images:
-            return Hit(**hit.to_dict(), image_base64=png_base64(page_image(index, hit, dpi)))
-        return Hit(**hit.to_dict())
+            return {**hit.to_dict(), "image_base64": png_base64(page_image(index, hit, dpi))}
+        return hit.to_dict()
 
-    queries = [QueryAnswer(query=q, results=[result(hit) for hit in hits]) for q, hits in zip(texts, results)]
+    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
     how = {"mode": mode} if mode else {}
     if mode == "hybrid" and fusion:
         how["fusion"] = fusion
-    document = QueryDocument(version=QUERY_SCHEMA_VERSION, index=index.store.location, model=index.manifest.model.id,
-                             k=k, **how, queries=queries).to_json()
+    document = _validated({"version": QUERY_SCHEMA_VERSION, "index": index.store.location, "model": index.manifest.model.id,
+                           "k": k, **how, "queries": queries}, as_built=not with_images)
     if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
         document.update(document["queries"][0])
     return document
+
+
+def _validated(document: dict, as_built: bool) -> dict:
+    """`document` checked against QueryDocument in one pass (a model per hit was most of building a
+    server's answer). Where it holds exactly the published types (strict validation passes) it is the
+    document as built, which the model's dump would only copy; otherwise, and where `as_built` is false
+    (a hit's image: the schema places it), the validated model's dump, coerced; an invalid one raises."""
+    if as_built:
+        try:
+            QueryDocument.__pydantic_validator__.validate_python(document, strict=True)
+            return document
+        except ValidationError:
+            pass
+    return QueryDocument.model_validate(document).to_json()
 
 
 def status_document(index: Index) -> dict:

@@ -8,6 +8,7 @@ another server can apply the same rules.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import json
@@ -104,6 +105,7 @@ def is_loopback(host: str | None) -> bool:
 LOOPBACK_NAMES = ("localhost", "localhost.")
 
 
+@functools.lru_cache(maxsize=64)  # a client sends the same Host with every request; parsing it was most of the guard's time
 def loopback_host(host: str) -> bool:
     """Whether a Host header (a name or an address, with or without its port) names this machine's loopback."""
     host = host.strip().lower()
@@ -171,35 +173,38 @@ class PathPolicy:
     def __init__(self, absolute: bool = False) -> None:
         self.absolute = absolute
         self._known: dict[str, str] = {}  # absolute prefix -> what a client sees instead
-        self._roots: dict[int, str | None] = {}  # generation -> its root
+        self._current: _Generation | None = None  # one generation is asked at a time, mostly
 
-    def root(self, index) -> str | None:
-        """The folder the documents of this generation were indexed from."""
-        generation = index.manifest.generation
-        roots = self._roots
-        if generation in roots:
-            return roots[generation]
+    def _generation(self, index) -> _Generation:
+        """What this policy knows of `index`'s generation, worked out (and remembered) once per generation."""
+        current = self._current
+        if current is not None and current.generation == index.manifest.generation:
+            return current
         paths = [d.path for d in index.manifest.documents] + [f.path for f in index.manifest.failures]
         folders = [os.path.dirname(p) for p in paths if os.path.isabs(p)]
         try:
             root = os.path.commonpath(folders) if folders else None
         except ValueError:  # paths on different drives
             root = None
-        self._roots = {generation: root}  # one generation is asked at a time, mostly
-        return root
+        self._remember(index, root)
+        self._current = current = _Generation(index.manifest.generation, root)  # replaced whole: other threads publish too
+        return current
+
+    def root(self, index) -> str | None:
+        """The folder the documents of this generation were indexed from."""
+        return self._generation(index).root
 
     def learn(self, index) -> None:
         """Know this generation's folders, so that messages about it leave them out."""
-        self._remember(index, self.root(index))
+        self._generation(index)
 
     def publish(self, document: dict, index) -> dict:
         """`document` (a query, status or documents answer of `index`) as a client may see it."""
         if self.absolute:
             return {**document, "index": redact(document["index"])} if "index" in document else document
-        root = self.root(index)
-        self._remember(index, root)
+        generation = self._generation(index)
         document = _copied(document)  # the CLI's builders are shared
-        document["index"] = self.index_name(document.get("index", ""))
+        document["index"] = generation.index_name(document.get("index", ""))
         if isinstance(document.get("model"), str):
             document["model"] = _last_part(document["model"])
         elif isinstance(document.get("model"), dict):
@@ -210,13 +215,11 @@ class PathPolicy:
         groups += [answer["results"] for answer in document.get("queries") or []]
         for group in (g for g in groups if isinstance(g, list)):  # status has a count of documents
             for entry in group:
-                entry["path"] = self.relative(entry["path"], root)
+                entry["path"] = generation.relative(entry["path"])
         return document
 
     def relative(self, path: str, root: str | None) -> str:
-        if root and os.path.isabs(path) and (path + os.sep).startswith(root.rstrip(os.sep) + os.sep):
-            return os.path.relpath(path, root)
-        return _last_part(path) if os.path.isabs(path) else path
+        return _relative(path, root)
 
     def prefix(self, prefix: str, index) -> str:
         """A /documents prefix as the index stores paths: one relative to the root joins it."""
@@ -247,6 +250,34 @@ class PathPolicy:
                 self._known[path] = _last_part(path)
         if root:
             self._known[root.rstrip(os.sep) + os.sep] = ""
+
+
+class _Generation:
+    """One generation's root, and the paths of its documents as published (each worked out once:
+    os.path.relpath was most of publishing a query answer)."""
+
+    def __init__(self, generation: int, root: str | None) -> None:
+        self.generation, self.root = generation, root
+        self._published: dict[str, str] = {}  # bounded by the generation's documents
+        self._names: dict[str, str] = {}  # its location (one, mostly) -> the index's name
+
+    def index_name(self, location: str) -> str:
+        name = self._names.get(location)
+        if name is None:
+            name = self._names[location] = PathPolicy.index_name(location)
+        return name
+
+    def relative(self, path: str) -> str:
+        published = self._published.get(path)
+        if published is None:
+            published = self._published[path] = _relative(path, self.root)
+        return published
+
+
+def _relative(path: str, root: str | None) -> str:
+    if root and os.path.isabs(path) and (path + os.sep).startswith(root.rstrip(os.sep) + os.sep):
+        return os.path.relpath(path, root)
+    return _last_part(path) if os.path.isabs(path) else path
 
 
 def _copied(document: dict) -> dict:

@@ -27,6 +27,7 @@ class RequestLog:
     def request(self, method: str, path: str, status: int, ms: float) -> None:
         if self.quiet:
             return
+        path = printable(path)
         if self.as_json:
             line = json.dumps({"time": time.time(), "method": method, "path": path, "status": status, "ms": round(ms, 2)})
         else:
@@ -43,6 +44,9 @@ class RequestLog:
     def write(self, line: str) -> None:
         with self._lock:
             print(line, file=self.stream, flush=True)
+
+
+_GUARDED = frozenset((b"host", b"origin", b"authorization", b"content-length"))  # the headers the guard reads
 
 
 class RequestGuard:
@@ -72,10 +76,10 @@ class RequestGuard:
             if not state["started"]:
                 await error_response(500, "internal error; the server log says more")(scope, receive, tracked_send)
         finally:
-            self.log.request(scope["method"], printable(scope["path"]), state["status"], 1000 * (time.perf_counter() - started))
+            self.log.request(scope["method"], scope["path"], state["status"], 1000 * (time.perf_counter() - started))
 
     async def _guarded(self, scope, receive, send) -> None:
-        raw = {k.lower(): v for k, v in scope.get("headers", [])}
+        raw = {key: value for key, value in ((k.lower(), v) for k, v in scope.get("headers", [])) if key in _GUARDED}
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw.items()}
         refusal = host_refusal(headers.get("host"), headers.get("origin"), self.token)
         if refusal:
