@@ -145,6 +145,15 @@ def test_queries_go_through_colpali_s_parts_with_the_whole_network_s_bits(tiny_m
     np.testing.assert_array_equal(off.encode_queries([queries[0]])[0], whole(queries[0]))
     assert off.runner.query_parts is None
 
+    broken = _encoder(tiny_model, dtype)
+
+    def gone(inputs):  # a colpali-engine or transformers whose parts are not where they were
+        raise AttributeError("'ColPali' object has no attribute 'model'")
+
+    broken.runner.query_parts = gone
+    np.testing.assert_array_equal(broken.encode_queries([queries[0]])[0], whole(queries[0]))
+    assert broken.runner.query_parts is None
+
 
 def test_page_batches_equal_the_processor_output(tiny_model):
     """The cached prompt tokens plus per-page pixels are exactly what process_images gives."""

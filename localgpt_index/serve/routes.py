@@ -73,16 +73,16 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
         options = QueryOptions(mode=body.mode, fusion=body.fusion, rrf_k=body.rrf_k, with_text=body.with_text)
         service.index().mode(options)  # text or hybrid of an index without text: refused here, before the batch
         request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass, options)
-        answer = await batcher.submit(request)
-        document = query_document(answer.index, texts, answer.results, body.k, mode=answer.index.mode(options), fusion=body.fusion)
+        found = await batcher.submit(request)
+        document = query_document(found.index, texts, found.results, body.k, mode=found.index.mode(options), fusion=body.fusion)
         rendered = 0
         if body.with_images:
-            rendered = await images.fill(document, answer, body.dpi, http_request, policy)
-        return json_response(policy.publish(document, answer.index), {
+            rendered = await images.fill(document, found, body.dpi, http_request, policy)
+        return json_response(policy.publish(document, found.index), {
             "X-Lgpt-Images-Rendered": str(rendered),  # the others came from the cache, or failed
-            "X-Lgpt-Batch-Queries": str(answer.batch_queries),  # queries that shared the forward pass
-            "X-Lgpt-Scored-With": str(answer.scored_with),  # the most queries scored together with its own
-            "X-Lgpt-Generation": str(answer.index.manifest.generation)})
+            "X-Lgpt-Batch-Queries": str(found.batch_queries),  # queries that shared the forward pass
+            "X-Lgpt-Scored-With": str(found.scored_with),  # the most queries scored together with its own
+            "X-Lgpt-Generation": str(found.index.manifest.generation)})
 
     # the response model is the OpenAPI's description; the route answers with its own Response
     # (the document as the path policy publishes it), which FastAPI passes on unconverted

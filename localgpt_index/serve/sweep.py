@@ -78,8 +78,11 @@ class Sweep:
         return self._finish(*self._flight.popleft()) if self._flight else []
 
     def abandon(self) -> list[Member]:
-        """Every member taken off (the caller fails them); parts in flight finish unread."""
+        """Every member taken off (the caller fails them); parts not started are cancelled, those
+        being scored finish unread."""
         members, self.members = self.members, []
+        for _, _, scoring in self._flight:
+            scoring.cancel()
         self._flight.clear()
         return members
 
