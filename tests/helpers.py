@@ -220,3 +220,25 @@ def pass_by_products(net) -> dict[str, list]:
     for name, module in net.named_modules():
         module.register_forward_hook(watch(name))
     return seen
+
+
+def first_part_held_until_a_second_starts(monkeypatch) -> list:
+    """LocalView.score_unit patched so that the first part scored waits (30 s at most, then fails) until
+    a second part starts: it passes only where two parts are in flight. The parts started, in order."""
+    import threading
+
+    from localgpt_index.index.view import LocalView
+
+    real, started, second = LocalView.score_unit, [], threading.Event()
+
+    def score_unit(self, vectors, unit, device="cpu"):
+        started.append(unit)
+        if len(started) == 1:
+            assert second.wait(30), "the second part did not start while the first was scored"
+        elif len(started) == 2:
+            second.set()
+        return real(self, vectors, unit, device)
+
+    monkeypatch.setattr(LocalView, "score_unit", score_unit)
+    return started
+

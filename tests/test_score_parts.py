@@ -3,11 +3,10 @@ scored while the one before is, with the same scores as one part after the other
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from conftest import run_cli
 from docgen import make_pdf
+from helpers import first_part_held_until_a_second_starts
 
 
 def test_an_exact_pass_scores_the_next_part_while_the_one_before_is_scored(fake_model, tmp_path, monkeypatch):
@@ -28,17 +27,7 @@ def test_an_exact_pass_scores_the_next_part_while_the_one_before_is_scored(fake_
         patch.setattr(LocalView, "parts_in_flight", lambda self, device="cpu": 1)
         expected = [[(h.path, h.page, h.score) for h in hits] for hits in index.search_vectors(queries, 3)]
 
-    real, started, second = LocalView.score_unit, [], threading.Event()
-
-    def score_unit(self, vectors, unit, device="cpu"):
-        started.append(unit)
-        if len(started) == 1:
-            assert second.wait(30), "the second part did not start while the first was scored"
-        elif len(started) == 2:
-            second.set()
-        return real(self, vectors, unit, device)
-
-    monkeypatch.setattr(LocalView, "score_unit", score_unit)
+    started = first_part_held_until_a_second_starts(monkeypatch)
     scores = np.concatenate(index.view.score_units(queries, units), axis=1)
     assert len(units) == 9 and started == units
     assert np.array_equal(scores, one_by_one)

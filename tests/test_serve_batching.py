@@ -11,6 +11,7 @@ import threading
 import pytest
 from conftest import run_cli
 from docgen import make_pdf
+from helpers import first_part_held_until_a_second_starts
 
 from localgpt_index.core import failpoints
 from localgpt_index.core.errors import UsageError
@@ -313,20 +314,7 @@ def test_the_next_part_starts_while_the_last_one_is_still_scored(service, monkey
 
     request = SearchRequest(("page 1",), 5, options=VISUAL)
     expected = alone(service, request)
-    view = type(service.index().view)
-    real = view.score_unit
-    started: list = []
-    second = threading.Event()
-
-    def score_unit(self, vectors, unit, device="cpu"):
-        started.append(unit)
-        if len(started) == 1:
-            assert second.wait(30), "the second part did not start while the first was scored"
-        elif len(started) == 2:
-            second.set()
-        return real(self, vectors, unit, device)
-
-    monkeypatch.setattr(view, "score_unit", score_unit)
+    started = first_part_held_until_a_second_starts(monkeypatch)
 
     async def scenario():
         batcher = QueryBatcher(service)
