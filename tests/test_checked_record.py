@@ -183,13 +183,14 @@ def _signed_by_another_user(root: Path) -> None:
 
 def _key_readable_by_others(root: Path) -> None:
     """The forged entries signed with the user's key, but a key others can read is no key."""
+    from localgpt_index.core.files import user_cache_folder
     from localgpt_index.index.local import checked
 
     _forged(root)
     record = _record(root)
     record["mac"] = checked._mac(checked.record_key(create=False), checked._canonical(record["files"]))
     (root / "checked.json").write_text(json.dumps(record))
-    key_file = checked._cache_folder() / "checked-record.key"
+    key_file = user_cache_folder() / "checked-record.key"
     key_file.chmod(0o644)
     assert checked.record_key(create=True) is None
 

@@ -4,12 +4,18 @@ bounded reads of the text files users hand us."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
 from .errors import UsageError
 
 RACY_NS = 2_000_000_000  # a file modified this close to its stat may change again within the timestamp's granularity
+
+
+def user_cache_folder() -> Path:
+    """lgpt-index's folder of the user's cache: beside Hugging Face's (~/.cache), under XDG_CACHE_HOME when set."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "lgpt-index"
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

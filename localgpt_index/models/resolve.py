@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core.errors import EnvironmentMissing, UsageError
+from ..core.files import user_cache_folder
 from .families import detect_family, supported
 
 DEFAULT_MODEL = "vidore/colpali-v1.3"
@@ -106,9 +107,8 @@ def _folder_fingerprint(folder: Path, base: str | None, digests: "WeightDigests"
 
 
 def _cache_file() -> Path:
-    """The user's cache of weight digests: beside Hugging Face's (~/.cache), under XDG_CACHE_HOME when set."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "lgpt-index" / "weight-digests.json"
+    """The user's cache of weight digests."""
+    return user_cache_folder() / "weight-digests.json"
 
 
 class WeightDigests:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core.errors import IndexProblem
-from ...core.files import RACY_NS
+from ...core.files import RACY_NS, user_cache_folder
 from ..files import read_member, write_atomic
 from ..manifest import Segment
 from .segments import SegmentFiles
@@ -47,15 +47,10 @@ LIMIT = 64 << 20  # bytes of record read at most (an entry is about 250 bytes)
 KEY_BYTES = 32
 
 
-def _cache_folder() -> Path:
-    """lgpt-index's folder of the user's cache (XDG_CACHE_HOME, else ~/.cache), as models/resolve.py's digests."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "lgpt-index"
-
-
 def record_key(create: bool) -> bytes | None:
     """This user's key for the records: a file of 64 hex digits, the user's own, readable by no one else
     (made at first use when `create`). None when there is none, or it is not such a file: nothing is trusted then."""
-    path = _cache_folder() / "checked-record.key"
+    path = user_cache_folder() / "checked-record.key"
     if create and not os.path.lexists(path):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
