@@ -73,12 +73,18 @@ def default_max_connections(wanted: int = 256) -> int:
 MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers: h11's bound (uvicorn's httptools protocol has none)
 
 
+def error_body(status: int, message: str) -> bytes:
+    """The one error document, {"error": {"status", "message"}}: the message never with a secret in it,
+    in ASCII escapes (a lone surrogate too)."""
+    return json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True).encode()
+
+
 def error_response(status: int, message: str, extra: bytes = b"") -> bytes:
     """A whole answer with the error document, written by the connection layer before any application
     runs (`extra`: more header lines); the connection closes after it."""
     from http import HTTPStatus
 
-    body = json.dumps({"error": {"status": status, "message": message}}).encode()
+    body = error_body(status, message)
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%scontent-length: %d\r\n\r\n%s"
             % (status, HTTPStatus(status).phrase.encode(), extra, len(body), body))
 

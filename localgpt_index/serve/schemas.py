@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticSerializationError, to_json
 
 from ..models.protocols import MAX_QUERY_CHARS
-from .httpguard import redact
+from .httpguard import error_body
 
 MAX_BODY_BYTES = 1 << 20
 MAX_QUERIES = 64
@@ -45,9 +45,8 @@ class ErrorDocument(BaseModel):
 
 
 def error_response(status: int, message: str) -> Response:
-    """The one error shape: {"error": {"status", "message"}}, the message never with a secret in it."""
-    body = json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True)  # a lone surrogate too
-    return Response(body, status_code=status, media_type="application/json")
+    """The one error shape (httpguard.error_body) as the application's answer."""
+    return Response(error_body(status, message), status_code=status, media_type="application/json")
 
 
 def json_response(document: dict, headers: dict[str, str] | None = None) -> Response:
