@@ -58,6 +58,15 @@ def _run(tuner, encoder, seconds_per_page: dict[int, float], wait: float = 0.0, 
     return list(dict.fromkeys(tried))
 
 
+@pytest.fixture
+def four_cores(monkeypatch) -> list[int]:
+    """Four CPUs, and the model thread counts the tuner sets, in order (nothing is set for real)."""
+    threads: list[int] = []
+    monkeypatch.setattr(tuning, "set_threads", threads.append)
+    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
+    return threads
+
+
 @pytest.mark.parametrize("best", [1, 2, 4, 8])
 def test_the_fastest_measured_batch_size_is_kept(monkeypatch, best):
     threads = []
@@ -83,10 +92,8 @@ def test_a_batch_shape_first_call_is_a_warm_up(monkeypatch):
     assert encoder.batch_size == 4 and first_call == set(tuning.CANDIDATES)
 
 
-def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
-    threads = []
-    monkeypatch.setattr(tuning, "set_threads", threads.append)
-    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
+def test_a_model_that_waits_for_pages_gives_a_core_back(four_cores):
+    threads = four_cores
     encoder = _encoder()
     clock = Clock()
     tuner = tuning.CpuTuner(encoder, fixed_batch=False, clock=clock)
@@ -94,10 +101,8 @@ def test_a_model_that_waits_for_pages_gives_a_core_back(monkeypatch):
     assert threads == [3] and tuner.summary()["waited_share"] > tuning.WAIT_SHARE
 
 
-def test_a_model_that_hardly_waits_keeps_every_core(monkeypatch):
-    threads = []
-    monkeypatch.setattr(tuning, "set_threads", threads.append)
-    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
+def test_a_model_that_hardly_waits_keeps_every_core(four_cores):
+    threads = four_cores
     encoder = _encoder()
     clock = Clock()
     tuner = tuning.CpuTuner(encoder, fixed_batch=False, clock=clock)
@@ -227,10 +232,8 @@ def test_a_kept_encoder_keeps_its_tuner_and_a_later_build_runs_no_trials(monkeyp
     assert tuning.tuner_for(encoder, fixed_batch=True) is not first
 
 
-def test_trials_a_build_left_unfinished_go_on_in_the_next_and_the_pause_between_is_no_wait(monkeypatch):
-    threads = []
-    monkeypatch.setattr(tuning, "set_threads", threads.append)
-    monkeypatch.setattr(tuning, "available_cpus", lambda: 4)
+def test_trials_a_build_left_unfinished_go_on_in_the_next_and_the_pause_between_is_no_wait(four_cores):
+    threads = four_cores
     encoder = _encoder()
     clock = Clock()
     tuner = tuning.tuner_for(encoder, fixed_batch=False)
