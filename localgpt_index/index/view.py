@@ -179,7 +179,7 @@ class LocalView(GenerationView):
               early: EarlyReads | None = None) -> list[list[SearchHit]]:
         """Exact scores for the pages of `table`."""
         self._prefetch(table, early)
-        if self.exact_scorer is None and device == "cpu":  # the CPU scorer's kernel loaded first where this pass pays for it
+        if self._cpu_scorer(device):  # its kernel loaded first where this pass pays for it
             expect_pass(self._rows(table), sum(len(q) for q in query_vectors))
         scores = self.score_units(query_vectors, self.exact_units(table), device)
         return self.rank_scores(np.concatenate(scores, axis=1), docs, k, table)
@@ -205,9 +205,14 @@ class LocalView(GenerationView):
                 units += [ExactUnit(segment_id, part) for part in files.groups(rows)]
         return units
 
+    def _cpu_scorer(self, device: str) -> bool:
+        """Whether exact passes on `device` are scored by the CPU scorer (score.maxsim's compiled kernel or
+        torch's path), not a device scorer."""
+        return self.exact_scorer is None and device == "cpu"
+
     def parts_in_flight(self, device: str = "cpu") -> int:
         """Parts of a pass scored at once: PARTS_IN_FLIGHT on the CPU scorer, one on a device scorer."""
-        return PARTS_IN_FLIGHT if self.exact_scorer is None and device == "cpu" else 1
+        return PARTS_IN_FLIGHT if self._cpu_scorer(device) else 1
 
     def start_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> Future:
         """score_unit on a thread of the part pool: its scores, when they come (at most parts_in_flight at once)."""
