@@ -76,6 +76,7 @@ def test_queries_given_as_a_function_are_asked_for_when_a_scorer_thread_takes_th
     kernel, calls = score_module.compiled_kernel(), []
     monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(lambda *a: (calls.append(1), kernel(*a))))
     monkeypatch.setattr(score_module, "KERNEL_CHUNK_ROWS", 500)
+    monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
     asked = []
 
     def late():
@@ -94,6 +95,10 @@ def test_queries_given_as_a_function_are_asked_for_when_a_scorer_thread_takes_th
     with pytest.raises(OSError, match="taken off"):
         maxsim(failing, vectors, offsets)
     assert not calls
+    monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(None))  # torch's path: asked at once
+    assert maxsim(lambda: [], vectors, offsets).shape == (0, 200)
+    monkeypatch.setattr(score_module, "torch_available", lambda: False)
+    assert maxsim(lambda: [], vectors, offsets).shape == (0, 200)
 
 
 @pytest.mark.parametrize("numpy_path", [False, True], ids=["torch-if-installed", "numpy"])

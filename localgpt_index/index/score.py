@@ -58,6 +58,8 @@ def maxsim(
         if kernel is not None:
             return _maxsim_compiled(kernel, queries, vectors, offsets, pages)
         queries = queries()
+    if not len(queries):
+        return np.zeros((0, len(pages)), dtype=np.float32)
     if device == "cpu" and not torch_available():
         return _maxsim_numpy(queries, vectors, offsets, pages)
     if compiled:

@@ -54,8 +54,9 @@ class Sweep:
 
     Parts are scored as LocalView.score_units scores them, parts_in_flight at once (two on the CPU
     scorer), and the model thread's work between parts (answers, joins) overlaps scoring. A part takes
-    the members that need it when its scoring begins (the CPU scorer: when a scorer thread takes its
-    first chunk, on that thread), so a query that joins while the part before is scored is on it.
+    the members that need it when its scoring begins (with the compiled kernel: when a scorer thread
+    takes its first chunk; elsewhere when its part thread starts), so a query that joins while the part
+    before is scored is on it.
     Membership is kept under a lock for that; everything else runs on the model thread. `wake` is set
     whenever a part is done, and by the caller when queries arrive: step() waits for it."""
 
@@ -108,9 +109,13 @@ class Sweep:
 
     def abandon(self) -> list[Member]:
         """Every member taken off (the caller fails them); parts not started are cancelled, those
-        being scored finish unread."""
+        being scored finish unread, and those whose scoring has not begun take nobody (a query that
+        joins later is not left on a part whose scores nobody reads)."""
         with self._lock:
             members, self.members = self.members, []
+            for part in self._flight:
+                if part.on is None:
+                    part.on = []
         for part in self._flight:
             if part.scoring is not None:
                 part.scoring.cancel()
