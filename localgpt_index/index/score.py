@@ -108,7 +108,10 @@ def _maxsim_compiled(kernel, queries: Queries, vectors: np.ndarray, offsets: np.
     bits = _read_only(np.ascontiguousarray(vectors).view(np.uint16))
     starts, ends = offsets[pages].astype(np.int64, copy=False), offsets[pages + 1].astype(np.int64, copy=False)
     stack = QueryStack(queries, len(pages))
-    chunks = ChunkQueue(list(page_runs(pages, offsets, KERNEL_CHUNK_ROWS)), first=stack.take)
+    late = callable(queries)
+    if not late:  # stacked here, not by a scorer thread (the other one, done with the part before, would wait on it)
+        stack.take()
+    chunks = ChunkQueue(list(page_runs(pages, offsets, KERNEL_CHUNK_ROWS)), first=stack.take if late else None)
 
     def score(_: object = None) -> None:
         for lo, hi in chunks:
