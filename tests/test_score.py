@@ -66,6 +66,41 @@ def test_the_numpy_the_torch_and_the_compiled_paths_agree(monkeypatch):
     np.testing.assert_allclose(maxsim(queries, vectors, offsets), with_torch, rtol=1e-5)
 
 
+@pytest.mark.slow  # imports torch (the scorer's threads)
+def test_queries_given_as_a_function_are_asked_for_when_a_scorer_thread_takes_the_first_chunk(monkeypatch):
+    """serve's sweep gives a part's queries so: the part's members are those there when its scoring begins."""
+    import threading
+
+    rng, vectors, offsets = _ragged(5, pages=200)  # several of the kernel's chunks
+    queries = [_unit(rng, n) for n in (20, 7)]
+    kernel, calls = score_module.compiled_kernel(), []
+    monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(lambda *a: (calls.append(1), kernel(*a))))
+    monkeypatch.setattr(score_module, "KERNEL_CHUNK_ROWS", 500)
+    monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
+    asked = []
+
+    def late():
+        asked.append((threading.current_thread().name, len(calls)))
+        return queries
+
+    np.testing.assert_array_equal(maxsim(late, vectors, offsets), maxsim(queries, vectors, offsets))
+    [(thread, scored_before)] = asked
+    assert thread.startswith("lgpt-score") and scored_before == 0 and len(calls) > 4
+    calls.clear()
+    assert maxsim(lambda: [], vectors, offsets).shape == (0, 200) and not calls  # nobody on the part: nothing scored
+
+    def failing():
+        raise OSError("taken off")
+
+    with pytest.raises(OSError, match="taken off"):
+        maxsim(failing, vectors, offsets)
+    assert not calls
+    monkeypatch.setattr(score_module, "kernel_policy", KernelPolicy.fixed(None))  # torch's path: asked at once
+    assert maxsim(lambda: [], vectors, offsets).shape == (0, 200)
+    monkeypatch.setattr(score_module, "torch_available", lambda: False)
+    assert maxsim(lambda: [], vectors, offsets).shape == (0, 200)
+
+
 @pytest.mark.parametrize("numpy_path", [False, True], ids=["torch-if-installed", "numpy"])
 def test_a_query_s_scores_do_not_depend_on_the_queries_asked_with_it(numpy_path, monkeypatch):
     """A server stacks concurrent questions into one pass: each scores as if asked alone, within

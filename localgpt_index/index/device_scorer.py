@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .score import rows_of
+from .chunks import rows_of
 
 SIM_BYTES = 512 << 20  # similarities (rows x stacked query tokens, float32) of one device chunk, at most
 STREAM_ROWS = 1 << 20  # rows (256 MiB of 128-dim float16) copied to the device at a time when streaming

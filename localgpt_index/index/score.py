@@ -14,12 +14,13 @@ import functools
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..core.cpus import available_cpus
 from ..core.pools import SharedPool
+from .chunks import ChunkQueue, Queries, QueryStack, page_runs, plan_chunks
 from .kernel_policy import KernelPolicy
 
 # Page rows scored at once, at most. A chunk's float16 rows are widened once into a float32 block
@@ -34,8 +35,9 @@ MIN_CHUNK_ROWS = 512
 SIM_ELEMENTS = 512 << 10  # similarities (query tokens x rows) of one chunk, at most: many stacked tokens, fewer rows
 
 
+
 def maxsim(
-    queries: Sequence[np.ndarray],
+    queries: Queries,
     vectors: np.ndarray,
     offsets: np.ndarray,
     pages: np.ndarray | None = None,
@@ -44,14 +46,23 @@ def maxsim(
     """Scores (n_queries, n_pages) for every page of one segment, or the `pages` listed.
 
     score(q, p) = sum over query tokens of the max over page tokens of <q_i, p_j>, in float32.
-    All queries are stacked into one matrix so each page block is read once.
+    All queries are stacked into one matrix so each page block is read once. `queries` given as a
+    function are asked for when the compiled kernel's first chunk is taken (at once on other paths).
     """
     if pages is None:
         pages = np.arange(len(offsets) - 1)
     pages = np.asarray(pages, dtype=np.int64)
+    compiled = device == "cpu" and isinstance(vectors, np.ndarray) and vectors.dtype == np.float16 and vectors.shape[1]
+    if callable(queries):
+        kernel = kernel_policy.loaded() if compiled and torch_available() else None
+        if kernel is not None:
+            return _maxsim_compiled(kernel, queries, vectors, offsets, pages)
+        queries = queries()
+    if not len(queries):
+        return np.zeros((0, len(pages)), dtype=np.float32)
     if device == "cpu" and not torch_available():
         return _maxsim_numpy(queries, vectors, offsets, pages)
-    if device == "cpu" and isinstance(vectors, np.ndarray) and vectors.dtype == np.float16 and vectors.shape[1]:
+    if compiled:
         rows = int((offsets[pages + 1] - offsets[pages]).sum())
         kernel = kernel_policy.choose(rows, sum(len(q) for q in queries))
         if kernel is not None:
@@ -65,12 +76,12 @@ def maxsim(
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         source = torch.from_numpy(vectors) if isinstance(vectors, np.ndarray) else vectors
     chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, len(q_all))))
-    chunks = _plan(pages, offsets, chunk_rows)
+    chunks = plan_chunks(pages, offsets, chunk_rows)
     # each page's best similarity for each query token, pages first: a chunk's result is one
     # contiguous run of rows; summed per query once at the end
     best = torch.empty((len(pages), len(q_all)), dtype=torch.float32, device=device)
     workers = max(1, min(SCORE_WORKERS, len(chunks)))
-    queue = _ChunkQueue(chunks)
+    queue = ChunkQueue(chunks)
     if device != "cpu" or SCORE_WORKERS <= 1:
         _score_chunks(queue, q_all, source, best, chunk_rows)
     else:
@@ -91,29 +102,27 @@ def maxsim(
 KERNEL_CHUNK_ROWS = 16 * 1030
 
 
-def _maxsim_compiled(kernel, queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: np.ndarray, pages: np.ndarray) -> np.ndarray:
+def _maxsim_compiled(kernel, queries: Queries, vectors: np.ndarray, offsets: np.ndarray, pages: np.ndarray) -> np.ndarray:
     """maxsim by the compiled kernel: chunks of pages handed out to the scorer's threads, one kernel call a
     chunk (without the GIL), each writing its pages' rows of one (pages, query tokens) array."""
-    from .maxsim_kernel import query_columns
-
-    q_all = np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])
-    qt = query_columns(q_all)
     bits = _read_only(np.ascontiguousarray(vectors).view(np.uint16))
     starts, ends = offsets[pages].astype(np.int64, copy=False), offsets[pages + 1].astype(np.int64, copy=False)
-    best = np.empty((len(pages), len(q_all)), dtype=np.float32)
-    chunks = _ChunkQueue(list(_chunks(pages, offsets, KERNEL_CHUNK_ROWS)))
+    stack = QueryStack(queries, len(pages))
+    late = callable(queries)
+    if not late:  # stacked here, not by a scorer thread (the other one, done with the part before, would wait on it)
+        stack.take()
+    chunks = ChunkQueue(list(page_runs(pages, offsets, KERNEL_CHUNK_ROWS)), first=stack.take if late else None)
 
     def score(_: object = None) -> None:
         for lo, hi in chunks:
-            kernel(bits, starts[lo:hi], ends[lo:hi], qt, best[lo:hi])
+            kernel(bits, starts[lo:hi], ends[lo:hi], stack.columns, stack.best[lo:hi])
 
     workers = max(1, min(SCORE_WORKERS, len(chunks)))
     if workers <= 1:
         score()
     else:
         list(scoring_pool().map(score, range(workers)))
-    bounds = np.cumsum([0] + [len(q) for q in queries])
-    return np.stack([best[:, a:b].sum(axis=1) for a, b in zip(bounds[:-1], bounds[1:])])
+    return stack.sums()
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -160,52 +169,6 @@ def expect_pass(rows: int, tokens: int) -> None:
     loaded first where the pass pays for it (KernelPolicy.expect)."""
     if torch_available():
         kernel_policy.expect(rows, tokens)
-
-
-class _Chunk(NamedTuple):
-    lo: int  # the chunk's first and last page (positions in the page list)
-    hi: int
-    rows: np.ndarray | tuple[int, int]  # the rows to read: a (start, end) run, or each row's index
-    lengths: np.ndarray  # rows of each page
-    same_length: int  # every page's row count when they are all equal, else 0
-
-
-def _plan(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int) -> list[_Chunk]:
-    """The chunks of `pages`, each at most `chunk_rows` rows (at least one page), and the rows each reads."""
-    starts, ends = offsets[pages], offsets[pages + 1]
-    plan = []
-    for lo, hi in _chunks(pages, offsets, chunk_rows):
-        lengths = ends[lo:hi] - starts[lo:hi]
-        plan.append(_Chunk(lo, hi, rows_of(starts[lo:hi], ends[lo:hi]), lengths, int(lengths[0]) if np.all(lengths == lengths[0]) else 0))
-    return plan
-
-
-def rows_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray | tuple[int, int]:
-    """The rows of pages starts[i]..ends[i]: one (start, end) run when they are contiguous (one copy),
-    else each row's index."""
-    if np.all(starts[1:] == ends[:-1]):
-        return int(starts[0]), int(ends[-1])
-    lengths = ends - starts
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-
-
-class _ChunkQueue:
-    """The chunks of one call, handed out one at a time to whichever scorer thread asks."""
-
-    def __init__(self, chunks: list) -> None:
-        self._count = len(chunks)
-        self._chunks = iter(chunks)
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        with self._lock:
-            return next(self._chunks)
 
 
 def _score_chunks(chunks, q_all, source, best, chunk_rows: int) -> None:
@@ -300,7 +263,7 @@ def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: n
     queries_t = [np.ascontiguousarray(np.asarray(q, dtype=np.float32).T) for q in queries]
     chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, max(q.shape[1] for q in queries_t))))
     scores = np.zeros((len(queries), len(pages)), dtype=np.float32)
-    for chunk in _plan(pages, offsets, chunk_rows):
+    for chunk in plan_chunks(pages, offsets, chunk_rows):
         rows = slice(*chunk.rows) if isinstance(chunk.rows, tuple) else chunk.rows
         block = vectors[rows].astype(np.float32)
         for i, query_t in enumerate(queries_t):
@@ -366,16 +329,3 @@ def _page_max(by_row, lengths: np.ndarray):
     import torch
 
     return torch.segment_reduce(by_row, "max", lengths=torch.from_numpy(lengths).to(by_row.device), axis=0)
-
-
-def _chunks(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
-    """Split the page list into runs of at most `chunk_rows` rows (at least one page each)."""
-    lengths = offsets[pages + 1] - offsets[pages]
-    lo, acc = 0, 0
-    for i, n in enumerate(lengths):
-        if acc and acc + n > chunk_rows:
-            yield lo, i
-            lo, acc = i, 0
-        acc += int(n)
-    if len(pages):
-        yield lo, len(pages)

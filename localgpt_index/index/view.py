@@ -22,6 +22,7 @@ from .codes.artifact import NAME as CODES
 from .codes.plan import ScoringPath, choose
 from .early_reads import EarlyReads, ReadCounts
 from .manifest import REBUILD_HINT, Document, Manifest
+from .chunks import Queries
 from .score import PARTS_IN_FLIGHT, expect_pass, maxsim, part_pool
 
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
@@ -214,8 +215,9 @@ class LocalView(GenerationView):
         """Parts of a pass scored at once: PARTS_IN_FLIGHT on the CPU scorer, one on a device scorer."""
         return PARTS_IN_FLIGHT if self._cpu_scorer(device) else 1
 
-    def start_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> Future:
-        """score_unit on a thread of the part pool: its scores, when they come (at most parts_in_flight at once)."""
+    def start_unit(self, query_vectors: Queries, unit: ExactUnit, device: str = "cpu") -> Future:
+        """score_unit on a thread of the part pool: its scores, when they come (at most parts_in_flight at once).
+        Query vectors given as a function are asked for when the part's scoring begins (score.Queries)."""
         return part_pool().submit(self.score_unit, query_vectors, unit, device)
 
     def score_units(self, query_vectors: Sequence[np.ndarray], units: list[ExactUnit], device: str = "cpu") -> list[np.ndarray]:
@@ -232,11 +234,14 @@ class LocalView(GenerationView):
                 scores.append(flight.popleft().result())
         return scores + [scoring.result() for scoring in flight]
 
-    def score_unit(self, query_vectors: Sequence[np.ndarray], unit: ExactUnit, device: str = "cpu") -> np.ndarray:
+    def score_unit(self, query_vectors: Queries, unit: ExactUnit, device: str = "cpu") -> np.ndarray:
         """Exact scores (queries, the unit's pages) of one part of exact_units; its blocks checked first."""
         files = self.store.segment_files(self.manifest.segments[unit.segment_id])
         if self.exact_scorer is not None:
-            return self.exact_scorer.score(query_vectors, unit.segment_id, files, unit.rows)
+            queries = query_vectors() if callable(query_vectors) else query_vectors
+            if not len(queries):
+                return np.zeros((0, len(unit.rows)), dtype=np.float32)
+            return self.exact_scorer.score(queries, unit.segment_id, files, unit.rows)
         files.check_pages(unit.rows)
         return maxsim(query_vectors, files.vectors, files.offsets, unit.rows, device=device)
 

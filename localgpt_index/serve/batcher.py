@@ -24,7 +24,8 @@ class QueryBatcher:
     Two threads of their own (the event loop never waits on them). The encoder thread takes every
     request that has arrived and encodes their queries in one forward pass, while the model thread
     scores: encoding a request never stops the pass in flight. The model thread lets the encoded
-    queries join the sweep: the exact pass over the current generation that is running, part by part,
+    queries join the sweep as they come (it stops waiting on a part for them): the exact pass over the
+    current generation that is running, part by part,
     for the queries already on it (serve/sweep.py). A query arriving mid-pass shares every part from
     the next one on and comes round for the parts it missed; a lone query starts at once. Requests a
     sweep cannot take (filters, a first pass, text mode, a store that ranks itself) are scored in a
@@ -41,6 +42,7 @@ class QueryBatcher:
         self._lock = threading.Lock()
         self._encoding = self._working = False
         self._sweep: Sweep | None = None
+        self._arrived = threading.Event()  # set when queries are encoded: the model thread stops waiting on a part to let them join
         self._waiting: list[Member] = []  # encoded for a newer generation than the sweep's: next sweep
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="lgpt-encode")
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgpt-model")
@@ -90,6 +92,7 @@ class QueryBatcher:
             with self._lock:
                 self._encoded.append(admitted)
                 idle, self._working = not self._working, True
+            self._arrived.set()
             failpoint("serve.encoded")
             if idle:
                 self._executor.submit(self._work)
@@ -169,7 +172,7 @@ class QueryBatcher:
         self._end_sweep()
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device, SearchAnswer)
+        self._sweep = Sweep(index, device, SearchAnswer, self._arrived)
         self._join_waiting()
 
     def _join_waiting(self) -> None:
