@@ -79,6 +79,16 @@ def sweep_of(units: int) -> tuple[Sweep, Parts, threading.Event]:
     return Sweep(index, "cpu", lambda index, results, batch, stacked: (results, stacked), wake), index.view, wake
 
 
+def started(units: int = 3) -> tuple[Sweep, Parts, threading.Event, dict, Member]:
+    """A sweep of `units` parts that one member ("first") joined, stepped once: two parts in flight, not begun."""
+    sweep, view, wake = sweep_of(units)
+    answers: dict = {}
+    first = member(answers, "first")
+    sweep.join(first)
+    step(sweep, wake)
+    return sweep, view, wake, answers, first
+
+
 def step(sweep: Sweep, wake: threading.Event) -> None:
     """One step that does not wait: parts started up to two in flight, the oldest finished if it ended."""
     wake.set()
@@ -86,11 +96,7 @@ def step(sweep: Sweep, wake: threading.Event) -> None:
 
 
 def test_a_query_that_joins_before_a_queued_part_begins_is_on_it():
-    sweep, view, wake = sweep_of(3)
-    answers: dict = {}
-    first = member(answers, "first")
-    sweep.join(first)
-    step(sweep, wake)
+    sweep, view, wake, answers, first = started()
     assert sorted(view.started) == [0, 1]  # two parts in flight; the second queued behind the first
     assert len(view.begin(0)) == 1
     second = member(answers, "second")
@@ -128,23 +134,16 @@ def test_step_returns_when_woken_without_waiting_for_the_part():
 
 
 def test_a_part_that_fails_before_it_begins_fails_the_members_needing_it():
-    sweep, view, wake = sweep_of(3)
-    answers: dict = {}
-    sweep.join(member(answers, "one"))
-    step(sweep, wake)
+    sweep, view, wake, answers, _ = started()
     view.fail(0, OSError("a damaged block"))
     step(sweep, wake)
-    assert isinstance(answers["one"], OSError) and not sweep.members
+    assert isinstance(answers["first"], OSError) and not sweep.members
 
 
 def test_a_part_nobody_needs_when_it_begins_scores_nothing():
-    sweep, view, wake = sweep_of(3)
-    answers: dict = {}
-    one = member(answers, "one")
-    sweep.join(one)
-    step(sweep, wake)
+    sweep, view, wake, answers, first = started()
     sweep.abandon()
     later = member(answers, "later")
     sweep.join(later)  # the sweep is kept for its generation's next queries
     assert view.begin(1) == []  # an abandoned part takes nobody, even one that joined after
-    assert one.remaining == later.remaining == set(range(3)) and not later.pending
+    assert first.remaining == later.remaining == set(range(3)) and not later.pending
