@@ -36,9 +36,8 @@ class QueryStack:
         return True
 
     def sums(self) -> np.ndarray:
-        """(queries, pages): each query's sum of its tokens' best similarities."""
-        if self.bounds is None:  # no chunk was taken: no pages
-            self.take()
+        """(queries, pages): each query's sum of its tokens' best similarities (after `take`: the caller's,
+        or the chunk queue's first ask, which even a call without pages makes)."""
         assert self.bounds is not None
         if len(self.bounds) == 1:
             return np.zeros((0, self._pages), dtype=np.float32)

@@ -35,7 +35,6 @@ MIN_CHUNK_ROWS = 512
 SIM_ELEMENTS = 512 << 10  # similarities (query tokens x rows) of one chunk, at most: many stacked tokens, fewer rows
 
 
-
 def maxsim(
     queries: Queries,
     vectors: np.ndarray,
