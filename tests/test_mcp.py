@@ -52,10 +52,12 @@ def structured(result) -> dict:
     return result.structured_content
 
 
-def error_text(result) -> str:
+def error_text(result, hidden: Path | None = None) -> str:
+    """The text of a tool error: no traceback, and no path under `hidden` (a folder of this machine)."""
     assert result.is_error, result.structured_content
     text = result.content[0].text
     assert "Traceback" not in text and 'File "' not in text
+    assert hidden is None or str(hidden) not in text, text
     return text
 
 
@@ -145,27 +147,26 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
 
 
 def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
-    index = str(noisy_index["index"])
+    index, work = str(noisy_index["index"]), noisy_index["work"]  # no path of this machine in what the client sees
 
     async def scenario():
         async with mcp_session("--index-dir", index) as (session, faults):
-            text = error_text(await session.call_tool("get_page", {"document": "../../etc/passwd", "page": 1}))
+            text = error_text(await session.call_tool("get_page", {"document": "../../etc/passwd", "page": 1}), work)
             assert "document '../../etc/passwd': not in the index" in text
-            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 4}))
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 4}), work)
             assert "page 4 out of range: report-1.pdf has 3 page(s)" in text
-            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 0}))
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 0}), work)
             assert "invalid arguments: page: Input should be greater than or equal to 1 (got 0)." in text
-            text = error_text(await session.call_tool("search", {"query": "q", "k": "many"}))
+            text = error_text(await session.call_tool("search", {"query": "q", "k": "many"}), work)
             assert "invalid arguments: k: Input should be a valid integer, unable to parse string as an integer (got 'many')." in text
-            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}))
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}), work)
             assert text.endswith("invalid arguments: page: Field required.") and "pydantic" not in text
-            text = error_text(await session.call_tool("search", {"query": "   "}))
+            text = error_text(await session.call_tool("search", {"query": "   "}), work)
             assert "query[0]: empty." in text
-            text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}))
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}), work)
             assert "mode" in text
-            text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}))
+            text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}), work)
             assert "filters: a key may not be empty" in text
-            assert str(noisy_index["work"]) not in text  # no path of this machine in what the client sees
             assert faults == []
 
     asyncio.run(scenario())
@@ -181,13 +182,13 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
         async with mcp_session("--index-dir", str(index)) as (session, faults):
             for tool, args in (("search", {"query": "report"}), ("list_documents", {}), ("index_status", {}),
                                ("get_page", {"document": "report-1.pdf", "page": 1})):
-                text = error_text(await session.call_tool(tool, args))
-                assert f"no index at {index}/default." in text and "lgpt-index build DOCS" in text
+                text = error_text(await session.call_tool(tool, args), tmp_path)
+                assert "no index at default." in text and "lgpt-index build DOCS" in text  # named as index_status names it
             pictures = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--include", "*.png",
                                "--ocr", "never")
             assert pictures.exit_code == 0, pictures.stderr
             assert structured(await session.call_tool("index_status", {}))["modes"] == ["visual"]
-            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}))
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}), tmp_path)
             assert "no page text" in text and "mode" in text
             assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             hits = structured(await session.call_tool("search", {"query": "report", "k": 3}))["hits"]
@@ -195,7 +196,7 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
             text_answer = structured(await session.call_tool("search", {"query": "report 1 page 2", "mode": "text", "k": 1}))
             assert text_answer["mode"] == "text" and "report" in text_answer["hits"][0]["text"]
             assert run_cli("remove", str(docs), "--index-dir", str(index)).exit_code == 0
-            text = error_text(await session.call_tool("search", {"query": "report"}))
+            text = error_text(await session.call_tool("search", {"query": "report"}), tmp_path)
             assert "the index at default holds no pages yet." in text
             status = structured(await session.call_tool("index_status", {}))
             assert (status["generation"], status["documents"]) == (3, 0)
@@ -207,15 +208,17 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
 def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fake_model, tmp_path):
     model = copy_tree(fake_model, tmp_path / "fake-model")
     built = build_report_index(tmp_path, model, reports=1, pages=1)
-    (model / "faults.json").write_text(json.dumps({"load_error": "weights file is truncated"}))
+    (model / "faults.json").write_text(json.dumps({"load_error": f"{model}/model.safetensors: weights file is truncated"}))
     index = str(built["index"])
 
     async def scenario():
         async with mcp_session("--index-dir", index) as (session, faults):
-            text = error_text(await session.call_tool("search", {"query": "report"}))
-            assert "the model could not be loaded: OSError while loading the model: weights file is truncated" in text
+            text = error_text(await session.call_tool("search", {"query": "report"}), tmp_path)
+            assert ("the model could not be loaded: OSError while loading the model: fake-model/model.safetensors: weights file is "
+                    "truncated") in text  # the model named by its folder's name, as index_status names it
             status = structured(await session.call_tool("index_status", {}))
             assert status["model_state"] == "failed" and "weights file is truncated" in status["model_problem"]
+            assert str(tmp_path) not in status["model_problem"]
             assert structured(await session.call_tool("get_page", {"document": "report-0.pdf", "page": 1}))["image"]["bytes"] > 0
             assert faults == []
 
