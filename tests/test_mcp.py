@@ -225,6 +225,40 @@ def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fak
     asyncio.run(scenario())
 
 
+def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others_keep_theirs(fake_model, tmp_path):
+    """scan.png changed since it was indexed, noise.png cannot fit 2 KiB even at 32 pixels: each hit of theirs
+    says why it has no image (no path of this machine in it), the report pages keep their images."""
+    from PIL import Image
+
+    from docgen import make_png
+
+    (tmp_path / "docs").mkdir()
+    Image.frombytes("RGB", (200, 200), os.urandom(200 * 200 * 3)).save(tmp_path / "docs" / "noise.png")
+    built = build_report_index(tmp_path, fake_model, reports=2, pages=1)
+    make_png(built["docs"] / "scan.png", "a scan, redrawn after the build")
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(built["index"]), "--max-image-bytes", "2048") as (session, faults):
+            found = await session.call_tool("search", {"query": "report 1 page 0", "k": 4, "with_images": True})
+            hits = {hit["document"]: hit for hit in structured(found)["hits"]}
+            assert set(hits) == {"report-0.pdf", "report-1.pdf", "scan.png", "noise.png"}
+            changed, noise = hits.pop("scan.png"), hits.pop("noise.png")
+            assert changed["image"] is None and changed["image_error"].startswith("the page cannot be rendered: its source changed")
+            assert changed["image_error"].endswith(": scan.png changed since it was indexed.")
+            assert noise["image"] is None and noise["image_error"] == ("the page image does not fit in 2,048 bytes, even scaled "
+                                                                       "down to 32 pixels.")
+            images = [block for block in found.content if block.type == "image"]
+            assert len(images) == 2 and all(hit["image_error"] is None for hit in hits.values())
+            for hit in hits.values():
+                assert png_size(found.content[hit["image"]["content_index"]].data)[0] == hit["image"]["bytes"] <= 2048
+            page = structured(await session.call_tool("get_page", {"document": "scan.png", "page": 1}))
+            assert page["image"] is None and page["image_error"] == changed["image_error"]
+            assert str(tmp_path) not in found.content[0].text + json.dumps(page)
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
 class HttpMcp:
     """`lgpt-index mcp --http --port 0` in a process of its own, its address read from stderr."""
 
