@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -262,9 +263,9 @@ def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others
 class HttpMcp:
     """`lgpt-index mcp --http --port 0` in a process of its own, its address read from stderr."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "mcp", "--http", "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         lines = []
         for line in self.proc.stderr:
             lines.append(line)
@@ -280,8 +281,14 @@ class HttpMcp:
         return self.proc.returncode, out
 
 
+def _silent_connection(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").removesuffix("/mcp").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=60)
+
+
 def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
     server = HttpMcp("--index-dir", str(noisy_index["index"]), "--max-image-bytes", str(PER_IMAGE))
+    silent = _silent_connection(server.url)  # says nothing: dropped at the header deadline (10 s; mcp has no option for it)
 
     async def scenario():
         from mcp import ClientSession
@@ -307,7 +314,17 @@ def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
                 refused = client.post(server.url, json=initialize, headers={**headers, **foreign})
                 assert refused.status_code == 403, foreign
                 assert "refused" in refused.json()["error"]["message"] or "not a loopback name" in refused.json()["error"]["message"]
+            large = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                "params": {"name": "search", "arguments": {"query": "x" * (1 << 20)}}}).encode()
+            for body in (large, iter([large[: 1 << 19], large[1 << 19 :]])):  # with a Content-Length, and chunked without one
+                refused = client.post(server.url, content=body, headers={**headers, "Content-Type": "application/json"})
+                assert refused.status_code == 413 and "request body larger than 1048576 bytes" in refused.json()["error"]["message"]
+            taken = run_cli("mcp", "--http", "--port", server.url.rsplit(":", 1)[1].removesuffix("/mcp"),
+                            "--index-dir", str(noisy_index["index"]))
+            assert taken.exit_code == 4 and "is taken" in taken.stderr, taken.stderr
+        assert silent.recv(1024) == b""  # closed, nothing answered (it would wait past the 60 s timeout if it were kept)
     finally:
+        silent.close()
         code, _ = server.stop()  # over HTTP stdout is not the protocol: the model's noise may go there
     assert code == 0
 
