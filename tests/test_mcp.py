@@ -329,8 +329,13 @@ def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
     assert code == 0
 
 
-def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index):
-    server = HttpMcp("--index-dir", str(noisy_index["index"]), "--token", "s3cret", "-q")
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index, given):
+    """The token from --token, or from $LGPT_SERVE_TOKEN alone."""
+    if given == "option":
+        server = HttpMcp("--index-dir", str(noisy_index["index"]), "--token", "s3cret", "-q")
+    else:
+        server = HttpMcp("--index-dir", str(noisy_index["index"]), "-q", env={"LGPT_SERVE_TOKEN": "s3cret"})
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                   "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"Accept": "application/json, text/event-stream"}
