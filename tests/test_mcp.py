@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -52,10 +53,12 @@ def structured(result) -> dict:
     return result.structured_content
 
 
-def error_text(result) -> str:
+def error_text(result, hidden: Path | None = None) -> str:
+    """The text of a tool error: no traceback, and no path under `hidden` (a folder of this machine)."""
     assert result.is_error, result.structured_content
     text = result.content[0].text
     assert "Traceback" not in text and 'File "' not in text
+    assert hidden is None or str(hidden) not in text, text
     return text
 
 
@@ -145,27 +148,26 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
 
 
 def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
-    index = str(noisy_index["index"])
+    index, work = str(noisy_index["index"]), noisy_index["work"]  # no path of this machine in what the client sees
 
     async def scenario():
         async with mcp_session("--index-dir", index) as (session, faults):
-            text = error_text(await session.call_tool("get_page", {"document": "../../etc/passwd", "page": 1}))
+            text = error_text(await session.call_tool("get_page", {"document": "../../etc/passwd", "page": 1}), work)
             assert "document '../../etc/passwd': not in the index" in text
-            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 4}))
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 4}), work)
             assert "page 4 out of range: report-1.pdf has 3 page(s)" in text
-            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 0}))
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 0}), work)
             assert "invalid arguments: page: Input should be greater than or equal to 1 (got 0)." in text
-            text = error_text(await session.call_tool("search", {"query": "q", "k": "many"}))
+            text = error_text(await session.call_tool("search", {"query": "q", "k": "many"}), work)
             assert "invalid arguments: k: Input should be a valid integer, unable to parse string as an integer (got 'many')." in text
-            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}))
+            text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}), work)
             assert text.endswith("invalid arguments: page: Field required.") and "pydantic" not in text
-            text = error_text(await session.call_tool("search", {"query": "   "}))
+            text = error_text(await session.call_tool("search", {"query": "   "}), work)
             assert "query[0]: empty." in text
-            text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}))
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}), work)
             assert "mode" in text
-            text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}))
+            text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}), work)
             assert "filters: a key may not be empty" in text
-            assert str(noisy_index["work"]) not in text  # no path of this machine in what the client sees
             assert faults == []
 
     asyncio.run(scenario())
@@ -181,13 +183,13 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
         async with mcp_session("--index-dir", str(index)) as (session, faults):
             for tool, args in (("search", {"query": "report"}), ("list_documents", {}), ("index_status", {}),
                                ("get_page", {"document": "report-1.pdf", "page": 1})):
-                text = error_text(await session.call_tool(tool, args))
-                assert f"no index at {index}/default." in text and "lgpt-index build DOCS" in text
+                text = error_text(await session.call_tool(tool, args), tmp_path)
+                assert "no index at default." in text and "lgpt-index build DOCS" in text  # named as index_status names it
             pictures = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--include", "*.png",
                                "--ocr", "never")
             assert pictures.exit_code == 0, pictures.stderr
             assert structured(await session.call_tool("index_status", {}))["modes"] == ["visual"]
-            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}))
+            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}), tmp_path)
             assert "no page text" in text and "mode" in text
             assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             hits = structured(await session.call_tool("search", {"query": "report", "k": 3}))["hits"]
@@ -195,7 +197,7 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
             text_answer = structured(await session.call_tool("search", {"query": "report 1 page 2", "mode": "text", "k": 1}))
             assert text_answer["mode"] == "text" and "report" in text_answer["hits"][0]["text"]
             assert run_cli("remove", str(docs), "--index-dir", str(index)).exit_code == 0
-            text = error_text(await session.call_tool("search", {"query": "report"}))
+            text = error_text(await session.call_tool("search", {"query": "report"}), tmp_path)
             assert "the index at default holds no pages yet." in text
             status = structured(await session.call_tool("index_status", {}))
             assert (status["generation"], status["documents"]) == (3, 0)
@@ -207,16 +209,52 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
 def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fake_model, tmp_path):
     model = copy_tree(fake_model, tmp_path / "fake-model")
     built = build_report_index(tmp_path, model, reports=1, pages=1)
-    (model / "faults.json").write_text(json.dumps({"load_error": "weights file is truncated"}))
+    (model / "faults.json").write_text(json.dumps({"load_error": f"{model}/model.safetensors: weights file is truncated"}))
     index = str(built["index"])
 
     async def scenario():
         async with mcp_session("--index-dir", index) as (session, faults):
-            text = error_text(await session.call_tool("search", {"query": "report"}))
-            assert "the model could not be loaded: OSError while loading the model: weights file is truncated" in text
+            text = error_text(await session.call_tool("search", {"query": "report"}), tmp_path)
+            assert ("the model could not be loaded: OSError while loading the model: fake-model/model.safetensors: weights file is "
+                    "truncated") in text  # the model named by its folder's name, as index_status names it
             status = structured(await session.call_tool("index_status", {}))
             assert status["model_state"] == "failed" and "weights file is truncated" in status["model_problem"]
+            assert str(tmp_path) not in status["model_problem"]
             assert structured(await session.call_tool("get_page", {"document": "report-0.pdf", "page": 1}))["image"]["bytes"] > 0
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others_keep_theirs(fake_model, tmp_path):
+    """scan.png changed since it was indexed, noise.png cannot fit 2 KiB even at 32 pixels: each hit of theirs
+    says why it has no image (no path of this machine in it), the report pages keep their images."""
+    from PIL import Image
+
+    from docgen import make_png
+
+    (tmp_path / "docs").mkdir()
+    Image.frombytes("RGB", (200, 200), os.urandom(200 * 200 * 3)).save(tmp_path / "docs" / "noise.png")
+    built = build_report_index(tmp_path, fake_model, reports=2, pages=1)
+    make_png(built["docs"] / "scan.png", "a scan, redrawn after the build")
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(built["index"]), "--max-image-bytes", "2048") as (session, faults):
+            found = await session.call_tool("search", {"query": "report 1 page 0", "k": 4, "with_images": True})
+            hits = {hit["document"]: hit for hit in structured(found)["hits"]}
+            assert set(hits) == {"report-0.pdf", "report-1.pdf", "scan.png", "noise.png"}
+            changed, noise = hits.pop("scan.png"), hits.pop("noise.png")
+            assert changed["image"] is None and changed["image_error"].startswith("the page cannot be rendered: its source changed")
+            assert changed["image_error"].endswith(": scan.png changed since it was indexed.")
+            assert noise["image"] is None and noise["image_error"] == ("the page image does not fit in 2,048 bytes, even scaled "
+                                                                       "down to 32 pixels.")
+            images = [block for block in found.content if block.type == "image"]
+            assert len(images) == 2 and all(hit["image_error"] is None for hit in hits.values())
+            for hit in hits.values():
+                assert png_size(found.content[hit["image"]["content_index"]].data)[0] == hit["image"]["bytes"] <= 2048
+            page = structured(await session.call_tool("get_page", {"document": "scan.png", "page": 1}))
+            assert page["image"] is None and page["image_error"] == changed["image_error"]
+            assert str(tmp_path) not in found.content[0].text + json.dumps(page)
             assert faults == []
 
     asyncio.run(scenario())
@@ -225,9 +263,9 @@ def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fak
 class HttpMcp:
     """`lgpt-index mcp --http --port 0` in a process of its own, its address read from stderr."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "mcp", "--http", "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         lines = []
         for line in self.proc.stderr:
             lines.append(line)
@@ -243,8 +281,14 @@ class HttpMcp:
         return self.proc.returncode, out
 
 
+def _silent_connection(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").removesuffix("/mcp").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=60)
+
+
 def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
     server = HttpMcp("--index-dir", str(noisy_index["index"]), "--max-image-bytes", str(PER_IMAGE))
+    silent = _silent_connection(server.url)  # says nothing: dropped at the header deadline (10 s; mcp has no option for it)
 
     async def scenario():
         from mcp import ClientSession
@@ -270,13 +314,28 @@ def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
                 refused = client.post(server.url, json=initialize, headers={**headers, **foreign})
                 assert refused.status_code == 403, foreign
                 assert "refused" in refused.json()["error"]["message"] or "not a loopback name" in refused.json()["error"]["message"]
+            large = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                "params": {"name": "search", "arguments": {"query": "x" * (1 << 20)}}}).encode()
+            for body in (large, iter([large[: 1 << 19], large[1 << 19 :]])):  # with a Content-Length, and chunked without one
+                refused = client.post(server.url, content=body, headers={**headers, "Content-Type": "application/json"})
+                assert refused.status_code == 413 and "request body larger than 1048576 bytes" in refused.json()["error"]["message"]
+            taken = run_cli("mcp", "--http", "--port", server.url.rsplit(":", 1)[1].removesuffix("/mcp"),
+                            "--index-dir", str(noisy_index["index"]))
+            assert taken.exit_code == 4 and "is taken" in taken.stderr, taken.stderr
+        assert silent.recv(1024) == b""  # closed, nothing answered (it would wait past the 60 s timeout if it were kept)
     finally:
+        silent.close()
         code, _ = server.stop()  # over HTTP stdout is not the protocol: the model's noise may go there
     assert code == 0
 
 
-def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index):
-    server = HttpMcp("--index-dir", str(noisy_index["index"]), "--token", "s3cret", "-q")
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index, given):
+    """The token from --token, or from $LGPT_SERVE_TOKEN alone."""
+    if given == "option":
+        server = HttpMcp("--index-dir", str(noisy_index["index"]), "--token", "s3cret", "-q")
+    else:
+        server = HttpMcp("--index-dir", str(noisy_index["index"]), "-q", env={"LGPT_SERVE_TOKEN": "s3cret"})
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                   "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"Accept": "application/json, text/event-stream"}

@@ -48,8 +48,10 @@ def run_http(tools: IndexTools, host: str, port: int, token: str | None, log: Re
     loopback without a token, a loopback Host and no foreign Origin (DNS rebinding), the bearer
     token otherwise, body and connection limits, header and body deadlines."""
     from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.exceptions import HTTPException
 
     from ..serve.middleware import RequestGuard
+    from ..serve.schemas import error_response
     from ..serve.runner import bind, run_until_stopped, uvicorn_server
 
     limits = limits or ConnectionLimits(max_connections=default_max_connections())
@@ -59,6 +61,8 @@ def run_http(tools: IndexTools, host: str, port: int, token: str | None, log: Re
     # the one that also knows the token, to every request before the MCP app sees it
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=True, host=host,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    # serve's one error shape for the HTTP errors the app raises (a chunked body past the limit: RequestGuard's 413)
+    app.add_exception_handler(HTTPException, lambda request, exc: error_response(exc.status_code, str(exc.detail)))
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     log.message(f"lgpt-index mcp: http://{shown}:{bound_port}{MCP_PATH} ({tools.policy.index_name(tools.service.store.location)})",
