@@ -126,8 +126,16 @@ def test_incremental_change_delete_rename(fake_model, tmp_path):
     common = ["--index-dir", str(tmp_path / "idx"), "--json"]
     first = json.loads(run_cli("build", str(docs), "--model", str(fake_model), *common).stdout)
     assert first["indexed"] == 7
+    before = run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json").stdout
 
     make_pdf(files[0], ["a changed report", "with", "three pages"])  # new bytes
+    # the old entry answers until the new one is committed: a build killed before its commit changes nothing
+    killed = _cli("build", str(docs), "--index-dir", str(tmp_path / "idx"), env={"LGPT_FAILPOINT": "before-head"})
+    assert killed.returncode == -9, killed.stderr
+    verify_ok(tmp_path / "idx")
+    assert run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json").stdout == before
+    assert sum(h["path"].endswith("a-report.pdf") for h in json.loads(before)["results"]) == 1  # its one old page
+
     files[1].unlink()  # deleted
     files[2].rename(docs / "c-renamed.pdf")  # same bytes, new name
     report = json.loads(run_cli("build", str(docs), *common).stdout)
