@@ -18,7 +18,7 @@ import pytest
 
 from conftest import faulty_model, run_cli
 from docgen import make_pdf, make_png
-from helpers import build_json, verify_ok
+from helpers import build_json, flip_byte, verify_ok
 
 
 def _docs(folder: Path, count: int, prefix: str = "doc", pages: int = 1) -> list[Path]:
@@ -284,6 +284,13 @@ def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_p
     _downgrade_to_format_1(root)
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
     assert run_cli("query", "doc", "--index-dir", str(index), "--json").stdout == before
+    damaged = shutil.copytree(index, tmp_path / "damaged")  # format 1's block sums are still checked
+    vectors = next((damaged / "default" / "segments").glob("*.vectors.npy"))
+    flip_byte(vectors, vectors.stat().st_size - 3)
+    for args in (["verify"], ["query", "doc"]):
+        result = run_cli(*args, "--index-dir", str(damaged))
+        assert result.exit_code == 1 and "Traceback" not in result.stderr, (args, result.stdout, result.stderr)
+        assert "vectors.npy" in result.stderr, (args, result.stderr)
     result, report = build_json(docs, index)
     assert result.exit_code == 0 and report["pages_embedded"] == 0
     manifest = _manifest(index)
