@@ -140,6 +140,10 @@ def test_a_bug_in_the_encoder_is_an_internal_error_not_a_bad_page(tmp_path, faul
     error = next(iter(fault.values()))
     assert f"internal error: {error}" in result.stderr and "please report" in result.stderr
     assert "Traceback" not in result.stderr
+    assert report is not None and report["error"]["kind"] == "internal" and report["error"]["exit_code"] == 1
+    if "page_error_type" in fault and fault["page_error_type"] == "TypeError":  # -v adds the traceback (once is enough)
+        verbose = run_cli("build", str(docs), "--index-dir", str(index), "--model", str(model), "--batch-size", "2", "-v")
+        assert verbose.exit_code == 1 and "Traceback" in verbose.stderr and f"internal error: {error}" in verbose.stderr
 
 
 # 8. a single file as DOCS

@@ -243,6 +243,25 @@ def test_build_writes_codes_and_the_first_pass_answers_from_them(fake_model, cor
     auto, _ = _query(index, "--first-pass", "auto")
     assert auto["scoring"]["path"] == "exact" and "auto" in auto["scoring"]["reason"]
 
+    _set_codes_version(index / "default", 9)  # codes of a newer lgpt-index: treated as no codes
+    newer, stderr = _query(index, "--first-pass", "2")
+    assert newer["scoring"]["path"] == "exact" and newer["results"] == exact["results"]
+    assert "hint:" in stderr and "lgpt-index upgrade" in stderr
+
+
+def _set_codes_version(root, version: int) -> None:
+    """Rewrite the current manifest as if every segment's codes part were of `version` (HEAD's sha256 recomputed)."""
+    import hashlib
+    import json
+
+    head = json.loads((root / "HEAD").read_text())
+    data = json.loads((root / head["manifest"]).read_text())
+    for segment in data["segments"].values():
+        segment["parts"]["codes"]["version"] = version
+    raw = json.dumps(data).encode()
+    (root / head["manifest"]).write_bytes(raw)
+    (root / "HEAD").write_text(json.dumps({**head, "sha256": hashlib.sha256(raw).hexdigest()}))
+
 
 def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_writes_none(fake_model, corpus, tmp_path):
     from helpers import build_json

@@ -126,8 +126,16 @@ def test_incremental_change_delete_rename(fake_model, tmp_path):
     common = ["--index-dir", str(tmp_path / "idx"), "--json"]
     first = json.loads(run_cli("build", str(docs), "--model", str(fake_model), *common).stdout)
     assert first["indexed"] == 7
+    before = run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json").stdout
 
     make_pdf(files[0], ["a changed report", "with", "three pages"])  # new bytes
+    # the old entry answers until the new one is committed: a build killed before its commit changes nothing
+    killed = _cli("build", str(docs), "--index-dir", str(tmp_path / "idx"), env={"LGPT_FAILPOINT": "before-head"})
+    assert killed.returncode == -9, killed.stderr
+    verify_ok(tmp_path / "idx")
+    assert run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json").stdout == before
+    assert sum(h["path"].endswith("a-report.pdf") for h in json.loads(before)["results"]) == 1  # its one old page
+
     files[1].unlink()  # deleted
     files[2].rename(docs / "c-renamed.pdf")  # same bytes, new name
     report = json.loads(run_cli("build", str(docs), *common).stdout)
@@ -184,9 +192,15 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
 
     index_dir = _fresh_copy(scenario, tmp_path)
     store = IndexStore(index_dir / "default")
+    source = f"qdrant+path://{tmp_path / 'qd'}/copy"  # import's source: a copy of this index
+    assert run_cli("export", source, "--format", "qdrant", "--index-dir", str(index_dir)).exit_code == 0
     with store.lock():
         busy = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir))
         assert busy.exit_code == 1 and f"pid {os.getpid()}" in busy.stderr and "--wait" in busy.stderr
+        # every writer: remove and import fail at once the same way
+        for writer in (["remove", str(scenario["docs"] / "a-report.pdf")], ["import", source, "--format", "qdrant"]):
+            refused = run_cli(*writer, "--index-dir", str(index_dir))
+            assert refused.exit_code == 1 and f"being written by pid {os.getpid()}" in refused.stderr, refused.stderr
         # queries never block on a writer
         assert _results(index_dir) == scenario["before"]
     # a writer killed while holding the lock leaves nothing that blocks: `build --wait` waits for it,
@@ -216,6 +230,25 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
             holder.kill()
     assert waited.exit_code == 0, waited.stderr
     assert waits and holder.returncode == -9  # it did wait, and went on once the holder was gone
+
+    # import --wait waits too, and goes on once the holder lets go
+    held = IndexStore(index_dir / "copy").lock()
+    held.__enter__()
+    released: list[str] = []
+
+    def release_while_waiting(name: str) -> None:
+        if name == "lock-wait" and not released:
+            released.append(name)
+            held.__exit__(None, None, None)
+
+    failpoints.set_hook(release_while_waiting)
+    try:
+        imported = run_cli("import", source, "--format", "qdrant", "--wait", "60", "--name", "copy", "--index-dir", str(index_dir))
+    finally:
+        failpoints.set_hook(None)
+        if not released:
+            held.__exit__(None, None, None)
+    assert imported.exit_code == 0 and released, imported.stderr
 
 
 def test_remove_documents(scenario, tmp_path):

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import faulty_model, run_cli
 from docgen import make_pdf, make_png
-from helpers import build_json, verify_ok
+from helpers import build_json, flip_byte, verify_ok
 
 
 def _docs(folder: Path, count: int, prefix: str = "doc", pages: int = 1) -> list[Path]:
@@ -284,6 +284,13 @@ def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_p
     _downgrade_to_format_1(root)
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
     assert run_cli("query", "doc", "--index-dir", str(index), "--json").stdout == before
+    damaged = shutil.copytree(index, tmp_path / "damaged")  # format 1's block sums are still checked
+    vectors = next((damaged / "default" / "segments").glob("*.vectors.npy"))
+    flip_byte(vectors, vectors.stat().st_size - 3)
+    for args in (["verify"], ["query", "doc"]):
+        result = run_cli(*args, "--index-dir", str(damaged))
+        assert result.exit_code == 1 and "Traceback" not in result.stderr, (args, result.stdout, result.stderr)
+        assert "vectors.npy" in result.stderr, (args, result.stderr)
     result, report = build_json(docs, index)
     assert result.exit_code == 0 and report["pages_embedded"] == 0
     manifest = _manifest(index)
@@ -291,6 +298,43 @@ def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_p
     [segment] = manifest.segments.values()
     assert segment.checksum.algorithm == "xxh3_64"
     assert segment.checksum.blocks == block_checksums(root / "segments" / f"{segment.id}.vectors.npy")
+
+
+def test_a_format_3_index_opens_and_the_next_write_records_format_4(fake_model, tmp_path):
+    from localgpt_index.index.manifest import FORMAT
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _docs(docs, 2, pages=2)
+    _age(docs)  # stats to trust: the second build has nothing to do but the upgrade
+    build_json(docs, index, "--model", str(fake_model), "--text", "never")
+    root = index / "default"
+    before = run_cli("query", "doc", "--index-dir", str(index), "--json")
+    assert before.exit_code == 0 and json.loads(before.stdout)
+    _downgrade_to_format_3(root)
+    assert json.loads((root / "HEAD").read_text())["format"] == "lgpt-index/3"
+    assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
+    assert run_cli("query", "doc", "--index-dir", str(index), "--json").stdout == before.stdout
+    assert json.loads((root / "HEAD").read_text())["format"] == "lgpt-index/3"  # readers never write
+    result, report = build_json(docs, index, "--text", "never")
+    assert result.exit_code == 0 and report["pages_embedded"] == 0
+    head = json.loads((root / "HEAD").read_text())
+    assert head["format"] == json.loads((root / head["manifest"]).read_text())["format"] == FORMAT != "lgpt-index/3"
+    assert _manifest(index).format == FORMAT
+    assert run_cli("query", "doc", "--index-dir", str(index), "--json").stdout == before.stdout
+
+
+def _downgrade_to_format_3(root: Path) -> None:
+    """Rewrite the current generation as format 3 wrote it: no artifacts, no segment parts."""
+    import hashlib
+
+    head = json.loads((root / "HEAD").read_text())
+    data = json.loads((root / head["manifest"]).read_text())
+    data.pop("artifacts", None)
+    for seg in data["segments"].values():
+        seg.pop("parts", None)
+    raw = json.dumps({**data, "format": "lgpt-index/3"}, indent=1).encode()
+    (root / head["manifest"]).write_bytes(raw)
+    (root / "HEAD").write_text(json.dumps({**head, "format": "lgpt-index/3", "sha256": hashlib.sha256(raw).hexdigest()}))
 
 
 def _downgrade_to_format_1(root: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -60,6 +61,9 @@ def _refused(index: Path, *expected: str) -> None:
         assert result.exit_code == 1, (args, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr and result.stdout == "" or args == ["verify"]
         assert any(text in result.stderr for text in expected), (args, result.stderr)
+        assert re.search(re.escape(str(index / "default")) + r"/\w", result.stderr), (args, result.stderr)  # names the file
+        if args != ["verify"]:
+            assert "--rebuild" in result.stderr or "unknown index format" in result.stderr, (args, result.stderr)
 
 
 def _first_segment_edit(change):
@@ -173,9 +177,10 @@ def test_build_and_remove_on_a_damaged_index_stop_and_point_to_rebuild(index, fa
     vectors.write_bytes(bytes(data))
     docs = tmp_path / "docs"
     make_pdf(docs / "new.pdf", ["new"])
-    for args in (["build", str(docs)], ["remove", str(docs / "new.pdf")]):
+    for args in (["build", str(docs)], ["remove", str(docs / "new.pdf")], ["query", "one", "-k", "50"]):
         result = run_cli(*args, "--index-dir", str(index))
         assert result.exit_code == 1 and "damaged" in result.stderr and "--rebuild" in result.stderr, result.stderr
+        assert str(vectors) in result.stderr and "Traceback" not in result.stderr, result.stderr  # names the file
     assert not (index / "default" / "gen-00000002.json").exists()  # nothing committed on top of it
     rebuilt = run_cli("build", str(docs), "--rebuild", "--model", str(fake_model), "--index-dir", str(index))
     assert rebuilt.exit_code == 0, rebuilt.stderr

@@ -103,6 +103,10 @@ def test_an_index_inside_the_documents_folder_is_not_indexed(fake_model, tmp_pat
     again, report = build_json(docs, index)
     assert again.exit_code == 0 and report["pages_embedded"] == 0 and report["documents_seen"] == 2
     assert {"path": str(index / "default"), "reason": "the index folder"} in report["skipped_files"]
+    # nor is another lgpt-index index found there: a build of docs into another index skips docs/idx too
+    other, report = build_json(docs, tmp_path / "other", "--model", str(fake_model))
+    assert other.exit_code == 0 and report["indexed"] == report["documents_seen"] == 2, other.stderr
+    assert {"path": str(index / "default"), "reason": "the index folder"} in report["skipped_files"]
 
 
 @pytest.mark.parametrize("text, message", [("", "is empty"), ("   ", "is empty"), ("x" * 5000, "limited to 2,048 characters")])

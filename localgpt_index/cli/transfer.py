@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .app import Application, output_options
-from .options import index_options
+from .options import SECONDS, index_options
 
 
 @click.command("export")
@@ -47,10 +47,11 @@ def export(app: Application, out, fmt, with_images, dpi, force) -> None:
               help="byaldi: SOURCE is a byaldi index folder. qdrant: SOURCE is a store URL.")
 @click.option("--model", "-m", default=None, metavar="ID|PATH",
               help="byaldi: the model the vectors came from. [default: byaldi's model_name]")
+@click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options
 @output_options
 @click.pass_obj
-def import_(app: Application, source, fmt, model) -> None:
+def import_(app: Application, source, fmt, model, wait_s) -> None:
     """Read an index into a new one, without embedding again: a byaldi folder SOURCE, or a Qdrant collection.
 
     Every field of a byaldi folder is checked: a malformed or hostile folder is refused (exit 2)
@@ -61,7 +62,7 @@ def import_(app: Application, source, fmt, model) -> None:
     if fmt == "qdrant":
         from ..query.search import open_index
 
-        result = _copy(app, open_index(store=_qdrant(app, source)), app.store())
+        result = _copy(app, open_index(store=_qdrant(app, source)), app.store(), wait_s)
     else:
         from dataclasses import asdict
 
@@ -69,7 +70,7 @@ def import_(app: Application, source, fmt, model) -> None:
 
         if not Path(source).is_dir():
             raise UsageError(f"{source}: not a folder (a byaldi index is one).")
-        result = asdict(import_byaldi(Path(source), app.store(), model))
+        result = asdict(import_byaldi(Path(source), app.store(), model, wait_s))
     if app.as_json:
         app.print_json(result)
     app.terminal.info(f"{result['documents']} documents, {result['pages']} pages imported into {result.get('index', result.get('target'))}")
@@ -95,9 +96,9 @@ def _empty_target(target, out: str):
     return target
 
 
-def _copy(app: Application, index, target) -> dict:
+def _copy(app: Application, index, target, wait_s: float = 0.0) -> dict:
     from dataclasses import asdict
 
     from ..interop.transfer import copy_index
 
-    return asdict(copy_index(index, target))
+    return asdict(copy_index(index, target, wait_s))

@@ -199,8 +199,8 @@ class ImportReport:
     generation: int
 
 
-def import_byaldi(source: Path, store: IndexStore, model: str | None = None) -> ImportReport:
-    """Read a byaldi index folder into a new index, without embedding anything again."""
+def import_byaldi(source: Path, store: IndexStore, model: str | None = None, wait_s: float = 0.0) -> ImportReport:
+    """Read a byaldi index folder into a new index, without embedding anything again (`wait_s`: for another writer)."""
     from ..models.resolve import expected_dim, resolve_model
 
     config, tables = _read_tables(source)
@@ -217,7 +217,7 @@ def import_byaldi(source: Path, store: IndexStore, model: str | None = None) -> 
     for doc_id, pages in by_doc.items():
         if len({p for p, _ in pages}) != len(pages):
             raise UsageError(f"{source}: document {doc_id} lists the same page twice.")
-    with store.begin() as txn:
+    with store.begin(wait_s) as txn:
         if txn.base is not None and (txn.base.documents or txn.base.in_progress):
             raise IndexProblem(f"{store.location} already holds documents.", hint="Import into a new --name.")
         order = sorted(by_doc)

@@ -55,15 +55,15 @@ class CopyReport:
     generation: int
 
 
-def copy_index(index, target) -> CopyReport:
+def copy_index(index, target, wait_s: float = 0.0) -> CopyReport:
     """The current generation of `index` (any store) into the empty store `target`, stored PDFs and
-    page text included."""
+    page text included (`wait_s`: how long to wait for another writer of `target`)."""
     from ..index.text.artifact import page_texts
 
     manifest = index.manifest
     read: dict = {}
     dim = manifest.model.dim or manifest.settings.dim
-    with target.begin(rebuild=True) as txn:
+    with target.begin(wait_s, rebuild=True) as txn:
         if txn.base is not None and (txn.base.documents or txn.base.in_progress):
             raise IndexProblem(f"{target.location} already holds documents.", hint="Copy into a new, empty index.")
         documents = write_documents(txn, ((doc, index.page_vectors(doc)) for doc in index.documents), dim,

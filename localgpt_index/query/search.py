@@ -167,8 +167,8 @@ def open_index(index_dir: str | Path | None = None, name: str | None = None, sto
                scoring: DeviceScoring | None = None) -> Index:
     """Open the current generation of an index (default ./.lgpt-index/default), or of `store`.
 
-    The manifest is validated and every segment is checked (sizes, offsets, checksums)
-    here, so a damaged index fails now with a clear message instead of answering wrongly later.
+    The manifest is validated and each segment's files are checked (sizes, header, offsets) here;
+    no vectors are read: each block is checked against its hash when a search first reads it.
     """
     store = store if store is not None else IndexStore(index_path(index_dir, name))
     for attempt in range(3):
