@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from docgen import make_pdf
 from helpers import build_ok, held_build, make_pdfs, verify_ok, wait_until
 from served import Server
 
+BUILD_ENDS = ("build-committed", "build-up-to-date", "build-failed")
 GUARD_S = 180  # an event that has not come by then never will: the test fails
 
 
@@ -64,10 +66,14 @@ class Events:
             except queue.Empty:
                 raise AssertionError(f"no {kind} event; seen: {[self._kind(e) for e in self.seen]}") from None
             self.seen.append(event)
-            if self._kind(event) == kind and where(event):
+            if (self._kind(event) in BUILD_ENDS if kind == "build-ended" else self._kind(event) == kind) and where(event):
                 return event
             if self._kind(event) == "stopped":
                 raise AssertionError(f"the watcher stopped before a {kind} event: {event}")
+
+    def ended(self, started):
+        """How the build that `started` ended: its build-committed, build-up-to-date or build-failed event."""
+        return self.next("build-ended", lambda e: e.number == started.number)
 
     def since(self, start, kind: str, where=lambda event: True):
         """The first `kind` event after the event `start`, already seen or still to come."""
@@ -442,3 +448,47 @@ def test_mcp_watch_a_saved_file_becomes_a_search_hit_after_its_commit(fake_model
 
     assert "saved.png" in asyncio.run(scenario())
     assert re.search(r"^watch: ended \(stopped\)", errlog.read_text(), re.M)
+
+
+def test_a_touched_file_a_failing_document_and_the_folder_removed(fake_model, tmp_path):
+    """One watcher in sequence: a file touched, not edited, is read again but not embedded; a file gone
+    again before the build changes nothing (build-up-to-date, the same generation); a corrupt PDF is in
+    the commit's failures, tried again by the next build, and the watcher goes on; fixed, the next commit
+    indexes it; the watched folder deleted, the watcher stops with exit 2 and the index is unchanged."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    kept = picture(docs / "kept.png", 1)
+    os.utime(kept, (kept.stat().st_mtime - 3600,) * 2)  # saved an hour ago: the index records its stat
+    with watching(docs, index, fake_model) as (watcher, events):
+        generation = events.next("build-committed").generation
+        before = indexed(index)
+        kept.touch()  # touched, not edited: read again, not embedded; only its recorded stat changes
+        touched = events.ended(events.next("build-started", lambda e: str(kept) in e.paths))
+        assert touched.kind == "build-committed" and touched.generation == generation + 1, touched
+        assert (touched.report.hashed, touched.report.unchanged, touched.report.pages_embedded) == (1, 1, 0), touched
+        came_and_went = picture(docs / "came-and-went.png", 3)
+        came_and_went.unlink()  # before the build: nothing to change
+        ended = events.ended(events.next("build-started", lambda e: str(came_and_went) in e.paths))
+        assert (ended.kind, ended.generation) == ("build-up-to-date", touched.generation), ended
+        assert indexed(index) == before
+
+        broken = docs / "broken.pdf"
+        broken.write_bytes(b"%PDF-1.4\n% a download cut short\n")
+        failed = events.ended(events.next("build-started", lambda e: str(broken) in e.paths))
+        assert [f.path for f in failed.report.failures] == [str(broken)], failed
+        assert str(broken) not in indexed(index) and indexed(index)[str(kept)] == before[str(kept)]
+        other = picture(docs / "other.png", 2)  # the next build, for another file, tries the failed one again
+        again = events.ended(events.next("build-started", lambda e: str(other) in e.paths))
+        assert again.report.indexed == 1 and [f.path for f in again.report.failures] == [str(broken)], again
+        make_pdf(broken, ["the whole download"])
+        fixed = events.ended(events.next("build-started", lambda e: str(broken) in e.paths))
+        assert fixed.report.indexed == 1 and not fixed.report.failures, fixed
+        assert indexed(index)[str(broken)] == sha256(broken)
+
+        before = indexed(index)
+        shutil.rmtree(docs)
+        stopped = events.next("stopped")
+    failed = events.of("build-failed")[-1]
+    assert failed.fatal and failed.exit_code == 2 and str(docs) in failed.message, failed
+    assert stopped.exit_code == watcher.exit_code == 2, stopped
+    verify_ok(index)
+    assert indexed(index) == before
