@@ -384,6 +384,29 @@ def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_mode
     assert "Traceback" not in "".join(watch.stderr)
 
 
+def test_an_index_of_another_model_stops_the_watcher_with_exit_1(fake_model, tmp_path):
+    """No retry can fix it: the catch-up build's build-failed is fatal, the watcher exits 1, the index unchanged."""
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    picture(docs / "a.png", 1)
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    before = indexed(index)
+    other = write_fake_checkpoint(tmp_path / "other-model", dim=64)
+    watch = WatchProcess(str(docs), "--model", str(other), "--index-dir", str(index))
+    try:
+        failed = watch.events.next("build-failed")
+        assert failed["fatal"] and failed["exit_code"] == 1 and "is a different model" in failed["message"], failed
+        assert watch.events.next("stopped")["exit_code"] == 1
+        assert watch.process.wait(timeout=GUARD_S) == 1
+    finally:
+        if watch.process.poll() is None:
+            watch.process.kill()
+    assert "Traceback" not in "".join(watch.stderr)
+    assert indexed(index) == before
+    verify_ok(index)
+
+
 def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "report.pdf", ["quarterly report"])
