@@ -96,7 +96,8 @@ def watching(docs: Path, index: Path, model: Path, **kwargs):
     from localgpt_index.watch.watcher import Watcher
 
     events = Events()
-    watcher = Watcher(docs, open_store(index_dir=str(index)), BuildOptions(model=str(model), wait_s=60), events.queue.put,
+    options = BuildOptions(model=str(model), wait_s=kwargs.pop("wait_s", 60))
+    watcher = Watcher(docs, open_store(index_dir=str(index)), options, events.queue.put,
                       settle_s=kwargs.pop("settle_s", 0.3), **kwargs)
     watcher.start_background()
     try:
@@ -355,6 +356,32 @@ def test_sigterm_mid_build_abandons_it_and_exits_0(fake_model, tmp_path):
     assert "Traceback" not in "".join(held.stderr)
     with watching(docs, index, fake_model) as (_, events):  # the next watch carries on
         events.next("build-committed", lambda e: e.report.indexed == 2)
+    verify_ok(index)
+
+
+def test_a_manual_build_holding_the_lock_past_wait_fails_a_build_and_the_watcher_goes_on(fake_model, tmp_path):
+    """The watcher's build waits --wait for a manual build's lock, then reports build-failed (not fatal)
+    and tries the same changes again; once the manual build is done, its builds commit again."""
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdfs(docs, 1, 2)
+    manual = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index)], release, "encode")
+    try:
+        with watching(docs, index, fake_model, wait_s=0.5) as (watcher, events):
+            for number in (1, 2):  # the catch-up, then its retry, with no change in between
+                failed = events.next("build-failed")
+                assert (failed.number, failed.fatal, failed.exit_code) == (number, False, 1), failed
+                assert f"is being written by pid {manual.pid} on" in failed.message, failed
+            assert not events.of("changes-seen")
+            release.touch()
+            assert manual.wait(timeout=GUARD_S) == 0, manual.communicate()
+            saved = picture(docs / "saved.png", 4)
+            events.next("build-committed", lambda e: str(saved) in indexed(index))
+            assert watcher.exit_code == 0
+    finally:
+        if manual.poll() is None:
+            manual.kill()
+            manual.communicate()
+    assert set(indexed(index)) == {str(docs / "report-0.pdf"), str(saved)}
     verify_ok(index)
 
 
