@@ -247,6 +247,41 @@ def test_half_written_files_wait_until_they_keep_their_size(tmp_path):
     assert len(checks) == 2  # it waited for the write to end
 
 
+def test_a_file_that_changes_all_the_time_is_built_once_the_cap_has_passed(tmp_path):
+    """A log that grows between every two looks never settles: it is taken anyway once max_wait_s passed."""
+    import time
+
+    from localgpt_index.core import failpoints
+    from localgpt_index.watch.changes import Pending
+
+    log = tmp_path / "always.pdf"
+    log.write_bytes(b"%PDF-1.4 ")
+    checks = 0
+
+    def hook(name: str) -> None:
+        nonlocal checks
+        if name == "watch.settle-check" and checks < 1000:  # 1000 checks: it stops growing, so a test without the cap ends
+            checks += 1
+            with open(log, "ab") as handle:
+                handle.write(b"line ")
+
+    pending = Pending()
+    pending.add([str(log)])
+    failpoints.set_hook(hook)
+    started = time.monotonic()
+    try:
+        assert pending.take_settled(settle_s=0.002, max_wait_s=0.05) == {str(log)}
+    finally:
+        failpoints.set_hook(None)
+    assert time.monotonic() - started >= 0.05
+    assert 1 < checks < 1000  # taken while it still grew at every look
+    from inspect import signature
+
+    from localgpt_index.watch.watcher import Watcher
+
+    assert signature(Watcher).parameters["max_wait_s"].default == 60  # the cap docs/watch.md gives
+
+
 class WatchProcess:
     """`lgpt-index watch ... --json` in a process of its own, its event lines read as they come."""
 
