@@ -447,7 +447,8 @@ def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_mode
 
 
 def test_an_index_of_another_model_stops_the_watcher_with_exit_1(fake_model, tmp_path):
-    """No retry can fix it: the catch-up build's build-failed is fatal, the watcher exits 1, the index unchanged."""
+    """No retry can fix it: the catch-up build's build-failed is fatal, the watcher exits 1, the index unchanged.
+    With --poll (its saved files committed as in the polling test above): polling, and saying why."""
     from localgpt_index.testing.fake import write_fake_checkpoint
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
@@ -455,8 +456,10 @@ def test_an_index_of_another_model_stops_the_watcher_with_exit_1(fake_model, tmp
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
     before = indexed(index)
     other = write_fake_checkpoint(tmp_path / "other-model", dim=64)
-    watch = WatchProcess(str(docs), "--model", str(other), "--index-dir", str(index))
+    watch = WatchProcess(str(docs), "--model", str(other), "--index-dir", str(index), "--poll")
     try:
+        armed = watch.events.next("watching")
+        assert armed["polling"] is True and "--poll" in armed["reason"], armed
         failed = watch.events.next("build-failed")
         assert failed["fatal"] and failed["exit_code"] == 1 and "is a different model" in failed["message"], failed
         assert watch.events.next("stopped")["exit_code"] == 1
