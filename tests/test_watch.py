@@ -542,7 +542,7 @@ def test_a_touched_file_a_failing_document_and_the_folder_removed(fake_model, tm
     """One watcher in sequence: a file touched, not edited, is read again but not embedded; a file gone
     again before the build changes nothing (build-up-to-date, the same generation); a corrupt PDF is in
     the commit's failures, tried again by the next build, and the watcher goes on; fixed, the next commit
-    indexes it; the watched folder deleted, the watcher stops with exit 2 and the index is unchanged."""
+    indexes it; the watched folder moved away and deleted, the watcher stops with exit 2 and the index is unchanged."""
     docs, index = tmp_path / "docs", tmp_path / "idx"
     kept = picture(docs / "kept.png", 1)
     os.utime(kept, (kept.stat().st_mtime - 3600,) * 2)  # saved an hour ago: the index records its stat
@@ -573,7 +573,8 @@ def test_a_touched_file_a_failing_document_and_the_folder_removed(fake_model, tm
         assert indexed(index)[str(broken)] == sha256(broken)
 
         before = indexed(index)
-        shutil.rmtree(docs)
+        docs.rename(tmp_path / "moved")  # at once (a build between two files of an rmtree would see some gone)
+        shutil.rmtree(tmp_path / "moved")
         stopped = events.next("stopped")
     failed = events.of("build-failed")[-1]
     assert failed.fatal and failed.exit_code == 2 and str(docs) in failed.message, failed
