@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from docgen import make_pdf
 from helpers import build_ok, held_build, make_pdfs, verify_ok, wait_until
 from served import Server
 
+BUILD_ENDS = ("build-committed", "build-up-to-date", "build-failed")
 GUARD_S = 180  # an event that has not come by then never will: the test fails
 
 
@@ -64,10 +66,14 @@ class Events:
             except queue.Empty:
                 raise AssertionError(f"no {kind} event; seen: {[self._kind(e) for e in self.seen]}") from None
             self.seen.append(event)
-            if self._kind(event) == kind and where(event):
+            if (self._kind(event) in BUILD_ENDS if kind == "build-ended" else self._kind(event) == kind) and where(event):
                 return event
             if self._kind(event) == "stopped":
                 raise AssertionError(f"the watcher stopped before a {kind} event: {event}")
+
+    def ended(self, started):
+        """How the build that `started` ended: its build-committed, build-up-to-date or build-failed event."""
+        return self.next("build-ended", lambda e: e.number == started.number)
 
     def since(self, start, kind: str, where=lambda event: True):
         """The first `kind` event after the event `start`, already seen or still to come."""
@@ -90,7 +96,8 @@ def watching(docs: Path, index: Path, model: Path, **kwargs):
     from localgpt_index.watch.watcher import Watcher
 
     events = Events()
-    watcher = Watcher(docs, open_store(index_dir=str(index)), BuildOptions(model=str(model), wait_s=60), events.queue.put,
+    options = BuildOptions(model=str(model), wait_s=kwargs.pop("wait_s", 60))
+    watcher = Watcher(docs, open_store(index_dir=str(index)), options, events.queue.put,
                       settle_s=kwargs.pop("settle_s", 0.3), **kwargs)
     watcher.start_background()
     try:
@@ -240,6 +247,41 @@ def test_half_written_files_wait_until_they_keep_their_size(tmp_path):
     assert len(checks) == 2  # it waited for the write to end
 
 
+def test_a_file_that_changes_all_the_time_is_built_once_the_cap_has_passed(tmp_path):
+    """A log that grows between every two looks never settles: it is taken anyway once max_wait_s passed."""
+    import time
+
+    from localgpt_index.core import failpoints
+    from localgpt_index.watch.changes import Pending
+
+    log = tmp_path / "always.pdf"
+    log.write_bytes(b"%PDF-1.4 ")
+    checks = 0
+
+    def hook(name: str) -> None:
+        nonlocal checks
+        if name == "watch.settle-check" and checks < 1000:  # 1000 checks: it stops growing, so a test without the cap ends
+            checks += 1
+            with open(log, "ab") as handle:
+                handle.write(b"line ")
+
+    pending = Pending()
+    pending.add([str(log)])
+    failpoints.set_hook(hook)
+    started = time.monotonic()
+    try:
+        assert pending.take_settled(settle_s=0.002, max_wait_s=0.05) == {str(log)}
+    finally:
+        failpoints.set_hook(None)
+    assert time.monotonic() - started >= 0.05
+    assert 1 < checks < 1000  # taken while it still grew at every look
+    from inspect import signature
+
+    from localgpt_index.watch.watcher import Watcher
+
+    assert signature(Watcher).parameters["max_wait_s"].default == 60  # the cap docs/watch.md gives
+
+
 class WatchProcess:
     """`lgpt-index watch ... --json` in a process of its own, its event lines read as they come."""
 
@@ -352,6 +394,32 @@ def test_sigterm_mid_build_abandons_it_and_exits_0(fake_model, tmp_path):
     verify_ok(index)
 
 
+def test_a_manual_build_holding_the_lock_past_wait_fails_a_build_and_the_watcher_goes_on(fake_model, tmp_path):
+    """The watcher's build waits --wait for a manual build's lock, then reports build-failed (not fatal)
+    and tries the same changes again; once the manual build is done, its builds commit again."""
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    make_pdfs(docs, 1, 2)
+    manual = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index)], release, "encode")
+    try:
+        with watching(docs, index, fake_model, wait_s=0.5) as (watcher, events):
+            for number in (1, 2):  # the catch-up, then its retry, with no change in between
+                failed = events.next("build-failed")
+                assert (failed.number, failed.fatal, failed.exit_code) == (number, False, 1), failed
+                assert f"is being written by pid {manual.pid} on" in failed.message, failed
+            assert not events.of("changes-seen")
+            release.touch()
+            assert manual.wait(timeout=GUARD_S) == 0, manual.communicate()
+            saved = picture(docs / "saved.png", 4)
+            events.next("build-committed", lambda e: str(saved) in indexed(index))
+            assert watcher.exit_code == 0
+    finally:
+        if manual.poll() is None:
+            manual.kill()
+            manual.communicate()
+    assert set(indexed(index)) == {str(docs / "report-0.pdf"), str(saved)}
+    verify_ok(index)
+
+
 def test_polling_takes_over_where_file_system_events_are_unavailable(fake_model, tmp_path, monkeypatch):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     picture(docs / "a.png", 1)
@@ -376,6 +444,32 @@ def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_mode
     assert failed["fatal"] and failed["exit_code"] == watch.process.returncode
     assert watch.events.next("stopped")["exit_code"] == watch.process.returncode
     assert "Traceback" not in "".join(watch.stderr)
+
+
+def test_an_index_of_another_model_stops_the_watcher_with_exit_1(fake_model, tmp_path):
+    """No retry can fix it: the catch-up build's build-failed is fatal, the watcher exits 1, the index unchanged.
+    With --poll (its saved files committed as in the polling test above): polling, and saying why."""
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    picture(docs / "a.png", 1)
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    before = indexed(index)
+    other = write_fake_checkpoint(tmp_path / "other-model", dim=64)
+    watch = WatchProcess(str(docs), "--model", str(other), "--index-dir", str(index), "--poll")
+    try:
+        armed = watch.events.next("watching")
+        assert armed["polling"] is True and "--poll" in armed["reason"], armed
+        failed = watch.events.next("build-failed")
+        assert failed["fatal"] and failed["exit_code"] == 1 and "is a different model" in failed["message"], failed
+        assert watch.events.next("stopped")["exit_code"] == 1
+        assert watch.process.wait(timeout=GUARD_S) == 1
+    finally:
+        if watch.process.poll() is None:
+            watch.process.kill()
+    assert "Traceback" not in "".join(watch.stderr)
+    assert indexed(index) == before
+    verify_ok(index)
 
 
 def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_path):
@@ -442,3 +536,48 @@ def test_mcp_watch_a_saved_file_becomes_a_search_hit_after_its_commit(fake_model
 
     assert "saved.png" in asyncio.run(scenario())
     assert re.search(r"^watch: ended \(stopped\)", errlog.read_text(), re.M)
+
+
+def test_a_touched_file_a_failing_document_and_the_folder_removed(fake_model, tmp_path):
+    """One watcher in sequence: a file touched, not edited, is read again but not embedded; a file gone
+    again before the build changes nothing (build-up-to-date, the same generation); a corrupt PDF is in
+    the commit's failures, tried again by the next build, and the watcher goes on; fixed, the next commit
+    indexes it; the watched folder moved away and deleted, the watcher stops with exit 2 and the index is unchanged."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    kept = picture(docs / "kept.png", 1)
+    os.utime(kept, (kept.stat().st_mtime - 3600,) * 2)  # saved an hour ago: the index records its stat
+    with watching(docs, index, fake_model) as (watcher, events):
+        generation = events.next("build-committed").generation
+        before = indexed(index)
+        kept.touch()  # touched, not edited: read again, not embedded; only its recorded stat changes
+        touched = events.ended(events.next("build-started", lambda e: str(kept) in e.paths))
+        assert touched.kind == "build-committed" and touched.generation == generation + 1, touched
+        assert (touched.report.hashed, touched.report.unchanged, touched.report.pages_embedded) == (1, 1, 0), touched
+        came_and_went = picture(docs / "came-and-went.png", 3)
+        came_and_went.unlink()  # before the build: nothing to change
+        ended = events.ended(events.next("build-started", lambda e: str(came_and_went) in e.paths))
+        assert (ended.kind, ended.generation) == ("build-up-to-date", touched.generation), ended
+        assert indexed(index) == before
+
+        broken = docs / "broken.pdf"
+        broken.write_bytes(b"%PDF-1.4\n% a download cut short\n")
+        failed = events.ended(events.next("build-started", lambda e: str(broken) in e.paths))
+        assert [f.path for f in failed.report.failures] == [str(broken)], failed
+        assert str(broken) not in indexed(index) and indexed(index)[str(kept)] == before[str(kept)]
+        other = picture(docs / "other.png", 2)  # the next build, for another file, tries the failed one again
+        again = events.ended(events.next("build-started", lambda e: str(other) in e.paths))
+        assert again.report.indexed == 1 and [f.path for f in again.report.failures] == [str(broken)], again
+        make_pdf(broken, ["the whole download"])
+        fixed = events.ended(events.next("build-started", lambda e: str(broken) in e.paths))
+        assert fixed.report.indexed == 1 and not fixed.report.failures, fixed
+        assert indexed(index)[str(broken)] == sha256(broken)
+
+        before = indexed(index)
+        docs.rename(tmp_path / "moved")  # at once (a build between two files of an rmtree would see some gone)
+        shutil.rmtree(tmp_path / "moved")
+        stopped = events.next("stopped")
+    failed = events.of("build-failed")[-1]
+    assert failed.fatal and failed.exit_code == 2 and str(docs) in failed.message, failed
+    assert stopped.exit_code == watcher.exit_code == 2, stopped
+    verify_ok(index)
+    assert indexed(index) == before
