@@ -433,6 +433,20 @@ def test_polling_takes_over_where_file_system_events_are_unavailable(fake_model,
     assert str(saved) in indexed(index)
 
 
+def test_the_event_source_losing_its_folder_fails_with_exit_2(tmp_path, monkeypatch):
+    """Where the file system watch itself fails and the folder is gone, the watcher stops with exit 2, as a
+    build of a missing DOCS does (docs/watch.md), not 4: the folder was the user's argument."""
+    from localgpt_index.watch.source import EventSource
+
+    failed: queue.Queue = queue.Queue()
+    monkeypatch.setenv("LGPT_FAILPOINT", "watch.native:1:enospc")
+    source = EventSource(tmp_path / "gone", lambda paths: None, lambda *armed: None, lambda *why: failed.put(why))
+    source.start()
+    message, exit_code = failed.get(timeout=GUARD_S)
+    source.stop()
+    assert exit_code == 2 and "the watched folder is gone" in message
+
+
 def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_model, tmp_path):
     docs = tmp_path / "docs"
     one = picture(docs / "a.png", 1)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.errors import ExitCode
 from ..core.failpoints import failpoint
 
 POLL_DELAY_MS = 500  # polling: how often the folder is listed again
@@ -27,10 +28,10 @@ LIMIT_HINT = ("raise the limit (sysctl fs.inotify.max_user_watches=524288, and m
 
 class EventSource:
     """watchfiles over `root` in a thread: `on_changes(paths)` per batch, `on_armed(polling, reason)`
-    once listening (again after a switch to polling), `on_failed(message)` if it cannot go on."""
+    once listening (again after a switch to polling), `on_failed(message, exit_code)` if it cannot go on."""
 
     def __init__(self, root: Path, on_changes: Callable[[set[str]], None], on_armed: Callable[[bool, str | None], None],
-                 on_failed: Callable[[str], None], polling: bool = False) -> None:
+                 on_failed: Callable[[str, int], None], polling: bool = False) -> None:
         self.root = Path(os.path.abspath(root))
         self.on_changes, self.on_armed, self.on_failed = on_changes, on_armed, on_failed
         self.polling = polling or forced_by_environment()
@@ -58,10 +59,10 @@ class EventSource:
                 return  # stopped
             except (OSError, RuntimeError) as exc:  # watchfiles: OSError subclasses, WatchfilesRustInternalError
                 if not self.root.is_dir():
-                    self.on_failed(f"{self.root}: the watched folder is gone")
+                    self.on_failed(f"{self.root}: the watched folder is gone", int(ExitCode.USAGE))  # as a build of a missing DOCS
                     break
                 if self.polling:
-                    self.on_failed(f"{self.root}: cannot watch, even by polling: {_why(exc)}")
+                    self.on_failed(f"{self.root}: cannot watch, even by polling: {_why(exc)}", int(ExitCode.ENVIRONMENT))
                     break
                 self.polling = True
                 reason = f"file system events unavailable ({_why(exc)}): polling every {POLL_DELAY_MS} ms; {LIMIT_HINT}"

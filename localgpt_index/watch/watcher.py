@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..build.options import BuildOptions, BuildReport
 from ..build.run import build_index
-from ..core.errors import ExitCode, IndexBusy, LgptError, UsageError
+from ..core.errors import IndexBusy, LgptError, UsageError
 from ..ingest.processes import ProcessScope
 from ..models.loading import EncoderOptions, load_page_encoder
 from ..models.protocols import PageEncoder
@@ -92,8 +92,8 @@ class Watcher:
         if kept:
             self.pending.add(kept)
 
-    def _failed(self, message: str) -> None:
-        self.failure, self.exit_code = message, int(ExitCode.ENVIRONMENT)
+    def _failed(self, message: str, exit_code: int) -> None:
+        self.failure, self.exit_code = message, exit_code
         self.pending.close()
 
     # the loop
