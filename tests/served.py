@@ -21,7 +21,7 @@ class Server:
                                      env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      **popen)
         first = self.proc.stderr.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
+        match = re.search(r"http://(?:127\.0\.0\.1|0\.0\.0\.0):(\d+)", first)  # 0.0.0.0: reached on loopback
         assert match, first + self.proc.stderr.read()
         self.url = f"http://127.0.0.1:{match.group(1)}"
         self.lines: list[str] = []

@@ -206,17 +206,23 @@ def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
 
 
 def test_a_token_guards_everything_but_healthz(server, report_index):
-    guarded = Server("--index-dir", str(report_index["index"]), "--token", "s3cret")
+    """Beyond loopback with the token from $LGPT_SERVE_TOKEN alone (serve --token: test_serve_hardening)."""
+    guarded = Server("--host", "0.0.0.0", "--index-dir", str(report_index["index"]), env={"LGPT_SERVE_TOKEN": "s3cret"})
     try:
         guarded.wait_ready()
         with guarded.client() as anonymous, guarded.client("wrong") as wrong, guarded.client("s3cret") as right:
             assert anonymous.get("/healthz").status_code == 200
+            sha = next(d["sha256"] for d in right.get("/documents").json()["documents"] if d["kind"] == "pdf")
             for client, status in ((anonymous, 401), (wrong, 401), (right, 200)):
                 assert client.post("/query", json={"queries": ["q"]}).status_code == status
                 assert client.get("/status").status_code == status
                 assert client.get("/openapi.json").status_code == status
+                assert client.get("/documents").status_code == status
+                assert client.get(f"/pages/{sha}/1.png", params={"dpi": 20}).status_code == status
         cli = run_cli("query", "q", "--server", guarded.url, "--token", "s3cret", "--json")
         assert cli.exit_code == 0 and json.loads(cli.stdout)["results"]
+        from_env = run_cli("query", "q", "--server", guarded.url, "--json", env={"LGPT_SERVE_TOKEN": "s3cret"})
+        assert from_env.exit_code == 0 and json.loads(from_env.stdout)["results"]
         refused = run_cli("query", "q", "--server", guarded.url)
         assert refused.exit_code == 2 and "bearer token" in refused.stderr
     finally:
