@@ -162,7 +162,10 @@ def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model,
         running.wait_ready()
         with running.client() as client:
             assert run_cli("build", str(docs), "--rebuild", "--model", str(other), "--index-dir", str(index)).exit_code == 0
-            assert client.post("/query", json={"queries": ["q"]}).status_code == 503
+            refused = client.post("/query", json={"queries": ["q"]})
+            assert refused.status_code == 503 and "rebuilt with another model" in refused.text
+            for folder in (tmp_path, other, fake_model):  # the models named by their folders' names only
+                assert str(folder) not in refused.text, refused.text
             assert client.get("/healthz").json() == {"status": "stale"}
             assert run_cli("build", str(docs), "--rebuild", "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             healthz = client.get("/healthz")  # no other endpoint asked in between
