@@ -173,6 +173,7 @@ def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model,
             assert client.post("/query", json={"queries": ["q"]}).status_code == 200
     finally:
         assert running.stop() == 0
+    assert [line for line in running.lines if line.startswith(("GET /", "POST /"))] == []  # -q: no line per request, 2xx or not
 
 
 # 3. another model at load: exit 1; a model library's own error: exit 4 with the reason
@@ -186,13 +187,14 @@ def test_another_model_is_exit_1_and_a_model_library_error_at_load_exit_4(fake_m
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "one.pdf", ["one"])
     assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(index)).exit_code == 0
-    serve = [sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "--index-dir", str(index)]
+    serve = [sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "--index-dir", str(index), "-q"]  # errors still said
     config = model / "config.json"
     original = config.read_text()
     config.write_text(json.dumps({**json.loads(original), "retrained": True}))  # another fingerprint: another model
     refused = subprocess.run(serve, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "was built with" in refused.stderr, refused.stderr  # docs/integrity.md: exit 1
     assert "cannot be compared with another model" in refused.stderr and "Traceback" not in refused.stderr
+    assert "error: the model could not be loaded:" in refused.stderr
     config.write_text(original)
     (model / "faults.json").write_text(json.dumps({"load_error": "safetensors header is damaged"}))
     result = subprocess.run(serve, capture_output=True, text=True, timeout=60)
