@@ -21,11 +21,12 @@ class Server:
                                      env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      **popen)
         first = self.proc.stderr.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
+        match = re.search(r"http://(?:127\.0\.0\.1|0\.0\.0\.0):(\d+)", first)  # 0.0.0.0: reached on loopback
         assert match, first + self.proc.stderr.read()
         self.url = f"http://127.0.0.1:{match.group(1)}"
         self.lines: list[str] = []
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _drain(self) -> None:
         for line in self.proc.stderr:
@@ -48,4 +49,6 @@ class Server:
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
+        code = self.proc.wait(timeout=60)
+        self._drainer.join(timeout=60)  # every line it wrote is in self.lines
+        return code

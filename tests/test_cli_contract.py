@@ -155,12 +155,14 @@ def test_a_successful_build_document_has_no_error_object(built, fake_model, tmp_
 
 class FakeServer:
     """A tiny HTTP server on 127.0.0.1 that answers POST /query with whatever the test sets, and
-    GET /pages/... with a PNG."""
+    GET /pages/... with a PNG (or, in turn, the bodies in `pages`, the last one repeated)."""
 
     def __init__(self) -> None:
         self.body: bytes = b"{}"
         self.content_type = "application/json"
         self.hits = 0
+        self.pages = [b"\x89PNG\r\n\x1a\n" + b"\0" * 16]
+        self.page_hits = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -170,7 +172,8 @@ class FakeServer:
                 self._send(outer.body, outer.content_type)
 
             def do_GET(self) -> None:  # noqa: N802
-                self._send(b"\x89PNG\r\n\x1a\n" + b"\0" * 16, "image/png")
+                outer.page_hits += 1
+                self._send(outer.pages[min(outer.page_hits, len(outer.pages)) - 1], "image/png")
 
             def _send(self, body: bytes, content_type: str) -> None:
                 self.send_response(200)
@@ -217,6 +220,7 @@ BAD_ANSWERS = {
     "page_path": lambda good: (_with_hit(good, page="../../../escaped"), "application/json"),
     "page_zero": lambda good: (_with_hit(good, page=0), "application/json"),
     "sha256_path": lambda good: (_with_hit(good, sha256="../" * 20 + "x"), "application/json"),
+    "two_answers_for_one_query": lambda good: ({**good, "queries": good["queries"] * 2}, "application/json"),
 }
 
 
@@ -233,6 +237,17 @@ def test_a_server_answer_that_is_not_a_query_document_is_one_message(case, built
     assert not (tmp_path / "out").exists(), "nothing written from a bad answer"
     as_json = run_process("query", "alpha", "--server", fake_server.url, "--json", timeout=60)
     assert _one_error_document(as_json, 1)["error"]["message"].startswith(f"the server at {fake_server.url}")
+
+
+def test_a_page_that_is_not_a_png_is_one_message_and_nothing_is_written(built, fake_server, tmp_path):
+    """The first page a PNG, the second an HTML page: exit 1 naming the server, no export folder left."""
+    fake_server.answer(built["answer"])
+    fake_server.pages = [fake_server.pages[0], b"<html><body>502 Bad Gateway</body></html>"]
+    result = run_cli("query", "alpha", "-k", "2", "--server", fake_server.url, "--export-pages", str(tmp_path / "out" / "pages"))
+    assert fake_server.page_hits == 2
+    assert result.exit_code == 1, result.output
+    assert f"the server at {fake_server.url} sent something other than a PNG for page" in result.stderr
+    assert result.stdout == "" and not (tmp_path / "out").exists(), "nothing written from a bad answer"
 
 
 WIDE = {"COLUMNS": "300"}  # a table wide enough for whole paths (under xdist the terminal is 80 columns)
@@ -296,8 +311,9 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(where, argument, built, f
 
 # --- 3. --server with the options of a local index ------------------------------------------------
 
-@pytest.mark.parametrize("option", [["--name", "other"], ["--index-dir", "elsewhere"], ["--store", "local"]],
-                         ids=["name", "index_dir", "store"])
+@pytest.mark.parametrize("option", [["--name", "other"], ["--index-dir", "elsewhere"], ["--store", "local"], ["--model", "other"],
+                                    ["--device", "cpu"], ["--dtype", "float32"]],
+                         ids=["name", "index_dir", "store", "model", "device", "dtype"])
 @pytest.mark.parametrize("server_from", ["option", "environment"])
 def test_server_with_a_local_index_option_is_a_usage_error(option, server_from, built, fake_server):
     fake_server.answer(built["answer"])

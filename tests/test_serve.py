@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -121,6 +122,28 @@ def test_bad_requests_are_clear_4xx_json(server, case):
     assert error["status"] == status and error["message"] and "Traceback" not in answer.text
 
 
+def test_the_limits_hold_at_their_bounds_and_answers_are_compact_ascii_json(server):
+    """docs/serving.md: 64 queries of 2,048 characters, k up to 1,000, dpi 20 to 600, in and just out;
+    answers compact (no spaces after separators) with ASCII escapes; the scoring and readiness headers."""
+    sha = next(d["sha256"] for d in server.client().get("/documents").json()["documents"] if d["kind"] == "pdf")
+    bounds = [({"k": 1000}, 200), ({"k": 1001}, 400), ({"dpi": 20}, 200), ({"dpi": 600}, 200), ({"dpi": 19}, 400),
+              ({"dpi": 601}, 400), ({"queries": ["q"] * 64}, 200), ({"queries": ["x" * 2048]}, 200)]
+    with server.client() as client:
+        for body, status in bounds:
+            answer = client.post("/query", json={"queries": ["q"], **body})
+            assert answer.status_code == status, (body, answer.text)
+        for dpi, status in ((19, 400), (20, 200), (601, 400)):
+            assert client.get(f"/pages/{sha}/1.png", params={"dpi": dpi}).status_code == status, dpi
+        answer = client.post("/query", json={"queries": ["café → Zürich"], "k": 3})
+        healthz = client.get("/healthz")
+    assert answer.status_code == 200 and answer.json()["queries"][0]["query"] == "café → Zürich"
+    assert b"caf\\u00e9 \\u2192 Z\\u00fcrich" in answer.content and answer.content.isascii()
+    between_strings = re.sub(rb'"(?:[^"\\]|\\.)*"', b'""', answer.content)  # a snippet may hold ", "
+    assert b", " not in between_strings and b": " not in between_strings and b'"":[{"":' in between_strings
+    assert int(answer.headers["X-Lgpt-Scored-With"]) >= 1
+    assert healthz.status_code == 200 and healthz.json()["queued"] == 0
+
+
 def test_oversized_and_malformed_bodies(server):
     with server.client() as client:
         big = client.post("/query", content=b'{"queries": ["' + b"x" * (2 << 20) + b'"]}',
@@ -206,17 +229,23 @@ def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
 
 
 def test_a_token_guards_everything_but_healthz(server, report_index):
-    guarded = Server("--index-dir", str(report_index["index"]), "--token", "s3cret")
+    """Beyond loopback with the token from $LGPT_SERVE_TOKEN alone (serve --token: test_serve_hardening)."""
+    guarded = Server("--host", "0.0.0.0", "--index-dir", str(report_index["index"]), env={"LGPT_SERVE_TOKEN": "s3cret"})
     try:
         guarded.wait_ready()
         with guarded.client() as anonymous, guarded.client("wrong") as wrong, guarded.client("s3cret") as right:
             assert anonymous.get("/healthz").status_code == 200
+            sha = next(d["sha256"] for d in right.get("/documents").json()["documents"] if d["kind"] == "pdf")
             for client, status in ((anonymous, 401), (wrong, 401), (right, 200)):
                 assert client.post("/query", json={"queries": ["q"]}).status_code == status
                 assert client.get("/status").status_code == status
                 assert client.get("/openapi.json").status_code == status
+                assert client.get("/documents").status_code == status
+                assert client.get(f"/pages/{sha}/1.png", params={"dpi": 20}).status_code == status
         cli = run_cli("query", "q", "--server", guarded.url, "--token", "s3cret", "--json")
         assert cli.exit_code == 0 and json.loads(cli.stdout)["results"]
+        from_env = run_cli("query", "q", "--server", guarded.url, "--json", env={"LGPT_SERVE_TOKEN": "s3cret"})
+        assert from_env.exit_code == 0 and json.loads(from_env.stdout)["results"]
         refused = run_cli("query", "q", "--server", guarded.url)
         assert refused.exit_code == 2 and "bearer token" in refused.stderr
     finally:

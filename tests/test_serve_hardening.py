@@ -162,7 +162,10 @@ def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model,
         running.wait_ready()
         with running.client() as client:
             assert run_cli("build", str(docs), "--rebuild", "--model", str(other), "--index-dir", str(index)).exit_code == 0
-            assert client.post("/query", json={"queries": ["q"]}).status_code == 503
+            refused = client.post("/query", json={"queries": ["q"]})
+            assert refused.status_code == 503 and "rebuilt with another model" in refused.text
+            for folder in (tmp_path, other, fake_model):  # the models named by their folders' names only
+                assert str(folder) not in refused.text, refused.text
             assert client.get("/healthz").json() == {"status": "stale"}
             assert run_cli("build", str(docs), "--rebuild", "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             healthz = client.get("/healthz")  # no other endpoint asked in between
@@ -170,11 +173,12 @@ def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model,
             assert client.post("/query", json={"queries": ["q"]}).status_code == 200
     finally:
         assert running.stop() == 0
+    assert [line for line in running.lines if line.startswith(("GET /", "POST /"))] == []  # -q: no line per request, 2xx or not
 
 
-# 3. a model library's own error at load: exit 4 with the reason
+# 3. another model at load: exit 1; a model library's own error: exit 4 with the reason
 
-def test_a_model_library_error_at_load_is_exit_4_with_the_reason(fake_model, tmp_path):
+def test_another_model_is_exit_1_and_a_model_library_error_at_load_exit_4(fake_model, tmp_path):
     import shutil
     import subprocess
     import sys
@@ -183,9 +187,17 @@ def test_a_model_library_error_at_load_is_exit_4_with_the_reason(fake_model, tmp
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "one.pdf", ["one"])
     assert run_cli("build", str(docs), "--model", str(model), "--index-dir", str(index)).exit_code == 0
+    serve = [sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "--index-dir", str(index), "-q"]  # errors still said
+    config = model / "config.json"
+    original = config.read_text()
+    config.write_text(json.dumps({**json.loads(original), "retrained": True}))  # another fingerprint: another model
+    refused = subprocess.run(serve, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "was built with" in refused.stderr, refused.stderr  # docs/integrity.md: exit 1
+    assert "cannot be compared with another model" in refused.stderr and "Traceback" not in refused.stderr
+    assert "error: the model could not be loaded:" in refused.stderr
+    config.write_text(original)
     (model / "faults.json").write_text(json.dumps({"load_error": "safetensors header is damaged"}))
-    result = subprocess.run([sys.executable, "-m", "localgpt_index", "serve", "--port", "0", "--index-dir", str(index)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(serve, capture_output=True, text=True, timeout=60)
     assert result.returncode == 4, result.stderr
     assert "OSError" in result.stderr and "safetensors header is damaged" in result.stderr
     assert "Traceback" not in result.stderr

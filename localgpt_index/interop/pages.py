@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -96,16 +97,31 @@ def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], by
 
 
 def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
+    """Each page is staged (a hidden .partial file) and they take their names once every page came:
+    a page that cannot be had (a server's answer that is not a PNG) leaves nothing behind."""
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {"version": 1, "dpi": dpi, "queries": []}
-    for q_number, answer in enumerate(document["queries"], 1):
-        entries = []
-        for hit in answer["results"]:
-            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(hit["path"]).stem)[:60] or "page"
-            name = f"q{q_number:02d}-r{hit['rank']:02d}-{stem}-p{hit['page']}.png"
-            (out / name).write_bytes(fetch(hit))
-            entries.append({**{k: v for k, v in hit.items() if k != "image_base64"}, "image": name})
-        manifest["queries"].append({"query": answer["query"], "results": entries})
+    manifest: dict = {"version": 1, "dpi": dpi, "queries": []}
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for q_number, answer in enumerate(document["queries"], 1):
+            entries = []
+            for hit in answer["results"]:
+                stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(hit["path"]).stem)[:60] or "page"
+                name = f"q{q_number:02d}-r{hit['rank']:02d}-{stem}-p{hit['page']}.png"
+                staged.append((out / f".{name}.partial", out / name))
+                staged[-1][0].write_bytes(fetch(hit))
+                entries.append({**{k: v for k, v in hit.items() if k != "image_base64"}, "image": name})
+            manifest["queries"].append({"query": answer["query"], "results": entries})
+    except BaseException:
+        for partial, _ in staged:
+            partial.unlink(missing_ok=True)
+        for folder in made:
+            with contextlib.suppress(OSError):  # something else put a file there meanwhile: it stays
+                folder.rmdir()
+        raise
+    for partial, final in staged:
+        partial.replace(final)
     path = out / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=True))
     return path

@@ -25,6 +25,8 @@ def create_app(service: IndexService, token: str | None = None, log: RequestLog 
     """The HTTP application around `service`; its model loads in the background once it starts."""
     log = log or RequestLog()
     policy = policy or PathPolicy()
+    policy.learn(service.index())  # errors leave out the folders of every generation, this one and those to come
+    service.on_switch = policy.learn
     batcher = QueryBatcher(service)
 
     @asynccontextmanager

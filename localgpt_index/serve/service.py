@@ -11,6 +11,7 @@ generation it started with, and the old one's memory maps go with the last refer
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class IndexService:
         self._lock = threading.Lock()
         self.switches = 0
         self.scoring = DeviceScoring()  # where exact scoring runs (serve --scorer, --max-resident)
+        self.on_switch: Callable[[Index], None] = lambda index: None  # told of each generation opened (serve's path policy)
 
     # the generation
 
@@ -95,6 +97,7 @@ class IndexService:
             self.switches += 1
             self._index.release_device()  # the old generation's resident vectors (a batch in flight keeps what it holds)
         self._index, self._head_key = index, key
+        self.on_switch(index)  # before _check_model: its message names the new generation's model
         self._check_model()
 
     def _check_model(self) -> None:
