@@ -8,6 +8,8 @@ import io
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -97,34 +99,34 @@ def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], by
 
 
 def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
-    """Each page is staged (a hidden .partial file) and they take their names once every page came:
-    a page that cannot be had (a server's answer that is not a PNG) leaves nothing behind."""
+    """The pages are staged in a hidden folder inside `out` and take their names once every page came, the
+    manifest last: a page that cannot be had (a server's answer that is not a PNG) leaves nothing behind."""
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
-    out.mkdir(parents=True, exist_ok=True)
     manifest: dict = {"version": 1, "dpi": dpi, "queries": []}
-    staged: list[tuple[Path, Path]] = []
+    stage: Path | None = None
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=".lgpt-export-", dir=out))
         for q_number, answer in enumerate(document["queries"], 1):
             entries = []
             for hit in answer["results"]:
                 stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(hit["path"]).stem)[:60] or "page"
                 name = f"q{q_number:02d}-r{hit['rank']:02d}-{stem}-p{hit['page']}.png"
-                staged.append((out / f".{name}.partial", out / name))
-                staged[-1][0].write_bytes(fetch(hit))
+                (stage / name).write_bytes(fetch(hit))  # a name given twice (two hits at one rank): the later page
                 entries.append({**{k: v for k, v in hit.items() if k != "image_base64"}, "image": name})
             manifest["queries"].append({"query": answer["query"], "results": entries})
+        (stage / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=True))
+        for name in sorted(os.listdir(stage), key=lambda n: n == "manifest.json"):  # the manifest last
+            os.replace(stage / name, out / name)
+        stage.rmdir()
     except BaseException:
-        for partial, _ in staged:
-            partial.unlink(missing_ok=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
         for folder in made:
             with contextlib.suppress(OSError):  # something else put a file there meanwhile: it stays
                 folder.rmdir()
         raise
-    for partial, final in staged:
-        partial.replace(final)
-    path = out / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=True))
-    return path
+    return out / "manifest.json"
 
 
 def local_page(index: Index, dpi: int) -> Callable[[dict], bytes]:

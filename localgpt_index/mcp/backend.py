@@ -30,6 +30,7 @@ class IndexTools:
     def __init__(self, service: IndexService, policy: PathPolicy | None = None, caps: ImageCaps | None = None) -> None:
         self.service = service
         self.policy = policy or PathPolicy()
+        service.on_switch = self.policy.learn  # a generation the batcher opens is known before its messages are
         self.caps = caps or ImageCaps()
         self.batcher = QueryBatcher(service)
         self.images = McpPageImages(self.caps)

@@ -97,8 +97,10 @@ class IndexService:
             self.switches += 1
             self._index.release_device()  # the old generation's resident vectors (a batch in flight keeps what it holds)
         self._index, self._head_key = index, key
-        self.on_switch(index)  # before _check_model: its message names the new generation's model
-        self._check_model()
+        try:
+            self.on_switch(index)  # before _check_model: its message names the new generation's model
+        finally:
+            self._check_model()
 
     def _check_model(self) -> None:
         if self.encoder is None:
