@@ -314,6 +314,15 @@ def test_past_the_connection_cap_a_loopback_healthz_still_answers(hardening_inde
             assert health.status_code == 200 and health.json()["status"] == "ready"
             refused = client.get("/status")
             assert refused.status_code == 503 and "too many connections" in refused.json()["error"]["message"]
+        # at most 8 loopback connections wait past the cap: a ninth makes the oldest give way
+        waiters = []
+        for _ in range(9):
+            waiters.append(_connect(running))
+            held.append(waiters[-1])
+        assert waiters[0].recv(65536).startswith(b"HTTP/1.1 503")  # the oldest, closed with the capacity error
+        for sock in (waiters[1], waiters[-1]):  # the others may still ask
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         for sock in held:
             sock.close()
         with running.client() as client:
