@@ -518,6 +518,47 @@ def test_with_images_is_bounded_and_reuses_rendered_pages(server_plain):
     assert again.json() == first.json()
 
 
+def test_two_pages_are_rendered_at_once(monkeypatch):
+    """PageImages lets two renders run at once, whoever asks: a third waits until one is done."""
+    import threading
+    from types import SimpleNamespace
+
+    from localgpt_index.core import failpoints
+    from localgpt_index.interop import pages
+    from localgpt_index.serve.images import PageImages
+
+    monkeypatch.setattr(pages, "page_image", lambda index, hit, dpi: hit.page)
+    monkeypatch.setattr(pages, "png_bytes", lambda image: b"png %d" % image)
+    arrived, inside, most, gate, lock = [], [0], [0], threading.Semaphore(0), threading.Lock()
+
+    def rendering(name: str) -> None:  # each render stops inside its slot until the test lets one go
+        if name == "serve.render":
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            gate.acquire()
+            with lock:
+                inside[0] -= 1
+
+    images = PageImages()
+    index = SimpleNamespace(document=lambda path: arrived.append(path))  # no document: nothing cached is served
+    failpoints.set_hook(rendering)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            done = [pool.submit(images.png, index, SimpleNamespace(sha256="0" * 64, page=n, path=f"p{n}"), 150) for n in (1, 2)]
+            wait_for(lambda: inside[0] == 2, 30)
+            done.append(pool.submit(images.png, index, SimpleNamespace(sha256="0" * 64, page=3, path="p3"), 150))
+            wait_for(lambda: len(arrived) == 3, 30)  # the third is at the slots
+            gate.release()  # one render ends: the third may start
+            wait_for(lambda: inside[0] == 2 and sum(f.done() for f in done) == 1, 30)
+            gate.release(2)
+            assert sorted(f.result()[0] for f in done) == [b"png 1", b"png 2", b"png 3"]
+    finally:
+        failpoints.set_hook(None)
+        gate.release(3)
+    assert most[0] == 2
+
+
 def test_rendering_stops_when_the_client_is_gone(hardening_index, tmp_path):
     """The first page renders while the client hangs up: no other page of that answer is rendered
     (a later identical request renders them itself)."""
