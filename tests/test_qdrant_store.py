@@ -154,6 +154,56 @@ def test_one_writer_at_a_time_and_an_expired_lease_is_taken_over(fake_model, tmp
     store.close()
 
 
+def test_export_into_a_held_qdrant_target_is_refused_and_waits_with_wait(fake_model, tmp_path, monkeypatch):
+    """The busy hint says --wait SECONDS: export has it, and goes on once the holder is gone."""
+    import socket
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from qdrant_client import models
+
+    from localgpt_index.index.open import open_store
+    from localgpt_index.index.qdrant import lease as lease_module
+    from localgpt_index.index.qdrant_store import LEASE_ID
+
+    docs = tmp_path / "docs"
+    make_pdfs(docs, 1, 1)
+    local = ["--index-dir", str(tmp_path / "idx")]
+    build_ok(str(docs), "--model", str(fake_model), *local)
+    url = f"qdrant+path://{tmp_path / 'qd'}/copy"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        store = open_store(url)
+        with store.begin():
+            pass  # creates the lease collection
+        record = f"pid {holder.pid} on {socket.gethostname()}"
+        store.client.upsert(store.lease_collection, [models.PointStruct(id=LEASE_ID, vector={}, payload={
+            "holder": record, "token": "theirs", "expires": time.time() + 600})])
+        store.close()
+        refused = run_cli("export", url, "--format", "qdrant", *local)
+        assert refused.exit_code == 1 and f"being written by {record}" in refused.stderr and "--wait" in refused.stderr
+
+        waits: list[float] = []
+
+        def sleep(seconds: float) -> None:  # the lease's wait loop: the holder goes while export waits
+            waits.append(seconds)
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+            time.sleep(seconds)
+
+        monkeypatch.setattr(lease_module, "time", SimpleNamespace(**{n: getattr(time, n) for n in ("monotonic", "strftime", "localtime")},
+                                                                   sleep=sleep))
+        waited = run_cli("export", url, "--format", "qdrant", "--wait", "120", *local, "--json")
+        assert waited.exit_code == 0, waited.stderr
+        assert waits and json.loads(waited.stdout)["documents"] == 1
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
 def test_export_to_qdrant_and_import_back_embed_nothing(fake_model, tmp_path, unstable_converter):
     docs = tmp_path / "docs"
     _docs(docs)

@@ -314,6 +314,15 @@ def test_past_the_connection_cap_a_loopback_healthz_still_answers(hardening_inde
             assert health.status_code == 200 and health.json()["status"] == "ready"
             refused = client.get("/status")
             assert refused.status_code == 503 and "too many connections" in refused.json()["error"]["message"]
+        # at most 8 loopback connections wait past the cap: a ninth makes the oldest give way
+        waiters = []
+        for _ in range(9):
+            waiters.append(_connect(running))
+            held.append(waiters[-1])
+        assert waiters[0].recv(65536).startswith(b"HTTP/1.1 503")  # the oldest, closed with the capacity error
+        for sock in (waiters[1], waiters[-1]):  # the others may still ask
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         for sock in held:
             sock.close()
         with running.client() as client:
@@ -507,6 +516,47 @@ def test_with_images_is_bounded_and_reuses_rendered_pages(server_plain):
     assert capped and all("at most 32 pages at 150 dpi per answer (2 at 600 dpi)" in h["image_error"] for h in capped)
     assert int(again.headers["X-Lgpt-Images-Rendered"]) == 0  # every page came from the cache
     assert again.json() == first.json()
+
+
+def test_two_pages_are_rendered_at_once(monkeypatch):
+    """PageImages lets two renders run at once, whoever asks: a third waits until one is done."""
+    import threading
+    from types import SimpleNamespace
+
+    from localgpt_index.core import failpoints
+    from localgpt_index.interop import pages
+    from localgpt_index.serve.images import PageImages
+
+    monkeypatch.setattr(pages, "page_image", lambda index, hit, dpi: hit.page)
+    monkeypatch.setattr(pages, "png_bytes", lambda image: b"png %d" % image)
+    arrived, inside, most, gate, lock = [], [0], [0], threading.Semaphore(0), threading.Lock()
+
+    def rendering(name: str) -> None:  # each render stops inside its slot until the test lets one go
+        if name == "serve.render":
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            gate.acquire()
+            with lock:
+                inside[0] -= 1
+
+    images = PageImages()
+    index = SimpleNamespace(document=lambda path: arrived.append(path))  # no document: nothing cached is served
+    failpoints.set_hook(rendering)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            done = [pool.submit(images.png, index, SimpleNamespace(sha256="0" * 64, page=n, path=f"p{n}"), 150) for n in (1, 2)]
+            wait_for(lambda: inside[0] == 2, 30)
+            done.append(pool.submit(images.png, index, SimpleNamespace(sha256="0" * 64, page=3, path="p3"), 150))
+            wait_for(lambda: len(arrived) == 3, 30)  # the third is at the slots
+            gate.release()  # one render ends: the third may start
+            wait_for(lambda: inside[0] == 2 and sum(f.done() for f in done) == 1, 30)
+            gate.release(2)
+            assert sorted(f.result()[0] for f in done) == [b"png 1", b"png 2", b"png 3"]
+    finally:
+        failpoints.set_hook(None)
+        gate.release(3)
+    assert most[0] == 2
 
 
 def test_rendering_stops_when_the_client_is_gone(hardening_index, tmp_path):

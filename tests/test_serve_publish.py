@@ -72,3 +72,30 @@ def test_the_scorer_s_threads_score_with_one_torch_thread_each(monkeypatch) -> N
     probe.join()
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == threads and fresh == [threads]
+
+
+def _generation(number: int, documents: list[str], location: str = "/srv/indexes/default",
+                model: str = "/models/colpali") -> SimpleNamespace:
+    manifest = SimpleNamespace(generation=number, documents=[SimpleNamespace(path=p) for p in documents], failures=[],
+                               model=SimpleNamespace(id=model, path=model))
+    return SimpleNamespace(manifest=manifest, store=SimpleNamespace(location=location))
+
+
+def test_an_error_names_a_document_as_the_current_generation_publishes_it() -> None:
+    """An older generation's root under the current one's does not shorten the current one's paths."""
+    policy = PathPolicy()
+    policy.learn(_generation(1, ["/data/docs/reports/a.pdf", "/data/docs/reports/b/c.pdf"]))
+    current = _generation(2, ["/data/docs/reports/a.pdf", "/data/docs/memo.pdf"])
+    policy.learn(current)
+    published = policy.publish({"index": "/srv/indexes/default", "results": [_hit("/data/docs/reports/a.pdf")]}, current)
+    assert published["results"][0]["path"] == "reports/a.pdf"
+    assert policy.message("/data/docs/reports/a.pdf: unreadable") == "reports/a.pdf: unreadable"
+
+
+def test_a_message_is_rewritten_in_one_pass() -> None:
+    """What one replacement writes is not read again by the next; a root of / leaves other slashes alone."""
+    policy = PathPolicy()
+    policy.learn(_generation(1, ["/data/a.pdf"], location="colpali/index"))
+    assert policy.message("model /models/colpali/index") == "model colpali/index"
+    policy.learn(_generation(2, ["/data/a.pdf", "/home/b.pdf"]))
+    assert policy.message("/home/b.pdf and 3/4 pages, see /models/colpali") == "home/b.pdf and 3/4 pages, see colpali"

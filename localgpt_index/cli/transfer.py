@@ -17,10 +17,11 @@ from .options import SECONDS, index_options
 @click.option("--with-images", is_flag=True, help="byaldi: include the page images (byaldi's collection/), as base64 PNG.")
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of those images.")
 @click.option("--force", is_flag=True, help="byaldi: replace OUT if it holds an earlier export.")
+@click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="qdrant: seconds to wait for another writer of OUT to finish.")
 @index_options
 @output_options
 @click.pass_obj
-def export(app: Application, out, fmt, with_images, dpi, force) -> None:
+def export(app: Application, out, fmt, with_images, dpi, force, wait_s) -> None:
     """Copy the index, without embedding again: into a byaldi 0.0.7 folder OUT, or into a Qdrant collection.
 
     byaldi then loads it with RAGMultiModalModel.from_index("<OUT's name>", index_root="<OUT's parent>");
@@ -31,7 +32,7 @@ def export(app: Application, out, fmt, with_images, dpi, force) -> None:
 
     index = open_index(store=app.store())
     if fmt == "qdrant":
-        result = _copy(app, index, _empty_target(_qdrant(app, out), out))
+        result = _copy(app, index, _empty_target(_qdrant(app, out), out), wait_s)
     else:
         from ..interop.byaldi_format import export_byaldi
 

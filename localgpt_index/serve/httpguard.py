@@ -179,6 +179,8 @@ class PathPolicy:
     def __init__(self, absolute: bool = False) -> None:
         self.absolute = absolute
         self._known: dict[str, str] = {}  # absolute prefix -> what a client sees instead
+        self._roots: frozenset[str] = frozenset()  # the keys of _known that are documents roots
+        self._rules: tuple[re.Pattern[str] | None, dict[str, str]] = (None, {})  # all of _known in one pattern, longest first
         self._current: _Generation | None = None  # one generation is asked at a time, mostly
 
     def _generation(self, index) -> _Generation:
@@ -243,19 +245,32 @@ class PathPolicy:
         text = redact(text)
         if self.absolute:
             return text
-        for prefix in sorted(self._known, key=len, reverse=True):
-            text = text.replace(prefix, self._known[prefix])
-        return text
+        pattern, known = self._rules  # one pass (a replacement is never rewritten); read once: other threads learn too
+        if pattern is None:
+            return text
+        return pattern.sub(lambda match: known[match.group()], text)
 
     def _remember(self, index, root: str | None) -> None:
+        """Add `index`'s paths to what messages leave out. A newer root above an older one wins
+        (older /data/docs/reports/, current /data/docs/: a message names reports/a.pdf, as answers do);
+        roots match only where a path starts, so a root of / does not eat every slash."""
+        known, roots = dict(self._known), set(self._roots)
         location = index.store.location
-        self._known[location] = self.index_name(location)
+        known[location] = self.index_name(location)
         model = index.manifest.model
         for path in (model.path, model.id):
             if path and os.path.isabs(path):
-                self._known[path] = _last_part(path)
+                known[path] = _last_part(path)
         if root:
-            self._known[root.rstrip(os.sep) + os.sep] = ""
+            key = root.rstrip(os.sep) + os.sep
+            for older in [r for r in roots if r != key and r.startswith(key)]:
+                roots.discard(older)
+                known.pop(older, None)
+            roots.add(key)
+            known[key] = ""
+        parts = [(r"(?<![\w.~-])" if key in roots else "") + re.escape(key) for key in sorted(known, key=len, reverse=True)]
+        pattern = re.compile("|".join(parts)) if parts else None
+        self._known, self._roots, self._rules = known, frozenset(roots), (pattern, known)
 
 
 class _Generation:
