@@ -91,3 +91,44 @@ def test_sigterm_during_a_real_libreoffice_conversion_leaves_no_process_and_no_f
     assert proc.returncode == 1 and "interrupted" in stderr, stderr
     assert wait_until(lambda: not soffice_running(), 15, "LibreOffice's end")
     assert list(scratch.iterdir()) == []
+
+
+def _odt_with_linked_picture(path: Path, url: str) -> Path:
+    """An OpenDocument text whose only picture is a link to `url` (LibreOffice fetches it when it renders)."""
+    import zipfile
+
+    ns = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+          'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" xmlns:xlink="http://www.w3.org/1999/xlink" '
+          'xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0"')
+    content = (f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {ns} office:version="1.2"><office:body><office:text>'
+               '<text:p>Linked picture memo</text:p><text:p><draw:frame draw:name="pic" text:anchor-type="paragraph" svg:width="5cm" '
+               f'svg:height="5cm"><draw:image xlink:href="{url}" xlink:type="simple" xlink:show="embed" xlink:actuate="onLoad"/>'
+               '</draw:frame></text:p></office:text></office:body></office:document-content>')
+    manifest = ('<?xml version="1.0" encoding="UTF-8"?><manifest:manifest '
+                'xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" manifest:version="1.2">'
+                '<manifest:file-entry manifest:full-path="/" manifest:media-type="application/vnd.oasis.opendocument.text"/>'
+                '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/></manifest:manifest>')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+        archive.writestr("content.xml", content, zipfile.ZIP_DEFLATED)
+        archive.writestr("META-INF/manifest.xml", manifest, zipfile.ZIP_DEFLATED)
+    return path
+
+
+def test_a_link_inside_an_office_file_is_not_fetched_the_converter_has_no_network(fake_model, tmp_path, server):
+    """No rewriting reaches inside an office file: only the converter's network namespace stops this fetch
+    (LibreOffice run directly on this file asks the server for the picture)."""
+    import shutil
+    import subprocess
+
+    unshare = shutil.which("unshare")  # probed here, not through the code under test, which must not decide to skip
+    if not unshare or subprocess.run([unshare, "--net", "true"], capture_output=True).returncode != 0 and \
+            subprocess.run([unshare, "--user", "--map-root-user", "--net", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this OS refuses a network namespace: documented, office links are then not blocked (doctor says so)")
+    docs = tmp_path / "docs"
+    _odt_with_linked_picture(docs / "memo.odt", f"{server}/linked.png")
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["indexed"] == 1, result.stdout
+    assert _Recorder.requests == []

@@ -407,3 +407,43 @@ def test_identical_files_are_embedded_once(fake_model, tmp_path):
     assert report["pages_embedded"] == 3 and report["indexed"] == 1 and report["reused"] == 2
     spans = {tuple(d.spans) for d in _manifest(index).documents}
     assert len(spans) == 1 and len(_manifest(index).documents) == 3
+
+
+def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generation(fake_model, tmp_path):
+    """docs/building.md: Ctrl-C ends a build with exit 1 and the index at its last commit (here the previous
+    build's: the interrupted one is held at its first encoded batch by a failpoint, before any commit)."""
+    import signal
+
+    from helpers import held_build
+
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
+    kept, gone = _docs(docs, 2, "kept")
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+    before = _manifest(index)
+
+    def answers() -> list[tuple[str, int, float]]:
+        result = run_cli("query", "kept 1", "-k", "5", "--mode", "visual", "--index-dir", str(index), "--json")
+        assert result.exit_code == 0, result.stderr
+        return [(hit["path"], hit["page"], hit["score"]) for hit in json.loads(result.stdout)["queries"][0]["results"]]
+
+    answered = answers()
+    _docs(docs, 2, "added")
+    make_pdf(kept, ["kept 0 rewritten"])
+    gone.unlink()
+    build = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index)], release, "encode")
+    try:
+        build.send_signal(signal.SIGINT)
+        _, stderr = build.communicate(timeout=60)
+    finally:
+        release.touch()
+        if build.poll() is None:
+            build.kill()
+    assert build.returncode == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    after = _manifest(index)
+    assert after.generation == before.generation
+    assert [(d.path, d.sha256) for d in after.documents] == [(d.path, d.sha256) for d in before.documents]
+    verify_ok(index)
+    assert answers() == answered
+    again, report = build_json(docs, index, "--model", str(fake_model))  # the lock is free, the next build carries on
+    assert again.exit_code == 0, again.stderr
+    assert sorted(Path(d.path).name for d in _manifest(index).documents) == ["added-000.pdf", "added-001.pdf", "kept-000.pdf"]

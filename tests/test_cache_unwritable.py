@@ -1,0 +1,33 @@
+"""docs/integrity.md and building.md: lgpt-index's user cache (weight digests, the checked-record key) is only
+a cache: where it cannot be written, build and query work as before, without caching."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_cli
+from helpers import make_pdfs, verify_ok
+
+
+def test_a_cache_folder_that_cannot_be_created_only_means_no_caching(fake_model, tmp_path, monkeypatch):
+    from localgpt_index.core import files
+    from localgpt_index.index.local import checked
+
+    # tests run as root, which ignores permission bits: a folder under a regular file can never be created
+    (tmp_path / "file.txt").write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file.txt" / "sub"))
+    monkeypatch.setattr(files, "RACY_NS", 0)  # the model and the index are seconds old: have every cache write attempted
+    monkeypatch.setattr(checked, "RACY_NS", 0)
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdfs(docs, 2, 1)
+    for new in (2, 1):  # the second build checks the first's files, which it would have recorded, and adds one
+        result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--json")
+        assert result.exit_code == 0, result.stderr
+        assert "Traceback" not in result.stderr
+        assert json.loads(result.stdout)["indexed"] == new, result.stdout
+        make_pdfs(docs, 1, 1, stem="later")
+    found = run_cli("query", "report 1 page 0", "-k", "3", "--index-dir", str(index), "--json")
+    assert found.exit_code == 0, found.stderr
+    assert json.loads(found.stdout)
+    verify_ok(index)
+    assert not (tmp_path / "file.txt" / "sub").exists()
