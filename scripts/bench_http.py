@@ -237,10 +237,12 @@ def main() -> None:
             lines.append(f"   {label}:")
             for name, run in runs.items():
                 lines.append(f"     {name} ({protocols[name]}) {spread([r[key] for r in run])} ms")
-            ratios = [a[key] / b[key] for a, b in zip(ours, theirs)]
+            # /proc counts CPU in clock ticks (10 ms): a short round's can be 0, which gives no ratio
+            ratios = [a[key] / b[key] for a, b in zip(ours, theirs) if b[key] > 0]
             saved = [b[key] - a[key] for a, b in zip(ours, theirs)]
-            report[key] = {"ratio_median": statistics.median(ratios), "saved_ms_median": statistics.median(saved)}
-            lines.append(f"     this tree / baseline x{spread(ratios)}, {statistics.median(saved):.3f} ms less a request")
+            report[key] = {"ratio_median": statistics.median(ratios) if ratios else None, "saved_ms_median": statistics.median(saved)}
+            shown = f"x{spread(ratios)}" if ratios else "x n/a (the baseline's CPU under one clock tick in every round)"
+            lines.append(f"     this tree / baseline {shown}, {statistics.median(saved):.3f} ms less a request")
     report["load_average"] = load = os.getloadavg()
     lines.append(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("\n".join(lines), file=sys.stderr if args.json else sys.stdout)
