@@ -30,6 +30,7 @@ class IndexTools:
     def __init__(self, service: IndexService, policy: PathPolicy | None = None, caps: ImageCaps | None = None) -> None:
         self.service = service
         self.policy = policy or PathPolicy()
+        self.policy.learn_location(service.store.location)
         service.on_switch = self.policy.learn  # a generation the batcher opens is known before its messages are
         self.caps = caps or ImageCaps()
         self.batcher = QueryBatcher(service)
@@ -37,15 +38,6 @@ class IndexTools:
         self._loading: Future | None = None
         self._batching = False
         self._lock = threading.Lock()
-
-    def message(self, text: str) -> str:
-        """`text` as a client may see it: the policy's rule, and the index named by its name even before
-        there is one (the policy learns the index's location from an index)."""
-        text = self.policy.message(text)
-        if self.policy.absolute:
-            return text
-        location = self.service.store.location
-        return text.replace(location, self.policy.index_name(location))
 
     # the index and the model
 
@@ -128,9 +120,9 @@ class IndexTools:
         problem = self.service.failure.message if self.service.failure else self.service.stale
         return IndexStatus(index=status["index"], generation=status["generation"], documents=status["documents"],
                            pages=status["pages"], model=status["model"]["id"], model_state=self.model_state(),
-                           model_problem=self.message(problem) if problem else None, modes=search_modes(index),
+                           model_problem=self.policy.message(problem) if problem else None, modes=search_modes(index),
                            page_text=has_text(index), last_build=status["last_build"],
-                           failures=[FailedDocument(document=f["path"], stage=f["stage"], reason=self.message(f["reason"]))
+                           failures=[FailedDocument(document=f["path"], stage=f["stage"], reason=self.policy.message(f["reason"]))
                                      for f in status["failures"]],
                            image_caps={"per_image": self.caps.per_image, "per_answer": self.caps.per_answer})
 
@@ -162,7 +154,7 @@ class IndexTools:
 
     def _attach(self, entry: Hit | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
         if isinstance(image, str):
-            entry.image_error = self.message(image)
+            entry.image_error = self.policy.message(image)
             return
         images.append(image)
         # the answer's content: its JSON text first, then the images in order

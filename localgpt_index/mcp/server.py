@@ -133,12 +133,12 @@ def _tool_errors(tools: IndexTools):
                 return await function(*args, **kwargs)
             except LgptError as exc:
                 message = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
-                raise ToolError(tools.message(message)) from None
+                raise ToolError(tools.policy.message(message)) from None
             except Exception as exc:  # noqa: BLE001 - a bug of ours: one line for the client and the log, no traceback
                 reason = printable(redact(" ".join(str(exc).split())))[:300]
                 message = f"internal error: {type(exc).__name__}{': ' + reason if reason else ''}"
                 print(f"lgpt-index mcp: {function.__name__}: {message}", file=sys.stderr, flush=True)
-                raise ToolError(tools.message(message + "; this is a bug in lgpt-index, please report it")) from None
+                raise ToolError(tools.policy.message(message + "; this is a bug in lgpt-index, please report it")) from None
 
         return wrapper
 

@@ -268,6 +268,15 @@ class PathPolicy:
                 known.pop(older, None)
             roots.add(key)
             known[key] = ""
+        self._install(known, roots)
+
+    def learn_location(self, location: str) -> None:
+        """Messages name the index at `location` by its name even before there is an index to learn (mcp
+        starts without one: "no index at default")."""
+        self._install({**self._known, location: self.index_name(location)}, set(self._roots))
+
+    def _install(self, known: dict[str, str], roots: set[str]) -> None:
+        """`known` as one pattern, longest first, swapped in whole (other threads read it)."""
         parts = [(r"(?<![\w.~-])" if key in roots else "") + re.escape(key) for key in sorted(known, key=len, reverse=True)]
         pattern = re.compile("|".join(parts)) if parts else None
         self._known, self._roots, self._rules = known, frozenset(roots), (pattern, known)
