@@ -138,6 +138,20 @@ def held_build(args: list[str], release: Path, point: str, nth: int = 1, env: di
     return process
 
 
+def signal_held(process, release: Path, sig: int) -> str:
+    """`sig` to a build `held_build` holds, then the hold released: its stderr once it has ended (killed
+    if it did not within a minute)."""
+    try:
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        release.touch()
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return stderr
+
+
 def size_problems(files: list[Path], root: Path) -> list[str]:
     """Modules over 400 lines, classes over 200, functions over 60 (issue 25's limits)."""
     import ast

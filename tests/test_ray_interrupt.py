@@ -18,7 +18,7 @@ import pytest
 
 from conftest import run_cli
 from docgen import make_pdf
-from helpers import held_build, marked_processes, wait_until
+from helpers import held_build, marked_processes, signal_held, wait_until
 
 pytestmark = pytest.mark.slow  # imports Ray
 
@@ -87,14 +87,7 @@ def test_an_interrupt_while_ray_waits_for_a_silent_head_ends_the_build_at_once(f
 def _terminated(proc, release: Path) -> str:
     """SIGTERM to a build held at a failpoint: its stderr, once it has ended as the CLI's interrupt
     (exit 1, its message)."""
-    try:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        release.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    stderr = signal_held(proc, release, signal.SIGTERM)
     assert proc.returncode == 1, stderr  # was 15: Ray's handler, sys.exit(15), without the message
     assert "interrupted; the index keeps its last committed generation" in stderr, stderr
     return stderr

@@ -414,7 +414,7 @@ def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generatio
     build's: the interrupted one is held at its first encoded batch by a failpoint, before any commit)."""
     import signal
 
-    from helpers import held_build
+    from helpers import held_build, signal_held
 
     docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
     kept, gone = _docs(docs, 2, "kept")
@@ -431,13 +431,7 @@ def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generatio
     make_pdf(kept, ["kept 0 rewritten"])
     gone.unlink()
     build = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(index)], release, "encode")
-    try:
-        build.send_signal(signal.SIGINT)
-        _, stderr = build.communicate(timeout=60)
-    finally:
-        release.touch()
-        if build.poll() is None:
-            build.kill()
+    stderr = signal_held(build, release, signal.SIGINT)
     assert build.returncode == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
     after = _manifest(index)
     assert after.generation == before.generation
