@@ -154,7 +154,9 @@ def test_oversized_and_malformed_bodies(server):
         assert chunked.status_code == 413
         garbage = client.post("/query", content=b"\xff\xfe not json", headers={"content-type": "application/json"})
         assert garbage.status_code == 400
-        assert client.get("/query").status_code == 405
+        wrong_method = client.get("/query")
+        assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"  # HTTP requires Allow on a 405
+        assert wrong_method.json()["error"]["status"] == 405
         assert client.get("/nowhere").json()["error"]["status"] == 404
 
 

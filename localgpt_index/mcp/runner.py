@@ -62,7 +62,7 @@ def run_http(tools: IndexTools, host: str, port: int, token: str | None, log: Re
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=True, host=host,
                                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     # serve's one error shape for the HTTP errors the app raises (a chunked body past the limit: RequestGuard's 413)
-    app.add_exception_handler(HTTPException, lambda request, exc: error_response(exc.status_code, str(exc.detail)))
+    app.add_exception_handler(HTTPException, lambda request, exc: error_response(exc.status_code, str(exc.detail), exc.headers))
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     log.message(f"lgpt-index mcp: http://{shown}:{bound_port}{MCP_PATH} ({tools.policy.index_name(tools.service.store.location)})",

@@ -52,7 +52,7 @@ def install_handlers(app: FastAPI, policy: PathPolicy) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(exc.status_code, policy.message(str(exc.detail)))
+        return error_response(exc.status_code, policy.message(str(exc.detail)), exc.headers)
 
 
 def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:

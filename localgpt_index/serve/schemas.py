@@ -44,9 +44,10 @@ class ErrorDocument(BaseModel):
     error: dict[str, Any] = Field(description='{"status": 400, "message": "..."}')
 
 
-def error_response(status: int, message: str) -> Response:
-    """The one error shape (httpguard.error_body) as the application's answer."""
-    return Response(error_body(status, message), status_code=status, media_type="application/json")
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The one error shape (httpguard.error_body) as the application's answer; `headers`: those the
+    error carries (a 405's Allow, which HTTP requires)."""
+    return Response(error_body(status, message), status_code=status, media_type="application/json", headers=headers)
 
 
 def json_response(document: dict, headers: dict[str, str] | None = None) -> Response:
