@@ -122,8 +122,9 @@ def test_a_pass_computes_no_logits_and_builds_no_cache(tiny_model):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_queries_go_through_colpali_s_parts_with_the_whole_network_s_bits(tiny_model, dtype):
-    """A query skips ColPali's captured hidden states and LM head (colpali_parts): its vectors are the
-    whole network's bit for bit; where the parts ever differ, the whole network answers from then on."""
+    """A query skips ColPali's captured hidden states and LM head, and PaliGemmaModel's mask building for
+    a length already seen (colpali_parts): its vectors are the whole network's bit for bit; where the
+    parts ever differ, the whole network answers from then on."""
     import numpy as np
     import torch
 
@@ -138,6 +139,18 @@ def test_queries_go_through_colpali_s_parts_with_the_whole_network_s_bits(tiny_m
     for query, vectors in zip(queries, encoder.encode_queries(queries)):
         np.testing.assert_array_equal(vectors, whole(query))
     assert encoder.runner.query_parts is not None  # checked on the first query, and kept
+    # each length's mask and positions kept once the language model run on them gave the same bits;
+    # the queries again, now through the language model directly
+    assert len(encoder.runner.query_parts.shapes) == len(queries)
+    for query, vectors in zip(queries, encoder.encode_queries(queries)):
+        np.testing.assert_array_equal(vectors, whole(query))
+
+    drifted = _encoder(tiny_model, dtype)
+    direct = drifted.runner.query_parts._language_model
+    drifted.runner.query_parts._language_model = lambda *args: direct(*args) + 1  # a pass that differs (a scale is normed away)
+    for _ in range(2):
+        np.testing.assert_array_equal(drifted.encode_queries([queries[1]])[0], whole(queries[1]))
+    assert drifted.runner.query_parts.shapes == {}  # never kept: each query goes through PaliGemmaModel
 
     off = _encoder(tiny_model, dtype)
     parts = off.runner.query_parts
