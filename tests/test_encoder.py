@@ -139,18 +139,19 @@ def test_queries_go_through_colpali_s_parts_with_the_whole_network_s_bits(tiny_m
     for query, vectors in zip(queries, encoder.encode_queries(queries)):
         np.testing.assert_array_equal(vectors, whole(query))
     assert encoder.runner.query_parts is not None  # checked on the first query, and kept
-    # each length's mask and positions kept once the language model run on them gave the same bits;
-    # the queries again, now through the language model directly
-    assert len(encoder.runner.query_parts.shapes) == len(queries)
+    # each length's mask and positions kept; the queries again, now through the language model directly
+    # (the first of them also through PaliGemmaModel, once a process: the same bits, so kept)
+    assert len(encoder.runner.query_parts.shapes) == len(queries) and encoder.runner.query_parts.direct is None
     for query, vectors in zip(queries, encoder.encode_queries(queries)):
         np.testing.assert_array_equal(vectors, whole(query))
+    assert encoder.runner.query_parts.direct is True
 
     drifted = _encoder(tiny_model, dtype)
     direct = drifted.runner.query_parts._language_model
     drifted.runner.query_parts._language_model = lambda *args: direct(*args) + 1  # a pass that differs (a scale is normed away)
-    for _ in range(2):
+    for _ in range(3):
         np.testing.assert_array_equal(drifted.encode_queries([queries[1]])[0], whole(queries[1]))
-    assert drifted.runner.query_parts.shapes == {}  # never kept: each query goes through PaliGemmaModel
+    assert drifted.runner.query_parts.direct is False and drifted.runner.query_parts.shapes == {}  # found out, never used
 
     off = _encoder(tiny_model, dtype)
     parts = off.runner.query_parts
