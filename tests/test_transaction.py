@@ -441,3 +441,17 @@ def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generatio
     again, report = build_json(docs, index, "--model", str(fake_model))  # the lock is free, the next build carries on
     assert again.exit_code == 0, again.stderr
     assert sorted(Path(d.path).name for d in _manifest(index).documents) == ["added-000.pdf", "added-001.pdf", "kept-000.pdf"]
+
+
+def test_rebuild_with_another_pool_factor_will_not_silently_drop_another_folder(fake_model, tmp_path):
+    """A pool factor changed by --rebuild is refused while another folder's vectors (pooled the old way) are kept."""
+    a, b, index = tmp_path / "a", tmp_path / "b", tmp_path / "idx"
+    _docs(a, 1, "a")
+    _docs(b, 1, "b")
+    build_json(a, index, "--model", str(fake_model))
+    build_json(b, index)
+    before = _manifest(index).generation
+    result, _ = build_json(a, index, "--rebuild", "--pool-factor", "2")
+    assert result.exit_code == 1 and "pool factor" in result.stderr and str(b) in result.stderr, result.stderr
+    assert "lgpt-index remove" in result.stderr
+    assert len(_manifest(index).documents) == 2 and _manifest(index).generation == before  # nothing changed
