@@ -169,6 +169,36 @@ def test_queries_go_through_colpali_s_parts_with_the_whole_network_s_bits(tiny_m
     assert broken.runner.query_parts is None
 
 
+def test_a_query_length_keeps_its_own_mask_while_another_thread_encodes(tiny_model):
+    """Two threads' first queries of two lengths overlapping on one encoder: each length keeps the mask
+    and positions of its own pass (the hook on the language model is there for both passes)."""
+    import threading
+
+    encoder = _encoder(tiny_model, "float32")
+    encoder.encode_queries(["warm up"])  # the runner's first-query check out of the way
+    language = encoder.net.model.model.language_model
+    short, long = "revenue", "market outlook for the third quarter of the year"
+    long_inside, short_done = threading.Event(), threading.Event()
+
+    def after(module, args, output):  # the long query's pass waits inside (its hook on) until the short one's is done
+        if threading.current_thread().name == "long":
+            long_inside.set()
+            assert short_done.wait(30)
+        else:
+            short_done.set()
+
+    gate = language.register_forward_hook(after)
+    other = threading.Thread(target=encoder.encode_queries, args=([long],), name="long")
+    other.start()
+    assert long_inside.wait(30)
+    encoder.encode_queries([short])
+    other.join(30)
+    gate.remove()
+    kept = {key[0][1][1]: positions.shape[-1] for key, (_, positions) in encoder.runner.query_parts.shapes.items()}
+    tokens = {len(encoder.processor.process_queries([text])["input_ids"][0]) for text in (short, long)}
+    assert tokens <= set(kept) and all(length == positions for length, positions in kept.items()), kept
+
+
 def test_page_batches_equal_the_processor_output(tiny_model):
     """The cached prompt tokens plus per-page pixels are exactly what process_images gives."""
     import torch

@@ -47,7 +47,6 @@ class ColPaliQueryParts:
         self.net = net
         self.shapes: dict[tuple, tuple[Any, Any]] = {}  # shape key -> (attention mask as the layers take it, position ids)
         self.direct: bool | None = None  # whether the direct pass gives PaliGemmaModel's bits (None: not yet seen)
-        self._taking = threading.local()  # set on the thread whose pass the hook below reads
 
     def __call__(self, inputs: dict) -> Any:
         key = _shape_key(inputs)
@@ -70,17 +69,16 @@ class ColPaliQueryParts:
         if key is None or self.direct is False or not set(inputs) <= DIRECT_INPUTS or len(self.shapes) >= MAX_SHAPES:
             return self._project(model(**inputs, use_cache=False).last_hidden_state, inputs)
         taken: dict[str, Any] = {}
+        mine = threading.get_ident()
 
         def take(module: Any, args: tuple, kwargs: dict) -> None:
-            if getattr(self._taking, "on", False):
+            if threading.get_ident() == mine:  # another thread's pass may run while the hook is on the module
                 taken.update(mask=kwargs.get("attention_mask"), positions=kwargs.get("position_ids"))
 
         hook = model.language_model.register_forward_pre_hook(take, with_kwargs=True)
-        self._taking.on = True
         try:
             out = self._project(model(**inputs, use_cache=False).last_hidden_state, inputs)
         finally:
-            self._taking.on = False
             hook.remove()
         if "positions" in taken:
             self.shapes[key] = (taken["mask"], taken["positions"])
