@@ -53,16 +53,21 @@ def test_rebuild_of_one_folder_keeps_the_documents_of_another(fake_model, tmp_pa
     verify_ok(index)
 
 
-def test_rebuild_with_another_model_will_not_silently_drop_another_folder(fake_model, tmp_path):
+@pytest.mark.parametrize("change", ["model", "pool factor"])
+def test_rebuild_with_another_model_will_not_silently_drop_another_folder(fake_model, tmp_path, change):
+    """Another model, or another pool factor, given to --rebuild is refused while another folder's
+    vectors (made the old way) are kept (docs/building.md)."""
     a, b, index = tmp_path / "a", tmp_path / "b", tmp_path / "idx"
     _docs(a, 1, "a")
     _docs(b, 1, "b")
     build_json(a, index, "--model", str(fake_model))
     build_json(b, index)
-    other = faulty_model(tmp_path / "other-model", page_tokens=8)
-    result, _ = build_json(a, index, "--rebuild", "--model", str(other))
-    assert result.exit_code == 1 and str(b) in result.stderr and "lgpt-index remove" in result.stderr
-    assert len(_manifest(index).documents) == 2  # nothing changed
+    before = _manifest(index).generation
+    given = ["--model", str(faulty_model(tmp_path / "other-model", page_tokens=8))] if change == "model" else ["--pool-factor", "2"]
+    result, _ = build_json(a, index, "--rebuild", *given)
+    assert result.exit_code == 1 and "another model or pool factor" in result.stderr and str(b) in result.stderr, result.stderr
+    assert "lgpt-index remove" in result.stderr
+    assert len(_manifest(index).documents) == 2 and _manifest(index).generation == before  # nothing changed
 
 
 def test_a_folder_that_cannot_be_listed_keeps_its_documents(fake_model, tmp_path, monkeypatch):
@@ -441,17 +446,3 @@ def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generatio
     again, report = build_json(docs, index, "--model", str(fake_model))  # the lock is free, the next build carries on
     assert again.exit_code == 0, again.stderr
     assert sorted(Path(d.path).name for d in _manifest(index).documents) == ["added-000.pdf", "added-001.pdf", "kept-000.pdf"]
-
-
-def test_rebuild_with_another_pool_factor_will_not_silently_drop_another_folder(fake_model, tmp_path):
-    """A pool factor changed by --rebuild is refused while another folder's vectors (pooled the old way) are kept."""
-    a, b, index = tmp_path / "a", tmp_path / "b", tmp_path / "idx"
-    _docs(a, 1, "a")
-    _docs(b, 1, "b")
-    build_json(a, index, "--model", str(fake_model))
-    build_json(b, index)
-    before = _manifest(index).generation
-    result, _ = build_json(a, index, "--rebuild", "--pool-factor", "2")
-    assert result.exit_code == 1 and "pool factor" in result.stderr and str(b) in result.stderr, result.stderr
-    assert "lgpt-index remove" in result.stderr
-    assert len(_manifest(index).documents) == 2 and _manifest(index).generation == before  # nothing changed
