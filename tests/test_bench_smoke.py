@@ -14,6 +14,7 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_bench_query_quick_prints_the_scorer_against_the_machine_s_limit():
     """Torch-free in the fast tier: the NumPy scorer and NumPy's product give the limit."""
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_query.py"), "--quick", "--pages", "20", "--batch", "8",

@@ -59,6 +59,7 @@ def _sha256(path: Path) -> str:
 
 # 1. a file rewritten in place during a build, same size, mtime restored
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_file_rewritten_in_place_during_the_build_is_reported_changed(fake_model, tmp_path):
     docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
     red, blue = _bmp(docs / "a.bmp", (255, 0, 0)), _bmp(docs / "b.bmp", (0, 0, 255))

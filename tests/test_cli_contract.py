@@ -78,6 +78,7 @@ def _commands() -> list[str]:
     return sorted(main.commands)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("command", _commands())
 def test_every_command_under_json_fails_with_one_error_document(command, built, tmp_path):
     """A new command without a case here fails this test (KeyError): each must honour the contract."""
@@ -103,6 +104,7 @@ def test_without_json_stdout_stays_empty_on_failure(tmp_path):
     assert result.returncode == 1 and result.stdout == "" and "no index" in result.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_failure_documents_of_their_own_carry_the_same_error_object(built, fake_model, tmp_path):
     """build's partial report keeps validating under build.schema.json and carries the error object;
     so does remove's report when nothing was removed."""
@@ -132,6 +134,7 @@ def test_failure_documents_of_their_own_carry_the_same_error_object(built, fake_
     assert not findings["ok"] and findings["error"]["message"] == findings["problems"][0]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_doctors_failing_report_carries_the_error_object(fake_model, tmp_path):
     """doctor exiting 4 prints its own report (doctor.schema.json) with the same error object."""
     import jsonschema
@@ -224,6 +227,7 @@ BAD_ANSWERS = {
 }
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("case", sorted(BAD_ANSWERS))
 def test_a_server_answer_that_is_not_a_query_document_is_one_message(case, built, fake_server, tmp_path):
     """Checked before it is printed or names files (--export-pages): exit 1, the server named, no traceback."""
@@ -253,6 +257,7 @@ def test_a_page_that_is_not_a_png_is_one_message_and_nothing_is_written(built, f
 WIDE = {"COLUMNS": "300"}  # a table wide enough for whole paths (under xdist the terminal is 80 columns)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_good_server_answer_is_printed_and_exported(built, fake_server, tmp_path):
     """The check accepts what a real server sends (the local query's own document)."""
     fake_server.answer(built["answer"])
@@ -264,6 +269,7 @@ def test_a_good_server_answer_is_printed_and_exported(built, fake_server, tmp_pa
     assert all((tmp_path / "p" / r["image"]).is_file() for r in manifest["queries"][0]["results"])
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_server_answer_with_a_page_it_could_not_render_is_accepted(built, fake_server):
     """A hit whose image the server could not render carries "image_base64": null and an image_error
     (the server's own answer, POST /query with_images): the client's check accepts it, and the CLI
@@ -296,6 +302,7 @@ def _raw_cli(*args: str | bytes, env: dict | None = None) -> subprocess.Complete
                           env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("where", ["local", "server"])
 @pytest.mark.parametrize("argument", [[b"caf\xe9 menu"], [b"menu", b"--filter", b"team=caf\xe9"]], ids=["query", "filter"])
 def test_an_argument_that_is_not_utf8_is_a_usage_error(where, argument, built, fake_server):
@@ -311,6 +318,7 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(where, argument, built, f
 
 # --- 3. --server with the options of a local index ------------------------------------------------
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("option", [["--name", "other"], ["--index-dir", "elsewhere"], ["--store", "local"], ["--model", "other"],
                                     ["--device", "cpu"], ["--dtype", "float32"]],
                          ids=["name", "index_dir", "store", "model", "device", "dtype"])

@@ -212,6 +212,7 @@ def _query(index, *args):
     return json.loads(result.stdout), result.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_build_writes_codes_and_the_first_pass_answers_from_them(fake_model, corpus, tmp_path):
     from helpers import build_json, verify_ok
 
@@ -263,6 +264,7 @@ def _set_codes_version(root, version: int) -> None:
     (root / "HEAD").write_text(json.dumps({**head, "sha256": hashlib.sha256(raw).hexdigest()}))
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_writes_none(fake_model, corpus, tmp_path):
     from helpers import build_json
 
@@ -305,6 +307,7 @@ def test_first_pass_takes_a_number_or_auto(fake_model, tmp_path):
         assert result.exit_code == 2 and "neither a number of candidate pages" in result.stderr, result.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_bench_quick_mode_runs_and_reports_recall_and_times(capsys):
     """scripts/bench_first_pass.py --quick --json: every figure present; with every page a candidate the first
     pass is exact (recall 1.0), so a broken rescoring or candidate split shows here."""

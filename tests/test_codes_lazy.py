@@ -187,6 +187,7 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
     assert quiet.exit_code == 0 and "segment " not in quiet.stderr, quiet.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unchanged(tmp_path, monkeypatch):
     import localgpt_index.index.early_reads as early_reads
     import localgpt_index.index.view as view_module

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+import pytest
+
 from conftest import run_cli, validate
 
 from localgpt_index.build.capabilities import INOTIFY, mcp_sdk, watcher
@@ -32,6 +34,7 @@ def line(text: str, name: str) -> str:
     return next(row for row in text.splitlines() if row.startswith(f"{name:13}"))
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_doctor_reports_the_mcp_sdk_the_watcher_and_tesseract():
     report, text = doctor()
     found = report["capabilities"]

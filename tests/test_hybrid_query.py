@@ -144,6 +144,7 @@ def test_verify_checks_the_text_and_a_removed_document_leaves_it(with_text, tmp_
     assert damaged.exit_code != 0 and "lexical" in damaged.stdout
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_server_and_query_server_answer_the_same(with_text):
     from served import Server
 
@@ -172,6 +173,7 @@ def text_generation(index_dir) -> tuple[int, set[str], set[str]]:
     return view.manifest.generation, {doc.path for doc in view.manifest.documents}, lexical.paths()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("point", ["before-head", "after-head"])
 def test_kill_during_a_remove_leaves_text_and_vectors_of_one_generation(with_text, tmp_path, point):
     from conftest import copy_tree, run_process
@@ -193,6 +195,7 @@ def test_kill_during_a_remove_leaves_text_and_vectors_of_one_generation(with_tex
     assert now_texts <= now_documents
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_kill_during_a_rebuild_leaves_the_old_text_answering(with_text, fake_model, tmp_path):
     from conftest import copy_tree, run_process
     from helpers import verify_ok
@@ -207,6 +210,7 @@ def test_kill_during_a_rebuild_leaves_the_old_text_answering(with_text, fake_mod
     assert document_pages(query_json(index, "INV-2024-0042", "--mode", "text")) == [("report-1.pdf", 2)]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_qdrant_store_answers_text_and_hybrid_queries_the_same_way(fake_model, tmp_path):
     """The text index is an artifact of the one transaction core: on Qdrant its blobs live in the
     catalog, and the same engine and fusion answer."""
@@ -234,6 +238,7 @@ def test_a_qdrant_store_answers_text_and_hybrid_queries_the_same_way(fake_model,
     assert verified.exit_code == 0, verified.stdout + verified.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("point", ["write-vectors", "before-head", "after-head"])
 def test_kill_during_a_build_leaves_text_and_vectors_of_one_generation(fake_model, tmp_path, point):
     """A build that reads page text (the text layer, as every build now does), killed at each commit

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PLANTED = '''
@@ -23,6 +25,7 @@ def planted(store: Drifted) -> Store:
 '''
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_both_stores_fit_the_protocols_and_a_drifted_store_does_not(tmp_path):
     planted = tmp_path / "planted_drift.py"
     planted.write_text(PLANTED)

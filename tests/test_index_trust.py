@@ -73,6 +73,7 @@ def _fresh_copy(scenario, tmp_path) -> Path:
     return index_dir
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("point", ["write-vectors", "before-head"])
 def test_kill_before_the_switch_leaves_the_old_generation(scenario, tmp_path, point):
     index_dir = _fresh_copy(scenario, tmp_path)
@@ -89,6 +90,7 @@ def test_kill_before_the_switch_leaves_the_old_generation(scenario, tmp_path, po
     assert len(manifests) == 2 and len(segments) == 2  # current and previous generation only
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_kill_right_after_the_switch_is_the_new_generation(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir),
@@ -100,6 +102,7 @@ def test_kill_right_after_the_switch_is_the_new_generation(scenario, tmp_path):
     assert json.loads(again.stdout)["model_calls"] == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--commit-every", "1", "--index-dir",
@@ -120,6 +123,7 @@ def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
     assert _results(index_dir) == scenario["after"]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_incremental_change_delete_rename(fake_model, tmp_path):
     docs = tmp_path / "docs"
     files = _make_docs(docs, BASE + EXTRA)
@@ -157,6 +161,7 @@ def _catalog(index_dir: Path) -> list[dict]:
     return [vars(d) for d in open_index(index_dir).documents]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_rebuild_keeps_the_old_generation_until_it_commits(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     killed = _cli("build", str(scenario["docs"]), *scenario["args"], "--rebuild", "--commit-every", "1",
@@ -171,6 +176,7 @@ def test_rebuild_keeps_the_old_generation_until_it_commits(scenario, tmp_path):
     assert _results(index_dir) == scenario["after"]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
     index_dir = _fresh_copy(scenario, tmp_path)
     args = ["build", str(scenario["docs"]), *scenario["args"], "--index-dir", str(index_dir)]

@@ -134,6 +134,7 @@ def test_every_poppler_call_reports_an_encrypted_pdf_the_same_way(tmp_path, monk
     assert raised.value.reason.startswith("the PDF is encrypted and needs a password"), raised.value.reason
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("entry", list(ENTRY_POINTS))
 def test_every_poppler_call_reports_a_stuck_poppler_the_same_way(tmp_path, monkeypatch, entry):
     pdf = _pdf(tmp_path)

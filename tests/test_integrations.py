@@ -68,6 +68,7 @@ def llamaindex_retriever(backend: str, report_index, server, **options) -> li.Lg
     return li.LgptRetriever.from_index(open_index(report_index["index"]), **options)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("backend", ["api", "server"])
 def test_langchain_retriever_invoke(backend, report_index, request):
     server = request.getfixturevalue("server") if backend == "server" else None
@@ -208,10 +209,18 @@ def _run_python(source: str, tmp_path, **env) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_package_and_the_api_import_no_framework(report_index, tmp_path):
-    _run_python(LIGHT_IMPORTS.format(index=str(report_index["index"])), tmp_path)
+    """In a process where torch cannot be imported (as in the fast tier), in either tier."""
+    import os
+
+    from conftest import WITHOUT_TORCH
+
+    path = os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")]))
+    _run_python(LIGHT_IMPORTS.format(index=str(report_index["index"])), tmp_path, PYTHONPATH=path)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_llamaindex_retriever_works_offline(report_index, server, tmp_path):
     _run_python(OFFLINE.format(index=str(report_index["index"]), url=server.url), tmp_path, HF_HUB_OFFLINE="1")
 

@@ -91,6 +91,7 @@ def test_once_numba_has_started_a_rescoring_s_candidates_pay_for_the_load(monkey
     assert PAYS_FROM_STARTED <= 300 * ROWS * (20 + ROW_TOKENS) < PAYS_FROM
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_numba_started_says_whether_numba_s_costly_first_load_has_happened():
     probe = ("import sys, numba; from localgpt_index.index.kernel_policy import numba_started; before = numba_started(); "
              "numba.njit(lambda x: x + 1)(1); print(before, numba_started())")

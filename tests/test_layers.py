@@ -24,6 +24,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "localgpt_index"
 ROOT = "localgpt_index"
 
@@ -203,6 +205,7 @@ def test_a_planted_upward_import_inside_a_function_fails_the_contract(tmp_path):
     assert "localgpt_index.core.bad -> localgpt_index.build.run: upwards (core below build)" in contract_problems(graph)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_planted_peer_import_under_type_checking_fails_the_contract(tmp_path):
     graph = _planted(tmp_path, {"index/bad.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..models import loading\n"})
     assert "localgpt_index.index.bad -> localgpt_index.models.loading: between peers (index, models)" in contract_problems(graph)

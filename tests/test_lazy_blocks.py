@@ -220,6 +220,7 @@ def test_concurrent_readers_check_each_block_once(root, checks):
     assert not errors and len(checks) == _blocks(root) == store.blocks_checked()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_bench_smoke_run_opens_without_checking_and_rescoring_checks_only_candidates(tmp_path):
     import subprocess
     import sys
@@ -239,6 +240,7 @@ def test_the_bench_smoke_run_opens_without_checking_and_rescoring_checks_only_ca
     assert not (tmp_path / "bench" / "default").exists() and not list((tmp_path / "bench").glob("exact-*"))
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_an_error(fake_model, tmp_path):
     from docgen import make_pdf
     from helpers import build_ok

@@ -86,6 +86,7 @@ def noisy_index(fake_model, tmp_path_factory):
 PER_IMAGE, PER_ANSWER = 60_000, 150_000
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
     index = str(noisy_index["index"])
 
@@ -147,6 +148,7 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
     index, work = str(noisy_index["index"]), noisy_index["work"]  # no path of this machine in what the client sees
 
@@ -173,6 +175,7 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tmp_path):
     """No index yet: every tool says so (the server stays up for the agent that launched it); a build beside
     it is followed at the next call; an index whose documents were all removed answers search with an error."""
@@ -206,6 +209,7 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fake_model, tmp_path):
     model = copy_tree(fake_model, tmp_path / "fake-model")
     built = build_report_index(tmp_path, model, reports=1, pages=1)
@@ -226,6 +230,7 @@ def test_a_model_that_cannot_load_is_a_tool_error_and_the_rest_still_answers(fak
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others_keep_theirs(fake_model, tmp_path):
     """scan.png changed since it was indexed, noise.png cannot fit 2 KiB even at 32 pixels: each hit of theirs
     says why it has no image (no path of this machine in it), the report pages keep their images."""
@@ -286,6 +291,7 @@ def _silent_connection(url: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=60)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
     server = HttpMcp("--index-dir", str(noisy_index["index"]), "--max-image-bytes", str(PER_IMAGE))
     silent = _silent_connection(server.url)  # says nothing: dropped at the header deadline (10 s; mcp has no option for it)
@@ -329,6 +335,7 @@ def test_streamable_http_on_a_real_port_behind_serves_guards(noisy_index):
     assert code == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("given", ["option", "environment"])
 def test_http_with_a_token_answers_only_requests_that_carry_it(noisy_index, given):
     """The token from --token, or from $LGPT_SERVE_TOKEN alone."""

@@ -69,6 +69,7 @@ def test_a_picture_and_an_image_only_pdf_are_read_by_tesseract(tmp_path, fake_mo
         assert extra["text"].split() == "Invoice number 7731 Quokka Holdings Ltd".split(), extra["text"]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_page_whose_ocr_hangs_is_stopped_and_keeps_its_vectors(tmp_path, monkeypatch, fake_model, process_mark, appended):
     docs = tmp_path / "docs"
     make_png(docs / "scan.png", "a scan", size=(300, 200))
@@ -169,6 +170,7 @@ done < "$1"
 """
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize(("trouble", "say"), [("", ""), ("exec sleep 120", ""), ("kill -SEGV $$", ""), ("kill -SEGV $$", ": ")],
                          ids=["all-read", "page-2-hangs", "page-2-crashes", "page-2-crashes-a-tesseract-naming-no-page"])
 def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_itself(trouble, say, tmp_path, monkeypatch,

@@ -78,6 +78,7 @@ def test_pages_without_a_text_layer_get_none_when_ocr_is_off(tmp_path, fake_mode
         ("scan.png", 1, "none"), ("three.pdf", 1, "layer"), ("three.pdf", 2, "none"), ("three.pdf", 3, "layer")]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_stuck_pdftotext_is_stopped_and_its_document_indexed_without_text(tmp_path, monkeypatch, fake_model, process_mark):
     docs = tmp_path / "docs"
     make_pdfs(docs, 1, 2)
@@ -189,6 +190,7 @@ def toy(monkeypatch):
     unregister(toy_artifact.NAME)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("kind", ["local", "qdrant"])
 def test_page_text_lands_in_the_generation_beside_the_vectors(kind, toy, tmp_path, fake_model):
     """Through the real transaction core: each page's text is in its segment's part, row by row, in

@@ -52,6 +52,7 @@ def test_a_family_named_in_lgpt_plugins_registers_in_a_fresh_process():
     assert (plain.stdout.strip(), plugged.stdout.strip()) == ("False", "True"), plain.stderr + plugged.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_cli_builds_with_a_plugin_family_only_when_it_is_registered(fake_model, tmp_path):
     make_pdf(tmp_path / "docs" / "a.pdf", ["alpha"])
     args = ("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")

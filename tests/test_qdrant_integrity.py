@@ -367,6 +367,7 @@ def base_collection(fake_model, tmp_path_factory):
     return work / "qd"
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("stalled", [False, True], ids=["live", "stalled"])
 @pytest.mark.parametrize("step", list(STEPS))
 def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, step, stalled):

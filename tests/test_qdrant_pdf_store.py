@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import run_cli, run_process
 from docgen import make_png
@@ -102,6 +103,7 @@ def test_a_folder_with_pdfs_from_before_records_is_never_collected(tmp_path):
         a.close()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_writer_killed_while_copying_leaves_a_temporary_file_the_next_one_sweeps(fake_model, tmp_path, unstable_converter):
     docs, shared = tmp_path / "docs", tmp_path / "pdfs"
     docs.mkdir()

@@ -154,6 +154,7 @@ def test_removed_and_pending_points_do_not_count_in_the_idf(both, fake_model, tm
 
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_collection_without_the_sparse_vector_answers_from_fts5_until_a_rebuild(both, fake_model, tmp_path, monkeypatch):
     """A collection made before the sparse vector: text lists come from the FTS5 artifact (the same
     answers); `build --rebuild` makes a collection with it, and from then on Qdrant answers."""
@@ -183,6 +184,7 @@ def test_a_collection_without_the_sparse_vector_answers_from_fts5_until_a_rebuil
             store.close()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_build_killed_before_head_leaves_its_sparse_points_out_of_the_idf(both, fake_model, tmp_path):
     """kill -9 after the commit wrote the new pages' sparse vectors, before HEAD moved: those points
     exist in the collection, invisible; text answers stay the old generation's, scores exactly the
@@ -252,6 +254,7 @@ def sparse_state(url: str, *candidates: float) -> dict:
         store.close()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_reference_avgdl_bounds_the_drift_and_a_large_one_renormalises_every_vector(both, fake_model, tmp_path):
     """Every visible page's sparse vector is weighted with HEAD's reference avgdl. A small change of the
     mean (under 1 %) keeps it: scores within the drift of the local engine's, the same top-10. A large
@@ -312,6 +315,7 @@ def test_a_reference_avgdl_bounds_the_drift_and_a_large_one_renormalises_every_v
     compare(rel=1e-6)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_reader_on_another_machine_gets_snippets_and_text_from_the_store_alone(fake_model, tmp_path):
     """The Qdrant store is self-contained: the text index and the page text are blobs of its catalog
     collection, so a reader with none of the builder's files (its documents, its folders, its home)

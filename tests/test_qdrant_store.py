@@ -41,6 +41,7 @@ def stores(tmp_path):
     return {"local": ["--index-dir", str(tmp_path / "idx")], "qdrant": ["--store", f"qdrant+path://{tmp_path / 'qd'}/docs"]}
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_same_pages_in_the_same_order_as_the_local_store(fake_model, tmp_path, stores):
     docs = tmp_path / "docs"
     _docs(docs)
@@ -89,6 +90,7 @@ def qdrant_scenario(fake_model, tmp_path_factory):
     return {"work": work, "docs": docs, "qd": work / "qd", "before": before, "after": after}
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("point", ["write-vectors", "before-head", "after-head", "encode:4"])
 def test_kill_at_each_commit_step(qdrant_scenario, tmp_path, point):
     copy = tmp_path / "qd"
@@ -109,6 +111,7 @@ def test_kill_at_each_commit_step(qdrant_scenario, tmp_path, point):
     _same(qdrant_scenario["after"], _answers(*store))
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_killed_rebuild_leaves_the_old_collection_answering(qdrant_scenario, tmp_path):
     copy = tmp_path / "qd"
     shutil.copytree(qdrant_scenario["qd"], copy)
@@ -204,6 +207,7 @@ def test_export_into_a_held_qdrant_target_is_refused_and_waits_with_wait(fake_mo
             holder.wait()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_export_to_qdrant_and_import_back_embed_nothing(fake_model, tmp_path, unstable_converter):
     docs = tmp_path / "docs"
     _docs(docs)
@@ -267,6 +271,7 @@ def test_another_model_is_refused_as_with_the_local_store(fake_model, tmp_path):
     assert run_cli("build", str(docs), "--model", str(other), "--store", url).exit_code == 1
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_serve_over_a_qdrant_store(fake_model, tmp_path):
     from served import Server
 

@@ -200,6 +200,7 @@ def _assert_same_hits(results, expected):
         np.testing.assert_allclose([h.score for h in hits], [h.score for h in wanted], rtol=1e-6)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_first_pass_with_every_page_is_exact_and_narrower_passes_return_exact_scores(tmp_path):
     import sys
     from pathlib import Path

@@ -34,6 +34,7 @@ def server(report_index):
     assert running.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_query_answers_exactly_what_the_cli_prints(server, report_index):
     queries = ["quarterly report", "a scan of a receipt"]
     with server.client() as client:
@@ -181,6 +182,7 @@ def test_the_openapi_query_answer_is_the_published_query_document(server):
     assert {name: components[name] for name in published["$defs"]} == published["$defs"]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_concurrent_requests_share_a_forward_pass(report_index, tmp_path, fake_model):
     slow = faulty_model(tmp_path / "slow", seconds_per_query=0.3)
     index = tmp_path / "idx"
@@ -210,6 +212,7 @@ def _ranking(document: dict) -> list[tuple[str, int]]:
     return [(h["path"], h["page"]) for h in document["results"]]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "first.pdf", ["first"])
@@ -230,6 +233,7 @@ def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
         assert running.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_token_guards_everything_but_healthz(server, report_index):
     """Beyond loopback with the token from $LGPT_SERVE_TOKEN alone (serve --token: test_serve_hardening)."""
     guarded = Server("--host", "0.0.0.0", "--index-dir", str(report_index["index"]), env={"LGPT_SERVE_TOKEN": "s3cret"})
@@ -317,6 +321,7 @@ def test_query_server_prints_the_same_table_and_exports_pages(server, report_ind
     assert all((tmp_path / "pages" / r["image"]).read_bytes()[:4] == b"\x89PNG" for r in manifest["queries"][0]["results"])
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_healthz_is_ready_only_once_the_model_is_loaded(report_index, tmp_path):
     slow = faulty_model(tmp_path / "slow-load", seconds_to_load=3)
     index = tmp_path / "idx"
@@ -333,6 +338,7 @@ def test_healthz_is_ready_only_once_the_model_is_loaded(report_index, tmp_path):
         assert running.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(report_index, tmp_path):
     """The query is held on the encoder thread (failpoint serve.batch) while SIGTERM arrives; the server
     stops listening (a new connection is refused), yet answers the held query once it goes on, then exits 0."""
@@ -363,6 +369,7 @@ def _accepts(url: str) -> bool:
     return True
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_one_log_line_per_request_and_json_logs(report_index):
     running = Server("--index-dir", str(report_index["index"]), "--json-logs")
     try:

@@ -58,6 +58,7 @@ BAD = [({"queries": ["fine", "broken \ud800 text"]}, 400, "queries[1]"), ({"quer
        ({"queries": ["q"] * 65, "k": 1}, 400, "queries")]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_malformed_query_fails_only_its_own_request(hardening_index, tmp_path):
     """Requests held behind one batch are gathered into the next: the good ones are answered, each
     bad one (lone surrogates, over-long, over-sized, bad k or filters) gets its own 4xx."""
@@ -134,6 +135,7 @@ def _post(server: Server, body: dict) -> httpx.Response:
 
 # 2. ready only after the warm-up, which runs on the encoder thread; /healthz follows HEAD itself
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_healthz_is_not_ready_until_the_warm_up_has_run(hardening_index, tmp_path):
     hold = Hold(tmp_path, "serve.warm_up")
     running = Server("--index-dir", str(hardening_index["index"]), env=hold.env)
@@ -152,6 +154,7 @@ def test_healthz_is_not_ready_until_the_warm_up_has_run(hardening_index, tmp_pat
         assert running.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "one.pdf", ["one"])
@@ -178,6 +181,7 @@ def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model,
 
 # 3. another model at load: exit 1; a model library's own error: exit 4 with the reason
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_another_model_is_exit_1_and_a_model_library_error_at_load_exit_4(fake_model, tmp_path):
     import shutil
     import subprocess
@@ -280,6 +284,7 @@ def _closed_within(sock, bound: float, trickle: bytes = b"") -> float:
     raise AssertionError("the server kept the connection open")
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_slow_and_silent_connections_are_dropped_at_their_deadlines(hardening_index):
     running = Server("--index-dir", str(hardening_index["index"]), "-q", "--header-timeout", "0.5", "--body-timeout", "0.5")
     try:
@@ -301,6 +306,7 @@ def test_slow_and_silent_connections_are_dropped_at_their_deadlines(hardening_in
         assert running.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_past_the_connection_cap_a_loopback_healthz_still_answers(hardening_index):
     running = Server("--index-dir", str(hardening_index["index"]), "-q", "--max-connections", "4", "--header-timeout", "60")
     held = []
@@ -335,6 +341,7 @@ def test_past_the_connection_cap_a_loopback_healthz_still_answers(hardening_inde
 
 # 6. DNS rebinding: without a token only loopback Host names; no foreign Origin
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_without_a_token_only_loopback_host_names_are_answered(server_plain):
     port = server_plain.url.rsplit(":", 1)[1]
     with server_plain.client() as client:
@@ -351,6 +358,7 @@ def test_without_a_token_only_loopback_host_names_are_answered(server_plain):
         assert client.get("/status", headers={"Origin": f"http://localhost:{port}"}).status_code == 200
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_with_a_token_any_host_but_no_foreign_origin(hardening_index):
     guarded = Server("--index-dir", str(hardening_index["index"]), "-q", "--token", "s3cret")
     try:
@@ -372,6 +380,7 @@ def server_plain(hardening_index):
 
 # 8. log lines cannot be forged; a token that is not ASCII matches
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_request_paths_cannot_forge_log_lines(server_plain):
     def healthz_lines() -> int:
         return sum(line.startswith("GET /healthz") for line in server_plain.lines)
@@ -386,6 +395,7 @@ def test_request_paths_cannot_forge_log_lines(server_plain):
     assert any("/nowhere\\nGET /forged 200 1.0 ms\\x1b[2J 404" in line for line in server_plain.lines)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_token_that_is_not_ascii_matches(hardening_index):
     guarded = Server("--index-dir", str(hardening_index["index"]), "-q", "--token", "clé-secrète")
     try:
@@ -400,6 +410,7 @@ def test_a_token_that_is_not_ascii_matches(hardening_index):
 
 # 7. answers name documents relative to the folder they were indexed from; no secret is echoed
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, hardening_index, fake_model):
     from conftest import validate
 
@@ -473,6 +484,7 @@ def test_pages_honour_dpi(server_plain):
     assert abs(w2 - 2 * w1) <= 2 and abs(h2 - 2 * h1) <= 2
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_changed_source_fails_its_own_image_not_the_answer(fake_model, tmp_path):
     import base64
 
@@ -504,6 +516,7 @@ def test_a_changed_source_fails_its_own_image_not_the_answer(fake_model, tmp_pat
 
 # 9. with_images is bounded per answer and reuses pages already rendered
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_with_images_is_bounded_and_reuses_rendered_pages(server_plain):
     with server_plain.client() as client:
         first = client.post("/query", json={"queries": ["report", "scan", "page"], "k": 7, "with_images": True, "dpi": 600})
@@ -559,6 +572,7 @@ def test_two_pages_are_rendered_at_once(monkeypatch):
     assert most[0] == 2
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_rendering_stops_when_the_client_is_gone(hardening_index, tmp_path):
     """The first page renders while the client hangs up: no other page of that answer is rendered
     (a later identical request renders them itself)."""
@@ -584,6 +598,7 @@ def test_rendering_stops_when_the_client_is_gone(hardening_index, tmp_path):
         assert running.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_under_a_file_descriptor_limit_a_flood_leaves_healthz_answering(hardening_index):
     """200 silent connections against a server allowed 160 descriptors: its default cap keeps it
     under the limit, so a loopback /healthz is still answered (it used to time out)."""
@@ -616,6 +631,7 @@ wait
 """
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("route", ["with_images", "pages"])
 def test_sigterm_during_a_page_render_leaves_no_pdftoppm_behind(hardening_index, tmp_path, process_mark, route):
     """The render runs in the command's ProcessScope (not a bare executor thread): SIGTERM ends its

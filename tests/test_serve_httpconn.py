@@ -95,6 +95,7 @@ def _still_open(sock: socket.socket) -> bool:
         sock.setblocking(True)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_request_cut_into_one_byte_packets_is_answered_as_a_whole(plain_server):
     with plain_server.client() as client:
         expected = client.post("/query", json={"queries": ["report 1 page 0"], "k": 3}).json()
@@ -111,6 +112,7 @@ def test_a_request_cut_into_one_byte_packets_is_answered_as_a_whole(plain_server
     sock.close()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_pipelined_requests_are_answered_in_order_and_wait_their_turn_without_a_deadline(conn_index, tmp_path):
     """Two connections, each a query held in the model with a request pipelined behind it: one half
     through its body, the other half through its headers. Neither is timed while the query before it is
@@ -145,6 +147,7 @@ def test_pipelined_requests_are_answered_in_order_and_wait_their_turn_without_a_
     assert not any("Traceback" in line for line in running.lines), running.lines
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_body_that_stops_mid_way_is_dropped_and_the_server_answers_on(plain_server):
     request = _query("report 0 page 0")
     stopped = _connect(plain_server)
@@ -157,6 +160,7 @@ def test_a_body_that_stops_mid_way_is_dropped_and_the_server_answers_on(plain_se
     assert status == 200 and _ranking(answer)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_past_the_cap_a_healthz_sent_a_byte_at_a_time_is_answered_and_anything_else_refused(conn_index):
     running = Server("--index-dir", str(conn_index["index"]), "-q", "--max-connections", "1", "--header-timeout", "60")
     held = None
@@ -203,6 +207,7 @@ def test_request_headers_past_16_kib_are_refused_with_431_and_the_connection_clo
     assert status == 200 and answer["pages"] == 5
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_without_httptools_serve_says_what_to_install(conn_index, tmp_path):
     hiding = tmp_path / "hiding"
     hiding.mkdir()

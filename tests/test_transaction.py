@@ -133,6 +133,7 @@ class _Tracking:
         return vectors
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("mode", [(), ("--rebuild",), ("--strict",)], ids=["plain", "rebuild", "strict"])
 def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, mode):
     from localgpt_index.build.run import BuildOptions, build_index
@@ -371,6 +372,7 @@ def _downgrade_to_format_1(root: Path) -> None:
     (root / "HEAD").write_text(json.dumps({**head, "format": "lgpt-index/1", "sha256": hashlib.sha256(raw).hexdigest()}))
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_long_document_commits_inside_itself_and_a_resumed_build_carries_on(fake_model, tmp_path):
     from conftest import run_process
 
@@ -414,6 +416,7 @@ def test_identical_files_are_embedded_once(fake_model, tmp_path):
     assert len(spans) == 1 and len(_manifest(index).documents) == 3
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generation(fake_model, tmp_path):
     """docs/building.md: Ctrl-C ends a build with exit 1 and the index at its last commit (here the previous
     build's: the interrupted one is held at its first encoded batch by a failpoint, before any commit)."""

@@ -210,6 +210,7 @@ def test_a_reader_opens_an_artifact_and_never_writes(kind, toy, fake_model, tmp_
             path.chmod(path.stat().st_mode | 0o200)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("point", ["write-vectors", "before-head", "after-head"])
 def test_kill_leaves_the_artifact_and_the_vectors_of_one_generation(kind, point, toy, fake_model, tmp_path):
@@ -238,6 +239,7 @@ def test_kill_leaves_the_artifact_and_the_vectors_of_one_generation(kind, point,
         shutil.rmtree(tmp_path / "idx")
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_killed_qdrant_rebuild_with_artifacts_leaves_no_stray_collection(toy, fake_model, tmp_path):
     """A rebuild writes its blobs into its new catalog; killed before its HEAD, the next writer's
     recovery recognises that catalog as ours (manifest chunks and blobs) and drops it with its collection."""

@@ -17,6 +17,7 @@ from docgen import make_docx, make_pdf, make_png, make_xobject_bomb
 from helpers import build_json, marked_processes, pid_alive, wait_until
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_pdf_that_renders_for_ever_is_stopped_and_reported(fake_model, tmp_path, process_mark):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_xobject_bomb(docs / "bomb.pdf")
@@ -41,6 +42,7 @@ wait
 """
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_an_interrupt_during_a_conversion_ends_it_and_leaves_nothing_behind(fake_model, tmp_path, sig):
     bin_dir, scratch, mark = tmp_path / "bin", tmp_path / "tmp", tmp_path / "pids"
@@ -155,6 +157,7 @@ def test_a_newline_in_a_file_name_does_not_split_a_table_row(fake_model, tmp_pat
     assert not any(line.strip().startswith("lines.pdf") for line in table.splitlines())
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_decompression_bomb_warning_is_not_printed_raw(fake_model, tmp_path):
     from PIL import Image
 
@@ -166,6 +169,7 @@ def test_a_decompression_bomb_warning_is_not_printed_raw(fake_model, tmp_path):
     assert "DecompressionBombWarning" not in result.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_folder_1100_levels_deep(fake_model, tmp_path):
     docs = tmp_path / "docs"
     deep = docs.joinpath(*["d"] * 1100)

@@ -73,6 +73,7 @@ def _query(index, *args):
     return json.loads(result.stdout), result.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("codes", ["none", "v1"])
 def test_upgrade_writes_current_codes_as_a_new_generation_and_the_first_pass_answers(fake_model, corpus, tmp_path, codes):
     from conftest import run_cli
@@ -107,6 +108,7 @@ def test_upgrade_writes_current_codes_as_a_new_generation_and_the_first_pass_ans
     assert _manifest(index).generation == after.generation  # nothing to do: no new generation
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("point", ["upgrade-segment", "before-head", "after-head"])
 def test_a_kill_during_upgrade_leaves_one_sound_generation_and_a_rerun_finishes(fake_model, corpus, tmp_path, point):
     from conftest import run_cli, run_process
@@ -139,6 +141,7 @@ def test_upgrade_of_a_missing_index_says_so(tmp_path):
     assert result.exit_code == 1 and "no index" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_stored_version_1_codes_are_the_signs(fake_model, corpus, tmp_path):
     """The old-index fixture writes what version 1 wrote: the signs of the vectors."""
     from localgpt_index.index.store import IndexStore
@@ -151,6 +154,7 @@ def test_the_stored_version_1_codes_are_the_signs(fake_model, corpus, tmp_path):
         assert seg.parts["codes"].meta["rows"] == len(as_words(pack_codes(vectors)))
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_status_names_the_first_pass_threshold_and_whether_auto_uses_it(fake_model, corpus, tmp_path, monkeypatch):
     from conftest import run_cli, validate
 

@@ -141,6 +141,7 @@ def querying(index: Path):
     assert not errors, errors[:3]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_saved_file_becomes_searchable_after_the_next_commit_with_the_model_kept(fake_model, tmp_path):
     from localgpt_index import open_index
 
@@ -163,6 +164,7 @@ def test_a_saved_file_becomes_searchable_after_the_next_commit_with_the_model_ke
     assert [e.number for e in events.of("build-started")] == [1, 2, 3]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_deleted_or_renamed_file_leaves_the_index(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     gone, moved = picture(docs / "gone.png", 1), picture(docs / "moved.png", 2)
@@ -179,6 +181,7 @@ def test_a_deleted_or_renamed_file_leaves_the_index(fake_model, tmp_path):
     verify_ok(index)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_burst_of_1000_files_unpacked_at_once_costs_at_most_5_builds(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     picture(docs / "first.png", 0)
@@ -305,6 +308,7 @@ class WatchProcess:
         return code
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_watch_dot_never_reacts_to_its_own_index(fake_model, tmp_path):
     """The index lives inside the watched folder (not hidden, so only the watcher's own filter keeps
     it out): its writes are seen and dropped, and the next build is the sentinel's, and only it."""
@@ -353,6 +357,7 @@ def test_the_second_build_reuses_what_the_first_builds_cpu_tuner_found(tiny_mode
             watch.process.kill()
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_kill_9_mid_build_leaves_an_index_that_verifies_and_the_next_watch_catches_up(fake_model, tmp_path):
     docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
     make_pdfs(docs, 2, 2, stem="old")
@@ -379,6 +384,7 @@ def test_kill_9_mid_build_leaves_an_index_that_verifies_and_the_next_watch_catch
     verify_ok(index)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_sigterm_mid_build_abandons_it_and_exits_0(fake_model, tmp_path):
     docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "release"
     make_pdfs(docs, 2, 3)
@@ -394,6 +400,7 @@ def test_sigterm_mid_build_abandons_it_and_exits_0(fake_model, tmp_path):
     verify_ok(index)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_manual_build_holding_the_lock_past_wait_fails_a_build_and_the_watcher_goes_on(fake_model, tmp_path):
     """The watcher's build waits --wait for a manual build's lock, then reports build-failed (not fatal)
     and tries the same changes again; once the manual build is done, its builds commit again."""
@@ -447,6 +454,7 @@ def test_the_event_source_losing_its_folder_fails_with_exit_2(tmp_path, monkeypa
     assert exit_code == 2 and "the watched folder is gone" in message
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_model, tmp_path):
     docs = tmp_path / "docs"
     one = picture(docs / "a.png", 1)
@@ -460,6 +468,7 @@ def test_watch_refuses_a_file_and_a_missing_model_stops_it_with_exit_4(fake_mode
     assert "Traceback" not in "".join(watch.stderr)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_an_index_of_another_model_stops_the_watcher_with_exit_1(fake_model, tmp_path):
     """No retry can fix it: the catch-up build's build-failed is fatal, the watcher exits 1, the index unchanged.
     With --poll (its saved files committed as in the polling test above): polling, and saying why."""
@@ -486,6 +495,7 @@ def test_an_index_of_another_model_stops_the_watcher_with_exit_1(fake_model, tmp
     verify_ok(index)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "report.pdf", ["quarterly report"])
@@ -510,6 +520,7 @@ def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_
     assert any("watch: ended" in line for line in server.lines)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_mcp_watch_a_saved_file_becomes_a_search_hit_after_its_commit(fake_model, tmp_path):
     """`mcp --watch DOCS` over stdio with the SDK's own client: the watcher's lines go to stderr (the
     protocol stream stays clean), and the tools answer from its commits."""
@@ -552,6 +563,7 @@ def test_mcp_watch_a_saved_file_becomes_a_search_hit_after_its_commit(fake_model
     assert re.search(r"^watch: ended \(stopped\)", errlog.read_text(), re.M)
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_touched_file_a_failing_document_and_the_folder_removed(fake_model, tmp_path):
     """One watcher in sequence: a file touched, not edited, is read again but not embedded; a file gone
     again before the build changes nothing (build-up-to-date, the same generation); a corrupt PDF is in
