@@ -49,6 +49,8 @@ class ColPaliQueryParts:
         self.direct: bool | None = None  # whether the direct pass gives PaliGemmaModel's bits (None: not yet seen)
 
     def __call__(self, inputs: dict) -> Any:
+        if self.direct is False:  # found to differ: no shape is kept, none is looked up
+            return self._through_model(inputs, None)
         key = _shape_key(inputs)
         known = self.shapes.get(key)
         if known is None:
@@ -64,10 +66,8 @@ class ColPaliQueryParts:
 
     def _through_model(self, inputs: dict, key: tuple | None) -> Any:
         """Through PaliGemmaModel; with `key`, its language model's mask and positions kept for the shape
-        (unless the direct pass was found to differ, or the inputs hold more than it reads)."""
+        (unless the inputs hold more than the direct pass reads, or enough shapes are kept)."""
         model = self.net.model.model
-        if key is None or self.direct is False or not set(inputs) <= DIRECT_INPUTS or len(self.shapes) >= MAX_SHAPES:
-            return self._project(model(**inputs, use_cache=False).last_hidden_state, inputs)
         taken: dict[str, Any] = {}
         mine = threading.get_ident()
 
@@ -75,12 +75,14 @@ class ColPaliQueryParts:
             if threading.get_ident() == mine:  # another thread's pass may run while the hook is on the module
                 taken.update(mask=kwargs.get("attention_mask"), positions=kwargs.get("position_ids"))
 
-        hook = model.language_model.register_forward_pre_hook(take, with_kwargs=True)
+        keep = key is not None and set(inputs) <= DIRECT_INPUTS and len(self.shapes) < MAX_SHAPES
+        hook = model.language_model.register_forward_pre_hook(take, with_kwargs=True) if keep else None
         try:
             out = self._project(model(**inputs, use_cache=False).last_hidden_state, inputs)
         finally:
-            hook.remove()
-        if "positions" in taken:
+            if hook is not None:
+                hook.remove()
+        if key is not None and keep and "positions" in taken:
             self.shapes[key] = (taken["mask"], taken["positions"])
         return out
 
