@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 from ..core.errors import IndexProblem
+from .disk import disk
 from .errors import MissingIndexFile
 from .manifest import REBUILD_HINT
 
@@ -89,26 +90,42 @@ def regular_size(root: Path, rel: str) -> int:
     return info.st_size
 
 
+class NotDurable(OSError):
+    """A file was renamed into place (readers see it), but the fsync of its folder failed: it may not
+    survive a power loss."""
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """`data` as `path`, all or nothing: a temporary file, fsync, rename, fsync of the folder."""
+    """`data` as `path`, all or nothing: a temporary file, fsync, rename, fsync of the folder (NotDurable
+    when only that last step failed)."""
     tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{path.name}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a folder's entries (a rename, a new file) durable."""
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
+    ops = disk()
+    handle = ops.create(tmp)
     try:
-        os.fsync(fd)
+        handle.write(data)
+        ops.sync(handle)
     finally:
-        os.close(fd)
+        handle.close()
+    ops.replace(tmp, path)
+    try:
+        ops.sync_dir(path.parent)
+    except OSError as exc:
+        raise NotDurable(exc.errno, exc.strerror, str(path.parent)) from exc
+
+
+def make_folders(path: Path) -> None:
+    """`path` and the folders above it that are missing, each made durable in its parent (so that a
+    power loss after a commit cannot take a new index's folder, and the commit with it)."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    ops = disk()
+    for folder in reversed(missing):
+        ops.mkdir(folder)
+        ops.sync_dir(folder.parent)
 
 
 def plain_files(folder: Path) -> list[Path]:
@@ -125,7 +142,7 @@ def sweep_temporary(folders: list[Path]) -> None:
             if folder.is_dir() and not folder.is_symlink():
                 for path in folder.iterdir():
                     if path.name.startswith(TMP_PREFIX) or (path.name.startswith(".") and path.name.endswith(".tmp")):
-                        path.unlink(missing_ok=True)
+                        disk().unlink(path)
     except OSError:
         pass
 

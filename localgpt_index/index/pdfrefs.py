@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.errors import IndexBusy
-from .files import plain_files, write_atomic
+from .files import make_folders, plain_files, write_atomic
 
 REFS = "refs"
 COLLECT = "COLLECT"
@@ -49,7 +49,7 @@ class SharedRefs:
     def locked(self) -> Iterator[None]:
         import filelock
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folders(self.root)
         lock = filelock.FileLock(self.root / ".lock", thread_local=False)
         try:
             lock.acquire(timeout=LOCK_WAIT_S, poll_interval=0.05)
@@ -68,7 +68,7 @@ class SharedRefs:
         """Replace this index's record (under the lock); the first record of a fresh folder enables collection."""
         if not self.folder.is_dir():
             fresh = not any(p.name.endswith(".pdf") for p in plain_files(self.root / "pdf"))
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_folders(self.folder)
             if fresh:
                 write_atomic(self.folder / COLLECT, b"PDFs no record names are deleted\n")
         write_atomic(self.record, json.dumps({"location": self.location, "pdfs": sorted(pdfs)}).encode())

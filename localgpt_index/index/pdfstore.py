@@ -16,7 +16,6 @@ records (`owned=False`, `refs=None`) such a folder only gains files.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import uuid
 from collections.abc import Iterable, Sequence
@@ -25,7 +24,8 @@ from pathlib import Path
 from ..core.errors import IndexBusy
 from ..core.failpoints import failpoint
 from ..core.files import sha256_file
-from .files import TMP_PREFIX, fsync_dir, plain_files, regular_size, same_regular_file, sweep_temporary
+from .disk import copy_into, disk
+from .files import TMP_PREFIX, make_folders, plain_files, regular_size, same_regular_file, sweep_temporary
 from .manifest import Manifest
 from .pdfrefs import SharedRefs
 
@@ -75,20 +75,21 @@ class PdfStore:
 
     def _put(self, pdf: Path, rel: str) -> None:
         target = self.root / rel
-        created = not self.folder.is_dir()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if created:
-            fsync_dir(self.root)
-        if self.marker:
-            (self.root / self.marker).touch()
+        make_folders(self.folder)
+        if self.marker and not os.path.lexists(self.root / self.marker):
+            disk().create(self.root / self.marker).close()
         if not same_regular_file(target, pdf.stat().st_size):
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}.pdf"
-            shutil.copyfile(pdf, tmp)
-            with open(tmp, "rb+") as handle:
-                os.fsync(handle.fileno())
+            ops = disk()
+            handle = ops.create(tmp)
+            try:
+                copy_into(pdf, handle)
+                ops.sync(handle)
+            finally:
+                handle.close()
             failpoint("pdf-store")
-            os.replace(tmp, target)
-            fsync_dir(self.folder)
+            ops.replace(tmp, target)
+            ops.sync_dir(self.folder)
 
     def path(self, rel: str) -> Path:
         """A stored PDF, checked: inside the folder, a regular file (else IndexProblem/MissingIndexFile)."""
@@ -138,7 +139,7 @@ class PdfStore:
             for path in plain_files(self.folder):
                 rel = f"{FOLDER}/{path.name}"
                 if not path.name.startswith(TMP_PREFIX) and rel not in live and (only is None or rel in only):
-                    path.unlink(missing_ok=True)
+                    disk().unlink(path)
         except OSError:
             pass  # the next commit tries again
 
@@ -154,7 +155,7 @@ class PdfStore:
         else:
             try:
                 for rel in unnamed:
-                    (self.root / rel).unlink(missing_ok=True)
+                    disk().unlink(self.root / rel)
             except OSError:
                 pass  # the next writer's commit collects them
         self.staged.clear()

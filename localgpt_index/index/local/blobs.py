@@ -13,7 +13,8 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ..checksums import BlockGuard
-from ..files import TMP_PREFIX, fsync_dir, map_member, plain_files, read_member, regular_size, same_regular_file, write_atomic
+from ..disk import disk
+from ..files import TMP_PREFIX, make_folders, map_member, plain_files, read_member, regular_size, same_regular_file, write_atomic
 from ..manifest import REBUILD_HINT, BlobRef, Checksum
 
 FOLDER = "artifacts"
@@ -36,10 +37,7 @@ class LocalBlobs:
         digest = hashlib.sha256(data).hexdigest()
         ref = BlobRef(name=f"{digest}.{ext}", bytes=len(data), sha256=digest)
         target = self.folder / ref.name
-        created = not self.folder.is_dir()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if created:
-            fsync_dir(self.root)
+        make_folders(self.folder)
         if not same_regular_file(target, len(data)):
             write_atomic(target, data)
         return ref
@@ -79,13 +77,13 @@ class LocalBlobs:
         try:
             for path in plain_files(self.folder):
                 if not path.name.startswith(TMP_PREFIX) and path.name not in live:
-                    path.unlink(missing_ok=True)
+                    disk().unlink(path)
         except OSError:
             pass
 
     def delete(self, names: set[str]) -> None:
         try:
             for name in names:
-                (self.folder / name).unlink(missing_ok=True)
+                disk().unlink(self.folder / name)
         except OSError:
             pass

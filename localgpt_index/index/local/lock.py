@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...core.errors import IndexBusy, IndexProblem, UsageError
 from ...core.failpoints import failpoint
-from ..files import read_member, write_atomic
+from ..files import make_folders, read_member, write_atomic
 from ..holder import holder_text, may_be_alive
 
 POLL_S = 0.2  # how often a writer given --wait tries the lock again
@@ -25,7 +25,7 @@ def writer_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
     if not math.isfinite(wait_s) or wait_s < 0:
         raise UsageError(f"--wait {wait_s}: expected a number of seconds, 0 or more.")
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        make_folders(root)
         lock = filelock.FileLock(root / "lock", thread_local=False)
         if not _acquire(lock, wait_s):
             raise IndexBusy(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import uuid
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from ...core.errors import IndexProblem
 from ...core.files import sha256_file
 from ...core.types import PageRef
 from ..checksums import CHECK_BLOCK, BlockGuard, block_checksums
+from ..disk import disk
 from ..files import TMP_PREFIX as _TMP_PREFIX
-from ..files import fsync_dir as _fsync_dir
 from ..files import read_member, regular_size
 from ..manifest import REBUILD_HINT, Checksum, Segment
 from .layout import NPY_HEADER, _npy_header
@@ -33,7 +32,8 @@ class FileSegmentSink:
         tag = uuid.uuid4().hex[:12]
         self._vectors = folder / f"{_TMP_PREFIX}{tag}.vectors.npy"
         self._offsets = folder / f"{_TMP_PREFIX}{tag}.offsets.npy"
-        self._handle = open(self._vectors, "wb")
+        self._disk = disk()
+        self._handle = self._disk.create(self._vectors)
         self._handle.write(b"\0" * NPY_HEADER)
 
     def write(self, row: int, block: np.ndarray, page: PageRef | None) -> None:
@@ -47,15 +47,16 @@ class FileSegmentSink:
         rows = sum(lengths)
         self._handle.seek(0)
         self._handle.write(_npy_header(rows, self.dim))
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        self._disk.sync(self._handle)
         self._handle.close()
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
-        with open(self._offsets, "wb") as handle:
+        handle = self._disk.create(self._offsets)
+        try:
             np.save(handle, offsets)
-            handle.flush()
-            os.fsync(handle.fileno())
+            self._disk.sync(handle)
+        finally:
+            handle.close()
         vectors_sha, offsets_sha = sha256_file(self._vectors), sha256_file(self._offsets)
         segment = Segment(
             id="seg-" + hashlib.sha256(f"{vectors_sha}:{offsets_sha}".encode()).hexdigest()[:40],
@@ -67,16 +68,16 @@ class FileSegmentSink:
             offsets_sha256=offsets_sha,
             checksum=Checksum(algorithm="xxh3_64", block_size=CHECK_BLOCK, blocks=block_checksums(self._vectors)),
         )
-        os.replace(self._vectors, self.folder / f"{segment.id}.vectors.npy")
-        os.replace(self._offsets, self.folder / f"{segment.id}.offsets.npy")
-        _fsync_dir(self.folder)
+        self._disk.replace(self._vectors, self.folder / f"{segment.id}.vectors.npy")
+        self._disk.replace(self._offsets, self.folder / f"{segment.id}.offsets.npy")
+        self._disk.sync_dir(self.folder)
         return segment
 
     def discard(self) -> None:
         if not self._handle.closed:
             self._handle.close()
         for path in (self._vectors, self._offsets):
-            path.unlink(missing_ok=True)
+            self._disk.unlink(path)
 
 
 class SegmentFiles:

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..artifacts import blob_names
 from ..checksums import CHECK_BLOCK, rechecksum
-from ..files import TMP_PREFIX, plain_files, sweep_temporary, write_atomic
+from ..disk import disk
+from ..files import TMP_PREFIX, make_folders, plain_files, sweep_temporary, write_atomic
 from ..manifest import Checksum, Document, Head, Manifest, Segment
 from ..pdfstore import PdfStore
 from ..txn.core import TransactionCore
@@ -65,7 +66,7 @@ class LocalBackend:
         return self._upgrade
 
     def sink(self, dim: int) -> SegmentSink:
-        self.segments_dir.mkdir(parents=True, exist_ok=True)
+        make_folders(self.segments_dir)
         return FileSegmentSink(self.segments_dir, dim)
 
     def blob_sink(self) -> LocalBlobs:
@@ -119,10 +120,10 @@ class LocalBackend:
         try:
             for path in self.root.iterdir():
                 if path.name.startswith("gen-") and path.name.endswith(".json") and path.name not in live_manifests:
-                    path.unlink(missing_ok=True)
+                    disk().unlink(path)
             for path in plain_files(self.segments_dir):
                 if not path.name.startswith(TMP_PREFIX) and path.name.split(".")[0] not in live_segments:
-                    path.unlink(missing_ok=True)
+                    disk().unlink(path)
         except OSError:
             pass  # the next commit tries again
         self.blobs.collect(blob_names(keep) | self._staged_blobs())
@@ -134,7 +135,7 @@ class LocalBackend:
         try:
             for sid in self._staged() - named:
                 for suffix in (".vectors.npy", ".offsets.npy"):
-                    (self.segments_dir / f"{sid}{suffix}").unlink(missing_ok=True)
+                    disk().unlink(self.segments_dir / f"{sid}{suffix}")
         except OSError:
             pass
         self.blobs.delete(self._staged_blobs() - blob_names(keep))

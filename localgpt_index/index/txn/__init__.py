@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 
 from ...core.errors import IndexProblem
 from ..errors import IndexWriteError
+from ..files import NotDurable
 from ..manifest import (
     REBUILD_HINT,
     ArtifactRef,
@@ -69,6 +70,10 @@ def kept(generation: int) -> str:
 def write_error(location: str, exc: OSError, generation: int) -> IndexWriteError:
     """An OSError while writing, said once: where, why, what the index keeps, and what to do."""
     reason = exc.strerror or str(exc)
+    if isinstance(exc, NotDurable):
+        return IndexWriteError(f"could not make generation {generation} of {location} durable: {reason}; it answers queries "
+                               "now, but a power loss may take the index back to the generation before it.",
+                               hint="Fix the disk, then run the command again (`lgpt-index verify` checks the index).")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "Free some space and run the command again: a build carries on from the last commit."
     else:

@@ -27,6 +27,7 @@ from ..artifacts import (
     with_derived_parts,
 )
 from ..manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
+from ..files import NotDurable
 from ..pdfstore import PdfStore
 from . import assemble_manifest, live_segments, write_error
 from .staged import NO_PAGE, SegmentSink, StagedWriter
@@ -238,7 +239,11 @@ class TransactionCore:
             receipt = self.backend.write_catalog(manifest)
             failpoint("before-head")
             self.fence()
-            self.backend.publish(manifest, receipt)
+            try:
+                self.backend.publish(manifest, receipt)
+            except NotDurable:
+                self._committed(manifest, live)  # readers see it: what it names is kept, and the error says so
+                raise
             failpoint("after-head")
             self.backend.after_publish()
         self._committed(manifest, live)
