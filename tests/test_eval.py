@@ -192,7 +192,8 @@ BAD_LINES = {
     "array": ('[1, 2]', "line 2: expected a JSON object"),
     "lone_surrogate": ('{"query": "caf\\udcff", "relevant": [{"path": "a.pdf", "page": 1}]}', "line 2: the query is not UTF-8"),
     "twice_spelt_two_ways": ('{"query": "q", "relevant": [{"path": "a.pdf", "page": 1}, {"path": "./a.pdf", "page": 1}]}', "judged twice"),
-    "page_of_5000_digits": ('{"query": "q", "relevant": [{"path": "a.pdf", "page": ' + "1" * 5000 + '}]}', "line 2: a number with too many"),
+    "page_of_5000_digits": ('{"query": "q", "relevant": [{"path": "a.pdf", "page": ' + "1" * 5000 + '}]}',
+                            "line 2: a number with too many"),
 }
 
 

@@ -206,8 +206,6 @@ def png_server():
 def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server):
     """Issue 39 #9: a 17 KB PNG of 12000x12000 pixels (690 MiB decoded), one of 20000x20000 (PIL's bomb error) and
     one that does not decode are each an LgptError naming the server; a page of a sane size decodes."""
-    from localgpt_index.integrations.source import MAX_PAGE_PIXELS
-
     page = Document(page_content="", metadata={"sha256": "ab" * 32, "page": 3})
     for retriever in (lc.LgptRetriever.from_server(png_server.url), li.LgptRetriever.from_server(png_server.url)):
         png_server.body = _png(50, 40)
@@ -220,6 +218,8 @@ def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server):
             retriever.page_image(page)
         assert png_server.url in refused.value.message and said in refused.value.message, refused.value.message
         assert "page 3 of abababababab" in refused.value.message
+    from localgpt_index.integrations.source import MAX_PAGE_PIXELS
+
     assert 12000 * 12000 > MAX_PAGE_PIXELS > 7016 * 4961  # A4 at 600 dpi, the most a client may ask for, fits
 
 
