@@ -191,6 +191,9 @@ BAD_LINES = {
     "same_id": ('{"id": 1, "query": "q", "relevant": [{"path": "a.pdf", "page": 1}]}', "line 2: id '1' was already used (.* line 1)"),
     "array": ('[1, 2]', "line 2: expected a JSON object"),
     "lone_surrogate": ('{"query": "caf\\udcff", "relevant": [{"path": "a.pdf", "page": 1}]}', "line 2: the query is not UTF-8"),
+    "twice_spelt_two_ways": ('{"query": "q", "relevant": [{"path": "a.pdf", "page": 1}, {"path": "./a.pdf", "page": 1}]}', "judged twice"),
+    "page_of_5000_digits": ('{"query": "q", "relevant": [{"path": "a.pdf", "page": ' + "1" * 5000 + '}]}',
+                            "line 2: a number with too many"),
 }
 
 
@@ -237,7 +240,13 @@ def _beir(tmp_path: Path, corpus: str, qrels: str) -> Path:
     ('{"_id": "a.pdf"}\n', "q1\ta.pdf\t1\n", "corpus.jsonl line 1: corpus id 'a.pdf' names no page"),
     ('{"_id": "c1", "path": "a.pdf"}\n', "q1\tc1\t1\n", "corpus.jsonl line 1: `path` and `page` go together"),
     ('{"_id": "a.pdf#1"}\n', "q1\ta.pdf#1\t0\n", "no query with a relevant page"),
-], ids=["unknown_corpus_id", "unknown_query", "two_fields", "score_text", "id_without_page", "path_without_page", "none_relevant"])
+    ('{"_id": "a.pdf#\u00b2"}\n', "q1\ta.pdf#\u00b2\t1\n", "corpus.jsonl line 1: corpus id 'a.pdf#\u00b2' names no page"),
+    ('{"_id": "a.pdf#1"}\n', "q1\ta.pdf#1\t1_0\n", "test.tsv line 1: score '1_0' is not a whole number"),
+    ('{"_id": "a.pdf#1"}\n', "q1\ta.pdf#1\t\u0661\n", "test.tsv line 1: score '\u0661' is not a whole number"),
+    ('{"_id": "a.pdf#1"}\n', "q1\ta.pdf#1\t" + "1" * 5000 + "\n", "test.tsv line 1: score '111"),
+    ('{"_id": "a.pdf#' + "1" * 5000 + '"}\n', "q1\ta.pdf#1\t1\n", "corpus.jsonl line 1: corpus id 'a.pdf#111"),
+], ids=["unknown_corpus_id", "unknown_query", "two_fields", "score_text", "id_without_page", "path_without_page", "none_relevant",
+        "page_superscript", "score_underscore", "score_arabic_digit", "score_5000_digits", "page_5000_digits"])
 def test_a_malformed_beir_folder_is_refused_naming_the_file_and_line(tmp_path, corpus, qrels, message):
     result = run_cli("eval", str(_beir(tmp_path, corpus, qrels)))
     assert result.exit_code == 2, result.stderr
@@ -291,6 +300,57 @@ def test_relative_paths_match_the_end_of_indexed_paths_and_ambiguity_is_an_error
     result = run_cli("eval", str(tmp_path / "ambiguous.jsonl"), *index)
     assert result.exit_code == 2
     assert "report.pdf names 2 documents of the index" in result.stderr and "2024/report.pdf" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def two_page_index(fake_model, tmp_path_factory) -> tuple[Path, Path]:
+    """docs/a.pdf (2 pages) and docs/b.pdf (1), indexed: (the docs folder, the index)."""
+    from docgen import make_pdf
+
+    work = tmp_path_factory.mktemp("eval-spellings")
+    make_pdf(work / "docs" / "a.pdf", ["alpha one", "alpha two"])
+    make_pdf(work / "docs" / "b.pdf", ["beta"])
+    build_ok(str(work / "docs"), "--model", str(fake_model), "--index-dir", str(work / "idx"))
+    return work / "docs", work / "idx"
+
+
+@pytest.mark.parametrize("first,second", [("a.pdf", "ABS"), ("ABS", "a.pdf"), ("docs/a.pdf", "./a.pdf"), ("ABS", "docs//a.pdf")])
+def test_a_page_judged_under_two_spellings_is_refused(two_page_index, tmp_path, first, second):
+    """Issue 39 #8: two spellings of one indexed page are one page judged twice (else the later grade won,
+    judged_pages counted it twice, and nDCG hung on the order of the judgments)."""
+    docs, index = two_page_index
+    spelt = [str(docs / "a.pdf") if name == "ABS" else name for name in (first, second)]
+    row = {"query": "alpha", "relevant": [{"path": spelt[0], "page": 2, "grade": 2}, {"path": spelt[1], "page": 2, "grade": 1},
+                                          {"path": "b.pdf", "page": 1}]}
+    (tmp_path / "q.jsonl").write_text('{"query": "beta", "relevant": [{"path": "b.pdf", "page": 1}]}\n' + json.dumps(row) + "\n")
+    result = run_cli("eval", str(tmp_path / "q.jsonl"), "--index-dir", str(index), "--json")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "q.jsonl line 2: page 2 of" in message and "judged twice" in message
+    assert all(repr(name) in message or name in message for name in spelt), message
+
+
+def test_a_page_judged_twice_through_two_beir_corpus_ids_names_both_qrels_lines(two_page_index, tmp_path):
+    docs, index = two_page_index
+    corpus = f'{{"_id": "a.pdf#1"}}\n{{"_id": "x", "path": "{docs / "a.pdf"}", "page": 1}}\n'
+    folder = _beir(tmp_path, corpus, "q1\ta.pdf#1\t2\nq1\tx\t1\n")
+    result = run_cli("eval", str(folder), "--index-dir", str(index))
+    assert result.exit_code == 2, result.stdout + result.stderr
+    said = result.stderr.replace("\n", " ")
+    assert "judged twice" in said and "test.tsv line 1" in said and "test.tsv line 2" in said, said
+
+
+def test_line_ends_inside_json_strings_are_text(two_page_index, tmp_path):
+    """Issue 39 #7: JSON strings may hold U+2028 and U+0085 raw; lines end at a line feed (CR LF too), only."""
+    _, index = two_page_index
+    rows = [{"id": "one\u2028two", "query": "alpha\u2028two", "topic": "x\u0085y", "relevant": [{"path": "a.pdf", "page": 2}]},
+            {"id": "three\u0085four", "query": "beta\u000bpage", "relevant": [{"path": "b.pdf", "page": 1}]}]
+    lines = [json.dumps(row, ensure_ascii=False) for row in rows]
+    (tmp_path / "q.jsonl").write_bytes((lines[0] + "\r\n" + lines[1] + "\n").encode())
+    document = eval_json(str(tmp_path / "q.jsonl"), "--index-dir", str(index), "--per-query", "--group-by", "topic")
+    assert document["queries"] == 2 and document["judged_pages"] == 2
+    assert [q["id"] for q in document["runs"][0]["per_query"]] == ["one\u2028two", "three\u0085four"]
+    assert set(document["runs"][0]["groups"]) == {"x\u0085y", "(none)"}
 
 
 # --- modes go to the query layer ------------------------------------------------------------------

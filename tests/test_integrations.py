@@ -162,6 +162,67 @@ def test_bad_options_and_an_unreachable_server(report_index):
         li.LgptRetriever.from_index(name="no-such-index")
 
 
+def _png(width: int, height: int, rows: bytes | None = None) -> bytes:
+    """A 1-bit grey PNG of `width` x `height`: all black (a few KB whatever its size, as zeros compress), or
+    with `rows` as its compressed image data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    if rows is None:
+        rows = zlib.compress(bytes((1 + (width + 7) // 8) * height), 9)
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+@pytest.fixture
+def png_server():
+    """A stand-in for a server on a real port, answering every GET with the PNG put in `.body`."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("content-type", "image/png")
+            self.send_header("content-length", str(len(self.server.body)))
+            self.end_headers()
+            self.wfile.write(self.server.body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server):
+    """Issue 39 #9: a 17 KB PNG of 12000x12000 pixels (690 MiB decoded), one of 20000x20000 (PIL's bomb error) and
+    one that does not decode are each an LgptError naming the server; a page of a sane size decodes."""
+    page = Document(page_content="", metadata={"sha256": "ab" * 32, "page": 3})
+    for retriever in (lc.LgptRetriever.from_server(png_server.url), li.LgptRetriever.from_server(png_server.url)):
+        png_server.body = _png(50, 40)
+        assert retriever.page_image(page if isinstance(retriever, lc.LgptRetriever) else TextNode(metadata=page.metadata)).size == (50, 40)
+    retriever = lc.LgptRetriever.from_server(png_server.url)
+    for body, said in ((_png(12000, 12000), "as a 12000x12000 image"), (_png(20000, 20000, b""), "as a 20000x20000 image"),
+                       (_png(64, 64, b"not zlib at all"), "cannot be decoded"), (_png(64, 64)[:40], "cannot be decoded")):
+        png_server.body = body
+        with pytest.raises(LgptError) as refused:
+            retriever.page_image(page)
+        assert png_server.url in refused.value.message and said in refused.value.message, refused.value.message
+        assert "page 3 of abababababab" in refused.value.message
+    from localgpt_index.integrations.source import MAX_PAGE_PIXELS
+
+    assert 12000 * 12000 > MAX_PAGE_PIXELS > 7016 * 4961  # A4 at 600 dpi, the most a client may ask for, fits
+
+
 LIGHT_IMPORTS = """
 import sys
 import localgpt_index

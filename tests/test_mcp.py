@@ -176,6 +176,26 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_list_documents_cannot_probe_the_indexed_folder(noisy_index):
+    """Issue 39 #3: an absolute prefix is one tool error whatever it names (how many documents it matched
+    would rebuild the indexed folder a character at a time); relative prefixes match the names it lists."""
+    docs = str(noisy_index["docs"])
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(noisy_index["index"])) as (session, faults):
+            texts = {error_text(await session.call_tool("list_documents", {"prefix": probe}), noisy_index["work"])
+                     for probe in ("/", docs[:2], docs, docs + "/report-1", "/nowhere/at/all")}
+            assert len(texts) == 1 and "prefix: an absolute path" in texts.pop()
+            for climbing in ("..", f"../{noisy_index['docs'].name}/report-1", "./report-1"):
+                assert structured(await session.call_tool("list_documents", {"prefix": climbing}))["total"] == 0
+            under = structured(await session.call_tool("list_documents", {"prefix": "report-1"}))
+            assert [d["document"] for d in under["documents"]] == ["report-1.pdf"]
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tmp_path):
     """No index yet: every tool says so (the server stays up for the agent that launched it); a build beside
     it is followed at the next call; an index whose documents were all removed answers search with an error."""

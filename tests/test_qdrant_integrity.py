@@ -225,6 +225,41 @@ def test_points_deleted_by_another_client_are_damage_at_open(fake_model, tmp_pat
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("deleted", ["all", "a.pdf"])
+def test_points_deleted_while_an_index_is_open_are_damage_at_the_next_query(fake_model, tmp_path, deleted):
+    """Issue 39: an index held open (the Python API; serve holds one for hours) whose points another client
+    deletes says it is damaged at its next query, as a fresh open does, instead of answering short or empty.
+    (The in-process mode admits one client per folder: the view's own client stands in for the other one.)"""
+    from qdrant_client import models
+
+    from localgpt_index import open_index
+    from localgpt_index.core.errors import IndexProblem
+    from localgpt_index.index.open import open_store
+    from localgpt_index.query.search import QueryOptions
+
+    docs = _small_docs(tmp_path / "docs")
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    build_ok(str(docs), "--model", str(fake_model), "--store", url)
+    index = open_index(store=open_store(url))
+    try:
+        store, counts = index.view.store, []
+        count = store.client.count
+        store.client.count = lambda *args, **kwargs: counts.append(args) or count(*args, **kwargs)
+        visual = QueryOptions(mode="visual")
+        assert len(index.search("alpha", k=2)[0]) == 2
+        assert len(index.search("alpha", k=10, options=visual)[0]) == 3  # short of k, as many as the catalog has
+        assert len(index.search("alpha", k=2, filters={"team": "none"}, options=visual)[0]) == 0  # nothing to find
+        assert counts == []  # an answer as full as the catalog allows costs no count
+        condition = [] if deleted == "all" else [models.FieldCondition(key="path", match=models.MatchValue(value=str(docs / deleted)))]
+        store.client.delete(store.physical(), points_selector=models.FilterSelector(filter=models.Filter(must=condition)))
+        for k in (1, 3):
+            with pytest.raises(IndexProblem, match=r"is damaged: the catalog names 3 pages, the collection \S+ holds "
+                                                   f"{0 if deleted == 'all' else 1} of them"):
+                index.search("alpha", k=k)
+    finally:
+        index.view.store.close()
+
+
 # 5. the CLI's edges with Qdrant URLs
 
 

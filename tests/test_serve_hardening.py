@@ -440,6 +440,25 @@ def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, ha
         assert absolute.stop() == 0
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_documents_prefix_cannot_probe_the_indexed_folder(server_plain, hardening_index):
+    """Issue 39 #3: an absolute prefix is refused the same way whatever it names (a count of matches would
+    rebuild the folder a character at a time); a relative one matches the names answers give, never the root."""
+    docs = str(hardening_index["docs"])
+    probes = ["/", docs[:2], docs, docs + "/", docs + "/report-1", "/nowhere/at/all"]
+    with server_plain.client() as client:
+        refused = [client.get("/documents", params={"prefix": probe}) for probe in probes]
+        failed = client.get("/documents", params={"prefix": docs, "failed": "true"})
+        climbing = [client.get("/documents", params={"prefix": prefix}).json()
+                    for prefix in ("..", "../", f"../{Path(docs).name}/report-1", "./report-1", "report-9")]
+        under = client.get("/documents", params={"prefix": "report-1"}).json()
+    assert {answer.status_code for answer in refused + [failed]} == {400}
+    assert len({answer.text for answer in refused + [failed]}) == 1  # one answer for every absolute prefix
+    assert "prefix: an absolute path" in refused[0].json()["error"]["message"] and docs not in refused[0].text
+    assert all(answer["documents"] == [] for answer in climbing), climbing
+    assert [d["path"] for d in under["documents"]] == ["report-1.pdf"]
+
+
 def test_errors_never_echo_a_secret():
     """A Qdrant URL with user:password@ or an api key, in any error message or log line."""
     from localgpt_index.serve.httpguard import PathPolicy, redact

@@ -99,3 +99,26 @@ def test_a_message_is_rewritten_in_one_pass() -> None:
     assert policy.message("model /models/colpali/index") == "model colpali/index"
     policy.learn(_generation(2, ["/data/a.pdf", "/home/b.pdf"]))
     assert policy.message("/home/b.pdf and 3/4 pages, see /models/colpali") == "home/b.pdf and 3/4 pages, see colpali"
+
+
+def test_a_prefix_matches_what_a_client_sees_and_an_absolute_one_is_refused() -> None:
+    """Issue 39 #3: which documents a relative prefix selects depends only on the names a client sees (never
+    on the root it does not see), and every absolute prefix is the same refusal, whatever it would match."""
+    from localgpt_index.core.errors import UsageError
+
+    index = _generation(1, ["/data/docs/a.pdf", "/data/docs/ab/c.pdf", "/data/docs/b.pdf"])
+    policy = PathPolicy()
+    seen = [entry["path"] for entry in policy.publish({"documents": [{"path": d.path} for d in index.manifest.documents]},
+                                                      index)["documents"]]
+    prefixes = {name[:end] for name in seen for end in range(len(name) + 1)} | {"..", "../docs/a", "./a", "docs/a", "x"}
+    for prefix in prefixes:
+        stored = policy.prefix(prefix, index)
+        chosen = [name for name, doc in zip(seen, index.manifest.documents) if doc.path.startswith(stored)]
+        assert chosen == [name for name in seen if name.startswith(prefix)], prefix
+    refusals = set()
+    for probe in ("/", "/d", "/data/docs", "/data/docs/a", "/elsewhere"):
+        with pytest.raises(UsageError) as refused:
+            policy.prefix(probe, index)
+        refusals.add(refused.value.message)
+    assert len(refusals) == 1 and "prefix: an absolute path" in refusals.pop()
+    assert PathPolicy(absolute=True).prefix("/data/docs/a", index) == "/data/docs/a"  # --absolute-paths: as the CLI names them

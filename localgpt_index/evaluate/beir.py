@@ -9,12 +9,17 @@ or a corpus row that does not exist is an error, as is a malformed line anywhere
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..core.errors import UsageError
 from .queryset import EvalQuery, Judgment, QuerySet, check_judgments, check_path, check_text, parse_line, read_lines, tags_of
+
+
+_DIGITS = re.compile(r"[0-9]{1,9}")  # ASCII only: str.isdigit() and int() take other scripts' digits, and "_"
+_WHOLE = re.compile(r"[+-]?[0-9]{1,9}")
 
 
 class _CorpusRow(BaseModel):
@@ -54,7 +59,7 @@ def load_beir(folder: Path, split: str = "test") -> QuerySet:
         if corpus_id not in pages:
             raise UsageError(f"{where}: corpus id {corpus_id!r} is not in corpus.jsonl.")
         path, page = pages[corpus_id]
-        judged.setdefault(query_id, []).append((Judgment(path, page, grade), where))
+        judged.setdefault(query_id, []).append((Judgment(path, page, grade, where), where))
     return _query_set(folder, qrels_file, texts, judged)
 
 
@@ -81,10 +86,9 @@ def _qrel(fields: list[str], where: str) -> tuple[str, str, int]:
     if len(fields) != 3:
         raise UsageError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), found {len(fields)}.")
     query_id, corpus_id, score = (f.strip() for f in fields)
-    try:
-        grade = int(score)
-    except ValueError:
-        raise UsageError(f"{where}: score {score!r} is not a whole number.") from None
+    if not _WHOLE.fullmatch(score):  # int() would also read "1_0" as 10, and digits of other scripts
+        raise UsageError(f"{where}: score {score!r} is not a whole number (ASCII digits, at most 9).")
+    grade = int(score)
     if grade < 0:
         raise UsageError(f"{where}: score {grade} is negative; grades are 0 (not relevant) or more.")
     return query_id, corpus_id, grade
@@ -110,7 +114,7 @@ def _corpus(path: Path) -> dict[str, tuple[str, int]]:
 
 def _page_id(corpus_id: str, where: str) -> tuple[str, int]:
     path, _, page = corpus_id.rpartition("#")
-    if not path or not page.isdigit() or int(page) < 1:
+    if not path or not _DIGITS.fullmatch(page) or int(page) < 1:  # isdigit() is true of "²", which int() refuses
         raise UsageError(f"{where}: corpus id {corpus_id!r} names no page: give `path` and `page` fields, "
                          "or an _id of the form PATH#PAGE (page 1-based).")
     return path, int(page)

@@ -6,7 +6,6 @@ stays in the judgments, unanswerable: it counts as a miss, as it would for any r
 
 from __future__ import annotations
 
-import os
 import posixpath
 from collections import defaultdict
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Sequence
 
 from ..core.errors import UsageError
 from ..index.manifest import Document
-from .queryset import EvalQuery, Judgment
+from .queryset import EvalQuery, Judgment, normal_path
 
 
 @dataclass(frozen=True)
@@ -44,14 +43,14 @@ class PathFinder:
     """The indexed documents by path, and by their last path component for relative names."""
 
     def __init__(self, documents: Sequence[Document]) -> None:
-        self.numbers = {_normal(doc.path): number for number, doc in enumerate(documents)}
+        self.numbers = {normal_path(doc.path): number for number, doc in enumerate(documents)}
         self.by_name: dict[str, list[str]] = defaultdict(list)
         for path in self.numbers:
             self.by_name[posixpath.basename(path)].append(path)
 
     def find(self, path: str, where: str) -> int | None:
         """The number of the document `path` names; None when the index has none."""
-        wanted = _normal(path)
+        wanted = normal_path(path)
         if posixpath.isabs(wanted):
             return self.numbers.get(wanted)
         found = [p for p in self.by_name.get(posixpath.basename(wanted), []) if p == wanted or p.endswith("/" + wanted)]
@@ -70,8 +69,11 @@ def judge(queries: Sequence[EvalQuery], documents: Sequence[Document]) -> Judged
     unanswerable: list[Unanswerable] = []
     for query in queries:
         grades: dict[str, int] = {}
+        named: dict[tuple[int, int], Judgment] = {}  # (document, page) -> the judgment that named it first
         for judgment in query.relevant:
             number = finder.find(judgment.path, query.where)
+            if number is not None:
+                _once(named, (number, judgment.page), judgment, query, documents[number].path)
             reason = _why_not(judgment, documents[number] if number is not None else None)
             if reason:
                 unanswerable.append(Unanswerable(query.id, judgment.path, judgment.page, judgment.grade, reason))
@@ -85,13 +87,22 @@ def judge(queries: Sequence[EvalQuery], documents: Sequence[Document]) -> Judged
     return Judged(qrels, pages, tuple(unanswerable))
 
 
+def _once(named: dict[tuple[int, int], Judgment], key: tuple[int, int], judgment: Judgment, query: EvalQuery, path: str) -> None:
+    """A page judged under two spellings (relative, absolute, `./`) is refused, as one judged twice alike:
+    which grade counted would depend on the order of the lines."""
+    first = named.setdefault(key, judgment)
+    if first is not judgment:
+        raise UsageError(f"{query.where}: page {key[1]} of {path} is judged twice, as {_spelt(first)} and {_spelt(judgment)}.",
+                         hint="Judge each page once.")
+
+
+def _spelt(judgment: Judgment) -> str:
+    return repr(judgment.path) + (f" ({judgment.where})" if judgment.where else "")
+
+
 def _why_not(judgment: Judgment, doc: Document | None) -> str | None:
     if doc is None:
         return "not in the index"
     if judgment.page > doc.pages:
         return f"the index holds {doc.pages} page(s) of it"
     return None
-
-
-def _normal(path: str) -> str:
-    return posixpath.normpath(path.replace(os.sep, "/")) if path else path

@@ -5,6 +5,8 @@ file, the line and the reason."""
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Literal
@@ -25,6 +27,7 @@ class Judgment:
     path: str
     page: int
     grade: int
+    where: str = field(default="", compare=False)  # the line that gave it, where it is not its query's (BEIR's qrels)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,9 @@ def check_path(path: str, where: str) -> str:
 
 
 def check_judgments(judgments: tuple[Judgment, ...], where: str) -> None:
-    pages = [(j.path, j.page) for j in judgments]
+    """No page judged twice (as far as the spellings tell: matching.py also compares the documents they name),
+    and something to find."""
+    pages = [(normal_path(j.path), j.page) for j in judgments]
     twice = next((p for p in pages if pages.count(p) > 1), None)
     if twice:
         raise UsageError(f"{where}: page {twice[1]} of {twice[0]} is judged twice.")
@@ -126,12 +131,19 @@ def check_judgments(judgments: tuple[Judgment, ...], where: str) -> None:
                          hint="Give at least one page a grade of 1 or more.")
 
 
+def normal_path(path: str) -> str:
+    """A judged path with `./`, doubled slashes and the platform's separators made one spelling."""
+    return posixpath.normpath(path.replace(os.sep, "/")) if path else path
+
+
 def parse_line(text: str, where: str, model: type[BaseModel]):
     """A JSON object validated by `model`; the first problem named with its place in the object."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: not JSON ({exc.msg} at column {exc.colno}).") from None
+    except ValueError:  # a number of more digits than Python converts (4,300)
+        raise UsageError(f"{where}: a number with too many digits to read.") from None
     if not isinstance(data, dict):
         raise UsageError(f"{where}: expected a JSON object, found {type(data).__name__}.")
     try:
@@ -143,8 +155,10 @@ def parse_line(text: str, where: str, model: type[BaseModel]):
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a UTF-8 text file, blank lines left out."""
+    """(line number, line) of a UTF-8 text file, blank lines left out. Lines end at a line feed (CR LF too)
+    only: a JSON string may hold U+2028, U+0085 and the other line ends str.splitlines() splits at."""
     text = read_user_text(path, limit=MAX_FILE_BYTES, label=str(path))
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if line.strip():
             yield number, line

@@ -143,7 +143,16 @@ class ServerSource:
                 for hit in document["queries"][0]["results"]]
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes:
-        return self.client.page(sha256, page, dpi)
+        """The page's PNG, its size read from its header first: one over MAX_PAGE_PIXELS is refused undecoded."""
+        data = self.client.page(sha256, page, dpi)
+        size = png_dimensions(data)
+        sent = f"the server at {self.client.url} sent page {page} of {sha256[:12]}"
+        if size is None:
+            raise LgptError(f"{sent} without a PNG header (IHDR).")
+        if size[0] * size[1] > MAX_PAGE_PIXELS:
+            raise LgptError(f"{sent} as a {size[0]}x{size[1]} image: over {MAX_PAGE_PIXELS:,} pixels, it is not decoded.",
+                            hint="Ask for it at a lower dpi (an A4 page at 600 dpi is 35 million pixels).")
+        return data
 
     def _url(self, sha256: str, page: int, dpi: int) -> str:
         return f"{self.client.url}/pages/{sha256}/{page}.png?dpi={dpi}"
@@ -162,7 +171,8 @@ def open_source(index: Index | None = None, *, server: str | None = None, token:
 
 
 def page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> Image:
-    """The page a retrieved document's metadata names (its `sha256` and `page`), as a PIL image."""
+    """The page a retrieved document's metadata names (its `sha256` and `page`), as a PIL image; a PNG that
+    cannot be decoded is an LgptError naming where it came from."""
     import io
 
     from PIL import Image as PILImage
@@ -171,5 +181,24 @@ def page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> 
         sha256, page = str(metadata["sha256"]), int(metadata["page"])
     except (KeyError, TypeError, ValueError):
         raise UsageError("not a page found by lgpt-index: its metadata has no sha256 and page.") from None
-    with PILImage.open(io.BytesIO(source.page_png(sha256, page, dpi))) as image:
-        return image.convert("RGB")
+    data = source.page_png(sha256, page, dpi)
+    try:
+        with PILImage.open(io.BytesIO(data)) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, EOFError, PILImage.DecompressionBombError) as exc:
+        origin = f"the server at {source.client.url}" if isinstance(source, ServerSource) else "the index"
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise LgptError(f"page {page} of {sha256[:12]} from {origin} cannot be decoded ({reason}).") from None
+
+
+MAX_PAGE_PIXELS = 89_478_485  # PIL's Image.MAX_IMAGE_PIXELS, where serve's own decoding of a page warns of a bomb
+
+
+def png_dimensions(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR chunk, which the format puts first (None without one); nothing is decoded."""
+    import struct
+
+    if len(data) < 24 or data[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height

@@ -230,11 +230,17 @@ class PathPolicy:
         return _relative(path, root)
 
     def prefix(self, prefix: str, index) -> str:
-        """A /documents prefix as the index stores paths: one relative to the root joins it."""
-        root = self.root(index)
-        if self.absolute or not prefix or os.path.isabs(prefix) or root is None:
+        """A /documents prefix as the index stores paths. In the default naming a prefix names documents
+        as answers do, relative to the root (it joins it); an absolute one is refused, whatever it names:
+        how many documents it matched would tell the root, a character at a time."""
+        if self.absolute or not prefix:
             return prefix
-        return os.path.join(root, prefix)
+        if os.path.isabs(prefix):
+            raise UsageError("prefix: an absolute path; documents are named relative to the folder they were indexed "
+                             "from (reports/q3.pdf): give a prefix of such a name (absolute paths are answered only "
+                             "with --absolute-paths).")
+        root = self.root(index)
+        return os.path.join(root, prefix) if root is not None else prefix
 
     @staticmethod
     def index_name(location: str) -> str:
