@@ -1,0 +1,213 @@
+"""Random operation histories against a model of what the index must hold (issue 39): a Hypothesis
+state machine over a small folder. Files are added, edited in place, renamed, deleted and copied;
+the folder is built, documents removed, queries run in every mode, builds killed with SIGKILL at a
+random failpoint or cut by a power loss at a random disk operation (testing/powerloss.py), and the
+index reopened. After every step: `verify` finds nothing, and the index holds exactly what the model
+says (after a kill or power loss, until the next build: only documents in a version the folder had,
+each once). Histories that once failed are kept below as plain tests, step for step."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from docgen import make_pdf
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from localgpt_index.testing.powerloss import PowerLost, RecordingDisk, materialize, recording
+
+NAMES = ["a.pdf", "b.pdf", "sub/c.pdf", "sub/deep/d e.pdf", "é.pdf"]
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+FAILPOINTS = ["encode", "write-vectors", "before-head", "after-head"]
+pages = st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join), min_size=1, max_size=3)
+
+
+def _model_path() -> Path:
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    return write_fake_checkpoint(Path(tempfile.mkdtemp(prefix="lgpt-history-model-")) / "fake")
+
+
+class History(RuleBasedStateMachine):
+    """The folder, the index, and the model: `indexed` is what the index must hold (name -> sha256 of the
+    document's bytes); None after a kill or power loss, when it may hold any version the folder had."""
+
+    model = None  # one fake checkpoint for every history of the process
+
+    def __init__(self) -> None:
+        super().__init__()
+        if History.model is None:
+            History.model = _model_path()
+        self.work = Path(tempfile.mkdtemp(prefix="lgpt-history-"))
+        self.docs, self.store = self.work / "docs", self.work / "store"
+        self.docs.mkdir()
+        self.store.mkdir()
+        self.files: dict[str, str] = {}  # the folder now: name -> sha256
+        self.versions: set[tuple[str, str]] = set()  # every (name, sha256) the folder ever had
+        self.indexed: dict[str, str] | None = {}
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    # the folder
+
+    def _write(self, name: str, texts: list[str]) -> None:
+        path = self.docs / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        make_pdf(path, texts)
+        self._seen(name)
+
+    def _seen(self, name: str) -> None:
+        self.files[name] = hashlib.sha256((self.docs / name).read_bytes()).hexdigest()
+        self.versions.add((name, self.files[name]))
+
+    @rule(name=st.sampled_from(NAMES), texts=pages)
+    def add_or_edit(self, name: str, texts: list[str]) -> None:
+        self._write(name, texts)
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), to=st.sampled_from(NAMES))
+    def rename(self, data, to: str) -> None:
+        source = data.draw(st.sampled_from(sorted(self.files)))
+        if to in self.files:
+            return
+        (self.docs / to).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.docs / source, self.docs / to)
+        del self.files[source]
+        self._seen(to)
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data())
+    def delete(self, data) -> None:
+        name = data.draw(st.sampled_from(sorted(self.files)))
+        (self.docs / name).unlink()
+        del self.files[name]
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), to=st.sampled_from(NAMES))
+    def copy(self, data, to: str) -> None:
+        source = data.draw(st.sampled_from(sorted(self.files)))
+        if to == source:
+            return
+        (self.docs / to).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(self.docs / source, self.docs / to)
+        self._seen(to)
+
+    # the index
+
+    def cli(self, *args: str):
+        from conftest import run_cli
+
+        return run_cli(*args, "--index-dir", str(self.store / "idx"))
+
+    @property
+    def built(self) -> bool:
+        return (self.store / "idx" / "default" / "HEAD").exists()
+
+    @rule()
+    def build(self) -> None:
+        result = self.cli("build", str(self.docs), "--model", str(self.model), "--commit-every", "2")
+        assert result.exit_code == 0, result.stderr
+        self.indexed = dict(self.files)
+
+    @precondition(lambda self: self.built)
+    @rule(name=st.sampled_from(NAMES))
+    def remove(self, name: str) -> None:
+        result = self.cli("remove", str(self.docs / name))
+        if self.indexed is None:
+            assert result.exit_code in (0, 1), result.stderr
+            return
+        assert result.exit_code == (0 if name in self.indexed else 1), result.stderr
+        self.indexed.pop(name, None)
+
+    @rule(crash_at=st.integers(1, 150), pattern=st.sampled_from(["kill", "lost", "torn"]), seed=st.integers(0, 9))
+    def build_with_power_loss(self, crash_at: int, pattern: str, seed: int) -> None:
+        """A build cut by a power loss at its `crash_at`-th disk operation (or after it, if it has fewer)."""
+        disk = RecordingDisk(self.store, crash_at=crash_at)
+        with recording(disk):
+            try:
+                result = self.cli("build", str(self.docs), "--model", str(self.model), "--commit-every", "2")
+            except PowerLost:
+                result = None
+        materialize(self.store, disk.image(pattern, random.Random(seed)))
+        if result is not None:  # it finished first: what it committed must be there
+            assert result.exit_code == 0, result.stderr
+            self.indexed = dict(self.files)
+        else:
+            self.indexed = None
+
+    @rule(point=st.sampled_from(FAILPOINTS), nth=st.integers(1, 3))
+    def build_killed(self, point: str, nth: int) -> None:
+        """A build in a process of its own, killed with SIGKILL the `nth` time it reaches `point`."""
+        command = [sys.executable, "-m", "localgpt_index", "build", str(self.docs), "--model", str(self.model),
+                   "--commit-every", "2", "--index-dir", str(self.store / "idx"), "-q"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "LGPT_FAILPOINT": f"{point}:{nth}"})
+        if done.returncode == -signal.SIGKILL:
+            self.indexed = None
+        else:  # it never reached the point that many times
+            assert done.returncode == 0, done.stderr
+            self.indexed = dict(self.files)
+
+    @precondition(lambda self: self.built)
+    @rule(mode=st.sampled_from(["visual", "text", "hybrid"]), word=st.sampled_from(WORDS))
+    def query(self, mode: str, word: str) -> None:
+        result = self.cli("query", word, "--mode", mode, "-k", "20", "--json")
+        assert result.exit_code == 0, result.stderr
+        hits = json.loads(result.stdout)["queries"][0]["results"]
+        present = {str(self.docs / name) for name, _ in self.versions}
+        for hit in hits:
+            assert hit["path"] in present and hit["page"] >= 1, hit
+            if self.indexed is not None:
+                assert os.path.relpath(hit["path"], self.docs) in self.indexed, hit
+
+    @rule()
+    def reopen(self) -> None:
+        self.check_contents()
+
+    # after every step
+
+    @invariant()
+    def check_contents(self) -> None:
+        from localgpt_index.index.store import IndexStore
+
+        store = IndexStore(self.store / "idx" / "default")
+        if not store.exists():  # never built, or built empty (nothing to commit), or a first build cut short
+            assert not self.indexed, "the index is gone"
+            return
+        assert store.verify() == []
+        held = {os.path.relpath(doc.path, self.docs): doc.sha256 for doc in store.open_view().documents}
+        if self.indexed is not None:
+            assert held == self.indexed
+        else:
+            assert set(held.items()) <= self.versions, set(held.items()) - self.versions
+
+
+@pytest.mark.slow  # about a minute: hundreds of builds, queries, kills and power losses
+def test_random_histories_keep_the_index_as_the_model_says():
+    run_state_machine_as_test(History, settings=settings(
+        max_examples=int(os.environ.get("LGPT_HISTORIES", "12")), stateful_step_count=25, deadline=None,
+        database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+@pytest.mark.slow  # about 15 s: watch started and killed five times under a stream of edits
+def test_the_crasher_loop_leaves_every_latest_document_indexed_once(tmp_path, fake_model):
+    script = Path(__file__).resolve().parent.parent / "scripts" / "crasher.py"
+    done = subprocess.run([sys.executable, str(script), "--iterations", "5", "--model", str(fake_model), "--dir",
+                           str(tmp_path / "crash"), "--json", "--seed", "3"], capture_output=True, text=True, timeout=600)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], report
+    assert report["kills"] == 5 and report["edits"] > 0 and report["queries"] > 0
+    files = [p for p in (tmp_path / "crash" / "docs").rglob("*") if p.is_file()]
+    assert report["final_documents"] == len(files) > 0
