@@ -8,11 +8,13 @@ import base64
 import io
 import json
 import os
+import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -263,6 +265,76 @@ def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others
             assert faults == []
 
     asyncio.run(scenario())
+
+
+class RawStdio:
+    """`lgpt-index mcp` over stdio, spoken to line by line (as a client that sends what the SDK's parser
+    refuses, or that leaves mid-call, does); its stdout lines read on a thread of their own."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "mcp", *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+                                     env={**os.environ, **(env or {})})
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+
+    def send(self, message: dict | str) -> None:
+        self.proc.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 60) -> dict:
+        try:
+            return json.loads(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout} s") from None
+
+    def initialize(self) -> None:
+        self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        assert self.answer()["result"]["serverInfo"]["name"] == "lgpt-index"
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=60)
+
+
+def search_call(number: int | str, arguments: str) -> str:
+    """A tools/call line for search, its arguments given as raw JSON text."""
+    return (f'{{"jsonrpc": "2.0", "id": {json.dumps(number)}, "method": "tools/call", '
+            f'"params": {{"name": "search", "arguments": {arguments}}}}}')
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_line_the_parser_refuses_is_answered_and_the_server_goes_on(noisy_index):
+    """A lone surrogate escape, a filter nested 5,000 deep, a line that is not JSON (no id to read), JSON that is no JSON-RPC
+    message: each gets a JSON-RPC error (with its id where one can be read), and the next request its answer."""
+    client = RawStdio("--index-dir", str(noisy_index["index"]))
+    try:
+        client.initialize()
+        client.send(search_call(2, '{"query": "\\ud83d"}'))
+        surrogate = client.answer()
+        assert (surrogate["id"], surrogate["error"]["code"]) == (2, -32700), surrogate
+        assert surrogate["error"]["message"].startswith("Parse error: ")
+        deep = '{"a": ' * 5000 + "1" + "}" * 5000
+        client.send(search_call("three", f'{{"query": "q", "filters": {deep}}}'))
+        nested = client.answer()
+        assert (nested["id"], nested["error"]["code"]) == ("three", -32700) and "recursion" in nested["error"]["message"], nested
+        client.send("[1, 2")
+        broken = client.answer()
+        assert (broken["id"], broken["error"]["code"]) == (None, -32700), broken
+        assert broken["error"]["message"].startswith("Parse error: EOF while parsing a list")
+        client.send({"jsonrpc": "2.0", "id": 5, "method": 7})
+        invalid = client.answer()
+        assert (invalid["id"], invalid["error"]["code"]) == (5, -32600), invalid
+        client.send(search_call(6, '{"query": "report 1", "k": 1}'))
+        found = client.answer()
+        assert found["id"] == 6 and not found["result"]["isError"] and len(found["result"]["structuredContent"]["hits"]) == 1
+        client.proc.stdin.close()
+        assert client.proc.wait(timeout=60) == 0
+    finally:
+        client.close()
 
 
 class HttpMcp:
