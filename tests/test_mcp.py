@@ -22,13 +22,13 @@ import httpx
 import pytest
 
 from conftest import copy_tree, run_cli
-from helpers import report_index as build_report_index
+from helpers import report_index as build_report_index, wait_until
 
 TOOLS = {"search", "list_documents", "index_status", "get_page"}
 
 
 @asynccontextmanager
-async def mcp_session(*args: str, cwd: Path | None = None):
+async def mcp_session(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
     """A ClientSession on `lgpt-index mcp ARGS` over stdio, and the transport faults it met (a line on
     stdout that is not a protocol message is one: it must never happen)."""
     from mcp import ClientSession, StdioServerParameters
@@ -40,7 +40,7 @@ async def mcp_session(*args: str, cwd: Path | None = None):
         if isinstance(message, Exception):
             faults.append(message)
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", *args], env=dict(os.environ),
+    params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", *args], env={**os.environ, **(env or {})},
                                    cwd=str(cwd) if cwd else None)
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
@@ -267,6 +267,34 @@ def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others
     asyncio.run(scenario())
 
 
+def held_text_search(release: Path) -> dict[str, str]:
+    """The environment that holds the server's first text-mode search at its text list (query.text) until
+    `release` exists, as a page of one word repeated 25,000 times once held it for 36 s."""
+    return {"LGPT_FAILPOINT": "query.text:1:hold", "LGPT_FAILPOINT_HOLD": str(release)}
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_slow_search_holds_no_other_call(noisy_index, tmp_path):
+    """While one search is held mid-way, an unrelated search (hybrid: the model and the text list) and the
+    other tools answer; the held one answers once released."""
+    release = tmp_path / "release"
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(noisy_index["index"]), env=held_text_search(release)) as (session, faults):
+            held = asyncio.create_task(session.call_tool("search", {"query": "report 1 page 2", "mode": "text", "k": 1}))
+            await asyncio.to_thread(wait_until, Path(f"{release}.reached").exists, 60, "the text search held")
+            other = await asyncio.wait_for(session.call_tool("search", {"query": "report 2 page 1", "k": 2}), 60)
+            assert structured(other)["mode"] == "hybrid" and len(structured(other)["hits"]) == 2
+            assert structured(await asyncio.wait_for(session.call_tool("index_status", {}), 60))["pages"] == 13
+            assert not held.done()
+            release.touch()
+            answer = structured(await asyncio.wait_for(held, 60))
+            assert answer["mode"] == "text" and len(answer["hits"]) == 1 and "report" in answer["hits"][0]["text"]
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
 class RawStdio:
     """`lgpt-index mcp` over stdio, spoken to line by line (as a client that sends what the SDK's parser
     refuses, or that leaves mid-call, does); its stdout lines read on a thread of their own."""
@@ -334,6 +362,22 @@ def test_a_line_the_parser_refuses_is_answered_and_the_server_goes_on(noisy_inde
         client.proc.stdin.close()
         assert client.proc.wait(timeout=60) == 0
     finally:
+        client.close()
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_the_server_stops_when_the_client_closes_stdin_mid_call(noisy_index, tmp_path):
+    """The client leaves while a search is held (for 300 s): the server exits at once (0), the call abandoned."""
+    release = tmp_path / "release"
+    client = RawStdio("--index-dir", str(noisy_index["index"]), env=held_text_search(release))
+    try:
+        client.initialize()
+        client.send(search_call(2, '{"query": "report", "mode": "text"}'))
+        wait_until(Path(f"{release}.reached").exists, 60, "the text search held", proc=client.proc)
+        client.proc.stdin.close()
+        assert client.proc.wait(timeout=30) == 0
+    finally:
+        release.touch()
         client.close()
 
 

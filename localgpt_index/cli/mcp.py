@@ -70,8 +70,8 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
     if watcher is not None and not watcher.stop(wait_s=10):
         log.message("watch: the build in progress was abandoned; the index keeps its last generation", "notice")
     if not use_http and not tools.settled():
-        # the client left while the model loads: its thread cannot be stopped, and the interpreter
-        # would wait for it at exit (a minute for a large model) while the client waits to kill us
+        # the client left while the model loads or a call runs: their threads cannot be stopped, and the
+        # interpreter would wait for them at exit (a minute for a large model) while the client waits to kill us
         sys.stderr.flush()
         os._exit(0)
     sys.exit(0)
