@@ -136,6 +136,7 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
             assert (status["documents"], status["pages"], status["model_state"]) == (5, 13, "ready")
             assert status["modes"] == ["hybrid", "visual", "text"]
             assert status["index"] == "default" and status["image_caps"] == {"per_image": PER_IMAGE, "per_answer": PER_ANSWER}
+            assert status["text_caps"] == {"per_page": 20_000, "per_answer": 200_000}  # the defaults
 
             page = await session.call_tool("get_page", {"document": "report-1.pdf", "page": 3})
             shown = structured(page)
@@ -379,6 +380,42 @@ def test_the_server_stops_when_the_client_closes_stdin_mid_call(noisy_index, tmp
     finally:
         release.touch()
         client.close()
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_page_text_is_capped_per_page_and_per_answer(noisy_index):
+    """Each page's text at most --max-text-chars, an answer's together at most --max-answer-text-chars (pages
+    under an even share keep all theirs), each cut text a prefix of the page's and marked text_truncated."""
+    full = json.loads(run_cli("query", "report 1", "-k", "13", "--mode", "text", "--with-text", "--json",
+                              "--index-dir", str(noisy_index["index"])).stdout)
+    texts = {(hit["path"].rsplit("/", 1)[-1], hit["page"]): hit["text"] for hit in full["results"]}
+    assert min(len(text) for text in texts.values()) > 400  # every page's text is longer than the caps below let through
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(noisy_index["index"]), "--max-text-chars", "400",
+                               "--max-answer-text-chars", "1500") as (session, faults):
+            assert structured(await session.call_tool("index_status", {}))["text_caps"] == {"per_page": 400, "per_answer": 1500}
+            for k, each in ((2, 400), (5, 300), (12, 125)):  # the per-page cap, then an even share of the answer's
+                hits = structured(await session.call_tool("search", {"query": "report 1", "k": k, "mode": "text"}))["hits"]
+                assert len(hits) == k and all(hit["text_truncated"] for hit in hits)
+                assert all(len(hit["text"]) <= each and texts[hit["document"], hit["page"]].startswith(hit["text"]) for hit in hits)
+                assert sum(len(hit["text"]) for hit in hits) <= 1500
+                assert all(len(hit["text"]) > each * 0.8 for hit in hits)  # cut at a space near the cap, not far before it
+            page = structured(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 2, "with_image": False}))
+            assert page["text_truncated"] and len(page["text"]) <= 400 and texts["report-1.pdf", 2].startswith(page["text"])
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+def test_an_answers_text_cap_is_shared_evenly_by_the_pages_that_need_it():
+    """Pages under an even share keep all their text; the longer ones share the rest evenly (docs/mcp.md)."""
+    from localgpt_index.mcp.schemas import TextCaps
+
+    caps = TextCaps()  # 20,000 characters a page, 200,000 an answer
+    assert caps.limits([100, 3_000, 50_000, 2_500_000]) == [100, 3_000, 20_000, 20_000]
+    assert caps.limits([50_000] * 50) == [4_000] * 50  # search k=50 over long pages
+    assert TextCaps(100, 250).limits([10, 200, 200, 50]) == [10, 95, 95, 50]
 
 
 class HttpMcp:

@@ -1,6 +1,6 @@
 """What the MCP tools do, without MCP: the warm index of `serve` (serve.service: the model loaded
-once, HEAD followed, queries encoded on one thread and scored together on another), its path policy, and capped page
-images.
+once, HEAD followed, queries encoded on one thread and scored together on another), its path policy, capped page
+images and capped page text.
 
 Only the model's part of a search (encoding, the visual list) goes through serve's batcher; the rest of
 a call (the text list, fusion, snippets, page text, images) runs on a worker thread of its own, so a
@@ -26,7 +26,7 @@ from ..serve.batcher import QueryBatcher
 from ..serve.service import IndexService, SearchRequest
 from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
-                      SearchAnswer)
+                      SearchAnswer, TextCaps)
 
 BUILD_HINT = "Build it first: lgpt-index build DOCS (with the same --index-dir / --name / --store as this server)."
 T = TypeVar("T")
@@ -35,12 +35,14 @@ T = TypeVar("T")
 class IndexTools:
     """The index behind the tools: one per server process, shared by every MCP session."""
 
-    def __init__(self, service: IndexService, policy: PathPolicy | None = None, caps: ImageCaps | None = None) -> None:
+    def __init__(self, service: IndexService, policy: PathPolicy | None = None, caps: ImageCaps | None = None,
+                 text_caps: TextCaps | None = None) -> None:
         self.service = service
         self.policy = policy or PathPolicy()
         self.policy.learn_location(service.store.location)
         service.on_switch = self.policy.learn  # a generation the batcher opens is known before its messages are
         self.caps = caps or ImageCaps()
+        self.text_caps = text_caps or TextCaps()
         self.batcher = QueryBatcher(service)
         self.images = McpPageImages(self.caps)
         self._loading: Future | None = None
@@ -134,10 +136,11 @@ class IndexTools:
 
     def _answer(self, index, request: SearchRequest, used: str, visual: list[SearchHit] | None,
                 with_images: bool) -> tuple[SearchAnswer, list[FittedImage]]:
-        """On a worker: the rest of a search (the text list, fusion, snippets, page text, images)."""
+        """On a worker: the rest of a search (the text list, fusion, snippets, page text, images), capped."""
         filters = dict(request.filters) or None
         hits = index.finish(request.queries, None if visual is None else [visual], request.k, filters, request.options)[0]
         entries = [self._hit(index, hit) for hit in hits]
+        self._cap_texts(entries)
         images: list[FittedImage] = []
         if with_images and hits:
             for entry, image in zip(entries, self.images.fitted(index, hits)):
@@ -166,7 +169,8 @@ class IndexTools:
                            page_text=has_text(index), last_build=status["last_build"],
                            failures=[FailedDocument(document=f["path"], stage=f["stage"], reason=self.policy.message(f["reason"]))
                                      for f in status["failures"]],
-                           image_caps={"per_image": self.caps.per_image, "per_answer": self.caps.per_answer})
+                           image_caps={"per_image": self.caps.per_image, "per_answer": self.caps.per_answer},
+                           text_caps={"per_page": self.text_caps.per_page, "per_answer": self.text_caps.per_answer})
 
     def get_page(self, document: str, page: int, with_image: bool) -> tuple[PageAnswer, list[FittedImage]]:
         index = self.current()
@@ -179,6 +183,7 @@ class IndexTools:
         hit = SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind)
         answer = PageAnswer(document=name, page=page, pages=doc.pages, sha256=doc.sha256, kind=doc.kind,
                             text=page_text(index, hit))
+        self._cap_texts([answer])
         images: list[FittedImage] = []
         if with_image:
             self._attach(answer, self.images.fitted(index, [hit])[0], images)
@@ -194,6 +199,13 @@ class IndexTools:
                    kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=getattr(hit, "snippet", None),
                    text=page_text(index, hit))
 
+    def _cap_texts(self, entries: list[Hit] | list[PageAnswer]) -> None:
+        """The page texts of one answer cut to fit the text caps, each cut one saying so."""
+        limits = self.text_caps.limits([len(entry.text or "") for entry in entries])
+        for entry, limit in zip(entries, limits):
+            if entry.text is not None and len(entry.text) > limit:
+                entry.text, entry.text_truncated = cut_text(entry.text, limit), True
+
     def _attach(self, entry: Hit | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
         if isinstance(image, str):
             entry.image_error = self.policy.message(image)
@@ -202,6 +214,13 @@ class IndexTools:
         # the answer's content: its JSON text first, then the images in order
         entry.image = PageImage(content_index=len(images), width=image.width, height=image.height, bytes=len(image.png),
                                 scaled=image.scaled)
+
+
+def cut_text(text: str, limit: int) -> str:
+    """The first `limit` characters of `text` at most, ending at a space where one is near the limit."""
+    kept = text[:limit]
+    space = max(kept.rfind(" "), kept.rfind("\n"))
+    return (kept[:space] if space > limit * 0.9 else kept).rstrip()
 
 
 def has_text(index) -> bool:

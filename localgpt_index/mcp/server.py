@@ -57,7 +57,8 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
                                                                      "within the answer's size cap")] = False,
                      ) -> Annotated[CallToolResult, SearchAnswer]:
         """The pages of the indexed documents that best answer `query`, best first: document, page, score, the
-        page's text when the index has it, and with `with_images` the page images, scaled down to fit the caps."""
+        page's text when the index has it (cut to fit the text caps), and with `with_images` the page images,
+        scaled down to fit the image caps."""
         answer, images = await tools.search(query, k, filters or {}, mode, first_pass, with_images)
         return _result(answer, images)
 
@@ -81,7 +82,7 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
     async def get_page(document: Document, page: Page,
                        with_image: Annotated[bool, Field(description="the page as an image (PNG)")] = True,
                        ) -> Annotated[CallToolResult, PageAnswer]:
-        """One page of an indexed document: its image (size-capped) and its text when the index has it."""
+        """One page of an indexed document: its image (size-capped) and its text when the index has it (capped)."""
         answer, images = await tools.run(tools.get_page, document, page, with_image)
         return _result(answer, images)
 
