@@ -265,3 +265,60 @@ def test_kill_during_a_build_leaves_text_and_vectors_of_one_generation(fake_mode
     else:
         assert (generation, documents, texts) == before and found == []
     assert document_pages(query_json(index, "zanzibar", "--mode", "text")) == [("old.pdf", 1)]
+
+
+def one_word_pdf(path, word: str, times: int):
+    """A PDF of one US letter page whose text is `word` (two letters), `times` times (up to 10,000: small
+    print, where pdftotext still reads every word)."""
+    from reportlab.pdfgen import canvas
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf = canvas.Canvas(str(path), pagesize=(612, 792), invariant=1)
+    pdf.setFont("Helvetica", 4)
+    for line in range(-(-times // 100)):
+        pdf.drawString(20, 772 - 5.5 * line, " ".join([word] * min(100, times - 100 * line)))
+    pdf.showPage()
+    pdf.save()
+    return path
+
+
+class WorkLimit(Exception):
+    """More lines of lgpt-index's own code ran than the budget allowed."""
+
+
+def lines_run(budget: int, action):
+    """`action()` with the lines of lgpt-index's own Python code that run counted (sys.settrace, this thread):
+    its result and the count; past `budget`, WorkLimit (a work count, unlike a time, is the same on every machine)."""
+    import sys
+    from pathlib import Path
+
+    import localgpt_index
+
+    package, count = str(Path(localgpt_index.__file__).parent), [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if count[0] > budget:
+                raise WorkLimit(f"over {budget:,} lines run")
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename.startswith(package) else None)
+    try:
+        return action(), count[0]
+    finally:
+        sys.settrace(None)
+
+
+def test_a_page_of_one_word_repeated_is_queried_in_linear_work(fake_model, tmp_path):
+    """A page whose text is one word 10,000 times: a text query's snippet finds the densest window in work
+    linear in the page's matches (about 30 lines of code a match; quadratic, it was 10,000 x 10,000 / 2)."""
+    words = 10_000
+    one_word_pdf(tmp_path / "docs" / "one-word.pdf", "ab", words)
+    index = str(tmp_path / "idx")
+    assert run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", index).exit_code == 0
+    budget = 100 * words
+    answered, lines = lines_run(budget, lambda: run_cli("query", "ab", "--mode", "text", "--with-text", "--json", "--index-dir", index))
+    assert lines <= budget, f"over {budget:,} lines of code run for one query: {answered.output[-300:]}"
+    hit = json.loads(answered.stdout)["results"][0]
+    assert hit["text"].split() == ["ab"] * words and hit["snippet"].startswith("**ab** **ab**")

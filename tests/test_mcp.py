@@ -8,11 +8,13 @@ import base64
 import io
 import json
 import os
+import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -20,13 +22,13 @@ import httpx
 import pytest
 
 from conftest import copy_tree, run_cli
-from helpers import report_index as build_report_index
+from helpers import report_index as build_report_index, wait_until
 
 TOOLS = {"search", "list_documents", "index_status", "get_page"}
 
 
 @asynccontextmanager
-async def mcp_session(*args: str, cwd: Path | None = None):
+async def mcp_session(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
     """A ClientSession on `lgpt-index mcp ARGS` over stdio, and the transport faults it met (a line on
     stdout that is not a protocol message is one: it must never happen)."""
     from mcp import ClientSession, StdioServerParameters
@@ -38,7 +40,7 @@ async def mcp_session(*args: str, cwd: Path | None = None):
         if isinstance(message, Exception):
             faults.append(message)
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", *args], env=dict(os.environ),
+    params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", *args], env={**os.environ, **(env or {})},
                                    cwd=str(cwd) if cwd else None)
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
@@ -134,6 +136,7 @@ def test_stdio_tools_answer_with_typed_results_and_capped_images(noisy_index):
             assert (status["documents"], status["pages"], status["model_state"]) == (5, 13, "ready")
             assert status["modes"] == ["hybrid", "visual", "text"]
             assert status["index"] == "default" and status["image_caps"] == {"per_image": PER_IMAGE, "per_answer": PER_ANSWER}
+            assert status["text_caps"] == {"per_page": 20_000, "per_answer": 200_000}  # the defaults
 
             page = await session.call_tool("get_page", {"document": "report-1.pdf", "page": 3})
             shown = structured(page)
@@ -283,6 +286,156 @@ def test_a_page_that_cannot_be_rendered_or_fit_has_an_image_error_and_the_others
             assert faults == []
 
     asyncio.run(scenario())
+
+
+def held_text_search(release: Path) -> dict[str, str]:
+    """The environment that holds the server's first text-mode search at its text list (query.text) until
+    `release` exists, as a page of one word repeated 25,000 times once held it for 36 s."""
+    return {"LGPT_FAILPOINT": "query.text:1:hold", "LGPT_FAILPOINT_HOLD": str(release)}
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_slow_search_holds_no_other_call(noisy_index, tmp_path):
+    """While one search is held mid-way, an unrelated search (hybrid: the model and the text list) and the
+    other tools answer; the held one answers once released."""
+    release = tmp_path / "release"
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(noisy_index["index"]), env=held_text_search(release)) as (session, faults):
+            held = asyncio.create_task(session.call_tool("search", {"query": "report 1 page 2", "mode": "text", "k": 1}))
+            await asyncio.to_thread(wait_until, Path(f"{release}.reached").exists, 60, "the text search held")
+            other = await asyncio.wait_for(session.call_tool("search", {"query": "report 2 page 1", "k": 2}), 60)
+            assert structured(other)["mode"] == "hybrid" and len(structured(other)["hits"]) == 2
+            assert structured(await asyncio.wait_for(session.call_tool("index_status", {}), 60))["pages"] == 13
+            assert not held.done()
+            release.touch()
+            answer = structured(await asyncio.wait_for(held, 60))
+            assert answer["mode"] == "text" and len(answer["hits"]) == 1 and "report" in answer["hits"][0]["text"]
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+class RawStdio:
+    """`lgpt-index mcp` over stdio, spoken to line by line (as a client that sends what the SDK's parser
+    refuses, or that leaves mid-call, does); its stdout lines read on a thread of their own."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "localgpt_index", "mcp", *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+                                     env={**os.environ, **(env or {})})
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+
+    def send(self, message: dict | str) -> None:
+        self.proc.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 60) -> dict:
+        try:
+            return json.loads(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout} s") from None
+
+    def initialize(self) -> None:
+        self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        assert self.answer()["result"]["serverInfo"]["name"] == "lgpt-index"
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=60)
+
+
+def search_call(number: int | str, arguments: str) -> str:
+    """A tools/call line for search, its arguments given as raw JSON text."""
+    return (f'{{"jsonrpc": "2.0", "id": {json.dumps(number)}, "method": "tools/call", '
+            f'"params": {{"name": "search", "arguments": {arguments}}}}}')
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_line_the_parser_refuses_is_answered_and_the_server_goes_on(noisy_index):
+    """A lone surrogate escape, a filter nested 5,000 deep, a line that is not JSON (no id to read), JSON that is no JSON-RPC
+    message: each gets a JSON-RPC error (with its id where one can be read), and the next request its answer."""
+    client = RawStdio("--index-dir", str(noisy_index["index"]))
+    try:
+        client.initialize()
+        client.send(search_call(2, '{"query": "\\ud83d"}'))
+        surrogate = client.answer()
+        assert (surrogate["id"], surrogate["error"]["code"]) == (2, -32700), surrogate
+        assert surrogate["error"]["message"].startswith("Parse error: ")
+        deep = '{"a": ' * 5000 + "1" + "}" * 5000
+        client.send(search_call("three", f'{{"query": "q", "filters": {deep}}}'))
+        nested = client.answer()
+        assert (nested["id"], nested["error"]["code"]) == ("three", -32700) and "recursion" in nested["error"]["message"], nested
+        client.send("[1, 2")
+        broken = client.answer()
+        assert (broken["id"], broken["error"]["code"]) == (None, -32700), broken
+        assert broken["error"]["message"].startswith("Parse error: EOF while parsing a list")
+        client.send({"jsonrpc": "2.0", "id": 5, "method": 7})
+        invalid = client.answer()
+        assert (invalid["id"], invalid["error"]["code"]) == (5, -32600), invalid
+        client.send(search_call(6, '{"query": "report 1", "k": 1}'))
+        found = client.answer()
+        assert found["id"] == 6 and not found["result"]["isError"] and len(found["result"]["structuredContent"]["hits"]) == 1
+        client.proc.stdin.close()
+        assert client.proc.wait(timeout=60) == 0
+    finally:
+        client.close()
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_the_server_stops_when_the_client_closes_stdin_mid_call(noisy_index, tmp_path):
+    """The client leaves while a search is held (for 300 s): the server exits at once (0), the call abandoned."""
+    release = tmp_path / "release"
+    client = RawStdio("--index-dir", str(noisy_index["index"]), env=held_text_search(release))
+    try:
+        client.initialize()
+        client.send(search_call(2, '{"query": "report", "mode": "text"}'))
+        wait_until(Path(f"{release}.reached").exists, 60, "the text search held", proc=client.proc)
+        client.proc.stdin.close()
+        assert client.proc.wait(timeout=30) == 0
+    finally:
+        release.touch()
+        client.close()
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_page_text_is_capped_per_page_and_per_answer(noisy_index):
+    """Each page's text at most --max-text-chars, an answer's together at most --max-answer-text-chars (pages
+    under an even share keep all theirs), each cut text a prefix of the page's and marked text_truncated."""
+    full = json.loads(run_cli("query", "report 1", "-k", "13", "--mode", "text", "--with-text", "--json",
+                              "--index-dir", str(noisy_index["index"])).stdout)
+    texts = {(hit["path"].rsplit("/", 1)[-1], hit["page"]): hit["text"] for hit in full["results"]}
+    assert min(len(text) for text in texts.values()) > 400  # every page's text is longer than the caps below let through
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(noisy_index["index"]), "--max-text-chars", "400",
+                               "--max-answer-text-chars", "1500") as (session, faults):
+            assert structured(await session.call_tool("index_status", {}))["text_caps"] == {"per_page": 400, "per_answer": 1500}
+            for k, each in ((2, 400), (5, 300), (12, 125)):  # the per-page cap, then an even share of the answer's
+                hits = structured(await session.call_tool("search", {"query": "report 1", "k": k, "mode": "text"}))["hits"]
+                assert len(hits) == k and all(hit["text_truncated"] for hit in hits)
+                assert all(len(hit["text"]) <= each and texts[hit["document"], hit["page"]].startswith(hit["text"]) for hit in hits)
+                assert sum(len(hit["text"]) for hit in hits) <= 1500
+                assert all(len(hit["text"]) > each * 0.8 for hit in hits)  # cut at a space near the cap, not far before it
+            page = structured(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 2, "with_image": False}))
+            assert page["text_truncated"] and len(page["text"]) <= 400 and texts["report-1.pdf", 2].startswith(page["text"])
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
+def test_an_answers_text_cap_is_shared_evenly_by_the_pages_that_need_it():
+    """Pages under an even share keep all their text; the longer ones share the rest evenly (docs/mcp.md)."""
+    from localgpt_index.mcp.schemas import TextCaps
+
+    caps = TextCaps()  # 20,000 characters a page, 200,000 an answer
+    assert caps.limits([100, 3_000, 50_000, 2_500_000]) == [100, 3_000, 20_000, 20_000]
+    assert caps.limits([50_000] * 50) == [4_000] * 50  # search k=50 over long pages
+    assert TextCaps(100, 250).limits([10, 200, 200, 50]) == [10, 95, 95, 50]
 
 
 class HttpMcp:

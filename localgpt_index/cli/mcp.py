@@ -24,6 +24,11 @@ Exit codes:
               help="Largest PNG of one page image; larger pages are scaled down to fit. [default: 524288]")
 @click.option("--max-answer-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",
               help="All the page images of one answer together; each gets an even share. [default: 2097152]")
+@click.option("--max-text-chars", type=click.IntRange(min=1), default=None, metavar="CHARS",
+              help="Most characters of one page's text in an answer; a longer text is cut (text_truncated). [default: 20000]")
+@click.option("--max-answer-text-chars", type=click.IntRange(min=1), default=None, metavar="CHARS",
+              help="All the page texts of one answer together; pages under an even share keep all their text, "
+                   "the longer ones share the rest. [default: 200000]")
 @click.option("--absolute-paths", is_flag=True,
               help="Name documents by absolute paths (default: relative to the folder they were indexed from).")
 @click.option("-q", "--quiet", is_flag=True, help="With --http: no line per request; errors only.")
@@ -34,13 +39,14 @@ Exit codes:
 @model_options
 @index_options
 @click.pass_obj
-def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answer_image_bytes, absolute_paths, quiet,
-        watch_docs, device, dtype) -> None:
+def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answer_image_bytes, max_text_chars,
+        max_answer_text_chars, absolute_paths, quiet, watch_docs, device, dtype) -> None:
     """Answer MCP clients (desktop agents, answerers) from the index: tools search, get_page,
     list_documents and index_status, the model loaded once. Over stdio by default: stdout carries
     protocol messages only; messages go to stderr."""
     from ..mcp.backend import IndexTools
-    from ..mcp.schemas import DEFAULT_ANSWER_IMAGE_BYTES, DEFAULT_IMAGE_BYTES, ImageCaps
+    from ..mcp.schemas import (DEFAULT_ANSWER_IMAGE_BYTES, DEFAULT_ANSWER_TEXT_CHARS, DEFAULT_IMAGE_BYTES, DEFAULT_TEXT_CHARS,
+                               ImageCaps, TextCaps)
     from ..serve.httpguard import PathPolicy
     from ..serve.middleware import RequestLog
     from ..serve.runner import check_exposure
@@ -49,7 +55,8 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
     if use_http:
         check_exposure(host, token)
     caps = ImageCaps(max_image_bytes or DEFAULT_IMAGE_BYTES, max_answer_image_bytes or DEFAULT_ANSWER_IMAGE_BYTES)
-    tools = IndexTools(IndexService(app.store(), device, dtype), PathPolicy(absolute_paths), caps)
+    text_caps = TextCaps(max_text_chars or DEFAULT_TEXT_CHARS, max_answer_text_chars or DEFAULT_ANSWER_TEXT_CHARS)
+    tools = IndexTools(IndexService(app.store(), device, dtype), PathPolicy(absolute_paths), caps, text_caps)
     log = RequestLog(quiet=quiet)
     _say_what_is_there(tools, log)
     # --watch: the watcher is a companion (mcp/runner.py), started once stdout is safe; the tools follow its commits
@@ -70,8 +77,8 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
     if watcher is not None and not watcher.stop(wait_s=10):
         log.message("watch: the build in progress was abandoned; the index keeps its last generation", "notice")
     if not use_http and not tools.settled():
-        # the client left while the model loads: its thread cannot be stopped, and the interpreter
-        # would wait for it at exit (a minute for a large model) while the client waits to kill us
+        # the client left while the model loads or a call runs: their threads cannot be stopped, and the
+        # interpreter would wait for them at exit (a minute for a large model) while the client waits to kill us
         sys.stderr.flush()
         os._exit(0)
     sys.exit(0)

@@ -1,5 +1,10 @@
 """What the MCP tools do, without MCP: the warm index of `serve` (serve.service: the model loaded
-once, HEAD followed, queries encoded on one thread and scored together on another), its path policy, and capped page images.
+once, HEAD followed, queries encoded on one thread and scored together on another), its path policy, capped page
+images and capped page text.
+
+Only the model's part of a search (encoding, the visual list) goes through serve's batcher; the rest of
+a call (the text list, fusion, snippets, page text, images) runs on a worker thread of its own, so a
+call slow there holds up no other, and a call its client left is abandoned when the server stops.
 
 Nothing outside the index is read: documents are found by the name the index gives them (or their
 sha256), and pages are rendered from what the index recorded, exactly as `serve` renders them."""
@@ -8,36 +13,44 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any, Callable, TypeVar
 
 from ..core.errors import IndexProblem, UsageError
 from ..core.types import SearchHit
 from ..interop.reports import documents_document, status_document
+from ..query.search import QueryOptions
 from ..serve.httpguard import PathPolicy, check_query_texts
 from ..serve.batcher import QueryBatcher
 from ..serve.service import IndexService, SearchRequest
 from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
-                      SearchAnswer)
+                      SearchAnswer, TextCaps)
 
 BUILD_HINT = "Build it first: lgpt-index build DOCS (with the same --index-dir / --name / --store as this server)."
+T = TypeVar("T")
 
 
 class IndexTools:
     """The index behind the tools: one per server process, shared by every MCP session."""
 
-    def __init__(self, service: IndexService, policy: PathPolicy | None = None, caps: ImageCaps | None = None) -> None:
+    def __init__(self, service: IndexService, policy: PathPolicy | None = None, caps: ImageCaps | None = None,
+                 text_caps: TextCaps | None = None) -> None:
         self.service = service
         self.policy = policy or PathPolicy()
         self.policy.learn_location(service.store.location)
         service.on_switch = self.policy.learn  # a generation the batcher opens is known before its messages are
         self.caps = caps or ImageCaps()
+        self.text_caps = text_caps or TextCaps()
         self.batcher = QueryBatcher(service)
         self.images = McpPageImages(self.caps)
         self._loading: Future | None = None
         self._batching = False
         self._lock = threading.Lock()
+        # not the event loop's default executor: the loop waits for that one's threads when it closes
+        self._workers = ThreadPoolExecutor(thread_name_prefix="lgpt-mcp")
+        self._working = 0  # calls running on the workers
 
     # the index and the model
 
@@ -58,8 +71,25 @@ class IndexTools:
             return self._loading
 
     def settled(self) -> bool:
-        """No model load under way (none started, or it ended)."""
-        return self._loading is None or self._loading.done()
+        """No work left on a thread of ours: no model load under way, no call running on a worker, no query
+        in the batcher. Where some is left, the client is gone and nothing waits for it: the caller exits."""
+        with self._lock:
+            working = self._working
+        return (self._loading is None or self._loading.done()) and not working and not self.batcher.busy
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on a worker thread: a slow call holds only its own thread (never the event loop, nor
+        another call); cancelled (the client left), it is abandoned."""
+        return await asyncio.get_running_loop().run_in_executor(self._workers, self._counted, work, *args)
+
+    def _counted(self, work: Callable[..., T], *args: Any) -> T:
+        with self._lock:
+            self._working += 1
+        try:
+            return work(*args)
+        finally:
+            with self._lock:
+                self._working -= 1
 
     def _load(self) -> None:
         self.service.load()  # records a failure instead of raising
@@ -81,11 +111,17 @@ class IndexTools:
         query = check_query_texts([query], "query")[0]
         if any(not key for key in filters):
             raise UsageError("filters: a key may not be empty.")
-        index = await asyncio.to_thread(self.current)
+        index = await self.run(self.current)
         request = search_request(index, query, k, filters, mode, first_pass)
         used = request_mode(index, request)
         if index.page_count == 0:
             raise IndexProblem(f"the index at {index.store.location} holds no pages yet.", hint=BUILD_HINT)
+        generation, visual = (index, None) if used == "text" else await self._visual_list(index, request)  # text: no model
+        return await self.run(self._answer, generation, request, used, visual, with_images)
+
+    async def _visual_list(self, index, request: SearchRequest) -> tuple[Any, list[SearchHit]]:
+        """The model's part of `request`: its visual list, deep enough for the fusion, from the batcher
+        (with the queries of the other calls); the generation that answered."""
         loading = self.start_loading()
         if loading is not None:
             await asyncio.wrap_future(loading)
@@ -93,15 +129,24 @@ class IndexTools:
         if not self._batching:  # started on the loop that serves the tools
             self.batcher.start()
             self._batching = True
-        answer = await self.batcher.submit(request)
-        hits = answer.results[0]
-        entries = [self._hit(answer.index, hit) for hit in hits]
+        options = QueryOptions(mode="visual")  # the text side is the worker's (_answer)
+        visual = replace(request, k=index.visual_depth(request.k, request.options), options=options)
+        answer = await self.batcher.submit(visual)
+        return answer.index, answer.results[0]
+
+    def _answer(self, index, request: SearchRequest, used: str, visual: list[SearchHit] | None,
+                with_images: bool) -> tuple[SearchAnswer, list[FittedImage]]:
+        """On a worker: the rest of a search (the text list, fusion, snippets, page text, images), capped."""
+        filters = dict(request.filters) or None
+        hits = index.finish(request.queries, None if visual is None else [visual], request.k, filters, request.options)[0]
+        entries = [self._hit(index, hit) for hit in hits]
+        self._cap_texts(entries)
         images: list[FittedImage] = []
         if with_images and hits:
-            fitted = await asyncio.to_thread(self.images.fitted, answer.index, hits)
-            for entry, image in zip(entries, fitted):
+            for entry, image in zip(entries, self.images.fitted(index, hits)):
                 self._attach(entry, image, images)
-        return SearchAnswer(query=query, mode=used, k=k, generation=answer.index.manifest.generation, hits=entries), images
+        return SearchAnswer(query=request.queries[0], mode=used, k=request.k, generation=index.manifest.generation,
+                            hits=entries), images
 
     def list_documents(self, prefix: str, offset: int, limit: int) -> DocumentList:
         index = self.current()
@@ -124,7 +169,8 @@ class IndexTools:
                            page_text=has_text(index), last_build=status["last_build"],
                            failures=[FailedDocument(document=f["path"], stage=f["stage"], reason=self.policy.message(f["reason"]))
                                      for f in status["failures"]],
-                           image_caps={"per_image": self.caps.per_image, "per_answer": self.caps.per_answer})
+                           image_caps={"per_image": self.caps.per_image, "per_answer": self.caps.per_answer},
+                           text_caps={"per_page": self.text_caps.per_page, "per_answer": self.text_caps.per_answer})
 
     def get_page(self, document: str, page: int, with_image: bool) -> tuple[PageAnswer, list[FittedImage]]:
         index = self.current()
@@ -137,6 +183,7 @@ class IndexTools:
         hit = SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind)
         answer = PageAnswer(document=name, page=page, pages=doc.pages, sha256=doc.sha256, kind=doc.kind,
                             text=page_text(index, hit))
+        self._cap_texts([answer])
         images: list[FittedImage] = []
         if with_image:
             self._attach(answer, self.images.fitted(index, [hit])[0], images)
@@ -152,6 +199,13 @@ class IndexTools:
                    kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=getattr(hit, "snippet", None),
                    text=page_text(index, hit))
 
+    def _cap_texts(self, entries: list[Hit] | list[PageAnswer]) -> None:
+        """The page texts of one answer cut to fit the text caps, each cut one saying so."""
+        limits = self.text_caps.limits([len(entry.text or "") for entry in entries])
+        for entry, limit in zip(entries, limits):
+            if entry.text is not None and len(entry.text) > limit:
+                entry.text, entry.text_truncated = cut_text(entry.text, limit), True
+
     def _attach(self, entry: Hit | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
         if isinstance(image, str):
             entry.image_error = self.policy.message(image)
@@ -162,45 +216,30 @@ class IndexTools:
                                 scaled=image.scaled)
 
 
-# Page text and search modes come from the page-text work (issue 27: `SearchRequest.options`, a
-# QueryOptions with the mode and with_text; `Index.lexical`, the generation's text index with
-# `page_text(path, page)`; `Index.mode(options)`). Where the query layer has none of it, the index
-# answers visual queries only and says so.
-
-def _lexical(index):
-    return getattr(index, "lexical", None)
+def cut_text(text: str, limit: int) -> str:
+    """The first `limit` characters of `text` at most, ending at a space where one is near the limit."""
+    kept = text[:limit]
+    space = max(kept.rfind(" "), kept.rfind("\n"))
+    return (kept[:space] if space > limit * 0.9 else kept).rstrip()
 
 
 def has_text(index) -> bool:
     """Whether this generation holds page text."""
-    return _lexical(index) is not None
-
-
-def _with_options() -> bool:
-    return "options" in SearchRequest.__dataclass_fields__
+    return index.lexical is not None
 
 
 def search_modes(index) -> list[str]:
-    """visual always; text and hybrid where the query layer has modes and the index holds text."""
-    return ["hybrid", "visual", "text"] if _with_options() and has_text(index) else ["visual"]
+    """visual always; text and hybrid where the index holds text."""
+    return ["hybrid", "visual", "text"] if has_text(index) else ["visual"]
 
 
 def search_request(index, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None) -> SearchRequest:
-    request = SearchRequest((query,), k, tuple(sorted(filters.items())), first_pass)
-    if _with_options():
-        from ..query.search import QueryOptions  # the page-text work's (see above)
-
-        return replace(request, options=QueryOptions(mode=mode, with_text=True))
-    if mode not in (None, "visual"):
-        raise UsageError(f"mode {mode!r}: this index answers visual queries only (it holds no page text).",
-                         hint="Leave mode out, or ask for mode visual.")
-    return request
+    return SearchRequest((query,), k, tuple(sorted(filters.items())), first_pass, QueryOptions(mode=mode, with_text=True))
 
 
 def request_mode(index, request: SearchRequest) -> str:
     """The mode that answers `request` (the query layer's choice; it refuses a mode the index cannot answer)."""
-    options = getattr(request, "options", None)
-    return index.mode(options) if options is not None else "visual"
+    return index.mode(request.options)
 
 
 def page_text(index, hit: SearchHit) -> str | None:
@@ -208,5 +247,5 @@ def page_text(index, hit: SearchHit) -> str | None:
     text = getattr(hit, "text", None)
     if text is not None:
         return text
-    lexical = _lexical(index)
+    lexical = index.lexical
     return lexical.page_text(hit.path, hit.page) if lexical is not None else None

@@ -37,9 +37,14 @@ def _lifespan(tools: IndexTools, companions: Sequence[Companion]):
 
 
 def run_stdio(tools: IndexTools, companions: Sequence[Companion] = ()) -> None:
-    """Serve one client over stdin/stdout until it closes stdin."""
+    """Serve one client over stdin/stdout until it closes stdin (a line it sends that cannot be read is
+    answered with a JSON-RPC error: mcp/stdio.py)."""
+    import anyio
+
+    from .stdio import serve_stdio
+
     server = create_server(tools, lifespan=_lifespan(tools, companions))
-    server.run("stdio")
+    anyio.run(serve_stdio, server)
 
 
 def run_http(tools: IndexTools, host: str, port: int, token: str | None, log: RequestLog,

@@ -1,4 +1,4 @@
-"""What the MCP tools answer (their output schemas) and the limits they keep.
+"""What the MCP tools answer (their output schemas) and the limits they keep (image and text caps).
 
 Documents are named as `serve` names them (serve.httpguard.PathPolicy): relative to the folder
 they were indexed from, unless the server runs with --absolute-paths."""
@@ -17,6 +17,8 @@ DEFAULT_IMAGE_BYTES = 512 * 1024  # one page image, as PNG
 DEFAULT_ANSWER_IMAGE_BYTES = 2 * 1024 * 1024  # all the page images of one answer together
 MIN_IMAGE_SIDE = 32  # a page is not shrunk below this: it says why it has no image instead
 RENDER_DPI = 150  # pages are rendered at this resolution, then scaled down to fit the caps
+DEFAULT_TEXT_CHARS = 20_000  # one page's text (a dense page holds 5,000-10,000 characters)
+DEFAULT_ANSWER_TEXT_CHARS = 200_000  # all the page texts of one answer together
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,31 @@ class ImageCaps:
     def share(self, images: int) -> int:
         """The bytes each of `images` images may take: the total cap split evenly, at most the per-image cap."""
         return min(self.per_image, self.per_answer // max(1, images))
+
+
+@dataclass(frozen=True)
+class TextCaps:
+    """Characters of page text an answer carries, per page and for all its pages together."""
+
+    per_page: int = DEFAULT_TEXT_CHARS
+    per_answer: int = DEFAULT_ANSWER_TEXT_CHARS
+
+    def __post_init__(self) -> None:
+        if self.per_page < 1 or self.per_answer < 1:
+            raise UsageError("--max-text-chars and --max-answer-text-chars must be at least 1.")
+
+    def limits(self, lengths: list[int]) -> list[int]:
+        """The characters each of texts of `lengths` may keep: at most per_page each and per_answer
+        together; a text shorter than an even share of what is left keeps all of it, and leaves the
+        rest to the longer ones, which share it evenly."""
+        wanted = [min(length, self.per_page) for length in lengths]
+        budget, left, cap = self.per_answer, len(wanted), self.per_page
+        for length in sorted(wanted):
+            if length > budget // left:
+                cap = budget // left
+                break
+            budget, left = budget - length, left - 1
+        return [min(length, cap) for length in wanted]
 
 
 class PageImage(BaseModel):
@@ -54,7 +81,8 @@ class Hit(BaseModel):
     kind: str = Field(description="pdf, image, docx, ...")
     metadata: dict[str, str] = Field(default_factory=dict)
     snippet: str | None = Field(None, description="where the query's words are in the page's text (index with page text)")
-    text: str | None = Field(None, description="the page's text, when the index holds page text")
+    text: str | None = Field(None, description="the page's text, when the index holds page text (cut to fit the text caps)")
+    text_truncated: bool = Field(False, description="the page's text was cut to fit the text caps (index_status says them)")
     image: PageImage | None = Field(None, description="the page image, when with_images asked for it")
     image_error: str | None = Field(None, description="why the page has no image")
 
@@ -104,6 +132,7 @@ class IndexStatus(BaseModel):
     last_build: str
     failures: list[FailedDocument] = Field(default_factory=list)
     image_caps: dict[str, int] = Field(description="bytes of PNG per image and per answer")
+    text_caps: dict[str, int] = Field(description="characters of page text per page and per answer")
 
 
 class PageAnswer(BaseModel):
@@ -112,6 +141,7 @@ class PageAnswer(BaseModel):
     pages: int = Field(description="pages of the document")
     sha256: str
     kind: str
-    text: str | None = None
+    text: str | None = Field(None, description="the page's text (cut to fit the text caps)")
+    text_truncated: bool = Field(False, description="the page's text was cut to fit the text caps")
     image: PageImage | None = None
     image_error: str | None = None

@@ -6,7 +6,6 @@ A failure is a tool error (isError) with the CLI's message: never a traceback.""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import json
@@ -58,7 +57,8 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
                                                                      "within the answer's size cap")] = False,
                      ) -> Annotated[CallToolResult, SearchAnswer]:
         """The pages of the indexed documents that best answer `query`, best first: document, page, score, the
-        page's text when the index has it, and with `with_images` the page images, scaled down to fit the caps."""
+        page's text when the index has it (cut to fit the text caps), and with `with_images` the page images,
+        scaled down to fit the image caps."""
         answer, images = await tools.search(query, k, filters or {}, mode, first_pass, with_images)
         return _result(answer, images)
 
@@ -69,21 +69,21 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
                              offset: Annotated[int, Field(ge=0)] = 0,
                              limit: Annotated[int, Field(ge=1, le=MAX_LIST)] = 100) -> DocumentList:
         """The documents in the index (paged: pass next_offset as offset for the next page)."""
-        return await asyncio.to_thread(tools.list_documents, prefix, offset, limit)
+        return await tools.run(tools.list_documents, prefix, offset, limit)
 
     @server.tool(annotations=READ_ONLY)
     @_tool_errors(tools)
     async def index_status() -> IndexStatus:
         """What the index holds (documents, pages, model, the search modes it answers) and whether its model is loaded."""
-        return await asyncio.to_thread(tools.status)
+        return await tools.run(tools.status)
 
     @server.tool(annotations=READ_ONLY)
     @_tool_errors(tools)
     async def get_page(document: Document, page: Page,
                        with_image: Annotated[bool, Field(description="the page as an image (PNG)")] = True,
                        ) -> Annotated[CallToolResult, PageAnswer]:
-        """One page of an indexed document: its image (size-capped) and its text when the index has it."""
-        answer, images = await asyncio.to_thread(tools.get_page, document, page, with_image)
+        """One page of an indexed document: its image (size-capped) and its text when the index has it (capped)."""
+        answer, images = await tools.run(tools.get_page, document, page, with_image)
         return _result(answer, images)
 
     return server

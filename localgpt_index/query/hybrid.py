@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from ..core.errors import IndexProblem, UsageError
+from ..core.failpoints import failpoint
 from ..core.metadata import matches
 from ..core.types import SearchHit
 from ..index.text.engine import LexicalIndex, TextHit
@@ -62,6 +63,7 @@ def answer(view, lexical: LexicalIndex | None, texts: Sequence[str], visual: Seq
            k: int, filters: dict[str, str] | None, mode: Mode, options: QueryOptions) -> list[list[SearchHit]]:
     """The top-k of each query in `mode`, from its visual list (already ranked; None in text mode)
     and the text list asked here."""
+    failpoint(f"query.{mode}")  # query.text, query.hybrid, query.visual: tests hold a query of one mode here
     if mode == "visual":  # the vision model's answer: page text and snippets only when asked for
         assert visual is not None
         if not options.with_text:

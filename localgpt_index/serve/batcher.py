@@ -56,6 +56,12 @@ class QueryBatcher:
         self._executor.shutdown(wait=True)
 
     @property
+    def busy(self) -> bool:
+        """Requests on its threads: being encoded or scored."""
+        with self._lock:
+            return self._encoding or self._working
+
+    @property
     def queued(self) -> int:
         """Requests waiting to be scored: not encoded yet, or encoded and not yet taken by the model thread."""
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .tokenize import spans, tokenize
 
 WIDTH = 200
@@ -15,11 +17,7 @@ def snippet(text: str, query: str, width: int = WIDTH) -> str:
     hits = spans(text, wanted)
     if not hits:
         return _clip(text, 0, width)
-    best, best_count = 0, -1
-    for first, (start, _, _) in enumerate(hits):
-        inside = {token for other_start, _, token in hits[first:] if other_start < start + width}
-        if len(inside) > best_count:
-            best, best_count = first, len(inside)
+    best = _densest(hits, width)
     begin = max(0, hits[best][0] - width // 4)
     begin = text.rfind(" ", 0, begin) + 1 if begin else 0  # start on a word
     end = min(len(text), begin + width)
@@ -32,6 +30,23 @@ def snippet(text: str, query: str, width: int = WIDTH) -> str:
     marked.append(text[at:end])
     body = " ".join("".join(marked).split())
     return ("… " if begin else "") + body + (" …" if end < len(text) else "")
+
+
+def _densest(hits: list[tuple[int, int, str]], width: int) -> int:
+    """The first hit of the earliest window of `width` characters (from a hit's start) holding the most
+    distinct tokens: one pass with a sliding window (a page of one word repeated is linear, not quadratic)."""
+    inside: Counter[str] = Counter()  # tokens of hits[first:end], the hits starting within the window
+    best, best_count, end = 0, -1, 0
+    for first, (start, _, _) in enumerate(hits):
+        while end < len(hits) and hits[end][0] < start + width:
+            inside[hits[end][2]] += 1
+            end += 1
+        if len(inside) > best_count:
+            best, best_count = first, len(inside)
+        inside[hits[first][2]] -= 1
+        if not inside[hits[first][2]]:
+            del inside[hits[first][2]]
+    return best
 
 
 def _clip(text: str, begin: int, width: int) -> str:
