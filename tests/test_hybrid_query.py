@@ -23,7 +23,9 @@ def visual_only(fake_model, tmp_path_factory):
     return {"docs": work / "docs", "index": index}
 
 
-def test_an_index_without_text_answers_visual_and_refuses_text_modes(visual_only):
+def test_an_index_of_pictures_without_ocr_answers_visual_and_text_modes_with_what_it_has(visual_only):
+    """Its text index holds no page: visual by default; text finds nothing and says why; hybrid is the
+    visual list (text modes were refused as if the index could hold no text, "rebuild to add it")."""
     index = ["--index-dir", str(visual_only["index"])]
     answered = run_cli("query", "quarterly report", "--json", *index)
     assert answered.exit_code == 0, answered.stderr
@@ -31,13 +33,28 @@ def test_an_index_without_text_answers_visual_and_refuses_text_modes(visual_only
     validate(document, "query")
     assert document["mode"] == "visual" and "fusion" not in document
     assert all("snippet" not in hit and "text_rank" not in hit for hit in document["results"])
+    text = run_cli("query", "quarterly report", "--mode", "text", "--json", *index)
+    assert text.exit_code == 0 and json.loads(text.stdout)["queries"][0]["results"] == [], text.stderr
+    assert "no page of this index has text" in text.stderr
+    hybrid = run_cli("query", "quarterly report", "--mode", "hybrid", "--json", *index)
+    assert hybrid.exit_code == 0, hybrid.stderr
+    assert [hit["path"] for hit in json.loads(hybrid.stdout)["queries"][0]["results"]] == \
+        [hit["path"] for hit in document["queries"][0]["results"]]
+    bad = run_cli("query", "x", "--mode", "lexical", *index)
+    assert bad.exit_code == 2 and "lexical" in bad.stderr
+
+
+def test_an_index_built_with_text_never_refuses_text_modes(fake_model, tmp_path):
+    from docgen import make_pdf
+
+    make_pdf(tmp_path / "docs" / "a.pdf", ["quarterly report"])
+    index = ["--index-dir", str(tmp_path / "idx")]
+    assert run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), "--text", "never", *index).exit_code == 0
     for mode in ("text", "hybrid"):
         refused = run_cli("query", "quarterly report", "--mode", mode, *index)
         assert refused.exit_code == 1
         assert f"holds no page text, so --mode {mode} cannot answer" in refused.stderr
         assert "--mode visual" in refused.stderr and "Traceback" not in refused.stderr
-    bad = run_cli("query", "x", "--mode", "lexical", *index)
-    assert bad.exit_code == 2 and "lexical" in bad.stderr
 
 
 def give_page_text(index_dir, texts: dict[tuple[str, int], str], store=None) -> None:

@@ -225,12 +225,12 @@ def cut_text(text: str, limit: int) -> str:
 
 def has_text(index) -> bool:
     """Whether this generation holds page text."""
-    return index.lexical is not None
+    return index.lexical is not None and index.lexical.page_count() > 0
 
 
 def search_modes(index) -> list[str]:
-    """visual always; text and hybrid where the index holds text."""
-    return ["hybrid", "visual", "text"] if has_text(index) else ["visual"]
+    """visual always; text and hybrid where the index reads text (even while no page has any)."""
+    return ["hybrid", "visual", "text"] if index.lexical is not None else ["visual"]
 
 
 def search_request(index, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None) -> SearchRequest:

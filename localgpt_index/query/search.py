@@ -47,11 +47,15 @@ class Index:
 
     @property
     def lexical(self) -> LexicalIndex | None:
-        """The generation's full-text index (the "lexical" artifact); None: no page has text (an index
-        from before page text, or of images with OCR off)."""
+        """The generation's full-text index (the "lexical" artifact), which may hold no page (pictures with
+        OCR off; an empty index: an empty one); None: the index reads no text (built before page text, or
+        with --text never), so text and hybrid queries are refused."""
         if self._lexical is _UNSET:
             found = self.view.artifact("lexical")
-            self._lexical = found if isinstance(found, LexicalIndex) and found.page_count() else None
+            if isinstance(found, LexicalIndex):
+                self._lexical = found
+            else:
+                self._lexical = LexicalIndex.create() if not self.view.documents else None
         return self._lexical
 
     def mode(self, options: QueryOptions | None = None) -> Mode:
