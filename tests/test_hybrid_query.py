@@ -134,6 +134,18 @@ def test_text_mode_with_text_filters_and_rrf(with_text):
     assert table.exit_code == 0 and "INV-2024-0042" in table.stdout
 
 
+def within_rounding(document):
+    """`document` with every float compared within float32 rounding: the two exact scorers (torch's path and
+    the compiled kernel) sum in another order (index/kernel_policy.py)."""
+    if isinstance(document, float):
+        return pytest.approx(document, rel=1e-5, abs=1e-6)
+    if isinstance(document, dict):
+        return {key: within_rounding(value) for key, value in document.items()}
+    if isinstance(document, list):
+        return [within_rounding(value) for value in document]
+    return document
+
+
 def document_pages(document) -> list[tuple[str, int]]:
     return [(hit["path"].rsplit("/", 1)[1], hit["page"]) for hit in document["results"]]
 
@@ -172,7 +184,7 @@ def test_the_server_and_query_server_answer_the_same(with_text):
             served = client.post("/query", json={"queries": ["who paid invoice INV-2024-0042?"], "k": 4, "with_text": True}).json()
             text = client.post("/query", json={"queries": ["INV-2024-0042"], "mode": "text"}).json()
         cli = query_json(with_text["index"], "who paid invoice INV-2024-0042?", "-k", "4", "--with-text")
-        assert served == cli
+        assert served == within_rounding(cli)  # serve scores with the compiled kernel once it is loaded, a one-shot CLI with torch
         assert document_pages(text) == [("report-1.pdf", 2)]
         via = run_cli("query", "INV-2024-0042", "--mode", "text", "--json", "--server", running.url)
         assert via.exit_code == 0, via.stderr
