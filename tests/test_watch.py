@@ -165,6 +165,28 @@ def test_a_saved_file_becomes_searchable_after_the_next_commit_with_the_model_ke
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+@pytest.mark.parametrize("name", ["scans.pdf", "scans"])
+def test_a_sub_folder_renamed_away_and_a_file_put_at_its_path_leaves_no_ghosts(fake_model, tmp_path, name):
+    """Issue 39, 10: the documents of a folder renamed away (a document-like name or not) leave the index,
+    though a file now has the folder's path; the index ends up exactly matching the folder."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    folder = docs / name
+    inside = make_pdfs(folder, 2, 1)
+    top = make_pdf(docs / "top.pdf", ["top"])
+    with watching(docs, index, fake_model) as (watcher, events):
+        events.next("build-committed")
+        assert set(indexed(index)) == {str(top), *map(str, inside)}
+        folder.rename(tmp_path / "moved-away")
+        make_pdf(folder, ["a file where the folder was"])
+        sentinel = picture(docs / "sentinel.png", 1)  # its build starts after both changes: a full build sees them
+        events.next("build-committed", lambda e: str(sentinel) in indexed(index))
+        assert watcher.exit_code == 0
+    expected = {str(top), str(sentinel)} | ({str(folder)} if name.endswith(".pdf") else set())
+    assert set(indexed(index)) == expected
+    verify_ok(index)
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_deleted_or_renamed_file_leaves_the_index(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     gone, moved = picture(docs / "gone.png", 1), picture(docs / "moved.png", 2)
@@ -222,6 +244,9 @@ def test_the_filter_drops_the_stores_own_folders_hidden_and_junk_files(tmp_path)
     for change in ["report.pdf", "sub/deck.pptx", "sub", "gone.xyz", "notes.txt", "IDX.pdf", "idx-notes.pdf"]:
         assert relevant(str(docs / change)), change
     assert not relevant(str(tmp_path / "elsewhere.pdf"))
+    # a folder of any name deleted or renamed away, and a file put at its path since: its documents must go
+    (docs / "scans").write_text("a file where a folder was")
+    assert not relevant(str(docs / "scans")) and relevant(str(docs / "scans"), deleted=True)
 
 
 def test_half_written_files_wait_until_they_keep_their_size(tmp_path):

@@ -86,9 +86,9 @@ class Watcher:
     def _armed(self, polling: bool, reason: str | None) -> None:
         self.on_event(Watching(str(self.root), self.store.location, polling, reason))
 
-    def _changes(self, paths: set[str]) -> None:
-        kept = tuple(sorted(p for p in paths if self.filter(p)))
-        self.on_event(ChangesSeen(kept, len(paths) - len(kept)))
+    def _changes(self, changes: dict[str, bool]) -> None:
+        kept = tuple(sorted(path for path, deleted in changes.items() if self.filter(path, deleted)))
+        self.on_event(ChangesSeen(kept, len(changes) - len(kept)))
         if kept:
             self.pending.add(kept)
 
