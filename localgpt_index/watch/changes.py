@@ -88,6 +88,11 @@ class Pending:
             self._closed = True
             self._cond.notify_all()
 
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds (a retry's backoff); True if closed meanwhile."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed, timeout=max(0.0, timeout))
+
     def take_settled(self, settle_s: float, max_wait_s: float) -> set[str] | None:
         """The pending paths once they are stable (see the module's docstring); None once closed."""
         with self._cond:
