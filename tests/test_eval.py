@@ -388,7 +388,7 @@ def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(
         evaluate(index, query_set, variants(["visual", "hybrid"], [], ["borda"]))
     pictures = tmp_path / "pictures"
     make_png(pictures / "scan.png", "INV-20471")
-    build_ok(str(pictures), "--model", str(fake_model), "--index-dir", str(tmp_path / "visual"), "--ocr", "never")
+    build_ok(str(pictures), "--model", str(fake_model), "--index-dir", str(tmp_path / "visual"), "--text", "never")
     visual = Recording(open_index(tmp_path / "visual").view)
     assert default_modes(visual) == ["visual"]
     with pytest.raises(IndexProblem, match="holds no page text, so --mode text cannot answer"):

@@ -90,6 +90,28 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(fake_model, tmp_path
     assert len(_manifest(index).documents) == 3
 
 
+@pytest.mark.parametrize("name", ["scans", "scans.pdf"])
+def test_a_folder_deleted_renamed_or_replaced_by_a_file_leaves_no_ghosts(fake_model, tmp_path, name):
+    """Issue 39, 10: a folder discovery did not list because it is gone (the folder above it listed
+    without it) takes its documents with it; only a folder that exists and cannot be listed keeps them."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    top = _docs(docs, 1, "top")[0]
+    _docs(docs / "deleted", 1, "d")
+    _docs(docs / "renamed", 1, "r")
+    _docs(docs / name / "deep", 1, "s")
+    build_json(docs, index, "--model", str(fake_model))
+    shutil.rmtree(docs / "deleted")
+    (docs / "renamed").rename(docs / "moved")
+    (docs / name).rename(tmp_path / "away")
+    make_pdf(docs / name, ["a file where the folder was"])
+    result, report = build_json(docs, index)
+    assert result.exit_code == 0, result.stderr
+    assert report["removed"] == 3 and report["kept"] == 0, report
+    expected = {str(top), str(docs / "moved" / "r-000.pdf")} | ({str(docs / name)} if name.endswith(".pdf") else set())
+    assert {d.path for d in _manifest(index).documents} == expected
+    verify_ok(index)
+
+
 def test_stored_pdfs_are_named_by_their_content_and_an_aborted_rebuild_leaves_them(fake_model, tmp_path, unstable_converter):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     docs.mkdir()

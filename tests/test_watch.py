@@ -165,6 +165,28 @@ def test_a_saved_file_becomes_searchable_after_the_next_commit_with_the_model_ke
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+@pytest.mark.parametrize("name", ["scans.pdf", "scans"])
+def test_a_sub_folder_renamed_away_and_a_file_put_at_its_path_leaves_no_ghosts(fake_model, tmp_path, name):
+    """Issue 39, 10: the documents of a folder renamed away (a document-like name or not) leave the index,
+    though a file now has the folder's path; the index ends up exactly matching the folder."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    folder = docs / name
+    inside = make_pdfs(folder, 2, 1)
+    top = make_pdf(docs / "top.pdf", ["top"])
+    with watching(docs, index, fake_model) as (watcher, events):
+        events.next("build-committed")
+        assert set(indexed(index)) == {str(top), *map(str, inside)}
+        folder.rename(tmp_path / "moved-away")
+        make_pdf(folder, ["a file where the folder was"])
+        sentinel = picture(docs / "sentinel.png", 1)  # its build starts after both changes: a full build sees them
+        events.next("build-committed", lambda e: str(sentinel) in indexed(index))
+        assert watcher.exit_code == 0
+    expected = {str(top), str(sentinel)} | ({str(folder)} if name.endswith(".pdf") else set())
+    assert set(indexed(index)) == expected
+    verify_ok(index)
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_a_deleted_or_renamed_file_leaves_the_index(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     gone, moved = picture(docs / "gone.png", 1), picture(docs / "moved.png", 2)
@@ -222,6 +244,9 @@ def test_the_filter_drops_the_stores_own_folders_hidden_and_junk_files(tmp_path)
     for change in ["report.pdf", "sub/deck.pptx", "sub", "gone.xyz", "notes.txt", "IDX.pdf", "idx-notes.pdf"]:
         assert relevant(str(docs / change)), change
     assert not relevant(str(tmp_path / "elsewhere.pdf"))
+    # a folder of any name deleted or renamed away, and a file put at its path since: its documents must go
+    (docs / "scans").write_text("a file where a folder was")
+    assert not relevant(str(docs / "scans")) and relevant(str(docs / "scans"), deleted=True)
 
 
 def test_half_written_files_wait_until_they_keep_their_size(tmp_path):
@@ -427,6 +452,98 @@ def test_a_manual_build_holding_the_lock_past_wait_fails_a_build_and_the_watcher
     verify_ok(index)
 
 
+def aged(path: Path) -> Path:
+    """Saved an hour ago: the index trusts its recorded stat (a file just written is read again)."""
+    os.utime(path, (path.stat().st_mtime - 3600,) * 2)
+    return path
+
+
+def full_disk(release: Path, nth: int = 1) -> dict:
+    """The environment of a watcher whose index cannot be written from the `nth` commit on, until the
+    file `release` exists (space freed), its retries 0.2 s apart, then 0.4 s."""
+    return {"LGPT_FAILPOINT": f"before-head:{nth}:enospc:until", "LGPT_FAILPOINT_HOLD": str(release),
+            "LGPT_WATCH_RETRY_S": "0.2,0.4"}
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_full_disk_at_a_commit_is_retried_with_backoff_and_the_watcher_goes_on(fake_model, tmp_path):
+    """Issue 39, 6: ENOSPC at a watcher's commit is a build-failed that is not fatal, tried again with
+    the wait doubling (0.2 s, 0.4 s, capped at 0.4 s); the index keeps its generation meanwhile and, once
+    space is freed, the same changes commit and the watcher goes on with the next ones."""
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "space-freed"
+    first = picture(docs / "a.png", 1)
+    watch = WatchProcess(str(docs), "--model", str(fake_model), "--index-dir", str(index), "--settle", "0.3",
+                         env=full_disk(release, nth=2))
+    try:
+        events = watch.events
+        generation = events.next("build-committed")["generation"]
+        saved = picture(docs / "saved.png", 2)
+        failed = [events.next("build-failed") for _ in range(3)]
+        for event, wait in zip(failed, (0.2, 0.4, 0.4)):
+            assert not event["fatal"] and event["exit_code"] == 1 and event["retry_in_s"] == wait, event
+            assert "No space left on device" in event["message"] and "keeps generation" in event["message"], event
+            assert "Free some space" in event["hint"] and "tries again" in event["hint"], event
+            retry = events.since(event, "build-started")
+            assert retry["number"] == event["number"] + 1 and str(saved) in retry["paths"], retry  # the same changes
+            assert retry["time"] - event["time"] >= wait - 0.01, (event, retry)  # after the backoff
+        assert indexed(index) == {str(first): sha256(first)}  # nothing half-written, nothing lost
+        verify_ok(index)
+        release.touch()
+        committed = events.next("build-committed")
+        assert committed["generation"] == generation + 1 and committed["report"]["indexed"] == 1, committed
+        later = picture(docs / "later.png", 3)  # the watcher went on
+        events.next("build-committed", lambda e: e["generation"] == generation + 2)
+        assert watch.process.poll() is None
+        assert watch.stop() == 0
+    finally:
+        if watch.process.poll() is None:
+            watch.process.kill()
+    assert not events.of("build-failed")[3:] and "Traceback" not in "".join(watch.stderr)
+    assert set(indexed(index)) == {str(first), str(saved), str(later)}
+    verify_ok(index)
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_an_io_error_at_a_commit_is_retried_and_the_watchers_status_says_so(fake_model, tmp_path, monkeypatch):
+    """EIO, as ENOSPC: `Watcher.status()` (what serve and MCP report) says `retrying`, why and when,
+    then `watching` once a build could write."""
+    import errno
+
+    from localgpt_index.core import failpoints
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    picture(docs / "a.png", 1)
+    fixed = threading.Event()
+
+    def failing_disk(name: str) -> None:
+        if name == "before-head" and not fixed.is_set():
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setenv("LGPT_WATCH_RETRY_S", "0.05,0.1")
+    failpoints.set_hook(failing_disk)
+    try:
+        with watching(docs, index, fake_model) as (watcher, events):
+            failed = events.next("build-failed")
+            assert not failed.fatal and "Input/output error" in failed.message, failed
+            events.next("build-failed", lambda e: e.number == 2)
+            status = watcher.status()
+            assert status["state"] == "retrying" and status["failed_in_a_row"] >= 2, status
+            assert "Input/output error" in status["problem"] and 0 <= status["retry_in_s"] <= 0.1, status
+            fixed.set()
+            events.next("build-committed")
+            wait_until(lambda: watcher.status()["state"] == "watching", GUARD_S, "the watcher back to watching")
+            assert watcher.status() == {**watcher.status(), "problem": None, "failed_in_a_row": 0, "retry_in_s": None}
+    finally:
+        failpoints.set_hook(None)
+    stopped = watcher.status()
+    assert (stopped["state"], stopped["exit_code"], stopped["problem"]) == ("stopped", 0, None), stopped
+    verify_ok(index)
+    from localgpt_index.watch.watcher import retry_delays
+
+    monkeypatch.delenv("LGPT_WATCH_RETRY_S")
+    assert retry_delays() == (1.0, 60.0)  # the backoff docs/watch.md gives
+
+
 def test_polling_takes_over_where_file_system_events_are_unavailable(fake_model, tmp_path, monkeypatch):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     picture(docs / "a.png", 1)
@@ -518,6 +635,99 @@ def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_
         print("\n".join(server.lines))
     assert code == 0
     assert any("watch: ended" in line for line in server.lines)
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_serve_watch_retries_a_full_disk_and_healthz_says_so(fake_model, tmp_path):
+    """Issue 39, 6, under `serve --watch`: a commit that meets a full disk is retried, /healthz's `watch`
+    says `retrying` and why (no path of this machine in it), queries answer from the last generation,
+    and once space is freed the change commits and /healthz says `watching` again."""
+    docs, index, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "space-freed"
+    aged(make_pdf(docs / "report.pdf", ["quarterly report"]))  # the catch-up build commits nothing
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    server = Server("--index-dir", str(index), "--watch", str(docs), env=full_disk(release))
+    try:
+        server.wait_ready()
+
+        def line(pattern: str):
+            return lambda: next((m for m in map(re.compile(pattern).search, server.lines) if m), None)
+
+        def watch_state(client, state: str):
+            return lambda: (body := client.get("/healthz").json()) and body["watch"]["state"] == state and body
+
+        wait_until(line(r"watch: build 1: nothing to change"), GUARD_S, "the catch-up build", server.proc)
+        picture(docs / "saved.png", 7)
+        failed = r"watch: build 2: could not write to .*: No space left on device; the index keeps generation 1; trying again in 0.2 s$"
+        wait_until(line(failed), GUARD_S, "the failed commit", server.proc)
+        with server.client() as client:
+            body = wait_until(watch_state(client, "retrying"), GUARD_S, "retrying in /healthz", server.proc)
+            assert body["status"] == "ready" and body["generation"] == 1, body
+            assert "No space left on device" in body["watch"]["problem"] and str(tmp_path) not in body["watch"]["problem"], body
+            assert body["watch"]["failed_in_a_row"] >= 1 and body["watch"]["exit_code"] is None, body
+            assert client.post("/query", json={"queries": ["quarterly report"], "k": 5}).status_code == 200
+            release.touch()
+            wait_until(line(r"watch: build \d+: generation 2 committed: 1 indexed"), GUARD_S, "the commit", server.proc)
+            body = wait_until(watch_state(client, "watching"), GUARD_S, "watching in /healthz", server.proc)
+            assert body["watch"]["problem"] is None and body["watch"]["failed_in_a_row"] == 0, body
+            answer = client.post("/query", json={"queries": ["what was saved"], "k": 5})
+        assert "saved.png" in {Path(hit["path"]).name for hit in answer.json()["results"]}
+    finally:
+        code = server.stop()
+        print("\n".join(server.lines))
+    assert code == 0 and not any("Traceback" in line for line in server.lines)
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_mcp_watch_retries_a_full_disk_and_index_status_says_so(fake_model, tmp_path):
+    """Issue 39, 6, under `mcp --watch` (the SDK's client over stdio): the watcher does not end at a full
+    disk; index_status's `watch` says `retrying` and why, then `watching`, and the later file is a hit."""
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    docs, index, errlog, release = tmp_path / "docs", tmp_path / "idx", tmp_path / "stderr.txt", tmp_path / "space-freed"
+    aged(make_pdf(docs / "report.pdf", ["quarterly report"]))  # the catch-up build commits nothing
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
+
+    def logged(pattern: str):
+        return lambda: re.search(pattern, errlog.read_text(errors="replace"), re.M)
+
+    async def scenario() -> tuple[dict, dict, list[str]]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "localgpt_index", "mcp", "--index-dir", str(index),
+                                                                     "--watch", str(docs)], env={**os.environ, **full_disk(release)})
+
+        async def watch_state(session, state: str) -> dict:
+            async def poll() -> dict:
+                while (status := (await session.call_tool("index_status", {})).structured_content)["watch"]["state"] != state:
+                    await asyncio.sleep(0.05)
+                return status
+            return await asyncio.wait_for(poll(), GUARD_S)
+
+        with open(errlog, "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write):
+                async with ClientSession(read, write, read_timeout_seconds=300) as session:
+                    await session.initialize()
+                    await asyncio.to_thread(wait_until, logged(r"watch: build 1: nothing to change"), GUARD_S, "the catch-up")
+                    picture(docs / "saved.png", 9)
+                    await asyncio.to_thread(wait_until, logged(r"watch: build 2: could not write.*No space left on device"),
+                                            GUARD_S, "the failed commit")
+                    retrying = await watch_state(session, "retrying")
+                    release.touch()
+                    await asyncio.to_thread(wait_until, logged(r"watch: build \d+: generation 2 committed: 1 indexed"),
+                                            GUARD_S, "the commit once space is freed")
+                    watching_again = await watch_state(session, "watching")
+                    found = await session.call_tool("search", {"query": "what was saved", "k": 5})
+                    assert not found.is_error, found.content[0].text
+        return retrying, watching_again, [hit["document"] for hit in found.structured_content["hits"]]
+
+    retrying, watching_again, hits = asyncio.run(scenario())
+    watch = retrying["watch"]
+    assert retrying["generation"] == 1 and watch["failed_in_a_row"] >= 1 and watch["exit_code"] is None, retrying
+    assert "No space left on device" in watch["problem"] and str(tmp_path) not in watch["problem"], watch
+    assert watching_again["generation"] == 2 and watching_again["watch"]["problem"] is None, watching_again
+    assert "saved.png" in hits
+    assert "Traceback" not in errlog.read_text()
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier

@@ -145,7 +145,7 @@ def _keep_or_remove(plan: BuildPlan, doc: Document, found: Discovery, unreadable
     rel = os.path.relpath(doc.path, found.root).replace(os.sep, "/")
     if any(doc.path.startswith(d.rstrip(os.sep) + os.sep) for d in found.excluded):
         plan.removed.append(doc)  # inside the index folder: never a document
-    elif doc.path in unreadable or folder not in found.listed:
+    elif doc.path in unreadable or (folder not in found.listed and not _folder_gone(folder, found, unreadable)):
         plan.keep.append(doc)
         plan.kept_unlisted += 1
     elif not selected(rel, include, exclude):
@@ -153,6 +153,18 @@ def _keep_or_remove(plan: BuildPlan, doc: Document, found: Discovery, unreadable
         plan.kept_filtered += 1
     else:
         plan.removed.append(doc)
+
+
+def _folder_gone(folder: str, found: Discovery, unreadable: set[str]) -> bool:
+    """Whether a folder discovery did not list is gone: the nearest folder above it that was listed held
+    no folder of that name (deleted, renamed, or a file now has its name), not one it could not list."""
+    child = folder
+    while child != found.root and os.path.dirname(child) != child:
+        parent = os.path.dirname(child)
+        if parent in found.listed:
+            return child not in found.folders and child not in unreadable
+        child = parent
+    return False
 
 
 def _metadata(file: FoundFile, root: str, rules: Rules | None, old: Document | None) -> dict[str, str]:

@@ -55,6 +55,8 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     store = app.store()
     watcher = _watcher(watch_docs, store, log, device, dtype) if watch_docs else None
     service = open_service(store, device, dtype, DeviceScoring(scorer, max_resident))
+    if watcher is not None:
+        service.watching = watcher.status
     start = (lambda: watcher.start_background(catch_up=watcher.builds == 0)) if watcher else (lambda: None)
     failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths), on_listening=start)
     if watcher is not None and not watcher.stop(wait_s=10):
@@ -73,7 +75,8 @@ def _watcher(docs, store, log, device: str, dtype: str):
     if not store.exists():
         watcher.source.start()
         watcher.build(())
-        if watcher.error is not None:
+        problem = watcher.error or watcher.retrying  # a full disk too: there is no index to serve yet
+        if problem is not None:
             watcher.stop()
-            raise watcher.error
+            raise problem
     return watcher

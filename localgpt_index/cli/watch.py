@@ -91,6 +91,8 @@ def event_line(event) -> tuple[str, str] | None:
         case "build-up-to-date":
             return f"build {event.number}: nothing to change", "info"
         case "build-failed":
+            if event.retry_in_s is not None:
+                return f"build {event.number}: {event.message.rstrip('.')}; trying again in {event.retry_in_s:g} s", "error"
             return f"build {event.number}: {event.message}", "error"
         case "log":
             return event.message, "info"

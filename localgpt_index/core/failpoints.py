@@ -2,7 +2,9 @@
 
 `LGPT_FAILPOINT=NAME` (or `NAME:N` for the N-th time it is reached) kills the
 process with SIGKILL at that point, as a power cut or `kill -9` would;
-`NAME:N:enospc` raises "No space left on device" there instead, as a full disk would;
+`NAME:N:enospc` raises "No space left on device" there instead, as a full disk would, at
+the N-th time and every later one; `NAME:N:enospc:until` only until the file
+`$LGPT_FAILPOINT_HOLD` exists (a test frees the space), and passes from then on;
 `NAME:N:hold` creates `$LGPT_FAILPOINT_HOLD.reached` and waits there until the file
 `$LGPT_FAILPOINT_HOLD` exists, so a test can act while the process is mid-way.
 In-process tests can also install a hook (`set_hook`) that every failpoint reached calls, in
@@ -38,10 +40,13 @@ def failpoint(name: str) -> None:
     if target != name:
         return
     count, _, action = rest.partition(":")
+    action, _, until = action.partition(":")
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] < int(count or 1):
         return
     if action == "enospc":
+        if until == "until" and Path(os.environ["LGPT_FAILPOINT_HOLD"]).exists():
+            return  # the space is back
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if action == "hold":
         _hold(Path(os.environ["LGPT_FAILPOINT_HOLD"]))

@@ -11,3 +11,8 @@ class MissingIndexFile(IndexProblem):
 
 class IndexWriteError(IndexProblem):
     """Writing the index failed (full disk, permissions); the index keeps its last generation."""
+
+
+class TransientWriteError(IndexWriteError):
+    """Writing failed for a reason that can pass with the program unchanged (a full disk or quota, an
+    I/O error): a watcher tries again later instead of stopping."""

@@ -71,6 +71,7 @@ class Discovery:
     listed: frozenset[str]  # folders listed completely: a document missing from one is gone
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why): its documents are kept
     excluded: tuple[str, ...] = ()  # folders never entered (the index itself)
+    folders: frozenset[str] = frozenset()  # every folder a listing held, walked or not (a loop, the index, unreadable)
 
 
 def file_stat(info: os.stat_result) -> FileStat:
@@ -144,6 +145,7 @@ class _Walker:
         self.skip_ids = {_identity(d) for d in skip_dirs} - {None}
         self.result = Discovery(root, [], [], frozenset())
         self._listed: set[str] = set()
+        self._folders: set[str] = set()
         self._seen_dirs: set[tuple[int, int]] = set()
 
     def walk(self) -> Discovery:
@@ -154,6 +156,7 @@ class _Walker:
             stack.extend(reversed(subdirs))
         self.result.files.sort(key=lambda f: os.fsencode(f.path))
         self.result.listed = frozenset(self._listed)
+        self.result.folders = frozenset(self._folders)
         return self.result
 
     def _list(self, directory: str) -> list[str]:
@@ -190,6 +193,7 @@ class _Walker:
             self.result.skipped.append((path, "symlink to outside the folder"))
             return None
         if entry.is_dir():
+            self._folders.add(path)
             if _identity(path) in self.skip_ids or _is_index(path):
                 self.result.excluded += (path,)
                 return None

@@ -26,7 +26,7 @@ from ..serve.batcher import QueryBatcher
 from ..serve.service import IndexService, SearchRequest
 from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
-                      SearchAnswer, TextCaps)
+                      SearchAnswer, TextCaps, WatchStatus)
 
 BUILD_HINT = "Build it first: lgpt-index build DOCS (with the same --index-dir / --name / --store as this server)."
 T = TypeVar("T")
@@ -170,7 +170,14 @@ class IndexTools:
                            failures=[FailedDocument(document=f["path"], stage=f["stage"], reason=self.policy.message(f["reason"]))
                                      for f in status["failures"]],
                            image_caps={"per_image": self.caps.per_image, "per_answer": self.caps.per_answer},
-                           text_caps={"per_page": self.text_caps.per_page, "per_answer": self.text_caps.per_answer})
+                           text_caps={"per_page": self.text_caps.per_page, "per_answer": self.text_caps.per_answer},
+                           watch=self._watch_status())
+
+    def _watch_status(self) -> WatchStatus | None:
+        if self.service.watching is None:
+            return None
+        state = self.service.watching()
+        return WatchStatus(**{**state, "problem": self.policy.message(state["problem"]) if state["problem"] else None})
 
     def get_page(self, document: str, page: int, with_image: bool) -> tuple[PageAnswer, list[FittedImage]]:
         index = self.current()

@@ -119,6 +119,15 @@ class FailedDocument(BaseModel):
     reason: str
 
 
+class WatchStatus(BaseModel):
+    state: str = Field(description="watching, building, retrying (its last build could not write: a full disk) or stopped")
+    builds: int
+    problem: str | None = Field(None, description="why it is retrying, or why it stopped")
+    failed_in_a_row: int = Field(description="builds that could not write since the last that could")
+    retry_in_s: float | None = Field(None, description="seconds until the next try, while retrying")
+    exit_code: int | None = Field(None, description="once stopped")
+
+
 class IndexStatus(BaseModel):
     index: str = Field(description="the index's name")
     generation: int
@@ -133,6 +142,7 @@ class IndexStatus(BaseModel):
     failures: list[FailedDocument] = Field(default_factory=list)
     image_caps: dict[str, int] = Field(description="bytes of PNG per image and per answer")
     text_caps: dict[str, int] = Field(description="characters of page text per page and per answer")
+    watch: WatchStatus | None = Field(None, description="with --watch: what the watcher keeping the index up to date does")
 
 
 class PageAnswer(BaseModel):

@@ -161,15 +161,24 @@ def _index_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, po
     @app.get("/healthz")
     def healthz():
         """200 once the model is loaded and warmed up, and matches the current generation (503 while it
-        loads, when it could not be, or when the index was rebuilt with another model)."""
-        if service.failure is not None:
-            return JSONResponse({"status": "failed"}, status_code=503)
-        if not (service.ready and service.warmed):
-            return JSONResponse({"status": "loading"}, status_code=503)
-        index = service.index()  # follows HEAD here, not only when another endpoint did
-        if service.stale:
-            return JSONResponse({"status": "stale"}, status_code=503)
-        return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued}
+        loads, when it could not be, or when the index was rebuilt with another model). Under --watch,
+        `watch` says what the watcher does (a build that could not write: `retrying`) and why."""
+        body, code = _health(service, batcher)
+        if service.watching is not None:
+            state = service.watching()
+            body["watch"] = {**state, "problem": policy.message(state["problem"]) if state["problem"] else None}
+        return JSONResponse(body, status_code=code)
+
+
+def _health(service: IndexService, batcher: QueryBatcher) -> tuple[dict, int]:
+    if service.failure is not None:
+        return {"status": "failed"}, 503
+    if not (service.ready and service.warmed):
+        return {"status": "loading"}, 503
+    index = service.index()  # follows HEAD here, not only when another endpoint did
+    if service.stale:
+        return {"status": "stale"}, 503
+    return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued}, 200
 
 
 def _page_route(app: FastAPI, service: IndexService, images: PageImages) -> None:

@@ -2,7 +2,9 @@
 
 `ChangeFilter` drops what a build would never index or must never react to: the index's own
 folders (the index, stored PDFs, a `qdrant+path` store) when they lie inside the watched folder,
-hidden and junk names (discovery's rules), and files of types that are never documents.
+hidden and junk names (discovery's rules), and files of types that are never documents (unless
+deleted: a folder of any name, `scans/` or `scans.pdf/`, may have held documents, whatever is at its
+path now).
 `Pending` gathers the paths of the changes that pass, from the watching thread, until the builder
 takes them: once no event came and no pending file changed size or mtime over one settle interval
 (a file still being written or copied waits), or after `max_wait_s` of continual change.
@@ -39,7 +41,8 @@ class ChangeFilter:
             return True
         return any(own.startswith(path + os.sep) for own in self.own) and os.path.isdir(path)
 
-    def __call__(self, path: str) -> bool:
+    def __call__(self, path: str, deleted: bool = False) -> bool:
+        """`deleted`: the batch deleted (or renamed away) what was at `path`."""
         path = os.path.abspath(path)
         if self.own_path(path):
             return False
@@ -50,7 +53,7 @@ class ChangeFilter:
             return False
         suffix = os.path.splitext(path)[1].lower()
         # a folder (renamed, deleted) or a deleted file of any name may take documents with it
-        return suffix in KIND_BY_SUFFIX or not os.path.isfile(path)
+        return suffix in KIND_BY_SUFFIX or deleted or not os.path.isfile(path)
 
 
 def _stats(paths: Iterable[str]) -> dict[str, tuple[int, int] | None]:
@@ -84,6 +87,11 @@ class Pending:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds (a retry's backoff); True if closed meanwhile."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed, timeout=max(0.0, timeout))
 
     def take_settled(self, settle_s: float, max_wait_s: float) -> set[str] | None:
         """The pending paths once they are stable (see the module's docstring); None once closed."""

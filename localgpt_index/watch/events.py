@@ -92,7 +92,8 @@ class BuildUpToDate(WatchEvent):
 @dataclass(frozen=True)
 class BuildFailed(WatchEvent):
     """Build `number` committed nothing. `fatal`: the watcher stops with `exit_code` (another build
-    would fail the same way); otherwise its changes are tried again."""
+    would fail the same way); otherwise its changes are tried again (`retry_in_s`: after that wait,
+    for a build that could not write, a full disk)."""
 
     kind: ClassVar[str] = "build-failed"
     number: int
@@ -101,10 +102,12 @@ class BuildFailed(WatchEvent):
     fatal: bool
     hint: str | None = None
     report: BuildReport | None = None  # a --strict build that found failures
+    retry_in_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "number": self.number, "message": self.message, "exit_code": self.exit_code,
-                "fatal": self.fatal, "hint": self.hint, "report": self.report.to_dict() if self.report else None}
+                "fatal": self.fatal, "hint": self.hint, "report": self.report.to_dict() if self.report else None,
+                "retry_in_s": self.retry_in_s}
 
 
 @dataclass(frozen=True)

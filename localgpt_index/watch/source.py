@@ -1,7 +1,8 @@
 """The file events of a folder, from watchfiles: the system's (inotify, FSEvents, ReadDirectoryChangesW)
 where it can, polling where it cannot.
 
-`EventSource` runs watchfiles in a thread of its own and hands every batch of changes to a callback.
+`EventSource` runs watchfiles in a thread of its own and hands every batch of changes to a callback,
+as {path: deleted}: whether the batch deleted (or renamed away) what was at the path.
 Where the system's events are unavailable or their limit is reached (fs.inotify.max_user_watches,
 some network file systems), watchfiles raises OSError or its internal RuntimeError: the source says
 so and polls instead, and asks for one full build, since changes made meanwhile may be missed.
@@ -27,10 +28,10 @@ LIMIT_HINT = ("raise the limit (sysctl fs.inotify.max_user_watches=524288, and m
 
 
 class EventSource:
-    """watchfiles over `root` in a thread: `on_changes(paths)` per batch, `on_armed(polling, reason)`
+    """watchfiles over `root` in a thread: `on_changes({path: deleted})` per batch, `on_armed(polling, reason)`
     once listening (again after a switch to polling), `on_failed(message, exit_code)` if it cannot go on."""
 
-    def __init__(self, root: Path, on_changes: Callable[[set[str]], None], on_armed: Callable[[bool, str | None], None],
+    def __init__(self, root: Path, on_changes: Callable[[dict[str, bool]], None], on_armed: Callable[[bool, str | None], None],
                  on_failed: Callable[[str, int], None], polling: bool = False) -> None:
         self.root = Path(os.path.abspath(root))
         self.on_changes, self.on_armed, self.on_failed = on_changes, on_armed, on_failed
@@ -66,7 +67,7 @@ class EventSource:
                     break
                 self.polling = True
                 reason = f"file system events unavailable ({_why(exc)}): polling every {POLL_DELAY_MS} ms; {LIMIT_HINT}"
-                self.on_changes({str(self.root)})  # what changed meanwhile: a full build finds it
+                self.on_changes({str(self.root): False})  # what changed meanwhile: a full build finds it
         self.armed.set()
 
     def _watch(self, reason: str | None) -> None:
@@ -85,7 +86,8 @@ class EventSource:
                 self.on_armed(self.polling, reason)
                 self.armed.set()
             if batch:
-                self.on_changes({path for _, path in batch})
+                deleted = {path for change, path in batch if change == watchfiles.Change.deleted}
+                self.on_changes({path: path in deleted for _, path in batch})
 
 
 def forced_by_environment() -> bool:

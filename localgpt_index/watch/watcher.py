@@ -8,19 +8,23 @@ failures reported. Changes that arrive during a build are gathered for the next 
 the first build that embeds a page and kept for the next ones (`KeptEncoder`). Readers never
 wait: each build commits a new generation, and queries answer from the previous one meanwhile.
 
-Every step is reported as an event (events.py), in order, to the `on_event` callback.
+Every step is reported as an event (events.py), in order, to the `on_event` callback. A build that
+cannot write (a full disk, an I/O error) is tried again with backoff, never the end of the watcher;
+`status()` says what it is doing (serve's /healthz and MCP's index_status show it).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..build.options import BuildOptions, BuildReport
 from ..build.run import build_index
 from ..core.errors import IndexBusy, LgptError, UsageError
+from ..index.errors import TransientWriteError
 from ..ingest.processes import ProcessScope
 from ..models.loading import EncoderOptions, load_page_encoder
 from ..models.protocols import PageEncoder
@@ -33,6 +37,16 @@ from .source import EventSource
 DEFAULT_SETTLE_S = 1.0
 DEFAULT_MAX_WAIT_S = 60.0
 DEFAULT_LOCK_WAIT_S = 600.0  # a manual build beside the watcher: its build waits this long for the lock
+DEFAULT_RETRY_S = (1.0, 60.0)  # a full disk: the first retry after 1 s, the wait doubling up to 60 s
+
+
+def retry_delays() -> tuple[float, float]:
+    """The backoff of a build that could not write: $LGPT_WATCH_RETRY_S ("FIRST,MOST" seconds; tests) or the default."""
+    first, _, most = os.environ.get("LGPT_WATCH_RETRY_S", "").partition(",")
+    try:
+        return float(first), float(most or DEFAULT_RETRY_S[1])
+    except ValueError:  # unset (or not numbers)
+        return DEFAULT_RETRY_S
 
 
 class KeptEncoder:
@@ -77,6 +91,11 @@ class Watcher:
         self.exit_code = 0
         self.failure: str | None = None
         self.error: LgptError | None = None  # the error that stopped it, if one did
+        self.retry_s = retry_delays()
+        self.retrying: LgptError | None = None  # the write error of the last build, tried again after a wait
+        self.failed_in_a_row = 0
+        self._retry_at: float | None = None  # time.monotonic() of the next try
+        self._building = self._stopped = False
         self.source = EventSource(root, self._changes, self._armed, self._failed, polling)
         self._background: threading.Thread | None = None
         self.scope: ProcessScope | None = None
@@ -86,9 +105,9 @@ class Watcher:
     def _armed(self, polling: bool, reason: str | None) -> None:
         self.on_event(Watching(str(self.root), self.store.location, polling, reason))
 
-    def _changes(self, paths: set[str]) -> None:
-        kept = tuple(sorted(p for p in paths if self.filter(p)))
-        self.on_event(ChangesSeen(kept, len(paths) - len(kept)))
+    def _changes(self, changes: dict[str, bool]) -> None:
+        kept = tuple(sorted(path for path, deleted in changes.items() if self.filter(path, deleted)))
+        self.on_event(ChangesSeen(kept, len(changes) - len(kept)))
         if kept:
             self.pending.add(kept)
 
@@ -108,6 +127,8 @@ class Watcher:
             if catch_up and self.failure is None:
                 self.build(())
             while self.exit_code == 0:
+                if self._retry_at is not None and self.pending.wait_closed(self._retry_at - time.monotonic()):
+                    break
                 paths = self.pending.take_settled(self.settle_s, self.max_wait_s)
                 if paths is None:
                     break
@@ -122,6 +143,7 @@ class Watcher:
                 reason += f"; build {self.abandoned}, in progress, was abandoned: the index keeps its last generation"
         finally:
             self.source.stop()
+            self._stopped = True
             self.on_event(Stopped(self.failure or reason, self.exit_code, self.builds))
         return self.exit_code
 
@@ -130,9 +152,13 @@ class Watcher:
         self.builds += 1
         number = self.builds
         self.on_event(BuildStarted(number, tuple(sorted(paths))))
+        self._building = True
         try:
             report = build_index(self.root, self.store.reopened(), self.options,
                                  log=lambda message: self.on_event(BuildLog(message)), encoder_factory=self.encoders)
+        except TransientWriteError as exc:  # a full disk: the same changes again after a wait, never the end
+            self._retry_later(number, exc, paths)
+            return None
         except IndexBusy as exc:  # its writer outlasted --wait: this batch is tried again with the next one
             self.on_event(BuildFailed(number, exc.message, int(exc.exit_code), False, exc.hint))
             self.pending.add(paths or {str(self.root)})
@@ -144,6 +170,9 @@ class Watcher:
         except KeyboardInterrupt:
             self.abandoned = number
             raise
+        finally:
+            self._building = False
+        self.retrying, self.failed_in_a_row, self._retry_at = None, 0, None
         if report.committed:
             self.on_event(BuildCommitted(number, report.generation, report))
         elif report.failures:  # --strict
@@ -154,6 +183,30 @@ class Watcher:
         if report.stopped:  # the device was lost: what was complete is committed; the next build needs a device
             self.failure, self.exit_code = report.stopped, int(report.exit_code)
         return report
+
+    def _retry_later(self, number: int, exc: LgptError, paths) -> None:
+        first, most = self.retry_s
+        self.failed_in_a_row += 1
+        delay = min(first * 2 ** (self.failed_in_a_row - 1), most)
+        self.retrying, self._retry_at = exc, time.monotonic() + delay
+        hint = (f"Free some space (or fix the disk): the watcher tries again in {delay:g} s, the wait doubling up to "
+                f"{most:g} s, and carries on from the last commit.")
+        self.on_event(BuildFailed(number, exc.message, int(exc.exit_code), False, hint, retry_in_s=delay))
+        self.pending.add(paths or {str(self.root)})
+
+    def status(self) -> dict:
+        """What the watcher is doing, for a server's status: `state` (watching, building, retrying: its
+        last build could not write; stopped), the builds so far, the `problem` and when the next try is."""
+        retry_in = max(0.0, self._retry_at - time.monotonic()) if self._retry_at is not None else None
+        if self._stopped:
+            state, problem = "stopped", self.failure
+        elif self.retrying is not None:
+            state, problem = "retrying", self.retrying.message
+        else:
+            state, problem = ("building" if self._building else "watching"), None
+        return {"state": state, "builds": self.builds, "problem": problem, "failed_in_a_row": self.failed_in_a_row,
+                "retry_in_s": None if self._stopped or retry_in is None else round(retry_in, 3),
+                "exit_code": self.exit_code if self._stopped else None}
 
     # in the background (serve --watch)
 

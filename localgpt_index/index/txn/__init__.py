@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
 from ...core.errors import IndexProblem
-from ..errors import IndexWriteError
+from ..errors import IndexWriteError, TransientWriteError
 from ..files import NotDurable
 from ..manifest import (
     REBUILD_HINT,
@@ -68,17 +68,19 @@ def kept(generation: int) -> str:
 
 
 def write_error(location: str, exc: OSError, generation: int) -> IndexWriteError:
-    """An OSError while writing, said once: where, why, what the index keeps, and what to do."""
+    """An OSError while writing, said once: where, why, what the index keeps, and what to do. A full
+    disk or quota and an I/O error are transient (TransientWriteError): a watcher tries again."""
     reason = exc.strerror or str(exc)
+    kind = TransientWriteError if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else IndexWriteError
     if isinstance(exc, NotDurable):
-        return IndexWriteError(f"could not make generation {generation} of {location} durable: {reason}; it answers queries "
-                               "now, but a power loss may take the index back to the generation before it.",
-                               hint="Fix the disk, then run the command again (`lgpt-index verify` checks the index).")
+        return kind(f"could not make generation {generation} of {location} durable: {reason}; it answers queries "
+                    "now, but a power loss may take the index back to the generation before it.",
+                    hint="Fix the disk, then run the command again (`lgpt-index verify` checks the index).")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "Free some space and run the command again: a build carries on from the last commit."
     else:
         hint = "Fix the cause (permissions, the disk) and run the command again."
-    return IndexWriteError(f"could not write to {location}: {reason}; the index keeps {kept(generation)}.", hint=hint)
+    return kind(f"could not write to {location}: {reason}; the index keeps {kept(generation)}.", hint=hint)
 
 
 def base_or_rebuild(read: Callable[[], T], rebuild: bool) -> T | None:
