@@ -34,6 +34,7 @@ from pathlib import Path
 
 from docgen import make_pdf, make_png
 
+from localgpt_index.index.txn import kept
 from localgpt_index.testing.powerloss import FAULT_KINDS, LOSS_PATTERNS, Fault, PowerLost, RecordingDisk, capture, materialize, recording
 
 INDEX = "idx/default"  # the index, relative to the recording's root (the folder its --index-dir is made in)
@@ -49,6 +50,7 @@ class Result:
     exit_code: int
     stdout: str = ""
     stderr: str = ""
+    retrying: bool = False  # a watcher's build that could not write, to be tried again (its message in stderr)
 
 
 @dataclass
@@ -166,7 +168,8 @@ def _watcher_commit(ws: Workspace) -> Result:
     store = open_store(None, ws.index_dir, None)
     watcher = Watcher(ws.docs, store, BuildOptions(model=str(ws.model), commit_every_pages=2, ocr="never"))
     watcher.build(("a.pdf", "e.pdf", "sub/b.pdf"))
-    return Result(watcher.exit_code, "", watcher.failure or "")
+    said = watcher.failure or (watcher.retrying.message if watcher.retrying is not None else "")
+    return Result(watcher.exit_code, "", said, retrying=watcher.retrying is not None)
 
 
 def scenarios() -> list[Scenario]:
@@ -235,6 +238,7 @@ class Exploration:
     cases: list[Case] = field(default_factory=list)
     seconds: float = 0.0
     boots: int = 0  # distinct images booted (the others were met before)
+    unreached: int = 0  # faults at an operation the run did not reach
 
     @property
     def failed(self) -> list[Case]:
@@ -256,43 +260,47 @@ class Harness:
         self.reference = contents(self.ws.index)
         self.booted: dict[tuple[str, bool], list[str]] = {}
         self.boots = 0
+        self.result: Result | None = None
 
     def restore(self) -> None:
         materialize(self.ws.store, self.before)
 
     def recorded(self, crash_at: int | None, fault: Fault | None = None) -> RecordingDisk:
-        """The writer run from the state before, through a recording disk; its result in `disk.result`."""
+        """The writer run from the state before, through a recording disk; what it returned in `self.result`
+        (None: the power was lost)."""
         self.restore()
         disk = RecordingDisk(self.ws.store, crash_at=crash_at, fault=fault, head=f"{INDEX}/HEAD")
-        result = None
+        self.result = None
         with recording(disk):
             try:
-                result = self.scenario.run(self.ws)
+                self.result = self.scenario.run(self.ws)
             except PowerLost:
                 pass
-        if crash_at is None or not disk.dead:
+        if not disk.dead:
             disk.claim()  # it returned: what it committed must survive
-        disk.result = result
         untracked = disk.untracked()
         assert not untracked, f"{self.scenario.name}: writes outside the disk layer: {untracked}"
         return disk
 
-    def allowed_heads(self, disk: RecordingDisk) -> list[bytes | None]:
-        """The HEADs the index may have after the power loss: the last one claimed (or the state before's),
-        and any written after that claim."""
+    @staticmethod
+    def allowed_heads(disk: RecordingDisk, before: bytes | None) -> list[bytes | None]:
+        """The HEADs the index may have after the power loss: the last one claimed (or `before`, the HEAD the
+        run started from), and any written after that claim."""
         last = max(disk.claims, default=None)
         if last is None:
-            return [self.before_head, *[head for _, head in disk.heads]]
+            return [before, *[head for _, head in disk.heads]]
         durable = [head for number, head in disk.heads if number <= last]
-        base = durable[-1] if durable else self.before_head
+        base = durable[-1] if durable else before
         return [base, *[head for number, head in disk.heads if number > last]]
 
-    def check(self, disk: RecordingDisk, pattern: str, rng: random.Random, finish: bool) -> list[str]:
+    def check(self, disk: RecordingDisk, pattern: str, rng: random.Random, finish: bool,
+              before: bytes | None | str = "prepared") -> list[str]:
         """Boot the image `pattern` leaves: the problems found (none when everything held). An image met
-        before (temporary files' names aside) is not booted again: what follows depends on the image only."""
+        before (temporary files' names aside) is not booted again: what follows depends on the image only.
+        `before`: the HEAD the run started from (default: the prepared state's)."""
         image = disk.image(pattern, rng)
         head = image.get(f"{INDEX}/HEAD")
-        allowed = self.allowed_heads(disk)
+        allowed = self.allowed_heads(disk, self.before_head if before == "prepared" else before)
         if head not in allowed:
             return [f"HEAD is {_head(head)}; after this power loss it may only be one of {[_head(h) for h in allowed]}"]
         key = (_digest(image), finish)
@@ -345,15 +353,15 @@ def _generic(path: str) -> str:
 
 
 def explore(scenario: Scenario, work: Path, model: Path, *, every: int = 1, seeds: int = 2, finish: bool = True,
-            patterns: tuple[str, ...] = LOSS_PATTERNS, before: str | None = None) -> Exploration:
+            patterns: tuple[str, ...] = LOSS_PATTERNS, before: tuple[str, ...] | None = None) -> Exploration:
     """Power lost at every `every`-th disk operation of the scenario's writer (or only before those whose
-    kind is `before`) and after it returned; each loss pattern booted (the random ones with `seeds`
-    seeds) and checked."""
+    label starts with one of `before`: () for none) and after it returned; each loss pattern booted (the
+    random ones with `seeds` seeds) and checked."""
     started = time.monotonic()
     harness = Harness(scenario, work, model)
     found = Exploration(scenario.name, harness.operations)
     numbers = range(1, harness.operations + 1, every)
-    points: list[int | None] = [n for n in numbers if before is None or harness.labels[n - 1].startswith(before + " ")]
+    points: list[int | None] = [n for n in numbers if before is None or harness.labels[n - 1].startswith(before)]
     points.append(None)
     for crash_at in points:
         disk = harness.recorded(crash_at)
@@ -367,10 +375,36 @@ def explore(scenario: Scenario, work: Path, model: Path, *, every: int = 1, seed
     return found
 
 
+def explore_twice(scenario: Scenario, work: Path, model: Path, *, every: int = 1) -> Exploration:
+    """A writer killed at every `every`-th operation, the next run of it completing the work, then the power
+    lost: what the killed writer left undurable must not cost the next run's claimed commit (it may build
+    on it or reuse it). The second run's recording goes on from the first's model (the folder holding its
+    "kill" image); three loss patterns are booted after it returned."""
+    started = time.monotonic()
+    harness = Harness(scenario, work, model)
+    found = Exploration(scenario.name, harness.operations)
+    for crash_at in range(1, harness.operations + 1, every):
+        first = harness.recorded(crash_at)
+        killed = first.image("kill", random.Random(0))
+        materialize(harness.ws.store, killed)
+        second = RecordingDisk(harness.ws.store, head=f"{INDEX}/HEAD", model=first.model)
+        with recording(second):
+            harness.result = scenario.finish(harness.ws)
+        second.claim()
+        problems = [] if harness.result.exit_code in scenario.finish_codes else [f"the next run exited {harness.result.exit_code}"]
+        for pattern in ("lost", "metadata", "torn"):
+            case = problems or harness.check(second, pattern, random.Random(f"{crash_at}:{pattern}"), finish=False,
+                                             before=killed.get(f"{INDEX}/HEAD"))
+            found.cases.append(Case(scenario.name, crash_at, harness.labels[crash_at - 1], f"killed, then {pattern}", case))
+    found.seconds, found.boots = time.monotonic() - started, harness.boots
+    return found
+
+
 def faults(scenario: Scenario, work: Path, model: Path, *, every: int = 1,
            kinds: tuple[str, ...] = FAULT_KINDS) -> Exploration:
     """A full disk, an I/O error or a short write at every `every`-th operation (short writes: at writes only):
-    the command's message and exit code, the index it leaves, and the next run."""
+    the command's message and exit code, the index it leaves, and the next run. A fault the run did not
+    reach (the order of its operations can vary) is counted in `unreached`, not as a case."""
     started = time.monotonic()
     harness = Harness(scenario, work, model)
     found = Exploration(scenario.name, harness.operations)
@@ -379,6 +413,9 @@ def faults(scenario: Scenario, work: Path, model: Path, *, every: int = 1,
             if kind == "short" and not harness.labels[at - 1].startswith("write "):
                 continue
             disk = harness.recorded(None, Fault(at, kind))
+            if disk.faulted is None:
+                found.unreached += 1
+                continue
             problems = _fault_problems(harness, disk)
             if not problems:
                 problems = harness.check(disk, "kill", random.Random(0), finish=True)
@@ -388,25 +425,36 @@ def faults(scenario: Scenario, work: Path, model: Path, *, every: int = 1,
 
 
 def _fault_problems(harness: Harness, disk: RecordingDisk) -> list[str]:
-    """What the command said about the fault: one clear message, a documented exit code."""
-    result = disk.result
-    if disk.faulted is None:
-        return []  # the writer never reached that operation this time (its order can vary)
+    """What the command said about the fault: one message that says why and what the index keeps, exit 1
+    (a watcher: a build to try again); exit 0 only after a step a writer may pass over."""
+    result, faulted = harness.result, disk.faulted
+    assert faulted is not None
     if result is None:
         return ["the command raised instead of returning"]
     said = result.stderr + result.stdout
-    problems = []
     if "Traceback" in said or "internal error" in said:
-        problems.append(f"a traceback or an internal error: {said.strip()[-600:]}")
-    if result.exit_code == 0 and harness.scenario.name != "watcher's commit":
-        # a fault in a best-effort step (collecting old files, the checked-files record) may pass silently
-        if not _best_effort(disk.ops, disk.faulted):
-            problems.append(f"exit 0 after a fault at {disk.faulted.kind} {disk.faulted.path}")
-    elif result.exit_code not in (0, 1):
-        problems.append(f"exit {result.exit_code}, not 1 (a write failed: the index keeps its last commit)")
-    elif result.exit_code and not any(word in said for word in ("No space left", "Input/output error")):
-        problems.append(f"the message does not say why: {said.strip()[-600:]}")
-    return problems
+        return [f"a traceback or an internal error: {said.strip()[-600:]}"]
+    if result.exit_code == 0 and not result.retrying:
+        return [] if _best_effort(disk.ops, faulted) else [f"exit 0 after a fault at {faulted.kind} {faulted.path}"]
+    if result.exit_code not in (0, 1):
+        return [f"exit {result.exit_code}, not 1 (a write failed: the index keeps its last commit)"]
+    if not any(word in said for word in ("No space left", "Input/output error")):
+        return [f"the message does not say why: {said.strip()[-600:]}"]
+    head = (harness.ws.index / "HEAD").read_bytes() if (harness.ws.index / "HEAD").exists() else None
+    generation = json.loads(head)["generation"] if head else 0
+    if _head_made_durable(disk.ops, faulted):  # HEAD is in place: the new generation answers, maybe not durable
+        wanted = f"could not make generation {generation} "
+    elif faulted.path.endswith("lock") or "writers' lock" in said:
+        wanted = "cannot take the writers' lock"
+    else:
+        wanted = f"the index keeps {kept(generation)}."
+    return [] if wanted in said else [f"the message does not say {wanted!r}: {said.strip()[-600:]}"]
+
+
+def _head_made_durable(ops, op) -> bool:
+    """`op` is the fsync of the folder right after HEAD's rename."""
+    return op.kind == "fsync-dir" and op.number > 1 and ops[op.number - 2].kind == "rename" and \
+        ops[op.number - 2].path == f"{INDEX}/HEAD"
 
 
 def _best_effort(ops, op) -> bool:

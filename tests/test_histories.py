@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ class History(RuleBasedStateMachine):
     document's bytes); None after a kill or power loss, when it may hold any version the folder had."""
 
     model = None  # one fake checkpoint for every history of the process
+    tally: Counter = Counter()  # what the histories of this process did (printed by the test)
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,6 +58,7 @@ class History(RuleBasedStateMachine):
         self.files: dict[str, str] = {}  # the folder now: name -> sha256
         self.versions: set[tuple[str, str]] = set()  # every (name, sha256) the folder ever had
         self.indexed: dict[str, str] | None = {}
+        History.tally["histories"] += 1
 
     def teardown(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
@@ -74,10 +77,12 @@ class History(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES), texts=pages)
     def add_or_edit(self, name: str, texts: list[str]) -> None:
+        History.tally["add_or_edit"] += 1
         self._write(name, texts)
 
     @rule(name=st.sampled_from(NAMES), to=st.sampled_from(NAMES))
     def rename(self, name: str, to: str) -> None:
+        History.tally["rename"] += 1
         if name not in self.files or to in self.files:
             return
         (self.docs / to).parent.mkdir(parents=True, exist_ok=True)
@@ -87,12 +92,14 @@ class History(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES))
     def delete(self, name: str) -> None:
+        History.tally["delete"] += 1
         if name in self.files:
             (self.docs / name).unlink()
             del self.files[name]
 
     @rule(name=st.sampled_from(NAMES), to=st.sampled_from(NAMES))
     def copy(self, name: str, to: str) -> None:
+        History.tally["copy"] += 1
         if name not in self.files or to == name:
             return
         (self.docs / to).parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +119,7 @@ class History(RuleBasedStateMachine):
 
     @rule()
     def build(self) -> None:
+        History.tally["build"] += 1
         result = self.cli("build", str(self.docs), "--model", str(self.model), "--commit-every", "2")
         assert result.exit_code == 0, result.stderr
         self.indexed = dict(self.files)
@@ -119,6 +127,7 @@ class History(RuleBasedStateMachine):
     @precondition(lambda self: self.built)
     @rule(name=st.sampled_from(NAMES))
     def remove(self, name: str) -> None:
+        History.tally["remove"] += 1
         result = self.cli("remove", str(self.docs / name))
         if self.indexed is None:
             assert result.exit_code in (0, 1), result.stderr
@@ -129,6 +138,7 @@ class History(RuleBasedStateMachine):
     @rule(crash_at=st.integers(1, 150), pattern=st.sampled_from(["kill", "lost", "torn"]), seed=st.integers(0, 9))
     def build_with_power_loss(self, crash_at: int, pattern: str, seed: int) -> None:
         """A build cut by a power loss at its `crash_at`-th disk operation (or after it, if it has fewer)."""
+        History.tally["build_with_power_loss"] += 1
         disk = RecordingDisk(self.store, crash_at=crash_at)
         with recording(disk):
             try:
@@ -136,6 +146,7 @@ class History(RuleBasedStateMachine):
             except PowerLost:
                 result = None
         materialize(self.store, disk.image(pattern, random.Random(seed)))
+        History.tally["power lost mid-build" if result is None else "power lost after the build"] += 1
         if result is not None:  # it finished first: what it committed must be there
             assert result.exit_code == 0, result.stderr
             self.indexed = dict(self.files)
@@ -145,10 +156,12 @@ class History(RuleBasedStateMachine):
     @rule(point=st.sampled_from(FAILPOINTS), nth=st.integers(1, 3))
     def build_killed(self, point: str, nth: int) -> None:
         """A build in a process of its own, killed with SIGKILL the `nth` time it reaches `point`."""
+        History.tally["build_killed"] += 1
         command = [sys.executable, "-m", "localgpt_index", "build", str(self.docs), "--model", str(self.model),
                    "--commit-every", "2", "--index-dir", str(self.store / "idx"), "-q"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120,
                               env={**os.environ, "LGPT_FAILPOINT": f"{point}:{nth}"})
+        History.tally["killed" if done.returncode == -signal.SIGKILL else "not reached"] += 1
         if done.returncode == -signal.SIGKILL:
             self.indexed = None
         else:  # it never reached the point that many times
@@ -158,6 +171,7 @@ class History(RuleBasedStateMachine):
     @precondition(lambda self: self.built)
     @rule(mode=st.sampled_from(["visual", "text", "hybrid"]), word=st.sampled_from(WORDS))
     def query(self, mode: str, word: str) -> None:
+        History.tally["query"] += 1
         result = self.cli("query", word, "--mode", mode, "-k", "20", "--json")
         assert result.exit_code == 0, result.stderr
         hits = json.loads(result.stdout)["queries"][0]["results"]
@@ -169,6 +183,7 @@ class History(RuleBasedStateMachine):
 
     @rule()
     def reopen(self) -> None:
+        History.tally["reopen"] += 1
         self.check_contents()
 
     # after every step
@@ -177,6 +192,7 @@ class History(RuleBasedStateMachine):
     def check_contents(self) -> None:
         from localgpt_index.index.store import IndexStore
 
+        History.tally["checks"] += 1
         store = IndexStore(self.store / "idx" / "default")
         if not store.exists():  # never built, or built empty (nothing to commit), or a first build cut short
             assert not self.indexed, "the index is gone"
@@ -210,9 +226,14 @@ def test_kept_history_a_text_query_once_every_document_is_gone():
 
 @pytest.mark.slow  # about a minute: hundreds of builds, queries, kills and power losses
 def test_random_histories_keep_the_index_as_the_model_says():
-    run_state_machine_as_test(History, settings=settings(
-        max_examples=int(os.environ.get("LGPT_HISTORIES", "12")), stateful_step_count=25, deadline=None,
-        database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    """LGPT_HISTORIES=N runs N histories (12 in CI); each a fresh random seed, printed with a failing case."""
+    History.tally.clear()
+    try:
+        run_state_machine_as_test(History, settings=settings(
+            max_examples=int(os.environ.get("LGPT_HISTORIES", "12")), stateful_step_count=25, deadline=None,
+            database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    finally:
+        print("histories:", dict(History.tally))
 
 
 @pytest.mark.slow  # about 15 s: watch started and killed five times under a stream of edits

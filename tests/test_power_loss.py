@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import errno
 import random
+import uuid
 
 import pytest
-from powerloss_cases import INDEX, Harness, explore, faults, scenarios, summary
+from powerloss_cases import INDEX, Harness, explore, explore_twice, faults, scenarios, summary
 
 from localgpt_index.index import disk as disk_module
 from localgpt_index.index import files
@@ -89,7 +90,7 @@ def test_a_write_outside_the_disk_layer_is_reported(tmp_path):
 def _without_folder_fsync(path, data):
     """write_atomic as it would be with its last step forgotten: the rename never made durable."""
     ops = disk_module.disk()
-    tmp = path.with_name(f".tmp-planted000-{path.name}")
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{path.name}")
     handle = ops.create(tmp)
     handle.write(data)
     ops.sync(handle)
@@ -100,7 +101,7 @@ def _without_folder_fsync(path, data):
 def _renamed_before_fsync(path, data):
     """write_atomic with the rename before the data's fsync."""
     ops = disk_module.disk()
-    tmp = path.with_name(f".tmp-planted000-{path.name}")
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{path.name}")
     handle = ops.create(tmp)
     handle.write(data)
     ops.replace(tmp, path)
@@ -109,21 +110,20 @@ def _renamed_before_fsync(path, data):
     ops.sync_dir(path.parent)
 
 
-@pytest.mark.parametrize("planted, pattern, lost", [
-    (_without_folder_fsync, "lost", "generation 2"),  # the remove's commit, claimed, is gone
-    (_renamed_before_fsync, "metadata", "unreadable"),  # HEAD renamed into place empty
+@pytest.mark.parametrize("planted, pattern, before, lost", [
+    # the power lost after remove returned: its claimed generation 2 is gone
+    (_without_folder_fsync, "lost", (), "generation 2"),
+    # the power lost before HEAD's fsync (in the planted variant, after its rename): HEAD is empty
+    (_renamed_before_fsync, "metadata", (f"fsync {INDEX}/.tmp-*-HEAD",), "unreadable"),
 ], ids=["no folder fsync after HEAD", "HEAD renamed before its fsync"])
-def test_the_harness_reports_the_generation_a_planted_bug_loses(model, tmp_path, monkeypatch, planted, pattern, lost):
+def test_the_harness_reports_the_generation_a_planted_bug_loses(model, tmp_path, monkeypatch, planted, pattern, before, lost):
     from localgpt_index.index.local import txn
 
-    # the power lost before each fsync (between a rename and its data's fsync, in the planted variant),
-    # and after the command returned
-    sound = explore(SCENARIOS["remove"], tmp_path / "sound", model, patterns=(pattern,), finish=False, before="fsync")
-    assert sound.cases and not sound.failed, summary([sound])  # as written, every case holds
+    sound = explore(SCENARIOS["remove"], tmp_path / "sound", model, patterns=(pattern,), finish=False, before=before)
+    assert sound.cases and not sound.failed, summary([sound])  # as written, the same cases hold
 
     monkeypatch.setattr(txn, "write_atomic", planted)  # how the local backend writes HEAD and the manifests
-    planted_run = explore(SCENARIOS["remove"], tmp_path / "planted", model, patterns=(pattern,), finish=False,
-                          before="fsync")
+    planted_run = explore(SCENARIOS["remove"], tmp_path / "planted", model, patterns=(pattern,), finish=False, before=before)
     problems = [problem for case in planted_run.failed for problem in case.problems]
     assert any(problem.startswith("HEAD is ") and lost in problem for problem in problems), problems
 
@@ -177,8 +177,23 @@ def test_a_failed_fsync_after_head_is_in_place_keeps_the_generation_it_names(mod
     last = len(harness.labels)
     assert harness.labels[last - 2] == f"rename {INDEX}/HEAD" and harness.labels[last - 1] == "fsync-dir idx/default"
     disk = harness.recorded(None, Fault(last, "eio"))
-    result = disk.result
+    result = harness.result
     assert result.exit_code == 1, result.stderr
     assert "could not make generation 2" in result.stderr and "Input/output error" in result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     assert harness.check(disk, "kill", random.Random(0), finish=True) == []
+
+
+def test_a_commit_made_on_what_a_killed_writer_left_survives_the_power_loss(model, tmp_path):
+    """A writer killed between a rename and its folder's fsync leaves an entry that is not durable; the next
+    run builds on it or reuses it (a HEAD, a blob, a folder), so it makes it durable before it commits."""
+    found = explore_twice(SCENARIOS["remove"], tmp_path, model, every=2)
+    assert found.cases and not found.failed, summary([found])
+
+
+@pytest.mark.slow  # about 5-30 s each: a kill at every operation, the next run, then three loss patterns
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_writer_killed_anywhere_then_run_again_keeps_its_commit_through_a_power_loss(model, tmp_path, name):
+    found = explore_twice(SCENARIOS[name], tmp_path, model)
+    print(summary([found]))
+    assert found.cases and not found.failed, summary([found])

@@ -677,6 +677,37 @@ def test_serve_watch_retries_a_full_disk_and_healthz_says_so(fake_model, tmp_pat
     assert code == 0 and not any("Traceback" in line for line in server.lines)
 
 
+def test_serve_watch_with_no_index_retries_its_first_build_on_a_failing_disk(fake_model, tmp_path, monkeypatch):
+    """`serve --watch` on a folder with no index builds before it serves: an I/O error there is retried
+    after the backoff (it ended serve), and the server then opens the index that build made."""
+    from localgpt_index.cli import serve, watch
+    from localgpt_index.index.open import open_store
+    from localgpt_index.testing.powerloss import Fault, RecordingDisk, recording
+
+    docs, lines = tmp_path / "docs", []
+    make_pdf(docs / "report.pdf", ["quarterly report"])
+    monkeypatch.setenv("LGPT_WATCH_RETRY_S", "0.01,0.02")
+    made = watch.logged_watcher
+
+    def with_the_fake_model(*args):  # serve --watch takes the index's model, or the default: none here
+        watcher = made(*args)
+        watcher.options.model = str(fake_model)
+        return watcher
+
+    monkeypatch.setattr(watch, "logged_watcher", with_the_fake_model)
+
+    class Log:
+        def message(self, text, level="info"):
+            lines.append(text)
+
+    store = open_store(None, tmp_path / "idx", None)
+    with recording(RecordingDisk(tmp_path, fault=Fault(1, "eio"))):  # the index's first folder cannot be made, once
+        watcher = serve._watcher(docs, store, Log(), "cpu", "auto")
+    watcher.stop()
+    assert store.exists() and watcher.builds == 2 and watcher.error is None, lines
+    assert any("Input/output error" in line and "trying again" in line for line in lines), lines
+
+
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_mcp_watch_retries_a_full_disk_and_index_status_says_so(fake_model, tmp_path):
     """Issue 39, 6, under `mcp --watch` (the SDK's client over stdio): the watcher does not end at a full

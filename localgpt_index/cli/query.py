@@ -110,7 +110,7 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
     results = index.search(texts, k=top_k, filters=filters, candidates=candidates, options=options)
-    if mode != "visual" and not index.lexical.page_count():
+    if mode != "visual" and not index.lexical.has_pages():
         app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
                           "text finds nothing here.")
     document = query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -75,8 +76,10 @@ def _watcher(docs, store, log, device: str, dtype: str):
     if not store.exists():
         watcher.source.start()
         watcher.build(())
-        problem = watcher.error or watcher.retrying  # a full disk too: there is no index to serve yet
-        if problem is not None:
+        while watcher.error is None and watcher.retrying is not None:  # a full disk: tried again after the backoff
+            time.sleep(watcher.status()["retry_in_s"] or 0.0)
+            watcher.build(())
+        if watcher.error is not None:
             watcher.stop()
-            raise problem
+            raise watcher.error
     return watcher

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+
 from ..core.errors import IndexProblem
+
+TRANSIENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # a full disk or quota, an I/O error: they may pass
 
 
 class MissingIndexFile(IndexProblem):

@@ -25,7 +25,7 @@ from ..core.errors import IndexBusy
 from ..core.failpoints import failpoint
 from ..core.files import sha256_file
 from .disk import copy_into, disk
-from .files import TMP_PREFIX, make_folders, plain_files, regular_size, same_regular_file, sweep_temporary
+from .files import TMP_PREFIX, make_folders, plain_files, regular_size, same_regular_file, sweep_temporary, write_atomic
 from .manifest import Manifest
 from .pdfrefs import SharedRefs
 
@@ -77,8 +77,10 @@ class PdfStore:
         target = self.root / rel
         make_folders(self.folder)
         if self.marker and not os.path.lexists(self.root / self.marker):
-            disk().create(self.root / self.marker).close()
-        if not same_regular_file(target, pdf.stat().st_size):
+            write_atomic(self.root / self.marker, b"")
+        if same_regular_file(target, pdf.stat().st_size):
+            disk().sync_dir(self.folder)  # reused: a killed writer may have renamed it into place unsynced
+        else:
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}.pdf"
             ops = disk()
             handle = ops.create(tmp)

@@ -28,6 +28,7 @@ from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
                       SearchAnswer, TextCaps, WatchStatus)
 
+WORKERS = 32  # calls whose work past the model runs side by side; the 33rd waits for one of them
 BUILD_HINT = "Build it first: lgpt-index build DOCS (with the same --index-dir / --name / --store as this server)."
 T = TypeVar("T")
 
@@ -49,7 +50,7 @@ class IndexTools:
         self._batching = False
         self._lock = threading.Lock()
         # not the event loop's default executor: the loop waits for that one's threads when it closes
-        self._workers = ThreadPoolExecutor(thread_name_prefix="lgpt-mcp")
+        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="lgpt-mcp")
         self._working = 0  # calls running on the workers
 
     # the index and the model
@@ -232,7 +233,7 @@ def cut_text(text: str, limit: int) -> str:
 
 def has_text(index) -> bool:
     """Whether this generation holds page text."""
-    return index.lexical is not None and index.lexical.page_count() > 0
+    return index.lexical is not None and index.lexical.has_pages()
 
 
 def search_modes(index) -> list[str]:

@@ -47,7 +47,7 @@ class QueryOptions:
 def choose_mode(options: QueryOptions, lexical: LexicalIndex | None, location: str) -> Mode:
     """The mode that answers: the one asked, or the default; text and hybrid need the index's text."""
     if options.mode is None:
-        return "hybrid" if lexical is not None and lexical.page_count() else "visual"
+        return "hybrid" if lexical is not None and lexical.has_pages() else "visual"
     if options.mode != "visual" and lexical is None:
         raise IndexProblem(f"{location} holds no page text, so --mode {options.mode} cannot answer.",
                            hint="Query with --mode visual, or rebuild the index with this version (build --rebuild) to add page text.")

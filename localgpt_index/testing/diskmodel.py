@@ -42,7 +42,8 @@ class FolderNode:
 
 
 class DiskModel:
-    """The files and folders under one root, as running and as durable; the root itself is durable."""
+    """The files and folders under one root, as running and as durable; the root itself is durable, and so
+    is what is there at the start."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -60,6 +61,13 @@ class DiskModel:
                 data = Path(entry.path).read_bytes()
                 child = self.add(FileNode(bytearray(data), data))
             model.entries[entry.name] = model.durable[entry.name] = child
+
+    def killed(self) -> DiskModel:
+        """This disk after its process was killed: what it wrote stays as it is (durable or not), its files closed."""
+        for node in self.nodes.values():
+            if isinstance(node, FileNode):
+                node.open_handles = 0
+        return self
 
     def add(self, node: FileNode | FolderNode) -> int:
         number = len(self.nodes)

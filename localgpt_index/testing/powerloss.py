@@ -54,18 +54,19 @@ class RecordingDisk:
     """The disk operations of a folder (`root`), recorded; see the module's docstring."""
 
     def __init__(self, root: Path, *, crash_at: int | None = None, fault: Fault | None = None,
-                 inner: Disk | None = None, head: str | None = None) -> None:
+                 inner: Disk | None = None, head: str | None = None, model: DiskModel | None = None) -> None:
+        """`model`: go on from what another recording left (its process killed: the folder holds its "kill"
+        image), else the folder as it is, all of it durable."""
         self.root = Path(os.path.abspath(root))
         self.crash_at, self.fault = crash_at, fault
         self.inner = inner or OsDisk()
         self.head = head  # the index's HEAD, relative to root: renames onto it are recorded
-        self.model = DiskModel(self.root)
+        self.model = model.killed() if model is not None else DiskModel(self.root)
         self.ops: list[Op] = []
         self.heads: list[tuple[int, bytes]] = []  # (operation, the HEAD it put in place)
         self.claims: list[int] = []  # operations after which the command said a commit was done
         self.dead = False
         self.faulted: Op | None = None
-        self.result: object = None  # what the command under test returned (the harness keeps it here)
 
     def _rel(self, path: Path) -> str | None:
         rel = os.path.relpath(os.path.abspath(path), self.root)

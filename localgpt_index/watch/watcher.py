@@ -44,9 +44,10 @@ def retry_delays() -> tuple[float, float]:
     """The backoff of a build that could not write: $LGPT_WATCH_RETRY_S ("FIRST,MOST" seconds; tests) or the default."""
     first, _, most = os.environ.get("LGPT_WATCH_RETRY_S", "").partition(",")
     try:
-        return float(first), float(most or DEFAULT_RETRY_S[1])
+        delays = float(first), float(most or DEFAULT_RETRY_S[1])
     except ValueError:  # unset (or not numbers)
         return DEFAULT_RETRY_S
+    return delays if 0 < delays[0] <= delays[1] < float("inf") else DEFAULT_RETRY_S  # never a loop without a wait
 
 
 class KeptEncoder:
@@ -160,6 +161,7 @@ class Watcher:
             self._retry_later(number, exc, paths)
             return None
         except IndexBusy as exc:  # its writer outlasted --wait: this batch is tried again with the next one
+            self.retrying, self._retry_at = None, None  # this build could not start: no disk problem seen
             self.on_event(BuildFailed(number, exc.message, int(exc.exit_code), False, exc.hint))
             self.pending.add(paths or {str(self.root)})
             return None

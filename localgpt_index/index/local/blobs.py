@@ -40,6 +40,8 @@ class LocalBlobs:
         make_folders(self.folder)
         if not same_regular_file(target, len(data)):
             write_atomic(target, data)
+        else:
+            disk().sync_dir(self.folder)  # reused: a killed writer may have renamed it into place unsynced
         return ref
 
     def read(self, ref: BlobRef) -> bytes:

@@ -186,7 +186,13 @@ class LexicalIndex:
         return row[0] if row else None
 
     def page_count(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM pages").fetchone()[0])
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM pages").fetchone()[0])
+
+    def has_pages(self) -> bool:
+        """Whether any page has text (one row read, under the connection's lock: queries ask it on any thread)."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM pages LIMIT 1").fetchone() is not None
 
     def token_count(self) -> int:
         """The sum of the pages' token counts (avgdl = token_count / page_count)."""

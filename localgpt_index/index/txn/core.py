@@ -29,7 +29,7 @@ from ..artifacts import (
 from ..manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
 from ..files import NotDurable
 from ..pdfstore import PdfStore
-from . import assemble_manifest, live_segments, write_error
+from . import assemble_manifest, live_segments, not_durable, write_error
 from .staged import NO_PAGE, SegmentSink, StagedWriter
 
 
@@ -160,9 +160,10 @@ class TransactionCore:
 
     def recover(self) -> None:
         """Under the hold, before any write: what killed writers left is undone or swept."""
-        if self.pdfs is not None:
-            self.pdfs.sweep_temporary()
-        self.needs_upgrade = self.backend.recover() or self.needs_upgrade
+        with self.writing():
+            if self.pdfs is not None:
+                self.pdfs.sweep_temporary()
+            self.needs_upgrade = self.backend.recover() or self.needs_upgrade
 
     # staging
 
@@ -241,9 +242,9 @@ class TransactionCore:
             self.fence()
             try:
                 self.backend.publish(manifest, receipt)
-            except NotDurable:
+            except NotDurable as exc:
                 self._committed(manifest, live)  # readers see it: what it names is kept, and the error says so
-                raise
+                raise not_durable(self.backend.location, exc, manifest.generation) from None
             failpoint("after-head")
             self.backend.after_publish()
         self._committed(manifest, live)
