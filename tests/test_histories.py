@@ -3,8 +3,9 @@ state machine over a small folder. Files are added, edited in place, renamed, de
 the folder is built, documents removed, queries run in every mode, builds killed with SIGKILL at a
 random failpoint or cut by a power loss at a random disk operation (testing/powerloss.py), and the
 index reopened. After every step: `verify` finds nothing, and the index holds exactly what the model
-says (after a kill or power loss, until the next build: only documents in a version the folder had,
-each once). Histories that once failed are kept below as plain tests, step for step."""
+says (after a kill or power loss, until the next build that ends: every document no build touched
+since, and nothing that was not in the folder when a build ran). Histories that once failed are kept
+below as plain tests, step for step."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ def _model_path() -> Path:
 
 
 class History(RuleBasedStateMachine):
-    """The folder, the index, and the model: `indexed` is what the index must hold (name -> sha256 of the
-    document's bytes); None after a kill or power loss, when it may hold any version the folder had."""
+    """The folder, the index, and the model of what the index holds (name -> sha256 of the document's
+    bytes): exactly `must` after a build that ended; after a kill or a power loss, at least `must` (the
+    documents no build since touched: a commit never loses them) and at most `may` (any version a cut
+    build may have committed), until the next build that ends."""
 
     model = None  # one fake checkpoint for every history of the process
     tally: Counter = Counter()  # what the histories of this process did (printed by the test)
@@ -56,8 +59,9 @@ class History(RuleBasedStateMachine):
         self.docs.mkdir()
         self.store.mkdir()
         self.files: dict[str, str] = {}  # the folder now: name -> sha256
-        self.versions: set[tuple[str, str]] = set()  # every (name, sha256) the folder ever had
-        self.indexed: dict[str, str] | None = {}
+        self.must: dict[str, str] = {}
+        self.may: set[tuple[str, str]] = set()
+        self.exact = True
         History.tally["histories"] += 1
 
     def teardown(self) -> None:
@@ -73,7 +77,6 @@ class History(RuleBasedStateMachine):
 
     def _seen(self, name: str) -> None:
         self.files[name] = hashlib.sha256((self.docs / name).read_bytes()).hexdigest()
-        self.versions.add((name, self.files[name]))
 
     @rule(name=st.sampled_from(NAMES), texts=pages)
     def add_or_edit(self, name: str, texts: list[str]) -> None:
@@ -117,23 +120,34 @@ class History(RuleBasedStateMachine):
     def built(self) -> bool:
         return (self.store / "idx" / "default" / "HEAD").exists()
 
+    def _built(self) -> None:
+        """A build of the folder as it is ended: the index holds exactly the folder."""
+        self.must, self.may, self.exact = dict(self.files), set(self.files.items()), True
+
+    def _cut(self) -> None:
+        """A build of the folder as it is was cut short: some of its commits may be there, none lost."""
+        self.must = {name: sha for name, sha in self.must.items() if self.files.get(name) == sha}
+        self.may |= set(self.files.items())
+        self.exact = False
+
     @rule()
     def build(self) -> None:
         History.tally["build"] += 1
         result = self.cli("build", str(self.docs), "--model", str(self.model), "--commit-every", "2")
         assert result.exit_code == 0, result.stderr
-        self.indexed = dict(self.files)
+        self._built()
 
     @precondition(lambda self: self.built)
     @rule(name=st.sampled_from(NAMES))
     def remove(self, name: str) -> None:
         History.tally["remove"] += 1
         result = self.cli("remove", str(self.docs / name))
-        if self.indexed is None:
-            assert result.exit_code in (0, 1), result.stderr
-            return
-        assert result.exit_code == (0 if name in self.indexed else 1), result.stderr
-        self.indexed.pop(name, None)
+        if self.exact:
+            assert result.exit_code == (0 if name in self.must else 1), result.stderr
+        else:
+            assert result.exit_code == 0 or (result.exit_code == 1 and name not in self.must), result.stderr
+        self.must.pop(name, None)
+        self.may = {(held, sha) for held, sha in self.may if held != name}
 
     @rule(crash_at=st.integers(1, 150), pattern=st.sampled_from(["kill", "lost", "torn"]), seed=st.integers(0, 9))
     def build_with_power_loss(self, crash_at: int, pattern: str, seed: int) -> None:
@@ -149,9 +163,9 @@ class History(RuleBasedStateMachine):
         History.tally["power lost mid-build" if result is None else "power lost after the build"] += 1
         if result is not None:  # it finished first: what it committed must be there
             assert result.exit_code == 0, result.stderr
-            self.indexed = dict(self.files)
+            self._built()
         else:
-            self.indexed = None
+            self._cut()
 
     @rule(point=st.sampled_from(FAILPOINTS), nth=st.integers(1, 3))
     def build_killed(self, point: str, nth: int) -> None:
@@ -163,10 +177,10 @@ class History(RuleBasedStateMachine):
                               env={**os.environ, "LGPT_FAILPOINT": f"{point}:{nth}"})
         History.tally["killed" if done.returncode == -signal.SIGKILL else "not reached"] += 1
         if done.returncode == -signal.SIGKILL:
-            self.indexed = None
+            self._cut()
         else:  # it never reached the point that many times
             assert done.returncode == 0, done.stderr
-            self.indexed = dict(self.files)
+            self._built()
 
     @precondition(lambda self: self.built)
     @rule(mode=st.sampled_from(["visual", "text", "hybrid"]), word=st.sampled_from(WORDS))
@@ -175,11 +189,9 @@ class History(RuleBasedStateMachine):
         result = self.cli("query", word, "--mode", mode, "-k", "20", "--json")
         assert result.exit_code == 0, result.stderr
         hits = json.loads(result.stdout)["queries"][0]["results"]
-        present = {str(self.docs / name) for name, _ in self.versions}
+        held = {str(self.docs / name) for name, _ in self.may}
         for hit in hits:
-            assert hit["path"] in present and hit["page"] >= 1, hit
-            if self.indexed is not None:
-                assert os.path.relpath(hit["path"], self.docs) in self.indexed, hit
+            assert hit["path"] in held and hit["page"] >= 1, hit
 
     @rule()
     def reopen(self) -> None:
@@ -195,14 +207,15 @@ class History(RuleBasedStateMachine):
         History.tally["checks"] += 1
         store = IndexStore(self.store / "idx" / "default")
         if not store.exists():  # never built, or built empty (nothing to commit), or a first build cut short
-            assert not self.indexed, "the index is gone"
+            assert not self.must, "the index is gone"
             return
         assert store.verify() == []
         held = {os.path.relpath(doc.path, self.docs): doc.sha256 for doc in store.open_view().documents}
-        if self.indexed is not None:
-            assert held == self.indexed
+        if self.exact:
+            assert held == self.must
         else:
-            assert set(held.items()) <= self.versions, set(held.items()) - self.versions
+            assert set(self.must.items()) <= set(held.items()), f"lost: {set(self.must.items()) - set(held.items())}"
+            assert set(held.items()) <= self.may, f"never in the folder when built: {set(held.items()) - self.may}"
 
 
 def replay(*steps: tuple[str, dict]) -> None:

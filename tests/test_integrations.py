@@ -296,3 +296,16 @@ def test_llamaindex_retriever_works_offline_with_a_real_model(tiny_model, tmp_pa
 def test_documents_are_json_serialisable(report_index):
     documents = lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), k=2).invoke(QUERY)
     json.dumps([document.metadata for document in documents])
+
+
+def test_a_png_header_gives_its_size_without_decoding():
+    import io
+
+    from PIL import Image
+
+    from localgpt_index.integrations.source import png_dimensions
+
+    out = io.BytesIO()
+    Image.new("RGB", (17, 5)).save(out, "PNG")
+    assert png_dimensions(out.getvalue()) == (17, 5)
+    assert png_dimensions(b"\x89PNG\r\n\x1a\n") is None and png_dimensions(b"GIF89a" + bytes(30)) is None

@@ -338,3 +338,26 @@ def test_without_text_the_default_is_visual_and_text_mode_is_refused(tmp_path):
     assert hits[0].snippet is None and "visual_rank" not in hits[0].to_dict()
     with pytest.raises(IndexProblem, match="holds no page text"):
         bare.search_encoded(["x"], None, 3, options=QueryOptions(mode="text"))
+
+
+def test_the_densest_window_is_the_one_every_window_would_find():
+    """snippet's one-pass window (issue 39 #1) picks the first hit of the earliest window holding the most
+    distinct tokens, exactly as trying every window does (the quadratic search it replaced)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from localgpt_index.index.text.snippet import _densest
+
+    def every_window(hits, width):
+        counts = [len({token for start, _, token in hits[first:] if start < hits[first][0] + width}) for first in range(len(hits))]
+        return counts.index(max(counts))
+
+    starts = st.lists(st.tuples(st.integers(0, 500), st.sampled_from("abcd")), min_size=1, max_size=40)
+
+    @settings(max_examples=300, deadline=None)
+    @given(starts, st.integers(1, 120))
+    def same(raw, width):
+        hits = sorted((start, start + 3, token) for start, token in raw)
+        assert _densest(hits, width) == every_window(hits, width)
+
+    same()

@@ -554,3 +554,36 @@ def test_stdio_with_the_real_tiny_checkpoint(tiny_model, tmp_path):
             assert faults == []
 
     asyncio.run(scenario())
+
+
+def test_the_sdk_seam_the_stdio_layer_uses_is_there():
+    """mcp/stdio.py reaches the SDK's low-level server (no public hook for the stdio read stream in 2.x):
+    an SDK without it fails here, not in a user's session."""
+    from mcp.server.mcpserver import MCPServer
+
+    lowlevel = MCPServer("seam")._lowlevel_server
+    assert callable(lowlevel.run) and lowlevel.create_initialization_options() is not None
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"q": "\\ud83d"}}', 7),
+    ('{"params": ' + "[" * 5000 + "]" * 5000 + ', "id": "a-1", "jsonrpc": "2.0"}', "a-1"),
+    ('{"params": {"id": 3}, "jsonrpc": "2.0", "id": 4', 4),  # the nested id is not the request's
+    ('{"id": "\\ud83d", "jsonrpc": "2.0"}', None),  # a lone surrogate cannot be written back
+    ('{"id": true}', None),
+    ("[1, 2]", None),
+    ('{"jsonrpc": "2.0", "id": 9', 9),
+    ("not json", None),
+])
+def test_the_id_of_a_line_the_parser_refused_is_read_without_recursion(line, expected):
+    from localgpt_index.mcp.stdio import line_id
+
+    assert line_id(line) == expected
+
+
+def test_a_cut_text_ends_at_a_space_near_the_limit():
+    from localgpt_index.mcp.backend import cut_text
+
+    assert cut_text("abcd " * 50, 102) == ("abcd " * 20).strip()  # the last space within a tenth of the limit
+    assert cut_text("x" * 30, 10) == "x" * 10  # no space near: cut at the limit
+    assert cut_text("short", 100) == "short"

@@ -848,3 +848,15 @@ def test_a_touched_file_a_failing_document_and_the_folder_removed(fake_model, tm
     assert stopped.exit_code == watcher.exit_code == 2, stopped
     verify_ok(index)
     assert indexed(index) == before
+
+
+@pytest.mark.parametrize("given, expected", [("", (1.0, 60.0)), ("0.2,0.4", (0.2, 0.4)), ("2", (2.0, 60.0)),
+                                             ("0,1", (1.0, 60.0)), ("-1,5", (1.0, 60.0)), ("5,1", (1.0, 60.0)),
+                                             ("inf", (1.0, 60.0)), ("nan,1", (1.0, 60.0)), ("a,b", (1.0, 60.0))])
+def test_a_watchers_backoff_always_waits(monkeypatch, given, expected):
+    """LGPT_WATCH_RETRY_S=FIRST,MOST: a first wait of zero, a negative one, MOST under FIRST or not a number
+    fall back to the default (a retry loop without a wait would spin)."""
+    from localgpt_index.watch.watcher import retry_delays
+
+    monkeypatch.setenv("LGPT_WATCH_RETRY_S", given)
+    assert retry_delays() == expected

@@ -65,7 +65,7 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
         from .watch import logged_watcher
 
         watcher = logged_watcher(watch_docs, tools.service.store, log, device, dtype)
-        tools.service.watching = watcher.status  # index_status says what it does
+        tools.service.watch_status = watcher.status  # index_status says what it does
     companions = [watcher.start_background] if watcher else []
     if use_http:
         from ..mcp.runner import run_http

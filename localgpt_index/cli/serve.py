@@ -57,7 +57,7 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     watcher = _watcher(watch_docs, store, log, device, dtype) if watch_docs else None
     service = open_service(store, device, dtype, DeviceScoring(scorer, max_resident))
     if watcher is not None:
-        service.watching = watcher.status
+        service.watch_status = watcher.status
     start = (lambda: watcher.start_background(catch_up=watcher.builds == 0)) if watcher else (lambda: None)
     failure = run_server(service, host, port, token, log, limits, PathPolicy(absolute_paths), on_listening=start)
     if watcher is not None and not watcher.stop(wait_s=10):

@@ -175,9 +175,9 @@ class IndexTools:
                            watch=self._watch_status())
 
     def _watch_status(self) -> WatchStatus | None:
-        if self.service.watching is None:
+        if self.service.watch_status is None:
             return None
-        state = self.service.watching()
+        state = self.service.watch_status()
         return WatchStatus(**{**state, "problem": self.policy.message(state["problem"]) if state["problem"] else None})
 
     def get_page(self, document: str, page: int, with_image: bool) -> tuple[PageAnswer, list[FittedImage]]:

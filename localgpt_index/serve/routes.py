@@ -164,8 +164,8 @@ def _index_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, po
         loads, when it could not be, or when the index was rebuilt with another model). Under --watch,
         `watch` says what the watcher does (a build that could not write: `retrying`) and why."""
         body, code = _health(service, batcher)
-        if service.watching is not None:
-            state = service.watching()
+        if service.watch_status is not None:
+            state = service.watch_status()
             body["watch"] = {**state, "problem": policy.message(state["problem"]) if state["problem"] else None}
         return JSONResponse(body, status_code=code)
 

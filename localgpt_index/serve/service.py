@@ -72,7 +72,7 @@ class IndexService:
         self.switches = 0
         self.scoring = DeviceScoring()  # where exact scoring runs (serve --scorer, --max-resident)
         self.on_switch: Callable[[Index], None] = lambda index: None  # told of each generation opened (serve's path policy)
-        self.watching: Callable[[], dict] | None = None  # --watch: the watcher's status() (/healthz, index_status)
+        self.watch_status: Callable[[], dict] | None = None  # --watch: the watcher's status() (/healthz, index_status)
 
     # the generation
 
