@@ -34,18 +34,21 @@ def main() -> int:
         from localgpt_index.testing.fake import write_fake_checkpoint
 
         model = write_fake_checkpoint(Path(scratch) / "fake-colpali")
-        print("| writer | operations | power-loss cases (images booted) | held | fault cases | held | seconds |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("| writer | operations | power-loss cases (images booted) | held | killed, run again, then power lost | held "
+              "| fault cases (not reached) | held | seconds |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         failed, started = [], time.monotonic()
         for number, scenario in enumerate(cases.scenarios()):
             if args.only and scenario.name not in args.only:
                 continue
             crash = cases.explore(scenario, Path(scratch) / f"crash-{number}", model, every=args.every)
+            twice = cases.explore_twice(scenario, Path(scratch) / f"twice-{number}", model, every=args.every)
             fault = cases.faults(scenario, Path(scratch) / f"fault-{number}", model, every=args.every)
-            failed += [crash, fault]
-            print(f"| {scenario.name} | {crash.operations} | {len(crash.cases)} ({crash.boots}) | "
-                  f"{len(crash.cases) - len(crash.failed)} | {len(fault.cases)} | {len(fault.cases) - len(fault.failed)} | "
-                  f"{crash.seconds + fault.seconds:.0f} |", flush=True)
+            failed += [crash, twice, fault]
+            held = [len(found.cases) - len(found.failed) for found in (crash, twice, fault)]
+            print(f"| {scenario.name} | {crash.operations} | {len(crash.cases)} ({crash.boots}) | {held[0]} | {len(twice.cases)} | "
+                  f"{held[1]} | {len(fault.cases)} ({fault.unreached}) | {held[2]} | "
+                  f"{crash.seconds + twice.seconds + fault.seconds:.0f} |", flush=True)
         bad = [found for found in failed if found.failed]
         print(f"\n{time.monotonic() - started:.0f} s in all")
         if bad:

@@ -150,25 +150,6 @@ def test_a_commit_in_a_new_index_folder_survives_the_power_loss(model, tmp_path)
     assert harness.check(disk, "lost", random.Random(0), finish=False) == []
 
 
-# everything, in the slow tier
-
-
-@pytest.mark.slow  # about 10-60 s each: every operation of the writer, every loss pattern, and the next run
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_power_lost_at_every_operation_leaves_a_generation_the_next_run_completes(model, tmp_path, name):
-    found = explore(SCENARIOS[name], tmp_path, model)
-    print(summary([found]))
-    assert found.cases and not found.failed, summary([found])
-
-
-@pytest.mark.slow  # about 5-30 s each: three faults at every operation of the writer
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_a_fault_at_every_operation_is_reported_and_loses_nothing(model, tmp_path, name):
-    found = faults(SCENARIOS[name], tmp_path, model)
-    print(summary([found]))
-    assert found.cases and not found.failed, summary([found])
-
-
 def test_a_failed_fsync_after_head_is_in_place_keeps_the_generation_it_names(model, tmp_path):
     """The folder's fsync after HEAD's rename fails (EIO): readers already see the new generation, so the
     files it names are kept (they were deleted as if uncommitted, leaving HEAD naming missing files),
@@ -191,9 +172,15 @@ def test_a_commit_made_on_what_a_killed_writer_left_survives_the_power_loss(mode
     assert found.cases and not found.failed, summary([found])
 
 
-@pytest.mark.slow  # about 5-30 s each: a kill at every operation, the next run, then three loss patterns
+# everything, in the slow tier
+
+
+@pytest.mark.slow  # 2-60 s each: every operation of the writer (power lost: every pattern, then the next run;
+# killed, run again, then power lost; faults: ENOSPC, EIO and short writes)
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_a_writer_killed_anywhere_then_run_again_keeps_its_commit_through_a_power_loss(model, tmp_path, name):
-    found = explore_twice(SCENARIOS[name], tmp_path, model)
+@pytest.mark.parametrize("exploration", [explore, explore_twice, faults],
+                         ids=["power-lost", "killed-then-power-lost", "faults"])
+def test_every_operation_of_every_writer(model, tmp_path, name, exploration):
+    found = exploration(SCENARIOS[name], tmp_path, model)
     print(summary([found]))
     assert found.cases and not found.failed, summary([found])
