@@ -282,6 +282,9 @@ class Harness:
         assert not untracked, f"{self.scenario.name}: writes outside the disk layer: {untracked}"
         return disk
 
+    def killed_then_lost(self, crash_at: int) -> list[Case]:
+        return _killed_then_lost(self, crash_at)
+
     @staticmethod
     def allowed_heads(disk: RecordingDisk, before: bytes | None) -> list[bytes | None]:
         """The HEADs the index may have after the power loss: the last one claimed (or `before`, the HEAD the
@@ -321,6 +324,27 @@ class Harness:
         if not problems and contents(self.ws.index) != self.reference:
             problems.append("after the next run the index differs from what an uninterrupted run leaves")
         return problems
+
+
+def _killed_then_lost(harness: Harness, crash_at: int) -> list[Case]:
+    """The writer killed before operation `crash_at`, run again (its recording going on from the first's
+    model: the folder holding the "kill" image), then the power lost after it returned: three patterns."""
+    scenario = harness.scenario
+    first = harness.recorded(crash_at)
+    killed = first.image("kill", random.Random(0))
+    materialize(harness.ws.store, killed)
+    second = RecordingDisk(harness.ws.store, head=f"{INDEX}/HEAD", model=first.model)
+    with recording(second):
+        harness.result = scenario.finish(harness.ws)
+    second.claim()
+    exit_code = harness.result.exit_code
+    problems = [] if exit_code in scenario.finish_codes else [f"the next run exited {exit_code}"]
+    cases = []
+    for pattern in ("lost", "metadata", "torn"):
+        found = problems or harness.check(second, pattern, random.Random(f"{crash_at}:{pattern}"), finish=False,
+                                          before=killed.get(f"{INDEX}/HEAD"))
+        cases.append(Case(scenario.name, crash_at, harness.labels[crash_at - 1], f"killed, then {pattern}", found))
+    return cases
 
 
 def _head(raw: bytes | None) -> str:
@@ -378,24 +402,12 @@ def explore(scenario: Scenario, work: Path, model: Path, *, every: int = 1, seed
 def explore_twice(scenario: Scenario, work: Path, model: Path, *, every: int = 1) -> Exploration:
     """A writer killed at every `every`-th operation, the next run of it completing the work, then the power
     lost: what the killed writer left undurable must not cost the next run's claimed commit (it may build
-    on it or reuse it). The second run's recording goes on from the first's model (the folder holding its
-    "kill" image); three loss patterns are booted after it returned."""
+    on it or reuse it). See `Harness.killed_then_lost`."""
     started = time.monotonic()
     harness = Harness(scenario, work, model)
     found = Exploration(scenario.name, harness.operations)
     for crash_at in range(1, harness.operations + 1, every):
-        first = harness.recorded(crash_at)
-        killed = first.image("kill", random.Random(0))
-        materialize(harness.ws.store, killed)
-        second = RecordingDisk(harness.ws.store, head=f"{INDEX}/HEAD", model=first.model)
-        with recording(second):
-            harness.result = scenario.finish(harness.ws)
-        second.claim()
-        problems = [] if harness.result.exit_code in scenario.finish_codes else [f"the next run exited {harness.result.exit_code}"]
-        for pattern in ("lost", "metadata", "torn"):
-            case = problems or harness.check(second, pattern, random.Random(f"{crash_at}:{pattern}"), finish=False,
-                                             before=killed.get(f"{INDEX}/HEAD"))
-            found.cases.append(Case(scenario.name, crash_at, harness.labels[crash_at - 1], f"killed, then {pattern}", case))
+        found.cases += harness.killed_then_lost(crash_at)
     found.seconds, found.boots = time.monotonic() - started, harness.boots
     return found
 

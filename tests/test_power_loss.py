@@ -172,6 +172,15 @@ def test_a_commit_made_on_what_a_killed_writer_left_survives_the_power_loss(mode
     assert found.cases and not found.failed, summary([found])
 
 
+def test_the_index_folder_a_killed_first_build_made_is_made_durable_by_the_next(model, tmp_path):
+    """A first build killed after it made the index folder and before that folder's entry was fsync'ed: the
+    next build makes it durable before it commits in it (a power loss then took the whole index)."""
+    harness = Harness(SCENARIOS["build (first)"], tmp_path, model)
+    assert harness.labels[:2] == ["mkdir idx", "fsync-dir ."]
+    cases = harness.killed_then_lost(2)
+    assert cases and not [case for case in cases if case.problems], cases
+
+
 # everything, in the slow tier
 
 

@@ -63,9 +63,10 @@ class LocalBackend:
     def recover(self) -> bool:
         """Temporary files of writers that were killed (only the lock holder writes, so none is live) are
         deleted, and what a killed writer renamed into place without its folder's fsync is made durable
-        (a HEAD it switched, the folders it made): this writer may build on it or reuse it."""
+        (a HEAD it switched, the folders it made: the index's, the index folder's): this writer may build
+        on it or reuse it."""
         sweep_temporary([self.root, self.segments_dir, self.blobs.folder])
-        for folder in (self.root.parent, self.root, self.segments_dir, self.blobs.folder):
+        for folder in (self.root.parent.parent, self.root.parent, self.root, self.segments_dir, self.blobs.folder):
             if folder.is_dir():
                 disk().sync_dir(folder)
         return self._upgrade
