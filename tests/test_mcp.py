@@ -214,9 +214,10 @@ def test_no_index_then_a_build_then_an_emptied_index(noisy_index, fake_model, tm
             pictures = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index), "--include", "*.png",
                                "--ocr", "never")
             assert pictures.exit_code == 0, pictures.stderr
-            assert structured(await session.call_tool("index_status", {}))["modes"] == ["visual"]
-            text = error_text(await session.call_tool("search", {"query": "q", "mode": "text"}), tmp_path)
-            assert "no page text" in text and "mode" in text
+            status = structured(await session.call_tool("index_status", {}))  # it reads text, none found: text finds nothing
+            assert status["modes"] == ["hybrid", "visual", "text"] and status["page_text"] is False, status
+            answer = structured(await session.call_tool("search", {"query": "q", "mode": "text"}))
+            assert answer["mode"] == "text" and answer["hits"] == [], answer
             assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             hits = structured(await session.call_tool("search", {"query": "report", "k": 3}))["hits"]
             assert len(hits) == 3
