@@ -4,11 +4,13 @@ under a stream of edits, killed with SIGKILL at random times, again and again, w
 the index throughout. At the end one more watch catches up, and every document's latest content must
 be indexed exactly once, and `verify` must pass.
 
-    python scripts/crasher.py --iterations 200 --model PATH --dir DIR [--seed S] [--json]
+    python scripts/crasher.py --iterations 200 --model PATH --dir DIR [--seed S] [--kill-window LOW,HIGH] [--json]
 
 PATH is a checkpoint of a supported family (a fake one from localgpt_index.testing.fake works with
 LGPT_PLUGINS=localgpt_index.testing.fake, as the tests do). DIR is made if missing: DIR/docs holds
-the documents, DIR/idx the index. Exit 0 when everything held, 1 otherwise (the report says what).
+the documents, DIR/idx the index. Each watch is killed a random time in --kill-window seconds (default
+0.05,2.5) after it says it is watching: a real model loads in its first build, so give it a later window
+(e.g. 4,12) for kills to land in commits. Exit 0 when everything held, 1 otherwise (the report says what).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def watch_command(docs: Path, index_dir: Path, model: str) -> list[str]:
             "--json", "--settle", "0.2", "--wait", "30"]
 
 
-def run_once(command: list[str], rng: random.Random, report: Report) -> None:
+def run_once(command: list[str], rng: random.Random, report: Report, window: tuple[float, float]) -> None:
     """One watch, killed with SIGKILL after a random time; its events counted."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     building, watching = threading.Event(), threading.Event()
@@ -161,7 +163,7 @@ def run_once(command: list[str], rng: random.Random, report: Report) -> None:
     reader = threading.Thread(target=events, daemon=True)
     reader.start()
     watching.wait(120)  # the process has started (a real model's libraries take seconds to import)
-    time.sleep(rng.uniform(0.05, 2.5))
+    time.sleep(rng.uniform(*window))
     mid_build = building.is_set()
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -216,9 +218,12 @@ def main() -> int:
     parser.add_argument("--model", required=True, help="a model folder or hub id")
     parser.add_argument("--dir", required=True, type=Path, help="a working folder (docs/ and idx/ inside)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kill-window", default="0.05,2.5", help="LOW,HIGH: seconds after 'watching' a kill lands in")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args()
     started = time.monotonic()
+    low, _, high = args.kill_window.partition(",")
+    window = (float(low), float(high or low))
     rng = random.Random(args.seed)
     docs, index_dir = args.dir / "docs", args.dir / "idx"
     docs.mkdir(parents=True, exist_ok=True)
@@ -228,7 +233,7 @@ def main() -> int:
     editor.start()
     reader.start()
     for iteration in range(args.iterations):
-        run_once(command, rng, report)
+        run_once(command, rng, report, window)
         report.iterations = iteration + 1
         if not args.json and (iteration + 1) % 10 == 0:
             print(f"{iteration + 1} kills, {report.commits_seen} commits seen, {report.edits} edits, {report.queries} queries",
