@@ -172,12 +172,13 @@ def test_a_commit_made_on_what_a_killed_writer_left_survives_the_power_loss(mode
     assert found.cases and not found.failed, summary([found])
 
 
-def test_the_index_folder_a_killed_first_build_made_is_made_durable_by_the_next(model, tmp_path):
-    """A first build killed after it made the index folder and before that folder's entry was fsync'ed: the
-    next build makes it durable before it commits in it (a power loss then took the whole index)."""
+@pytest.mark.parametrize("killed_before", ["fsync-dir .", f"fsync-dir {INDEX}/pdf"], ids=["the index folder", "a converted PDF"])
+def test_what_a_killed_first_build_left_undurable_is_made_durable_by_the_next(model, tmp_path, killed_before):
+    """A first build killed after it made the index folder, or renamed a converted PDF into place, and before
+    that entry's folder was fsync'ed: the next build (which reuses them) makes them durable at recovery
+    before it commits (a power loss then took the index, or the PDF its commit named)."""
     harness = Harness(SCENARIOS["build (first)"], tmp_path, model)
-    assert harness.labels[:2] == ["mkdir idx", "fsync-dir ."]
-    cases = harness.killed_then_lost(2)
+    cases = harness.killed_then_lost(harness.labels.index(killed_before) + 1)
     assert cases and not [case for case in cases if case.problems], cases
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 
 import click
 
@@ -75,10 +74,7 @@ def _watcher(docs, store, log, device: str, dtype: str):
     watcher = logged_watcher(docs, store, log, device, dtype)
     if not store.exists():
         watcher.source.start()
-        watcher.build(())
-        while watcher.error is None and watcher.retrying is not None:  # a full disk: tried again after the backoff
-            time.sleep(watcher.status()["retry_in_s"] or 0.0)
-            watcher.build(())
+        watcher.build_until_written()  # a full disk: tried again after the backoff, as later builds are
         if watcher.error is not None:
             watcher.stop()
             raise watcher.error

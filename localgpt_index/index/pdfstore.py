@@ -78,9 +78,7 @@ class PdfStore:
         make_folders(self.folder)
         if self.marker and not os.path.lexists(self.root / self.marker):
             write_atomic(self.root / self.marker, b"")
-        if same_regular_file(target, pdf.stat().st_size):
-            disk().sync_dir(self.folder)  # reused: a killed writer may have renamed it into place unsynced
-        else:
+        if not same_regular_file(target, pdf.stat().st_size):  # one a killed writer left unsynced: durable since recovery
             tmp = self.folder / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}.pdf"
             ops = disk()
             handle = ops.create(tmp)
@@ -162,14 +160,20 @@ class PdfStore:
                 pass  # the next writer's commit collects them
         self.staged.clear()
 
-    def sweep_temporary(self) -> None:
-        """A killed writer's temporary copies: in a folder this index owns, or under a shared folder's
-        lock (every put copies under it, so a temporary file seen then is a dead writer's)."""
+    def recover(self) -> None:
+        """A killed writer's temporary copies deleted and the PDFs it renamed into place made durable (a put
+        reuses them): in a folder this index owns, or under a shared folder's lock (every put copies under
+        it, so a temporary file seen then is a dead writer's)."""
         if self.owned:
-            sweep_temporary([self.folder])
+            self._recover()
         elif self.refs is not None and self.folder.is_dir():
             try:
                 with self.refs.locked():
-                    sweep_temporary([self.folder])
+                    self._recover()
             except IndexBusy:
                 pass
+
+    def _recover(self) -> None:
+        sweep_temporary([self.folder])
+        if self.folder.is_dir():
+            disk().sync_dir(self.folder)

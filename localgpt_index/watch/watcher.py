@@ -128,7 +128,7 @@ class Watcher:
             if catch_up and self.failure is None:
                 self.build(())
             while self.exit_code == 0:
-                if self._retry_at is not None and self.pending.wait_closed(self._retry_at - time.monotonic()):
+                if not self._backoff():
                     break
                 paths = self.pending.take_settled(self.settle_s, self.max_wait_s)
                 if paths is None:
@@ -147,6 +147,17 @@ class Watcher:
             self._stopped = True
             self.on_event(Stopped(self.failure or reason, self.exit_code, self.builds))
         return self.exit_code
+
+    def _backoff(self) -> bool:
+        """After a build that could not write, wait until its retry is due; False if stopped meanwhile."""
+        return self._retry_at is None or not self.pending.wait_closed(self._retry_at - time.monotonic())
+
+    def build_until_written(self) -> None:
+        """The catch-up build in this thread, tried again after the backoff while it cannot write, until it
+        ends otherwise or the watcher is stopped (serve --watch's first build of a folder with no index)."""
+        self.build(())
+        while self.retrying is not None and self.error is None and self._backoff():
+            self.build(())
 
     def build(self, paths) -> BuildReport | None:
         """One build of the whole folder (the stat cache makes it incremental), reported as events."""

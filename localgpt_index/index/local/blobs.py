@@ -38,10 +38,8 @@ class LocalBlobs:
         ref = BlobRef(name=f"{digest}.{ext}", bytes=len(data), sha256=digest)
         target = self.folder / ref.name
         make_folders(self.folder)
-        if not same_regular_file(target, len(data)):
+        if not same_regular_file(target, len(data)):  # one a killed writer left unsynced was made durable at recovery
             write_atomic(target, data)
-        else:
-            disk().sync_dir(self.folder)  # reused: a killed writer may have renamed it into place unsynced
         return ref
 
     def read(self, ref: BlobRef) -> bytes:

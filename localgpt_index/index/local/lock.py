@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...core.errors import IndexBusy, IndexProblem, UsageError
 from ...core.failpoints import failpoint
-from ..errors import TRANSIENT_ERRNOS, TransientWriteError
+from ..errors import write_failure
 from ..files import make_folders, read_member, write_atomic
 from ..holder import holder_text, may_be_alive
 
@@ -34,8 +34,7 @@ def writer_lock(root: Path, wait_s: float = 0.0) -> Iterator[None]:
                 hint="Wait for it to finish, or pass --wait SECONDS.",
             )
     except OSError as exc:
-        kind = TransientWriteError if exc.errno in TRANSIENT_ERRNOS else IndexProblem  # a full disk may pass: a watcher tries again
-        raise kind(
+        raise write_failure(exc, IndexProblem)(  # a full disk may pass: a watcher tries again
             f"{root / 'lock'}: cannot take the writers' lock ({exc.strerror or exc}).",
             hint="The index folder must be writable, and its 'lock' a plain file (delete it if it is a folder).",
         ) from None

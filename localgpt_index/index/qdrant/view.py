@@ -105,8 +105,8 @@ class QdrantView(GenerationView):
         """An answer with fewer points than the catalog has pages to give (points another client deleted while
         this view is open: serve holds one for hours) is recounted, one count as at open: damage is an
         IndexProblem, not an empty answer. A full answer costs nothing."""
-        pages = sum(d.pages for d in self.manifest.documents if not filters or matches(d.metadata, filters))
-        if any(len(answer.points) < min(limit, pages) for answer in answers):
+        fewest = min((len(answer.points) for answer in answers), default=limit)
+        if fewest < limit and fewest < sum(d.pages for d in self.manifest.documents if not filters or matches(d.metadata, filters)):
             check_count(self.store, self.physical, self.manifest)
 
     def text_search(self, texts: list[str], k: int, filters=None) -> list[list[TextHit]] | None:

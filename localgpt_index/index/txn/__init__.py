@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
 from ...core.errors import IndexProblem
-from ..errors import TRANSIENT_ERRNOS, IndexWriteError, TransientWriteError
+from ..errors import IndexWriteError, write_failure
 from ..manifest import (
     REBUILD_HINT,
     ArtifactRef,
@@ -70,7 +70,7 @@ def write_error(location: str, exc: OSError, generation: int) -> IndexWriteError
     """An OSError while writing, said once: where, why, what the index keeps, and what to do. A full
     disk or quota and an I/O error are transient (TransientWriteError): a watcher tries again."""
     reason = exc.strerror or str(exc)
-    kind = _kind(exc)
+    kind = write_failure(exc, IndexWriteError)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "Free some space and run the command again: a build carries on from the last commit."
     else:
@@ -80,14 +80,11 @@ def write_error(location: str, exc: OSError, generation: int) -> IndexWriteError
 
 def not_durable(location: str, exc: OSError, generation: int) -> IndexWriteError:
     """HEAD was renamed into place (readers see `generation`), but the fsync of its folder failed."""
-    return _kind(exc)(f"could not make generation {generation} of {location} durable: {exc.strerror or exc}; it answers "
-                      "queries now, but a power loss may take the index back to the generation before it.",
-                      hint="Fix the disk, then run the command again (`lgpt-index verify` checks the index).")
-
-
-def _kind(exc: OSError) -> type[IndexWriteError]:
-    """A full disk or quota and an I/O error can pass with the program unchanged: a watcher tries again."""
-    return TransientWriteError if exc.errno in TRANSIENT_ERRNOS else IndexWriteError
+    reason = exc.strerror or str(exc)
+    return write_failure(exc, IndexWriteError)(
+        f"could not make generation {generation} of {location} durable: {reason}; it answers queries now, but a power "
+        "loss may take the index back to the generation before it.",
+        hint="Fix the disk, then run the command again (`lgpt-index verify` checks the index).")
 
 
 def base_or_rebuild(read: Callable[[], T], rebuild: bool) -> T | None:

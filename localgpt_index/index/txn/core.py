@@ -162,7 +162,7 @@ class TransactionCore:
         """Under the hold, before any write: what killed writers left is undone or swept."""
         with self.writing():
             if self.pdfs is not None:
-                self.pdfs.sweep_temporary()
+                self.pdfs.recover()
             self.needs_upgrade = self.backend.recover() or self.needs_upgrade
 
     # staging
