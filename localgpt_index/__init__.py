@@ -15,15 +15,15 @@ from ._version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "build_index": "localgpt_index.build.run",
-    "BuildOptions": "localgpt_index.build.run",
+    "build_index": "localgpt_index.indexing.run",
+    "BuildOptions": "localgpt_index.indexing.run",
     "open_index": "localgpt_index.query.search",
     "Index": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.query.search",
     "QueryOptions": "localgpt_index.query.search",
     "open_store": "localgpt_index.index.open",
-    "IndexStore": "localgpt_index.index.store",
-    "index_path": "localgpt_index.index.store",
+    "IndexStore": "localgpt_index.index.local.store",
+    "index_path": "localgpt_index.index.local.store",
     "load_rules": "localgpt_index.core.metadata",
     "page_image": "localgpt_index.interop.pages",
     "LgptError": "localgpt_index.core.errors",

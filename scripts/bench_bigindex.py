@@ -21,7 +21,7 @@ later query the vectors files are evicted from the page cache and their blocks m
 cold, the default: an index larger than memory keeps only its codes cached), so its rescoring reads and checks
 its candidates' blocks from disk; "again"
 is the same query once more with everything cached. Each query reports its wall and CPU seconds (first pass,
-prefetch, rescoring), the candidates' bytes read early (during the first pass: index/early_reads.py), late
+prefetch, rescoring), the candidates' bytes read early (during the first pass: index/scoring/early_reads.py), late
 and wasted; `--compare-early` runs each query also with early reads off, interleaved. Then, in the same process,
 the disk's random-read rate (1,000 reads of 256 KiB at 16-128 in flight, and of 1 MiB) and the floor it gives
 per C (first pass + candidates' bytes / rate), beside the 1.5 s target. Bytes read are /proc/self/io's read_bytes; memory
@@ -49,8 +49,8 @@ TOKENS, DIM, PAGES_PER_DOC = 1030, 128, 10
 
 def write_index(root: Path, pages: int, segment_pages: int, seed: int = 1) -> float:
     """Pages of random unit vectors through the store, one segment per `segment_pages`, one commit."""
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
 
     rng = np.random.default_rng(seed)
 
@@ -206,10 +206,10 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     """In this (fresh) process: open, then `queries` queries through the first pass for each C, then exact
     (`first_only`: open and the first query only)."""
     import localgpt_index.index.view as view_module
-    from localgpt_index.index.codes import hamming_maxsim, kernel_name, pack_codes, query_words
-    from localgpt_index.index.codes.pack import as_words
-    from localgpt_index.index.score import maxsim
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.scoring.codes import hamming_maxsim, kernel_name, pack_codes, query_words
+    from localgpt_index.index.scoring.codes.pack import as_words
+    from localgpt_index.index.scoring.maxsim import maxsim
+    from localgpt_index.index.local.store import IndexStore
 
     opening, *asked = make_queries(queries + 1)  # the process's first query is one of its own: it maps and checks the codes
     # a warm process (serve, the Python API): the scorer loaded and its threads started before the index is opened
@@ -324,7 +324,7 @@ def drop_caches() -> bool:
 
 
 def existing_pages(root: Path) -> int | None:
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     manifest = IndexStore(root).read_manifest() if root.exists() else None
     return manifest.page_count if manifest else None

@@ -2,7 +2,7 @@
 """The binary first pass (issue 28): what it keeps of the exact ranking and what it saves.
 
 1-bit codes (the sign of each dimension, 16 bytes a 128-dim vector) are scored with popcount hamming
-MaxSim over every page (index/codes), the best C pages per query rescored exactly (index/score.py).
+MaxSim over every page (index/codes), the best C pages per query rescored exactly (index/scoring/maxsim.py).
 Measured here, in one run:
 - recall@10 against exact MaxSim for several C: on random unit vectors (N pages x 1,030 tokens) and,
   with --real INDEX, on the vectors an index holds (one built with the tiny checkpoint from rendered
@@ -60,7 +60,7 @@ def top(scores: np.ndarray, pages: np.ndarray, k: int = K) -> list[int]:
 
 
 def exact_top(query, vectors, offsets) -> list[int]:
-    from localgpt_index.index.score import maxsim
+    from localgpt_index.index.scoring.maxsim import maxsim
 
     return top(maxsim([query], vectors, offsets)[0], np.arange(len(offsets) - 1))
 
@@ -68,8 +68,8 @@ def exact_top(query, vectors, offsets) -> list[int]:
 def coded(vectors, offsets, plain: bool = False, splits: list[int] | None = None) -> list:
     """The codes a build writes for these vectors, a segment per span of pages between `splits` (default:
     one segment); plain: version 1's sign codes."""
-    from localgpt_index.index.codes import SegmentCodes, pack_codes
-    from localgpt_index.index.codes.pack import as_words, code_segment
+    from localgpt_index.index.scoring.codes import SegmentCodes, pack_codes
+    from localgpt_index.index.scoring.codes.pack import as_words, code_segment
 
     splits = splits or [0, len(offsets) - 1]
     segments = []
@@ -86,8 +86,8 @@ def coded(vectors, offsets, plain: bool = False, splits: list[int] | None = None
 
 
 def two_pass_top(query, vectors, offsets, segments, candidates: int) -> list[int]:
-    from localgpt_index.index.codes import first_pass
-    from localgpt_index.index.score import maxsim
+    from localgpt_index.index.scoring.codes import first_pass
+    from localgpt_index.index.scoring.maxsim import maxsim
 
     picks = first_pass([query], segments, candidates)[0]
     starts = np.cumsum([0] + [len(s.pages) for s in segments])
@@ -136,7 +136,7 @@ def spread(values: list[float]) -> dict:
 
 def timings(queries, vectors, offsets, candidates: int, rounds: int) -> dict:
     """Exact vs first pass + rescoring, one query per call, the order alternating round by round."""
-    from localgpt_index.index.codes import query_words
+    from localgpt_index.index.scoring.codes import query_words
 
     exact_s, two_s, ratios, kernel_wall, kernel_cpu = [], [], [], [], []
     segment = coded(vectors, offsets)
@@ -165,9 +165,9 @@ def timings(queries, vectors, offsets, candidates: int, rounds: int) -> dict:
 
 def big(pages: int, tokens: int, queries, vectors, offsets, candidates: int, rounds: int) -> dict:
     """The first pass over `pages` pages of random codes (in memory), plus rescoring `candidates` pages."""
-    from localgpt_index.index.codes import SegmentCodes, query_words
-    from localgpt_index.index.codes.pack import CENTROIDS, Codebook
-    from localgpt_index.index.score import maxsim
+    from localgpt_index.index.scoring.codes import SegmentCodes, query_words
+    from localgpt_index.index.scoring.codes.pack import CENTROIDS, Codebook
+    from localgpt_index.index.scoring.maxsim import maxsim
 
     rng = np.random.default_rng(7)
     words = rng.integers(0, np.iinfo(np.int64).max, size=(pages * tokens, 2), dtype=np.uint64)
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from localgpt_index.core.cpus import available_cpus
-    from localgpt_index.index.codes import kernel_name
-    from localgpt_index.index.codes.plan import DEFAULT_CANDIDATES
+    from localgpt_index.index.scoring.codes import kernel_name
+    from localgpt_index.index.scoring.codes.plan import DEFAULT_CANDIDATES
 
     if args.quick:
         args.pages, args.tokens, args.big, args.queries, args.rounds, args.candidates = 400, 64, 2000, 3, 1, [10, 50, 400]

@@ -23,7 +23,7 @@ colpali-engine's own loop as its README shows it (process_images of one page, th
 Pages are preprocessed before timing (in a build that runs in the render thread);
 the timed part is the batch assembly, the forward pass and copying vectors back.
 
-With --query it measures the exact device scorer (index/device_scorer.py) instead: --pages synthetic
+With --query it measures the exact device scorer (index/scoring/device.py) instead: --pages synthetic
 pages of --tokens random unit float16 vectors each, held in memory (a NumPy array shaped like a
 segment's memory map; the store is not involved: opening and block checks are bench_bigindex.py's),
 one query and --stack stacked, resident on the device and streamed to it, against the bandwidth bound

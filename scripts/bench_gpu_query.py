@@ -1,4 +1,4 @@
-"""scripts/bench_gpu.py --query: the exact device scorer (index/device_scorer.py) over synthetic pages.
+"""scripts/bench_gpu.py --query: the exact device scorer (index/scoring/device.py) over synthetic pages.
 
 The vectors are random unit float16 vectors, --tokens a page, held in memory (generated on the
 device in chunks and copied back): a NumPy array shaped like a segment's memory map, read by the
@@ -107,7 +107,7 @@ def timed(scorer, queries, segment, pages, rounds: int) -> tuple[float, np.ndarr
 
 def reference_check(queries, segment: MemorySegment, scores: np.ndarray) -> tuple[bool, float, int]:
     """Against the CPU scorer: top-10 identical (all pages, or the sample), the largest score difference, pages checked."""
-    from localgpt_index.index.score import maxsim
+    from localgpt_index.index.scoring.maxsim import maxsim
 
     pages = len(segment.offsets) - 1
     if pages <= CHECK_ALL_UP_TO:
@@ -135,7 +135,7 @@ def measure(scorer, segment, pages, one, stacked, rounds: int, bound_s: float) -
 def query_main(args) -> None:
     import torch
 
-    from localgpt_index.index.device_scorer import DeviceScorer
+    from localgpt_index.index.scoring.device import DeviceScorer
 
     device = torch.device(args.device)
     pages = args.pages or 100_000

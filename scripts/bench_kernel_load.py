@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the CPU scorer's compiled kernel costs a fresh process to load, and what it saves a page row
-against torch's exact path: the numbers index/kernel_policy.py decides by (PAYS_FROM, PAYS_FROM_STARTED,
+against torch's exact path: the numbers index/scoring/kernel_policy.py decides by (PAYS_FROM, PAYS_FROM_STARTED,
 ROW_TOKENS). Each measurement in a fresh process of its own; the scorers' rounds interleaved.
 
 - load, cold: a process with torch and scipy.linalg imported (as a model's load leaves it), numba not started;
@@ -29,7 +29,7 @@ import json, sys, time
 import numpy as np, torch, scipy.linalg  # what a model's load imports anyway
 from localgpt_index.index import score
 if sys.argv[1] == "started":
-    from localgpt_index.index.codes.kernel import hamming_maxsim
+    from localgpt_index.index.scoring.codes.kernel import hamming_maxsim
     words, offsets = np.zeros((16, 2), dtype=np.uint64), np.array([0, 8, 16], dtype=np.int64)
     hamming_maxsim(np.zeros((2, 4), dtype=np.uint64), np.zeros(4, dtype=np.int64), 1, words, offsets)
 started = time.perf_counter()
@@ -41,7 +41,7 @@ SAVING = """
 import json, sys, time
 import numpy as np, torch
 from localgpt_index.index import score
-from localgpt_index.index.kernel_policy import KernelPolicy
+from localgpt_index.index.scoring.kernel_policy import KernelPolicy
 pages, rounds = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
 vectors = rng.standard_normal((pages * 1030, 128), dtype=np.float32)
@@ -72,7 +72,7 @@ def fresh(code: str, *args: object) -> dict:
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from localgpt_index.index import kernel_policy as policy
+    from localgpt_index.index.scoring import kernel_policy as policy
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=1000)

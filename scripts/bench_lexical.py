@@ -145,7 +145,7 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_query import DIM, PAGES_PER_DOC, make_index, unit
 
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
     from localgpt_index.query.search import Index, QueryOptions
 
     with tempfile.TemporaryDirectory() as folder:

@@ -38,10 +38,10 @@ def main() -> None:
 
     from bench_build import make_corpus
 
-    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.indexing.run import BuildOptions, build_index
     from localgpt_index.testing.checkpoints import make_checkpoint
     from localgpt_index.query.search import open_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-pool-") as tmp:
         tmp = Path(tmp)

@@ -79,7 +79,7 @@ single_count, batch, first_passes = int(sys.argv[3]), int(sys.argv[4]), [int(c) 
 index.search_vectors(queries[:1], k=10)
 t3 = time.perf_counter()
 try:  # the queries/s below as a long-lived process scores (serve loads the compiled kernel at start); not timed
-    from localgpt_index.index.score import kernel_policy
+    from localgpt_index.index.scoring.maxsim import kernel_policy
     if "torch" in sys.modules:
         kernel_policy.load()
 except ImportError:  # a tree from before the kernel's policy (1282003 and older have no kernel)
@@ -114,7 +114,7 @@ LIMIT = """
 import json, sys, time
 import numpy as np
 from localgpt_index.query.search import open_index
-from localgpt_index.index.score import kernel_policy, torch_available
+from localgpt_index.index.scoring.maxsim import kernel_policy, torch_available
 index = open_index(sys.argv[1])
 if torch_available():
     kernel_policy.load()  # the warm scorer, as a long-lived process has it (a one-shot one scores by torch's path)
@@ -227,8 +227,8 @@ def unit(rng, rows: int) -> np.ndarray:
 
 
 def make_index(index_dir: Path, pages: int, seed: int = SEED) -> None:
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
 
     rng = np.random.default_rng(seed)
     store = IndexStore(index_dir / "default")

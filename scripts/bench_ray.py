@@ -30,8 +30,8 @@ from build_worker import print_result, run_worker  # noqa: E402
 
 
 def worker(args) -> None:
-    from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.index.local.store import IndexStore
 
     options = BuildOptions(model=args.model, ray=args.ray or None)
     started = time.perf_counter()

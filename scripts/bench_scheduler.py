@@ -52,8 +52,8 @@ def make_pngs(folder: Path, count: int) -> None:
 
 
 def run(count: int, work: Path, model: Path) -> float:
-    from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.index.local.store import IndexStore
 
     docs = work / f"docs-{count}"
     make_pngs(docs, count)

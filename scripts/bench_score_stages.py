@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CPU scorer's inner loop, stage by stage, on one thread, in CPU time per page row (ns a row):
 torch's path (widen float16 -> float32, the product tokens-first and rows-first, the max per page
-per token, the whole loop a chunk) and the compiled kernel (index/maxsim_kernel.py: all of it fused),
+per token, the whole loop a chunk) and the compiled kernel (index/scoring/kernel.py: all of it fused),
 against the float32 peak of one core (a large product on one torch thread, in CPU time too).
 
 CPU time (time.thread_time) rather than wall: it holds where other work shares the cores.
@@ -37,7 +37,7 @@ def per_row(work, rows: int, times: int = 3) -> float:
 def main() -> None:
     import torch
 
-    from localgpt_index.index.maxsim_kernel import query_columns, score_pages
+    from localgpt_index.index.scoring.kernel import query_columns, score_pages
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=300, help="pages of 1,030 rows (300: 79 MB, beyond the caches)")

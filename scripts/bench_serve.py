@@ -105,7 +105,7 @@ def ranking(document: dict) -> list[tuple[str, int]]:
 
 # Scores within this of each other may rank either way between the CLI and the server: a one-shot `query`
 # scores by torch's path, a warm server by the compiled kernel, equal within float32 rounding (the
-# scorer's documented tolerance: index/kernel_policy.py, docs/performance.md)
+# scorer's documented tolerance: index/scoring/kernel_policy.py, docs/performance.md)
 TIE = 1e-3
 
 
@@ -206,7 +206,7 @@ import json, statistics, sys, time
 from localgpt_index.query.search import open_index
 index = open_index(sys.argv[1])
 encoder = index.load_encoder()
-from localgpt_index.index.score import kernel_policy
+from localgpt_index.index.scoring.maxsim import kernel_policy
 kernel_policy.load()  # as the server has it (it loads the compiled kernel at start)
 vectors = encoder.encode_queries(json.loads(sys.argv[2]))
 stacks = [vectors[at : at + 8] for at in range(0, len(vectors), 8)]

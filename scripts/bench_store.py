@@ -46,7 +46,7 @@ def unit(rng, rows: int) -> np.ndarray:
 
 
 def timed_build(docs: Path, store, model: Path) -> float:
-    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.indexing.run import BuildOptions, build_index
 
     started = time.perf_counter()
     report = build_index(docs, store, BuildOptions(model=str(model), batch_size=16))

@@ -111,8 +111,8 @@ def add_pages(root: Path, pages: int, segment_pages: int) -> None:
     """`pages` synthetic pages (random unit vectors) committed beside the index's documents, as another folder's."""
     import numpy as np
 
-    from localgpt_index.index.manifest import Document, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, Span
+    from localgpt_index.index.local.store import IndexStore
 
     rng = np.random.default_rng(1)
 

@@ -145,7 +145,7 @@ def _built_then_edited(ws: Workspace) -> None:
 
 def _built_without_codes(ws: Workspace) -> None:
     from localgpt_index.index import artifacts
-    from localgpt_index.index.codes.artifact import CODES
+    from localgpt_index.index.scoring.codes.artifact import CODES
 
     artifacts.registered()
     artifacts.unregister("codes")
@@ -161,7 +161,7 @@ def _exported(ws: Workspace) -> None:
 
 
 def _watcher_commit(ws: Workspace) -> Result:
-    from localgpt_index.build.options import BuildOptions
+    from localgpt_index.indexing.options import BuildOptions
     from localgpt_index.index.open import open_store
     from localgpt_index.watch.watcher import Watcher
 
@@ -195,7 +195,7 @@ def scenarios() -> list[Scenario]:
 def contents(index: Path) -> dict:
     """Documents (path, sha256, pages, metadata), each page's vectors (sha256) and text: what a reader
     gets, whatever the generation's number, segments or files."""
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
     from localgpt_index.index.text.artifact import page_texts
 
     store = IndexStore(index)
@@ -211,7 +211,7 @@ def contents(index: Path) -> dict:
 
 def verify(index: Path) -> list[str]:
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     try:
         return IndexStore(index).verify()

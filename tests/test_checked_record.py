@@ -23,8 +23,8 @@ DIM, ROWS, PAGES = 128, 256, 8
 
 
 def _make_index(root: Path) -> None:
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
 
     rng = np.random.default_rng(5)
     for number in range(2):
@@ -57,7 +57,7 @@ def root(pristine, tmp_path, monkeypatch) -> Path:
 
 def _segments(root: Path) -> list[Path]:
     """The vectors files, in the order of the manifest."""
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     return [root / "segments" / f"{sid}.vectors.npy" for sid in IndexStore(root).read_manifest().segments]
 
@@ -68,7 +68,7 @@ def _blocks(path: Path) -> int:
 
 def _writer_checks(root: Path) -> int:
     """Blocks of vectors a writer hashes before it starts (it commits nothing)."""
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     with counted_failpoint("vectors.check_block") as counted:
         with IndexStore(root).begin():
@@ -78,7 +78,7 @@ def _writer_checks(root: Path) -> int:
 
 def _writer_refuses(root: Path, match: str = "damaged") -> None:
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     with pytest.raises(IndexProblem, match=match):
         with IndexStore(root).begin():
@@ -90,7 +90,7 @@ def _record(root: Path) -> dict:
 
 
 def test_a_writer_reads_only_the_files_changed_since_a_writer_checked_them(root):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     first, second = _segments(root)
     assert _writer_checks(root) == _blocks(first) + _blocks(second)  # no record yet: everything
@@ -106,7 +106,7 @@ def test_a_writer_reads_only_the_files_changed_since_a_writer_checked_them(root)
 
 
 def test_a_reader_never_writes_the_record(root):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     IndexStore(root).open_view().search_vectors([np.ones((4, DIM), dtype=np.float32)], k=3)
     assert IndexStore(root).verify() == []

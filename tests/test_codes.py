@@ -8,9 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from localgpt_index.index.codes import SegmentCodes, first_pass, hamming_maxsim, kernel_name, pack_codes, query_words, two_pass
-from localgpt_index.index.codes.pack import CENTROIDS, as_words, code_segment, query_tables, residual_codes, train_codebook, unpack_signs
-from localgpt_index.index.score import maxsim
+from localgpt_index.index.scoring.codes import SegmentCodes, first_pass, hamming_maxsim, kernel_name, pack_codes, query_words, two_pass
+from localgpt_index.index.scoring.codes.pack import (CENTROIDS, as_words, code_segment, query_tables, residual_codes, train_codebook,
+                                                      unpack_signs)
+from localgpt_index.index.scoring.maxsim import maxsim
 
 KERNELS = ["numba", "numpy"]
 
@@ -188,7 +189,7 @@ def test_a_planted_needle_is_found_with_few_candidates():
 
 
 def test_without_numba_the_numpy_kernel_answers(monkeypatch):
-    from localgpt_index.index.codes import kernel as module
+    from localgpt_index.index.scoring.codes import kernel as module
 
     monkeypatch.setattr(module, "_numba_kernel", lambda: None)
     assert module.kernel_name() == "numpy"
@@ -269,7 +270,7 @@ def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_wri
     from helpers import build_json
 
     from localgpt_index.index import artifacts
-    from localgpt_index.index.codes.artifact import CODES
+    from localgpt_index.index.scoring.codes.artifact import CODES
 
     index = tmp_path / "idx"
     artifacts.registered()  # the built-ins are loaded: unregistering now holds for this build
@@ -289,7 +290,7 @@ def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_wri
 
 
 def test_first_pass_auto_turns_on_above_the_threshold(monkeypatch):
-    from localgpt_index.index.codes import plan
+    from localgpt_index.index.scoring.codes import plan
 
     assert plan.choose("auto", plan.AUTO_FROM_PAGES - 1, 1, ["a"], {"a"}).path == "exact"
     on = plan.choose("auto", plan.AUTO_FROM_PAGES, 1, ["a", "b"], {"a"})
@@ -333,7 +334,7 @@ def test_segments_written_before_codes_are_scored_exactly_beside_coded_ones(fake
     from helpers import build_json, make_pdfs
 
     from localgpt_index.index import artifacts
-    from localgpt_index.index.codes.artifact import CODES
+    from localgpt_index.index.scoring.codes.artifact import CODES
     from localgpt_index.query.search import open_index
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
@@ -392,14 +393,14 @@ def test_a_real_checkpoint_build_stores_codes_and_the_first_pass_with_every_page
 
 
 def test_codes_split_into_several_blobs_read_back_whole(monkeypatch):
-    from localgpt_index.index.codes import artifact
+    from localgpt_index.index.scoring.codes import artifact
 
     class Blobs:
         def __init__(self):
             self.data = {}
 
         def put(self, data, ext):
-            from localgpt_index.index.manifest import BlobRef
+            from localgpt_index.index.format.manifest import BlobRef
             import hashlib
 
             digest = hashlib.sha256(data).hexdigest()

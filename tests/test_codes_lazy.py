@@ -21,8 +21,8 @@ DIM, ROWS, PAGES = 128, 256, 4  # a document of 4 pages: 1,024 rows, a quarter o
 
 
 def _make_index(root: Path, docs: int = 20, segment_docs: int = 20, seed: int = 11) -> None:
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
 
     rng = np.random.default_rng(seed)
     with IndexStore(root).begin() as txn:
@@ -50,7 +50,7 @@ def code_checks():
 
 def _codes_blob(root: Path) -> tuple[Path, int]:
     """The one segment's codes blob and how many 64 KiB blocks it has."""
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     [segment] = IndexStore(root).read_manifest().segments.values()
     blob = segment.parts["codes"].blobs[0]
@@ -58,7 +58,7 @@ def _codes_blob(root: Path) -> tuple[Path, int]:
 
 
 def test_the_codes_are_checked_block_by_block_as_the_first_pass_scores(tmp_path, code_checks):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     root = tmp_path / "default"
     _make_index(root)  # 80 pages: 20,480 rows, 5 blocks of codes and one of ids
@@ -83,7 +83,7 @@ def test_a_damaged_code_block_stops_the_first_pass_that_would_score_it_and_verif
     from conftest import run_cli
 
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     root = tmp_path / "idx" / "default"
     _make_index(root)
@@ -104,9 +104,9 @@ def test_a_damaged_code_block_stops_the_first_pass_that_would_score_it_and_verif
 
 
 def test_verify_finds_block_hashes_that_do_not_match_their_codes(tmp_path):
-    from localgpt_index.index.codes import artifact
+    from localgpt_index.index.scoring.codes import artifact
     from localgpt_index.index.local.blobs import LocalBlobs
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     root = tmp_path / "default"
     _make_index(root)
@@ -138,7 +138,7 @@ class _V2:
 
 def _v2_index(index: Path, docs: int, segment_docs: int) -> None:
     from localgpt_index.index import artifacts
-    from localgpt_index.index.codes.artifact import CODES, Codes
+    from localgpt_index.index.scoring.codes.artifact import CODES, Codes
 
     class V2(Codes):
         version = 2
@@ -158,7 +158,7 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
     from conftest import run_cli
     from helpers import verify_ok
 
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     index = tmp_path / "idx"
     _v2_index(index, docs=12, segment_docs=4)  # 3 segments
@@ -189,10 +189,10 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unchanged(tmp_path, monkeypatch):
-    import localgpt_index.index.early_reads as early_reads
+    import localgpt_index.index.scoring.early_reads as early_reads
     import localgpt_index.index.view as view_module
-    from localgpt_index.index.codes import SegmentCodes
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.scoring.codes import SegmentCodes
+    from localgpt_index.index.local.store import IndexStore
 
     root = tmp_path / "default"
     _make_index(root, docs=40, segment_docs=4)  # 10 segments of 16 pages

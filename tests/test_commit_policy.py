@@ -1,4 +1,4 @@
-"""The commit policy (build/commit.py) with no encoder and no torch: synthetic engine events into a
+"""The commit policy (indexing/commit.py) with no encoder and no torch: synthetic engine events into a
 real local store transaction, and what each commit holds."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localgpt_index.build.commit import CommitCadence, CommitPolicy
-from localgpt_index.build.options import BuildReport, StageTimer
-from localgpt_index.build.plan import BuildPlan, Embed
+from localgpt_index.indexing.commit import CommitCadence, CommitPolicy
+from localgpt_index.indexing.options import BuildReport, StageTimer
+from localgpt_index.indexing.plan import BuildPlan, Embed
 from localgpt_index.core.errors import DocumentError
-from localgpt_index.index.manifest import Manifest, ModelInfo, Settings
-from localgpt_index.index.store import IndexStore
+from localgpt_index.index.format.manifest import Manifest, ModelInfo, Settings
+from localgpt_index.index.local.store import IndexStore
 from localgpt_index.ingest.discover import discover
 from localgpt_index.ingest.events import DocumentDone, DocumentFailed, DocumentOpened, OpenedDocument, PagesEncoded
 
@@ -202,7 +202,7 @@ def test_an_event_that_is_not_an_engine_event_is_refused(tmp_path):
 
 def test_the_commit_policy_needs_no_model_layer():
     """Imported alone, it brings in neither the models package nor torch."""
-    code = ("import sys, localgpt_index.build.commit; "
+    code = ("import sys, localgpt_index.indexing.commit; "
             "bad = [m for m in sys.modules if m.startswith(('localgpt_index.models', 'torch', 'transformers'))]; "
             "assert not bad, bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

@@ -1,4 +1,4 @@
-"""The device scorer (index/device_scorer.py): exact MaxSim with the vectors resident on a torch device
+"""The device scorer (index/scoring/device.py): exact MaxSim with the vectors resident on a torch device
 or streamed to it, run here on the CPU with the device path forced (`--scorer device`); the same tests
 with CUDA where a GPU is present (test_on_cuda_*). Scores within 1e-3 of the CPU scorer's float32
 reference, blocks checked before they are scored, one pass for stacked queries, the resident vectors
@@ -17,7 +17,7 @@ from conftest import run_cli, validate
 from helpers import flip_byte
 from docgen import make_pdf
 
-from localgpt_index.index.device_scorer import DeviceScoring
+from localgpt_index.index.scoring.device import DeviceScoring
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ def _queries(seed: int, sizes=(20, 3, 31)) -> list[np.ndarray]:
 
 def _reference(queries, segment: _Segment, pages: np.ndarray) -> np.ndarray:
     """The CPU scorer (index.score.maxsim), float32: the reference."""
-    from localgpt_index.index.score import maxsim
+    from localgpt_index.index.scoring.maxsim import maxsim
 
     return maxsim(queries, segment.vectors, segment.offsets, pages)
 
@@ -81,7 +81,7 @@ def test_scoring_options_are_checked_before_any_work(tmp_path):
 def test_scores_equal_the_cpu_reference(budget, monkeypatch):
     """Every score within 1e-3 of the CPU scorer's float32 reference and the top-10 identical, on
     pages of one length and of many, all pages and subsets, in several device chunks."""
-    import localgpt_index.index.device_scorer as module
+    import localgpt_index.index.scoring.device as module
 
     monkeypatch.setattr(module, "SIM_BYTES", 4 * 60 * 300)  # ~300 rows a chunk for 60 stacked tokens: many chunks
     monkeypatch.setattr(module, "STREAM_ROWS", 500)
@@ -110,7 +110,7 @@ def test_released_vectors_are_dropped_and_later_queries_stream():
     import gc
     import weakref
 
-    from localgpt_index.index.device_scorer import DeviceScorer
+    from localgpt_index.index.scoring.device import DeviceScorer
 
     segment, queries = _segment(4, 40), _queries(5, (12,))
     scorer = DeviceScorer("cpu")
@@ -220,7 +220,7 @@ def _cuda() -> bool:
 def test_on_cuda_scores_equal_the_cpu_reference(budget):
     """On a GPU: float16 products into float32 with the residual half (float32 queries) or without it
     (queries a float16 model made), resident and streamed through pinned buffers."""
-    from localgpt_index.index.device_scorer import DeviceScorer
+    from localgpt_index.index.scoring.device import DeviceScorer
 
     scorer = DeviceScorer("cuda", max_resident=budget)
     for name, segment in (("ragged", _segment(1, 400)), ("uniform", _segment(2, 300, same_length=1030))):
@@ -253,7 +253,7 @@ def test_the_gpu_bench_query_mode_runs_on_the_cpu_and_agrees_with_the_cpu_scorer
 def test_a_device_out_of_memory_on_upload_streams_instead(monkeypatch):
     import torch
 
-    from localgpt_index.index.device_scorer import DeviceScorer
+    from localgpt_index.index.scoring.device import DeviceScorer
 
     def no_room(self, files):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")

@@ -202,7 +202,7 @@ class History(RuleBasedStateMachine):
 
     @invariant()
     def check_contents(self) -> None:
-        from localgpt_index.index.store import IndexStore
+        from localgpt_index.index.local.store import IndexStore
 
         History.tally["checks"] += 1
         store = IndexStore(self.store / "idx" / "default")

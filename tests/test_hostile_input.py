@@ -198,8 +198,8 @@ class _ChangeFilesDuringBuild:
 
 
 def test_files_changing_or_vanishing_during_the_build(tiny_model, tmp_path):
-    from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.index.local.store import IndexStore
 
     docs = tmp_path / "docs"
     first = make_pdf(docs / "a-first.pdf", ["First"])

@@ -61,8 +61,8 @@ def give_page_text(index_dir, texts: dict[tuple[str, int], str], store=None) -> 
     """Commit a generation of the same documents whose pages carry text, fed through the writers'
     `extra` as the build's text extraction feeds it ({"text", "text_source"}): a test-side writer."""
     from localgpt_index.core.types import PageRef
-    from localgpt_index.index.manifest import Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Span
+    from localgpt_index.index.local.store import IndexStore
 
     store = store if store is not None else IndexStore(index_dir / "default")
     view = store.open_view()
@@ -136,7 +136,7 @@ def test_text_mode_with_text_filters_and_rrf(with_text):
 
 def within_rounding(document):
     """`document` with every float compared within float32 rounding: the two exact scorers (torch's path and
-    the compiled kernel) sum in another order (index/kernel_policy.py)."""
+    the compiled kernel) sum in another order (index/scoring/kernel_policy.py)."""
     if isinstance(document, float):
         return pytest.approx(document, rel=1e-5, abs=1e-6)
     if isinstance(document, dict):
@@ -163,7 +163,7 @@ def test_verify_checks_the_text_and_a_removed_document_leaves_it(with_text, tmp_
     assert document_pages(query_json(index, "INV-2024-0042", "--mode", "text")) == [("report-1.pdf", 2)]
     verify_ok(index)
     # damage the text index's blob: verify names it
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     named = IndexStore(index / "default").open_view().manifest.artifacts["lexical"].blobs[0].name
     blob = index / "default" / "artifacts" / named
@@ -195,7 +195,7 @@ def test_the_server_and_query_server_answer_the_same(with_text):
 
 def text_generation(index_dir) -> tuple[int, set[str], set[str]]:
     """(generation, its documents, the documents its text index holds)."""
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     view = IndexStore(index_dir / "default").open_view()
     lexical = view.artifact("lexical")

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PLANTED = '''
 from localgpt_index.index.protocols import Store
-from localgpt_index.index.store import IndexStore
+from localgpt_index.index.local.store import IndexStore
 
 
 class Drifted(IndexStore):
@@ -59,7 +59,7 @@ def test_the_qdrant_view_shares_the_generation_view_and_carries_no_local_scoring
     from helpers import build_ok
     from localgpt_index.index import protocols
     from localgpt_index.index.open import open_store
-    from localgpt_index.index.qdrant_store import QdrantIndex
+    from localgpt_index.index.qdrant.view import QdrantIndex
     from localgpt_index.index.qdrant.view import QdrantView
     from localgpt_index.index.view import GenerationView, IndexView, LocalView
 

@@ -112,7 +112,7 @@ def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
     status = json.loads(run_cli("status", "--index-dir", str(index_dir), "--json").stdout)
     committed_extra = status["documents"] - len(BASE)
     assert 1 <= committed_extra < len(EXTRA)  # some batches committed, not all
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     partial = sum(d.pages for d in IndexStore(index_dir / "default").read_manifest().in_progress)  # carried on, not redone
     resumed = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1", "--json")
@@ -194,7 +194,7 @@ def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
 
 
 def test_lock_wait_and_stale_lock(scenario, tmp_path):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     index_dir = _fresh_copy(scenario, tmp_path)
     store = IndexStore(index_dir / "default")
@@ -212,7 +212,7 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
     # a writer killed while holding the lock leaves nothing that blocks: `build --wait` waits for it,
     # and the writer is killed while it waits (at the failpoint where a writer waits for the lock)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from localgpt_index.index.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
+        "import sys; from localgpt_index.index.local.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
         "cm = s.lock(); cm.__enter__(); print('locked', flush=True); sys.stdin.read()") % store.root],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"

@@ -1,4 +1,4 @@
-"""Where a process loads the CPU scorer's compiled kernel (index/kernel_policy.py): a one-shot query
+"""Where a process loads the CPU scorer's compiled kernel (index/scoring/kernel_policy.py): a one-shot query
 scores by torch's path and never starts the load (it costs a fresh process about half a second); a
 long-lived service loads it at start, beside its model; a pass large enough to pay loads it first. The
 policy itself needs no torch (the fast tier); the processes that score with torch are in the slow tier."""
@@ -15,9 +15,9 @@ import pytest
 from conftest import run_cli, run_process
 from docgen import make_pdf
 
-import localgpt_index.index.kernel_policy as policy_module
-import localgpt_index.index.score as score_module
-from localgpt_index.index.kernel_policy import PAYS_FROM, PAYS_FROM_STARTED, ROW_TOKENS, KernelPolicy
+import localgpt_index.index.scoring.kernel_policy as policy_module
+import localgpt_index.index.scoring.maxsim as score_module
+from localgpt_index.index.scoring.kernel_policy import PAYS_FROM, PAYS_FROM_STARTED, ROW_TOKENS, KernelPolicy
 
 ROWS = 1030  # a ColPali page
 
@@ -93,7 +93,7 @@ def test_once_numba_has_started_a_rescoring_s_candidates_pay_for_the_load(monkey
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_numba_started_says_whether_numba_s_costly_first_load_has_happened():
-    probe = ("import sys, numba; from localgpt_index.index.kernel_policy import numba_started; before = numba_started(); "
+    probe = ("import sys, numba; from localgpt_index.index.scoring.kernel_policy import numba_started; before = numba_started(); "
              "numba.njit(lambda x: x + 1)(1); print(before, numba_started())")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -5,11 +5,11 @@ Every import counts: module-level ones, those inside functions, those under TYPE
 relative and absolute, `from . import x` resolved through package `__init__` files, and the
 root package's lazy re-exports (its `_EXPORTS` table). The layers, top to bottom:
 
-    top      the root package (the public API), __main__, cli/, the deprecated 0.2 shims
+    top      the root package (the public API), __main__, cli/
     outer    mcp/ | integrations/                    (peers: the MCP server; framework retrievers)
     serve    serve/ (the HTTP server, the warm service, the client of `query --server`)
     loops    watch/ | evaluate/                      (peers: a folder kept indexed; `eval`)
-    app      build/ | query/ | interop/              (peers)
+    app      indexing/ | query/ | interop/ | doctor/ (peers)
     domain   ingest/ | models/ | index/              (peers)
     core     core/, _version
 
@@ -32,11 +32,10 @@ ROOT = "localgpt_index"
 # first component under the root -> (rank, group); higher ranks may import lower ones only
 LAYERS: dict[str, tuple[int, str]] = {
     "": (8, "top"), "__main__": (8, "top"), "cli": (8, "top"),
-    "store": (8, "top"), "metadata": (8, "top"), "pages": (8, "top"),  # deprecated 0.2 shims
     "mcp": (7, "mcp"), "integrations": (7, "integrations"),  # MCP server; LangChain/LlamaIndex retrievers
     "serve": (6, "serve"),  # above interop and watch: the server answers with interop's documents
     "watch": (5, "watch"), "evaluate": (5, "evaluate"),  # a folder kept indexed; `eval`
-    "build": (4, "build"), "query": (4, "query"), "interop": (4, "interop"),
+    "indexing": (4, "indexing"), "query": (4, "query"), "interop": (4, "interop"), "doctor": (4, "doctor"),
     "ingest": (3, "ingest"), "models": (3, "models"), "index": (3, "index"),
     "core": (1, "core"), "_version": (1, "core"),
     "testing": (0, "testing"),
@@ -201,8 +200,8 @@ def _planted(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
 
 
 def test_a_planted_upward_import_inside_a_function_fails_the_contract(tmp_path):
-    graph = _planted(tmp_path, {"core/bad.py": "def f():\n    from ..build.run import BuildOptions\n    return BuildOptions\n"})
-    assert "localgpt_index.core.bad -> localgpt_index.build.run: upwards (core below build)" in contract_problems(graph)
+    graph = _planted(tmp_path, {"core/bad.py": "def f():\n    from ..indexing.run import BuildOptions\n    return BuildOptions\n"})
+    assert "localgpt_index.core.bad -> localgpt_index.indexing.run: upwards (core below indexing)" in contract_problems(graph)
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
@@ -226,8 +225,8 @@ def test_planted_cycles_and_imports_of_the_root_or_testing_fail_the_contract(tmp
 
 def test_a_known_violation_that_is_gone_must_leave_the_list():
     graph = {"localgpt_index.core.a": set(), "localgpt_index.core.b": set()}
-    assert contract_problems(graph, frozenset({("localgpt_index.core.a", "localgpt_index.build.run")})) == [
-        "localgpt_index.core.a -> localgpt_index.build.run: listed in KNOWN_VIOLATIONS but no longer imported: remove it"]
+    assert contract_problems(graph, frozenset({("localgpt_index.core.a", "localgpt_index.indexing.run")})) == [
+        "localgpt_index.core.a -> localgpt_index.indexing.run: listed in KNOWN_VIOLATIONS but no longer imported: remove it"]
 
 
 def test_no_production_module_names_the_fake_family():

@@ -21,8 +21,8 @@ DIM, ROWS, DOCS, PAGES = 128, 256, 6, 4  # 24 pages of 64 KiB after a 128-byte h
 
 
 def _make_index(root: Path, seed: int = 7) -> None:
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
 
     rng = np.random.default_rng(seed)
     with IndexStore(root).begin() as txn:
@@ -58,7 +58,7 @@ def _queries() -> list[np.ndarray]:
 
 def _reference(root: Path) -> np.ndarray:
     """Every page's exact score, from the file itself (no store, no checks)."""
-    from localgpt_index.index.score import maxsim
+    from localgpt_index.index.scoring.maxsim import maxsim
 
     vectors = np.load(_vectors(root), mmap_mode="r")
     return maxsim(_queries(), vectors, np.arange(0, DOCS * PAGES * ROWS + 1, ROWS))
@@ -72,14 +72,14 @@ def checks():
 
 
 def _blocks(root: Path) -> int:
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     [segment] = IndexStore(root).read_manifest().segments.values()
     return len(segment.checksum.blocks)
 
 
 def test_opening_reads_no_vector_block_and_a_scan_checks_each_once(root, checks):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     store = IndexStore(root)
     view = store.open_view()
@@ -99,7 +99,7 @@ def test_opening_reads_no_vector_block_and_a_scan_checks_each_once(root, checks)
 
 def test_a_damaged_block_is_found_by_the_reads_that_need_it_and_by_verify(root, checks):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
     from localgpt_index.index.view import page_table
 
     reference = _reference(root)
@@ -139,7 +139,7 @@ def test_the_cli_reports_a_damaged_block_with_exit_1(fake_model, tmp_path):
 
 def test_a_truncated_or_reshaped_vectors_file_fails_at_open(root):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     path = _vectors(root)
     raw = path.read_bytes()
@@ -154,7 +154,7 @@ def test_a_truncated_or_reshaped_vectors_file_fails_at_open(root):
 
 def _to_legacy_blocks(root: Path) -> None:
     """Rewrite the manifest as a lgpt-index before lazy checks wrote it: 64 MiB blocks."""
-    from localgpt_index.index.checksums import LEGACY_CHECK_BLOCK, block_checksums
+    from localgpt_index.index.format.checksums import LEGACY_CHECK_BLOCK, block_checksums
 
     head = json.loads((root / "HEAD").read_text())
     data = json.loads((root / head["manifest"]).read_text())
@@ -168,8 +168,8 @@ def _to_legacy_blocks(root: Path) -> None:
 
 
 def test_old_64_mib_blocks_still_answer_and_the_next_write_upgrades_them(root, checks):
-    from localgpt_index.index.checksums import CHECK_BLOCK
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.checksums import CHECK_BLOCK
+    from localgpt_index.index.local.store import IndexStore
 
     reference = _reference(root)
     _to_legacy_blocks(root)
@@ -187,8 +187,8 @@ def test_old_64_mib_blocks_still_answer_and_the_next_write_upgrades_them(root, c
 
 def test_an_upgrade_never_rehashes_damaged_vectors(root):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.checksums import rechecksum
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.checksums import rechecksum
+    from localgpt_index.index.local.store import IndexStore
 
     _to_legacy_blocks(root)
     flip_byte(_vectors(root), 5000)
@@ -198,7 +198,7 @@ def test_an_upgrade_never_rehashes_damaged_vectors(root):
 
 
 def test_concurrent_readers_check_each_block_once(root, checks):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     store = IndexStore(root)
     view = store.open_view()
@@ -265,7 +265,7 @@ def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_a
 
 def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     store = IndexStore(root)
     view = store.open_view()
@@ -284,8 +284,8 @@ def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
 
 def test_rescoring_reads_its_candidates_blocks_all_at_once_before_checking_them(root, monkeypatch):
     from localgpt_index.core import failpoints
-    from localgpt_index.index import checksums
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format import checksums
+    from localgpt_index.index.local.store import IndexStore
 
     events: list[tuple] = []
     lock = threading.Lock()
@@ -314,7 +314,7 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
     import mmap
 
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     codes = IndexStore(root).open_view().artifact("codes")
     segment = next(iter(codes.parts))  # type: ignore[union-attr]

@@ -263,8 +263,8 @@ def unit_vectors(rng: np.random.Generator, count: int) -> np.ndarray:
 def hybrid_index(tmp_path):
     """40 documents of 2 pages: random vectors, filler text; doc-03 page 2 holds a planted fact in
     its text; doc-17 page 1 is an image with no text at all (only its vectors can find it)."""
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
     from localgpt_index.query.search import Index
 
     rng = np.random.default_rng(5)

@@ -51,7 +51,7 @@ def _query(index: Path, *args: str):
 
 
 def _current_format() -> str:
-    from localgpt_index.index.manifest import FORMAT
+    from localgpt_index.index.format.manifest import FORMAT
 
     return FORMAT
 
@@ -218,7 +218,7 @@ def test_an_index_fingerprinted_the_old_way_still_refuses_what_the_old_way_told_
 
 
 def test_a_format_2_manifest_migrates_to_the_old_fingerprint_scheme():
-    from localgpt_index.index.manifest import FORMAT, migrate
+    from localgpt_index.index.format.manifest import FORMAT, migrate
 
     data = {"format": "lgpt-index/2", "model": {"id": "m", "family": "fake", "fingerprint": "sha256:" + "0" * 64}}
     migrated = migrate(data, "test")

@@ -207,8 +207,8 @@ def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_
 def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):
     """The stand-in Tesseract waits for the encoder to be encoding, and the encoder for OCR to be
     reading: run one after the other, this build could not finish."""
-    from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.index.local.store import IndexStore
     from localgpt_index.models.loading import load_page_encoder
 
     docs, started, release = tmp_path / "docs", tmp_path / "ocr-started", tmp_path / "encoding"
@@ -351,8 +351,8 @@ def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appen
 def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypatch, fake_model):
     """The first page's OCR ends only once the encoder has started the second batch: a build that
     held the encoder until each batch's text was read could not finish."""
-    from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.index.local.store import IndexStore
     from localgpt_index.models.loading import load_page_encoder
 
     docs, release = tmp_path / "docs", tmp_path / "second-batch"

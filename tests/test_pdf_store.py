@@ -1,4 +1,4 @@
-"""The PDF store both backends share (index/pdfstore.py): durable writes, no staged PDF left by
+"""The PDF store both backends share (index/format/pdfstore.py): durable writes, no staged PDF left by
 an aborted transaction, unreferenced PDFs collected; in Qdrant's own folder as in a local index,
 and in a --pdf-store folder that several collections share only when no collection's record names
 them (more in tests/test_qdrant_pdf_store.py).
@@ -116,7 +116,7 @@ def test_a_pdf_store_shared_by_two_collections_keeps_both_collections_pdfs(fake_
     for number in range(2):
         make_png(first / f"more{number}.png", f"more {number}")
         assert _build(first, fake_model, a).exit_code == 0
-    [left] = _pdfs(shared)  # a's, named by no collection's record, is collected (index/pdfrefs.py); b's stays
+    [left] = _pdfs(shared)  # a's, named by no collection's record, is collected (index/format/pdfrefs.py); b's stays
     assert left in both
     _verify_ok(a)
     _verify_ok(b)

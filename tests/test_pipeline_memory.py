@@ -14,9 +14,9 @@ pytestmark = pytest.mark.slow  # the real-component tier
 
 
 def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, monkeypatch):
-    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.indexing.run import BuildOptions, build_index
     from localgpt_index.ingest.feed import RENDER_CHUNK
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     docs = tmp_path / "docs"
     make_pdf(docs / "long.pdf", [f"page {i}" for i in range(120)])

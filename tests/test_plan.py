@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from localgpt_index.ingest.discover import Discovery, FoundFile
-from localgpt_index.index.manifest import Document, FileStat, Manifest, ModelInfo, Settings, Span
-from localgpt_index.build.plan import files_to_hash, plan_build, trusted_stat
+from localgpt_index.index.format.manifest import Document, FileStat, Manifest, ModelInfo, Settings, Span
+from localgpt_index.indexing.plan import files_to_hash, plan_build, trusted_stat
 
 ROOT = "/docs"
 OLD_NS = 1_600_000_000 * 10**9
@@ -31,7 +31,7 @@ def doc(path: str, sha: str, pages=1, first=0, st=None, metadata=None) -> Docume
 
 
 def manifest(*docs: Document, in_progress=()) -> Manifest:
-    from localgpt_index.index.manifest import Checksum, Segment
+    from localgpt_index.index.format.manifest import Checksum, Segment
 
     pages = 100
     segment = Segment(id=SEGMENT, pages=pages, rows=pages, dim=4, vectors_bytes=pages * 4 * 2 + 128, vectors_sha256="0" * 64,

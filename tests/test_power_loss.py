@@ -13,8 +13,8 @@ import uuid
 import pytest
 from powerloss_cases import INDEX, Harness, explore, explore_twice, faults, scenarios, summary
 
-from localgpt_index.index import disk as disk_module
-from localgpt_index.index import files
+from localgpt_index.index.format import disk as disk_module
+from localgpt_index.index.format import files
 from localgpt_index.testing.powerloss import Fault, PowerLost, RecordingDisk, recording
 
 SCENARIOS = {scenario.name: scenario for scenario in scenarios()}

@@ -1,5 +1,5 @@
 """The public Python API after the package layout (issue 25): the root package's names, the
-deprecated 0.2 paths, and the family registry's plugins reaching the processes the CLI starts."""
+removed 0.2 paths, and the family registry's plugins reaching the processes the CLI starts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 
 import pytest
 from conftest import run_process
@@ -20,24 +19,18 @@ import localgpt_index
 def test_every_root_name_resolves_to_the_module_that_defines_it():
     for name in localgpt_index.__all__:
         assert getattr(localgpt_index, name) is not None
-    assert localgpt_index.IndexStore is importlib.import_module("localgpt_index.index.store").IndexStore
+    assert localgpt_index.IndexStore is importlib.import_module("localgpt_index.index.local.store").IndexStore
     assert localgpt_index.SearchHit is importlib.import_module("localgpt_index.core.types").SearchHit
     with pytest.raises(AttributeError, match="no_such_name"):
         localgpt_index.no_such_name  # noqa: B018
 
 
-@pytest.mark.parametrize("old, new, name", [
-    ("localgpt_index.store", "localgpt_index.index.store", "IndexStore"),
-    ("localgpt_index.metadata", "localgpt_index.core.metadata", "load_rules"),
-    ("localgpt_index.pages", "localgpt_index.interop.pages", "page_image"),
-])
-def test_the_0_2_paths_still_import_with_a_deprecation_warning(old, new, name):
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
-    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
+@pytest.mark.parametrize("old", ["localgpt_index.store", "localgpt_index.metadata", "localgpt_index.pages",
+                                 "localgpt_index.index.store", "localgpt_index.index.qdrant_store", "localgpt_index.build"])
+def test_the_removed_0_2_paths_are_gone(old):
+    """0.4 removed the deprecated shims and facades (CHANGELOG.md): the root package is the API."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 def _without_plugins() -> dict:

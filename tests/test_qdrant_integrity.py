@@ -156,7 +156,7 @@ def _make_legacy(url: str) -> None:
     writer or chunk_key in HEAD, catalog chunks under their old ids."""
     from qdrant_client import models
 
-    from localgpt_index.index.qdrant_store import HEAD_ID, chunk_id
+    from localgpt_index.index.qdrant.ids import HEAD_ID, chunk_id
     from localgpt_index.index.open import open_store
 
     store = open_store(url)
@@ -189,7 +189,7 @@ def test_an_index_from_before_path_raw_is_read_and_upgraded_by_the_next_build(fa
     built = run_cli("build", str(docs), "--store", url, "--json")
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["pages_embedded"] == 0  # upgraded in place, nothing embedded again
-    from localgpt_index.index.qdrant_store import HEAD_ID
+    from localgpt_index.index.qdrant.ids import HEAD_ID
     from localgpt_index.index.open import open_store
 
     store = open_store(url)
@@ -361,7 +361,7 @@ class _Steps:
 def _writer(store, name: str, outcome: dict, rebuild: bool = False) -> None:
     """Add one 2-page document `name` in one transaction; record the manifest or the error."""
     from localgpt_index.core.errors import LgptError
-    from localgpt_index.index.manifest import Document, Span
+    from localgpt_index.index.format.manifest import Document, Span
     from localgpt_index.interop.transfer import write_documents
 
     try:
@@ -380,7 +380,7 @@ def _writer(store, name: str, outcome: dict, rebuild: bool = False) -> None:
 
 def _renewed_past(renewed: threading.Event, store, clock: _Clock) -> None:
     """Wait until the lease's timer has renewed it past the moved clock."""
-    from localgpt_index.index.qdrant_store import LEASE_MARGIN_S
+    from localgpt_index.index.qdrant.ids import LEASE_MARGIN_S
 
     while store.lease.expires - LEASE_MARGIN_S <= clock():
         renewed.clear()
@@ -414,7 +414,8 @@ def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, 
     import shutil
 
     from localgpt_index.core import failpoints
-    from localgpt_index.index.qdrant_store import LEASE_TTL_S, QdrantStore, parse_store_url
+    from localgpt_index.index.qdrant.ids import LEASE_TTL_S, parse_store_url
+    from localgpt_index.index.qdrant.store import QdrantStore
 
     shutil.copytree(base_collection, tmp_path / "qd")
     spec = parse_store_url(f"qdrant+path://{tmp_path / 'qd'}/docs")
@@ -467,7 +468,7 @@ def test_two_writers_interleaved_exactly_one_commits(base_collection, tmp_path, 
                                               ("1.20.1-dev", False), ("2.0.0", False)])
 def test_writers_need_a_server_with_conditional_updates(version, refused):
     from localgpt_index.core.errors import EnvironmentMissing
-    from localgpt_index.index.qdrant_store import check_server_version
+    from localgpt_index.index.qdrant.ids import check_server_version
 
     if refused:
         with pytest.raises(EnvironmentMissing, match="needs 1.16 or later"):

@@ -22,7 +22,7 @@ def _catalog(client, collection: str) -> str:
 
 def _read_catalog(folder: Path, collection: str = "docs") -> tuple[dict, dict]:
     """HEAD's payload and the manifest it names, read the way the store reads them."""
-    from localgpt_index.index.qdrant_store import HEAD_ID, chunk_id
+    from localgpt_index.index.qdrant.ids import HEAD_ID, chunk_id
 
     client = open_qdrant(folder)
     try:
@@ -41,7 +41,7 @@ def _downgrade_to_format_2(folder: Path, model: Path, collection: str = "docs") 
     HEAD keeps `paths: 2`, so that no path upgrade hides whether the format alone is upgraded."""
     from qdrant_client import models
 
-    from localgpt_index.index.qdrant_store import CHUNK_CHARS, HEAD_ID, chunk_id
+    from localgpt_index.index.qdrant.ids import CHUNK_CHARS, HEAD_ID, chunk_id
 
     head, data = _read_catalog(folder, collection)
     data["format"] = "lgpt-index/2"
@@ -85,7 +85,7 @@ def _query(url: str):
 
 
 def test_a_qdrant_index_fingerprinted_the_old_way_opens_queries_and_builds_incrementally(tmp_path):
-    from localgpt_index.index.manifest import FORMAT
+    from localgpt_index.index.format.manifest import FORMAT
 
     model = _fake_with_weights(tmp_path / "model")
     docs, qd = _docs(tmp_path / "docs", 3), tmp_path / "qd"

@@ -1,4 +1,4 @@
-"""A --pdf-store folder shared by several Qdrant collections (index/pdfrefs.py): each collection's
+"""A --pdf-store folder shared by several Qdrant collections (index/format/pdfrefs.py): each collection's
 reference record says which PDFs it names, and a PDF is collected only when no record names it.
 Through the store's own transactions (two collections, one folder) and the CLI (kill -9 mid-copy)."""
 
@@ -25,7 +25,7 @@ def _store(tmp_path: Path, collection: str, shared: Path):
 def _commit(store, pdf: Path | None) -> None:
     """One generation: a document whose converted PDF is `pdf`, or no document at all."""
     from localgpt_index.core.types import PageRef
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
 
     with store.begin() as txn:
         documents = []

@@ -80,7 +80,7 @@ def test_a_new_collection_quantizes_its_page_vectors_to_one_bit_and_stores_no_co
 
 def test_queries_ignore_the_codes_by_default_and_ask_for_rescoring_with_the_first_pass(built):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES
+    from localgpt_index.index.scoring.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES
 
     store = _open(_url(built))
     try:

@@ -140,7 +140,7 @@ def test_one_writer_at_a_time_and_an_expired_lease_is_taken_over(fake_model, tmp
     from qdrant_client import models
 
     from localgpt_index.core.errors import IndexBusy
-    from localgpt_index.index.qdrant_store import LEASE_ID
+    from localgpt_index.index.qdrant.ids import LEASE_ID
     from localgpt_index.index.open import open_store
 
     store = open_store(f"qdrant+path://{tmp_path / 'qd'}/docs")
@@ -168,7 +168,7 @@ def test_export_into_a_held_qdrant_target_is_refused_and_waits_with_wait(fake_mo
 
     from localgpt_index.index.open import open_store
     from localgpt_index.index.qdrant import lease as lease_module
-    from localgpt_index.index.qdrant_store import LEASE_ID
+    from localgpt_index.index.qdrant.ids import LEASE_ID
 
     docs = tmp_path / "docs"
     make_pdfs(docs, 1, 1)

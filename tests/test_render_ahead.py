@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import localgpt_index.build.local_engine as local_engine
+import localgpt_index.indexing.local_engine as local_engine
 import localgpt_index.ingest.feed as pipeline
 from conftest import run_cli
 from docgen import make_docx
@@ -165,8 +165,8 @@ def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, 
 
 
 def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_path, fake_model):
-    from localgpt_index.build.run import BuildOptions, build_index
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.index.local.store import IndexStore
 
     docs = tmp_path / "docs"
     make_pdfs(docs, 3, 2, "doc")

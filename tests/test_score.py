@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import localgpt_index.index.score as score_module
-from localgpt_index.index.kernel_policy import KernelPolicy
-from localgpt_index.index.score import maxsim
+import localgpt_index.index.scoring.maxsim as score_module
+from localgpt_index.index.scoring.kernel_policy import KernelPolicy
+from localgpt_index.index.scoring.maxsim import maxsim
 
 
 

@@ -16,7 +16,7 @@ from docgen import make_pdf
 def test_overlapping_service_queries_change_no_process_wide_torch_setting(fake_model, tmp_path, monkeypatch):
     import torch
 
-    import localgpt_index.index.score as score_module
+    import localgpt_index.index.scoring.maxsim as score_module
     from localgpt_index.serve.service import IndexService, SearchRequest
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
@@ -101,7 +101,7 @@ def test_serve_sets_a_short_openmp_spin_before_torch_loads(users, fake_model, tm
 def test_a_single_chunk_is_scored_on_a_scorer_thread_not_the_callers(monkeypatch):
     """A rescoring's few candidates of a segment make one chunk: scored on the calling thread, its ops
     ran on torch's team of threads, 10-20x slower on a loaded machine than on a one-thread scorer."""
-    from localgpt_index.index import score
+    from localgpt_index.index.scoring import maxsim as score
 
     if score.SCORE_WORKERS <= 1:
         pytest.skip("one CPU: the calling thread is the scorer")

@@ -1,4 +1,4 @@
-"""The CPU scorer's compiled kernel (index/maxsim_kernel.py, numba) against a float64 reference:
+"""The CPU scorer's compiled kernel (index/scoring/kernel.py, numba) against a float64 reference:
 every query-token count the microkernels split differently (1 to 3 vectors of 8, and more than one
 group of 24), pages of odd lengths (blocks of 8 rows padded with a repeated row), other dimensions,
 subnormal float16 values and all-negative similarities. No torch: the fast tier runs it."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-kernel = pytest.importorskip("localgpt_index.index.maxsim_kernel")  # numba is a dependency; the codes need it too
+kernel = pytest.importorskip("localgpt_index.index.scoring.kernel")  # numba is a dependency; the codes need it too
 
 
 def _best(queries: np.ndarray, vectors: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -232,7 +232,7 @@ def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(servic
 def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setting(service, monkeypatch):
     import torch
 
-    import localgpt_index.index.score as score_module
+    import localgpt_index.index.scoring.maxsim as score_module
     from localgpt_index.serve.batcher import QueryBatcher
     from localgpt_index.serve.service import SearchRequest
 

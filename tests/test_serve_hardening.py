@@ -216,7 +216,7 @@ def test_overlapping_queries_never_change_torch_s_thread_count(monkeypatch):
     import numpy as np
     import torch
 
-    import localgpt_index.index.score as score_module
+    import localgpt_index.index.scoring.maxsim as score_module
 
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # side by side even on a one-core machine
     rng = np.random.default_rng(7)

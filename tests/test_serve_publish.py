@@ -55,7 +55,7 @@ def test_the_scorer_s_threads_score_with_one_torch_thread_each(monkeypatch) -> N
     import numpy as np
     import torch
 
-    import localgpt_index.index.score as score_module
+    import localgpt_index.index.scoring.maxsim as score_module
 
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)
     monkeypatch.setattr(score_module, "kernel_policy", score_module.KernelPolicy.fixed(None))  # torch's path: no kernel

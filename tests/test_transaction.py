@@ -26,7 +26,7 @@ def _docs(folder: Path, count: int, prefix: str = "doc", pages: int = 1) -> list
 
 
 def _manifest(index: Path):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     return IndexStore(index / "default").read_manifest()
 
@@ -158,9 +158,9 @@ class _Tracking:
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("mode", [(), ("--rebuild",), ("--strict",)], ids=["plain", "rebuild", "strict"])
 def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, mode):
-    from localgpt_index.build.run import BuildOptions, build_index
+    from localgpt_index.indexing.run import BuildOptions, build_index
     from localgpt_index.models.loading import load_page_encoder
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     docs = tmp_path / "docs"
     for i in range(60):
@@ -301,8 +301,8 @@ def test_a_query_uses_the_model_revision_the_index_recorded(tmp_path, monkeypatc
 
 
 def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_path):
-    from localgpt_index.index.manifest import FORMAT
-    from localgpt_index.index.store import block_checksums
+    from localgpt_index.index.format.manifest import FORMAT
+    from localgpt_index.index.format.checksums import block_checksums
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 2, pages=2)
@@ -329,7 +329,7 @@ def test_a_format_1_index_opens_and_the_next_write_upgrades_it(fake_model, tmp_p
 
 
 def test_a_format_3_index_opens_and_the_next_write_records_format_4(fake_model, tmp_path):
-    from localgpt_index.index.manifest import FORMAT
+    from localgpt_index.index.format.manifest import FORMAT
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     _docs(docs, 2, pages=2)
@@ -369,7 +369,7 @@ def _downgrade_to_format_1(root: Path) -> None:
     """Rewrite the current generation in format 1, as lgpt-index 0.1 wrote it."""
     import hashlib
 
-    from localgpt_index.index.store import block_checksums
+    from localgpt_index.index.format.checksums import block_checksums
 
     from localgpt_index.models.resolve import fingerprint_in, resolve_model
 

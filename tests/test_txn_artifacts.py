@@ -102,7 +102,7 @@ def test_a_manifest_names_the_built_in_artifacts_and_keeps_its_bytes(fake_model,
     docs = tmp_path / "docs"
     make_pdfs(docs, 1, 2, "plain")
     _build("local", tmp_path, docs, fake_model)
-    from localgpt_index.index.manifest import Manifest
+    from localgpt_index.index.format.manifest import Manifest
 
     raw = next((tmp_path / "idx" / "default").glob("gen-*.json")).read_bytes()
     manifest = Manifest.from_json(raw, "here")
@@ -115,8 +115,8 @@ def test_a_manifest_names_the_built_in_artifacts_and_keeps_its_bytes(fake_model,
 def test_extra_page_data_reaches_the_part_writers(toy, tmp_path):
     """`append(vectors, page, extra)`: what the caller knows of a page ({"text": ...}) is fed to every part writer."""
     from localgpt_index.core.types import PageRef
-    from localgpt_index.index.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
+    from localgpt_index.index.local.store import IndexStore
 
     store = IndexStore(tmp_path / "idx")
     with store.begin() as txn:

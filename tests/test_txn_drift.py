@@ -26,14 +26,14 @@ def _store(kind: str, tmp_path: Path):
 
 
 def _doc(segment: str, path: str = "/a.pdf", pdf: str | None = None):
-    from localgpt_index.index.manifest import Document, Span
+    from localgpt_index.index.format.manifest import Document, Span
 
     return Document(path=path, sha256=SHA, size=1, kind="pdf", pages=1, spans=[Span(segment=segment, first=0, pages=1)],
                     pdf=pdf, pdf_sha256=SHA if pdf else None)
 
 
 def _model():
-    from localgpt_index.index.manifest import ModelInfo, Settings
+    from localgpt_index.index.format.manifest import ModelInfo, Settings
 
     return ModelInfo(id="m", family="fake", fingerprint="f", dim=8), Settings(dim=8)
 

@@ -194,7 +194,7 @@ def test_an_unknown_newer_format_names_the_upgrade(index):
 
 
 def test_the_published_manifest_schema_is_current():
-    from localgpt_index.index.manifest import json_schema
+    from localgpt_index.index.format.manifest import json_schema
 
     published = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas" / "manifest.schema.json"
-    assert json.loads(published.read_text()) == json_schema(), "regenerate: python -m localgpt_index.index.manifest"
+    assert json.loads(published.read_text()) == json_schema(), "regenerate: python -m localgpt_index.index.format.manifest"

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from localgpt_index.index.codes.pack import as_words, pack_codes
+from localgpt_index.index.scoring.codes.pack import as_words, pack_codes
 
 
 class _V1Writer:
@@ -22,7 +22,7 @@ class _V1Writer:
         self.chunks.append(pack_codes(np.asarray(vectors)))
 
     def seal(self, sink):
-        from localgpt_index.index.manifest import PartRef
+        from localgpt_index.index.format.manifest import PartRef
 
         codes = np.concatenate(self.chunks)
         return PartRef(version=1, blobs=[sink.put(codes.tobytes(), "codes")],
@@ -37,7 +37,7 @@ def _old_index(fake_model, corpus, tmp_path, codes: str):
     from helpers import build_json
 
     from localgpt_index.index import artifacts
-    from localgpt_index.index.codes.artifact import CODES, Codes
+    from localgpt_index.index.scoring.codes.artifact import CODES, Codes
 
     class V1(Codes):
         version = 1
@@ -60,7 +60,7 @@ def _old_index(fake_model, corpus, tmp_path, codes: str):
 
 
 def _manifest(index):
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     return IndexStore(index / "default").read_manifest()
 
@@ -144,7 +144,7 @@ def test_upgrade_of_a_missing_index_says_so(tmp_path):
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_stored_version_1_codes_are_the_signs(fake_model, corpus, tmp_path):
     """The old-index fixture writes what version 1 wrote: the signs of the vectors."""
-    from localgpt_index.index.store import IndexStore
+    from localgpt_index.index.local.store import IndexStore
 
     store = IndexStore(_old_index(fake_model, corpus, tmp_path, "v1") / "default")
     for seg in store.read_manifest().segments.values():
@@ -158,7 +158,7 @@ def test_the_stored_version_1_codes_are_the_signs(fake_model, corpus, tmp_path):
 def test_status_names_the_first_pass_threshold_and_whether_auto_uses_it(fake_model, corpus, tmp_path, monkeypatch):
     from conftest import run_cli, validate
 
-    from localgpt_index.index.codes import plan
+    from localgpt_index.index.scoring.codes import plan
 
     index = _old_index(fake_model, corpus, tmp_path, "v1")
 

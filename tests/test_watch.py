@@ -91,7 +91,7 @@ class Events:
 @contextmanager
 def watching(docs: Path, index: Path, model: Path, **kwargs):
     """A Watcher of `docs` in a thread of this process; yields (watcher, events)."""
-    from localgpt_index.build.options import BuildOptions
+    from localgpt_index.indexing.options import BuildOptions
     from localgpt_index.index.open import open_store
     from localgpt_index.watch.watcher import Watcher
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from localgpt_index.core.types import PageRef
 from localgpt_index.index.artifacts import BlobSink, BlobSource, CommitContext, register
-from localgpt_index.index.manifest import ArtifactRef, PartRef, Segment
+from localgpt_index.index.format.manifest import ArtifactRef, PartRef, Segment
 
 NAME = "toy"
 

@@ -67,7 +67,7 @@ def build(app: Application, docs, model, device, dtype, batch_size, rebuild, reh
           commit_every, commit_interval, wait_s, ray_address, ray_actors, ray_gpus_per_actor) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
-    from ..build.run import BuildOptions, build_index
+    from ..indexing.run import BuildOptions, build_index
     from ..core.metadata import load_rules
 
     store = app.store()

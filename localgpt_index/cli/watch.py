@@ -48,7 +48,7 @@ def watch(app: Application, docs, model, device, dtype, batch_size, metadata_fil
     (saved, added, renamed or deleted files), until Ctrl-C. With --json, one JSON object a line per
     event on stdout (watching, changes-seen, build-started, build-committed, build-up-to-date,
     build-failed, log, stopped). See docs/watch.md."""
-    from ..build.options import BuildOptions
+    from ..indexing.options import BuildOptions
     from ..core.metadata import load_rules
     from ..watch.watcher import Watcher
 
@@ -64,7 +64,7 @@ def watch(app: Application, docs, model, device, dtype, batch_size, metadata_fil
 
 def logged_watcher(docs, store, log, device: str, dtype: str):
     """The watcher of serve --watch and mcp --watch: its events as lines of the request log (stderr)."""
-    from ..build.options import BuildOptions
+    from ..indexing.options import BuildOptions
     from ..watch.watcher import DEFAULT_LOCK_WAIT_S, Watcher
 
     def report(event) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.errors import UsageError
-from ..index.manifest import Document
+from ..index.format.manifest import Document
 from .queryset import EvalQuery, Judgment, normal_path
 
 

@@ -27,14 +27,14 @@ from typing import Protocol
 import numpy as np
 
 from ..core.types import PageRef
-from .manifest import ArtifactRef, BlobRef, Document, Manifest, PartRef, Segment
+from .format.manifest import ArtifactRef, BlobRef, Document, Manifest, PartRef, Segment
 
 __all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "CommitContext", "PartRef", "PartWriter",
            "artifact_named", "register", "registered", "unregister"]
 
 PLUGINS_ENV = "LGPT_PLUGINS"
 # modules of built-in artifacts, imported (and so registered) before the registry is read
-BUILT_INS: tuple[str, ...] = ("localgpt_index.index.text.artifact", "localgpt_index.index.codes.artifact")
+BUILT_INS: tuple[str, ...] = ("localgpt_index.index.text.artifact", "localgpt_index.index.scoring.codes.artifact")
 
 
 class BlobSink(Protocol):

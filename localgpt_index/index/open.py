@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from .protocols import Store
-from .store import IndexStore, index_path
+from .local.store import IndexStore
+from .local.layout import index_path
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ and a view of one generation offer, whichever backend (local folder, Qdrant) hol
 
 Callers (build, remove, import/export, query, serve) are typed against these, never against a
 backend's class; `index/conformance.py` checks, with the type checker, that both backends fit.
-Value types live in `core/types.py` (PageRef, SearchHit) and `index/manifest.py` (the manifest).
+Value types live in `core/types.py` (PageRef, SearchHit) and `index/format/manifest.py` (the manifest).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from ..core.types import PageRef, SearchHit
-from .manifest import Document, Failure, Manifest, ModelInfo, Segment, Settings
+from .format.manifest import Document, Failure, Manifest, ModelInfo, Segment, Settings
 
 if TYPE_CHECKING:
-    from .codes.plan import ScoringPath  # not at run time: codes/ imports the scorer
+    from .scoring.codes.plan import ScoringPath  # not at run time: codes/ imports the scorer
 
 __all__ = ["IndexView", "PageRef", "SearchHit", "SegmentWriter", "Store", "Transaction"]
 

@@ -16,14 +16,14 @@ from ..core.errors import IndexProblem
 from ..core.metadata import matches
 from ..core.types import SearchHit
 from .artifacts import BlobSource, open_artifact
-from .checksums import prefetch
-from .codes import SegmentCodes, first_pass
-from .codes.artifact import NAME as CODES
-from .codes.plan import ScoringPath, choose
-from .early_reads import EarlyReads, ReadCounts
-from .manifest import REBUILD_HINT, Document, Manifest
-from .chunks import Queries
-from .score import PARTS_IN_FLIGHT, expect_pass, maxsim, part_pool
+from .format.checksums import prefetch
+from .scoring.codes import SegmentCodes, first_pass
+from .scoring.codes.artifact import NAME as CODES
+from .scoring.codes.plan import ScoringPath, choose
+from .scoring.early_reads import EarlyReads, ReadCounts
+from .format.manifest import REBUILD_HINT, Document, Manifest
+from .scoring.chunks import Queries
+from .scoring.maxsim import PARTS_IN_FLIGHT, expect_pass, maxsim, part_pool
 
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
 PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]

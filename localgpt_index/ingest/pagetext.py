@@ -70,7 +70,7 @@ def text_mode(asked: str | None, ocr: str | None) -> str:
 
 def default_ocr_workers() -> int:
     """OCR threads by default: every CPU this process may use. With the encoder's OpenMP spin short
-    (build/run.py), OCR takes the cores the encoder leaves and every core once it is done: on 2 CPUs two
+    (indexing/run.py), OCR takes the cores the encoder leaves and every core once it is done: on 2 CPUs two
     workers built scanned pages faster than one in 10 of 13 rounds (docs/performance.md, "OCR's CPU a page")."""
     return max(1, available_cpus())
 

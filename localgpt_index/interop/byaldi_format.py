@@ -29,10 +29,10 @@ from ..ingest.discover import IMAGE, KIND_BY_SUFFIX, PDF, sha256_file
 from ..core.errors import IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
 from ..models.families import find_family
-from ..index.manifest import Document, ModelInfo, Settings, Span, describe
+from ..index.format.manifest import Document, ModelInfo, Settings, Span, describe
 from ..core.types import SearchHit
 from ..index.view import IndexView as Index
-from ..index.store import IndexStore
+from ..index.local.store import IndexStore
 from .transfer import write_documents
 
 CHUNK = 500

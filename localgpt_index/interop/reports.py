@@ -73,8 +73,8 @@ def status_document(index: Index) -> dict:
 def first_pass_status(index: Index) -> dict:
     """The binary first pass: the `auto` threshold, whether this index's `--first-pass auto` queries
     would use it (and why), and how many segments have current codes (`lgpt-index upgrade` writes the rest)."""
-    from ..index.codes.artifact import NAME, READABLE
-    from ..index.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES, THRESHOLD, physical_memory
+    from ..index.scoring.codes.artifact import NAME, READABLE
+    from ..index.scoring.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES, THRESHOLD, physical_memory
 
     segments = index.manifest.segments.values()
     path = getattr(index, "view", index).scoring_path("auto")

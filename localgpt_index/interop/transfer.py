@@ -8,8 +8,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ..core.errors import IndexProblem
-from ..index.manifest import Document, Span
-from ..index.store import PageRef
+from ..index.format.manifest import Document, Span
+from ..core.types import PageRef
 
 SEGMENT_PAGES = 1000  # pages per segment written
 

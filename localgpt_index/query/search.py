@@ -10,8 +10,10 @@ import numpy as np
 
 from ..core.errors import EnvironmentMissing, IndexProblem
 from ..core.types import SearchHit
-from ..index.device_scorer import DeviceScorer, DeviceScoring
-from ..index.store import IndexStore, MissingIndexFile, index_path
+from ..index.scoring.device import DeviceScorer, DeviceScoring
+from ..index.local.store import IndexStore
+from ..index.errors import MissingIndexFile
+from ..index.local.layout import index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import IndexView
 from ..models.protocols import QueryEncoder, check_queries

@@ -18,8 +18,9 @@ from pathlib import Path
 from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
 from ..core.failpoints import failpoint
-from ..index.store import IndexStore, MissingIndexFile
-from ..index import score
+from ..index.local.store import IndexStore
+from ..index.errors import MissingIndexFile
+from ..index.scoring import maxsim as score
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model
 from ..models.tuning import query_threads

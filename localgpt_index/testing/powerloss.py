@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..core import failpoints
-from ..index.disk import Disk, OsDisk, WriteHandle, using
+from ..index.format.disk import Disk, OsDisk, WriteHandle, using
 from .diskmodel import LOSS_PATTERNS, DiskModel, FileNode, FolderNode, Image, capture, materialize
 
 __all__ = ["FAULT_KINDS", "LOSS_PATTERNS", "Fault", "Op", "PowerLost", "RecordingDisk", "capture", "materialize", "recording"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
-    from ..build.options import BuildReport
+    from ..indexing.options import BuildReport
 
 MAX_LISTED = 20  # paths an event's JSON lists; the count says how many there were
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..build.options import BuildOptions, BuildReport
-from ..build.run import build_index
+from ..indexing.options import BuildOptions, BuildReport
+from ..indexing.run import build_index
 from ..core.errors import IndexBusy, LgptError, UsageError
 from ..index.errors import TransientWriteError
 from ..ingest.processes import ProcessScope

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ...core.errors import IndexProblem
-from ..checksums import BlockGuard
-from ..disk import disk
-from ..files import TMP_PREFIX, make_folders, map_member, plain_files, read_member, regular_size, same_regular_file, write_atomic
-from ..manifest import REBUILD_HINT, BlobRef, Checksum
+from ..format.checksums import BlockGuard
+from ..format.disk import disk
+from ..format.files import TMP_PREFIX, make_folders, map_member, plain_files, read_member, regular_size, same_regular_file, write_atomic
+from ..format.manifest import REBUILD_HINT, BlobRef, Checksum
 
 FOLDER = "artifacts"
 _EXT = re.compile(r"^[a-z0-9]{1,12}$")

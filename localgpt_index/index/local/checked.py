@@ -37,8 +37,8 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.files import RACY_NS, user_cache_folder
-from ..files import read_member, write_atomic
-from ..manifest import Segment
+from ..format.files import read_member, write_atomic
+from ..format.manifest import Segment
 from .segments import SegmentFiles
 
 RECORD = "checked.json"

@@ -3,7 +3,7 @@
 Layout of one index (`<index-dir>/<name>/`):
 
     HEAD                        {"format", "generation", "manifest": "gen-0000000N.json", "sha256"}
-    gen-0000000N.json           the manifest (index/manifest.py): model, settings, documents, segments
+    gen-0000000N.json           the manifest (index/format/manifest.py): model, settings, documents, segments
     segments/<id>.vectors.npy   float16 (rows, dim): page vectors, back to back
     segments/<id>.offsets.npy   int64 (pages + 1): page p owns rows offsets[p]:offsets[p+1]
     pdf/<sha256>.pdf            a PDF a converted document was rendered from, named by its own sha256

@@ -11,7 +11,7 @@ from pathlib import Path
 from ...core.errors import IndexBusy, IndexProblem, UsageError
 from ...core.failpoints import failpoint
 from ..errors import write_failure
-from ..files import make_folders, read_member, write_atomic
+from ..format.files import make_folders, read_member, write_atomic
 from ..holder import holder_text, may_be_alive
 
 POLL_S = 0.2  # how often a writer given --wait tries the lock again

@@ -13,11 +13,11 @@ import numpy as np
 from ...core.errors import IndexProblem
 from ...core.files import sha256_file
 from ...core.types import PageRef
-from ..checksums import CHECK_BLOCK, BlockGuard, block_checksums
-from ..disk import disk
-from ..files import TMP_PREFIX as _TMP_PREFIX
-from ..files import read_member, regular_size
-from ..manifest import REBUILD_HINT, Checksum, Segment
+from ..format.checksums import CHECK_BLOCK, BlockGuard, block_checksums
+from ..format.disk import disk
+from ..format.files import TMP_PREFIX as _TMP_PREFIX
+from ..format.files import read_member, regular_size
+from ..format.manifest import REBUILD_HINT, Checksum, Segment
 from .layout import NPY_HEADER, _npy_header
 
 

@@ -26,12 +26,12 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.types import PageRef
-from ..checksums import block_checksums
+from ..format.checksums import block_checksums
 from ..errors import IndexWriteError, MissingIndexFile
-from ..files import read_member, regular_size
+from ..format.files import read_member, regular_size
 from ..holder import pid_alive as _alive
-from ..manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
-from ..pdfstore import PdfStore
+from ..format.manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
+from ..format.pdfstore import PdfStore
 from ..txn.begin import open_transaction
 from ..txn.staged import StagedWriter as SegmentWriter
 from .layout import (
@@ -140,7 +140,7 @@ class IndexStore:
         except (ValueError, RecursionError) as exc:  # ValidationError is a ValueError
             from pydantic import ValidationError
 
-            from ..manifest import describe
+            from ..format.manifest import describe
 
             detail = describe(exc) if isinstance(exc, ValidationError) else " ".join(str(exc).split())[:200]
             raise IndexProblem(f"{self.root / 'HEAD'}: the index pointer is malformed ({detail}).", hint=REBUILD_HINT) from None

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..artifacts import blob_names
-from ..checksums import CHECK_BLOCK, rechecksum
-from ..disk import disk
-from ..files import TMP_PREFIX, make_folders, plain_files, sweep_temporary, write_atomic
-from ..manifest import Checksum, Document, Head, Manifest, Segment
-from ..pdfstore import PdfStore
+from ..format.checksums import CHECK_BLOCK, rechecksum
+from ..format.disk import disk
+from ..format.files import TMP_PREFIX, make_folders, plain_files, sweep_temporary, write_atomic
+from ..format.manifest import Checksum, Document, Head, Manifest, Segment
+from ..format.pdfstore import PdfStore
 from ..txn.core import TransactionCore
 from .blobs import LocalBlobs
 from .segments import FileSegmentSink

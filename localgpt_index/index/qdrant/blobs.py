@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from ...core.errors import IndexProblem
-from ..manifest import REBUILD_HINT, BlobRef
+from ..format.manifest import REBUILD_HINT, BlobRef
 from .ids import NAMESPACE, _models
 
 RAW_CHUNK = 3 << 18  # 768 KiB of bytes: 1 MiB of base64 per point, as the manifest's chunks

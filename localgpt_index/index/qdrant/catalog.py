@@ -7,7 +7,7 @@ import hashlib
 from typing import Any
 
 from ...core.errors import IndexProblem
-from ..manifest import (
+from ..format.manifest import (
     REBUILD_HINT,
     Manifest,
 )

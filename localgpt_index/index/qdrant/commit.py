@@ -11,7 +11,7 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.types import PageRef
-from ..manifest import (
+from ..format.manifest import (
     FORMAT,
     REBUILD_HINT,
     Document,

@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..manifest import Manifest
+from ..format.manifest import Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
 from ..text.bm25 import WEIGHTING
 from ..text.tokenize import tokenize

@@ -47,12 +47,12 @@ from typing import Any, Callable, Iterator
 
 from ...core.errors import IndexProblem, LgptError, UsageError
 from ..errors import MissingIndexFile
-from ..files import regular_size
-from ..manifest import (
+from ..format.files import regular_size
+from ..format.manifest import (
     Manifest,
 )
-from ..pdfrefs import SharedRefs
-from ..pdfstore import PdfStore
+from ..format.pdfrefs import SharedRefs
+from ..format.pdfstore import PdfStore
 from ..txn.begin import open_transaction
 from . import catalog, connection
 from . import verify as checks

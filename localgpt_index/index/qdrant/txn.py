@@ -21,8 +21,8 @@ from ...core.errors import IndexProblem
 from ...core.failpoints import failpoint
 from ..artifacts import blob_names
 from ..errors import IndexWriteError
-from ..manifest import FORMAT, Document, Manifest, Segment
-from ..pdfstore import PdfStore
+from ..format.manifest import FORMAT, Document, Manifest, Segment
+from ..format.pdfstore import PdfStore
 from ..txn import kept
 from ..txn.core import TransactionCore
 from ..txn.staged import SegmentSink, StagedWriter

@@ -12,8 +12,8 @@ from ...core.errors import IndexProblem, LgptError, UsageError
 from ...core.files import sha256_file
 from ..errors import MissingIndexFile
 from ..artifacts import check_all
-from ..files import plain_files, regular_size
-from ..manifest import (
+from ..format.files import plain_files, regular_size
+from ..format.manifest import (
     Manifest,
 )
 from .blobs import QdrantBlobs
@@ -78,7 +78,7 @@ def verify(store: Any) -> list[str]:
 
 
 def gone_records(store: Any) -> list[str]:
-    """Notes (not damage) on the records of a shared --pdf-store (index/pdfrefs.py) whose Qdrant collection
+    """Notes (not damage) on the records of a shared --pdf-store (index/format/pdfrefs.py) whose Qdrant collection
     no longer exists: such a record keeps its PDFs for good. Only what can be told from here is said:
     in-process folders (their meta.json) and collections of the same server; a record of another
     server's collection, or one that cannot be read, is left unsaid."""

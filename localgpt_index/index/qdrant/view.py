@@ -8,13 +8,13 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.metadata import matches
-from ..manifest import (
+from ..format.manifest import (
     REBUILD_HINT,
     Document,
     Manifest,
 )
 from ..artifacts import BlobSource
-from ..codes.plan import AUTO, AUTO_FROM_PAGES, DEFAULT_CANDIDATES, ScoringPath
+from ..scoring.codes.plan import AUTO, AUTO_FROM_PAGES, DEFAULT_CANDIDATES, ScoringPath
 from ..view import GenerationView
 from ..text.engine import TextHit
 from .blobs import QdrantBlobs

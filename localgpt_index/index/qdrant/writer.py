@@ -10,7 +10,7 @@ import numpy as np
 
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
-from ..manifest import (
+from ..format.manifest import (
     Segment,
 )
 from ..txn.staged import StagedWriter

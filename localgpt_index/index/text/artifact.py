@@ -25,7 +25,7 @@ import numpy as np
 from ...core.errors import IndexProblem
 from ...core.types import PageRef
 from ..artifacts import BlobSink, BlobSource, CommitContext, register
-from ..manifest import ArtifactRef, Document, PartRef, Segment
+from ..format.manifest import ArtifactRef, Document, PartRef, Segment
 from .engine import LexicalError, LexicalIndex, PageText
 from .tokenize import TOKENIZER_VERSION
 

@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 
 from ...core.errors import IndexProblem
 from ..errors import IndexWriteError, write_failure
-from ..manifest import (
+from ..format.manifest import (
     REBUILD_HINT,
     ArtifactRef,
     Document,

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
-from ..manifest import Manifest
-from ..pdfstore import PdfStore
+from ..format.manifest import Manifest
+from ..format.pdfstore import PdfStore
 from . import base_or_rebuild, discarding
 from .core import Backend, Hold, TransactionCore
 

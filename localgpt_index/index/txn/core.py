@@ -26,9 +26,9 @@ from ..artifacts import (
     seal_parts,
     with_derived_parts,
 )
-from ..manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
-from ..files import NotDurable
-from ..pdfstore import PdfStore
+from ..format.manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
+from ..format.files import NotDurable
+from ..format.pdfstore import PdfStore
 from . import assemble_manifest, live_segments, not_durable, write_error
 from .staged import NO_PAGE, SegmentSink, StagedWriter
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
-from ..manifest import Segment
+from ..format.manifest import Segment
 
 if TYPE_CHECKING:
     from ..artifacts import PartWriter

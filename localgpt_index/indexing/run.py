@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from ..core.cpus import short_openmp_spin
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
-from ..index.manifest import ModelInfo, Settings
-from ..index.store import IndexStore, Transaction
+from ..index.format.manifest import ModelInfo, Settings
+from ..index.local.store import IndexStore
+from ..index.local.txn import Transaction
 from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..core.errors import IndexBusy
+from ...core.errors import IndexBusy
 from .files import make_folders, plain_files, write_atomic
 
 REFS = "refs"

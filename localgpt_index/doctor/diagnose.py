@@ -18,7 +18,7 @@ from ..core.errors import LgptError
 from ..models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
 
 if TYPE_CHECKING:
-    from ..index.manifest import ModelInfo
+    from ..index.format.manifest import ModelInfo
 
 PACKAGES = ("torch", "torchvision", "transformers", "colpali-engine", "byaldi", "pdf2image", "docx2pdf", "huggingface-hub")
 

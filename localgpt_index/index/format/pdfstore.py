@@ -8,7 +8,7 @@ commit the PDFs no kept generation names (the new one, the previous one that a s
 still be on, and what is staged) are collected.
 
 A folder shared by several indexes (a --pdf-store given to more than one Qdrant collection) is
-cleaned up through reference records (`refs`, index/pdfrefs.py): one index's manifests cannot tell
+cleaned up through reference records (`refs`, index/format/pdfrefs.py): one index's manifests cannot tell
 which PDFs another still names, so a PDF goes only when no index's record names it. Without
 records (`owned=False`, `refs=None`) such a folder only gains files.
 """
@@ -21,9 +21,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..core.errors import IndexBusy
-from ..core.failpoints import failpoint
-from ..core.files import sha256_file
+from ...core.errors import IndexBusy
+from ...core.failpoints import failpoint
+from ...core.files import sha256_file
 from .disk import copy_into, disk
 from .files import TMP_PREFIX, make_folders, plain_files, regular_size, same_regular_file, sweep_temporary, write_atomic
 from .manifest import Manifest

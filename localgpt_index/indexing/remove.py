@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..index.store import IndexStore
+from ..index.local.store import IndexStore
 from .existing import changing_existing
 
 

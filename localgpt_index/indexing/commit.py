@@ -19,8 +19,10 @@ import numpy as np
 from ..core.errors import DocumentError
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
-from ..index.manifest import Document, Failure, ModelInfo, Settings, Span
-from ..index.store import PageRef, SegmentWriter, Transaction
+from ..index.format.manifest import Document, Failure, ModelInfo, Settings, Span
+from ..core.types import PageRef
+from ..index.protocols import SegmentWriter
+from ..index.local.txn import Transaction
 from ..ingest.convert import MissingConverter
 from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded

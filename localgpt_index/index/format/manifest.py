@@ -18,13 +18,13 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator, model_validator
 
-from .._version import __version__
-from ..core.errors import IndexProblem
-from ..core.types import FileStat
+from ..._version import __version__
+from ...core.errors import IndexProblem
+from ...core.types import FileStat
 
 FORMAT: Final = "lgpt-index/4"
 READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", "lgpt-index/3", FORMAT)
-# Bytes of vectors per block checksum. A block is checked when first read (index/checksums.py), so a
+# Bytes of vectors per block checksum. A block is checked when first read (index/format/checksums.py), so a
 # block is what reading one page costs beyond the page: 64 KiB blocks add at most 1.5x to a
 # 258 KiB page (1,030 x 128 float16) and cost 8 MB of manifest for 26 GB of vectors (parsed
 # in about 70 ms). Segments written before lazy checks have 64 MiB blocks; both are read.
@@ -372,7 +372,7 @@ def json_schema() -> dict:
     return schema
 
 
-if __name__ == "__main__":  # python -m localgpt_index.index.manifest: write the published schema
+if __name__ == "__main__":  # python -m localgpt_index.index.format.manifest: write the published schema
     from pathlib import Path
 
     target = Path(__file__).parent.parent / "schemas" / "manifest.schema.json"

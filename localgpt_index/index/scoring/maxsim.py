@@ -18,8 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.cpus import available_cpus
-from ..core.pools import SharedPool
+from ...core.cpus import available_cpus
+from ...core.pools import SharedPool
 from .chunks import ChunkQueue, Queries, QueryStack, page_runs, plan_chunks
 from .kernel_policy import KernelPolicy
 
@@ -139,7 +139,7 @@ def compiled_kernel():
     and checked on a tiny page, once a process; None without numba, or where it cannot be built or gets
     that page wrong (a CPU without F16C, say): torch's path, exact too, scores then."""
     try:
-        from .maxsim_kernel import query_columns, score_pages
+        from .kernel import query_columns, score_pages
 
         # the types maxsim passes (numba loads one specialisation per type): read-only bits, int64 bounds
         ones, bounds = np.full((8, 8), 0x3C00, dtype=np.uint16), np.array([0, 8], dtype=np.int64)  # float16 1.0

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..score import maxsim
+from ..maxsim import maxsim
 from .kernel import estimate_maxsim
 from .pack import Codebook, query_tables, query_words
 

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..ingest.discover import Discovery, FoundFile, selected
-from ..index.manifest import Document, FileStat, Manifest
+from ..index.format.manifest import Document, FileStat, Manifest
 from ..core.files import RACY_NS
 from ..core.metadata import Rules, metadata_for
 

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..core.errors import IndexProblem
-from ..index.manifest import Manifest
-from ..index.store import IndexStore
+from ..index.format.manifest import Manifest
+from ..index.local.store import IndexStore
 
 
 @contextmanager

@@ -6,8 +6,8 @@ import os
 from dataclasses import replace
 
 from ..core.errors import IndexProblem
-from ..index.manifest import Manifest, ModelInfo
-from ..index.store import IndexStore
+from ..index.format.manifest import Manifest, ModelInfo
+from ..index.local.store import IndexStore
 from ..ingest.discover import Discovery
 from ..models.resolve import DEFAULT_MODEL, FINGERPRINT_SCHEME, ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .options import BuildOptions

@@ -24,7 +24,7 @@ class QueryStack:
 
     def take(self) -> bool:
         """The queries stacked (once); False when there are none (nothing to score)."""
-        from .maxsim_kernel import query_columns
+        from .kernel import query_columns
 
         queries = self._queries() if callable(self._queries) else self._queries
         self.bounds = np.cumsum([0] + [len(q) for q in queries])

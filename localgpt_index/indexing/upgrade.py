@@ -13,9 +13,9 @@ from typing import Callable
 
 from .existing import changing_existing
 from ..core.failpoints import failpoint
-from ..index.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
-from ..index.manifest import Segment
-from ..index.store import IndexStore
+from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
+from ..index.format.manifest import Segment
+from ..index.local.store import IndexStore
 
 
 @dataclass

@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from ..core.failpoints import failpoint
+from ...core.failpoints import failpoint
 
 Kernel = Callable[..., Any]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import ExitCode
 from ..core.metadata import Rules
-from ..index.manifest import Failure
+from ..index.format.manifest import Failure
 from ..ingest.ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, Tesseract
 from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode, text_mode
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S

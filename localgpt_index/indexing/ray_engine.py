@@ -1,7 +1,7 @@
 """`build --ray`: conversion, rendering and encoding spread over a Ray cluster.
 
-The planner and the commit stay on the driver (build/run.py, the same store transaction and
-commit policy as a local build; joining the cluster: build/ray_cluster.py). Here: documents are opened
+The planner and the commit stay on the driver (indexing/run.py, the same store transaction and
+commit policy as a local build; joining the cluster: indexing/ray_cluster.py). Here: documents are opened
 (converted, counted) by Ray tasks, rendered in
 chunks of pages by Ray tasks, and encoded by a pool of actors, one model each (one per GPU,
 or CPU actors on a cluster without GPUs). The driver receives each document's pages in

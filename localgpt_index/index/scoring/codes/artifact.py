@@ -24,11 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from ...core.types import PageRef
-from ..artifacts import BlobSink, BlobSource, CommitContext, register
-from ...core.errors import IndexProblem
-from ..checksums import BlockGuard
-from ..manifest import CHECK_BLOCK, REBUILD_HINT, ArtifactRef, BlobRef, Checksum, PartRef, Segment
+from ....core.types import PageRef
+from ...artifacts import BlobSink, BlobSource, CommitContext, register
+from ....core.errors import IndexProblem
+from ...format.checksums import BlockGuard
+from ...format.manifest import CHECK_BLOCK, REBUILD_HINT, ArtifactRef, BlobRef, Checksum, PartRef, Segment
 from .pack import TRAIN_ROWS, Codebook, as_words, code_bytes, residual_codes, train_codebook
 
 NAME = "codes"

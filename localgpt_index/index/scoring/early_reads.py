@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checksums import PREFETCH_LIMIT, BlockGuard, read_ahead
+from ..format.checksums import PREFETCH_LIMIT, BlockGuard, read_ahead
 
 START = 0.15  # the fraction of pages scored before the first guess
 MARGIN = 1.1  # how far below the guessed C-th estimate a page is still read early (in ranks, as a factor)
