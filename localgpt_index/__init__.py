@@ -16,18 +16,21 @@ from ._version import __version__
 # public name -> the module that defines it
 _EXPORTS = {
     "build_index": "localgpt_index.indexing.run",
-    "BuildOptions": "localgpt_index.indexing.run",
+    "BuildOptions": "localgpt_index.indexing.options",
     "open_index": "localgpt_index.query.search",
     "Index": "localgpt_index.query.search",
-    "SearchHit": "localgpt_index.query.search",
-    "QueryOptions": "localgpt_index.query.search",
+    "SearchHit": "localgpt_index.core.types",
+    "QueryOptions": "localgpt_index.query.hybrid",
     "open_store": "localgpt_index.index.open",
-    "IndexStore": "localgpt_index.index.local.store",
-    "index_path": "localgpt_index.index.local.store",
+    "LocalStore": "localgpt_index.index.local.store",
+    "index_path": "localgpt_index.index.local.layout",
     "load_rules": "localgpt_index.core.metadata",
     "page_image": "localgpt_index.interop.pages",
     "LgptError": "localgpt_index.core.errors",
 }
+
+# names 0.3 exported, renamed in 0.4 (CHANGELOG.md): old name -> new name, with a DeprecationWarning
+_RENAMED = {"IndexStore": "LocalStore"}
 
 __all__ = ["__version__", *_EXPORTS]
 
@@ -35,6 +38,11 @@ __all__ = ["__version__", *_EXPORTS]
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"localgpt_index.{name} is deprecated: use localgpt_index.{_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return __getattr__(_RENAMED[name])
     raise AttributeError(f"module 'localgpt_index' has no attribute {name!r}")
 
 

@@ -50,7 +50,7 @@ TOKENS, DIM, PAGES_PER_DOC = 1030, 128, 10
 def write_index(root: Path, pages: int, segment_pages: int, seed: int = 1) -> float:
     """Pages of random unit vectors through the store, one segment per `segment_pages`, one commit."""
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     rng = np.random.default_rng(seed)
 
@@ -59,7 +59,7 @@ def write_index(root: Path, pages: int, segment_pages: int, seed: int = 1) -> fl
         return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float16)
 
     started = time.perf_counter()
-    with IndexStore(root).begin() as txn:
+    with LocalStore(root).begin() as txn:
         documents = []
         for first in range(0, pages, segment_pages):
             count = min(segment_pages, pages - first)
@@ -209,7 +209,7 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     from localgpt_index.index.scoring.codes import hamming_maxsim, kernel_name, pack_codes, query_words
     from localgpt_index.index.scoring.codes.pack import as_words
     from localgpt_index.index.scoring.maxsim import maxsim
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     opening, *asked = make_queries(queries + 1)  # the process's first query is one of its own: it maps and checks the codes
     # a warm process (serve, the Python API): the scorer loaded and its threads started before the index is opened
@@ -220,7 +220,7 @@ def measure(root: Path, candidates: list[int], queries: int, exact: bool, evict_
     kernel_load_s = time.perf_counter() - t0
     peak = PeakAnon()
     report: dict = {"process_memory_mb": memory(), "codes_kernel": kernel_name(), "codes_kernel_load_s": kernel_load_s}
-    store = IndexStore(root)
+    store = LocalStore(root)
     before, t0 = read_bytes(), time.perf_counter()
     view = store.open_view()
     report["open"] = {"s": time.perf_counter() - t0, "read_bytes": read_bytes() - before, "blocks_checked": store.blocks_checked(),
@@ -324,9 +324,9 @@ def drop_caches() -> bool:
 
 
 def existing_pages(root: Path) -> int | None:
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    manifest = IndexStore(root).read_manifest() if root.exists() else None
+    manifest = LocalStore(root).read_manifest() if root.exists() else None
     return manifest.page_count if manifest else None
 
 

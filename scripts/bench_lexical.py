@@ -145,7 +145,7 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_query import DIM, PAGES_PER_DOC, make_index, unit
 
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
     from localgpt_index.query.search import Index, QueryOptions
 
     with tempfile.TemporaryDirectory() as folder:
@@ -155,7 +155,7 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
         lexical.update(removed=[], added=[PageText(f"/bench/doc-{n // PAGES_PER_DOC:06d}.pdf", n % PAGES_PER_DOC + 1, row.text)
                                           for n, row in enumerate(rows)])
         text_bytes = len(lexical.to_bytes())
-        store = IndexStore(Path(folder) / "default")
+        store = LocalStore(Path(folder) / "default")
         view = store.open_view()
         index = Index(view, lexical=lexical)
         vector_bytes = store.size_bytes(view.manifest)

@@ -41,7 +41,7 @@ def main() -> None:
     from localgpt_index.indexing.run import BuildOptions, build_index
     from localgpt_index.testing.checkpoints import make_checkpoint
     from localgpt_index.query.search import open_index
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-pool-") as tmp:
         tmp = Path(tmp)
@@ -51,7 +51,7 @@ def main() -> None:
         for factor in (1, args.pool_factor):
             root = tmp / f"index-{factor}"
             started = time.perf_counter()
-            report = build_index(tmp / "corpus", IndexStore(root / "default"), BuildOptions(model=model, pool_factor=factor))
+            report = build_index(tmp / "corpus", LocalStore(root / "default"), BuildOptions(model=model, pool_factor=factor))
             build_s = time.perf_counter() - started - report.stage_seconds.get("load_model", 0)
             index = open_index(root)
             encoder = index.load_encoder()

@@ -228,10 +228,10 @@ def unit(rng, rows: int) -> np.ndarray:
 
 def make_index(index_dir: Path, pages: int, seed: int = SEED) -> None:
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     rng = np.random.default_rng(seed)
-    store = IndexStore(index_dir / "default")
+    store = LocalStore(index_dir / "default")
     with store.begin() as txn:
         segment = txn.write_segment((unit(rng, TOKENS).astype(np.float16) for _ in range(pages)), DIM)
         documents = [

@@ -53,11 +53,11 @@ def make_pngs(folder: Path, count: int) -> None:
 
 def run(count: int, work: Path, model: Path) -> float:
     from localgpt_index.indexing.run import BuildOptions, build_index
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     docs = work / f"docs-{count}"
     make_pngs(docs, count)
-    store = IndexStore(work / f"idx-{count}" / "default")
+    store = LocalStore(work / f"idx-{count}" / "default")
     started = time.perf_counter()
     report = build_index(docs, store, BuildOptions(model=str(model), batch_size=32))
     seconds = time.perf_counter() - started

@@ -112,7 +112,7 @@ def add_pages(root: Path, pages: int, segment_pages: int) -> None:
     import numpy as np
 
     from localgpt_index.index.format.manifest import Document, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     rng = np.random.default_rng(1)
 
@@ -120,7 +120,7 @@ def add_pages(root: Path, pages: int, segment_pages: int) -> None:
         v = rng.standard_normal((1030, 128), dtype=np.float32)
         return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float16)
 
-    with IndexStore(root).begin() as txn:
+    with LocalStore(root).begin() as txn:
         current = txn.current
         documents = list(current.documents)
         for first in range(0, pages, segment_pages):

@@ -114,13 +114,13 @@ class Reader(threading.Thread):
     def run(self) -> None:
         import numpy as np
 
-        from localgpt_index import IndexStore, open_index
+        from localgpt_index import LocalStore, open_index
         from localgpt_index.index.errors import MissingIndexFile
         from localgpt_index.query.search import QueryOptions
 
         rng = np.random.default_rng(0)
         while not self.stopped.wait(0.05):
-            if not IndexStore(self.index_dir / "default").exists():
+            if not LocalStore(self.index_dir / "default").exists():
                 continue
             index = None
             try:
@@ -131,7 +131,7 @@ class Reader(threading.Thread):
                 index.search_vectors([rng.standard_normal((4, dim)).astype(np.float32)], k=5)
                 self.report.queries += 1
             except MissingIndexFile as exc:  # fine only where two commits since the open collected its files
-                head = IndexStore(self.index_dir / "default").read_head()
+                head = LocalStore(self.index_dir / "default").read_head()
                 if index is not None and head is not None and head.generation > index.view.manifest.generation:
                     self.report.query_retries += 1
                 else:
@@ -194,9 +194,9 @@ def catch_up(command: list[str], timeout: float = 300.0) -> int:
 
 def final_check(docs: Path, index_dir: Path, report: Report) -> None:
     """Every file's latest bytes indexed exactly once, nothing else; verify passes."""
-    from localgpt_index import IndexStore
+    from localgpt_index import LocalStore
 
-    store = IndexStore(index_dir / "default")
+    store = LocalStore(index_dir / "default")
     problems = store.verify()
     report.problems += [f"verify: {p}" for p in problems]
     documents = store.open_view().documents

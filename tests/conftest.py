@@ -177,14 +177,14 @@ def unstable_converter(tmp_path, monkeypatch):
 def appended(monkeypatch) -> list[tuple[str, int, dict]]:
     """What the build hands the store writer, page by page: (file name, page, extra), recorded
     in this process (the CLI runs in-process) on the way to the real writer."""
-    from localgpt_index.index.txn.staged import StagedWriter
+    from localgpt_index.index.txn.staged import SegmentWriter
 
     seen: list[tuple[str, int, dict]] = []
-    original = StagedWriter.append
+    original = SegmentWriter.append
 
     def recording(self, vectors, page=None, extra=None):
         seen.append((Path(page.path).name, page.page, dict(extra or {})))
         return original(self, vectors, page, extra)
 
-    monkeypatch.setattr(StagedWriter, "append", recording)
+    monkeypatch.setattr(SegmentWriter, "append", recording)
     return seen

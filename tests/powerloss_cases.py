@@ -195,10 +195,10 @@ def scenarios() -> list[Scenario]:
 def contents(index: Path) -> dict:
     """Documents (path, sha256, pages, metadata), each page's vectors (sha256) and text: what a reader
     gets, whatever the generation's number, segments or files."""
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
     from localgpt_index.index.text.artifact import page_texts
 
-    store = IndexStore(index)
+    store = LocalStore(index)
     view = store.open_view()
     out = {}
     for doc in view.documents:
@@ -211,10 +211,10 @@ def contents(index: Path) -> dict:
 
 def verify(index: Path) -> list[str]:
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     try:
-        return IndexStore(index).verify()
+        return LocalStore(index).verify()
     except IndexProblem as exc:
         return [exc.message]
 

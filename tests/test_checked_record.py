@@ -24,11 +24,11 @@ DIM, ROWS, PAGES = 128, 256, 8
 
 def _make_index(root: Path) -> None:
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     rng = np.random.default_rng(5)
     for number in range(2):
-        with IndexStore(root).begin() as txn:
+        with LocalStore(root).begin() as txn:
             segment = txn.write_segment([rng.standard_normal((ROWS, DIM)).astype(np.float16) for _ in range(PAGES)], DIM)
             document = Document(path=f"/docs/doc-{number}.pdf", sha256=f"{number:064x}", size=1, kind="pdf", pages=PAGES,
                                 spans=[Span(segment=segment.id, first=0, pages=PAGES)])
@@ -57,9 +57,9 @@ def root(pristine, tmp_path, monkeypatch) -> Path:
 
 def _segments(root: Path) -> list[Path]:
     """The vectors files, in the order of the manifest."""
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    return [root / "segments" / f"{sid}.vectors.npy" for sid in IndexStore(root).read_manifest().segments]
+    return [root / "segments" / f"{sid}.vectors.npy" for sid in LocalStore(root).read_manifest().segments]
 
 
 def _blocks(path: Path) -> int:
@@ -68,20 +68,20 @@ def _blocks(path: Path) -> int:
 
 def _writer_checks(root: Path) -> int:
     """Blocks of vectors a writer hashes before it starts (it commits nothing)."""
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     with counted_failpoint("vectors.check_block") as counted:
-        with IndexStore(root).begin():
+        with LocalStore(root).begin():
             pass
     return len(counted)
 
 
 def _writer_refuses(root: Path, match: str = "damaged") -> None:
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     with pytest.raises(IndexProblem, match=match):
-        with IndexStore(root).begin():
+        with LocalStore(root).begin():
             pass
 
 
@@ -90,13 +90,13 @@ def _record(root: Path) -> dict:
 
 
 def test_a_writer_reads_only_the_files_changed_since_a_writer_checked_them(root):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     first, second = _segments(root)
     assert _writer_checks(root) == _blocks(first) + _blocks(second)  # no record yet: everything
     recorded = (root / "checked.json").read_bytes()
     assert _writer_checks(root) == 0  # nothing changed
-    view = IndexStore(root).open_view()
+    view = LocalStore(root).open_view()
     view.search_vectors([np.ones((4, DIM), dtype=np.float32)], k=3)  # a reader checks what it reads, lazily ...
     assert (root / "checked.json").read_bytes() == recorded  # ... and never writes the record
     info = second.stat()
@@ -106,10 +106,10 @@ def test_a_writer_reads_only_the_files_changed_since_a_writer_checked_them(root)
 
 
 def test_a_reader_never_writes_the_record(root):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    IndexStore(root).open_view().search_vectors([np.ones((4, DIM), dtype=np.float32)], k=3)
-    assert IndexStore(root).verify() == []
+    LocalStore(root).open_view().search_vectors([np.ones((4, DIM), dtype=np.float32)], k=3)
+    assert LocalStore(root).verify() == []
     assert not (root / "checked.json").exists()
 
 

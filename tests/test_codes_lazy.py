@@ -22,10 +22,10 @@ DIM, ROWS, PAGES = 128, 256, 4  # a document of 4 pages: 1,024 rows, a quarter o
 
 def _make_index(root: Path, docs: int = 20, segment_docs: int = 20, seed: int = 11) -> None:
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     rng = np.random.default_rng(seed)
-    with IndexStore(root).begin() as txn:
+    with LocalStore(root).begin() as txn:
         documents = []
         for first in range(0, docs, segment_docs):
             count = min(segment_docs, docs - first)
@@ -50,24 +50,24 @@ def code_checks():
 
 def _codes_blob(root: Path) -> tuple[Path, int]:
     """The one segment's codes blob and how many 64 KiB blocks it has."""
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    [segment] = IndexStore(root).read_manifest().segments.values()
+    [segment] = LocalStore(root).read_manifest().segments.values()
     blob = segment.parts["codes"].blobs[0]
     return root / "artifacts" / blob.name, -(-blob.bytes // (64 << 10))
 
 
 def test_the_codes_are_checked_block_by_block_as_the_first_pass_scores(tmp_path, code_checks):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     root = tmp_path / "default"
     _make_index(root)  # 80 pages: 20,480 rows, 5 blocks of codes and one of ids
-    [segment] = IndexStore(root).read_manifest().segments.values()
+    [segment] = LocalStore(root).read_manifest().segments.values()
     part = segment.parts["codes"]
     assert part.version == 3 and part.meta["check_block"] == 64 << 10
     assert [b.bytes for b in part.blobs][-1] == 8 * (5 + 1)  # a hash for each block of the codes and of the ids
 
-    view = IndexStore(root).open_view()
+    view = LocalStore(root).open_view()
     view.artifact("codes").segment(segment.id)  # type: ignore[union-attr]  # mapped, nothing checked
     assert code_checks == []
     view.search_vectors(_queries(), k=3, candidates=5, filters={"doc": "0"})  # rows 0..1023: codes block 0, ids block 0
@@ -75,7 +75,7 @@ def test_the_codes_are_checked_block_by_block_as_the_first_pass_scores(tmp_path,
     everything = view.search_vectors(_queries(), k=3, candidates=5)
     assert len(code_checks) == 5 + 1  # each block once
     assert view.search_vectors(_queries(), k=3, candidates=5) == everything and len(code_checks) == 6
-    assert IndexStore(root).open_view().search_vectors(_queries(), k=3, candidates=80) == IndexStore(root).open_view().search_vectors(
+    assert LocalStore(root).open_view().search_vectors(_queries(), k=3, candidates=80) == LocalStore(root).open_view().search_vectors(
         _queries(), k=3)  # every page a candidate: the exact answer
 
 
@@ -83,21 +83,21 @@ def test_a_damaged_code_block_stops_the_first_pass_that_would_score_it_and_verif
     from conftest import run_cli
 
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     root = tmp_path / "idx" / "default"
     _make_index(root)
-    exact = IndexStore(root).open_view().search_vectors(_queries(), k=3)
+    exact = LocalStore(root).open_view().search_vectors(_queries(), k=3)
     blob, _ = _codes_blob(root)
     flip_byte(blob, 3 * (64 << 10) + 100)  # block 3: rows 12,288.. (documents 12-15)
-    view = IndexStore(root).open_view()
+    view = LocalStore(root).open_view()
     assert view.search_vectors(_queries(), k=3, candidates=5, filters={"doc": "0"})  # blocks 0 only: answers
     with pytest.raises(IndexProblem, match=r"block 3 \(bytes 196608\.\.262143\) does not match its checksum; the codes are damaged"):
         view.search_vectors(_queries(), k=3, candidates=5)
     with pytest.raises(IndexProblem, match="block 3 "):
         view.search_vectors(_queries(), k=3, candidates=5)  # every time it is read, never scored
-    assert IndexStore(root).open_view().search_vectors(_queries(), k=3) == exact  # exact reads no codes
-    problems = IndexStore(root).verify()
+    assert LocalStore(root).open_view().search_vectors(_queries(), k=3) == exact  # exact reads no codes
+    problems = LocalStore(root).verify()
     assert any(blob.name in problem and "damaged" in problem for problem in problems), problems
     result = run_cli("verify", "--index-dir", str(tmp_path / "idx"))
     assert result.exit_code == 1 and blob.name in result.stderr and "Traceback" not in result.stderr
@@ -106,11 +106,11 @@ def test_a_damaged_code_block_stops_the_first_pass_that_would_score_it_and_verif
 def test_verify_finds_block_hashes_that_do_not_match_their_codes(tmp_path):
     from localgpt_index.index.scoring.codes import artifact
     from localgpt_index.index.local.blobs import LocalBlobs
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     root = tmp_path / "default"
     _make_index(root)
-    [segment] = IndexStore(root).read_manifest().segments.values()
+    [segment] = LocalStore(root).read_manifest().segments.values()
     part, blobs = segment.parts["codes"], LocalBlobs(root)
     assert artifact.CODES.check(part, blobs, True) == []
     wrong = blobs.put(np.zeros(6, dtype="<u8").tobytes(), "codes")  # sound as a blob (its own sha256), wrong as hashes
@@ -158,14 +158,14 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
     from conftest import run_cli
     from helpers import verify_ok
 
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     index = tmp_path / "idx"
     _v2_index(index, docs=12, segment_docs=4)  # 3 segments
     shutil.copytree(index, tmp_path / "quiet")
-    before = IndexStore(index / "default").read_manifest()
+    before = LocalStore(index / "default").read_manifest()
     assert {seg.parts["codes"].version for seg in before.segments.values()} == {2}
-    view = IndexStore(index / "default").open_view()
+    view = LocalStore(index / "default").open_view()
     assert view.scoring_path(5).path == "first-pass" and view.scoring_path(5).hint is None  # read, checked whole
     answers = view.search_vectors(_queries(), k=3, candidates=5)
 
@@ -176,12 +176,12 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
     lines = [line for line in done.stderr.splitlines() if line.startswith("segment ")]
     assert [line.split(" (")[0] for line in lines] == ["segment 1/3", "segment 2/3", "segment 3/3"], done.stderr
     assert all("block hashes added" in line for line in lines)
-    after = IndexStore(index / "default").read_manifest()
+    after = LocalStore(index / "default").read_manifest()
     for sid, seg in after.segments.items():
         old, new = before.segments[sid].parts["codes"], seg.parts["codes"]
         assert new.version == 3 and new.blobs[:-1] == old.blobs  # the same codes, not computed again
     verify_ok(index)
-    assert IndexStore(index / "default").open_view().search_vectors(_queries(), k=3, candidates=5) == answers
+    assert LocalStore(index / "default").open_view().search_vectors(_queries(), k=3, candidates=5) == answers
 
     quiet = run_cli("upgrade", "--index-dir", str(tmp_path / "quiet"), "--quiet")
     assert quiet.exit_code == 0 and "segment " not in quiet.stderr, quiet.stderr
@@ -192,7 +192,7 @@ def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unc
     import localgpt_index.index.scoring.early_reads as early_reads
     import localgpt_index.index.view as view_module
     from localgpt_index.index.scoring.codes import SegmentCodes
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     root = tmp_path / "default"
     _make_index(root, docs=40, segment_docs=4)  # 10 segments of 16 pages
@@ -201,7 +201,7 @@ def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unc
     monkeypatch.setattr(early_reads, "read_ahead", lambda reads: (events.append("read"), real_read_ahead(reads))[1])
     monkeypatch.setattr(SegmentCodes, "estimates",
                         lambda self, *a, **k: (events.append("scored"), real_estimates(self, *a, **k))[1])
-    view = IndexStore(root).open_view()
+    view = LocalStore(root).open_view()
     answers = view.search_vectors(_queries(), k=3, candidates=10)
     scored = [i for i, event in enumerate(events) if event == "scored"]
     assert len(scored) == 10 and 0 < events.index("read") < scored[-1]  # reads started before the last segment was scored
@@ -211,6 +211,6 @@ def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unc
 
     real_early = view_module.EarlyReads
     monkeypatch.setattr(view_module, "EarlyReads", lambda *a, **k: real_early(*a, **k, start=2.0))  # never: read after the pass
-    late_only = IndexStore(root).open_view()
+    late_only = LocalStore(root).open_view()
     assert late_only.search_vectors(_queries(), k=3, candidates=10) == answers
     assert late_only.read_counts.early == 0 and late_only.read_counts.late > 0

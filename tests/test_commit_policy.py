@@ -18,7 +18,7 @@ from localgpt_index.indexing.options import BuildReport, StageTimer
 from localgpt_index.indexing.plan import BuildPlan, Embed
 from localgpt_index.core.errors import DocumentError
 from localgpt_index.index.format.manifest import Manifest, ModelInfo, Settings
-from localgpt_index.index.local.store import IndexStore
+from localgpt_index.index.local.store import LocalStore
 from localgpt_index.ingest.discover import discover
 from localgpt_index.ingest.events import DocumentDone, DocumentFailed, DocumentOpened, OpenedDocument, PagesEncoded
 
@@ -65,7 +65,7 @@ class Run:
         docs = tmp_path / "docs"
         docs.mkdir(exist_ok=True)
         self.plan = _plan(docs, names)
-        self.store = IndexStore(tmp_path / "idx" / "default")
+        self.store = LocalStore(tmp_path / "idx" / "default")
         self.report = BuildReport(index=self.store.location, source=str(docs), strict=options.strict)
         self.options, self.clock = options, clock or Clock()
         self.commits: list[Manifest] = []

@@ -202,10 +202,10 @@ class History(RuleBasedStateMachine):
 
     @invariant()
     def check_contents(self) -> None:
-        from localgpt_index.index.local.store import IndexStore
+        from localgpt_index.index.local.store import LocalStore
 
         History.tally["checks"] += 1
-        store = IndexStore(self.store / "idx" / "default")
+        store = LocalStore(self.store / "idx" / "default")
         if not store.exists():  # never built, or built empty (nothing to commit), or a first build cut short
             assert not self.must, "the index is gone"
             return

@@ -62,9 +62,9 @@ def give_page_text(index_dir, texts: dict[tuple[str, int], str], store=None) -> 
     `extra` as the build's text extraction feeds it ({"text", "text_source"}): a test-side writer."""
     from localgpt_index.core.types import PageRef
     from localgpt_index.index.format.manifest import Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    store = store if store is not None else IndexStore(index_dir / "default")
+    store = store if store is not None else LocalStore(index_dir / "default")
     view = store.open_view()
     manifest = view.manifest
     with store.begin() as txn:
@@ -163,9 +163,9 @@ def test_verify_checks_the_text_and_a_removed_document_leaves_it(with_text, tmp_
     assert document_pages(query_json(index, "INV-2024-0042", "--mode", "text")) == [("report-1.pdf", 2)]
     verify_ok(index)
     # damage the text index's blob: verify names it
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    named = IndexStore(index / "default").open_view().manifest.artifacts["lexical"].blobs[0].name
+    named = LocalStore(index / "default").open_view().manifest.artifacts["lexical"].blobs[0].name
     blob = index / "default" / "artifacts" / named
     blob.chmod(0o644)
     blob.write_bytes(blob.read_bytes()[:-100] + b"x" * 100)
@@ -195,9 +195,9 @@ def test_the_server_and_query_server_answer_the_same(with_text):
 
 def text_generation(index_dir) -> tuple[int, set[str], set[str]]:
     """(generation, its documents, the documents its text index holds)."""
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    view = IndexStore(index_dir / "default").open_view()
+    view = LocalStore(index_dir / "default").open_view()
     lexical = view.artifact("lexical")
     return view.manifest.generation, {doc.path for doc in view.manifest.documents}, lexical.paths()
 

@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PLANTED = '''
 from localgpt_index.index.protocols import Store
-from localgpt_index.index.local.store import IndexStore
+from localgpt_index.index.local.store import LocalStore
 
 
-class Drifted(IndexStore):
+class Drifted(LocalStore):
     def verify(self, full: bool) -> list[str]:  # a required argument the protocol does not pass
         return []
 
@@ -51,7 +51,7 @@ LOCAL_SCORING = ("_table", "_codes", "_first_pass", "_rank")  # the local view's
 
 
 def test_the_qdrant_view_shares_the_generation_view_and_carries_no_local_scoring(fake_model, tmp_path):
-    """Both views hold what every view shares (GenerationView) and every member of the IndexView protocol;
+    """Both views hold what every view shares (GenerationView) and every member of the View protocol;
     only the local view carries the local scoring (its page table, the codes' first pass, the exact ranking)."""
     import numpy as np
 
@@ -59,9 +59,8 @@ def test_the_qdrant_view_shares_the_generation_view_and_carries_no_local_scoring
     from helpers import build_ok
     from localgpt_index.index import protocols
     from localgpt_index.index.open import open_store
-    from localgpt_index.index.qdrant.view import QdrantIndex
     from localgpt_index.index.qdrant.view import QdrantView
-    from localgpt_index.index.view import GenerationView, IndexView, LocalView
+    from localgpt_index.index.view import GenerationView, LocalView
 
     make_pdf(tmp_path / "docs" / "report.pdf", ["quarterly report", "market outlook"])
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
@@ -70,11 +69,10 @@ def test_the_qdrant_view_shares_the_generation_view_and_carries_no_local_scoring
     local_store, qdrant_store = open_store(index_dir=tmp_path / "idx"), open_store(url)
     try:
         local, qdrant = local_store.open_view(), qdrant_store.open_view()
-        assert type(local) is LocalView and IndexView is LocalView  # the old name still opens the local view
-        assert type(qdrant) is QdrantView and QdrantIndex is QdrantView
+        assert type(local) is LocalView and type(qdrant) is QdrantView
         assert isinstance(local, GenerationView) and isinstance(qdrant, GenerationView)
         assert not isinstance(qdrant, LocalView)
-        members = set(protocols.IndexView.__annotations__) | {n for n in vars(protocols.IndexView) if not n.startswith("_")}
+        members = set(protocols.View.__annotations__) | {n for n in vars(protocols.View) if not n.startswith("_")}
         for view in (local, qdrant):
             assert all(hasattr(view, name) for name in members), sorted(n for n in members if not hasattr(view, n))
             assert view.page_count == 2 and [d.path for d in view.documents] == [str(tmp_path / "docs" / "report.pdf")]

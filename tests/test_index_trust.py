@@ -112,9 +112,9 @@ def test_kill_during_embedding_resumes_from_the_last_batch(scenario, tmp_path):
     status = json.loads(run_cli("status", "--index-dir", str(index_dir), "--json").stdout)
     committed_extra = status["documents"] - len(BASE)
     assert 1 <= committed_extra < len(EXTRA)  # some batches committed, not all
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    partial = sum(d.pages for d in IndexStore(index_dir / "default").read_manifest().in_progress)  # carried on, not redone
+    partial = sum(d.pages for d in LocalStore(index_dir / "default").read_manifest().in_progress)  # carried on, not redone
     resumed = run_cli("build", str(scenario["docs"]), "--index-dir", str(index_dir), "--batch-size", "1", "--json")
     report = json.loads(resumed.stdout)
     assert report["unchanged"] == len(BASE) + committed_extra
@@ -194,10 +194,10 @@ def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
 
 
 def test_lock_wait_and_stale_lock(scenario, tmp_path):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     index_dir = _fresh_copy(scenario, tmp_path)
-    store = IndexStore(index_dir / "default")
+    store = LocalStore(index_dir / "default")
     source = f"qdrant+path://{tmp_path / 'qd'}/copy"  # import's source: a copy of this index
     assert run_cli("export", source, "--format", "qdrant", "--index-dir", str(index_dir)).exit_code == 0
     with store.lock():
@@ -212,7 +212,7 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
     # a writer killed while holding the lock leaves nothing that blocks: `build --wait` waits for it,
     # and the writer is killed while it waits (at the failpoint where a writer waits for the lock)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from localgpt_index.index.local.store import IndexStore; s = IndexStore(__import__('pathlib').Path(r'%s'));"
+        "import sys; from localgpt_index.index.local.store import LocalStore; s = LocalStore(__import__('pathlib').Path(r'%s'));"
         "cm = s.lock(); cm.__enter__(); print('locked', flush=True); sys.stdin.read()") % store.root],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
@@ -238,7 +238,7 @@ def test_lock_wait_and_stale_lock(scenario, tmp_path):
     assert waits and holder.returncode == -9  # it did wait, and went on once the holder was gone
 
     # import --wait waits too, and goes on once the holder lets go
-    held = IndexStore(index_dir / "copy").lock()
+    held = LocalStore(index_dir / "copy").lock()
     held.__enter__()
     released: list[str] = []
 

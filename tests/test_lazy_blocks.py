@@ -22,10 +22,10 @@ DIM, ROWS, DOCS, PAGES = 128, 256, 6, 4  # 24 pages of 64 KiB after a 128-byte h
 
 def _make_index(root: Path, seed: int = 7) -> None:
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     rng = np.random.default_rng(seed)
-    with IndexStore(root).begin() as txn:
+    with LocalStore(root).begin() as txn:
         segment = txn.write_segment([rng.standard_normal((ROWS, DIM)).astype(np.float16) for _ in range(DOCS * PAGES)], DIM)
         documents = [Document(path=f"/docs/doc-{d}.pdf", sha256=f"{d:064x}", size=1, kind="pdf", pages=PAGES,
                               spans=[Span(segment=segment.id, first=d * PAGES, pages=PAGES)]) for d in range(DOCS)]
@@ -72,16 +72,16 @@ def checks():
 
 
 def _blocks(root: Path) -> int:
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    [segment] = IndexStore(root).read_manifest().segments.values()
+    [segment] = LocalStore(root).read_manifest().segments.values()
     return len(segment.checksum.blocks)
 
 
 def test_opening_reads_no_vector_block_and_a_scan_checks_each_once(root, checks):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    store = IndexStore(root)
+    store = LocalStore(root)
     view = store.open_view()
     assert checks == [] and store.blocks_checked() == 0  # opening: sizes, header, offsets only
     hits = view.search_vectors(_queries(), k=DOCS * PAGES)
@@ -99,12 +99,12 @@ def test_opening_reads_no_vector_block_and_a_scan_checks_each_once(root, checks)
 
 def test_a_damaged_block_is_found_by_the_reads_that_need_it_and_by_verify(root, checks):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
     from localgpt_index.index.view import page_table
 
     reference = _reference(root)
     flip_byte(_vectors(root), _vectors(root).stat().st_size - 100)  # the last page, far from the first document's
-    store = IndexStore(root)
+    store = LocalStore(root)
     view = store.open_view()
     assert checks == []
     first_doc = {sid: tuple(a[:PAGES] for a in parts) for sid, parts in page_table(view.documents).items()}
@@ -115,7 +115,7 @@ def test_a_damaged_block_is_found_by_the_reads_that_need_it_and_by_verify(root, 
         view.search_vectors(_queries(), k=3)
     with pytest.raises(IndexProblem, match="damaged"):  # and again: a damaged block is never scored
         view.search_vectors(_queries(), k=3)
-    problems = IndexStore(root).verify()
+    problems = LocalStore(root).verify()
     assert any(f"block {_blocks(root) - 1} of {_blocks(root)}" in p for p in problems), problems
 
 
@@ -139,17 +139,17 @@ def test_the_cli_reports_a_damaged_block_with_exit_1(fake_model, tmp_path):
 
 def test_a_truncated_or_reshaped_vectors_file_fails_at_open(root):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     path = _vectors(root)
     raw = path.read_bytes()
     path.write_bytes(raw[:-1])
     with pytest.raises(IndexProblem, match="bytes, the manifest says"):
-        IndexStore(root).open()
+        LocalStore(root).open()
     # the same size, the header says Fortran order: the vectors would be read transposed
     path.write_bytes(raw.replace(b"'fortran_order': False", b"'fortran_order': True ", 1))
     with pytest.raises(IndexProblem, match="Fortran order"):
-        IndexStore(root).open()
+        LocalStore(root).open()
 
 
 def _to_legacy_blocks(root: Path) -> None:
@@ -169,38 +169,38 @@ def _to_legacy_blocks(root: Path) -> None:
 
 def test_old_64_mib_blocks_still_answer_and_the_next_write_upgrades_them(root, checks):
     from localgpt_index.index.format.checksums import CHECK_BLOCK
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     reference = _reference(root)
     _to_legacy_blocks(root)
     assert _blocks(root) == 1
-    store = IndexStore(root)
+    store = LocalStore(root)
     hits = store.open_view().search_vectors(_queries(), k=1)
     assert hits[0][0].score == pytest.approx(float(reference[0].max()), abs=1e-3) and len(checks) == 1
-    assert IndexStore(root).verify() == []
-    with IndexStore(root).begin() as txn:  # the next write re-hashes them in small blocks
+    assert LocalStore(root).verify() == []
+    with LocalStore(root).begin() as txn:  # the next write re-hashes them in small blocks
         txn.commit(txn.current.documents, txn.current.model, txn.current.settings)
-    [segment] = IndexStore(root).read_manifest().segments.values()
+    [segment] = LocalStore(root).read_manifest().segments.values()
     assert segment.checksum.block_size == CHECK_BLOCK and len(segment.checksum.blocks) > 1
-    assert IndexStore(root).verify() == []
+    assert LocalStore(root).verify() == []
 
 
 def test_an_upgrade_never_rehashes_damaged_vectors(root):
     from localgpt_index.core.errors import IndexProblem
     from localgpt_index.index.format.checksums import rechecksum
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     _to_legacy_blocks(root)
     flip_byte(_vectors(root), 5000)
-    [segment] = IndexStore(root).read_manifest().segments.values()
+    [segment] = LocalStore(root).read_manifest().segments.values()
     with pytest.raises(IndexProblem, match="does not match its checksum"):
         rechecksum(_vectors(root), segment.checksum)
 
 
 def test_concurrent_readers_check_each_block_once(root, checks):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    store = IndexStore(root)
+    store = LocalStore(root)
     view = store.open_view()
     start = threading.Barrier(6)
     errors: list[BaseException] = []
@@ -265,9 +265,9 @@ def test_serve_starts_without_reading_vectors_and_answers_a_damaged_block_with_a
 
 def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    store = IndexStore(root)
+    store = LocalStore(root)
     view = store.open_view()
     assert view.scoring_path(5).path == "first-pass"  # the codes written with the segment
     expected = view.search_vectors(_queries(), k=3, candidates=5)
@@ -276,7 +276,7 @@ def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
     assert 0 < len(checks) == len(read) <= 2 * 5 * 2 < _blocks(root)  # 2 queries x 5 candidates, a page in 2 blocks
     unread = max(set(range(_blocks(root))) - read)
     flip_byte(_vectors(root), unread * (64 << 10) + 10)
-    fresh = IndexStore(root).open_view()
+    fresh = LocalStore(root).open_view()
     assert fresh.search_vectors(_queries(), k=3, candidates=5) == expected  # the damage lies outside what it reads
     with pytest.raises(IndexProblem, match=f"block {unread} "):
         fresh.search_vectors(_queries(), k=3)  # exact reads every block
@@ -285,7 +285,7 @@ def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
 def test_rescoring_reads_its_candidates_blocks_all_at_once_before_checking_them(root, monkeypatch):
     from localgpt_index.core import failpoints
     from localgpt_index.index.format import checksums
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     events: list[tuple] = []
     lock = threading.Lock()
@@ -299,7 +299,7 @@ def test_rescoring_reads_its_candidates_blocks_all_at_once_before_checking_them(
     monkeypatch.setattr(checksums.BlockGuard, "read_into_cache", read)
     failpoints.set_hook(lambda name: events.append(("check",)) if name == "vectors.check_block" else None)
     try:
-        store = IndexStore(root)
+        store = LocalStore(root)
         store.open_view().search_vectors(_queries()[:1], k=3, candidates=5)
     finally:
         failpoints.set_hook(None)
@@ -314,9 +314,9 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
     import mmap
 
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    codes = IndexStore(root).open_view().artifact("codes")
+    codes = LocalStore(root).open_view().artifact("codes")
     segment = next(iter(codes.parts))  # type: ignore[union-attr]
     words = codes.words(segment)  # type: ignore[union-attr]
     base = words
@@ -326,4 +326,4 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
     blob = root / "artifacts" / codes.parts[segment].blobs[0].name  # type: ignore[union-attr]  # its codes (then ids, codebook)
     flip_byte(blob, 5)
     with pytest.raises(IndexProblem, match="block 0 .* does not match its checksum; the codes are damaged"):  # checked by block
-        IndexStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)
+        LocalStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)

@@ -264,13 +264,13 @@ def hybrid_index(tmp_path):
     """40 documents of 2 pages: random vectors, filler text; doc-03 page 2 holds a planted fact in
     its text; doc-17 page 1 is an image with no text at all (only its vectors can find it)."""
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
     from localgpt_index.query.search import Index
 
     rng = np.random.default_rng(5)
     words = [f"filler{i}" for i in range(300)]
     page_vectors = [unit_vectors(rng, TOKENS) for _ in range(80)]
-    store = IndexStore(tmp_path / "index")
+    store = LocalStore(tmp_path / "index")
     with store.begin() as txn:
         segment = txn.write_segment(iter(page_vectors), DIM)
         documents = [Document(path=f"/docs/doc-{d:02d}.pdf", sha256=f"{d:064x}", size=1, kind="pdf", pages=2,

@@ -208,7 +208,7 @@ def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):
     """The stand-in Tesseract waits for the encoder to be encoding, and the encoder for OCR to be
     reading: run one after the other, this build could not finish."""
     from localgpt_index.indexing.run import BuildOptions, build_index
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
     from localgpt_index.models.loading import load_page_encoder
 
     docs, started, release = tmp_path / "docs", tmp_path / "ocr-started", tmp_path / "encoding"
@@ -229,7 +229,7 @@ def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):
             release.touch()
             return self.inner.encode_pages(pages)
 
-    report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
+    report = build_index(docs, LocalStore(tmp_path / "idx" / "default"),
                          BuildOptions(model=str(fake_model), batch_size=2, ocr="auto", ocr_workers=2),
                          encoder_factory=lambda model, options: Meeting(load_page_encoder(model, options)))
     assert report.text == {"layer": 0, "ocr": 4, "none": 0, "unread": 0} and report.pages_total == 4
@@ -352,7 +352,7 @@ def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypat
     """The first page's OCR ends only once the encoder has started the second batch: a build that
     held the encoder until each batch's text was read could not finish."""
     from localgpt_index.indexing.run import BuildOptions, build_index
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
     from localgpt_index.models.loading import load_page_encoder
 
     docs, release = tmp_path / "docs", tmp_path / "second-batch"
@@ -375,7 +375,7 @@ def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypat
                 release.touch()
             return self.inner.encode_pages(pages)
 
-    report = build_index(docs, IndexStore(tmp_path / "idx" / "default"),
+    report = build_index(docs, LocalStore(tmp_path / "idx" / "default"),
                          BuildOptions(model=str(fake_model), batch_size=1, ocr="auto", ocr_workers=1, ocr_timeout_s=120),
                          encoder_factory=lambda model, options: Counting(load_page_encoder(model, options)))
     assert report.text == {"layer": 0, "ocr": 3, "none": 0, "unread": 0} and report.page_warnings == []

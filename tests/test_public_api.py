@@ -19,7 +19,7 @@ import localgpt_index
 def test_every_root_name_resolves_to_the_module_that_defines_it():
     for name in localgpt_index.__all__:
         assert getattr(localgpt_index, name) is not None
-    assert localgpt_index.IndexStore is importlib.import_module("localgpt_index.index.local.store").IndexStore
+    assert localgpt_index.LocalStore is importlib.import_module("localgpt_index.index.local.store").LocalStore
     assert localgpt_index.SearchHit is importlib.import_module("localgpt_index.core.types").SearchHit
     with pytest.raises(AttributeError, match="no_such_name"):
         localgpt_index.no_such_name  # noqa: B018
@@ -72,3 +72,9 @@ def test_a_registered_url_scheme_opens_its_store_and_an_unknown_one_lists_the_fo
     assert localgpt_index.open_store("mem://x", pdf_store=tmp_path) == ("a store for", "mem://x", tmp_path)
     with pytest.raises(UsageError, match=r"expected local, .* qdrant\+path://DIR/COLLECTION or mem://NAME\.$"):
         localgpt_index.open_store("redis://host/docs")
+
+
+def test_a_name_renamed_in_0_4_still_resolves_from_the_root_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="use localgpt_index.LocalStore"):
+        old = localgpt_index.IndexStore
+    assert old is localgpt_index.LocalStore

@@ -17,7 +17,8 @@ SHA = "0" * 64
 
 
 def _store(tmp_path: Path, collection: str, shared: Path):
-    from localgpt_index.index.qdrant.store import QdrantStore, parse_store_url
+    from localgpt_index.index.qdrant.store import QdrantStore
+    from localgpt_index.index.qdrant.ids import parse_store_url
 
     return QdrantStore(parse_store_url(f"qdrant+path://{tmp_path / ('qd-' + collection)}/{collection}"), shared)
 
@@ -126,7 +127,8 @@ def test_verify_says_which_records_belong_to_collections_that_are_gone(tmp_path)
     server's alias missing), never of one that exists or of another server's."""
     import shutil
 
-    from localgpt_index.index.qdrant.store import QdrantStore, parse_store_url
+    from localgpt_index.index.qdrant.store import QdrantStore
+    from localgpt_index.index.qdrant.ids import parse_store_url
 
     shared = tmp_path / "pdfs"
     a, b, c = (_store(tmp_path, name, shared) for name in "abc")

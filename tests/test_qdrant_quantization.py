@@ -128,7 +128,8 @@ def test_query_json_says_the_in_process_mode_scored_exactly(built, fake_model):
 
 def _as_server(tmp_path: Path, client):
     """The store as a reader of a Qdrant server sees it (a URL), over the in-process client."""
-    from localgpt_index.index.qdrant.store import QdrantStore, parse_store_url
+    from localgpt_index.index.qdrant.store import QdrantStore
+    from localgpt_index.index.qdrant.ids import parse_store_url
 
     return QdrantStore(parse_store_url("qdrant://qdrant.invalid:6333/docs"), tmp_path / "pdfs", client=client)
 

@@ -26,9 +26,9 @@ def _docs(folder: Path, count: int, prefix: str = "doc", pages: int = 1) -> list
 
 
 def _manifest(index: Path):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    return IndexStore(index / "default").read_manifest()
+    return LocalStore(index / "default").read_manifest()
 
 
 def _age(folder: Path, seconds: float = 3600) -> None:
@@ -160,12 +160,12 @@ class _Tracking:
 def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, mode):
     from localgpt_index.indexing.run import BuildOptions, build_index
     from localgpt_index.models.loading import load_page_encoder
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
     docs = tmp_path / "docs"
     for i in range(60):
         make_png(docs / f"page-{i:03d}.png", f"page {i}", size=(64, 64 + i))
-    store = IndexStore(tmp_path / "idx" / "default")
+    store = LocalStore(tmp_path / "idx" / "default")
     build_index(docs, store, BuildOptions(model=str(fake_model), batch_size=4))
     made: list[_Tracking] = []
 

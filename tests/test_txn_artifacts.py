@@ -116,9 +116,9 @@ def test_extra_page_data_reaches_the_part_writers(toy, tmp_path):
     """`append(vectors, page, extra)`: what the caller knows of a page ({"text": ...}) is fed to every part writer."""
     from localgpt_index.core.types import PageRef
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    store = IndexStore(tmp_path / "idx")
+    store = LocalStore(tmp_path / "idx")
     with store.begin() as txn:
         writer = txn.segment_writer(8)
         for page, text in enumerate(["first page", "second page"], 1):

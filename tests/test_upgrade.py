@@ -60,9 +60,9 @@ def _old_index(fake_model, corpus, tmp_path, codes: str):
 
 
 def _manifest(index):
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    return IndexStore(index / "default").read_manifest()
+    return LocalStore(index / "default").read_manifest()
 
 
 def _query(index, *args):
@@ -144,9 +144,9 @@ def test_upgrade_of_a_missing_index_says_so(tmp_path):
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_stored_version_1_codes_are_the_signs(fake_model, corpus, tmp_path):
     """The old-index fixture writes what version 1 wrote: the signs of the vectors."""
-    from localgpt_index.index.local.store import IndexStore
+    from localgpt_index.index.local.store import LocalStore
 
-    store = IndexStore(_old_index(fake_model, corpus, tmp_path, "v1") / "default")
+    store = LocalStore(_old_index(fake_model, corpus, tmp_path, "v1") / "default")
     for seg in store.read_manifest().segments.values():
         vectors, _ = store.segment_arrays(seg)
         stored = store.open_view().artifact("codes")

@@ -3,14 +3,14 @@ codes), written by the same transaction, named by the same manifest, checked by 
 
 Two granularities, both driven by the transaction core (txn/core.py), for both stores:
 - a *part* per segment, fed page by page beside the vectors (`PartWriter.add`, through
-  `StagedWriter.append(vectors, page, extra)`), sealed with the segment into `Segment.parts[name]`;
+  `SegmentWriter.append(vectors, page, extra)`), sealed with the segment into `Segment.parts[name]`;
 - a per-generation *artifact*, built at commit (`Artifact.build(ctx, sink)`), recorded in
   `Manifest.artifacts[name]` before the catalog and HEAD are written, so HEAD names vectors and
   artifacts of one generation at once.
 Bytes go to blobs named by their sha256 (`BlobSink.put`; local: `artifacts/<sha>.<ext>`; Qdrant:
 catalog chunks keyed by the blob's name), read back checked (`BlobSource.read`: size and sha256);
 blobs no kept generation names are collected with the segments. Readers open an artifact lazily
-(`IndexView.artifact(name)`, None when absent) and never write.
+(`View.artifact(name)`, None when absent) and never write.
 
 Artifacts register here (`register`), built-ins and plugins alike (a module named in $LGPT_PLUGINS
 is imported before the registry is first read); see docs/dev/transaction-core.md, "How to add an artifact".

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from .protocols import Store
-from .local.store import IndexStore
+from .local.store import LocalStore
 from .local.layout import index_path
 
 
@@ -37,12 +37,13 @@ def register_scheme(scheme: str, opener: StoreOpener, form: str) -> None:
     _SCHEMES[scheme] = (opener, form)
 
 
-def _local(request: StoreRequest) -> IndexStore:
-    return IndexStore(index_path(request.index_dir, request.name))
+def _local(request: StoreRequest) -> LocalStore:
+    return LocalStore(index_path(request.index_dir, request.name))
 
 
 def _qdrant(request: StoreRequest) -> Store:
-    from .qdrant.store import QdrantStore, parse_store_url
+    from .qdrant.store import QdrantStore
+    from .qdrant.ids import parse_store_url
 
     return QdrantStore(parse_store_url(request.url, request.api_key), request.pdf_store)
 

@@ -8,65 +8,24 @@ Value types live in `core/types.py` (PageRef, SearchHit) and `index/format/manif
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..core.types import PageRef, SearchHit
-from .format.manifest import Document, Failure, Manifest, ModelInfo, Segment, Settings
+from .format.manifest import Document, Manifest
 
 if TYPE_CHECKING:
+    from .txn.core import Transaction
     from .scoring.codes.plan import ScoringPath  # not at run time: codes/ imports the scorer
 
-__all__ = ["IndexView", "PageRef", "SearchHit", "SegmentWriter", "Store", "Transaction"]
+__all__ = ["PageRef", "SearchHit", "Store", "View"]
 
 
-class SegmentWriter(Protocol):
-    """Pages of one segment, appended as they are encoded; sealed by `Transaction.finish_segment`."""
-
-    @property
-    def pages(self) -> int: ...
-
-    def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None) -> int:
-        """One page's (tokens, dim) vectors; returns its row in the segment. `extra`: what else the
-        caller knows of the page ({"text": ...}), for the registered artifacts' part writers."""
-        ...
-
-
-W = TypeVar("W", bound=SegmentWriter)
-
-
-class Transaction(Protocol[W]):
-    """One writer's changes: staged segments and PDFs, then commits that each publish a generation.
-    `W`: the backend's segment writer (`finish_segment` takes only those its own `segment_writer` made)."""
-
-    generation: int
-    current: Manifest | None
-    needs_upgrade: bool
-
-    def segment_writer(self, dim: int, without: Collection[str] = ()) -> W:
-        """A writer of a new segment, feeding every registered artifact's part but those named in
-        `without` (a build with --text never writes no "text" part: its pages have no text)."""
-        ...
-
-    def finish_segment(self, writer: W) -> Segment | None: ...
-
-    def write_segment(self, pages: Sequence[np.ndarray], dim: int, refs: Sequence[PageRef] | None = None) -> Segment: ...
-
-    def store_pdf(self, pdf: Path) -> tuple[str, str] | None:
-        """Keep a converted PDF by its content: (its name in the store, its sha256); None: no PDF store."""
-        ...
-
-    def pdf_path(self, rel: str) -> Path: ...
-
-    def commit(self, documents: Sequence[Document], model: ModelInfo, settings: Settings,
-               failures: Sequence[Failure] = (), in_progress: Sequence[Document] = ()) -> Manifest: ...
-
-
-class IndexView(Protocol):
+class View(Protocol):
     """One committed generation, opened and checked; it never writes and never loads a model."""
 
     manifest: Manifest
@@ -111,11 +70,11 @@ class Store(Protocol):
 
     def open(self) -> Manifest: ...
 
-    def open_view(self) -> IndexView: ...
+    def open_view(self) -> View: ...
 
     def reopened(self) -> Store: ...
 
-    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[Transaction[Any]]: ...
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[Transaction]: ...
 
     def verify(self) -> list[str]: ...
 

@@ -39,9 +39,9 @@ class ExactUnit(NamedTuple):
 class GenerationView:
     """What every view of one committed generation holds, whatever ranks its pages: the store, the
     manifest, the documents by path, and the generation's artifacts (opened on first use, checked).
-    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.IndexView)."""
+    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.View)."""
 
-    def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore or a QdrantStore
+    def __init__(self, store: Any, manifest: Manifest) -> None:  # an LocalStore or a QdrantStore
         self.store = store
         self.manifest = manifest
         self._by_path: dict[str, Document] | None = None
@@ -79,7 +79,7 @@ class LocalView(GenerationView):
     """A local index's generation, scored here: exact MaxSim over its memory-mapped segments, or a
     first pass over their binary codes with exact rescoring (no model: query.search.Index adds it)."""
 
-    def __init__(self, store: Any, manifest: Manifest) -> None:  # an IndexStore
+    def __init__(self, store: Any, manifest: Manifest) -> None:  # an LocalStore
         super().__init__(store, manifest)
         self._table: PageTable | None = None  # of all documents, built on first use
         # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
@@ -267,7 +267,6 @@ class LocalView(GenerationView):
         return results
 
 
-IndexView = LocalView  # the local view's name before the split, kept for its importers (not the Protocol)
 
 
 def page_table(docs: list[Document]) -> PageTable:

@@ -8,11 +8,11 @@ from typing import Any
 
 from ..core.errors import IndexProblem
 from ..index.format.manifest import Manifest
-from ..index.local.store import IndexStore
+from ..index.local.store import LocalStore
 
 
 @contextmanager
-def changing_existing(store: IndexStore, wait_s: float = 0.0) -> Iterator[tuple[Any, Manifest]]:
+def changing_existing(store: LocalStore, wait_s: float = 0.0) -> Iterator[tuple[Any, Manifest]]:
     """The writer's transaction and the generation it starts from; IndexProblem where there is no index
     (checked before the lock is taken, and again under it: another writer may have just removed it)."""
     if not store.exists():

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ..core.errors import IndexProblem
 from ..index.format.manifest import Manifest, ModelInfo
-from ..index.local.store import IndexStore
+from ..index.local.store import LocalStore
 from ..ingest.discover import Discovery
 from ..models.resolve import DEFAULT_MODEL, FINGERPRINT_SCHEME, ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .options import BuildOptions
@@ -21,7 +21,7 @@ def choose_model(base: Manifest | None, options: BuildOptions) -> ModelRef:
     return resolve_model(options.model or DEFAULT_MODEL)
 
 
-def check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, store: IndexStore) -> None:
+def check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, store: LocalStore) -> None:
     if base is None or options.rebuild or not base.documents:
         return
     if not same_model(model, base.model.fingerprint, base.model.fingerprint_scheme):

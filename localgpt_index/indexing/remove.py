@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..index.local.store import IndexStore
+from ..index.local.store import LocalStore
 from .existing import changing_existing
 
 
@@ -18,7 +18,7 @@ class RemoveReport:
     pages_removed: int = 0
 
 
-def remove_documents(store: IndexStore, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
+def remove_documents(store: LocalStore, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
     """Drop the documents at `paths` (a folder drops everything under it)."""
     report = RemoveReport(index=store.location)
     with changing_existing(store, wait_s) as (txn, manifest):

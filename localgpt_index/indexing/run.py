@@ -22,8 +22,8 @@ from ..core.cpus import short_openmp_spin
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.format.manifest import ModelInfo, Settings
-from ..index.local.store import IndexStore
-from ..index.local.txn import Transaction
+from ..index.local.store import LocalStore
+from ..index.txn.core import Transaction
 from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
@@ -45,7 +45,7 @@ __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport"
 
 def build_index(
     docs: Path,
-    store: IndexStore,
+    store: LocalStore,
     options: BuildOptions | None = None,
     progress: ProgressSink | None = None,
     log: Log = lambda message: None,

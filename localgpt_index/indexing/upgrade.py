@@ -15,7 +15,7 @@ from .existing import changing_existing
 from ..core.failpoints import failpoint
 from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
 from ..index.format.manifest import Segment
-from ..index.local.store import IndexStore
+from ..index.local.store import LocalStore
 
 
 @dataclass
@@ -39,7 +39,7 @@ def needs_codes(segment: Segment) -> bool:
     return segment.storage == "file" and (part is None or part.version != VERSION)
 
 
-def upgrade_index(store: IndexStore, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
+def upgrade_index(store: LocalStore, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
     """Codes for every live segment lacking current ones, committed as one new generation; `progress` is
     told of each segment as it is done."""
     with changing_existing(store, wait_s) as (txn, manifest):
@@ -73,7 +73,7 @@ def upgrade_index(store: IndexStore, wait_s: float = 0.0, progress: Progress | N
     return report
 
 
-def _coded(store: IndexStore, txn, segment: Segment):
+def _coded(store: LocalStore, txn, segment: Segment):
     """A segment's codes part, coded from its stored vectors (every block checked before it is coded)."""
     vectors, offsets = store.segment_arrays(segment)
     writer = CODES.part_writer(segment.dim)

@@ -31,8 +31,8 @@ from ..core.failpoints import failpoint
 from ..models.families import find_family
 from ..index.format.manifest import Document, ModelInfo, Settings, Span, describe
 from ..core.types import SearchHit
-from ..index.view import IndexView as Index
-from ..index.local.store import IndexStore
+from ..index.protocols import View as Index
+from ..index.local.store import LocalStore
 from .transfer import write_documents
 
 CHUNK = 500
@@ -199,7 +199,7 @@ class ImportReport:
     generation: int
 
 
-def import_byaldi(source: Path, store: IndexStore, model: str | None = None, wait_s: float = 0.0) -> ImportReport:
+def import_byaldi(source: Path, store: LocalStore, model: str | None = None, wait_s: float = 0.0) -> ImportReport:
     """Read a byaldi index folder into a new index, without embedding anything again (`wait_s`: for another writer)."""
     from ..models.resolve import expected_dim, resolve_model
 

@@ -18,7 +18,7 @@ from PIL import Image
 from ..ingest.discover import IMAGE, PDF
 from ..core.errors import LgptError
 from ..core.types import SearchHit
-from ..index.view import IndexView as Index
+from ..index.protocols import View as Index
 
 DEFAULT_DPI = 150
 

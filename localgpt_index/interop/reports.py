@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from ..core.types import SearchHit
-from ..index.view import IndexView as Index
+from ..index.protocols import View as Index
 from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 

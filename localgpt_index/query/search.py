@@ -11,11 +11,11 @@ import numpy as np
 from ..core.errors import EnvironmentMissing, IndexProblem
 from ..core.types import SearchHit
 from ..index.scoring.device import DeviceScorer, DeviceScoring
-from ..index.local.store import IndexStore
+from ..index.local.store import LocalStore
 from ..index.errors import MissingIndexFile
 from ..index.local.layout import index_path
 from ..index.text.engine import LexicalIndex
-from ..index.protocols import IndexView
+from ..index.protocols import View
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
@@ -37,10 +37,10 @@ def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto")
 
 
 class Index:
-    """A read-only view of one committed generation of an index (an IndexView: its store, manifest,
+    """A read-only view of one committed generation of an index (an View: its store, manifest,
     documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
 
-    def __init__(self, view: IndexView, lexical: LexicalIndex | None = _UNSET, scoring: DeviceScoring | None = None) -> None:
+    def __init__(self, view: View, lexical: LexicalIndex | None = _UNSET, scoring: DeviceScoring | None = None) -> None:
         self.view = view
         self._encoder: QueryEncoder | None = None
         self._lexical = lexical
@@ -133,7 +133,7 @@ class Index:
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:
-        """The view's ranking of already-encoded queries (IndexView.search_vectors), scored exactly on
+        """The view's ranking of already-encoded queries (View.search_vectors), scored exactly on
         the device `self.scoring` picks for `device` (the model's): the CPU scorer, or the device scorer."""
         self._choose_scorer(device)
         return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
@@ -176,7 +176,7 @@ def open_index(index_dir: str | Path | None = None, name: str | None = None, sto
     The manifest is validated and each segment's files are checked (sizes, header, offsets) here;
     no vectors are read: each block is checked against its hash when a search first reads it.
     """
-    store = store if store is not None else IndexStore(index_path(index_dir, name))
+    store = store if store is not None else LocalStore(index_path(index_dir, name))
     for attempt in range(3):
         try:
             return Index(store.open_view(), scoring=scoring)

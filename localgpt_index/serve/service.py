@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
 from ..core.failpoints import failpoint
-from ..index.local.store import IndexStore
+from ..index.local.store import LocalStore
 from ..index.errors import MissingIndexFile
 from ..index.scoring import maxsim as score
 from ..models.protocols import QueryEncoder, check_queries
@@ -60,7 +60,7 @@ class IndexService:
     """One index, its model loaded once, its current generation followed."""
 
     def __init__(self, store, device: str = "auto", dtype: str = "auto") -> None:
-        self.store = store if not isinstance(store, (str, Path)) else IndexStore(Path(store))
+        self.store = store if not isinstance(store, (str, Path)) else LocalStore(Path(store))
         self.device, self.dtype = device, dtype
         self.encoder: QueryEncoder | None = None
         self.failure: LgptError | None = None  # why the model could not be loaded

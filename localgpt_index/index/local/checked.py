@@ -2,7 +2,7 @@
 the files changed since.
 
 A writer names every block of its base generation in the generation it commits, so it checks
-them all before it starts (`IndexStore._base`). At 100,000 pages that is 26 GB read by every
+them all before it starts (`LocalStore._base`). At 100,000 pages that is 26 GB read by every
 incremental build. The record lets it skip a file whose identity and state are those it had when
 a writer of this user last hashed it whole against the same checksums:
 

@@ -1,4 +1,4 @@
-"""Segments of a local index: written page by page (`FileSegmentSink` under a StagedWriter), read back checked (`load_segment`),
+"""Segments of a local index: written page by page (`FileSegmentSink` under a SegmentWriter), read back checked (`load_segment`),
 the vectors block by block when first read."""
 
 from __future__ import annotations

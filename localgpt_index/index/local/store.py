@@ -25,26 +25,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...core.errors import IndexProblem
-from ...core.types import PageRef
-from ..format.checksums import block_checksums
-from ..errors import IndexWriteError, MissingIndexFile
+from ..errors import MissingIndexFile
 from ..format.files import read_member, regular_size
-from ..holder import pid_alive as _alive
 from ..format.manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
 from ..format.pdfstore import PdfStore
 from ..txn.begin import open_transaction
-from ..txn.staged import StagedWriter as SegmentWriter
-from .layout import (
-    DEFAULT_INDEX_DIR,
-    DEFAULT_INDEX_NAME,
-    HEAD_LIMIT,
-    MANIFEST_LIMIT,
-    NAME_PATTERN,
-    NPY_HEADER,
-    index_path,
-)
 from .blobs import LocalBlobs
 from .checked import check_whole
+from .layout import (
+    HEAD_LIMIT,
+    MANIFEST_LIMIT,
+)
 from .lock import writer_lock
 from .segments import SegmentFiles, load_segment
 from .txn import LocalParts, Transaction
@@ -53,12 +44,10 @@ from .verify import verify_local
 if TYPE_CHECKING:
     from ..view import LocalView
 
-__all__ = ["DEFAULT_INDEX_DIR", "DEFAULT_INDEX_NAME", "HEAD_LIMIT", "MANIFEST_LIMIT", "NAME_PATTERN", "NPY_HEADER",
-           "IndexStore", "IndexWriteError", "MissingIndexFile", "PageRef", "SegmentWriter", "Transaction", "_alive",
-           "block_checksums", "index_path"]
+__all__ = ["LocalStore"]
 
 
-class IndexStore:
+class LocalStore:
     """One named index on disk: reading, checking, and `begin()` for writers."""
 
     def __init__(self, root: Path) -> None:
@@ -66,7 +55,7 @@ class IndexStore:
         self._mmaps: dict[str, SegmentFiles] = {}
         self._adopted: dict[str, SegmentFiles] = {}
 
-    def adopt(self, other: IndexStore) -> None:
+    def adopt(self, other: LocalStore) -> None:
         """Reuse the segments another view of this index has already mapped, and the blocks it has checked:
         a segment is named by its content, so the same id is the same bytes. Those `open` does not need are let go."""
         self._adopted = dict(other._mmaps)
@@ -96,16 +85,16 @@ class IndexStore:
             return ()
         return info.st_ino, info.st_mtime_ns, info.st_size
 
-    def writable(self) -> IndexStore:
+    def writable(self) -> LocalStore:
         """This store, about to be written (a local folder is always created on demand)."""
         return self
 
     def close(self) -> None:
         """Nothing to let go (a Qdrant store closes its client)."""
 
-    def reopened(self) -> IndexStore:
+    def reopened(self) -> LocalStore:
         """A fresh view of this index that reuses the segments this one has checked already."""
-        fresh = IndexStore(self.root)
+        fresh = LocalStore(self.root)
         fresh.adopt(self)
         return fresh
 

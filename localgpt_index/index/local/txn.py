@@ -18,7 +18,7 @@ from ..format.disk import disk
 from ..format.files import TMP_PREFIX, make_folders, plain_files, sweep_temporary, write_atomic
 from ..format.manifest import Checksum, Document, Head, Manifest, Segment
 from ..format.pdfstore import PdfStore
-from ..txn.core import TransactionCore
+from ..txn.core import Transaction
 from .blobs import LocalBlobs
 from .segments import FileSegmentSink
 
@@ -37,24 +37,24 @@ class LocalHold:
 
 
 class LocalBackend:
-    """What only a local folder does in a transaction; the rest is `TransactionCore`'s."""
+    """What only a local folder does in a transaction; the rest is `Transaction`'s."""
 
     dtype: type = np.float16
     needs_page = False
 
-    def __init__(self, store: Any, upgrade: bool = False) -> None:  # an IndexStore (local/store.py imports this module)
+    def __init__(self, store: Any, upgrade: bool = False) -> None:  # an LocalStore (local/store.py imports this module)
         self.store = store
         self.root: Path = store.root
         self.location = str(store.root)
         self._upgrade = upgrade
-        self.txn: TransactionCore | None = None
+        self.txn: Transaction | None = None
         self.blobs = LocalBlobs(self.root)
 
     @property
     def segments_dir(self) -> Path:
         return self.store.segments_dir
 
-    def attach(self, txn: TransactionCore) -> None:
+    def attach(self, txn: Transaction) -> None:
         self.txn = txn
 
     def translate(self) -> AbstractContextManager[None]:
@@ -150,7 +150,7 @@ class LocalBackend:
 class LocalParts:
     """What a local store gives begin()'s template (txn/begin.py)."""
 
-    def __init__(self, store: Any) -> None:  # an IndexStore
+    def __init__(self, store: Any) -> None:  # an LocalStore
         self.store = store
         self.upgrade = False
 
@@ -176,4 +176,3 @@ class LocalParts:
         return PdfStore(self.store.root)
 
 
-Transaction = TransactionCore  # the name callers and tests imported

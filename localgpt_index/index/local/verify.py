@@ -11,7 +11,7 @@ from ..format.files import regular_size
 from .blobs import LocalBlobs
 
 
-def verify_local(store: Any) -> list[str]:  # an IndexStore (local/store.py imports this module)
+def verify_local(store: Any) -> list[str]:  # an LocalStore (local/store.py imports this module)
     """Check everything against the manifest, full sha256 of every file included; the problems found."""
     try:
         manifest = store.read_manifest()

@@ -57,45 +57,19 @@ from ..txn.begin import open_transaction
 from . import catalog, connection
 from . import verify as checks
 from .ids import (
-    CHUNK_CHARS,
-    HEAD_ID,
-    LEASE_ID,
-    LEASE_MARGIN_S,
     LEASE_RENEW_S,
-    LEASE_TTL_S,
-    MIN_SERVER,
-    NAMESPACE,
-    NO_TOKEN,
     PATHS_VERSION,
     PDF_STORE_MARKER,
-    PENDING,
     POOLED,
-    UPSERT_BATCH,
     VECTOR,
-    LeaseLost,
     QdrantSpec,
     catalog_of,
-    check_server_version,
-    chunk_id,
-    doc_key,
-    parse_store_url,
-    path_fields,
-    payload_path,
-    point_id,
-    point_key,
-    visible_filter,
 )
 from .lease import _Lease
-from .txn import QdrantParts, QdrantSegmentWriter, QdrantTransaction
-from .view import QdrantIndex, QdrantView
+from .txn import QdrantParts, Transaction
+from .view import QdrantView
 
-__all__ = [
-    'CHUNK_CHARS', 'HEAD_ID', 'LEASE_ID', 'LEASE_MARGIN_S', 'LEASE_RENEW_S', 'LEASE_TTL_S', 'LeaseLost',
-    'MIN_SERVER', 'NAMESPACE', 'NO_TOKEN', 'PATHS_VERSION', 'PDF_STORE_MARKER', 'PENDING', 'QdrantSpec',
-    'UPSERT_BATCH', 'check_server_version', 'chunk_id', 'doc_key', 'parse_store_url', 'path_fields',
-    'payload_path', 'point_id', 'point_key', 'visible_filter', 'catalog_of', 'QdrantStore',
-    'QdrantTransaction', 'QdrantSegmentWriter', 'QdrantIndex', 'QdrantView',
-]
+__all__ = ["QdrantStore"]
 
 
 class QdrantStore:
@@ -282,6 +256,6 @@ class QdrantStore:
 
     # writing
 
-    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[QdrantTransaction]:
+    def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[Transaction]:
         """The one writer's transaction (txn/begin.py's template; qdrant/txn.py's parts and backend)."""
         return open_transaction(QdrantParts(self), wait_s, rebuild)

@@ -24,8 +24,8 @@ from ..errors import IndexWriteError
 from ..format.manifest import FORMAT, Document, Manifest, Segment
 from ..format.pdfstore import PdfStore
 from ..txn import kept
-from ..txn.core import TransactionCore
-from ..txn.staged import SegmentSink, StagedWriter
+from ..txn.core import Transaction
+from ..txn.staged import SegmentSink
 from . import commit as steps
 from . import recover as setup
 from .blobs import QdrantBlobs
@@ -49,7 +49,7 @@ class LeaseHold:
 
 
 class QdrantBackend:
-    """What only Qdrant does in a transaction; the rest is `TransactionCore`'s. The step functions
+    """What only Qdrant does in a transaction; the rest is `Transaction`'s. The step functions
     (qdrant/commit.py, recover.py, writer.py) take this object as their `txn`."""
 
     dtype: type = np.float32
@@ -67,9 +67,9 @@ class QdrantBackend:
         self._owners: dict[str, list[str]] = {}  # staged segment -> the path of each row
         self._committed_owners: dict[tuple[str, int], str] | None = None
         self._sparse: SparseCommit | None = None  # written by write_catalog before HEAD; after_publish rewrites them if due (sparse.py)
-        self.txn: TransactionCore
+        self.txn: Transaction
 
-    def attach(self, txn: TransactionCore) -> None:
+    def attach(self, txn: Transaction) -> None:
         self.txn = txn
         txn.artifacts = tuple(a for a in txn.artifacts if a.name not in self.unused_artifacts)
 
@@ -300,5 +300,4 @@ class QdrantParts:
         return self.store.pdfs()
 
 
-QdrantTransaction = TransactionCore  # the name callers and tests imported
-QdrantSegmentWriter = StagedWriter
+

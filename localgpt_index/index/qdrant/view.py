@@ -176,4 +176,3 @@ def first_pass_wanted(candidates: int | str | None, pages: int) -> tuple[int | N
     return int(candidates), "asked for"
 
 
-QdrantIndex = QdrantView  # the name before the split (index/qdrant_store.py and its importers)

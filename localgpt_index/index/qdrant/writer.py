@@ -13,7 +13,7 @@ from ...core.types import PageRef
 from ..format.manifest import (
     Segment,
 )
-from ..txn.staged import StagedWriter
+from ..txn.staged import SegmentWriter
 from .ids import (
     PENDING,
     POOLED,
@@ -36,7 +36,7 @@ class PointSink:
         self._batch: list = []
 
     def write(self, row: int, block: np.ndarray, page: PageRef | None) -> None:
-        assert page is not None  # the StagedWriter refuses a page without a PageRef (needs_page)
+        assert page is not None  # the SegmentWriter refuses a page without a PageRef (needs_page)
         self._batch.append(make_point(self.txn, self.id, row, block, page, PENDING))
         self.owners.append(page.path)
         if len(self._batch) >= UPSERT_BATCH:
@@ -56,9 +56,9 @@ class PointSink:
         """Nothing here: the transaction's discard deletes the points this writer upserted."""
 
 
-def point_writer(txn: Any, dim: int) -> StagedWriter:
+def point_writer(txn: Any, dim: int) -> SegmentWriter:
     """A segment writer over points (float32, as the client sends them; every page says whose it is)."""
-    return StagedWriter(PointSink(txn, dim), dim, np.float32, needs_page=True)
+    return SegmentWriter(PointSink(txn, dim), dim, np.float32, needs_page=True)
 
 
 def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):

@@ -2,7 +2,7 @@
 (index/artifacts.py; docs/dev/transaction-core.md, "Per-generation artifacts").
 
 - "text", a part per segment: every page's text and where it came from (`extra` of
-  `StagedWriter.append`: {"text", "text_source"}, from ingest/pagetext), in row order, as one
+  `SegmentWriter.append`: {"text", "text_source"}, from ingest/pagetext), in row order, as one
   zlib-compressed JSON blob. The source of truth for a page's text; checksummed like the vectors.
 - "lexical", one per generation: the FTS5 index (engine.py) as one SQLite database image. Built at
   commit incrementally: the base generation's image, minus the removed (and replaced) documents'

@@ -11,7 +11,7 @@ from typing import Protocol
 from ..format.manifest import Manifest
 from ..format.pdfstore import PdfStore
 from . import base_or_rebuild, discarding
-from .core import Backend, Hold, TransactionCore
+from .core import Backend, Hold, Transaction
 
 
 class StoreParts(Protocol):
@@ -37,12 +37,12 @@ class StoreParts(Protocol):
 
 
 @contextmanager
-def open_transaction(parts: StoreParts, wait_s: float, rebuild: bool) -> Iterator[TransactionCore]:
+def open_transaction(parts: StoreParts, wait_s: float, rebuild: bool) -> Iterator[Transaction]:
     parts.before_write()
     with parts.hold(wait_s) as hold:
         found = base_or_rebuild(parts.read_base, rebuild)
         base, generation = found if found is not None else (None, parts.damaged_base())
-        transaction = TransactionCore(parts.backend(base, rebuild, hold), hold, base, generation, parts.pdf_store())
+        transaction = Transaction(parts.backend(base, rebuild, hold), hold, base, generation, parts.pdf_store())
         transaction.recover()
         with discarding(transaction):
             yield transaction

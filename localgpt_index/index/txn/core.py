@@ -1,4 +1,4 @@
-"""One transaction for both stores (`TransactionCore`): staging, the commit template, the error
+"""One transaction for both stores (`Transaction`): staging, the commit template, the error
 guard and the bookkeeping after a commit. What differs between a local folder and a Qdrant
 collection is the backend's (`Backend`): how it recovers, stores rows, publishes a generation,
 collects and discards."""
@@ -30,7 +30,7 @@ from ..format.manifest import BlobRef, Document, Failure, Manifest, ModelInfo, S
 from ..format.files import NotDurable
 from ..format.pdfstore import PdfStore
 from . import assemble_manifest, live_segments, not_durable, write_error
-from .staged import NO_PAGE, SegmentSink, StagedWriter
+from .staged import NO_PAGE, SegmentSink, SegmentWriter
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Staging:
 
     segments: dict[str, Segment] = field(default_factory=dict)
     staged: set[str] = field(default_factory=set)
-    writers: list[StagedWriter] = field(default_factory=list)
+    writers: list[SegmentWriter] = field(default_factory=list)
     wrote: bool = False
     blobs: set[str] = field(default_factory=set)  # artifact blobs written and not yet named by a commit
 
@@ -74,7 +74,7 @@ class Backend(Protocol):
     dtype: type
     needs_page: bool
 
-    def attach(self, txn: TransactionCore) -> None: ...
+    def attach(self, txn: Transaction) -> None: ...
 
     def translate(self) -> AbstractContextManager[None]:
         """Errors of the backend's own kind into IndexProblem/IndexWriteError (local: nothing to do)."""
@@ -114,7 +114,7 @@ class Backend(Protocol):
     def discard(self, keep: list[Manifest]) -> None: ...
 
 
-class TransactionCore:
+class Transaction:
     """One writer's changes to an index: staged segments and PDFs, then commits that each publish a
     generation. Commit as often as wanted (a plain build commits every batch); what was staged and
     never committed is discarded when the transaction ends (`discard_staged`)."""
@@ -167,15 +167,15 @@ class TransactionCore:
 
     # staging
 
-    def segment_writer(self, dim: int, without: Collection[str] = ()) -> StagedWriter:
+    def segment_writer(self, dim: int, without: Collection[str] = ()) -> SegmentWriter:
         artifacts = [a for a in self.artifacts if a.name not in without]
         with self.writing():
-            writer = StagedWriter(self.backend.sink(dim), dim, self.backend.dtype, self.backend.needs_page,
+            writer = SegmentWriter(self.backend.sink(dim), dim, self.backend.dtype, self.backend.needs_page,
                                   part_writers(artifacts, dim))
         self.staging.writers.append(writer)
         return writer
 
-    def finish_segment(self, writer: StagedWriter) -> Segment | None:
+    def finish_segment(self, writer: SegmentWriter) -> Segment | None:
         """Seal a writer's segment (None when it received no page) and stage it for the next commit."""
         self.staging.writers.remove(writer)
         if not writer.pages:

@@ -1,4 +1,4 @@
-"""The segment writer callers get from either store (`StagedWriter`), and what a backend supplies
+"""The segment writer callers get from either store (`SegmentWriter`), and what a backend supplies
 underneath it (`SegmentSink`): validation, the row count and the "write-vectors" failpoint live
 here once; how the rows are kept (a file on disk, points in Qdrant) lives in the sink."""
 
@@ -35,7 +35,7 @@ class SegmentSink(Protocol):
         ...
 
 
-class StagedWriter:
+class SegmentWriter:
     """Pages of one segment, appended as they are encoded; sealed by `finish_segment`.
 
     `dtype`: what the backend stores (float16 on disk, float32 for Qdrant's client); `needs_page`:
