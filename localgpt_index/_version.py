@@ -1,3 +1,3 @@
 """The package version: a leaf module, so that the manifest and the CLI read it without importing the package's API."""
 
-__version__ = "0.2.0"
+__version__ = "0.4.0"
