@@ -206,7 +206,7 @@ def test_a_one_shot_query_process_never_loads_the_kernel(tiny_model, tmp_path):
     answered = run_process("query", "invoice 1", "--mode", "visual", "--json", "--index-dir", str(index), env=env)
     assert answered.returncode == 0, answered.stderr
     assert '"results"' in answered.stdout
-    loads = subprocess.run([sys.executable, "-c", "from localgpt_index.index import score; score.kernel_policy.load()"],
+    loads = subprocess.run([sys.executable, "-c", "from localgpt_index.index.scoring import maxsim; maxsim.kernel_policy.load()"],
                            env={**os.environ, **env}, capture_output=True, timeout=120)
     assert loads.returncode == -9
 
