@@ -134,7 +134,7 @@ def _unit_vectors(data: bytes, rows: int, dim: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def expected_render_size(folder: Path) -> tuple[int, int] | None:
+def fake_render_size(folder: Path) -> tuple[int, int] | None:
     """The render size a fake checkpoint's config asks for, read before the encoder loads."""
     try:
         config = json.loads((Path(folder) / "config.json").read_bytes()[: 1 << 20])
@@ -145,7 +145,7 @@ def expected_render_size(folder: Path) -> tuple[int, int] | None:
 
 
 FAMILY = Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", Loader("fake"), False, config_dim=True, torch=False,
-                encoder=FakeEncoder, render_size=expected_render_size)
+                encoder=FakeEncoder, render_size=fake_render_size)
 
 
 @hookimpl

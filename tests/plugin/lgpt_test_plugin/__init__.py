@@ -28,7 +28,7 @@ from localgpt_index.index.open import StoreRequest, StoreScheme
 from localgpt_index.index.protocols import Store
 from localgpt_index.models.families import Family
 from localgpt_index.models.loaders import Loader
-from localgpt_index.testing.fake import FakeEncoder, expected_render_size
+from localgpt_index.testing.fake import FakeEncoder, fake_render_size
 
 MODEL_TYPE = "lgpt-plugin"
 ARTIFACT = "plugin_pages"
@@ -134,7 +134,7 @@ def _open_mem(request: StoreRequest) -> MemStore:
 
 
 FAMILY = Family("lgpt_plugin", "a plugin's family (tests)", (MODEL_TYPE,), "", "", Loader("lgpt-plugin"), False,
-                config_dim=True, torch=False, encoder=FakeEncoder, render_size=expected_render_size)
+                config_dim=True, torch=False, encoder=FakeEncoder, render_size=fake_render_size)
 
 
 @hookimpl
