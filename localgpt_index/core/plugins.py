@@ -49,21 +49,24 @@ class HookSpecs:
         """Store URL schemes (`localgpt_index.index.open.StoreScheme`): what `--store URL` opens."""
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # a plugin that reads a registry while it is imported gets the manager as loaded so far
 _manager: pluggy.PluginManager | None = None
 _built_ins: set[str] = set()  # registered once a process: a test may unregister one for a while
 
 
 def plugin_manager(*built_ins: ModuleType) -> pluggy.PluginManager:
-    """The process's plugin manager, its plugins loaded at the first call; `built_ins` (a registry's
-    own modules) registered at their first mention."""
+    """The process's plugin manager, its plugins loaded at the first call (again at the next, where
+    one could not be imported); `built_ins` (a registry's own modules) registered at their first mention."""
     global _manager
     with _lock:
         if _manager is None:
-            manager = pluggy.PluginManager(PROJECT)
+            _manager = manager = pluggy.PluginManager(PROJECT)
             manager.add_hookspecs(HookSpecs)
-            _load_plugins(manager)
-            _manager = manager
+            try:
+                _load_plugins(manager)
+            except BaseException:
+                _manager = None
+                raise
         for module in built_ins:
             if module.__name__ not in _built_ins:
                 _built_ins.add(module.__name__)
