@@ -56,7 +56,7 @@ def test_a_plugin_s_family_artifact_and_store_scheme_build_and_query_an_index(pl
     assert run_cli("verify", "--store", "mem://x").exit_code == 0
 
 
-def test_without_the_plugin_mem_is_refused_and_with_it_listed():
+def test_without_the_plugin_mem_is_refused():
     from localgpt_index.core.plugins import plugin_manager
 
     refused = run_cli("query", "anything", "--store", "mem://x")
