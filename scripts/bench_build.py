@@ -96,9 +96,10 @@ import json, sys, time
 started = time.perf_counter()
 import torch
 from byaldi import RAGMultiModalModel
-from localgpt_index.models.byaldi_family import byaldi_visible_path
+from localgpt_index.models.loaders import byaldi_visible_path
 from localgpt_index.models.resolve import resolve_model
-with byaldi_visible_path(resolve_model(sys.argv[1])) as path:
+ref = resolve_model(sys.argv[1])
+with byaldi_visible_path(ref.path, ref.family) as path:
     rag = RAGMultiModalModel.from_pretrained(path, device="cpu", verbose=0, index_root=sys.argv[3])
 rag.model.model = rag.model.model.to(getattr(torch, sys.argv[4]))  # byaldi hard-codes bfloat16
 loaded = time.perf_counter()

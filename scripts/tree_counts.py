@@ -26,8 +26,11 @@ def modules() -> dict[str, Path]:
 
 
 def _public_defs(tree: ast.Module) -> list[str]:
+    """Public top-level functions and classes, less a plugin's hook implementations (`@hookimpl`:
+    named after their hook, as pluggy requires)."""
     return [n.name for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not n.name.startswith("_")]
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not n.name.startswith("_")
+            and not any("hookimpl" in ast.unparse(d) for d in n.decorator_list)]
 
 
 def _aliases(tree: ast.Module) -> list[str]:

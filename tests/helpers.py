@@ -256,3 +256,28 @@ def first_part_held_until_a_second_starts(monkeypatch) -> list:
     monkeypatch.setattr(LocalView, "score_unit", score_unit)
     return started
 
+
+
+@contextmanager
+def artifacts_plugged(*artifacts: object, unplugged: tuple[object, ...] = ()) -> Iterator[None]:
+    """Inside the block (in this process): `artifacts` added by a plugin of their own, each replacing
+    the registered one of its name, and the plugins `unplugged` (a built-in artifact's module, say) out."""
+    from localgpt_index.core.plugins import hookimpl, plugin_manager
+    from localgpt_index.index.artifact_registry import registered_artifacts
+
+    class Plugin:
+        @hookimpl
+        def lgpt_artifacts(self) -> tuple[object, ...]:
+            return artifacts
+
+    registered_artifacts()  # the built-ins registered first: unplugging one holds for the block
+    manager, plugin = plugin_manager(), Plugin()
+    for module in unplugged:
+        manager.unregister(module)
+    manager.register(plugin)
+    try:
+        yield
+    finally:
+        manager.unregister(plugin)
+        for module in unplugged:
+            manager.register(module)

@@ -144,15 +144,12 @@ def _built_then_edited(ws: Workspace) -> None:
 
 
 def _built_without_codes(ws: Workspace) -> None:
-    from localgpt_index.index import artifacts
-    from localgpt_index.index.scoring.codes.artifact import CODES
+    from helpers import artifacts_plugged
 
-    artifacts.registered()
-    artifacts.unregister("codes")
-    try:
+    from localgpt_index.index.scoring.codes import artifact as codes
+
+    with artifacts_plugged(unplugged=(codes,)):
         _built(ws)
-    finally:
-        artifacts.register(CODES)
 
 
 def _exported(ws: Workspace) -> None:

@@ -267,18 +267,13 @@ def _set_codes_version(root, version: int) -> None:
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_writes_none(fake_model, corpus, tmp_path):
-    from helpers import build_json
+    from helpers import artifacts_plugged, build_json
 
-    from localgpt_index.index import artifacts
-    from localgpt_index.index.scoring.codes.artifact import CODES
+    from localgpt_index.index.scoring.codes import artifact as codes
 
     index = tmp_path / "idx"
-    artifacts.registered()  # the built-ins are loaded: unregistering now holds for this build
-    artifacts.unregister("codes")
-    try:
+    with artifacts_plugged(unplugged=(codes,)):
         result, _ = build_json(corpus[0], index, "--model", str(fake_model))
-    finally:
-        artifacts.register(CODES)
     assert result.exit_code in (0, 3), result.stderr
     before = sorted(p.relative_to(index) for p in index.rglob("*"))
     exact, _ = _query(index)
@@ -331,20 +326,15 @@ def test_segments_written_before_codes_are_scored_exactly_beside_coded_ones(fake
     """An index whose first segment has no codes (written before them), then a build that adds documents:
     the new segment gets codes, the old one is not given any (derive happens in no build nor reader),
     and a first pass keeps every page of the old segment (scored exactly) beside its candidates."""
-    from helpers import build_json, make_pdfs
+    from helpers import artifacts_plugged, build_json, make_pdfs
 
-    from localgpt_index.index import artifacts
-    from localgpt_index.index.scoring.codes.artifact import CODES
+    from localgpt_index.index.scoring.codes import artifact as codes
     from localgpt_index.query.search import open_index
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdfs(docs, 2, 3, "old")
-    artifacts.registered()
-    artifacts.unregister("codes")
-    try:
+    with artifacts_plugged(unplugged=(codes,)):
         assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
-    finally:
-        artifacts.register(CODES)
     make_pdfs(docs, 2, 3, "new")
     assert build_json(docs, index, "--model", str(fake_model))[0].exit_code == 0
     segments = list(open_index(index).manifest.segments.values())

@@ -137,7 +137,8 @@ class _V2:
 
 
 def _v2_index(index: Path, docs: int, segment_docs: int) -> None:
-    from localgpt_index.index import artifacts
+    from helpers import artifacts_plugged
+
     from localgpt_index.index.scoring.codes.artifact import CODES, Codes
 
     class V2(Codes):
@@ -146,12 +147,8 @@ def _v2_index(index: Path, docs: int, segment_docs: int) -> None:
         def part_writer(self, dim):
             return _V2(CODES.part_writer(dim))
 
-    artifacts.registered()
-    artifacts.register(V2())
-    try:
+    with artifacts_plugged(V2()):
         _make_index(index / "default", docs, segment_docs)
-    finally:
-        artifacts.register(CODES)
 
 
 def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_segment(tmp_path):

@@ -70,7 +70,7 @@ def _engine(model: Path):
     from localgpt_index.models.families import family_named
 
     family = family_named(resolve_model(str(model)).family)
-    dtype = torch.bfloat16 if family.loader == "byaldi" else torch.float32
+    dtype = torch.bfloat16 if family.loader.name == "byaldi" else torch.float32
     net = getattr(engine, family.architecture).from_pretrained(str(model), dtype=dtype).float().eval()
     return net, getattr(engine, family.processor).from_pretrained(str(model))
 
@@ -81,7 +81,7 @@ def test_the_right_library_loads_the_family(family_model):
 
     encoder = _encoder(family_model)
     family = family_named(encoder.model.family)
-    assert encoder.loader == family.loader
+    assert encoder.loader == family.loader.name
     assert type(encoder.net).__name__ == family.architecture
 
 
@@ -338,7 +338,7 @@ def test_doctor_reports_family_loader_tokens_and_bytes(family_model):
     validate(report, "doctor")
     model = report["model"]
     family = family_named(resolve_model(str(family_model)).family)
-    assert (model["family"], model["loader"], model["dynamic_resolution"]) == (family.name, family.loader, family.dynamic)
+    assert (model["family"], model["loader"], model["dynamic_resolution"]) == (family.name, family.loader.name, family.dynamic)
     smoke = model["smoke_test"]
     assert smoke["ok"], smoke
     rows, dim = smoke["page_vectors"]

@@ -13,7 +13,8 @@ import pytest
 from conftest import load_schema
 
 from localgpt_index.models import families, schemas
-from localgpt_index.models.families import FAMILIES, Family, register
+from localgpt_index.models.families import FAMILIES, Family, find_family
+from localgpt_index.models.loaders import Loader
 
 PACKAGE = Path(__file__).resolve().parent.parent / "localgpt_index"
 
@@ -45,7 +46,7 @@ def test_a_plugin_family_validates_through_the_pattern_and_a_malformed_name_does
 
 
 def test_the_check_fails_when_the_registry_gains_a_built_in(monkeypatch, capsys):
-    extra = Family("colnew", "ColNew", ("new",), "ColNew", "ColNewProcessor", "newloader", False)
+    extra = Family("colnew", "ColNew", ("new",), "ColNew", "ColNewProcessor", Loader("newloader"), False)
     monkeypatch.setattr(families, "FAMILIES", (*FAMILIES, extra))
     assert sorted(schemas.stale()) == ["build.schema.json", "doctor.schema.json"]
     assert schemas.main(["--check"]) == 1 and "python -m localgpt_index.models.schemas" in capsys.readouterr().err
@@ -63,10 +64,10 @@ def test_the_generator_rewrites_only_the_node_and_keeps_the_rest_of_the_text():
 
 
 @pytest.mark.parametrize("name, loader", [("Bad Name", "x"), ("ok", "Bad Loader"), ("", "x")])
-def test_register_refuses_a_name_the_schemas_would_not_accept(name, loader):
+def test_a_family_refuses_a_name_the_schemas_would_not_accept(name, loader):
     with pytest.raises(ValueError, match="lowercase words"):
-        register(Family(name, "Bad", ("bad",), "", "", loader, False))
-    assert name not in families._REGISTRY
+        Family(name, "Bad", ("bad",), "", "", Loader(loader), False)
+    assert find_family(name) is None
 
 
 # A comparison of a family's name with a literal, or membership in a literal tuple of names:
@@ -129,7 +130,7 @@ def test_overlapping_quiet_blocks_on_two_threads_restore_the_outer_settings():
     any order; the settings come back when the last one ends, not when the first one does."""
     from transformers.utils import logging as hf_logging
 
-    from localgpt_index.models.quiet import quiet_transformers
+    from localgpt_index.models.loaders import quiet_transformers
 
     hf_logging.set_verbosity_info()
     entered, release = threading.Event(), threading.Event()
@@ -160,7 +161,7 @@ def test_quiet_blocks_touch_nothing_where_transformers_is_quiet_already_and_quie
     from transformers.utils import logging as hf_logging
 
     import localgpt_index.core.collector as collector
-    from localgpt_index.models.quiet import quiet_transformers
+    from localgpt_index.models.loaders import quiet_transformers
 
     calls = []
     real = hf_logging.set_verbosity

@@ -182,12 +182,12 @@ def toy(monkeypatch):
     in a part of its segment), registered here and in every CLI process this test starts."""
     import toy_artifact
 
-    from localgpt_index.index.artifacts import register, unregister
+    from localgpt_index.core.plugins import plugin_manager
 
-    register(toy_artifact.TOY)
+    plugin_manager().register(toy_artifact)  # before LGPT_PLUGINS names it: this process has loaded its plugins
     monkeypatch.setenv("LGPT_PLUGINS", f"{os.environ.get('LGPT_PLUGINS', '')},toy_artifact")
     yield toy_artifact
-    unregister(toy_artifact.NAME)
+    plugin_manager().unregister(toy_artifact)
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier

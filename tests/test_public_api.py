@@ -63,15 +63,24 @@ def test_a_plugin_module_that_cannot_be_imported_is_named():
     assert result.returncode != 0 and "LGPT_PLUGINS: the plugin module no_such_plugin_module cannot be imported" in result.stderr
 
 
-def test_a_registered_url_scheme_opens_its_store_and_an_unknown_one_lists_the_forms(monkeypatch, tmp_path):
+def test_a_plugin_s_url_scheme_opens_its_store_and_an_unknown_one_lists_the_forms(tmp_path):
     from localgpt_index.core.errors import UsageError
-    from localgpt_index.index import open as opening
+    from localgpt_index.core.plugins import hookimpl, plugin_manager
+    from localgpt_index.index.open import StoreScheme
 
-    monkeypatch.setattr(opening, "_SCHEMES", dict(opening._SCHEMES))
-    opening.register_scheme("mem", lambda request: ("a store for", request.url, request.pdf_store), "mem://NAME")
-    assert localgpt_index.open_store("mem://x", pdf_store=tmp_path) == ("a store for", "mem://x", tmp_path)
-    with pytest.raises(UsageError, match=r"expected local, .* qdrant\+path://DIR/COLLECTION or mem://NAME\.$"):
-        localgpt_index.open_store("redis://host/docs")
+    class Mem:
+        @hookimpl
+        def lgpt_store_schemes(self) -> tuple[StoreScheme, ...]:
+            return (StoreScheme("mem", lambda request: ("a store for", request.url, request.pdf_store), "mem://NAME"),)
+
+    plugin = Mem()
+    plugin_manager().register(plugin)
+    try:
+        assert localgpt_index.open_store("mem://x", pdf_store=tmp_path) == ("a store for", "mem://x", tmp_path)
+        with pytest.raises(UsageError, match=r"expected local, .* qdrant\+path://DIR/COLLECTION or mem://NAME\.$"):
+            localgpt_index.open_store("redis://host/docs")
+    finally:
+        plugin_manager().unregister(plugin)
 
 
 def test_a_name_renamed_in_0_4_still_resolves_from_the_root_with_a_deprecation_warning():

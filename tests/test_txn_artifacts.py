@@ -24,13 +24,13 @@ def toy(monkeypatch):
     """The toy artifact, registered here and in every CLI process this test starts."""
     import toy_artifact
 
-    from localgpt_index.index.artifacts import register, unregister
+    from localgpt_index.core.plugins import plugin_manager
 
-    register(toy_artifact.TOY)
+    plugin_manager().register(toy_artifact)  # before LGPT_PLUGINS names it: this process has loaded its plugins
     monkeypatch.setenv("LGPT_PLUGINS", f"{os.environ.get('LGPT_PLUGINS', '')},toy_artifact")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])))
     yield toy_artifact
-    unregister(toy_artifact.NAME)
+    plugin_manager().unregister(toy_artifact)
 
 
 def _args(kind: str, tmp_path: Path) -> list[str]:

@@ -34,10 +34,10 @@ class _V1Writer:
 
 def _old_index(fake_model, corpus, tmp_path, codes: str):
     """An index as an older version wrote it: no codes part ("none") or version 1's ("v1")."""
-    from helpers import build_json
+    from helpers import artifacts_plugged, build_json
 
-    from localgpt_index.index import artifacts
-    from localgpt_index.index.scoring.codes.artifact import CODES, Codes
+    from localgpt_index.index.scoring.codes import artifact
+    from localgpt_index.index.scoring.codes.artifact import Codes
 
     class V1(Codes):
         version = 1
@@ -46,15 +46,8 @@ def _old_index(fake_model, corpus, tmp_path, codes: str):
             return _V1Writer(dim)
 
     index = tmp_path / "idx"
-    artifacts.registered()  # the built-ins are loaded: what is registered now holds for this build
-    if codes == "none":
-        artifacts.unregister("codes")
-    else:
-        artifacts.register(V1())
-    try:
+    with artifacts_plugged(unplugged=(artifact,)) if codes == "none" else artifacts_plugged(V1()):
         result, _ = build_json(corpus[0], index, "--model", str(fake_model))
-    finally:
-        artifacts.register(CODES)
     assert result.exit_code in (0, 3), result.stderr
     return index
 

@@ -1,7 +1,8 @@
 """A toy derived artifact for the artifact plumbing's tests (tests/test_txn_artifacts.py): per
 segment, each page's token count (a part, fed beside the vectors); per generation, a total (built
-at commit from the live parts). Importing this module registers it, so a CLI process started with
-this module in $LGPT_PLUGINS (and tests/ on PYTHONPATH) writes it too."""
+at commit from the live parts). The module is a plugin (its `lgpt_artifacts` hook adds the artifact):
+a test registers it with the plugin manager, and a CLI process started with this module in
+$LGPT_PLUGINS (and tests/ on PYTHONPATH) writes it too."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from localgpt_index.core.plugins import hookimpl
 from localgpt_index.core.types import PageRef
-from localgpt_index.index.artifacts import BlobSink, BlobSource, CommitContext, register
+from localgpt_index.index.artifacts import Artifact, BlobSink, BlobSource, CommitContext
 from localgpt_index.index.format.manifest import ArtifactRef, PartRef, Segment
 
 NAME = "toy"
@@ -68,4 +70,9 @@ class Toy:
         return {"total": total, "parts": {sid: json.loads(source.read(p.blobs[0])) for sid, p in parts.items()}}
 
 
-TOY = register(Toy())
+TOY = Toy()
+
+
+@hookimpl
+def lgpt_artifacts() -> tuple[Artifact, ...]:
+    return (TOY,)

@@ -162,7 +162,7 @@ def _model_report(model: str, origin: dict, resolve: Callable[[], ModelRef], pre
 
     family = family_named(ref.family)
     report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family,
-                  family_name=family.display, loader=family.loader, dynamic_resolution=family.dynamic)
+                  family_name=family.display, loader=family.loader.name, dynamic_resolution=family.dynamic)
     try:
         report["declared_dtypes"] = declared_dtypes(ref.path)
         report["stored_dtypes"] = {group: dict(counter) for group, counter in stored_dtypes(ref.path).items()}

@@ -12,16 +12,15 @@ catalog chunks keyed by the blob's name), read back checked (`BlobSource.read`: 
 blobs no kept generation names are collected with the segments. Readers open an artifact lazily
 (`View.artifact(name)`, None when absent) and never write.
 
-Artifacts register here (`register`), built-ins and plugins alike (a module named in $LGPT_PLUGINS
-is imported before the registry is first read); see docs/dev/transaction-core.md, "How to add an artifact".
+Artifacts come from the plugin manager's `lgpt_artifacts` hook (core/plugins.py), built-ins (the
+page text and full-text index, the binary codes) and plugins alike, listed by index/artifact_registry.py;
+see docs/dev/transaction-core.md, "How to add an artifact".
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Protocol
 
 import numpy as np
@@ -29,12 +28,7 @@ import numpy as np
 from ..core.types import PageRef
 from .format.manifest import ArtifactRef, BlobRef, Document, Manifest, PartRef, Segment
 
-__all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "CommitContext", "PartRef", "PartWriter",
-           "artifact_named", "register", "registered", "unregister"]
-
-PLUGINS_ENV = "LGPT_PLUGINS"
-# modules of built-in artifacts, imported (and so registered) before the registry is read
-BUILT_INS: tuple[str, ...] = ("localgpt_index.index.text.artifact", "localgpt_index.index.scoring.codes.artifact")
+__all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "CommitContext", "PartRef", "PartWriter"]
 
 
 class BlobSink(Protocol):
@@ -104,46 +98,6 @@ class Artifact(Protocol):
     def open(self, ref: ArtifactRef | None, parts: Mapping[str, PartRef], source: BlobSource) -> object: ...
 
 
-_REGISTRY: dict[str, Artifact] = {}
-_plugins_loaded = False
-
-
-def register(artifact: Artifact) -> Artifact:
-    """Add an artifact (or replace the one of its name); every transaction begun after writes it."""
-    _REGISTRY[artifact.name] = artifact
-    return artifact
-
-
-def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
-
-
-def registered() -> tuple[Artifact, ...]:
-    """Every artifact, in the order they registered (plugins of $LGPT_PLUGINS imported first)."""
-    _load_plugins()
-    return tuple(_REGISTRY.values())
-
-
-def artifact_named(name: str) -> Artifact | None:
-    _load_plugins()
-    return _REGISTRY.get(name)
-
-
-def _load_plugins() -> None:
-    """Built-ins, then plugins: a process that reads an index without loading a model (verify, serve) sees them too."""
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for name in BUILT_INS:
-        import_module(name)
-    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
-        try:
-            import_module(name)
-        except ImportError:
-            pass  # the family registry says so, with a message; an index without the plugin reads as without it
-
-
 def blob_names(manifests: Iterable[Manifest | None]) -> set[str]:
     """The blobs these generations name (their artifacts and their segments' parts)."""
     names: set[str] = set()
@@ -205,35 +159,3 @@ def build_artifacts(artifacts: Iterable[Artifact], generation: int, base: Manife
         if ref is not None:
             refs[artifact.name] = ref
     return refs
-
-
-def check_all(manifest: Manifest, source: BlobSource) -> list[str]:
-    """Every artifact and part a generation names: each blob's size and sha256, then the artifact's own check."""
-    from ..core.errors import IndexProblem
-
-    problems: list[str] = []
-    refs: list[tuple[str, str, PartRef]] = [(name, f"artifact {name}", ref) for name, ref in sorted(manifest.artifacts.items())]
-    refs += [(name, f"segment {sid}'s {name} part", part) for sid, seg in sorted(manifest.segments.items())
-             for name, part in sorted(seg.parts.items())]
-    for name, where, ref in refs:
-        damaged = False
-        for blob in ref.blobs:
-            try:
-                source.read(blob)
-            except IndexProblem as exc:
-                problems.append(f"{where}: {exc.message}")
-                damaged = True
-        artifact = artifact_named(name)
-        if not damaged and artifact is not None:
-            problems += [f"{where}: {problem}" for problem in artifact.check(ref, source, True)]
-    return problems
-
-
-def open_artifact(name: str, manifest: Manifest, source: BlobSource) -> object | None:
-    """Artifact `name` of a generation, opened (None: not registered here, or not in this generation)."""
-    artifact = artifact_named(name)
-    ref = manifest.artifacts.get(name)
-    parts = {sid: seg.parts[name] for sid, seg in manifest.segments.items() if name in seg.parts}
-    if artifact is None or (ref is None and not parts):
-        return None
-    return artifact.open(ref, parts, source)

@@ -1,17 +1,19 @@
 """Which store an index lives in: `local` (a folder), or Qdrant (a server, a cluster, or in-process).
 
-Stores are opened through a registry of URL schemes: the built-in ones register below, and a
-plugin (a module named in $LGPT_PLUGINS, say) may add its own with `register_scheme`.
+Stores are opened by URL scheme: the schemes come from the plugin manager's `lgpt_store_schemes`
+hook (core/plugins.py), the built-in ones from this module's, a plugin's from its own.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..core.plugins import collected, hookimpl, plugin_manager
 from .protocols import Store
 from .local.store import LocalStore
 from .local.layout import index_path
@@ -29,12 +31,16 @@ class StoreRequest:
 
 
 StoreOpener = Callable[[StoreRequest], Store]
-_SCHEMES: dict[str, tuple[StoreOpener, str]] = {}  # scheme -> (opener, the URL's form, for messages)
 
 
-def register_scheme(scheme: str, opener: StoreOpener, form: str) -> None:
-    """Open the URLs `scheme://...` (or the bare word `local`) with `opener`; `form` shows the URL in messages."""
-    _SCHEMES[scheme] = (opener, form)
+@dataclass(frozen=True)
+class StoreScheme:
+    """A kind of store `--store URL` opens: the URLs `scheme://...` (or the bare word `local`), opened
+    by `open`; `form` shows the URL in messages."""
+
+    scheme: str
+    open: StoreOpener
+    form: str
 
 
 def _local(request: StoreRequest) -> LocalStore:
@@ -48,21 +54,30 @@ def _qdrant(request: StoreRequest) -> Store:
     return QdrantStore(parse_store_url(request.url, request.api_key), request.pdf_store)
 
 
-register_scheme("local", _local, "local")
-register_scheme("qdrant", _qdrant, "qdrant://HOST:PORT/COLLECTION")
-register_scheme("qdrants", _qdrant, "qdrants://...")
-register_scheme("qdrant+path", _qdrant, "qdrant+path://DIR/COLLECTION")
+@hookimpl(trylast=True)
+def lgpt_store_schemes() -> tuple[StoreScheme, ...]:
+    return (StoreScheme("local", _local, "local"), StoreScheme("qdrant", _qdrant, "qdrant://HOST:PORT/COLLECTION"),
+            StoreScheme("qdrants", _qdrant, "qdrants://..."),
+            StoreScheme("qdrant+path", _qdrant, "qdrant+path://DIR/COLLECTION"))
+
+
+def registered_schemes() -> dict[str, StoreScheme]:
+    """Every scheme by name: the built-ins, then the plugins' in the order they registered (a later
+    one replaces an earlier one of its name)."""
+    return {scheme.scheme: scheme
+            for scheme in collected(plugin_manager(sys.modules[__name__]).hook.lgpt_store_schemes())}
 
 
 def open_store(url: str | None = None, index_dir: str | os.PathLike | None = None, name: str | None = None,
                api_key: str | None = None, pdf_store: str | os.PathLike | None = None) -> Store:
     """`url`: local (default: <index-dir>/<name>), qdrant://HOST:PORT/COLLECTION, qdrants://... (https)
-    or qdrant+path://DIR/COLLECTION (Qdrant's in-process mode); also from $LGPT_STORE."""
+    or qdrant+path://DIR/COLLECTION (Qdrant's in-process mode), or a plugin's scheme; also from $LGPT_STORE."""
     url = url or os.environ.get("LGPT_STORE") or "local"
     scheme = url if url == "local" else (url.partition("://")[0] if "://" in url else "")
-    if scheme not in _SCHEMES:
-        forms = [form for _, form in _SCHEMES.values()]
+    schemes = registered_schemes()
+    if scheme not in schemes:
+        forms = [known.form for known in schemes.values()]
         raise UsageError(f"--store {url}: expected {', '.join(forms[:-1])} or {forms[-1]}.")
     request = StoreRequest(url, index_dir, name, api_key or os.environ.get("QDRANT_API_KEY"),
                            Path(pdf_store) if pdf_store else None)
-    return _SCHEMES[scheme][0](request)
+    return schemes[scheme].open(request)

@@ -15,7 +15,8 @@ import numpy as np
 from ..core.errors import IndexProblem
 from ..core.metadata import matches
 from ..core.types import SearchHit
-from .artifacts import BlobSource, open_artifact
+from .artifact_registry import open_artifact
+from .artifacts import BlobSource
 from .format.checksums import prefetch
 from .scoring.codes import SegmentCodes, first_pass
 from .scoring.codes.artifact import NAME as CODES

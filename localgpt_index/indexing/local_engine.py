@@ -20,11 +20,10 @@ from ..ingest.convert import ConverterSet
 from ..ingest.events import EngineEvent, PageReady, PagesEncoded
 from ..ingest.feed import FeedSource, PageFeed
 from ..ingest.opening import OnOpen
-from ..models.batching import encode_resiliently
+from ..models.encoding import encode_resiliently, pool_some
 from ..models.loading import EncoderOptions
 from ..models.protocols import PageEncoder
 from ..models.render_size import expected_render_size
-from ..models.pooling import pool_some
 from ..models.resolve import ModelRef
 from ..models.tuning import CANDIDATES, CpuTuner, cpu_threads, torch_on_cpu, tuner_for
 from .options import BuildOptions, BuildReport, Log, StageTimer

@@ -125,7 +125,7 @@ class EncoderWorker:
         from PIL import Image
 
         from ..core.errors import page_failure
-        from ..models.batching import encode_resiliently
+        from ..models.encoding import encode_resiliently
 
         if isinstance(images, DocumentError):
             return images
@@ -138,7 +138,7 @@ class EncoderWorker:
             return failure
         results = encode_resiliently(self.encoder, prepared)
         if self.pool_factor > 1:
-            from ..models.pooling import pool_some
+            from ..models.encoding import pool_some
 
             results = pool_some(results, self.pool_factor)
         return results

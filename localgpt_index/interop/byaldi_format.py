@@ -29,6 +29,7 @@ from ..ingest.discover import IMAGE, KIND_BY_SUFFIX, PDF, sha256_file
 from ..core.errors import IndexProblem, LgptError, UsageError
 from ..core.failpoints import failpoint
 from ..models.families import find_family
+from ..models.loaders import COLPALI_ENGINE
 from ..index.format.manifest import Document, ModelInfo, Settings, Span, describe
 from ..core.types import SearchHit
 from ..index.protocols import View as Index
@@ -96,7 +97,7 @@ def export_byaldi(index: Index, out: Path, with_images: bool = False, dpi: int =
     out = check_export_target(out, index.store.local_folders)
     model_name = index.manifest.model.path or index.manifest.model.id
     family = find_family(index.manifest.model.family)
-    if family is not None and family.loader == "colpali-engine":
+    if family is not None and family.loader is COLPALI_ENGINE:
         raise UsageError(f"byaldi 0.0.7 loads ColPali and ColQwen2 only; this index's model is {family.display} ({model_name}).",
                          hint="Use the index itself (query, serve, the Python API), or export --format qdrant.")
     if "colpali" not in model_name.lower() and "colqwen2" not in model_name.lower():

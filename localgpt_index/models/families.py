@@ -2,24 +2,23 @@
 
 A family is recognised from the checkpoint's `config.json` (its `architectures`, then its
 `model_type`), never from the folder name. ColPali and ColQwen2 load through byaldi, as
-byaldi users expect; the families byaldi cannot load go through colpali-engine's own classes.
-Nothing here imports torch.
+byaldi users expect; the families byaldi cannot load go through colpali-engine's own classes
+(models/loaders.py). Nothing here imports torch.
 
-The families live in a registry, and the built-in ones register through it like any other:
-a plugin module (the test double of the `testing` package, or a third party's family)
-calls `register()` when imported. The registry imports, at its first use in each process, the
-modules named in $LGPT_PLUGINS (comma-separated; subprocesses inherit it: the CLI, `serve`, Ray
-workers) and the entry points of the `lgpt_index.families` group (each a module, or a callable
-it calls).
+The families come from the plugin manager's `lgpt_families` hook (core/plugins.py): the built-in
+ones from this module's, a plugin's (the test double of the `testing` package, a third
+party's) from its own.
 """
 
 from __future__ import annotations
 
-import os
 import re
+import sys
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any, Callable
+
+from ..core.plugins import collected, hookimpl, plugin_manager
+from .loaders import BYALDI, COLPALI_ENGINE, Loader
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class Family:
     model_types: tuple[str, ...]  # config.json model_type of its checkpoints (or of the base model of an adapter)
     architecture: str  # colpali-engine's class, as in config.json "architectures"
     processor: str  # colpali-engine's processor class
-    loader: str  # "byaldi" or "colpali-engine"
+    loader: Loader  # loads the network and processor (BYALDI, COLPALI_ENGINE), or names a plugin's own `encoder`
     dynamic: bool  # the processor picks the number of image tokens from the page size
     dim: int = 128  # vector size, when the checkpoint's config does not say ("dim")
     config_dim: bool = False  # the checkpoint's config.json "dim" is the vector size
@@ -49,73 +48,49 @@ class Family:
     use_cache: bool = False  # the network takes use_cache (passed False: it builds no key-value cache per pass)
     compile_parts: tuple[str, ...] = ()  # the parts torch.compile compiles apart (dotted paths; none: the whole)
 
+    def __post_init__(self) -> None:
+        """Its name and its loader's are lowercase words (NAME_PATTERN, LOADER_PATTERN: what the published schemas allow)."""
+        if not re.match(NAME_PATTERN, self.name) or not re.match(LOADER_PATTERN, self.loader.name):
+            raise ValueError(f"a model family's name and loader are lowercase words: {self.name!r}, {self.loader.name!r}")
+
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # a family's name, as an index records it (the schemas' pattern for plugins')
+LOADER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
+
 
 # Published checkpoints, scores and the hardware each suits: the README's Models table.
 FAMILIES: tuple[Family, ...] = (
-    Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", "byaldi", False, shared_prompt=True,
+    Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", BYALDI, False, shared_prompt=True,
            logits_to_keep=True, use_cache=True, compile_parts=("model.model.vision_tower", "model.model.language_model")),
-    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", "byaldi", True, pixel_grid=True),
-    Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", "colpali-engine", True,
+    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", BYALDI, True, pixel_grid=True),
+    Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", COLPALI_ENGINE, True,
            pixel_grid=True),
-    Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", "colpali-engine", True, dim=320,
+    Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", COLPALI_ENGINE, True, dim=320,
            pixel_grid=True),
-    Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", "colpali-engine", True,
+    Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", COLPALI_ENGINE, True,
            config_dim=True, pixel_grid=True),
     Family("colidefics3", "ColIdefics3 (ColSmol)", ("idefics3",), "ColIdefics3", "ColIdefics3Processor",
-           "colpali-engine", True, use_cache=True),
+           COLPALI_ENGINE, True, use_cache=True),
     Family("colmodernvbert", "ColModernVBert", ("modernvbert",), "ColModernVBert", "ColModernVBertProcessor",
-           "colpali-engine", True),
-    Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", "colpali-engine", False),
+           COLPALI_ENGINE, True),
+    Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", COLPALI_ENGINE, False),
 )
 QWEN_GRID = tuple(family.name for family in FAMILIES if family.pixel_grid)  # the built-ins --max-visual-tokens applies to
-NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # a family's name, as an index records it (the schemas' pattern for plugins')
-LOADER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
-PLUGINS_ENV = "LGPT_PLUGINS"
-ENTRY_POINT_GROUP = "lgpt_index.families"
-
-_REGISTRY: dict[str, Family] = {}
-_plugins_loaded = False
 
 
-def register(family: Family) -> Family:
-    """Add a family (or replace the one of that name): built-ins and plugins alike. Its name and
-    loader are lowercase words (NAME_PATTERN, LOADER_PATTERN: what the published schemas allow)."""
-    if not re.match(NAME_PATTERN, family.name) or not re.match(LOADER_PATTERN, family.loader):
-        raise ValueError(f"a model family's name and loader are lowercase words: {family.name!r}, {family.loader!r}")
-    _REGISTRY[family.name] = family
-    return family
+@hookimpl(trylast=True)
+def lgpt_families() -> tuple[Family, ...]:
+    return FAMILIES
 
 
-for _family in FAMILIES:
-    register(_family)
+def registered_families() -> tuple[Family, ...]:
+    """Every family: the built-ins, then the plugins' in the order they registered (a later family
+    replaces an earlier one of its name)."""
+    return tuple(_by_name().values())
 
 
-def _load_plugins() -> None:
-    """Import the plugin modules of $LGPT_PLUGINS and of the entry-point group, once a process."""
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
-        try:
-            import_module(name)
-        except ImportError as exc:
-            from ..core.errors import EnvironmentMissing
-
-            raise EnvironmentMissing(f"{PLUGINS_ENV}: the plugin module {name} cannot be imported ({exc}).",
-                                     hint=f"Install it, or remove it from {PLUGINS_ENV}.") from None
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        loaded = point.load()
-        if callable(loaded):
-            loaded()
-
-
-def registered() -> tuple[Family, ...]:
-    """Every family: the built-ins, then the plugins' in the order they registered."""
-    _load_plugins()
-    return tuple(_REGISTRY.values())
+def _by_name() -> dict[str, Family]:
+    return {family.name: family for family in collected(plugin_manager(sys.modules[__name__]).hook.lgpt_families())}
 
 
 def built_in() -> tuple[Family, ...]:
@@ -129,14 +104,13 @@ def supported() -> str:
 
 
 def family_named(name: str) -> Family:
-    _load_plugins()
-    return _REGISTRY[name]
+    """The family of that name (KeyError where no registered family has it)."""
+    return _by_name()[name]
 
 
 def find_family(name: str) -> Family | None:
     """The family of that name, or None where no registered family has it."""
-    _load_plugins()
-    return _REGISTRY.get(name)
+    return _by_name().get(name)
 
 
 def detect_family(config: dict) -> Family | None:
@@ -144,13 +118,13 @@ def detect_family(config: dict) -> Family | None:
     (a single-vector Bi* model of the same backbone is not one), then `model_type`."""
     architectures = config.get("architectures") or []
     if isinstance(architectures, list):
-        for family in registered():
+        for family in registered_families():
             if family.architecture and family.architecture in architectures:
                 return family
         if any(isinstance(a, str) and a.startswith("Bi") for a in architectures):
             return None
     model_type = str(config.get("model_type", ""))
-    for family in registered():
+    for family in registered_families():
         if model_type in family.model_types:
             return family
     return None
@@ -161,6 +135,6 @@ def check_visual_tokens_supported(model: Any, tokens: int | None) -> None:
     from ..core.errors import UsageError
 
     if tokens is not None and not family_named(model.family).pixel_grid:
-        grid = ", ".join(family.display for family in registered() if family.pixel_grid)
+        grid = ", ".join(family.display for family in registered_families() if family.pixel_grid)
         raise UsageError(f"--max-visual-tokens: {family_named(model.family).display} does not support it; "
                          f"it applies to {grid}.")

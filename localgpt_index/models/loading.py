@@ -1,26 +1,27 @@
-"""Opening a model's encoder: a plugin family's own, or the family's loader (byaldi or
-colpali-engine) on the device and dtype the probe picks, assembled into a TorchEncoder."""
+"""Opening a model's encoder: a plugin family's own, or the family's loader (models/loaders.py:
+byaldi or colpali-engine) on the device and dtype the probe picks, assembled into a TorchEncoder.
+
+A model folder that cannot be loaded is told in the checkpoint's terms: one message naming the
+folder and the reason (no weights, pickled code, a width mismatch, another family's files), exit 4."""
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
-from .load_errors import check_weights
+from ..core.errors import EnvironmentMissing, LgptError
+from .loaders import LoadRequest
 from .protocols import PageEncoder
+from .resolve import ModelRef, offline_hint, weight_files
 
 if TYPE_CHECKING:
     from .device import Precision
-    from .resolve import ModelRef
+    from .families import Family
     from .torch_encoder import TorchEncoder
-
-# A registry family's `loader` -> the function that loads its network and processor (module, name).
-LOADERS: dict[str, tuple[str, str]] = {
-    "byaldi": (".byaldi_family", "load_byaldi"),
-    "colpali-engine": (".colpali_engine_family", "load_colpali_engine"),
-}
-
 
 @dataclass(frozen=True)
 class EncoderOptions:
@@ -67,8 +68,65 @@ def open_encoder(model: ModelRef, precision: Precision, batch_size: int, compile
     from .families import family_named
     from .torch_encoder import TorchEncoder
 
+    family = family_named(model.family)
+    if family.loader.load is None:
+        raise EnvironmentMissing(f"model {model.path}: {family.display} has an encoder of its own, not a network to load.")
     check_weights(model)
-    loader = family_named(model.family).loader
-    module, name = LOADERS[loader]
-    loaded = getattr(import_module(module, __package__), name)(model, precision, rag)
-    return TorchEncoder(model, precision, batch_size, loaded, compile=compile, loader=loader)
+    request = LoadRequest(model.path, family.name, family.architecture, family.processor, precision, rag,
+                          guard=partial(load_guard, model, family))
+    loaded = family.loader.load(request)
+    return TorchEncoder(model, precision, batch_size, loaded, compile=compile, loader=family.loader.name)
+
+
+def check_weights(model: ModelRef) -> None:
+    """A checkpoint folder without weights is refused before anything is imported or loaded."""
+    folder = Path(model.path)
+    if any(path.is_file() for path in weight_files(folder)):
+        return
+    try:
+        present = sorted(path.name for path in folder.iterdir())
+    except OSError:
+        present = []
+    shown = ", ".join(present[:8]) + (f" and {len(present) - 8} more" if len(present) > 8 else "")
+    raise EnvironmentMissing(f"model {folder}: no weights: no *.safetensors or *.bin file there (it holds {shown or 'nothing'}).",
+                             hint=load_hint(model))
+
+
+def load_hint(model: ModelRef) -> str:
+    """What to do about a checkpoint that cannot be loaded."""
+    if model.revision:  # a hub snapshot: fetch it again
+        return "Its copy in the Hugging Face cache looks damaged. " + offline_hint(model.id, model.revision)
+    return ("Point --model at a complete checkpoint, as save_pretrained writes one: config.json (whose architectures "
+            "name the family), the processor's files and the weights (safetensors), all of the same model.")
+
+
+@contextmanager
+def load_guard(model: ModelRef, family: Family, shown_as: str | None = None) -> Iterator[None]:
+    """A checkpoint that cannot be loaded (pickled code, weights whose shapes do not match its
+    config, another family's files) stops the command with one message naming the folder and the
+    reason, exit 4. The loaders are third-party code reading files from anywhere: whatever
+    they raise is turned into that message (the exception stays chained for a debugger)."""
+    try:
+        yield
+    except LgptError:
+        raise
+    except Exception as exc:
+        reason = load_reason(exc)
+        if shown_as:
+            reason = reason.replace(shown_as, model.path)
+        raise EnvironmentMissing(f"model {model.path}: cannot be loaded as {family.display} by {family.loader.name}: {reason}.",
+                                 hint=load_hint(model)) from exc
+
+
+def load_reason(exc: BaseException) -> str:
+    """What went wrong, in the terms of the checkpoint rather than of the loader's code."""
+    import pickle
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, pickle.UnpicklingError) or "Weights only load failed" in text:
+        return ("its pickled weights (*.bin) hold more than tensors, and lgpt-index loads tensors only (no pickled "
+                "code runs); convert them to safetensors")
+    if "ignore_mismatched_sizes" in text or "size mismatch" in text:
+        return "the shapes of its weights do not match the widths its config.json declares"
+    first = re.split(r"(?<=[.!?]) ", text, maxsplit=1)[0]  # loaders put the cause first, then advice for their own API
+    return f"{type(exc).__name__}: {first[:300].rstrip('.')}"

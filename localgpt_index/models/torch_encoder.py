@@ -1,5 +1,5 @@
 """A ColPali-family model on torch, assembled from named parts: the network and processor its
-family's loader made (byaldi_family, colpali_engine_family), a NetRunner for the forward passes,
+family's loader made (models/loaders.py), a NetRunner for the forward passes,
 the processor's geometry, and the family's way of batching pages (page_batches)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from .families import check_visual_tokens_supported, family_named
 from .page_batches import QUERY_BATCH, GridPages, ShapedPages, SharedPromptPages, forward_by_shape
 from .protocols import MAX_QUERY_TOKENS, PageEncoder, check_queries
-from .quiet import quiet_transformers
+from .loaders import quiet_transformers
 from .qwen_frames import patch_embeddings_as_products, temporal_frames
 from .render_size import ProcessorGeometry
 from .runner import NetRunner

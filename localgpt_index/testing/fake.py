@@ -6,8 +6,8 @@ and the pipeline run exactly as with a real model, in milliseconds. Its config c
 inject the failures a real device has (out of memory above a batch size, a device lost
 after some pages, a page that fails), so those paths are tested without a GPU.
 
-The family registers itself when this module is imported: tests and benchmarks name it in
-$LGPT_PLUGINS (tests/conftest.py does, for every process the suite starts); production
+The module is a plugin (its `lgpt_families` hook adds the family): tests and benchmarks name
+it in $LGPT_PLUGINS (tests/conftest.py does, for every process the suite starts); production
 code never imports it.
 """
 
@@ -22,8 +22,10 @@ from typing import Sequence
 import numpy as np
 
 from ..models.device import Precision
-from ..models.families import Family, register
+from ..core.plugins import hookimpl
+from ..models.families import Family
 from ..models.failures import DeviceLost, DeviceOutOfMemory
+from ..models.loaders import Loader
 from ..models.protocols import PageEncoder, check_queries
 from ..models.resolve import ModelRef
 
@@ -132,7 +134,7 @@ def _unit_vectors(data: bytes, rows: int, dim: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def expected_render_size(folder: Path) -> tuple[int, int] | None:
+def fake_render_size(folder: Path) -> tuple[int, int] | None:
     """The render size a fake checkpoint's config asks for, read before the encoder loads."""
     try:
         config = json.loads((Path(folder) / "config.json").read_bytes()[: 1 << 20])
@@ -142,5 +144,10 @@ def expected_render_size(folder: Path) -> tuple[int, int] | None:
     return tuple(size) if isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size) else None
 
 
-FAMILY = register(Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", "fake", False, config_dim=True, torch=False,
-                         encoder=FakeEncoder, render_size=expected_render_size))
+FAMILY = Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", Loader("fake"), False, config_dim=True, torch=False,
+                encoder=FakeEncoder, render_size=fake_render_size)
+
+
+@hookimpl
+def lgpt_families() -> tuple[Family, ...]:
+    return (FAMILY,)

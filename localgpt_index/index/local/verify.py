@@ -6,7 +6,7 @@ from typing import Any
 
 from ...core.errors import IndexProblem
 from ...core.files import sha256_file
-from ..artifacts import check_all
+from ..artifact_registry import check_all
 from ..format.files import regular_size
 from .blobs import LocalBlobs
 

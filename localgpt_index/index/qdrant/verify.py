@@ -11,7 +11,7 @@ from typing import Any
 from ...core.errors import IndexProblem, LgptError, UsageError
 from ...core.files import sha256_file
 from ..errors import MissingIndexFile
-from ..artifacts import check_all
+from ..artifact_registry import check_all
 from ..format.files import plain_files, regular_size
 from ..format.manifest import (
     Manifest,

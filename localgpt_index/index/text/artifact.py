@@ -23,8 +23,9 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from ...core.errors import IndexProblem
+from ...core.plugins import hookimpl
 from ...core.types import PageRef
-from ..artifacts import BlobSink, BlobSource, CommitContext, register
+from ..artifacts import Artifact, BlobSink, BlobSource, CommitContext
 from ..format.manifest import ArtifactRef, Document, PartRef, Segment
 from .engine import LexicalError, LexicalIndex, PageText
 from .tokenize import TOKENIZER_VERSION
@@ -196,5 +197,10 @@ def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: Blob
                     yield PageText(doc.path, page, rows[row][0])
 
 
-register(TextArtifact())
-register(LexicalArtifact())
+ARTIFACTS: tuple[Artifact, ...] = (TextArtifact(), LexicalArtifact())
+
+
+@hookimpl(trylast=True)
+def lgpt_artifacts() -> tuple[Artifact, ...]:
+    """The built-in page text and full-text index (index/artifacts.py lists them first)."""
+    return ARTIFACTS

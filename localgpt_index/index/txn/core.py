@@ -22,10 +22,10 @@ from ..artifacts import (
     blob_names,
     build_artifacts,
     part_writers,
-    registered,
     seal_parts,
     with_derived_parts,
 )
+from ..artifact_registry import registered_artifacts
 from ..format.manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
 from ..format.files import NotDurable
 from ..format.pdfstore import PdfStore
@@ -122,7 +122,7 @@ class Transaction:
     def __init__(self, backend: Backend, hold: Hold, base: Manifest | None, generation: int,
                  pdfs: PdfStore | None, artifacts: Sequence[Artifact] | None = None) -> None:
         self.backend, self.hold, self.pdfs = backend, hold, pdfs
-        self.artifacts = tuple(registered() if artifacts is None else artifacts)
+        self.artifacts = tuple(registered_artifacts() if artifacts is None else artifacts)
         self.base = base
         self.current = base  # the last manifest committed (or the base)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)

@@ -25,8 +25,9 @@ from typing import Callable
 import numpy as np
 
 from ....core.types import PageRef
-from ...artifacts import BlobSink, BlobSource, CommitContext, register
+from ...artifacts import Artifact, BlobSink, BlobSource, CommitContext
 from ....core.errors import IndexProblem
+from ....core.plugins import hookimpl
 from ...format.checksums import BlockGuard
 from ...format.manifest import CHECK_BLOCK, REBUILD_HINT, ArtifactRef, BlobRef, Checksum, PartRef, Segment
 from .pack import TRAIN_ROWS, Codebook, as_words, code_bytes, residual_codes, train_codebook
@@ -269,4 +270,10 @@ class Codes:
         return StoredCodes(parts, source)
 
 
-CODES = register(Codes())
+CODES = Codes()
+
+
+@hookimpl(trylast=True)
+def lgpt_artifacts() -> tuple[Artifact, ...]:
+    """The built-in binary codes (index/artifacts.py lists them after the text's)."""
+    return (CODES,)
