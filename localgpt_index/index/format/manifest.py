@@ -375,6 +375,6 @@ def json_schema() -> dict:
 if __name__ == "__main__":  # python -m localgpt_index.index.format.manifest: write the published schema
     from pathlib import Path
 
-    target = Path(__file__).resolve().parents[3] / "schemas" / "manifest.schema.json"
+    target = Path(__file__).resolve().parents[2] / "schemas" / "manifest.schema.json"
     target.write_text(json.dumps(json_schema(), indent=2) + "\n")
     print(target)
