@@ -14,7 +14,7 @@ from pathlib import Path
 from ..core.errors import UsageError
 from .protocols import Store
 from .local.store import LocalStore
-from .local.layout import index_path
+from .local.store import index_path
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.errors import EnvironmentMissing, IndexProblem
+from ..core.errors import EnvironmentMissing, IndexProblem, MissingIndexFile
 from ..core.types import SearchHit
 from ..index.scoring.device import DeviceScorer, DeviceScoring
 from ..index.local.store import LocalStore
-from ..index.errors import MissingIndexFile
-from ..index.local.layout import index_path
+from ..index.local.store import index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import View
 from ..models.protocols import QueryEncoder, check_queries

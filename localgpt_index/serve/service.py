@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.cpus import short_openmp_spin
-from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
+from ..core.errors import EnvironmentMissing, IndexProblem, LgptError, MissingIndexFile
 from ..core.failpoints import failpoint
 from ..index.local.store import LocalStore
-from ..index.errors import MissingIndexFile
 from ..index.scoring import maxsim as score
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model

@@ -132,7 +132,7 @@ def _unit_vectors(data: bytes, rows: int, dim: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def expected_render_size(folder: Path) -> tuple[int, int] | None:
+def _configured_render_size(folder: Path) -> tuple[int, int] | None:
     """The render size a fake checkpoint's config asks for, read before the encoder loads."""
     try:
         config = json.loads((Path(folder) / "config.json").read_bytes()[: 1 << 20])
@@ -143,4 +143,4 @@ def expected_render_size(folder: Path) -> tuple[int, int] | None:
 
 
 FAMILY = register(Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", "fake", False, config_dim=True, torch=False,
-                         encoder=FakeEncoder, render_size=expected_render_size))
+                         encoder=FakeEncoder, render_size=_configured_render_size))

@@ -10,9 +10,8 @@ import stat
 import uuid
 from pathlib import Path
 
-from ...core.errors import IndexProblem
+from ...core.errors import IndexProblem, MissingIndexFile
 from .disk import disk
-from ..errors import MissingIndexFile
 from .manifest import REBUILD_HINT
 
 TMP_PREFIX = ".tmp-"

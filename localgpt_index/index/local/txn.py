@@ -18,12 +18,12 @@ from ..format.disk import disk
 from ..format.files import TMP_PREFIX, make_folders, plain_files, sweep_temporary, write_atomic
 from ..format.manifest import Checksum, Document, Head, Manifest, Segment
 from ..format.pdfstore import PdfStore
-from ..txn.core import Transaction
+from ..transaction import Transaction
 from .blobs import LocalBlobs
 from .segments import FileSegmentSink
 
 if TYPE_CHECKING:
-    from ..txn.staged import SegmentSink
+    from ..transaction import SegmentSink
 
 
 class LocalHold:
@@ -148,7 +148,7 @@ class LocalBackend:
 
 
 class LocalParts:
-    """What a local store gives begin()'s template (txn/begin.py)."""
+    """What a local store gives begin()'s template (transaction.open_transaction)."""
 
     def __init__(self, store: Any) -> None:  # an LocalStore
         self.store = store

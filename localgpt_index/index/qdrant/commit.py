@@ -74,7 +74,7 @@ def owned(txn: Any, doc: Document, visible_from: int) -> Document:
     missing = [n for n, pid in enumerate(ids, 1) if pid not in fetched]
     if missing:
         raise IndexProblem(f"{doc.path}: page {missing[0]} of the vectors it reuses is missing.", hint=REBUILD_HINT)
-    texts = page_texts(txn, doc)
+    texts = _page_extras(txn, doc)
     writer = txn.txn.segment_writer(fetched[ids[0]].shape[1])  # with the artifacts' parts: the page text travels
     for number, pid in enumerate(ids, 1):
         writer.append(fetched[pid], PageRef(doc.path, number, doc.sha256, doc.kind, doc.metadata), texts[number - 1])
@@ -83,21 +83,13 @@ def owned(txn: Any, doc: Document, visible_from: int) -> Document:
     return doc.model_copy(update={"spans": [Span(segment=segment.id, first=0, pages=len(ids))]})
 
 
-def page_texts(txn: Any, doc: Document) -> list[dict[str, str] | None]:
+def _page_extras(txn: Any, doc: Document) -> list[dict[str, str] | None]:
     """Each page's {"text", "text_source"} from the text parts of the segments it is stored in (None: no text part)."""
-    from ..text.artifact import TEXT, read_text_part
+    from ..text.artifact import page_texts
 
-    source, cache, found = txn.base_blobs(), {}, []
     known = {**(txn.base.segments if txn.base else {}), **(txn.current.segments if txn.current else {}), **txn._segments}
-    for span in doc.spans:
-        segment = known.get(span.segment)
-        part = segment.parts.get(TEXT) if segment else None
-        if part is not None and span.segment not in cache:
-            cache[span.segment] = read_text_part(part, source)
-        rows = cache.get(span.segment)
-        for row in range(span.first, span.first + span.pages):
-            found.append({"text": rows[row][0], "text_source": rows[row][1]} if rows and row < len(rows) else None)
-    return found
+    return [{"text": found[0], "text_source": found[1]} if found else None
+            for found in page_texts(known, doc, txn.base_blobs())]
 
 
 def retag(txn: Any, doc: Document) -> None:

@@ -16,7 +16,7 @@ from .lease import _Serialized
 FOLDER_WAIT_S = 2.0  # how long an in-process folder's lock is waited for
 
 
-def connect(store: Any):
+def connect_qdrant(store: Any):
     _models()
     from qdrant_client import QdrantClient
 

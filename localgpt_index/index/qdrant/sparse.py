@@ -1,11 +1,11 @@
-"""The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (index/text/bm25.py).
+"""The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (index/text/engine.py).
 
 A page's vector holds, for each distinct token of OUR tokenizer (index/text/tokenize.py), its term id
 (`term_id`: the first 4 bytes of the token's BLAKE2b digest, a stable 32-bit hash; two tokens that
 collide are one term, their weights summed: at ~10^5 distinct tokens about one pair in a million
 pairs shares an id, which can only raise a page that holds the other token) and BM25's saturated,
 length-normalised term frequency, tf_weight(tf, |d|, avgdl). Qdrant's IDF modifier applies
-idf = ln(1 + (N - n + 0.5) / (n + 0.5)) at query time: the formula of bm25.py, so a query vector of
+idf = ln(1 + (N - n + 0.5) / (n + 0.5)) at query time: the formula of text/engine.py, so a query vector of
 ones scores a page exactly as the FTS5 engine does, when N, n and avgdl are the same:
 
 - N and n: the query scopes the IDF statistics to the generation's visible points (`IdfCorpusParams`
@@ -40,7 +40,7 @@ from typing import Any
 
 from ..format.manifest import Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
-from ..text.bm25 import WEIGHTING
+from ..text.engine import WEIGHTING
 from ..text.tokenize import tokenize
 from .catalog import read_head
 from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id

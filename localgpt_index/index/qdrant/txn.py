@@ -17,15 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import IndexProblem
+from ...core.errors import IndexProblem, IndexWriteError
 from ...core.failpoints import failpoint
 from ..artifacts import blob_names
-from ..errors import IndexWriteError
 from ..format.manifest import FORMAT, Document, Manifest, Segment
 from ..format.pdfstore import PdfStore
-from ..txn import kept
-from ..txn.core import Transaction
-from ..txn.staged import SegmentSink
+from ..transaction import SegmentSink, Transaction, kept
 from . import commit as steps
 from . import recover as setup
 from .blobs import QdrantBlobs
@@ -269,7 +266,7 @@ def _head_manifest(store: Any, physical: str) -> tuple[bool, Manifest | None]:
 
 
 class QdrantParts:
-    """What a Qdrant store gives begin()'s template (txn/begin.py)."""
+    """What a Qdrant store gives begin()'s template (transaction.open_transaction)."""
 
     def __init__(self, store: Any) -> None:  # a QdrantStore
         self.store = store

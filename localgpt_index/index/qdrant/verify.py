@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import IndexProblem, LgptError, UsageError
+from ...core.errors import IndexProblem, LgptError, MissingIndexFile, UsageError
 from ...core.files import sha256_file
-from ..errors import MissingIndexFile
 from ..artifacts import check_all
 from ..format.files import plain_files, regular_size
 from ..format.manifest import (

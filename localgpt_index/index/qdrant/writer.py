@@ -13,7 +13,7 @@ from ...core.types import PageRef
 from ..format.manifest import (
     Segment,
 )
-from ..txn.staged import SegmentWriter
+from ..transaction import SegmentWriter
 from .ids import (
     PENDING,
     POOLED,

@@ -18,8 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...core.cpus import available_cpus
-from ...core.pools import SharedPool
+from ...core.cpus import SharedPool, available_cpus
 from .chunks import ChunkQueue, Queries, QueryStack, page_runs, plan_chunks
 from .kernel_policy import KernelPolicy
 

@@ -26,7 +26,7 @@ from ...core.errors import IndexProblem
 from ...core.types import PageRef
 from ..artifacts import BlobSink, BlobSource, CommitContext, register
 from ..format.manifest import ArtifactRef, Document, PartRef, Segment
-from .engine import LexicalError, LexicalIndex, PageText
+from .engine import LexicalError, LexicalIndex, LexicalPage
 from .tokenize import TOKENIZER_VERSION
 
 TEXT = "text"
@@ -69,12 +69,13 @@ def read_text_part(ref: PartRef, source: BlobSource) -> list[tuple[str, str]]:
 def page_texts(segments: Mapping[str, Segment], doc: Document, source: BlobSource,
                cache: dict[str, list[tuple[str, str]] | None] | None = None) -> list[tuple[str, str] | None]:
     """Each page's (text, source) of `doc`, in page order; None for a page written without a text part
-    (before the index kept page text). `cache`: text parts already read, by segment id."""
+    (before the index kept page text; or in a segment `segments` lacks). `cache`: text parts already read, by segment id."""
     cache = {} if cache is None else cache
     found: list[tuple[str, str] | None] = []
     for span in doc.spans:
         if span.segment not in cache:
-            part = segments[span.segment].parts.get(TEXT)
+            segment = segments.get(span.segment)
+            part = segment.parts.get(TEXT) if segment is not None else None
             cache[span.segment] = read_text_part(part, source) if part is not None else None
         rows = cache[span.segment]
         found += [rows[row] if rows is not None and row < len(rows) else None for row in range(span.first, span.first + span.pages)]
@@ -180,7 +181,7 @@ def _retexted(ctx: CommitContext) -> list[Document]:
     return changed
 
 
-def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: BlobSource) -> Iterator[PageText]:
+def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: BlobSource) -> Iterator[LexicalPage]:
     """The pages of `documents` that have text, from their segments' text parts."""
     cache: dict[str, list[tuple[str, str]]] = {}
     for doc in documents:
@@ -193,7 +194,7 @@ def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: Blob
             for row in range(span.first, span.first + span.pages):
                 page += 1
                 if rows is not None and row < len(rows) and rows[row][0]:
-                    yield PageText(doc.path, page, rows[row][0])
+                    yield LexicalPage(doc.path, page, rows[row][0])
 
 
 register(TextArtifact())

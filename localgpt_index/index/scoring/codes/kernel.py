@@ -16,8 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ....core.cpus import available_cpus
-from ....core.pools import SharedPool
+from ....core.cpus import SharedPool, available_cpus
 
 PAGES_PER_TASK = 2048  # pages per unit of work on the pool: enough to amortise a task, small enough to balance
 NUMPY_ROWS = 8192  # rows per NumPy chunk: (tokens x rows x words) bytes stay in tens of MiB

@@ -1,21 +1,78 @@
-"""`lgpt-index upgrade`: write what an index made by an older version lacks, as one new generation
-through the transaction core (the writers' lock, staged blobs, one HEAD switch: a kill at any point
-leaves the old generation answering; never done by a reader). Today that is the binary codes of the
-first pass (index/codes): every live segment without a part of the current version gets one, coded
-from its stored vectors (read and checked block by block) exactly as a build would code them, and
-version 2 codes get their block hashes (version 3: read lazily; the codes themselves are kept)."""
+"""Changes to an index that exists already, outside a build: `lgpt-index remove` (a new generation
+without some documents) and `lgpt-index upgrade`.
+
+`upgrade` writes what an index made by an older version lacks, as one new generation through the
+transaction (the writers' lock, staged blobs, one HEAD switch: a kill at any point leaves the old
+generation answering; never done by a reader). Today that is the binary codes of the first pass
+(index/scoring/codes): every live segment without a part of the current version gets one, coded from
+its stored vectors (read and checked block by block) exactly as a build would code them, and version 2
+codes get their block hashes (version 3: read lazily; the codes themselves are kept).
+"""
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Callable
 
-from .existing import changing_existing
+from ..core.errors import IndexProblem
 from ..core.failpoints import failpoint
-from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
-from ..index.format.manifest import Segment
+from ..index.format.manifest import Manifest, PartRef, Segment
 from ..index.local.store import LocalStore
+from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
+from ..index.transaction import Transaction
+
+
+@contextmanager
+def changing_existing(store: LocalStore, wait_s: float = 0.0) -> Iterator[tuple[Transaction, Manifest]]:
+    """The writer's transaction and the generation it starts from; IndexProblem where there is no index
+    (checked before the lock is taken, and again under it: another writer may have just removed it)."""
+    if not store.exists():
+        raise IndexProblem(f"no index at {store.location}.")
+    with store.begin(wait_s) as txn:
+        if txn.base is None:
+            raise IndexProblem(f"no index at {store.location}.")
+        yield txn, txn.base
+
+
+@dataclass
+class RemoveReport:
+    index: str
+    generation: int | None = None
+    removed: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    pages_removed: int = 0
+
+
+def remove_documents(store: LocalStore, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
+    """Drop the documents at `paths` (a folder drops everything under it)."""
+    report = RemoveReport(index=store.location)
+    with changing_existing(store, wait_s) as (txn, manifest):
+        drop: set[str] = set()
+        for raw in paths:
+            target = os.path.abspath(raw)
+            prefix = target.rstrip(os.sep) + os.sep
+            hits = [d.path for d in [*manifest.documents, *manifest.in_progress] if d.path == target or d.path.startswith(prefix)]
+            if hits:
+                drop.update(hits)
+            else:
+                report.not_found.append(os.fspath(raw))
+        if not drop:
+            return report
+        report.removed = sorted(drop)
+        report.pages_removed = sum(d.pages for d in manifest.documents if d.path in drop)
+        new = txn.commit(
+            [d for d in manifest.documents if d.path not in drop],
+            manifest.model,
+            manifest.settings,
+            [f for f in manifest.failures if f.path not in drop],
+            [d for d in manifest.in_progress if d.path not in drop],
+        )
+        report.generation = new.generation
+    return report
 
 
 @dataclass
@@ -73,7 +130,7 @@ def upgrade_index(store: LocalStore, wait_s: float = 0.0, progress: Progress | N
     return report
 
 
-def _coded(store: LocalStore, txn, segment: Segment):
+def _coded(store: LocalStore, txn: Transaction, segment: Segment) -> PartRef:
     """A segment's codes part, coded from its stored vectors (every block checked before it is coded)."""
     vectors, offsets = store.segment_arrays(segment)
     writer = CODES.part_writer(segment.dim)
