@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_cli, validate
 
-from localgpt_index.doctor.capabilities import INOTIFY, mcp_sdk, watcher
+from localgpt_index.doctor import INOTIFY, mcp_sdk, watcher
 from localgpt_index.cli.doctor import _print_capabilities
 
 TESSERACT_INSTALL = "apt-get install tesseract-ocr tesseract-ocr-eng"

@@ -155,6 +155,7 @@ class Backend(Protocol):
     location: str
     dtype: type
     needs_page: bool
+    unused_artifacts: frozenset[str]  # artifacts whose parts this store does not write (no reader of it would use them)
 
     def attach(self, txn: Transaction) -> None: ...
 
@@ -204,7 +205,7 @@ class Transaction:
     def __init__(self, backend: Backend, hold: Hold, base: Manifest | None, generation: int,
                  pdfs: PdfStore | None, artifacts: Sequence[Artifact] | None = None) -> None:
         self.backend, self.hold, self.pdfs = backend, hold, pdfs
-        self.artifacts = tuple(registered() if artifacts is None else artifacts)
+        self.artifacts = tuple(a for a in (registered() if artifacts is None else artifacts) if a.name not in backend.unused_artifacts)
         self.base = base
         self.current = base  # the last manifest committed (or the base)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)

@@ -238,15 +238,17 @@ class LocalStore:
         problems: list[str] = []
         for segment in manifest.segments.values():
             try:
-                damaged = self.segment_files(segment).check_all()  # every block, whatever this process has checked
+                files = self.segment_files(segment)
+                damaged = files.check_all()  # every block, whatever this process has checked
             except IndexProblem as exc:
                 problems.append(exc.message)
                 continue
             vec_path = self.segments_dir / f"{segment.id}.vectors.npy"
             if damaged:
+                checksum = files.guard.checksum
                 shown = ", ".join(str(b) for b in damaged[:5]) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
-                problems.append(f"{vec_path}: block{'s' if len(damaged) > 1 else ''} {shown} of {len(segment.checksum.blocks)} "
-                                f"({segment.checksum.block_size} bytes each) do{'' if len(damaged) > 1 else 'es'} not match "
+                problems.append(f"{vec_path}: block{'s' if len(damaged) > 1 else ''} {shown} of {len(checksum.blocks)} "
+                                f"({checksum.block_size} bytes each) do{'' if len(damaged) > 1 else 'es'} not match "
                                 "the checksums; the vectors are damaged.")
                 continue
             if sha256_file(vec_path) != segment.vectors_sha256:

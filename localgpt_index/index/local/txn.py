@@ -41,6 +41,7 @@ class LocalBackend:
 
     dtype: type = np.float16
     needs_page = False
+    unused_artifacts: frozenset[str] = frozenset()
 
     def __init__(self, store: Any, upgrade: bool = False) -> None:  # an LocalStore (local/store.py imports this module)
         self.store = store

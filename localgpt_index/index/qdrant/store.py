@@ -50,8 +50,7 @@ from ..format.files import regular_size
 from ..format.manifest import (
     Manifest,
 )
-from ..format.pdfrefs import SharedRefs
-from ..format.pdfstore import PdfStore
+from ..format.pdfstore import PdfStore, SharedRefs
 from ..transaction import Transaction, open_transaction
 from . import catalog, connection
 from . import verify as checks

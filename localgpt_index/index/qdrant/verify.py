@@ -77,7 +77,7 @@ def verify(store: Any) -> list[str]:
 
 
 def gone_records(store: Any) -> list[str]:
-    """Notes (not damage) on the records of a shared --pdf-store (index/format/pdfrefs.py) whose Qdrant collection
+    """Notes (not damage) on the records of a shared --pdf-store (index/format/pdfstore.py) whose Qdrant collection
     no longer exists: such a record keeps its PDFs for good. Only what can be told from here is said:
     in-process folders (their meta.json) and collections of the same server; a record of another
     server's collection, or one that cannot be read, is left unsaid."""

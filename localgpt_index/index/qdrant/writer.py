@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
-from ..format.manifest import (
-    Segment,
-)
-from ..transaction import SegmentWriter
+from ..format.manifest import Segment
 from .ids import (
     PENDING,
     POOLED,
@@ -24,12 +21,15 @@ from .ids import (
     point_id,
 )
 
+if TYPE_CHECKING:
+    from .txn import QdrantBackend
+
 
 class PointSink:
     """Pages become points of the collection being written, upserted in batches; `owners` records
     whose page each row is (a commit copies pages stored under another path)."""
 
-    def __init__(self, txn: Any, dim: int) -> None:  # a QdrantBackend (it imports this module)
+    def __init__(self, txn: QdrantBackend, dim: int) -> None:
         self.txn, self.dim = txn, dim
         self.id = f"seg-{uuid.uuid4().hex}"
         self.owners: list[str] = []
@@ -56,12 +56,7 @@ class PointSink:
         """Nothing here: the transaction's discard deletes the points this writer upserted."""
 
 
-def point_writer(txn: Any, dim: int) -> SegmentWriter:
-    """A segment writer over points (float32, as the client sends them; every page says whose it is)."""
-    return SegmentWriter(PointSink(txn, dim), dim, np.float32, needs_page=True)
-
-
-def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
+def make_point(txn: QdrantBackend, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
     models = _models()
     pooled = block.mean(axis=0)
     pooled = pooled / (np.linalg.norm(pooled) or 1.0)
@@ -71,7 +66,7 @@ def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRe
     return models.PointStruct(id=point_id(segment, row), vector={VECTOR: block, POOLED: pooled}, payload=payload)
 
 
-def upsert(txn: Any, points: list) -> None:
+def upsert(txn: QdrantBackend, points: list) -> None:
     failpoint("upsert")
     txn.fence()
     txn.mark_written()

@@ -76,8 +76,6 @@ class BM25:
 WEIGHTING = BM25()
 
 
-WEIGHTING = BM25()
-
 @dataclass(frozen=True)
 class LexicalPage:
     """One page's text, as the engine takes it."""
