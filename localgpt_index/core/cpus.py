@@ -1,5 +1,7 @@
-"""How many CPUs this process may use (its affinity mask, and a cgroup's CPU quota: a container's
---cpus, not the machine's count that os.cpu_count() reports), and the thread pools it keeps."""
+"""How many CPUs this process may use, and the thread pools it keeps.
+
+The count is the affinity mask capped by a cgroup's CPU quota (a container's --cpus), not the
+machine's count that os.cpu_count() reports."""
 
 from __future__ import annotations
 

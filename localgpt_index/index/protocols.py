@@ -1,5 +1,6 @@
-"""The index's seams, as typing.Protocol: what a store, its transactions, their segment writers
-and a view of one generation offer, whichever backend (local folder, Qdrant) holds the index.
+"""The index's seams, as typing.Protocol: what a store and a view of one generation offer.
+
+Whichever backend (local folder, Qdrant) holds the index.
 
 Callers (build, remove, import/export, query, serve) are typed against these, never against a
 backend's class; `index/conformance.py` checks, with the type checker, that both backends fit.

@@ -1,5 +1,7 @@
-"""One transaction for both stores (`Transaction`): staging, the commit template, the error guard and
-the bookkeeping after a commit; the segment writer callers get from either store (`SegmentWriter`);
+"""One transaction for both stores (`Transaction`), and the segment writer callers get from either.
+
+`Transaction`: staging, the commit template, the error guard and the bookkeeping after a commit;
+the segment writer callers get from either store (`SegmentWriter`);
 begin()'s template (`open_transaction`); the manifest a commit assembles; and the one message a
 failed write gives (what the index keeps, and what to do about a full disk).
 

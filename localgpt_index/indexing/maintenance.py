@@ -1,5 +1,6 @@
-"""Changes to an index that exists already, outside a build: `lgpt-index remove` (a new generation
-without some documents) and `lgpt-index upgrade`.
+"""Changes to an index that exists already, outside a build: `lgpt-index remove` and `lgpt-index upgrade`.
+
+`remove` commits a new generation without some documents.
 
 `upgrade` writes what an index made by an older version lacks, as one new generation through the
 transaction (the writers' lock, staged blobs, one HEAD switch: a kill at any point leaves the old

@@ -1,5 +1,6 @@
-"""Encoding a build's pages whatever the device does: out of memory halves the batch, a page
-that cannot be encoded is pinned on that page alone."""
+"""Encoding a build's pages whatever the device does.
+
+Out of memory halves the batch; a page that cannot be encoded is pinned on that page alone."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The families byaldi loads (ColPali, ColQwen2), through RAGMultiModalModel.from_pretrained, as
-byaldi users expect."""
+"""The families byaldi loads (ColPali, ColQwen2), as byaldi users expect.
+
+They load through RAGMultiModalModel.from_pretrained."""
 
 from __future__ import annotations
 

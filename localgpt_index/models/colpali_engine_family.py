@@ -1,5 +1,7 @@
-"""The families byaldi cannot load (ColQwen2.5, ColQwen3, ColQwen3.5, ColSmol, ColModernVBert,
-ColGemma3), through colpali-engine's own model and processor classes, as the registry names them."""
+"""The families byaldi cannot load, through colpali-engine's own model and processor classes.
+
+ColQwen2.5, ColQwen3, ColQwen3.5, ColSmol, ColModernVBert, ColGemma3: the classes as the registry
+names them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""A model folder that cannot be loaded, told in the checkpoint's terms: one message naming the
-folder and the reason (no weights, pickled code, a width mismatch, another family's files), exit 4."""
+"""A model folder that cannot be loaded, told in the checkpoint's terms (exit 4).
+
+One message names the folder and the reason (no weights, pickled code, a width mismatch, another
+family's files)."""
 
 from __future__ import annotations
 

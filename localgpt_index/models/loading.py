@@ -1,5 +1,6 @@
-"""Opening a model's encoder: a plugin family's own, or the family's loader (byaldi or
-colpali-engine) on the device and dtype the probe picks, assembled into a TorchEncoder."""
+"""Opening a model's encoder: a plugin family's own, or a TorchEncoder from the family's loader.
+
+The loader (byaldi or colpali-engine) runs on the device and dtype the probe picks."""
 
 from __future__ import annotations
 

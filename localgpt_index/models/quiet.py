@@ -1,5 +1,7 @@
-"""transformers' own logging and progress bars, quietened while a model loads or runs and put back
-as they were afterwards: a library that imports lgpt-index keeps its logging settings. In the
+"""transformers' own logging and progress bars, quietened while a model loads or runs.
+
+They are put back as they were afterwards: a library that imports lgpt-index keeps its logging
+settings. In the
 command's own process (core.collector.own_process) they are quietened once and left so: setting
 transformers' verbosity walks every logger (about 0.5 ms with a model loaded), twice a query."""
 

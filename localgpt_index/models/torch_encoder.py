@@ -1,4 +1,6 @@
-"""A ColPali-family model on torch, assembled from named parts: the network and processor its
+"""A ColPali-family model on torch, assembled from named parts.
+
+The network and processor its
 family's loader made (byaldi_family, colpali_engine_family), a NetRunner for the forward passes,
 the processor's geometry, and the family's way of batching pages (page_batches)."""
 

@@ -1,5 +1,7 @@
-"""Open an index and answer queries: the index view (index.view) with the query encoder of the model
-the index was built with (models), encoded in one batch, scored with exact MaxSim, ranked."""
+"""Open an index and answer queries with the query encoder of the model it was built with.
+
+The index view (index.view) with the query encoder of the model the index was built with (models),
+encoded in one batch, scored with exact MaxSim, ranked."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A warm index for a long-lived process: the model loaded once, the current generation
-followed, queries that arrive together answered together.
+"""A warm index for a long-lived process: the model loaded once, the current generation followed.
+
+Queries that arrive together are answered together.
 
 `IndexService` is the typed core of `lgpt-index serve` (app.py and routes.py put HTTP in front of
 it). It notices a new HEAD (a build or remove beside it) between batches and opens the new

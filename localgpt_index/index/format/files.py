@@ -1,6 +1,8 @@
-"""Files of an untrusted folder, read and written safely: names resolved inside it, regular files
-only (never a link out, a FIFO or a device), bounded sizes; atomic writes (fsync of the file
-before the rename and of the folder after), and the sweep of a killed writer's temporary files."""
+"""Files of an untrusted folder, read and written safely.
+
+Names are resolved inside it, regular files only (never a link out, a FIFO or a device), of bounded
+sizes; atomic writes (fsync of the file before the rename and of the folder after), and the sweep of
+a killed writer's temporary files."""
 
 from __future__ import annotations
 

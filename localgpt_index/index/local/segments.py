@@ -1,5 +1,7 @@
-"""Segments of a local index: written page by page (`FileSegmentSink` under a SegmentWriter), read back checked (`load_segment`),
-the vectors block by block when first read."""
+"""Segments of a local index: the vectors and offsets files, written page by page and read back checked.
+
+`FileSegmentSink` writes them under a SegmentWriter; `load_segment` reads them back checked, the
+vectors block by block when first read."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The local backend of the transaction core: segments staged as files, a generation published by
-writing `gen-N.json` then replacing HEAD, and files no kept generation names collected."""
+"""The local backend of the transaction: segments staged as files, generations published by HEAD.
+
+A generation is published by writing `gen-N.json` then replacing HEAD; files no kept generation
+names are collected."""
 
 from __future__ import annotations
 

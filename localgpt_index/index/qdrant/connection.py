@@ -1,5 +1,6 @@
-"""The client of a Qdrant store: a server (version checked) or the in-process mode's folder
-(created only for a writer)."""
+"""The client of a Qdrant store: a server (version checked) or the in-process mode's folder.
+
+The folder is created only for a writer."""
 
 from __future__ import annotations
 

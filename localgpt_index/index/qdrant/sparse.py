@@ -1,4 +1,4 @@
-"""The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (index/text/engine.py).
+"""The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (text/engine.py).
 
 A page's vector holds, for each distinct token of OUR tokenizer (index/text/tokenize.py), its term id
 (`term_id`: the first 4 bytes of the token's BLAKE2b digest, a stable 32-bit hash; two tokens that

@@ -1,5 +1,6 @@
-"""The Qdrant backend of the transaction: rows staged as PENDING points, a generation published
-by copying/showing/removing points, writing catalog chunks and replacing HEAD by compare-and-swap
+"""The Qdrant backend of the transaction: rows staged as PENDING points, generations published by HEAD.
+
+A generation is published by copying/showing/removing points, writing catalog chunks and replacing HEAD by compare-and-swap
 (then, for a rebuild, switching the alias); see qdrant/store.py's docstring for the scheme. Under
 its lease a writer first creates the collections it lacks and undoes what a killed writer left
 (points and catalog chunks above HEAD, stray physical collections).

@@ -1,5 +1,6 @@
-"""`verify` of a Qdrant index: the collection's configuration, every document's pages against the
-points, and the stored PDFs (regular files inside the PDF store, sha256)."""
+"""`verify` of a Qdrant index: its configuration, every document's pages against the points, the stored PDFs.
+
+A stored PDF is checked as a regular file inside the PDF store, with its sha256."""
 
 from __future__ import annotations
 

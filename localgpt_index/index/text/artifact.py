@@ -1,5 +1,6 @@
-"""Page text and the full-text index as per-generation artifacts of the one transaction core
-(index/artifacts.py; docs/dev/transaction-core.md, "Per-generation artifacts").
+"""Page text and the full-text index as per-generation artifacts of the one transaction.
+
+See index/artifacts.py and docs/dev/transaction-core.md, "Per-generation artifacts".
 
 - "text", a part per segment: every page's text and where it came from (`extra` of
   `SegmentWriter.append`: {"text", "text_source"}, from ingest/pagetext), in row order, as one

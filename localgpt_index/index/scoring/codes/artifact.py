@@ -1,5 +1,6 @@
-"""The "codes" artifact: each segment's packed binary codes, written beside its vectors by the
-transaction core (a part per segment: index/artifacts.py) and read by the view's first pass.
+"""The "codes" artifact: each segment's packed binary codes, beside its vectors.
+
+Written by the transaction (a part per segment: index/artifacts.py) and read by the view's first pass.
 
 A part (version 2) is the segment's rows' residual codes (pack.py), in row order, in blobs of at most
 BLOB_ROWS rows, then each row's centroid id (one byte) in blobs of the same rows, then the segment's

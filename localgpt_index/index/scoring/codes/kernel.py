@@ -1,4 +1,6 @@
-"""Estimated MaxSim over residual binary codes (pack.py): for each page, each query token's largest
+"""Estimated MaxSim over residual binary codes (pack.py).
+
+For each page, each query token's largest
 estimate of q.v over the page's rows, table[centroid id] - weight * hamming(sign(q), code), summed
 over the query's tokens (higher is better). With one zero centroid and unit weights it is plain
 hamming MaxSim over the signs (hamming_maxsim: codes version 1).
