@@ -1,4 +1,4 @@
-"""`doctor` reports what `mcp`, `watch` and OCR need (doctor/capabilities.py): the MCP SDK, watchfiles
+"""`doctor` reports what `mcp`, `watch` and OCR need (doctor.py): the MCP SDK, watchfiles
 and inotify (else polling), Tesseract and its languages; each missing one with how to add it."""
 
 from __future__ import annotations

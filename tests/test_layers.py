@@ -9,7 +9,7 @@ root package's lazy re-exports (its `_EXPORTS` table). The layers, top to bottom
     outer    mcp/ | integrations/                    (peers: the MCP server; framework retrievers)
     serve    serve/ (the HTTP server, the warm service, the client of `query --server`)
     loops    watch/ | evaluate/                      (peers: a folder kept indexed; `eval`)
-    app      indexing/ | query/ | interop/ | doctor/ (peers)
+    app      indexing/ | query/ | interop/ | doctor   (peers)
     domain   ingest/ | models/ | index/              (peers)
     core     core/, _version
 

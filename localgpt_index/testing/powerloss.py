@@ -106,7 +106,7 @@ class RecordingDisk:
                 raise OSError(code, os.strerror(code), str(path))
         return rel
 
-    # the operations (index.disk.Disk)
+    # the operations (index.format.disk.Disk)
 
     def create(self, path: Path) -> WriteHandle:
         rel = self._step("create", path)
