@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..format.manifest import Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
@@ -44,9 +44,7 @@ from ..text.engine import WEIGHTING
 from ..text.tokenize import tokenize
 from .catalog import read_head
 from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id
-
-if TYPE_CHECKING:
-    from .txn import QdrantBackend
+from .writer import QdrantWriting
 
 SPARSE = "lexical"
 BATCH = 64
@@ -105,7 +103,7 @@ def reference_avgdl(exact: float, reference: float | None) -> tuple[float, bool]
     return reference, abs(reference / exact - 1) > AVGDL_TOLERANCE
 
 
-def recorded_reference(txn: QdrantBackend, previous: Manifest | None) -> float | None:
+def recorded_reference(txn: QdrantWriting, previous: Manifest | None) -> float | None:
     """The reference avgdl HEAD records for `previous` (None: no HEAD of that generation, a
     renormalisation that did not finish, or a HEAD from before the reference)."""
     head = read_head(txn.store, txn.physical) if previous is not None else None
@@ -125,7 +123,7 @@ class SparseCommit:
     renormalise: float | None = None  # the exact mean every page is to be rewritten with, once HEAD has moved
 
 
-def after_head(txn: QdrantBackend, sparse: SparseCommit | None) -> SparseCommit | None:
+def after_head(txn: QdrantWriting, sparse: SparseCommit | None) -> SparseCommit | None:
     """Once HEAD has moved: the rewrite, if the commit needs one; returns what is left to do (nothing: None).
     Best effort: HEAD records no reference until it is done, so the next commit rewrites every vector
     if this one does not."""
@@ -145,7 +143,7 @@ def with_reference(receipt: dict, sparse: SparseCommit | None) -> dict:
     return {**receipt, HEAD_KEY: sparse.reference} if sparse is not None else receipt
 
 
-def write_vectors(txn: QdrantBackend, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> SparseCommit | None:
+def write_vectors(txn: QdrantWriting, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> SparseCommit | None:
     """Before HEAD: the sparse vectors of the pages of `manifest` whose text is new since `previous`
     (every page's when `rebuilt` or first), weighted with HEAD's reference avgdl (the exact mean when
     there is none). None: the collection or the generation has no sparse vectors."""
@@ -159,7 +157,7 @@ def write_vectors(txn: QdrantBackend, manifest: Manifest, previous: Manifest | N
     return SparseCommit(manifest, written, None, exact) if due else SparseCommit(manifest, written, avgdl)
 
 
-def renormalise(txn: QdrantBackend, manifest: Manifest, avgdl: float) -> int:
+def renormalise(txn: QdrantWriting, manifest: Manifest, avgdl: float) -> int:
     """After HEAD (which records no reference meanwhile): every page's vector weighted with `avgdl`,
     then HEAD records it, if HEAD is still this writer's and of this generation."""
     written = _write_pages(txn, manifest, None, avgdl)
@@ -173,7 +171,7 @@ def renormalise(txn: QdrantBackend, manifest: Manifest, avgdl: float) -> int:
     return written
 
 
-def _write_pages(txn: QdrantBackend, manifest: Manifest, previous: Manifest | None, avgdl: float) -> int:
+def _write_pages(txn: QdrantWriting, manifest: Manifest, previous: Manifest | None, avgdl: float) -> int:
     """The vectors of the pages with text of `manifest`, but those whose text part `previous` shows already."""
     models = _models()
     source = txn.base_blobs()
@@ -202,7 +200,7 @@ def _write_pages(txn: QdrantBackend, manifest: Manifest, previous: Manifest | No
     return written + _flush(txn, batch)
 
 
-def _flush(txn: QdrantBackend, batch: list) -> int:
+def _flush(txn: QdrantWriting, batch: list) -> int:
     if not batch:
         return 0
     txn.fence()

@@ -116,6 +116,9 @@ class QdrantBackend:
     def mark_written(self) -> None:
         self.txn.staging.wrote = True
 
+    def record_owners(self, segment: str, paths: list[str]) -> None:
+        self._owners[segment] = paths
+
     def fence(self) -> None:
         self.txn.fence()
 
