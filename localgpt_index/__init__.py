@@ -23,7 +23,7 @@ _EXPORTS = {
     "QueryOptions": "localgpt_index.query.hybrid",
     "open_store": "localgpt_index.index.open",
     "LocalStore": "localgpt_index.index.local.store",
-    "index_path": "localgpt_index.index.local.layout",
+    "index_path": "localgpt_index.index.local.store",
     "load_rules": "localgpt_index.core.metadata",
     "page_image": "localgpt_index.interop.pages",
     "LgptError": "localgpt_index.core.errors",

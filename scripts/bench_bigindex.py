@@ -349,7 +349,7 @@ def main() -> None:
     parser.add_argument("--first-query-warm", action="store_true",
                         help="then a second fresh process, page cache as the first left it: its open and first query (codes cached)")
     parser.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--early-margin", type=float, help="early reads' margin (index/early_reads.MARGIN by default)")
+    parser.add_argument("--early-margin", type=float, help="early reads' margin (index/scoring/early_reads.MARGIN by default)")
     parser.add_argument("--keep", action="store_true", help="keep the index (default: deleted when done)")
     parser.add_argument("--reuse", action="store_true", help="measure the index already in --dir (written by --keep); implies --keep")
     parser.add_argument("--warm", action="store_true", help="leave the page cache as it is (the machine's other users keep theirs)")

@@ -367,7 +367,7 @@ def against_baseline(us: dict, pixels: dict, before: dict) -> dict:
 def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, repeat: int = 1) -> bool:
     """`repeat` rounds, the systems one after the other in each: this machine's speed drifts by a
     third within an hour, so a ratio is only as good as the rounds it comes from (the median)."""
-    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.checkpoints import make_family_checkpoint
 
     model = str(make_family_checkpoint(tmp / f"bench-{family}", family, geometry="bench"))
     corpus = tmp / "corpus-family"

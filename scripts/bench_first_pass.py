@@ -2,7 +2,7 @@
 """The binary first pass (issue 28): what it keeps of the exact ranking and what it saves.
 
 1-bit codes (the sign of each dimension, 16 bytes a 128-dim vector) are scored with popcount hamming
-MaxSim over every page (index/codes), the best C pages per query rescored exactly (index/scoring/maxsim.py).
+MaxSim over every page (index/scoring/codes), the best C pages per query rescored exactly (index/scoring/maxsim.py).
 Measured here, in one run:
 - recall@10 against exact MaxSim for several C: on random unit vectors (N pages x 1,030 tokens) and,
   with --real INDEX, on the vectors an index holds (one built with the tiny checkpoint from rendered

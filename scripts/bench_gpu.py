@@ -282,7 +282,7 @@ def family_main(args) -> None:
     import colpali_engine.models as engine
     from localgpt_index.models.device import choose_precision, detect_capabilities
     from localgpt_index.models.loading import open_encoder
-    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.checkpoints import make_family_checkpoint
     from localgpt_index.models.resolve import resolve_model
 
     caps = detect_capabilities()

@@ -36,11 +36,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localgpt_index.index.text.engine import LexicalIndex, PageText  # noqa: E402
+from localgpt_index.index.text.engine import LexicalIndex, LexicalPage  # noqa: E402
 from localgpt_index.index.text.tokenize import tokenize  # noqa: E402
 
 
-def corpus(pages: int, seed: int = 0) -> list[PageText]:
+def corpus(pages: int, seed: int = 0) -> list[LexicalPage]:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     vocabulary = np.array(["".join(rng.choice(letters, size=rng.integers(3, 10))) for _ in range(30_000)])
@@ -51,11 +51,11 @@ def corpus(pages: int, seed: int = 0) -> list[PageText]:
     for number in range(pages):
         words = list(vocabulary[rng.choice(len(vocabulary), size=int(rng.integers(200, 600)), p=p)])
         words.insert(int(rng.integers(0, len(words))), f"INV-2024-{number:05d}")
-        rows.append(PageText(f"docs/doc{number // 10:05d}.pdf", number % 10 + 1, " ".join(words)))
+        rows.append(LexicalPage(f"docs/doc{number // 10:05d}.pdf", number % 10 + 1, " ".join(words)))
     return rows
 
 
-def queries(rows: list[PageText], count: int, seed: int = 1) -> list[str]:
+def queries(rows: list[LexicalPage], count: int, seed: int = 1) -> list[str]:
     rng = np.random.default_rng(seed)
     chosen = []
     for _ in range(count):
@@ -152,7 +152,7 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
         make_index(Path(folder), pages)
         rows = corpus(pages)
         lexical = LexicalIndex.create()
-        lexical.update(removed=[], added=[PageText(f"/bench/doc-{n // PAGES_PER_DOC:06d}.pdf", n % PAGES_PER_DOC + 1, row.text)
+        lexical.update(removed=[], added=[LexicalPage(f"/bench/doc-{n // PAGES_PER_DOC:06d}.pdf", n % PAGES_PER_DOC + 1, row.text)
                                           for n, row in enumerate(rows)])
         text_bytes = len(lexical.to_bytes())
         store = LocalStore(Path(folder) / "default")

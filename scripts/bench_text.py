@@ -171,7 +171,7 @@ def text_costs(texts: Path, per_pdf: int, build_cpu: float | None) -> None:
     the CPU seconds of a whole `--text never` build (`build_cpu`)."""
     from localgpt_index.index.local.blobs import LocalBlobs
     from localgpt_index.index.text.artifact import TextPartWriter, read_text_part
-    from localgpt_index.index.text.engine import LexicalIndex, PageText
+    from localgpt_index.index.text.engine import LexicalIndex, LexicalPage
     from localgpt_index.index.text.tokenize import tokenize
     from localgpt_index.ingest.text import pdf_page_texts
 
@@ -190,7 +190,7 @@ def text_costs(texts: Path, per_pdf: int, build_cpu: float | None) -> None:
 
     def lexical(sink):  # the commit's text index from nothing: tokenized, indexed, serialised, stored
         index = LexicalIndex.create()
-        index.update([], (PageText(name, number, text) for name, number, text in pages))
+        index.update([], (LexicalPage(name, number, text) for name, number, text in pages))
         sink.put(index.to_bytes(), "sqlite")
         index.close()
 

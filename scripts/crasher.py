@@ -115,7 +115,7 @@ class Reader(threading.Thread):
         import numpy as np
 
         from localgpt_index import LocalStore, open_index
-        from localgpt_index.index.errors import MissingIndexFile
+        from localgpt_index.core.errors import MissingIndexFile
         from localgpt_index.query.search import QueryOptions
 
         rng = np.random.default_rng(0)

@@ -23,9 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localgpt_index.testing.checkpoints import SPECS, make_checkpoint  # noqa: E402
+from localgpt_index.testing.checkpoints import CHECKPOINT_FAMILIES, SPECS, make_checkpoint, make_family_checkpoint  # noqa: E402
 from localgpt_index.testing.fake import write_fake_checkpoint  # noqa: E402
-from localgpt_index.testing.family_checkpoints import CHECKPOINT_FAMILIES, make_family_checkpoint  # noqa: E402
 
 
 def main() -> None:

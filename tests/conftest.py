@@ -177,7 +177,7 @@ def unstable_converter(tmp_path, monkeypatch):
 def appended(monkeypatch) -> list[tuple[str, int, dict]]:
     """What the build hands the store writer, page by page: (file name, page, extra), recorded
     in this process (the CLI runs in-process) on the way to the real writer."""
-    from localgpt_index.index.txn.staged import SegmentWriter
+    from localgpt_index.index.transaction import SegmentWriter
 
     seen: list[tuple[str, int, dict]] = []
     original = SegmentWriter.append

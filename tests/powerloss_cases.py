@@ -34,7 +34,7 @@ from pathlib import Path
 
 from docgen import make_pdf, make_png
 
-from localgpt_index.index.txn import kept
+from localgpt_index.index.transaction import kept
 from localgpt_index.testing.powerloss import FAULT_KINDS, LOSS_PATTERNS, Fault, PowerLost, RecordingDisk, capture, materialize, recording
 
 INDEX = "idx/default"  # the index, relative to the recording's root (the folder its --index-dir is made in)

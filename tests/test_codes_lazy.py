@@ -1,7 +1,7 @@
 """Codes version 3 (issue 28): a reader maps a segment's codes without reading them and checks each 64 KiB
 block when the first pass is about to score rows in it; version 2 codes still answer, and `upgrade` adds
 their block hashes without coding again (a line a segment on stderr); the candidates' pages are read
-while the first pass still runs (index/early_reads).
+while the first pass still runs (index/scoring/early_reads).
 
 The indexes are written through the real store with pages of 256 x 128 float16 vectors: 4,096 rows (16
 pages) share one 64 KiB block of codes."""

@@ -51,7 +51,7 @@ def _queries(seed: int, sizes=(20, 3, 31)) -> list[np.ndarray]:
 
 
 def _reference(queries, segment: _Segment, pages: np.ndarray) -> np.ndarray:
-    """The CPU scorer (index.score.maxsim), float32: the reference."""
+    """The CPU scorer (index.scoring.maxsim), float32: the reference."""
     from localgpt_index.index.scoring.maxsim import maxsim
 
     return maxsim(queries, segment.vectors, segment.offsets, pages)

@@ -1,4 +1,4 @@
-"""`doctor` reports what `mcp`, `watch` and OCR need (doctor/capabilities.py): the MCP SDK, watchfiles
+"""`doctor` reports what `mcp`, `watch` and OCR need (doctor.py): the MCP SDK, watchfiles
 and inotify (else polling), Tesseract and its languages; each missing one with how to add it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_cli, validate
 
-from localgpt_index.doctor.capabilities import INOTIFY, mcp_sdk, watcher
+from localgpt_index.doctor import INOTIFY, mcp_sdk, watcher
 from localgpt_index.cli.doctor import _print_capabilities
 
 TESSERACT_INSTALL = "apt-get install tesseract-ocr tesseract-ocr-eng"

@@ -15,7 +15,7 @@ from docgen import PAGE_SHAPES, make_docx, make_pdf, make_pdf_of_shapes, make_pn
 from helpers import build_ok
 from localgpt_index.core.errors import UsageError
 from localgpt_index.models.families import FAMILIES, QWEN_GRID, detect_family, family_named
-from localgpt_index.testing.family_checkpoints import CHECKPOINT_FAMILIES
+from localgpt_index.testing.checkpoints import CHECKPOINT_FAMILIES
 from localgpt_index.models.resolve import resolve_model
 
 
@@ -49,7 +49,7 @@ def test_an_unknown_or_single_vector_model_is_refused_with_the_supported_list(tm
 
 @pytest.fixture(scope="module", params=CHECKPOINT_FAMILIES)
 def family_model(request, tmp_path_factory) -> Path:
-    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.checkpoints import make_family_checkpoint
 
     return make_family_checkpoint(tmp_path_factory.mktemp("models") / request.param, request.param)
 
@@ -293,7 +293,7 @@ def _vectors_per_page(index_dir: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_max_visual_tokens_is_recorded_and_kept(tmp_path):
-    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.checkpoints import make_family_checkpoint
 
     model = make_family_checkpoint(tmp_path / "colqwen2_5", "colqwen2_5")
     docs = tmp_path / "docs"
@@ -347,7 +347,7 @@ def test_doctor_reports_family_loader_tokens_and_bytes(family_model):
 
 @pytest.mark.slow
 def test_byaldi_export_is_refused_for_a_family_byaldi_cannot_load(tmp_path):
-    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.checkpoints import make_family_checkpoint
 
     model = make_family_checkpoint(tmp_path / "colidefics3", "colidefics3")
     docs = tmp_path / "docs"
@@ -364,7 +364,7 @@ def test_the_full_colqwen2_5_geometry_has_the_3b_model_s_layers(tmp_path):
     import torch
 
     import colpali_engine.models as engine
-    from localgpt_index.testing.family_checkpoints import QWEN_CELLS, _qwen_parts, make_family_checkpoint
+    from localgpt_index.testing.checkpoints import QWEN_CELLS, _qwen_parts, make_family_checkpoint
 
     _, images, _, config = _qwen_parts("colqwen2_5", "full")
     with torch.device("meta"):  # the shapes without 14 GB of float32 weights

@@ -9,7 +9,7 @@ root package's lazy re-exports (its `_EXPORTS` table). The layers, top to bottom
     outer    mcp/ | integrations/                    (peers: the MCP server; framework retrievers)
     serve    serve/ (the HTTP server, the warm service, the client of `query --server`)
     loops    watch/ | evaluate/                      (peers: a folder kept indexed; `eval`)
-    app      indexing/ | query/ | interop/ | doctor/ (peers)
+    app      indexing/ | query/ | interop/ | doctor   (peers)
     domain   ingest/ | models/ | index/              (peers)
     core     core/, _version
 
@@ -238,7 +238,7 @@ def test_no_production_module_names_the_fake_family():
 
 
 def test_the_library_keeps_the_size_limits():
-    """Every module of the library (generated schemas are JSON, not modules): the limits of issue 25."""
+    """Every module of the library (generated schemas are JSON, not modules): the size guides of issue 40."""
     from helpers import size_problems
 
     package = Path(__file__).resolve().parent.parent / "localgpt_index"

@@ -10,8 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from localgpt_index.index.text.bm25 import BM25
-from localgpt_index.index.text.engine import LexicalError, LexicalIndex, PageText
+from localgpt_index.index.text.engine import BM25, LexicalError, LexicalIndex, LexicalPage
 from localgpt_index.index.text.snippet import snippet
 from localgpt_index.index.text.tokenize import tokenize
 from localgpt_index.query.fusion import evidence, evidence_weights, fuse
@@ -40,13 +39,13 @@ def test_codes_and_numbers_stay_findable():
 # -- BM25 ---------------------------------------------------------------------------------------------
 
 PAGES = [
-    PageText("a.pdf", 1, "the invoice INV-2024-0042 was paid"),
-    PageText("a.pdf", 2, "the cat sat on the mat"),
-    PageText("b.pdf", 1, "an invoice for the cat food, invoice total"),
+    LexicalPage("a.pdf", 1, "the invoice INV-2024-0042 was paid"),
+    LexicalPage("a.pdf", 2, "the cat sat on the mat"),
+    LexicalPage("b.pdf", 1, "an invoice for the cat food, invoice total"),
 ]
 
 
-def hand_bm25(query: str, pages: list[PageText], k1=1.2, b=0.75) -> dict[tuple[str, int], float]:
+def hand_bm25(query: str, pages: list[LexicalPage], k1=1.2, b=0.75) -> dict[tuple[str, int], float]:
     docs = {(p.path, p.page): p.text.lower().replace(",", " ").replace("-", " ").split() for p in pages}
     for key, words in docs.items():  # the code's glued token, as the tokenizer adds it
         if "inv" in words:
@@ -88,7 +87,7 @@ def test_bm25_equals_a_hand_computation(tmp_path):
 
 def test_paths_filter_and_page_text(tmp_path):
     odd = "/docs/caf\udce9.pdf"  # a file name that is not UTF-8, as Python keeps it
-    index = make_index(tmp_path, PAGES + [PageText(odd, 1, "unique zebra \ud800 text")])
+    index = make_index(tmp_path, PAGES + [LexicalPage(odd, 1, "unique zebra \ud800 text")])
     assert [(hit.path, hit.page) for hit in index.search("zebra", 5)] == [(odd, 1)] and odd in index.paths()
     assert index.page_text(odd, 1) == "unique zebra ? text"  # a lone surrogate in text cannot reach SQLite
     index.update(removed=[odd], added=[])
@@ -98,9 +97,9 @@ def test_paths_filter_and_page_text(tmp_path):
 
 # -- incremental updates and deletion -----------------------------------------------------------------
 
-def random_pages(rng: random.Random, documents: int, tag: str = "") -> list[PageText]:
+def random_pages(rng: random.Random, documents: int, tag: str = "") -> list[LexicalPage]:
     words = [f"w{i}" for i in range(60)]
-    return [PageText(f"doc{d}.pdf", page, " ".join(rng.choices(words, k=rng.randint(5, 40))) + tag)
+    return [LexicalPage(f"doc{d}.pdf", page, " ".join(rng.choices(words, k=rng.randint(5, 40))) + tag)
             for d in range(documents) for page in (1, 2)]
 
 
@@ -112,7 +111,7 @@ def test_removed_and_replaced_documents_leave_the_statistics(tmp_path):
     index = make_index(tmp_path, pages)
     rows = "SELECT id, CAST(path AS TEXT) AS name FROM pages WHERE name NOT IN ({})"
     kept_ids = dict(index._db.execute(rows.format("'doc3.pdf', 'doc4.pdf', 'doc5.pdf'")))
-    replaced = [PageText("doc4.pdf", 1, "w1 w1 w1 w2 brandnew"), PageText("doc4.pdf", 2, "w3")]
+    replaced = [LexicalPage("doc4.pdf", 1, "w1 w1 w1 w2 brandnew"), LexicalPage("doc4.pdf", 2, "w3")]
     index.update(removed=["doc3.pdf", "doc4.pdf", "doc5.pdf"], added=replaced)
     live = [p for p in pages if p.path not in {"doc3.pdf", "doc4.pdf", "doc5.pdf"}] + replaced
     fresh = make_index(tmp_path, live, "fresh.sqlite")
@@ -145,7 +144,7 @@ def test_a_generation_stores_the_index_as_bytes_and_updates_a_copy():
     base.update(removed=[], added=PAGES)
     data = base.to_bytes()
     following = LexicalIndex.from_bytes(data)
-    following.update(removed=["a.pdf"], added=[PageText("c.pdf", 1, "invoice")])
+    following.update(removed=["a.pdf"], added=[LexicalPage("c.pdf", 1, "invoice")])
     assert LexicalIndex.from_bytes(data).page_count() == 3  # the base's bytes are untouched
     again = LexicalIndex.from_bytes(following.to_bytes())
     assert again.paths() == {"b.pdf", "c.pdf"} and again.problems() == []
@@ -287,7 +286,7 @@ def hybrid_index(tmp_path):
                 text += " The invoice INV-2024-0042 was paid by ACME Logistics in March."
             if (d, page) == (17, 1):
                 text = ""
-            texts.append(PageText(f"/docs/doc-{d:02d}.pdf", page, text))
+            texts.append(LexicalPage(f"/docs/doc-{d:02d}.pdf", page, text))
     lexical = make_index(tmp_path, texts)
     return Index(store.open_view(), lexical=lexical), page_vectors, rng
 

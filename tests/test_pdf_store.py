@@ -116,7 +116,7 @@ def test_a_pdf_store_shared_by_two_collections_keeps_both_collections_pdfs(fake_
     for number in range(2):
         make_png(first / f"more{number}.png", f"more {number}")
         assert _build(first, fake_model, a).exit_code == 0
-    [left] = _pdfs(shared)  # a's, named by no collection's record, is collected (index/format/pdfrefs.py); b's stays
+    [left] = _pdfs(shared)  # a's, named by no collection's record, is collected (index/format/pdfstore.py); b's stays
     assert left in both
     _verify_ok(a)
     _verify_ok(b)

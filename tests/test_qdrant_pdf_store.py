@@ -1,4 +1,4 @@
-"""A --pdf-store folder shared by several Qdrant collections (index/format/pdfrefs.py): each collection's
+"""A --pdf-store folder shared by several Qdrant collections (index/format/pdfstore.py): each collection's
 reference record says which PDFs it names, and a PDF is collected only when no record names it.
 Through the store's own transactions (two collections, one folder) and the CLI (kill -9 mid-copy)."""
 

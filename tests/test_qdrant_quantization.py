@@ -149,11 +149,11 @@ def test_a_server_collection_with_binary_quantization_answers_by_the_first_pass(
 def test_an_older_collection_is_migrated_by_the_next_build_and_answers_exactly_meanwhile(fake_model, tmp_path, monkeypatch):
     from qdrant_client.local.qdrant_local import QdrantLocal
 
-    from localgpt_index.index.qdrant import recover
+    from localgpt_index.index.qdrant import txn as qdrant_txn
 
     docs = _docs(tmp_path / "docs")
     with monkeypatch.context() as old:  # a collection as lgpt-index wrote it before binary quantization
-        old.setattr(recover, "binary_quantization", lambda: None)
+        old.setattr(qdrant_txn, "binary_quantization", lambda: None)
         build_ok(str(docs), "--model", str(fake_model), "--store", _url(tmp_path))
     store = _open(_url(tmp_path))
     try:

@@ -159,13 +159,13 @@ def test_a_collection_without_the_sparse_vector_answers_from_fts5_until_a_rebuil
     """A collection made before the sparse vector: text lists come from the FTS5 artifact (the same
     answers); `build --rebuild` makes a collection with it, and from then on Qdrant answers."""
     from localgpt_index.index.open import open_store
-    from localgpt_index.index.qdrant import recover
+    from localgpt_index.index.qdrant import txn as qdrant_txn
     from localgpt_index.index.qdrant.sparse import SPARSE
     from localgpt_index.query.search import open_index
 
     url = f"qdrant+path://{tmp_path / 'qd'}/old"
     with monkeypatch.context() as patch:
-        patch.setattr(recover, "sparse_config", lambda: None)  # as collections were created before
+        patch.setattr(qdrant_txn, "sparse_config", lambda: None)  # as collections were created before
         done = run_cli("build", str(both["docs"]), "--model", str(fake_model), "--store", url)
         assert done.exit_code == 0, done.stderr
     mine = answers(open_index(both["local"]), "text")

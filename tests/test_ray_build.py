@@ -56,7 +56,7 @@ def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path
 @pytest.mark.parametrize("family", ["colqwen2_5", "colidefics3"], ids=["pixel-budget", "long-side"])
 def test_a_dynamic_resolution_family_through_ray_equals_a_plain_build(family, tmp_path):
     """Pages of every shape rendered by Ray tasks at the family's sizes: the same vectors."""
-    from localgpt_index.testing.family_checkpoints import make_family_checkpoint
+    from localgpt_index.testing.checkpoints import make_family_checkpoint
 
     model = make_family_checkpoint(tmp_path / family, family)
     docs = tmp_path / "docs"

@@ -1,4 +1,4 @@
-"""What the local and Qdrant transactions share (index/txn.py): one message for a failed write,
+"""What the local and Qdrant transactions share (index/transaction.py): one message for a failed write,
 the same manifest assembly. Black-box through the CLI."""
 
 from __future__ import annotations

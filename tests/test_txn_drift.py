@@ -1,4 +1,4 @@
-"""Where the two stores' transactions had drifted apart, and now behave as one (index/txn/core.py):
+"""Where the two stores' transactions had drifted apart, and now behave as one (index/transaction.py):
 a commit naming an unknown segment is refused by both; a stored PDF is checked before a resumed
 conversion opens it, locally too; and an aborted transaction keeps what the previous generation
 names (a slow reader may be on it). Through the stores' public transactions."""

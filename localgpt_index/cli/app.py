@@ -1,6 +1,8 @@
-"""The application object every command shares (on the Click context): the terminal and its
-verbosity, JSON output, and the one error handler that turns errors into messages and exit codes
-(and, under --json, into the error document of schemas/error.schema.json on stdout)."""
+"""The application object every command shares (on the Click context).
+
+It holds the terminal and its verbosity, JSON output, and the one error handler that turns errors
+into messages and exit codes (and, under --json, into the error document of schemas/error.schema.json
+on stdout)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def doctor(app: Application, model, device, dtype) -> None:
     The model checked is --model, else the one the index at hand (--index-dir/--name/--store)
     was built with, else the default. Exits 4 when something `build` needs is missing, and names it.
     """
-    from ..doctor.diagnose import diagnose
+    from ..doctor import diagnose
 
     recorded, location = _index_model(app) if model is None else (None, None)
     report = diagnose(model, device, dtype, recorded=recorded, index=location)

@@ -24,7 +24,7 @@ def remove(app: Application, paths, wait_s) -> None:
     """
     from dataclasses import asdict
 
-    from ..indexing.remove import remove_documents
+    from ..indexing.maintenance import remove_documents
 
     report = remove_documents(app.store(), list(paths), wait_s)
     if app.as_json:

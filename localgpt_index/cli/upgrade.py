@@ -24,7 +24,7 @@ def upgrade(app: Application, wait_s: float) -> None:
     """
     from dataclasses import asdict
 
-    from ..indexing.upgrade import upgrade_index
+    from ..indexing.maintenance import upgrade_index
 
     def progress(number: int, total: int, segment, done: str, seconds: float) -> None:
         app.terminal.info(f"segment {number}/{total} ({segment.id}, {segment.pages} pages): {done} in {seconds:.1f} s")

@@ -1,1 +1,1 @@
-"""core"""
+"""The lowest layer: errors and exit codes, value types, files, CPUs, failpoints; no other package below it."""

@@ -1,13 +1,18 @@
-"""How many CPUs this process may use: its affinity mask, and a cgroup's CPU quota (a container's
---cpus), not the machine's count that os.cpu_count() reports."""
+"""How many CPUs this process may use, and the thread pools it keeps.
+
+The count is the affinity mask capped by a cgroup's CPU quota (a container's --cpus), not the
+machine's count that os.cpu_count() reports."""
 
 from __future__ import annotations
 
 import math
 import os
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -55,3 +60,19 @@ def short_openmp_spin() -> None:
     loaded it changes nothing."""
     if "torch" not in sys.modules:
         os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN)
+
+
+class SharedPool:
+    """A thread pool a process starts once, made by `start` the first time it is asked for (callers
+    race safely), then the same one."""
+
+    def __init__(self, start: Callable[[], ThreadPoolExecutor]) -> None:
+        self._start = start
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __call__(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = self._start()
+            return self._pool

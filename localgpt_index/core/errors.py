@@ -1,8 +1,12 @@
-"""Exceptions that carry the exit code the CLI returns for them."""
+"""Exceptions that carry the exit code the CLI returns for them, and which write failures may pass."""
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
+from typing import TypeVar
+
+TRANSIENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # a full disk or quota, an I/O error: they may pass
 
 
 class ExitCode(IntEnum):
@@ -43,6 +47,27 @@ class IndexProblem(LgptError):
 
 class IndexBusy(LgptError):
     """Another writer holds the index lock."""
+
+
+class MissingIndexFile(IndexProblem):
+    """A file the manifest names is gone (damage, or a writer collected it under a slow reader)."""
+
+
+class IndexWriteError(IndexProblem):
+    """Writing the index failed (full disk, permissions); the index keeps its last generation."""
+
+
+class TransientWriteError(IndexWriteError):
+    """Writing failed for a reason that can pass with the program unchanged (a full disk or quota, an
+    I/O error): a watcher tries again later instead of stopping."""
+
+
+E = TypeVar("E", bound=IndexProblem)
+
+
+def write_failure(exc: OSError, otherwise: type[E]) -> type[E] | type[TransientWriteError]:
+    """The error a failed write of `exc` is: TransientWriteError where it may pass, else `otherwise`."""
+    return TransientWriteError if exc.errno in TRANSIENT_ERRNOS else otherwise
 
 
 class DocumentError(Exception):

@@ -1,5 +1,6 @@
-"""Files as the build and the stores read them: content digests, how fresh a timestamp may be to trust, and
-bounded reads of the text files users hand us."""
+"""Files as the build and the stores read them: content digests, fresh timestamps, bounded reads.
+
+How fresh a timestamp may be to trust it, and the text files users hand us read whole but bounded."""
 
 from __future__ import annotations
 

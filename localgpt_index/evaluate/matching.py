@@ -1,4 +1,6 @@
-"""Which indexed page a judgment names. The index records documents by absolute path; a query set names
+"""Which indexed page a judgment names.
+
+The index records documents by absolute path; a query set names
 them absolute (compared as they are) or relative: a relative path names the one indexed document whose
 path ends with it, whole components compared (`invoices/a.pdf` names /home/me/docs/invoices/a.pdf).
 Two indexed documents ending alike make the set ambiguous (an error); a page the index does not hold

@@ -1,5 +1,7 @@
-"""The measures, computed by ir-measures (nDCG and recall through pytrec_eval, trec_eval's own code;
-MRR@10 through its MS MARCO evaluator), with trec_eval's definitions (docs/eval.md):
+"""The measures, computed by ir-measures with trec_eval's definitions.
+
+nDCG and recall go through pytrec_eval (trec_eval's own code), MRR@10 through its MS MARCO evaluator
+(docs/eval.md):
 
 - nDCG@k: linear gain (the grade), discount log2(rank + 1), ideal ranking from every judged page;
 - recall@k: relevant pages (grade >= 1) in the top k, over all relevant pages;

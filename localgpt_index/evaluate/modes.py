@@ -1,5 +1,6 @@
-"""The ways of answering `eval` compares (variants: a mode, a first pass, a fusion), and how each is
-asked of the query layer.
+"""The ways of answering `eval` compares, and how each is asked of the query layer.
+
+A variant is a mode, a first pass, a fusion.
 
 Modes and fusions are the query layer's (`Index.search(..., options=QueryOptions(mode=..., fusion=...))`,
 with `Index.mode(options)` refusing a mode the index cannot answer); `eval` passes them on and lets the

@@ -1,5 +1,6 @@
-"""Evaluation query sets: queries with graded relevant pages, read from lgpt-index's JSONL file (here) or
-from a BEIR folder (beir.py); sets.py picks the reader. Every malformed line is a UsageError naming the
+"""Evaluation query sets: queries with graded relevant pages, from lgpt-index's JSONL file.
+
+A BEIR folder is read by beir.py; sets.py picks the reader. Every malformed line is a UsageError naming the
 file, the line and the reason."""
 
 from __future__ import annotations

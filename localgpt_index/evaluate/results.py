@@ -1,5 +1,7 @@
-"""The `eval --json` document, defined once; the published schema localgpt_index/schemas/eval.schema.json
-is generated from it (`python -m localgpt_index.evaluate.results` writes it; a test holds it current)."""
+"""The `eval --json` document, defined once.
+
+The published schema localgpt_index/schemas/eval.schema.json is generated from it (`python -m
+localgpt_index.evaluate.results` writes it; a test holds it current)."""
 
 from __future__ import annotations
 

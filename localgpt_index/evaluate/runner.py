@@ -1,5 +1,6 @@
-"""`eval`: a query set's queries asked of an existing index in each mode and variant, the rankings scored
-against the judgments (measures.py). It never builds or changes an index."""
+"""`eval`: a query set asked of an existing index in each mode and variant, the rankings scored.
+
+The rankings are scored against the judgments (measures.py). It never builds or changes an index."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Per-generation derived artifacts: data an index keeps beside its vectors (a full-text index, binary
-codes), written by the same transaction, named by the same manifest, checked by the same verify.
+"""Per-generation derived artifacts: data an index keeps beside its vectors (a full-text index, binary codes).
+
+They are written by the same transaction, named by the same manifest, checked by the same verify.
 
 Two granularities, both driven by the transaction core (txn/core.py), for both stores:
 - a *part* per segment, fed page by page beside the vectors (`PartWriter.add`, through

@@ -1,5 +1,6 @@
-"""The index's seams, as typing.Protocol: what a store, its transactions, their segment writers
-and a view of one generation offer, whichever backend (local folder, Qdrant) holds the index.
+"""The index's seams, as typing.Protocol: what a store and a view of one generation offer.
+
+Whichever backend (local folder, Qdrant) holds the index.
 
 Callers (build, remove, import/export, query, serve) are typed against these, never against a
 backend's class; `index/conformance.py` checks, with the type checker, that both backends fit.
@@ -19,7 +20,7 @@ from ..core.types import PageRef, SearchHit
 from .format.manifest import Document, Manifest
 
 if TYPE_CHECKING:
-    from .txn.core import Transaction
+    from .transaction import Transaction
     from .scoring.codes.plan import ScoringPath  # not at run time: codes/ imports the scorer
 
 __all__ = ["PageRef", "SearchHit", "Store", "View"]

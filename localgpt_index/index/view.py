@@ -1,4 +1,6 @@
-"""Views of one committed generation, opened and checked. `GenerationView` holds what every backend's
+"""Views of one committed generation, opened and checked.
+
+`GenerationView` holds what every backend's
 view shares (the store, the manifest, its documents, the artifacts and their blobs); `LocalView` adds
 exact or two-pass MaxSim scoring of query vectors against the memory-mapped segments of a local index.
 The Qdrant view (index/qdrant/view.py) shares `GenerationView` only: Qdrant ranks the pages itself.

@@ -21,8 +21,7 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.format.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..core.types import PageRef
-from ..index.txn.staged import SegmentWriter
-from ..index.txn.core import Transaction
+from ..index.transaction import SegmentWriter, Transaction
 from ..ingest.convert import MissingConverter
 from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded

@@ -32,7 +32,7 @@ PROBE_TIMEOUT_S = 5.0  # a cluster address that does not accept a connection in 
 GCS_TRIES = "1"
 
 
-def connect(address: str) -> bool:
+def connect_ray(address: str) -> bool:
     """Join the cluster at `address` (auto, an address, or local: start one here, on loopback only).
     True when this call started Ray (and the build should shut it down)."""
     ray = require_ray()
@@ -199,7 +199,7 @@ def _loopback_only(ray) -> Iterator[None]:
             ray_constants.ENABLE_RAY_CLUSTER = before
 
 
-def disconnect() -> None:
+def disconnect_ray() -> None:
     with quiet_stdout():
         require_ray().shutdown()
 

@@ -32,9 +32,9 @@ from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, Engine
 from ..ingest.feed import FeedSource
 from ..ingest.render import RenderSize
 from .options import BuildOptions, BuildReport, Log, StageTimer
-from .ray_cluster import connect, disconnect, quiet_stdout, require_ray
+from .ray_cluster import connect_ray, disconnect_ray, quiet_stdout, require_ray
 
-__all__ = ["RayEngine", "connect", "disconnect", "quiet_stdout", "ray_engine", "require_ray"]
+__all__ = ["RayEngine", "ray_engine"]
 
 CHUNK_PAGES = 8  # pages per render task and per encoder call
 OPEN_AHEAD = 8  # documents being opened ahead of the one the driver waits for
@@ -345,7 +345,7 @@ class RayBuildEngine:
 def ray_engine(model, options: BuildOptions, sources: list[FeedSource], root: Path, timer: StageTimer,
                log: Log) -> Iterator[RayBuildEngine]:
     """Joined to the cluster (started, for --ray local), its actors loaded, for the duration."""
-    started_ray = connect(options.ray)
+    started_ray = connect_ray(options.ray)
     try:
         with quiet_stdout():
             started = time.perf_counter()
@@ -355,4 +355,4 @@ def ray_engine(model, options: BuildOptions, sources: list[FeedSource], root: Pa
                 yield RayBuildEngine(engine, sources, root, Path(staging))
     finally:
         if started_ray:
-            disconnect()
+            disconnect_ray()

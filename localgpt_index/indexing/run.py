@@ -23,7 +23,7 @@ from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.format.manifest import ModelInfo, Settings
 from ..index.local.store import LocalStore
-from ..index.txn.core import Transaction
+from ..index.transaction import Transaction
 from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent

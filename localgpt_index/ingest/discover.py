@@ -103,14 +103,14 @@ def is_junk(name: str) -> bool:
     return name.startswith(".") or any(fnmatch.fnmatch(name, p) for p in JUNK_PATTERNS)
 
 
-def matches(rel: str, patterns: tuple[str, ...]) -> bool:
+def _matches_any(rel: str, patterns: tuple[str, ...]) -> bool:
     name = rel.rsplit("/", 1)[-1]
     return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)
 
 
 def selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> bool:
     """Whether --include/--exclude let a path (relative to the folder, with '/') through."""
-    return (not include or matches(rel, include)) and not (exclude and matches(rel, exclude))
+    return (not include or _matches_any(rel, include)) and not (exclude and _matches_any(rel, exclude))
 
 
 def _identity(path: str) -> tuple[int, int] | None:

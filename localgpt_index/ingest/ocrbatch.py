@@ -81,7 +81,7 @@ class OcrQueue:
             return
         started = time.perf_counter()
         try:
-            read_pdf_pages(self.tesseract, [(queued.pdf, queued.page) for queued in batch], self.lang, self.timeout_s,
+            ocr_pdf_pages(self.tesseract, [(queued.pdf, queued.page) for queued in batch], self.lang, self.timeout_s,
                            self.memory_mib, lambda index, result: _settle(batch[index], result),
                            lambda index: not batch[index].future.cancelled())
         except (OcrFailed, OSError) as exc:  # no shell to run Tesseract; the scratch folder: a full disk
@@ -103,7 +103,7 @@ def _settle(queued: QueuedPage, result: str | OcrFailed) -> None:
         queued.future.set_result(queued.settle(result))
 
 
-def read_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang: str, timeout_s: float, memory_mib: int,
+def ocr_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang: str, timeout_s: float, memory_mib: int,
                    done: Done, wanted: Callable[[int], bool] = lambda index: True) -> None:
     """OCR pages (pdf, page number) in one Tesseract process where they can be, telling `done` of each
     page as soon as it is read or has failed (see the module's docstring). A page no longer `wanted`

@@ -1,5 +1,6 @@
-"""External processes (LibreOffice, pdftoppm, pdfinfo): each in its own process group,
-with a timeout, and all of a run's ended when that run is interrupted.
+"""External processes (LibreOffice, pdftoppm, pdfinfo), all of a run's ended when that run is interrupted.
+
+Each runs in its own process group, with a timeout.
 
 A `ProcessScope` is owned by a run (the CLI's command, a page feed): `Tracked` is a Popen that
 starts a new session and registers itself in a scope; `scope.stop()` kills every process of

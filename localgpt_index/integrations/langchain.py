@@ -1,5 +1,6 @@
-"""A LangChain retriever (langchain-core only; `pip install 'lgpt-index[langchain]'`) over an index
-or a running `lgpt-index serve`:
+"""A LangChain retriever over an index or a running `lgpt-index serve`.
+
+langchain-core only (`pip install 'lgpt-index[langchain]'`):
 
     retriever = LgptRetriever.from_index(k=5)                      # ./.lgpt-index/default, the model loads here
     retriever = LgptRetriever.from_server("http://127.0.0.1:8000")  # the server's index and warm model

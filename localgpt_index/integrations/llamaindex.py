@@ -1,5 +1,6 @@
-"""A LlamaIndex retriever (llama-index-core only; `pip install 'lgpt-index[llamaindex]'`) over an index
-or a running `lgpt-index serve`:
+"""A LlamaIndex retriever over an index or a running `lgpt-index serve`.
+
+llama-index-core only (`pip install 'lgpt-index[llamaindex]'`):
 
     retriever = LgptRetriever.from_index(k=5)
     retriever = LgptRetriever.from_server("http://127.0.0.1:8000", with_images=True)

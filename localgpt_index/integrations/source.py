@@ -1,5 +1,7 @@
-"""Where a retriever's pages come from, framework-free: an open index and its query encoder (the
-Python API), or a running `lgpt-index serve` (`query --server` semantics, serve.client). Both give the
+"""Where a retriever's pages come from, framework-free: an open index, or a running `lgpt-index serve`.
+
+An open index and its query encoder (the Python API), or a running `lgpt-index serve` (`query
+--server` semantics, serve.client). Both give the
 `query --json` document's hits (interop.results.Hit), turned into one PageHit each; the adapters only
 turn a PageHit into their framework's document type.
 

@@ -1,5 +1,6 @@
-"""The JSON documents the CLI prints and the server answers with: one definition for both
-(schemas in localgpt_index/schemas/)."""
+"""The JSON documents the CLI prints and the server answers with: one definition for both.
+
+Their schemas are in localgpt_index/schemas/."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""What the MCP tools do, without MCP: the warm index of `serve` (serve.service: the model loaded
-once, HEAD followed, queries encoded on one thread and scored together on another), its path policy, capped page
-images and capped page text.
+"""What the MCP tools do, without MCP: the warm index of `serve`, its path policy, capped images and text.
+
+The warm index is serve.service's: the model loaded once, HEAD followed, queries encoded on one
+thread and scored together on another.
 
 Only the model's part of a search (encoding, the visual list) goes through serve's batcher; the rest of
 a call (the text list, fusion, snippets, page text, images) runs on a worker thread of its own, so a

@@ -1,5 +1,7 @@
-"""Page images for MCP answers: rendered as `serve` renders them (serve.images.PageImages: render
-slots and a cache), then scaled down until the PNG fits its share of the answer's caps."""
+"""Page images for MCP answers: rendered as `serve` renders them, then scaled to fit the answer's caps.
+
+serve.images.PageImages renders them (render slots and a cache); each PNG is scaled down until it
+fits its share of the answer's caps."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Running the MCP server: over stdio (what desktop agents launch), or streamable HTTP on the
-hardened HTTP layer of `serve` (its socket, connection limits, Host/Origin rule and token).
+"""Running the MCP server: over stdio (what desktop agents launch), or streamable HTTP.
+
+Streamable HTTP runs on the hardened HTTP layer of `serve` (its socket, connection limits,
+Host/Origin rule and token).
 
 Over stdio, stdout carries protocol messages only. The SDK's stdio transport moves file
 descriptor 1 to stderr at the OS level while it serves, and writes the protocol through a private

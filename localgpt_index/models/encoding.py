@@ -1,6 +1,7 @@
-"""A build's pages to vectors, page by page: encoded whatever the device does (out of memory halves
-the batch, a page that cannot be encoded is pinned on that page alone), then token-pooled. Each
-result is a page's vectors or its DocumentError, in page order."""
+"""A build's pages to vectors, page by page, whatever the device does.
+
+Out of memory halves the batch, a page that cannot be encoded is pinned on that page alone; then
+the vectors are token-pooled. Each result is a page's vectors or its DocumentError, in page order."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Opening a model's encoder: a plugin family's own, or the family's loader (models/loaders.py:
-byaldi or colpali-engine) on the device and dtype the probe picks, assembled into a TorchEncoder.
+"""Opening a model's encoder: a plugin family's own, or a TorchEncoder from the family's loader.
 
-A model folder that cannot be loaded is told in the checkpoint's terms: one message naming the
-folder and the reason (no weights, pickled code, a width mismatch, another family's files), exit 4."""
+The loader (models/loaders.py: byaldi or colpali-engine) runs on the device and dtype the probe
+picks. A model folder that cannot be loaded is told in the checkpoint's terms: one message naming
+the folder and the reason (no weights, pickled code, a width mismatch, another family's files), exit 4."""
 
 from __future__ import annotations
 

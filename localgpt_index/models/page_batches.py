@@ -1,4 +1,6 @@
-"""How a family's pages become forward passes. ColPali (a fixed-size image, so every page has the
+"""How a family's pages become forward passes.
+
+ColPali (a fixed-size image, so every page has the
 same prompt) stacks pages into one batch; the dynamic-resolution families process each page alone
 and share forward passes only between pages of the same shape; the Qwen families' pages are
 prepared as one temporal frame, their prompt tokenized once per page size."""

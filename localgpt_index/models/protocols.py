@@ -1,5 +1,6 @@
-"""What build, query and serve call of an encoder: PageEncoder and QueryEncoder, and the
-limits every query encoder applies (check_queries)."""
+"""What build, query and serve call of an encoder: PageEncoder and QueryEncoder.
+
+And the limits every query encoder applies (check_queries)."""
 
 from __future__ import annotations
 

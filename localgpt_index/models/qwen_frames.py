@@ -1,4 +1,6 @@
-"""Qwen-family pages as one temporal frame: a Qwen image processor copies a still image into
+"""Qwen-family pages as one temporal frame: the same vectors at a fraction of the cost.
+
+A Qwen image processor copies a still image into
 every temporal frame, and the vision tower's patch embedding (a Conv3d) then sums over identical
 frames. A page goes to the model as one frame, and the patch embedding runs as a product with the
 summed kernel: the same vectors at a fraction of the cost. Applied to the loaded network, for

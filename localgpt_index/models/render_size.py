@@ -1,5 +1,7 @@
-"""The size pages are rendered at for a model: expected from its saved processor settings before
-it loads, and read from its loaded processor (ProcessorGeometry) once it has."""
+"""The size pages are rendered at for a model, expected before it loads and read once it has.
+
+Expected from its saved processor settings before it loads, and read from its loaded processor
+(ProcessorGeometry) once it has."""
 
 from __future__ import annotations
 

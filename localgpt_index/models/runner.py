@@ -1,5 +1,7 @@
-"""Forward passes of a loaded network: inputs cast at its boundary, under autocast and inference
-mode, its dtype audited, its failures told apart (the device's, a module's dtype, a page's)."""
+"""Forward passes of a loaded network, its dtype audited and its failures told apart.
+
+Inputs are cast at its boundary, under autocast and inference mode; a failure is the device's, a
+module's dtype or a page's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A ColPali-family model on torch, assembled from named parts: the network and processor its
-family's loader made (models/loaders.py), a NetRunner for the forward passes,
+"""A ColPali-family model on torch, assembled from named parts.
+
+The network and processor its family's loader made (models/loaders.py), a NetRunner for the forward passes,
 the processor's geometry, and the family's way of batching pages (page_batches)."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""query"""
+"""Answering queries: an index view with its model's query encoder, text and hybrid queries, fusion."""

@@ -1,5 +1,7 @@
-"""Text and hybrid queries over one generation: the lexical candidate list (the generation's
-full-text index, index/text), the visual one (exact MaxSim), fused (query/fusion.py).
+"""Text and hybrid queries over one generation: a lexical and a visual candidate list, fused.
+
+The lexical list comes from the generation's full-text index (index/text), the visual one from
+exact MaxSim; query/fusion.py fuses them.
 
 The two lists are independent: each is its engine's top N (DEPTH) among the documents the
 filters keep, so text finds a page the vision model missed, and the reverse. Text mode needs no

@@ -1,5 +1,7 @@
-"""Open an index and answer queries: the index view (index.view) with the query encoder of the model
-the index was built with (models), encoded in one batch, scored with exact MaxSim, ranked."""
+"""Open an index and answer queries with the query encoder of the model it was built with.
+
+The index view (index.view) with the query encoder of the model the index was built with (models),
+encoded in one batch, scored with exact MaxSim, ranked."""
 
 from __future__ import annotations
 
@@ -8,12 +10,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.errors import EnvironmentMissing, IndexProblem
+from ..core.errors import EnvironmentMissing, IndexProblem, MissingIndexFile
 from ..core.types import SearchHit
 from ..index.scoring.device import DeviceScorer, DeviceScoring
 from ..index.local.store import LocalStore
-from ..index.errors import MissingIndexFile
-from ..index.local.layout import index_path
+from ..index.local.store import index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import View
 from ..models.protocols import QueryEncoder, check_queries

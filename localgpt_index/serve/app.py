@@ -1,5 +1,7 @@
-"""The `serve` application: FastAPI with the routes, the middleware, and the model loading in the
-background once it starts (then warmed up on the encoder thread, where queries are encoded)."""
+"""The `serve` application: FastAPI with the routes, the middleware, and the model loading.
+
+The model loads in the background once it starts (then warmed up on the encoder thread, where
+queries are encoded)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Queries of concurrent requests answered together: one forward pass for the queries that arrived
-together, on a thread of its own, while the model thread lets them join the exact pass in flight
-(serve/sweep.py)."""
+"""Queries of concurrent requests answered together: one forward pass for those that arrived together.
+
+The pass runs on a thread of its own, while the model thread lets them join the exact pass in
+flight (serve/sweep.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The connection layer of `serve`: uvicorn's httptools protocol (a C parser) with read deadlines and
-a connection cap (guarded_protocol makes it with the limits of one server; the limits themselves are
-httpguard's)."""
+"""The connection layer of `serve`: uvicorn's httptools protocol with read deadlines and a connection cap.
+
+guarded_protocol makes it with the limits of one server; the limits themselves are httpguard's."""
 
 from __future__ import annotations
 

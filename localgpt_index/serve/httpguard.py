@@ -1,6 +1,7 @@
-"""The HTTP layer's policies, shared by `serve` and any later HTTP front (the MCP server):
-what a request may carry, how long a connection may take, who may ask, and what an answer
-or an error may reveal.
+"""The HTTP layer's policies, shared by `serve` and any later HTTP front (the MCP server).
+
+What a request may carry, how long a connection may take, who may ask, and what an answer or an
+error may reveal.
 
 Everything here is plain functions and small classes with no FastAPI in them, so that
 another server can apply the same rules.

@@ -1,5 +1,6 @@
-"""Page images of `serve` (`/pages/...png` and `with_images`): rendered a few at once, a bounded
-number per answer, the last PNGs kept."""
+"""Page images of `serve` (`/pages/...png` and `with_images`), rendered a few at once.
+
+A bounded number per answer; the last PNGs are kept."""
 
 from __future__ import annotations
 

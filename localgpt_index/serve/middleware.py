@@ -1,5 +1,6 @@
-"""The ASGI middleware of `serve`: one log line per request, then the Host/Origin rule, the bearer
-token and the body limit (httpguard's policies), and no traceback for anyone."""
+"""The ASGI middleware of `serve`: a log line per request, httpguard's policies, no traceback for anyone.
+
+One log line per request, then the Host/Origin rule, the bearer token and the body limit."""
 
 from __future__ import annotations
 

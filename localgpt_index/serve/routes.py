@@ -1,5 +1,6 @@
-"""The endpoints of `serve` and how errors become answers: each endpoint answers with the
-CLI's own document (interop.reports), published as the path policy says."""
+"""The endpoints of `serve` and how errors become answers.
+
+Each endpoint answers with the CLI's own document (interop.reports), published as the path policy says."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Running `serve`: the exposure rule, the listening socket, and uvicorn with the guarded
-connection protocol, until SIGTERM or SIGINT."""
+"""Running `serve` until SIGTERM or SIGINT: the exposure rule, the socket, uvicorn with the guarded protocol."""
 
 from __future__ import annotations
 

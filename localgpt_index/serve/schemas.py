@@ -1,5 +1,6 @@
-"""What `serve` accepts and answers: the request body, the limits, the error document, and the
-two ways a document leaves (JSON with ASCII escapes, the one error shape). The query document
+"""What `serve` accepts and answers: the request body, the limits, the error document.
+
+And the two ways a document leaves (JSON with ASCII escapes, the one error shape). The query document
 it answers with is the CLI's own (interop.results.QueryDocument)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A warm index for a long-lived process: the model loaded once, the current generation
-followed, queries that arrive together answered together.
+"""A warm index for a long-lived process: the model loaded once, the current generation followed.
+
+Queries that arrive together are answered together.
 
 `IndexService` is the typed core of `lgpt-index serve` (app.py and routes.py put HTTP in front of
 it). It notices a new HEAD (a build or remove beside it) between batches and opens the new
@@ -16,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.cpus import short_openmp_spin
-from ..core.errors import EnvironmentMissing, IndexProblem, LgptError
+from ..core.errors import EnvironmentMissing, IndexProblem, LgptError, MissingIndexFile
 from ..core.failpoints import failpoint
 from ..index.local.store import LocalStore
-from ..index.errors import MissingIndexFile
 from ..index.scoring import maxsim as score
 from ..models.protocols import QueryEncoder, check_queries
 from ..models.resolve import same_model

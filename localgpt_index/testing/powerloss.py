@@ -1,5 +1,7 @@
-"""A recording file system for power-loss and fault tests, in the spirit of SQLite's crash VFS
-(test6.c) and LazyFS: `RecordingDisk` stands in for index.disk's `OsDisk` (`recording`).
+"""A recording file system for power-loss and fault tests, in the spirit of SQLite's crash VFS and LazyFS.
+
+`RecordingDisk` stands in for index/format/disk.py's `OsDisk` (`recording`), as SQLite's test6.c
+does for its files.
 
 It passes every operation on to the real file system, so the command under test runs as usual,
 and keeps a model (testing/diskmodel.py) of what a machine that lost power at that moment would find
@@ -104,7 +106,7 @@ class RecordingDisk:
                 raise OSError(code, os.strerror(code), str(path))
         return rel
 
-    # the operations (index.disk.Disk)
+    # the operations (index.format.disk.Disk)
 
     def create(self, path: Path) -> WriteHandle:
         rel = self._step("create", path)

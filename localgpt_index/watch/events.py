@@ -122,7 +122,7 @@ class BuildLog(WatchEvent):
 
 
 @dataclass(frozen=True)
-class Stopped(WatchEvent):
+class WatchStopped(WatchEvent):
     """The watcher stopped: asked to (`exit_code` 0), or for the reason given."""
 
     kind: ClassVar[str] = "stopped"

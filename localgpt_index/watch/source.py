@@ -1,5 +1,6 @@
-"""The file events of a folder, from watchfiles: the system's (inotify, FSEvents, ReadDirectoryChangesW)
-where it can, polling where it cannot.
+"""The file events of a folder, from watchfiles: the system's where it can, polling where it cannot.
+
+The system's are inotify, FSEvents or ReadDirectoryChangesW.
 
 `EventSource` runs watchfiles in a thread of its own and hands every batch of changes to a callback,
 as {path: deleted}: whether the batch deleted (or renamed away) what was at the path.

@@ -23,15 +23,14 @@ from pathlib import Path
 
 from ..indexing.options import BuildOptions, BuildReport
 from ..indexing.run import build_index
-from ..core.errors import IndexBusy, LgptError, UsageError
-from ..index.errors import TransientWriteError
+from ..core.errors import IndexBusy, LgptError, TransientWriteError, UsageError
 from ..ingest.processes import ProcessScope
 from ..models.loading import EncoderOptions, load_page_encoder
 from ..models.protocols import PageEncoder
 from ..models.resolve import ModelRef
 from .changes import ChangeFilter, Pending
 from .events import (BuildCommitted, BuildFailed, BuildLog, BuildStarted, BuildUpToDate, ChangesSeen, EventSink,
-                     Stopped, Watching)
+                     WatchStopped, Watching)
 from .source import EventSource
 
 DEFAULT_SETTLE_S = 1.0
@@ -145,7 +144,7 @@ class Watcher:
         finally:
             self.source.stop()
             self._stopped = True
-            self.on_event(Stopped(self.failure or reason, self.exit_code, self.builds))
+            self.on_event(WatchStopped(self.failure or reason, self.exit_code, self.builds))
         return self.exit_code
 
     def _backoff(self) -> bool:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.failpoints import failpoint
-from ...core.pools import SharedPool
+from ...core.cpus import SharedPool
 from .manifest import CHECK_BLOCK, LEGACY_CHECK_BLOCK, REBUILD_HINT, Checksum
 
 __all__ = ["CHECK_BLOCK", "LEGACY_CHECK_BLOCK", "BlockGuard", "block_checksums", "block_hash", "prefetch", "read_ahead", "rechecksum"]

@@ -1,6 +1,8 @@
-"""Files of an untrusted folder, read and written safely: names resolved inside it, regular files
-only (never a link out, a FIFO or a device), bounded sizes; atomic writes (fsync of the file
-before the rename and of the folder after), and the sweep of a killed writer's temporary files."""
+"""Files of an untrusted folder, read and written safely.
+
+Names are resolved inside it, regular files only (never a link out, a FIFO or a device), of bounded
+sizes; atomic writes (fsync of the file before the rename and of the folder after), and the sweep of
+a killed writer's temporary files."""
 
 from __future__ import annotations
 
@@ -10,9 +12,8 @@ import stat
 import uuid
 from pathlib import Path
 
-from ...core.errors import IndexProblem
+from ...core.errors import IndexProblem, MissingIndexFile
 from .disk import disk
-from ..errors import MissingIndexFile
 from .manifest import REBUILD_HINT
 
 TMP_PREFIX = ".tmp-"

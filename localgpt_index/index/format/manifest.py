@@ -162,7 +162,7 @@ class ModelInfo(_Strict):
     family: Annotated[str, Field(max_length=64)]
     revision: Annotated[str, Field(max_length=256)] | None = None
     fingerprint: Text
-    # how the fingerprint was computed (models.FINGERPRINT_SCHEME); 1: format 2's, upgraded on the next write
+    # how the fingerprint was computed (models.resolve.FINGERPRINT_SCHEME); 1: format 2's, upgraded on the next write
     fingerprint_scheme: Literal[1, 2] = 2
     dim: Annotated[int, Field(ge=1, le=8192)] | None = None
 
@@ -350,7 +350,7 @@ def _migrate_1_to_2(data: dict, where: str) -> dict:
 def _migrate_2_to_3(data: dict, where: str) -> dict:
     """Format 2 -> 3: the model's fingerprint names its scheme. Format 2 fingerprinted a local
     model by its config and the first MiB of each weight file (scheme 1); that value is kept and
-    compared the same way (models.same_model) until the next write records the whole-weights one."""
+    compared the same way (models.resolve.same_model) until the next write records the whole-weights one."""
     model = data.get("model")
     if not isinstance(model, dict):
         raise IndexProblem(f"{where}: a format 2 manifest that cannot be read (no model).", hint=REBUILD_HINT)

@@ -1,6 +1,8 @@
-"""Artifact blobs of a local index: `artifacts/<sha256>.<ext>`, written durably (temporary file,
-fsync, rename, fsync of the folder), read back as untrusted input (a regular file inside the
-index, of the size the manifest says, with its sha256), collected when no kept generation names them."""
+"""Artifact blobs of a local index: `artifacts/<sha256>.<ext>`.
+
+Written durably (temporary file, fsync, rename, fsync of the folder), read back as untrusted input (a
+regular file inside the index, of the size the manifest says, with its sha256), collected when no
+kept generation names them."""
 
 from __future__ import annotations
 

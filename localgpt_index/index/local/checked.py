@@ -1,5 +1,4 @@
-"""Which vectors files a writer has checked whole: `checked.json`, so that the next writer reads only
-the files changed since.
+"""Which vectors files a writer checked whole (`checked.json`): the next writer reads only those changed since.
 
 A writer names every block of its base generation in the generation it commits, so it checks
 them all before it starts (`LocalStore._base`). At 100,000 pages that is 26 GB read by every

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...core.errors import IndexBusy, IndexProblem, UsageError
+from ...core.errors import IndexBusy, IndexProblem, UsageError, write_failure
 from ...core.failpoints import failpoint
-from ..errors import write_failure
 from ..format.files import make_folders, read_member, write_atomic
 from ..holder import holder_text, may_be_alive
 

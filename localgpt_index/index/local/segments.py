@@ -1,10 +1,13 @@
-"""Segments of a local index: written page by page (`FileSegmentSink` under a SegmentWriter), read back checked (`load_segment`),
-the vectors block by block when first read."""
+"""Segments of a local index: the vectors and offsets files, written page by page and read back checked.
+
+`FileSegmentSink` writes them under a SegmentWriter; `load_segment` reads them back checked, the
+vectors block by block when first read."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import struct
 import uuid
 from pathlib import Path
 
@@ -18,7 +21,15 @@ from ..format.disk import disk
 from ..format.files import TMP_PREFIX as _TMP_PREFIX
 from ..format.files import read_member, regular_size
 from ..format.manifest import REBUILD_HINT, Checksum, Segment
-from .layout import NPY_HEADER, _npy_header
+
+NPY_HEADER = 128  # bytes: numpy's format 1.0 header, padded to a fixed size so it can be written last
+
+
+def _npy_header(rows: int, dim: int) -> bytes:
+    """numpy's format 1.0 header for a (rows, dim) float16 array, padded to NPY_HEADER bytes."""
+    text = "{'descr': '<f2', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, dim)
+    text = text.ljust(NPY_HEADER - 11) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode("latin1")
 
 
 class FileSegmentSink:

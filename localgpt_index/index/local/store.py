@@ -1,5 +1,14 @@
-"""The index on disk: immutable, content-named files, and generations that name them (the files of
-one index: layout.py).
+"""The index on disk: immutable, content-named files, and generations that name them.
+
+Layout of one index (`<index-dir>/<name>/`, `index_path`):
+
+    HEAD                        {"format", "generation", "manifest": "gen-0000000N.json", "sha256"}
+    gen-0000000N.json           the manifest (index/format/manifest.py): model, settings, documents, segments
+    segments/<id>.vectors.npy   float16 (rows, dim): page vectors, back to back (segments.py)
+    segments/<id>.offsets.npy   int64 (pages + 1): page p owns rows offsets[p]:offsets[p+1]
+    pdf/<sha256>.pdf            a PDF a converted document was rendered from, named by its own sha256
+    lock, lock.owner            the writers' lock, and who holds it (lock.py)
+    checked.json                which vectors files a writer checked whole, and their state then (checked.py)
 
 Every writer (build, remove, import, re-tagging) goes through one `Transaction`: it
 writes new files only, under names derived from their content; stages segments on disk
@@ -17,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -24,27 +34,39 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...core.errors import IndexProblem
-from ..errors import MissingIndexFile
+from ...core.errors import IndexProblem, MissingIndexFile, UsageError
+from ...core.files import sha256_file
+from ..artifact_registry import check_all
 from ..format.files import read_member, regular_size
 from ..format.manifest import FORMAT, REBUILD_HINT, Head, Manifest, Segment
 from ..format.pdfstore import PdfStore
-from ..txn.begin import open_transaction
+from ..transaction import Transaction, open_transaction
 from .blobs import LocalBlobs
 from .checked import check_whole
-from .layout import (
-    HEAD_LIMIT,
-    MANIFEST_LIMIT,
-)
 from .lock import writer_lock
 from .segments import SegmentFiles, load_segment
-from .txn import LocalParts, Transaction
-from .verify import verify_local
+from .txn import LocalParts
 
 if TYPE_CHECKING:
     from ..view import LocalView
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "index_path"]
+
+DEFAULT_INDEX_DIR = ".lgpt-index"
+DEFAULT_INDEX_NAME = "default"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+HEAD_LIMIT = 4096
+MANIFEST_LIMIT = 1 << 30
+
+
+def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
+    """Where an index lives: option, else $LGPT_INDEX_DIR, else ./.lgpt-index; then the name."""
+    base = Path(index_dir or os.environ.get("LGPT_INDEX_DIR") or DEFAULT_INDEX_DIR)
+    name = name or os.environ.get("LGPT_INDEX_NAME") or DEFAULT_INDEX_NAME
+    if not NAME_PATTERN.match(name):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise UsageError(f"index name {shown!r}: use up to 100 letters, digits, '-' and '_', starting with a letter or digit.")
+    return base / name
 
 
 class LocalStore:
@@ -205,7 +227,42 @@ class LocalStore:
 
     def verify(self) -> list[str]:
         """Check everything against the manifest, full sha256 of every file included; the problems found."""
-        return verify_local(self)
+        try:
+            manifest = self.read_manifest()
+            if manifest is None:
+                return [f"no index at {self.root}."]
+            self._check_folder("segments", required=bool(manifest.segments))
+            self._check_folder("pdf", required=False)
+        except IndexProblem as exc:
+            return [exc.message]
+        problems: list[str] = []
+        for segment in manifest.segments.values():
+            try:
+                files = self.segment_files(segment)
+                damaged = files.check_all()  # every block, whatever this process has checked
+            except IndexProblem as exc:
+                problems.append(exc.message)
+                continue
+            vec_path = self.segments_dir / f"{segment.id}.vectors.npy"
+            if damaged:
+                checksum = files.guard.checksum
+                shown = ", ".join(str(b) for b in damaged[:5]) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+                problems.append(f"{vec_path}: block{'s' if len(damaged) > 1 else ''} {shown} of {len(checksum.blocks)} "
+                                f"({checksum.block_size} bytes each) do{'' if len(damaged) > 1 else 'es'} not match "
+                                "the checksums; the vectors are damaged.")
+                continue
+            if sha256_file(vec_path) != segment.vectors_sha256:
+                problems.append(f"{vec_path}: sha256 mismatch; the vectors are damaged.")
+        pdfs = {(d.pdf, d.pdf_sha256, d.path) for d in [*manifest.documents, *manifest.in_progress] if d.pdf}
+        for rel, expected, source in sorted(pdfs):
+            try:
+                regular_size(self.root, rel)
+            except IndexProblem as exc:
+                problems.append(f"{exc.message} (the converted PDF of {source})")
+                continue
+            if sha256_file(self.root / rel) != expected:
+                problems.append(f"{self.root / rel}: sha256 mismatch; the converted PDF of {source} is damaged.")
+        return problems + check_all(manifest, LocalBlobs(self.root))
 
     # writing
 

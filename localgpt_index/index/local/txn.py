@@ -1,5 +1,7 @@
-"""The local backend of the transaction core: segments staged as files, a generation published by
-writing `gen-N.json` then replacing HEAD, and files no kept generation names collected."""
+"""The local backend of the transaction: segments staged as files, generations published by HEAD.
+
+A generation is published by writing `gen-N.json` then replacing HEAD; files no kept generation
+names are collected."""
 
 from __future__ import annotations
 
@@ -18,12 +20,12 @@ from ..format.disk import disk
 from ..format.files import TMP_PREFIX, make_folders, plain_files, sweep_temporary, write_atomic
 from ..format.manifest import Checksum, Document, Head, Manifest, Segment
 from ..format.pdfstore import PdfStore
-from ..txn.core import Transaction
+from ..transaction import Transaction
 from .blobs import LocalBlobs
 from .segments import FileSegmentSink
 
 if TYPE_CHECKING:
-    from ..txn.staged import SegmentSink
+    from ..transaction import SegmentSink
 
 
 class LocalHold:
@@ -41,6 +43,7 @@ class LocalBackend:
 
     dtype: type = np.float16
     needs_page = False
+    unused_artifacts: frozenset[str] = frozenset()
 
     def __init__(self, store: Any, upgrade: bool = False) -> None:  # an LocalStore (local/store.py imports this module)
         self.store = store
@@ -148,7 +151,7 @@ class LocalBackend:
 
 
 class LocalParts:
-    """What a local store gives begin()'s template (txn/begin.py)."""
+    """What a local store gives begin()'s template (transaction.open_transaction)."""
 
     def __init__(self, store: Any) -> None:  # an LocalStore
         self.store = store

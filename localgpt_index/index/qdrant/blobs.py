@@ -1,6 +1,7 @@
-"""Artifact blobs of a Qdrant index: points of the catalog collection (as the manifest's chunks
-are), keyed by the blob's content name, its bytes base64 in chunks; read back checked (every chunk
-there, size and sha256), collected when no kept generation names them."""
+"""Artifact blobs of a Qdrant index: points of the catalog collection, as the manifest's chunks are.
+
+Keyed by the blob's content name, its bytes base64 in chunks; read back checked (every chunk there,
+size and sha256), collected when no kept generation names them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Reading a Qdrant index's catalog: HEAD, the manifest from its chunks (migrated from an older
-format on read), and the point count a reader checks against it."""
+"""Reading a Qdrant index's catalog: HEAD, the manifest from its chunks, the point count a reader checks.
+
+The manifest is migrated from an older format on read."""
 
 from __future__ import annotations
 

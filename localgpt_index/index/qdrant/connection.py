@@ -1,5 +1,6 @@
-"""The client of a Qdrant store: a server (version checked) or the in-process mode's folder
-(created only for a writer)."""
+"""The client of a Qdrant store: a server (version checked) or the in-process mode's folder.
+
+The folder is created only for a writer."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .lease import _Serialized
 FOLDER_WAIT_S = 2.0  # how long an in-process folder's lock is waited for
 
 
-def connect(store: Any):
+def connect_qdrant(store: Any):
     _models()
     from qdrant_client import QdrantClient
 

@@ -1,4 +1,7 @@
-"""One writer per collection: the lease point (compare-and-swap, renewed by a timer), and the in-process client serialised."""
+"""One writer per collection: the lease point, and the in-process client serialised.
+
+The lease point is taken by compare-and-swap and renewed by a timer.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Qdrant's binary quantization of the page multi-vectors: the collection's configuration, the
-migration of a collection from before it, and the search parameters a query sends.
+"""Qdrant's binary quantization of the page multi-vectors: configuration, migration, search parameters.
+
+The collection's configuration, the migration of a collection from before it, and the search
+parameters a query sends.
 
 Qdrant keeps one bit a dimension of every page vector beside the float16 originals (32x smaller
 than float32, in RAM). A query asks either for exact MaxSim over the originals (the default:

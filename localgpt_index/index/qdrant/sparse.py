@@ -1,11 +1,11 @@
-"""The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (index/text/bm25.py).
+"""The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (text/engine.py).
 
 A page's vector holds, for each distinct token of OUR tokenizer (index/text/tokenize.py), its term id
 (`term_id`: the first 4 bytes of the token's BLAKE2b digest, a stable 32-bit hash; two tokens that
 collide are one term, their weights summed: at ~10^5 distinct tokens about one pair in a million
 pairs shares an id, which can only raise a page that holds the other token) and BM25's saturated,
 length-normalised term frequency, tf_weight(tf, |d|, avgdl). Qdrant's IDF modifier applies
-idf = ln(1 + (N - n + 0.5) / (n + 0.5)) at query time: the formula of bm25.py, so a query vector of
+idf = ln(1 + (N - n + 0.5) / (n + 0.5)) at query time: the formula of text/engine.py, so a query vector of
 ones scores a page exactly as the FTS5 engine does, when N, n and avgdl are the same:
 
 - N and n: the query scopes the IDF statistics to the generation's visible points (`IdfCorpusParams`
@@ -40,10 +40,11 @@ from typing import Any
 
 from ..format.manifest import Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
-from ..text.bm25 import WEIGHTING
+from ..text.engine import WEIGHTING
 from ..text.tokenize import tokenize
 from .catalog import read_head
 from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id
+from .writer import QdrantWriting
 
 SPARSE = "lexical"
 BATCH = 64
@@ -102,7 +103,7 @@ def reference_avgdl(exact: float, reference: float | None) -> tuple[float, bool]
     return reference, abs(reference / exact - 1) > AVGDL_TOLERANCE
 
 
-def recorded_reference(txn: Any, previous: Manifest | None) -> float | None:
+def recorded_reference(txn: QdrantWriting, previous: Manifest | None) -> float | None:
     """The reference avgdl HEAD records for `previous` (None: no HEAD of that generation, a
     renormalisation that did not finish, or a HEAD from before the reference)."""
     head = read_head(txn.store, txn.physical) if previous is not None else None
@@ -122,7 +123,7 @@ class SparseCommit:
     renormalise: float | None = None  # the exact mean every page is to be rewritten with, once HEAD has moved
 
 
-def after_head(txn: Any, sparse: SparseCommit | None) -> SparseCommit | None:
+def after_head(txn: QdrantWriting, sparse: SparseCommit | None) -> SparseCommit | None:
     """Once HEAD has moved: the rewrite, if the commit needs one; returns what is left to do (nothing: None).
     Best effort: HEAD records no reference until it is done, so the next commit rewrites every vector
     if this one does not."""
@@ -142,7 +143,7 @@ def with_reference(receipt: dict, sparse: SparseCommit | None) -> dict:
     return {**receipt, HEAD_KEY: sparse.reference} if sparse is not None else receipt
 
 
-def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> SparseCommit | None:
+def write_vectors(txn: QdrantWriting, manifest: Manifest, previous: Manifest | None, rebuilt: bool) -> SparseCommit | None:
     """Before HEAD: the sparse vectors of the pages of `manifest` whose text is new since `previous`
     (every page's when `rebuilt` or first), weighted with HEAD's reference avgdl (the exact mean when
     there is none). None: the collection or the generation has no sparse vectors."""
@@ -156,7 +157,7 @@ def write_vectors(txn: Any, manifest: Manifest, previous: Manifest | None, rebui
     return SparseCommit(manifest, written, None, exact) if due else SparseCommit(manifest, written, avgdl)
 
 
-def renormalise(txn: Any, manifest: Manifest, avgdl: float) -> int:
+def renormalise(txn: QdrantWriting, manifest: Manifest, avgdl: float) -> int:
     """After HEAD (which records no reference meanwhile): every page's vector weighted with `avgdl`,
     then HEAD records it, if HEAD is still this writer's and of this generation."""
     written = _write_pages(txn, manifest, None, avgdl)
@@ -170,7 +171,7 @@ def renormalise(txn: Any, manifest: Manifest, avgdl: float) -> int:
     return written
 
 
-def _write_pages(txn: Any, manifest: Manifest, previous: Manifest | None, avgdl: float) -> int:
+def _write_pages(txn: QdrantWriting, manifest: Manifest, previous: Manifest | None, avgdl: float) -> int:
     """The vectors of the pages with text of `manifest`, but those whose text part `previous` shows already."""
     models = _models()
     source = txn.base_blobs()
@@ -199,7 +200,7 @@ def _write_pages(txn: Any, manifest: Manifest, previous: Manifest | None, avgdl:
     return written + _flush(txn, batch)
 
 
-def _flush(txn: Any, batch: list) -> int:
+def _flush(txn: QdrantWriting, batch: list) -> int:
     if not batch:
         return 0
     txn.fence()

@@ -45,15 +45,13 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ...core.errors import IndexProblem, LgptError, UsageError
-from ..errors import MissingIndexFile
+from ...core.errors import IndexProblem, LgptError, MissingIndexFile, UsageError
 from ..format.files import regular_size
 from ..format.manifest import (
     Manifest,
 )
-from ..format.pdfrefs import SharedRefs
-from ..format.pdfstore import PdfStore
-from ..txn.begin import open_transaction
+from ..format.pdfstore import PdfStore, SharedRefs
+from ..transaction import Transaction, open_transaction
 from . import catalog, connection
 from . import verify as checks
 from .ids import (
@@ -66,7 +64,7 @@ from .ids import (
     catalog_of,
 )
 from .lease import _Lease
-from .txn import QdrantParts, Transaction
+from .txn import QdrantParts
 from .view import QdrantView
 
 __all__ = ["QdrantStore"]
@@ -109,7 +107,7 @@ class QdrantStore:
     @property
     def client(self):
         if self._client is None:
-            self._client = connection.connect(self)
+            self._client = connection.connect_qdrant(self)
         return self._client
 
     def writable(self) -> "QdrantStore":
@@ -257,5 +255,5 @@ class QdrantStore:
     # writing
 
     def begin(self, wait_s: float = 0.0, rebuild: bool = False) -> AbstractContextManager[Transaction]:
-        """The one writer's transaction (txn/begin.py's template; qdrant/txn.py's parts and backend)."""
+        """The one writer's transaction (transaction.py's open_transaction; qdrant/txn.py's parts and backend)."""
         return open_transaction(QdrantParts(self), wait_s, rebuild)

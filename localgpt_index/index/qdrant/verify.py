@@ -1,5 +1,6 @@
-"""`verify` of a Qdrant index: the collection's configuration, every document's pages against the
-points, and the stored PDFs (regular files inside the PDF store, sha256)."""
+"""`verify` of a Qdrant index: its configuration, every document's pages against the points, the stored PDFs.
+
+A stored PDF is checked as a regular file inside the PDF store, with its sha256."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import IndexProblem, LgptError, UsageError
+from ...core.errors import IndexProblem, LgptError, MissingIndexFile, UsageError
 from ...core.files import sha256_file
-from ..errors import MissingIndexFile
 from ..artifact_registry import check_all
 from ..format.files import plain_files, regular_size
 from ..format.manifest import (
@@ -78,7 +78,7 @@ def verify(store: Any) -> list[str]:
 
 
 def gone_records(store: Any) -> list[str]:
-    """Notes (not damage) on the records of a shared --pdf-store (index/format/pdfrefs.py) whose Qdrant collection
+    """Notes (not damage) on the records of a shared --pdf-store (index/format/pdfstore.py) whose Qdrant collection
     no longer exists: such a record keeps its PDFs for good. Only what can be told from here is said:
     in-process folders (their meta.json) and collections of the same server; a record of another
     server's collection, or one that cannot be read, is left unsaid."""

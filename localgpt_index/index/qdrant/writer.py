@@ -1,19 +1,22 @@
-"""The Qdrant segment sink: pages become points (PENDING until a commit shows them), in batches."""
+"""The Qdrant segment sink: pages become points (PENDING until a commit shows them), in batches.
+
+`QdrantWriting` is what it (and the sparse vectors, sparse.py) needs of the transaction's backend
+(txn.py's QdrantWriting, which imports both).
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import numpy as np
 
 from ...core.failpoints import failpoint
 from ...core.types import PageRef
-from ..format.manifest import (
-    Segment,
-)
-from ..txn.staged import SegmentWriter
+from ..artifacts import BlobSource
+from ..format.manifest import Segment
 from .ids import (
     PENDING,
     POOLED,
@@ -25,11 +28,39 @@ from .ids import (
 )
 
 
+class QdrantWriting(Protocol):
+    """A Qdrant transaction's backend, as its point writers see it."""
+
+    store: Any  # the QdrantStore
+    physical: str  # the collection being written
+
+    @property
+    def client(self) -> Any: ...
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def fence(self) -> None: ...
+
+    def writing(self) -> AbstractContextManager[None]: ...
+
+    def mark_written(self) -> None: ...
+
+    def record_owners(self, segment: str, paths: list[str]) -> None:
+        """Whose page each row of a sealed segment is (a commit copies pages stored under another path)."""
+        ...
+
+    def base_blobs(self) -> BlobSource: ...
+
+
 class PointSink:
     """Pages become points of the collection being written, upserted in batches; `owners` records
     whose page each row is (a commit copies pages stored under another path)."""
 
-    def __init__(self, txn: Any, dim: int) -> None:  # a QdrantBackend (it imports this module)
+    def __init__(self, txn: QdrantWriting, dim: int) -> None:
         self.txn, self.dim = txn, dim
         self.id = f"seg-{uuid.uuid4().hex}"
         self.owners: list[str] = []
@@ -49,19 +80,14 @@ class PointSink:
 
     def seal(self, lengths: list[int], dim: int) -> Segment:
         self.flush()
-        self.txn._owners[self.id] = list(self.owners)
+        self.txn.record_owners(self.id, list(self.owners))
         return Segment(id=self.id, pages=len(lengths), rows=sum(lengths), dim=self.dim, storage="qdrant")
 
     def discard(self) -> None:
         """Nothing here: the transaction's discard deletes the points this writer upserted."""
 
 
-def point_writer(txn: Any, dim: int) -> SegmentWriter:
-    """A segment writer over points (float32, as the client sends them; every page says whose it is)."""
-    return SegmentWriter(PointSink(txn, dim), dim, np.float32, needs_page=True)
-
-
-def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
+def make_point(txn: QdrantWriting, segment: str, row: int, block: np.ndarray, page: PageRef, visible_from: int):
     models = _models()
     pooled = block.mean(axis=0)
     pooled = pooled / (np.linalg.norm(pooled) or 1.0)
@@ -71,7 +97,7 @@ def make_point(txn: Any, segment: str, row: int, block: np.ndarray, page: PageRe
     return models.PointStruct(id=point_id(segment, row), vector={VECTOR: block, POOLED: pooled}, payload=payload)
 
 
-def upsert(txn: Any, points: list) -> None:
+def upsert(txn: QdrantWriting, points: list) -> None:
     failpoint("upsert")
     txn.fence()
     txn.mark_written()

@@ -1,5 +1,6 @@
-"""One scoring call's pieces (score.py): the queries it scores, which may be given late, and its pages
-cut into chunks that the scorer's threads take one at a time."""
+"""One scoring call's pieces (maxsim.py): its queries, which may be given late, and its pages in chunks.
+
+The scorer's threads take the chunks one at a time."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ class SegmentVectors(Protocol):
 @dataclass(frozen=True)
 class DeviceScoring:
     """Where exact scoring runs: `scorer` "auto" (on the model's device when it is a CUDA GPU), "cpu"
-    (the CPU scorer, index.score), "device" (the device scorer on the model's device, whatever it is:
+    (the CPU scorer, index.scoring.maxsim), "device" (the device scorer on the model's device, whatever it is:
     the CPU, where the tests run it, or another torch device); `max_resident`: bytes of vectors kept
     on the device at most (None: what it has free, less a reserve)."""
 

@@ -1,4 +1,6 @@
-"""Reading a first pass's candidates while it still runs. The first pass scores segment after segment
+"""Reading a first pass's candidates while it still runs.
+
+The first pass scores segment after segment
 (CPU); rescoring then reads its candidates' pages (I/O: about 330 MB at 1,000 candidates of 1,030 x
 128 float16, several seconds from a cold virtual disk). Once START of the pages are scored, the C-th
 best estimate over all of them is guessed from those seen (the (MARGIN * C * seen / all)-th best so

@@ -1,5 +1,6 @@
-"""The CPU scorer's kernel (numba): exact MaxSim of float16 pages in float32, one call a chunk of pages,
-without the GIL. Imported only where numba is (score.py falls back to torch, then NumPy).
+"""The CPU scorer's kernel (numba): exact MaxSim of float16 pages in float32, without the GIL.
+
+One call a chunk of pages. Imported only where numba is (maxsim.py falls back to torch, then NumPy).
 
 Each page is read in blocks of ROWS rows: the block is widened to float32 (F16C's conversion, exact for
 subnormals too) into a few KiB that stay in L1, then every group of 24 query tokens is multiplied by it

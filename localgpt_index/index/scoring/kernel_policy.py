@@ -1,4 +1,4 @@
-"""When the CPU scorer uses its compiled kernel (maxsim_kernel.py), and when a process loads it.
+"""When the CPU scorer uses its compiled kernel (kernel.py), and when a process loads it.
 
 Loading the kernel costs a fresh process about half a second: numba's own start (its type registries,
 and the scipy.linalg they import), then the machine code from numba's cache. A one-shot query over a

@@ -1,7 +1,7 @@
 """Exact MaxSim (late interaction) over float16 page vectors, accumulated in float32.
 
 On a CPU, in a process with torch (always, for a real model), a compiled kernel does the work once it
-is loaded (maxsim_kernel.py, numba: float16 widened in L1 and multiplied in registers, the max fused),
+is loaded (kernel.py, numba: float16 widened in L1 and multiplied in registers, the max fused),
 and torch's path until then: a process loads the kernel where that pays (kernel_policy.py: a
 long-lived one at start, a one-shot one only for a large pass). torch scores on other devices, and
 where the kernel cannot be had (no numba; checked once a process). Where torch cannot be imported the
@@ -18,8 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...core.cpus import available_cpus
-from ...core.pools import SharedPool
+from ...core.cpus import SharedPool, available_cpus
 from .chunks import ChunkQueue, Queries, QueryStack, page_runs, plan_chunks
 from .kernel_policy import KernelPolicy
 
@@ -135,7 +134,7 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def compiled_kernel():
-    """The compiled kernel's entry point (maxsim_kernel.score_pages), loaded from numba's cache (or compiled)
+    """The compiled kernel's entry point (kernel.score_pages), loaded from numba's cache (or compiled)
     and checked on a tiny page, once a process; None without numba, or where it cannot be built or gets
     that page wrong (a CPU without F16C, say): torch's path, exact too, scores then."""
     try:

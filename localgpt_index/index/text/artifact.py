@@ -1,5 +1,6 @@
-"""Page text and the full-text index as per-generation artifacts of the one transaction core
-(index/artifacts.py; docs/dev/transaction-core.md, "Per-generation artifacts").
+"""Page text and the full-text index as per-generation artifacts of the one transaction.
+
+See index/artifacts.py and docs/dev/transaction-core.md, "Per-generation artifacts".
 
 - "text", a part per segment: every page's text and where it came from (`extra` of
   `SegmentWriter.append`: {"text", "text_source"}, from ingest/pagetext), in row order, as one
@@ -27,7 +28,7 @@ from ...core.plugins import hookimpl
 from ...core.types import PageRef
 from ..artifacts import Artifact, BlobSink, BlobSource, CommitContext
 from ..format.manifest import ArtifactRef, Document, PartRef, Segment
-from .engine import LexicalError, LexicalIndex, PageText
+from .engine import LexicalError, LexicalIndex, LexicalPage
 from .tokenize import TOKENIZER_VERSION
 
 TEXT = "text"
@@ -70,12 +71,13 @@ def read_text_part(ref: PartRef, source: BlobSource) -> list[tuple[str, str]]:
 def page_texts(segments: Mapping[str, Segment], doc: Document, source: BlobSource,
                cache: dict[str, list[tuple[str, str]] | None] | None = None) -> list[tuple[str, str] | None]:
     """Each page's (text, source) of `doc`, in page order; None for a page written without a text part
-    (before the index kept page text). `cache`: text parts already read, by segment id."""
+    (before the index kept page text; or in a segment `segments` lacks). `cache`: text parts already read, by segment id."""
     cache = {} if cache is None else cache
     found: list[tuple[str, str] | None] = []
     for span in doc.spans:
         if span.segment not in cache:
-            part = segments[span.segment].parts.get(TEXT)
+            segment = segments.get(span.segment)
+            part = segment.parts.get(TEXT) if segment is not None else None
             cache[span.segment] = read_text_part(part, source) if part is not None else None
         rows = cache[span.segment]
         found += [rows[row] if rows is not None and row < len(rows) else None for row in range(span.first, span.first + span.pages)]
@@ -181,7 +183,7 @@ def _retexted(ctx: CommitContext) -> list[Document]:
     return changed
 
 
-def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: BlobSource) -> Iterator[PageText]:
+def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: BlobSource) -> Iterator[LexicalPage]:
     """The pages of `documents` that have text, from their segments' text parts."""
     cache: dict[str, list[tuple[str, str]]] = {}
     for doc in documents:
@@ -194,7 +196,7 @@ def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: Blob
             for row in range(span.first, span.first + span.pages):
                 page += 1
                 if rows is not None and row < len(rows) and rows[row][0]:
-                    yield PageText(doc.path, page, rows[row][0])
+                    yield LexicalPage(doc.path, page, rows[row][0])
 
 
 ARTIFACTS: tuple[Artifact, ...] = (TextArtifact(), LexicalArtifact())

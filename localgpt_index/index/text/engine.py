@@ -1,4 +1,4 @@
-"""The full-text engine: an SQLite FTS5 index of page tokens, scored with the one BM25 (bm25.py).
+"""The full-text engine: an SQLite FTS5 index of page tokens, scored with the one BM25 of both stores.
 
 One SQLite file per generation (a per-generation artifact: a writer copies the base generation's
 file and applies only the changed documents' rows; readers open it read-only). Tables:
@@ -18,7 +18,16 @@ Why FTS5 and our own BM25 over its postings (docs/dev/lexical.md has the measure
 applies a delete to its statistics at once, so the statistics a query sees are those of the live
 pages only; tantivy's document frequencies count deleted documents until a merge that its Python
 binding cannot ask for. Scoring ourselves keeps one BM25 for this engine and the Qdrant sparse
-vectors (FTS5's own bm25() uses another idf).
+vectors (FTS5's own bm25() uses another idf): Robertson/Sparck Jones, the Lucene form,
+
+    score(q, d) = sum over distinct query tokens t present in d of  idf(t) * tf_weight(tf, |d|)
+    idf(t)      = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))            (never negative; Qdrant's IDF modifier)
+    tf_weight   = tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))
+
+N is the number of live pages, n_t how many of them hold t, |d| a page's token count and avgdl the
+mean over live pages: pages of removed or replaced documents are not counted (the engine keeps
+these statistics exact under deletion). tf_weight is what a Qdrant sparse vector stores per token;
+idf is what its IDF modifier applies at query time.
 """
 
 from __future__ import annotations
@@ -33,7 +42,6 @@ from typing import Final
 
 import numpy as np
 
-from .bm25 import WEIGHTING, BM25
 from .tokenize import TOKENIZER_VERSION, tokenize
 
 ENGINE_VERSION: Final = 1
@@ -49,7 +57,27 @@ CREATE VIRTUAL TABLE term_hits USING fts5vocab(terms, 'instance');
 
 
 @dataclass(frozen=True)
-class PageText:
+class BM25:
+    k1: float = 1.2
+    b: float = 0.75
+
+    @staticmethod
+    def idf(pages: int, holding: int | np.ndarray) -> float | np.ndarray:
+        """ln(1 + (N - n + 0.5) / (n + 0.5))"""
+        return np.log1p((pages - np.asarray(holding, dtype=np.float64) + 0.5) / (np.asarray(holding, dtype=np.float64) + 0.5))
+
+    def tf_weight(self, tf: np.ndarray | float, length: np.ndarray | float, avgdl: float) -> np.ndarray:
+        """The saturated, length-normalised term frequency."""
+        tf = np.asarray(tf, dtype=np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * np.asarray(length, dtype=np.float64) / max(avgdl, 1e-9))
+        return tf * (self.k1 + 1.0) / (tf + norm)
+
+
+WEIGHTING = BM25()
+
+
+@dataclass(frozen=True)
+class LexicalPage:
     """One page's text, as the engine takes it."""
 
     path: str
@@ -151,7 +179,7 @@ class LexicalIndex:
 
     # -- writing (a writer's copy only) ------------------------------------------------------------
 
-    def update(self, removed: Iterable[str], added: Iterable[PageText]) -> None:
+    def update(self, removed: Iterable[str], added: Iterable[LexicalPage]) -> None:
         """Drop every page of the `removed` documents, then index the `added` pages, in one SQLite
         transaction; the other documents' rows are not touched."""
         db = self._db

@@ -1,5 +1,7 @@
-"""The numba kernel of kernel.py, in a module of its own: imported only where numba is (kernel.py falls
-back to NumPy without it), and defined at module level so that numba's on-disk cache can keep it."""
+"""The numba kernel of kernel.py, in a module of its own: imported only where numba is.
+
+kernel.py falls back to NumPy without it; it is defined at module level so that numba's on-disk
+cache can keep it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The "codes" artifact: each segment's packed binary codes, written beside its vectors by the
-transaction core (a part per segment: index/artifacts.py) and read by the view's first pass.
+"""The "codes" artifact: each segment's packed binary codes, beside its vectors.
+
+Written by the transaction (a part per segment: index/artifacts.py) and read by the view's first pass.
 
 A part (version 2) is the segment's rows' residual codes (pack.py), in row order, in blobs of at most
 BLOB_ROWS rows, then each row's centroid id (one byte) in blobs of the same rows, then the segment's
@@ -10,7 +11,7 @@ exactly, with a hint naming `lgpt-index upgrade` (nothing is derived by a reader
 
 Version 3 adds one blob: the XXH3 hash of every CHECK_BLOCK (64 KiB) block of each codes and ids blob,
 in blob order. A reader then maps the codes without reading them and checks each block when the first
-pass is about to score rows in it (index/checksums.BlockGuard, as the vectors), so a process's first
+pass is about to score rows in it (index/format/checksums.BlockGuard, as the vectors), so a process's first
 query streams through the codes once instead of reading and hashing them whole before scoring. Version
 2 parts (the same codes, no hashes) are still read, each blob checked whole (sha256) on first use;
 `lgpt-index upgrade` adds their hashes (with_block_hashes: the codes are not computed again)."""

@@ -1,7 +1,9 @@
-"""The two passes: estimated MaxSim over every page's residual binary codes (kernel.estimate_maxsim)
-picks the best `candidates` pages per query (over all segments together: each segment's estimates are
-of the same q.v, whatever its codebook), then only those are scored exactly (index.score.maxsim over
-the float16 vectors, `pages=` the candidates), so the scores returned are the exact ones."""
+"""The two passes: estimated MaxSim over every page's binary codes, then the candidates scored exactly.
+
+Estimated MaxSim over every page's residual binary codes (kernel.estimate_maxsim) picks the best
+`candidates` pages per query (over all segments together: each segment's estimates are of the same
+q.v, whatever its codebook), then only those are scored exactly (index.scoring.maxsim over the
+float16 vectors, `pages=` the candidates), so the scores returned are the exact ones."""
 
 from __future__ import annotations
 

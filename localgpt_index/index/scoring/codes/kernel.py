@@ -1,4 +1,6 @@
-"""Estimated MaxSim over residual binary codes (pack.py): for each page, each query token's largest
+"""Estimated MaxSim over residual binary codes (pack.py).
+
+For each page, each query token's largest
 estimate of q.v over the page's rows, table[centroid id] - weight * hamming(sign(q), code), summed
 over the query's tokens (higher is better). With one zero centroid and unit weights it is plain
 hamming MaxSim over the signs (hamming_maxsim: codes version 1).
@@ -16,8 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ....core.cpus import available_cpus
-from ....core.pools import SharedPool
+from ....core.cpus import SharedPool, available_cpus
 
 PAGES_PER_TASK = 2048  # pages per unit of work on the pool: enough to amortise a task, small enough to balance
 NUMPY_ROWS = 8192  # rows per NumPy chunk: (tokens x rows x words) bytes stay in tens of MiB

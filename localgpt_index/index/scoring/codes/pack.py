@@ -1,5 +1,6 @@
-"""Packed binary codes: the sign of each component, one bit a dimension (np.packbits), 16 bytes for a
-128-dim vector (float16 takes 256). Rows are padded with zero bits to whole 64-bit words so that the
+"""Packed binary codes: the sign of each component, one bit a dimension (np.packbits).
+
+16 bytes for a 128-dim vector (float16 takes 256). Rows are padded with zero bits to whole 64-bit words so that the
 kernel reads them as uint64; a zero bit in both a query and a page code never counts in a hamming
 distance, so the padding changes nothing.
 

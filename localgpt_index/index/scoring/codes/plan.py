@@ -1,5 +1,6 @@
-"""Which path answers a query: exact MaxSim over every page (the default), or the binary first pass
-with exact rescoring of its candidates. `--first-pass N` asks for the first pass with N candidates;
+"""Which path answers a query: exact MaxSim over every page, or the binary first pass.
+
+Exact MaxSim is the default; the first pass rescores its candidates exactly. `--first-pass N` asks for the first pass with N candidates;
 `--first-pass auto` turns it on only where exact cannot serve: an index of AUTO_FROM_PAGES pages or
 more, or whose vectors do not fit in this machine's memory (docs/performance.md, "The first pass")."""
 

@@ -1,36 +1,120 @@
-"""One transaction for both stores (`Transaction`): staging, the commit template, the error
-guard and the bookkeeping after a commit. What differs between a local folder and a Qdrant
-collection is the backend's (`Backend`): how it recovers, stores rows, publishes a generation,
-collects and discards."""
+"""One transaction for both stores (`Transaction`), and the segment writer callers get from either.
+
+`Transaction`: staging, the commit template, the error guard and the bookkeeping after a commit;
+the segment writer callers get from either store (`SegmentWriter`);
+begin()'s template (`open_transaction`); the manifest a commit assembles; and the one message a
+failed write gives (what the index keeps, and what to do about a full disk).
+
+What differs between a local folder and a Qdrant collection is the backend's (`Backend`: local/txn.py,
+qdrant/txn.py): how it recovers, stores rows, publishes a generation, collects and discards; and how
+rows are kept (`SegmentSink`: a file on disk, points in Qdrant). Validation, the row count and the
+"write-vectors" failpoint live in `SegmentWriter` once.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+import errno
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-from ...core.failpoints import failpoint
-from ...core.types import PageRef
-from ..artifacts import (
+from ..core.errors import IndexProblem, IndexWriteError, write_failure
+from ..core.failpoints import failpoint
+from ..core.types import PageRef
+from .artifact_registry import registered_artifacts
+from .artifacts import (
     Artifact,
     BlobSink,
     BlobSource,
+    PartWriter,
     blob_names,
     build_artifacts,
     part_writers,
     seal_parts,
     with_derived_parts,
 )
-from ..artifact_registry import registered_artifacts
-from ..format.manifest import BlobRef, Document, Failure, Manifest, ModelInfo, Segment, Settings
-from ..format.files import NotDurable
-from ..format.pdfstore import PdfStore
-from . import assemble_manifest, live_segments, not_durable, write_error
-from .staged import NO_PAGE, SegmentSink, SegmentWriter
+from .format.files import NotDurable
+from .format.manifest import (
+    REBUILD_HINT,
+    ArtifactRef,
+    BlobRef,
+    Document,
+    Failure,
+    Manifest,
+    ModelInfo,
+    Segment,
+    Settings,
+)
+from .format.pdfstore import PdfStore
+
+
+T = TypeVar("T")
+NO_PAGE = "a Qdrant store needs to know whose page each vector block is"
+
+
+class SegmentSink(Protocol):
+    """The backend half of a segment writer."""
+
+    def write(self, row: int, block: np.ndarray, page: PageRef | None) -> None: ...
+
+    def flush(self) -> None:
+        """Make what was written so far reach its storage (called after row 1, before "write-vectors")."""
+        ...
+
+    def seal(self, lengths: list[int], dim: int) -> Segment: ...
+
+    def discard(self) -> None:
+        """Let go of what was written (local: the temporary files; Qdrant: nothing, discard's filter does it)."""
+        ...
+
+
+class SegmentWriter:
+    """Pages of one segment, appended as they are encoded; sealed by `finish_segment`.
+
+    `dtype`: what the backend stores (float16 on disk, float32 for Qdrant's client); `needs_page`:
+    the backend records whose page each row is (Qdrant), so `page` may not be None. Registered
+    artifacts' part writers (`parts`) are fed every page beside the vectors; `extra` is what else
+    the caller knows of the page (a mapping, e.g. {"text": ...}), passed to them as is."""
+
+    def __init__(self, sink: SegmentSink, dim: int, dtype: type = np.float16, needs_page: bool = False,
+                 parts: Mapping[str, PartWriter] | None = None) -> None:
+        self.sink, self.dim, self.dtype, self.needs_page = sink, dim, dtype, needs_page
+        self.lengths: list[int] = []
+        self.parts: dict[str, PartWriter] = dict(parts or {})
+
+    @property
+    def pages(self) -> int:
+        return len(self.lengths)
+
+    def append(self, vectors: np.ndarray, page: PageRef | None = None, extra: Mapping[str, object] | None = None) -> int:
+        """One page's (tokens, dim) vectors; returns its row in the segment."""
+        if page is None and self.needs_page:
+            raise ValueError(NO_PAGE)
+        block: np.ndarray = np.ascontiguousarray(vectors, dtype=self.dtype)
+        if block.ndim != 2 or block.shape[1] != self.dim or block.shape[0] < 1:
+            raise ValueError(f"a page of shape {block.shape}, expected (tokens >= 1, {self.dim})")
+        row = len(self.lengths)
+        self.sink.write(row, block, page)
+        self.lengths.append(int(block.shape[0]))
+        for part in self.parts.values():
+            part.add(row, block, page, extra or {})
+        if row == 1:
+            self.sink.flush()
+            failpoint("write-vectors")
+        return row
+
+    def seal(self) -> Segment:
+        return self.sink.seal(self.lengths, self.dim)
+
+    def discard(self) -> None:
+        self.sink.discard()
+        for part in self.parts.values():
+            part.discard()
 
 
 @dataclass
@@ -68,11 +152,12 @@ class Hold(Protocol):
 
 
 class Backend(Protocol):
-    """The backend half of a transaction (local/backend.py, qdrant/backend.py)."""
+    """The backend half of a transaction (local/txn.py, qdrant/txn.py)."""
 
     location: str
     dtype: type
     needs_page: bool
+    unused_artifacts: frozenset[str]  # artifacts whose parts this store does not write (no reader of it would use them)
 
     def attach(self, txn: Transaction) -> None: ...
 
@@ -122,7 +207,8 @@ class Transaction:
     def __init__(self, backend: Backend, hold: Hold, base: Manifest | None, generation: int,
                  pdfs: PdfStore | None, artifacts: Sequence[Artifact] | None = None) -> None:
         self.backend, self.hold, self.pdfs = backend, hold, pdfs
-        self.artifacts = tuple(registered_artifacts() if artifacts is None else artifacts)
+        self.artifacts = tuple(a for a in (registered_artifacts() if artifacts is None else artifacts)
+                               if a.name not in backend.unused_artifacts)
         self.base = base
         self.current = base  # the last manifest committed (or the base)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
@@ -285,3 +371,114 @@ class Transaction:
         self.staging.staged.clear()
         self.staging.blobs.clear()
         self.staging.wrote = False
+
+
+class StoreParts(Protocol):
+    """What a store gives begin()'s template (`open_transaction`)."""
+
+    def before_write(self) -> None:
+        """Refusals before anything is created (Qdrant: another tool's collection); local: nothing."""
+        ...
+
+    def hold(self, wait_s: float) -> AbstractContextManager[Hold]: ...
+
+    def read_base(self) -> tuple[Manifest | None, int]:
+        """The current generation, checked (IndexProblem when damaged), and its number."""
+        ...
+
+    def damaged_base(self) -> int:
+        """The generation a rebuild of a damaged index numbers after."""
+        ...
+
+    def backend(self, base: Manifest | None, rebuild: bool, hold: Hold) -> Backend: ...
+
+    def pdf_store(self) -> PdfStore | None: ...
+
+
+@contextmanager
+def open_transaction(parts: StoreParts, wait_s: float, rebuild: bool) -> Iterator[Transaction]:
+    """begin() of both stores: refusals before any work, the writer's hold, the base generation (a
+    damaged one stops unless rebuilding), recovery, and whatever happens, what was staged and not
+    committed discarded at the end."""
+    parts.before_write()
+    with parts.hold(wait_s) as hold:
+        found = base_or_rebuild(parts.read_base, rebuild)
+        base, generation = found if found is not None else (None, parts.damaged_base())
+        transaction = Transaction(parts.backend(base, rebuild, hold), hold, base, generation, parts.pdf_store())
+        transaction.recover()
+        with discarding(transaction):
+            yield transaction
+
+
+def _by_path(doc: Document) -> bytes:
+    return doc.path.encode("utf-8", "surrogateescape")
+
+
+def live_segments(documents: Sequence[Document], in_progress: Sequence[Document]) -> set[str]:
+    """The segments a generation of these documents names."""
+    return {span.segment for doc in [*documents, *in_progress] for span in doc.spans}
+
+
+def assemble_manifest(generation: int, model: ModelInfo, settings: Settings, segments: dict[str, Segment],
+                      documents: Sequence[Document], in_progress: Sequence[Document],
+                      failures: Sequence[Failure], artifacts: dict[str, ArtifactRef] | None = None) -> Manifest:
+    """The manifest of a new generation: documents ordered by their path's bytes, references checked."""
+    manifest = Manifest.model_construct(
+        generation=generation,
+        created=time.time(),
+        model=model,
+        settings=settings,
+        segments=segments,
+        documents=sorted(documents, key=_by_path),
+        in_progress=sorted(in_progress, key=_by_path),
+        failures=list(failures),
+        artifacts=dict(artifacts or {}),
+    )
+    manifest.check_references()
+    return manifest
+
+
+def kept(generation: int) -> str:
+    """What an index whose HEAD names `generation` keeps, for people."""
+    return f"generation {generation}" if generation else "no generation (it is still empty)"
+
+
+def write_error(location: str, exc: OSError, generation: int) -> IndexWriteError:
+    """An OSError while writing, said once: where, why, what the index keeps, and what to do. A full
+    disk or quota and an I/O error are transient (TransientWriteError): a watcher tries again."""
+    reason = exc.strerror or str(exc)
+    kind = write_failure(exc, IndexWriteError)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "Free some space and run the command again: a build carries on from the last commit."
+    else:
+        hint = "Fix the cause (permissions, the disk) and run the command again."
+    return kind(f"could not write to {location}: {reason}; the index keeps {kept(generation)}.", hint=hint)
+
+
+def not_durable(location: str, exc: OSError, generation: int) -> IndexWriteError:
+    """HEAD was renamed into place (readers see `generation`), but the fsync of its folder failed."""
+    reason = exc.strerror or str(exc)
+    return write_failure(exc, IndexWriteError)(
+        f"could not make generation {generation} of {location} durable: {reason}; it answers queries now, but a power "
+        "loss may take the index back to the generation before it.",
+        hint="Fix the disk, then run the command again (`lgpt-index verify` checks the index).")
+
+
+def base_or_rebuild(read: Callable[[], T], rebuild: bool) -> T | None:
+    """begin()'s first step in both backends: the generation a writer starts from. A damaged index
+    stops here, nothing changed, pointing to --rebuild; with `rebuild` it is None (start afresh)."""
+    try:
+        return read()
+    except IndexProblem as exc:
+        if not rebuild:
+            raise IndexProblem(f"{exc.message} Nothing was changed.", hint=REBUILD_HINT) from None
+        return None
+
+
+@contextmanager
+def discarding(transaction: Transaction) -> Iterator[Transaction]:
+    """begin()'s last step in both backends: whatever happens, what was staged and not committed goes."""
+    try:
+        yield transaction
+    finally:
+        transaction.discard_staged()

@@ -1,25 +1,36 @@
-"""What this machine has and lacks for building an index, in one report."""
+"""What this machine has and lacks for building an index, in one report (`lgpt-index doctor`).
+
+Beside what `build` needs, the report says what other commands use (`capabilities`): the MCP
+server's SDK, the watcher (watchfiles, and whether inotify is usable here or the watcher polls), and
+Tesseract for OCR. None of them is needed to build an index, so none makes `doctor` fail: each says
+what is missing and how to add it.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import os
 import platform
 import re
 import shutil
 import struct
 import subprocess
 import sys
-from importlib import metadata
+from importlib import import_module, metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .capabilities import capabilities
-from ..ingest.convert import find_soffice, network_isolation, word_is_installed
-from ..core.cpus import available_cpus
-from ..core.errors import LgptError
-from ..models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
+from .core.cpus import available_cpus
+from .core.errors import LgptError
+from .ingest.convert import find_soffice, network_isolation, word_is_installed
+from .models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
 
 if TYPE_CHECKING:
-    from ..index.format.manifest import ModelInfo
+    from .index.format.manifest import ModelInfo
 
+INOTIFY = Path("/proc/sys/fs/inotify")
+TESSERACT_HINT = "apt-get install tesseract-ocr tesseract-ocr-eng (other languages: tesseract-ocr-LANG) / brew install tesseract"
 PACKAGES = ("torch", "torchvision", "transformers", "colpali-engine", "byaldi", "pdf2image", "docx2pdf", "huggingface-hub")
 
 
@@ -60,7 +71,7 @@ def _converters() -> dict:
 
 
 def _devices() -> tuple[dict, object]:
-    from ..models.device import detect_capabilities
+    from .models.device import detect_capabilities
 
     try:
         caps = detect_capabilities()
@@ -92,7 +103,7 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
              recorded: "ModelInfo | None" = None, index: str | None = None) -> dict:
     """Everything `build` depends on; `missing` lists what it lacks here. The model checked is
     `model`, else the one the index at `index` was built with (`recorded`), else the default."""
-    from ..models.device import choose_precision
+    from .models.device import choose_precision
 
     missing: list[str] = []
     devices, caps = _devices()
@@ -149,7 +160,7 @@ def _target(model: str | None, recorded: "ModelInfo | None", index: str | None) 
 
 
 def _model_report(model: str, origin: dict, resolve: Callable[[], ModelRef], precision, load: bool) -> dict:
-    from ..models.guard import declared_dtypes, stored_dtypes
+    from .models.guard import declared_dtypes, stored_dtypes
 
     report: dict = {"id": model, **origin, "available": False, "path": None, "revision": None, "error": None,
                     "declared_dtypes": {}, "stored_dtypes": {}, "audit": [], "smoke_test": None}
@@ -158,7 +169,7 @@ def _model_report(model: str, origin: dict, resolve: Callable[[], ModelRef], pre
     except LgptError as exc:
         report["error"] = exc.message + (f" {exc.hint}" if exc.hint else "")
         return report
-    from ..models.families import family_named
+    from .models.families import family_named
 
     family = family_named(ref.family)
     report.update(available=True, path=ref.path, revision=ref.revision, family=ref.family,
@@ -185,7 +196,7 @@ def _image_tokens(encoder, page) -> int | None:
 
 def _a4_page(size) -> tuple[int, int]:
     """(width, height) an A4 page is rendered at for the model."""
-    from ..ingest.render import PDF_DPI, PixelBudget
+    from .ingest.render import PDF_DPI, PixelBudget
 
     if isinstance(size, PixelBudget):
         return size.fit(210 / 25.4 * PDF_DPI, 297 / 25.4 * PDF_DPI)
@@ -198,7 +209,7 @@ def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
 
     from PIL import Image
 
-    from ..models.loading import open_encoder
+    from .models.loading import open_encoder
 
     started = time.perf_counter()
     try:
@@ -216,3 +227,91 @@ def _load_and_audit(ref, precision) -> tuple[list[dict], dict]:
     except LgptError as exc:
         smoke = {"ok": False, "error": exc.message, "hint": exc.hint}
     return [fix.to_dict() for fix in encoder.dtype_fixes], smoke
+
+
+# what other commands use: reported, never a failure
+
+
+def capabilities(inotify: Path = INOTIFY) -> dict:
+    return {"mcp": mcp_sdk(), "watch": watcher(inotify), "ocr": tesseract()}
+
+
+def _package(distribution: str, module: str, hint: str) -> dict:
+    """The installed version of `distribution`, and whether `module` imports (an install can be broken)."""
+    try:
+        version: str | None = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        version = None
+    try:
+        import_module(module)
+    except Exception as exc:  # noqa: BLE001  (any failure to import is what this reports)
+        return {"version": version, "importable": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
+                "hint": hint}
+    return {"version": version, "importable": True, "error": None, "hint": None}
+
+
+def mcp_sdk() -> dict:
+    """The official MCP SDK `lgpt-index mcp` runs on."""
+    return _package("mcp", "mcp", "pip install 'mcp>=2.3' (a dependency of lgpt-index: reinstall it)")
+
+
+def watcher(inotify: Path = INOTIFY) -> dict:
+    """watchfiles, and how it would learn of changes here: inotify where it can start a watch, else polling."""
+    report = _package("watchfiles", "watchfiles", "pip install 'watchfiles>=1.0' (a dependency of lgpt-index: reinstall it)")
+    limits = {name: _read_int(inotify / name) for name in ("max_user_watches", "max_user_instances")}
+    usable, why = _inotify_usable(limits["max_user_watches"])
+    report.update(inotify=usable, **limits, mode="inotify" if usable else "polling", inotify_error=why)
+    return report
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _inotify_usable(max_user_watches: int | None) -> tuple[bool, str | None]:
+    """Whether this process can open an inotify instance (its limits, a container, seccomp can forbid it)."""
+    if not sys.platform.startswith("linux"):
+        return False, f"no inotify on {sys.platform}"
+    if max_user_watches is None:
+        return False, "no /proc/sys/fs/inotify/max_user_watches: this kernel offers no inotify"
+    if max_user_watches <= 0:
+        return False, "fs.inotify.max_user_watches is 0"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_CLOEXEC)
+    except (OSError, AttributeError) as exc:
+        return False, f"inotify_init1 unavailable ({exc})"
+    if fd < 0:
+        code = ctypes.get_errno()
+        hint = " (fs.inotify.max_user_instances reached)" if code == errno.EMFILE else ""
+        return False, f"inotify_init1 failed: {os.strerror(code)}{hint}"
+    os.close(fd)
+    return True, None
+
+
+def tesseract() -> dict:
+    """Tesseract for OCR: where it is, its version, its languages; missing, builds index pages without OCR."""
+    path = shutil.which("tesseract")
+    report: dict = {"path": path, "version": None, "languages": [], "error": None, "hint": None}
+    if path is None:
+        report.update(error="not found on PATH: pages without a text layer get no text (no OCR)", hint=TESSERACT_HINT)
+        return report
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        langs = subprocess.run([path, "--list-langs"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        report.update(error=f"{path} does not run ({type(exc).__name__}: {exc})", hint=TESSERACT_HINT)
+        return report
+    found = re.search(r"tesseract\s+v?([\d][\w.\-]*)", version.stdout + version.stderr)
+    report["version"] = found.group(1) if found else None
+    # "List of available languages in "/usr/share/tesseract-ocr/5/tessdata/" (2):" then one per line
+    report["languages"] = [line.strip() for line in langs.stdout.splitlines()[1:] if line.strip()] if langs.returncode == 0 else []
+    if report["version"] is None or langs.returncode != 0:
+        report.update(error=f"{path} did not answer as Tesseract does: {(version.stderr or langs.stderr).strip()[:200]}",
+                      hint=TESSERACT_HINT)
+    elif "eng" not in report["languages"]:
+        report.update(error="Tesseract has no English data (eng)", hint="apt-get install tesseract-ocr-eng")
+    return report
