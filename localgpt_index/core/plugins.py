@@ -1,6 +1,7 @@
-"""The one plugin manager (pluggy's, as in simonw/llm, pytest and hatch): model families,
-per-generation artifacts and store URL schemes all come from the hooks of `HookSpecs`, built-ins and
-third-party plugins alike.
+"""The one plugin manager (pluggy's, as in simonw/llm, pytest and hatch).
+
+Model families, per-generation artifacts and store URL schemes all come from the hooks of
+`HookSpecs`, built-ins and third-party plugins alike.
 
 A plugin is a module (or any object) with functions marked `@hookimpl`, named as the hooks below.
 It is loaded, once per process at the first use of any registry, from the `lgpt_index` entry-point

@@ -1,7 +1,8 @@
-"""The artifacts this process writes and reads: those of the plugin manager's `lgpt_artifacts` hook
-(core/plugins.py), the built-ins (index/text/artifact.py, index/scoring/codes/artifact.py) first,
-and what needs them: checking and opening a generation's artifacts (index/artifacts.py says what an
-artifact is)."""
+"""The artifacts this process writes and reads, and checking and opening a generation's artifacts.
+
+They are those of the plugin manager's `lgpt_artifacts` hook (core/plugins.py), the built-ins
+(index/text/artifact.py, index/scoring/codes/artifact.py) first; index/artifacts.py says what an
+artifact is."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""How a family's network and processor are loaded (`Loader`, which a `Family` carries), the two
-built-in loaders, and transformers kept quiet while a model loads or runs.
+"""How a family's network and processor are loaded: `Loader`, which a `Family` carries.
+
+The two built-in loaders, and transformers kept quiet while a model loads or runs:
 
 - byaldi (ColPali, ColQwen2): through RAGMultiModalModel.from_pretrained, as byaldi users expect;
 - colpali-engine (ColQwen2.5, ColQwen3, ColQwen3.5, ColSmol, ColModernVBert, ColGemma3): through
