@@ -28,6 +28,7 @@ from .models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline
 
 if TYPE_CHECKING:
     from .index.format.manifest import ModelInfo
+    from .models.device import Capabilities
 
 INOTIFY = Path("/proc/sys/fs/inotify")
 TESSERACT_HINT = "apt-get install tesseract-ocr tesseract-ocr-eng (other languages: tesseract-ocr-LANG) / brew install tesseract"
@@ -70,7 +71,7 @@ def _converters() -> dict:
     }
 
 
-def _devices() -> tuple[dict, object]:
+def _devices() -> tuple[dict, Capabilities | None]:
     from .models.device import detect_capabilities
 
     try:

@@ -19,7 +19,7 @@ def verify(app: Application) -> None:
     """Check the index: manifest, catalog against vectors, every checksum. Exits 1 on damage."""
     store = app.store()
     problems = store.verify()
-    notes = getattr(store, "verify_notes", list)()  # not damage (Qdrant: records of a shared PDF store's gone collections)
+    notes = store.verify_notes()
     if app.as_json:
         document = {"index": store.location, "ok": not problems, "problems": problems}
         if notes:

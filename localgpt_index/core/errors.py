@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 from enum import IntEnum
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 TRANSIENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # a full disk or quota, an I/O error: they may pass
 
@@ -70,10 +70,13 @@ def write_failure(exc: OSError, otherwise: type[E]) -> type[E] | type[TransientW
     return TransientWriteError if exc.errno in TRANSIENT_ERRNOS else otherwise
 
 
+Stage = Literal["discover", "convert", "render", "encode", "commit"]  # where a document failed (a Failure's stage)
+
+
 class DocumentError(Exception):
     """One document failed at one stage; the build goes on without it."""
 
-    def __init__(self, stage: str, reason: str) -> None:
+    def __init__(self, stage: Stage, reason: str) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
@@ -88,13 +91,13 @@ def _rebuild_error(cls, message: str, hint: str | None) -> LgptError:
     return error
 
 
-def _rebuild_document_error(cls, stage: str, reason: str) -> "DocumentError":
+def _rebuild_document_error(cls, stage: Stage, reason: str) -> "DocumentError":
     error = DocumentError.__new__(cls)
     DocumentError.__init__(error, stage, reason)
     return error
 
 
-def page_failure(stage: str, exc: BaseException) -> "DocumentError | None":
+def page_failure(stage: Stage, exc: BaseException) -> "DocumentError | None":
     """The DocumentError to pin on a page for `exc`, or None where `exc` is not one a page can cause:
     a model or processor refusing its input raises ValueError, RuntimeError or OSError (PIL); a
     TypeError, AttributeError, AssertionError ... is a bug of ours, and must not pass for a bad page."""

@@ -47,7 +47,7 @@ class DocProgress:
     sent: int | None = None  # pages the engine sent, once it has sent them all
     received: int = 0  # of those, pages whose vectors were written
     converter: str | None = None
-    pdf: tuple[str, str] | None = None  # (name in the index, sha256) of its stored PDF
+    pdf: tuple[str, str | None] | None = None  # (name in the index, sha256) of its stored PDF
 
     @property
     def path(self) -> str:
@@ -60,6 +60,7 @@ class DocProgress:
     def document(self, segment_id: str | None, scan_started_ns: int, file=None, metadata=None) -> Document:
         spans = list(self.done_spans)
         if self.seg_pages:
+            assert segment_id is not None and self.seg_first is not None, "a document with pages in a segment knows where"
             spans.append(Span(segment=segment_id, first=self.seg_first, pages=self.seg_pages))
         file = file or self.embed.file
         return Document(
@@ -195,7 +196,7 @@ class CommitPolicy:
             state.pdf = (resume.pdf, resume.pdf_sha256) if resume.pdf else None
         elif document.converter:
             state.converter = document.converter
-            state.pdf = self.txn.store_pdf(document.pdf)
+            state.pdf = self.txn.store_pdf(document.pdf) if document.pdf is not None else None
         for note in document.notes:
             self.report.notes.append({"path": embed.file.path, "note": note})
             self.log(f"note: {embed.file.path}: {note}")
@@ -221,6 +222,7 @@ class CommitPolicy:
     def _append(self, state: DocProgress, vectors: np.ndarray, text: PageText | None) -> None:
         """One page's vectors, and its text where it was read, into the segment being written."""
         if self.writer is None:
+            assert self.settings.dim is not None, "the first page sets the dimension"
             self.writer = self.txn.segment_writer(self.settings.dim, without=self.without_parts)
         file = state.embed.file
         ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
@@ -296,6 +298,7 @@ class CommitPolicy:
         started = time.perf_counter()
         self._seal()
         catalog = self.catalog
+        assert self.model_info is not None, "a commit follows the model's load"
         manifest = self.txn.commit(list(catalog.documents.values()), self.model_info, self.settings,
                                    catalog.failures, list(catalog.in_progress.values()))
         self.report.generation = manifest.generation

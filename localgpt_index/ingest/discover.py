@@ -161,9 +161,10 @@ class _Walker:
 
     def _list(self, directory: str) -> list[str]:
         identity = _identity(directory)  # (device, inode): a loop is seen without resolving paths
-        if identity in self._seen_dirs:
-            return []
-        self._seen_dirs.add(identity)
+        if identity is not None:  # None: the folder cannot be stat'ed (its listing says why)
+            if identity in self._seen_dirs:
+                return []
+            self._seen_dirs.add(identity)
         try:
             with os.scandir(directory) as scan:
                 entries = sorted(scan, key=lambda e: os.fsencode(e.name))
@@ -189,7 +190,7 @@ class _Walker:
         path = entry.path
         is_link = entry.is_symlink()
         real = os.path.realpath(path) if is_link else None
-        if is_link and not _inside(real, self.real_root):
+        if real is not None and not _inside(real, self.real_root):
             self.result.skipped.append((path, "symlink to outside the folder"))
             return None
         if entry.is_dir():

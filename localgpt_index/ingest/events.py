@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ..core.errors import DocumentError
 from .render import PagePoints
 from .text import PageText
+
+if TYPE_CHECKING:
+    import numpy as np  # not at run time: importing the ingest modules leaves numpy (and its warning filters) out
 
 
 @dataclass
@@ -67,7 +72,7 @@ class PagesEncoded:
     fails its document. The build's engines yield these instead of PageReady; the page text stage
     (pagetext.py) adds each page's text (None: not read, for a page that fails its document)."""
 
-    pages: tuple[tuple[int, object], ...] = field(default=())
+    pages: tuple[tuple[int, np.ndarray | DocumentError], ...] = field(default=())
     texts: tuple[PageText | None, ...] = field(default=())
 
     @property

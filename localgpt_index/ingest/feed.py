@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
+from typing import cast
 from pathlib import Path
 
 from PIL import Image
@@ -61,8 +62,8 @@ class _SetAside:
 
     def add(self, event: Queued) -> bool:
         """Keep `event`; True while there is room for more."""
-        if isinstance(event, PageReady):
-            event = replace(event, image=self._page_file(event.image))
+        if isinstance(event, PageReady):  # set aside while the model loads: a rendered page, not yet prepared
+            event = replace(event, image=self._page_file(cast(Image.Image, event.image)))
         self.events.append(event)
         return not isinstance(event, FeedEnded) and self.bytes < AHEAD_BYTES
 
@@ -190,6 +191,7 @@ class PageFeed:
         if not isinstance(event, FeedEnded) and event.number in self._refused:
             return True  # a page of the document was refused: the consumer has its error
         if isinstance(event, PageReady):
+            assert self.prepare is not None, "set-aside pages are delivered once the encoder is known"
             event = _prepared(event, self.prepare, self.timings)
             if isinstance(event, DocumentFailed):
                 self._refused.add(event.number)
@@ -264,6 +266,7 @@ class PageFeed:
         if document.image is not None:
             yield from image_file_pages(document.image, self.render_size, first_page)
             return
+        assert document.pdf is not None, "a document without a PDF is an image"
         for first in range(first_page, document.pages + 1, RENDER_CHUNK):
             started = time.perf_counter()
             last = min(document.pages, first + RENDER_CHUNK - 1)

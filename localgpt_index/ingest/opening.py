@@ -91,6 +91,7 @@ class DocumentOpener:
             except DocumentError as exc:
                 results[number] = exc
         if staged:
+            assert converter is not None, "only a converter stages documents"
             for number, pdf in zip(staged, converter.convert_staged(list(staged.values()))):
                 try:
                     if isinstance(pdf, DocumentError):

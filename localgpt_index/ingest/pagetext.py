@@ -253,6 +253,7 @@ class PageTexts:
         while held:
             event, claims = held[0]
             if claims is not None:
+                assert isinstance(event, PagesEncoded), "only a batch of pages claims text"
                 if batches <= limit and not all(claim is None or claim.ready for claim in claims):
                     return
                 started = time.perf_counter()

@@ -76,7 +76,7 @@ class FakeEncoder(PageEncoder):
 
     @property
     def render_size(self) -> tuple[int, int]:
-        return self._render_size  # type: ignore[return-value]  # set from the checkpoint config: two ints
+        return self._render_size
 
     def prepare_page(self, image) -> bytes:
         rgb = image.convert("RGB")

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from ..._version import __version__
-from ...core.errors import IndexProblem
+from ...core.errors import IndexProblem, Stage
 from ...core.types import FileStat
 
 FORMAT: Final = "lgpt-index/4"
@@ -183,7 +183,7 @@ class Settings(_Strict):
 
 class Failure(_Strict):
     path: OsPath
-    stage: Literal["discover", "convert", "render", "encode", "commit"]
+    stage: Stage
     reason: Annotated[str, Field(max_length=2000)]
     environment: bool = False  # a missing converter or tool, not the document's fault
 

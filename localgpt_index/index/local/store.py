@@ -225,6 +225,10 @@ class LocalStore:
         """Blocks of vectors this store has hashed so far (each once)."""
         return sum(files.guard.checked for files in self._mmaps.values())
 
+    def verify_notes(self) -> list[str]:
+        """Nothing beside damage: a local index keeps no records of others."""
+        return []
+
     def verify(self) -> list[str]:
         """Check everything against the manifest, full sha256 of every file included; the problems found."""
         try:

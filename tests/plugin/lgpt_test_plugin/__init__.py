@@ -116,6 +116,9 @@ class MemStore:
     def verify(self) -> list[str]:
         return self.inner.verify()
 
+    def verify_notes(self) -> list[str]:
+        return self.inner.verify_notes()
+
     def pdf_file(self, rel: str) -> Path:
         return self.inner.pdf_file(rel)
 
