@@ -178,6 +178,11 @@ class Settings(_Strict):
     vector_dtype: Literal["float16"] = "float16"
     pool_factor: Annotated[int, Field(ge=1, le=64)] = 1
     max_visual_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = None  # dynamic-resolution families
+    # how the pages' text was read (--text, --ocr, --ocr-lang); None: not recorded (an index from before they were, or
+    # for the OCR mode and language, --text never): the next build takes what it is given (indexing/options.py BuildSettings)
+    text: Literal["auto", "never"] | None = None
+    ocr: Literal["auto", "always", "never"] | None = None
+    ocr_lang: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     imported_from: Text | None = None
 
 
@@ -375,6 +380,6 @@ def json_schema() -> dict:
 if __name__ == "__main__":  # python -m localgpt_index.index.format.manifest: write the published schema
     from pathlib import Path
 
-    target = Path(__file__).parent.parent / "schemas" / "manifest.schema.json"
+    target = Path(__file__).parents[2] / "schemas" / "manifest.schema.json"
     target.write_text(json.dumps(json_schema(), indent=2) + "\n")
     print(target)
