@@ -112,28 +112,28 @@ def test_a_recorded_setting_left_out_is_the_indexs_and_another_value_needs_rebui
     assert status(index)["settings"][key] == (int(other) if other.isdigit() else other)
 
 
-def test_a_new_index_takes_the_defaults_and_an_index_from_before_text_settings_takes_what_it_is_given(fake_model, tmp_path):
-    """An index whose manifest records no text settings (written before they were recorded) opens, and its next
-    build records what it is given (or the defaults), without --rebuild."""
+def test_a_new_index_takes_the_defaults_and_a_format_4_index_records_what_its_next_build_is_given(fake_model, tmp_path):
+    """A format 4 index (written before the text settings were recorded) opens, and its next build records what it
+    is given (or the defaults), without --rebuild, in format 5."""
     docs, index = tmp_path / "docs", tmp_path / "idx"
     memo(docs / "first.pdf", "the first memo")
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index))
     fresh = status(index)["settings"]
     assert (fresh["pool_factor"], fresh["text"], fresh["ocr"], fresh["ocr_lang"]) == (1, "auto", "never", "eng")  # $LGPT_OCR
 
-    head = json.loads((index / "default" / "HEAD").read_text())
-    manifest_file = index / "default" / head["manifest"]
-    manifest = json.loads(manifest_file.read_text())
-    for key in ("text", "ocr", "ocr_lang"):
-        del manifest["settings"][key]
-    raw = json.dumps(manifest, ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode()
-    manifest_file.write_bytes(raw)
-    (index / "default" / "HEAD").write_text(json.dumps({**head, "sha256": hashlib.sha256(raw).hexdigest()}))
+    root = index / "default"
+    head = json.loads((root / "HEAD").read_text())
+    manifest = json.loads((root / head["manifest"]).read_text())
+    settings = {key: value for key, value in manifest["settings"].items() if key not in ("text", "ocr", "ocr_lang")}
+    raw = json.dumps({**manifest, "format": "lgpt-index/4", "settings": settings}).encode()
+    (root / head["manifest"]).write_bytes(raw)
+    (root / "HEAD").write_text(json.dumps({**head, "format": "lgpt-index/4", "sha256": hashlib.sha256(raw).hexdigest()}))
     assert "text" not in status(index)["settings"]  # read as it is: nothing recorded
 
     memo(docs / "added.pdf", "an added memo")
     result = run_cli("build", str(docs), "--index-dir", str(index), "--ocr", "always")
     assert result.exit_code == 0, result.stderr
+    assert json.loads((root / "HEAD").read_text())["format"] == "lgpt-index/5"
     assert status(index)["settings"]["ocr"] == "always" and text_of(index, "added.pdf")["ocr"] == 1
 
 
