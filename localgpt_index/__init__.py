@@ -17,6 +17,8 @@ from ._version import __version__
 _EXPORTS = {
     "build_index": "localgpt_index.indexing.run",
     "BuildOptions": "localgpt_index.indexing.options",
+    "BuildSettings": "localgpt_index.indexing.options",
+    "ModelSpec": "localgpt_index.models.resolve",
     "open_index": "localgpt_index.query.search",
     "Index": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.core.types",

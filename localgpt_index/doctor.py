@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from .core.cpus import available_cpus
 from .core.errors import LgptError
 from .ingest.convert import find_soffice, network_isolation, word_is_installed
-from .models.resolve import DEFAULT_MODEL, ModelRef, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
+from .models.resolve import DEFAULT_MODEL, ModelRef, ModelSpec, fingerprint_in, hub_offline, resolve_model, resolve_recorded, same_model
 
 if TYPE_CHECKING:
     from .index.format.manifest import ModelInfo
@@ -100,10 +100,9 @@ def _cache() -> dict:
     return {"hf_home": constants.HF_HOME, "hub_cache": constants.HF_HUB_CACHE, "offline": hub_offline()}
 
 
-def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto",
-             recorded: "ModelInfo | None" = None, index: str | None = None) -> dict:
-    """Everything `build` depends on; `missing` lists what it lacks here. The model checked is
-    `model`, else the one the index at `index` was built with (`recorded`), else the default."""
+def diagnose(spec: ModelSpec = ModelSpec(), recorded: "ModelInfo | None" = None, index: str | None = None) -> dict:
+    """Everything `build` depends on; `missing` lists what it lacks here. The model checked is the
+    spec's, else the one the index at `index` was built with (`recorded`), else the default."""
     from .models.device import choose_precision
 
     missing: list[str] = []
@@ -111,7 +110,7 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
     try:
         if caps is None:
             raise LgptError("torch cannot be imported: pip install torch (https://pytorch.org/get-started/locally/)")
-        precision = choose_precision(caps, device, dtype)
+        precision = choose_precision(caps, spec.device, spec.dtype)
         probe = {**precision.to_dict(), "warnings": list(precision.warnings)}
     except LgptError as exc:
         precision = None
@@ -124,7 +123,7 @@ def diagnose(model: str | None = None, device: str = "auto", dtype: str = "auto"
         missing.append("LibreOffice, to convert office, HTML, text and Markdown files: apt-get install "
                        "libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui")
 
-    model_report = _model_report(*_target(model, recorded, index), precision, load=model is not None)
+    model_report = _model_report(*_target(spec.id, recorded, index), precision, load=spec.id is not None)
     if not model_report["available"]:
         missing.append(f"model {model_report['id']}: {model_report['error']}")
 

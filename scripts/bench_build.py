@@ -138,10 +138,10 @@ MODEL_ALONE = """
 import json, sys, time
 from pathlib import Path
 from localgpt_index.models.loading import open_probed_encoder
-from localgpt_index.models.resolve import resolve_model
+from localgpt_index.models.resolve import ModelSpec, resolve_model
 from localgpt_index.ingest.render import render_pdf_pages
 from localgpt_index.models.tuning import cpu_threads
-encoder = open_probed_encoder(resolve_model(sys.argv[1]), dtype=sys.argv[3], batch_size=int(sys.argv[4]))
+encoder = open_probed_encoder(resolve_model(sys.argv[1]), ModelSpec(dtype=sys.argv[3]), batch_size=int(sys.argv[4]))
 pdfs = sorted(Path(sys.argv[2]).glob("*.pdf"))[:4]
 pages = [encoder.prepare_page(page) for pdf in pdfs for page in render_pdf_pages(pdf, encoder.render_size, 1, 5)]
 with cpu_threads(encoder):

@@ -32,10 +32,11 @@ from build_worker import print_result, run_worker  # noqa: E402
 
 def worker(args) -> None:
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
 
     started = time.perf_counter()
-    options = BuildOptions(model=args.model, rebuild=args.rebuild, batch_size=args.batch_size)
+    options = BuildOptions(model=ModelSpec(args.model), rebuild=args.rebuild, batch_size=args.batch_size)
     report = build_index(Path(args.docs), LocalStore(Path(args.index) / "default"), options)
     print_result(report, time.perf_counter() - started)
 

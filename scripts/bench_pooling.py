@@ -38,7 +38,9 @@ def main() -> None:
 
     from bench_build import make_corpus
 
+    from localgpt_index.indexing.options import BuildSettings
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.testing.checkpoints import make_checkpoint
     from localgpt_index.query.search import open_index
     from localgpt_index.index.local.store import LocalStore
@@ -51,7 +53,8 @@ def main() -> None:
         for factor in (1, args.pool_factor):
             root = tmp / f"index-{factor}"
             started = time.perf_counter()
-            report = build_index(tmp / "corpus", LocalStore(root / "default"), BuildOptions(model=model, pool_factor=factor))
+            options = BuildOptions(model=ModelSpec(model), settings=BuildSettings(pool_factor=factor))
+            report = build_index(tmp / "corpus", LocalStore(root / "default"), options)
             build_s = time.perf_counter() - started - report.stage_seconds.get("load_model", 0)
             index = open_index(root)
             encoder = index.load_encoder()

@@ -31,9 +31,10 @@ from build_worker import print_result, run_worker  # noqa: E402
 
 def worker(args) -> None:
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
 
-    options = BuildOptions(model=args.model, ray=args.ray or None)
+    options = BuildOptions(model=ModelSpec(args.model), ray=args.ray or None)
     started = time.perf_counter()
     report = build_index(Path(args.docs), LocalStore(Path(args.index) / "default"), options)
     seconds = time.perf_counter() - started - report.stage_seconds.get("load_model", 0.0)

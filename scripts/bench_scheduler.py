@@ -53,13 +53,14 @@ def make_pngs(folder: Path, count: int) -> None:
 
 def run(count: int, work: Path, model: Path) -> float:
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
 
     docs = work / f"docs-{count}"
     make_pngs(docs, count)
     store = LocalStore(work / f"idx-{count}" / "default")
     started = time.perf_counter()
-    report = build_index(docs, store, BuildOptions(model=str(model), batch_size=32))
+    report = build_index(docs, store, BuildOptions(model=ModelSpec(str(model)), batch_size=32))
     seconds = time.perf_counter() - started
     if report.indexed != count:
         print(f"  only {report.indexed} of {count} documents indexed: {report.failures[:3]}")

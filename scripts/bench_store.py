@@ -47,9 +47,10 @@ def unit(rng, rows: int) -> np.ndarray:
 
 def timed_build(docs: Path, store, model: Path) -> float:
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
 
     started = time.perf_counter()
-    report = build_index(docs, store, BuildOptions(model=str(model), batch_size=16))
+    report = build_index(docs, store, BuildOptions(model=ModelSpec(str(model)), batch_size=16))
     assert report.failed == 0, report.failures[:2]
     return time.perf_counter() - started
 

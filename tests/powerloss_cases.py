@@ -158,12 +158,14 @@ def _exported(ws: Workspace) -> None:
 
 
 def _watcher_commit(ws: Workspace) -> Result:
-    from localgpt_index.indexing.options import BuildOptions
+    from localgpt_index.indexing.options import BuildOptions, BuildSettings
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.open import open_store
     from localgpt_index.watch.watcher import Watcher
 
     store = open_store(None, ws.index_dir, None)
-    watcher = Watcher(ws.docs, store, BuildOptions(model=str(ws.model), commit_every_pages=2, ocr="never"))
+    options = BuildOptions(model=ModelSpec(str(ws.model)), commit_every_pages=2, settings=BuildSettings(ocr="never"))
+    watcher = Watcher(ws.docs, store, options)
     watcher.build(("a.pdf", "e.pdf", "sub/b.pdf"))
     said = watcher.failure or (watcher.retrying.message if watcher.retrying is not None else "")
     return Result(watcher.exit_code, "", said, retrying=watcher.retrying is not None)

@@ -122,8 +122,8 @@ def test_batch_size_scales_with_gpu_memory():
 @pytest.mark.slow
 def test_a_query_encoder_on_a_cpu_is_float32(tiny_model):
     """On any CPU, bfloat16-capable or not, `query` and `serve` encode queries in float32."""
-    from localgpt_index.models.resolve import resolve_model
+    from localgpt_index.models.resolve import ModelSpec, resolve_model
     from localgpt_index.query.search import load_query_encoder
 
-    encoder = load_query_encoder(resolve_model(str(tiny_model)), device="cpu")
+    encoder = load_query_encoder(resolve_model(str(tiny_model)), ModelSpec(device="cpu"))
     assert (encoder.precision.dtype, encoder.precision.autocast) == ("float32", False)

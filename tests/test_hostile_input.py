@@ -199,6 +199,7 @@ class _ChangeFilesDuringBuild:
 
 def test_files_changing_or_vanishing_during_the_build(tiny_model, tmp_path):
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
 
     docs = tmp_path / "docs"
@@ -206,7 +207,7 @@ def test_files_changing_or_vanishing_during_the_build(tiny_model, tmp_path):
     names = [make_pdf(docs / f"b-{i}.pdf", [f"Doc {i}"]) for i in range(6)]
     change, delete = names[-1], names[-2]
     store = LocalStore(tmp_path / "idx" / "default")
-    options = BuildOptions(model=str(tiny_model), batch_size=1)
+    options = BuildOptions(model=ModelSpec(str(tiny_model)), batch_size=1)
     report = build_index(docs, store, options, progress=_ChangeFilesDuringBuild(change, delete))
     failures = {Path(f.path).name: f.reason for f in report.failures}
     assert "disappeared" in failures[delete.name]

@@ -207,7 +207,9 @@ def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_
 def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):
     """The stand-in Tesseract waits for the encoder to be encoding, and the encoder for OCR to be
     reading: run one after the other, this build could not finish."""
+    from localgpt_index.indexing.options import BuildSettings
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
     from localgpt_index.models.loading import load_page_encoder
 
@@ -230,7 +232,7 @@ def test_ocr_runs_beside_the_encoder(tmp_path, monkeypatch, fake_model):
             return self.inner.encode_pages(pages)
 
     report = build_index(docs, LocalStore(tmp_path / "idx" / "default"),
-                         BuildOptions(model=str(fake_model), batch_size=2, ocr="auto", ocr_workers=2),
+                         BuildOptions(model=ModelSpec(str(fake_model)), batch_size=2, settings=BuildSettings(ocr="auto"), ocr_workers=2),
                          encoder_factory=lambda model, options: Meeting(load_page_encoder(model, options)))
     assert report.text == {"layer": 0, "ocr": 4, "none": 0, "unread": 0} and report.pages_total == 4
 
@@ -351,7 +353,9 @@ def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appen
 def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypatch, fake_model):
     """The first page's OCR ends only once the encoder has started the second batch: a build that
     held the encoder until each batch's text was read could not finish."""
+    from localgpt_index.indexing.options import BuildSettings
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
     from localgpt_index.models.loading import load_page_encoder
 
@@ -376,7 +380,8 @@ def test_the_encoder_goes_on_while_a_batch_waits_for_its_ocr(tmp_path, monkeypat
             return self.inner.encode_pages(pages)
 
     report = build_index(docs, LocalStore(tmp_path / "idx" / "default"),
-                         BuildOptions(model=str(fake_model), batch_size=1, ocr="auto", ocr_workers=1, ocr_timeout_s=120),
+                         BuildOptions(model=ModelSpec(str(fake_model)), batch_size=1, settings=BuildSettings(ocr="auto"), ocr_workers=1,
+                                      ocr_timeout_s=120),
                          encoder_factory=lambda model, options: Counting(load_page_encoder(model, options)))
     assert report.text == {"layer": 0, "ocr": 3, "none": 0, "unread": 0} and report.page_warnings == []
 

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow  # the real-component tier
 
 def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, monkeypatch):
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.ingest.feed import RENDER_CHUNK
     from localgpt_index.index.local.store import LocalStore
 
@@ -64,7 +65,7 @@ def test_pages_in_flight_are_bounded_by_batch_and_queue(tiny_model, tmp_path, mo
             peak["tensors"] = max(peak["tensors"], sum(ref() is not None for ref in prepared))
 
     report = build_index(docs, LocalStore(tmp_path / "idx" / "default"),
-                         BuildOptions(model=str(tiny_model), batch_size=batch), progress=Watch(),
+                         BuildOptions(model=ModelSpec(str(tiny_model)), batch_size=batch), progress=Watch(),
                          encoder_factory=tracking_encoder)
     assert report.pages_embedded == 132
     # rendered images: at most the chunk being prepared; prepared pages: the queue (2 batches),

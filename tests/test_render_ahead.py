@@ -166,6 +166,7 @@ def test_pages_rendered_at_a_wrongly_expected_size_are_rendered_again(tmp_path, 
 
 def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_path, fake_model):
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.local.store import LocalStore
 
     docs = tmp_path / "docs"
@@ -176,7 +177,7 @@ def test_a_model_that_cannot_be_loaded_ends_the_rendering_started_beside_it(tmp_
         raise RuntimeError("the weights are not there")
 
     with pytest.raises(RuntimeError, match="weights"):
-        build_index(docs, LocalStore(tmp_path / "idx" / "default"), BuildOptions(model=str(fake_model)),
+        build_index(docs, LocalStore(tmp_path / "idx" / "default"), BuildOptions(model=ModelSpec(str(fake_model))),
                     encoder_factory=failing)
     assert processes.running_count() == 0
     assert not [t for t in threading.enumerate() if t.name == "lgpt-render"]

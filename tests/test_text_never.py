@@ -88,19 +88,28 @@ def test_text_never_with_ocr_auto_or_always_is_a_usage_error_before_any_work(tmp
     assert result.exit_code == 0 and report["text"]["ocr"] == 0, result.stderr
 
 
-def test_text_never_adds_documents_to_an_index_with_text_which_keeps_the_text_of_the_others(tmp_path, fake_model):
+def test_text_never_is_recorded_another_text_mode_needs_rebuild_and_a_build_without_it_keeps_it(tmp_path, fake_model):
+    """--text is one of the settings an index records (issue 40): on an index with text, --text never is refused
+    without --rebuild (the index unchanged); after a --rebuild with it, a build that leaves --text out keeps it."""
     docs = tmp_path / "docs"
     make_pdfs(docs, 2, 2)
     index = tmp_path / "idx"
     result, _ = build_json(docs, index, "--model", str(fake_model))
     assert result.exit_code == 0, result.stderr
     make_pdf(docs / "added.pdf", ["An added memo", "Its second page"])
-    result, report = build_json(docs, index, "--model", str(fake_model), "--text", "never")
-    assert result.exit_code == 0 and report["indexed"] == 1, result.stderr
+    refused = run_cli("build", str(docs), "--index-dir", str(index), "--text", "never")
+    assert refused.exit_code == 1, refused.stderr
+    assert "was built with --text auto, not never" in refused.stderr and "--rebuild" in refused.stderr, refused.stderr
     status = json.loads(run_cli("status", "--index-dir", str(index), "--json").stdout)
-    assert status["text"] == {"layer": 4, "ocr": 0, "none": 0, "unknown": 2}
-    hits = json.loads(run_cli("query", "report 1 page 1", "--index-dir", str(index), "--json", "--mode", "text").stdout)
-    assert Path(hits["results"][0]["path"]).name == "report-1.pdf"  # the others' text still answers
+    assert status["documents"] == 2 and status["text"] == {"layer": 4, "ocr": 0, "none": 0, "unknown": 0}
+
+    result, report = build_json(docs, index, "--text", "never", "--rebuild")
+    assert result.exit_code == 0 and report["indexed"] == 3, result.stderr
+    make_pdf(docs / "later.pdf", ["A later memo"])
+    result, report = build_json(docs, index)
+    assert result.exit_code == 0 and report["indexed"] == 1 and report["text"]["layer"] == 0, result.stderr
+    status = json.loads(run_cli("status", "--index-dir", str(index), "--json").stdout)
+    assert status["text"] == {"layer": 0, "ocr": 0, "none": 0, "unknown": 7} and status["settings"]["text"] == "never"
     verify_ok(index)
 
 

@@ -159,6 +159,7 @@ class _Tracking:
 @pytest.mark.parametrize("mode", [(), ("--rebuild",), ("--strict",)], ids=["plain", "rebuild", "strict"])
 def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, mode):
     from localgpt_index.indexing.run import BuildOptions, build_index
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.models.loading import load_page_encoder
     from localgpt_index.index.local.store import LocalStore
 
@@ -166,14 +167,14 @@ def test_pages_held_in_memory_do_not_grow_with_the_corpus(fake_model, tmp_path, 
     for i in range(60):
         make_png(docs / f"page-{i:03d}.png", f"page {i}", size=(64, 64 + i))
     store = LocalStore(tmp_path / "idx" / "default")
-    build_index(docs, store, BuildOptions(model=str(fake_model), batch_size=4))
+    build_index(docs, store, BuildOptions(model=ModelSpec(str(fake_model)), batch_size=4))
     made: list[_Tracking] = []
 
     def factory(model, options):
         made.append(_Tracking(load_page_encoder(model, options)))
         return made[-1]
 
-    options = BuildOptions(model=str(fake_model), batch_size=4, rebuild=True, strict="--strict" in mode, rehash=True)
+    options = BuildOptions(model=ModelSpec(str(fake_model)), batch_size=4, rebuild=True, strict="--strict" in mode, rehash=True)
     report = build_index(docs, store, options, encoder_factory=factory)
     assert report.pages_embedded == 60 and report.committed
     assert len(made[0].alive) == 60  # it watched every page

@@ -312,10 +312,10 @@ def test_the_query_encoder_keeps_a_team_of_threads_only_where_it_pays_on_its_own
 
     import torch
 
-    from localgpt_index.models.resolve import resolve_model
+    from localgpt_index.models.resolve import ModelSpec, resolve_model
     from localgpt_index.query.search import load_query_encoder
 
-    encoder = load_query_encoder(resolve_model(str(tiny_model)), device="cpu")
+    encoder = load_query_encoder(resolve_model(str(tiny_model)), ModelSpec(device="cpu"))
     now = [0.0]
 
     def clock() -> float:  # seconds a pass takes with one thread, and with two

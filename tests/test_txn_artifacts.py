@@ -97,7 +97,7 @@ def test_an_artifact_is_written_at_commit_named_in_the_manifest_and_read_by_the_
 
 
 def test_a_manifest_names_the_built_in_artifacts_and_keeps_its_bytes(fake_model, tmp_path):
-    """The built-in artifacts (page text, the full-text index, binary codes: format 4) are in every new generation;
+    """The built-in artifacts (page text, the full-text index, binary codes: format 4 on) are in every new generation;
     one that is not registered in this process reads as None."""
     docs = tmp_path / "docs"
     make_pdfs(docs, 1, 2, "plain")
@@ -106,7 +106,7 @@ def test_a_manifest_names_the_built_in_artifacts_and_keeps_its_bytes(fake_model,
 
     raw = next((tmp_path / "idx" / "default").glob("gen-*.json")).read_bytes()
     manifest = Manifest.from_json(raw, "here")
-    assert manifest.format == "lgpt-index/4" and manifest.to_json() == raw
+    assert manifest.format == "lgpt-index/5" and manifest.to_json() == raw
     assert all("text" in segment.parts and "codes" in segment.parts for segment in manifest.segments.values())
     store = _open("local", tmp_path)
     assert store.open_view().artifact("toy") is None  # not registered here: the caller falls back

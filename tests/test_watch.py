@@ -92,11 +92,12 @@ class Events:
 def watching(docs: Path, index: Path, model: Path, **kwargs):
     """A Watcher of `docs` in a thread of this process; yields (watcher, events)."""
     from localgpt_index.indexing.options import BuildOptions
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.index.open import open_store
     from localgpt_index.watch.watcher import Watcher
 
     events = Events()
-    options = BuildOptions(model=str(model), wait_s=kwargs.pop("wait_s", 60))
+    options = BuildOptions(model=ModelSpec(str(model)), wait_s=kwargs.pop("wait_s", 60))
     watcher = Watcher(docs, open_store(index_dir=str(index)), options, events.queue.put,
                       settle_s=kwargs.pop("settle_s", 0.3), **kwargs)
     watcher.start_background()
@@ -682,21 +683,15 @@ def test_serve_watch_retries_a_full_disk_and_healthz_says_so(fake_model, tmp_pat
 def test_serve_watch_with_no_index_retries_its_first_build_on_a_failing_disk(fake_model, tmp_path, monkeypatch):
     """`serve --watch` on a folder with no index builds before it serves: an I/O error there is retried
     after the backoff (it ended serve), and the server then opens the index that build made."""
-    from localgpt_index.cli import serve, watch
+    from localgpt_index.cli import serve
     from localgpt_index.index.open import open_store
+    from localgpt_index.indexing.options import BuildSettings
+    from localgpt_index.models.resolve import ModelSpec
     from localgpt_index.testing.powerloss import Fault, RecordingDisk, recording
 
     docs, lines = tmp_path / "docs", []
     make_pdf(docs / "report.pdf", ["quarterly report"])
     monkeypatch.setenv("LGPT_WATCH_RETRY_S", "0.01,0.02")
-    made = watch.logged_watcher
-
-    def with_the_fake_model(*args):  # serve --watch takes the index's model, or the default: none here
-        watcher = made(*args)
-        watcher.options.model = str(fake_model)
-        return watcher
-
-    monkeypatch.setattr(watch, "logged_watcher", with_the_fake_model)
 
     class Log:
         def message(self, text, level="info"):
@@ -704,7 +699,8 @@ def test_serve_watch_with_no_index_retries_its_first_build_on_a_failing_disk(fak
 
     store = open_store(None, tmp_path / "idx", None)
     with recording(RecordingDisk(tmp_path, fault=Fault(1, "eio"))):  # the index's first folder cannot be made, once
-        watcher = serve._watcher(docs, store, Log(), "cpu", "auto")
+        # serve --watch takes the index's model, or the default (none here): the fake one named instead
+        watcher = serve._watcher(docs, store, Log(), ModelSpec(str(fake_model), device="cpu"), BuildSettings())
     watcher.stop()
     assert store.exists() and watcher.builds == 2 and watcher.error is None, lines
     assert any("Input/output error" in line and "trying again" in line for line in lines), lines

@@ -7,52 +7,32 @@ import sys
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, SECONDS, display_path, index_options, model_options
+from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, display_path, index_options, model_options,
+                      settings_options, source_options)
 
 
 @click.command(epilog=EXIT_CODES)
 @click.argument("docs", type=click.Path(exists=True))
-@click.option("--model", "-m", default=None, metavar="ID|PATH",
-              help="Hub id or local folder of a ColPali-family model (see README: Models). "
-                   "[default: the index's model, else vidore/colpali-v1.3]")
-@model_options
-@click.option("--batch-size", type=click.IntRange(1, 4096), default=None, help="Pages per forward pass. [default: by device]")
+@model_options(BUILD_MODEL_HELP)
+@source_options
+@settings_options()
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation (committed once, at the end).")
 @click.option("--rehash", is_flag=True, help="Read every file to find changes, not only those whose size or times changed.")
-@click.option("--metadata", "metadata_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="JSON or CSV file mapping path globs to key/value pairs, stored per document.")
-@click.option("--pool-factor", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Lossy: pool each page's vectors to about 1/N (hierarchical token pooling); 1 is off.")
-@click.option("--max-visual-tokens", type=click.IntRange(1, 1 << 20), default=None, metavar="N",
-              help="ColQwen families: at most N image tokens a page (fewer vectors and less memory; lossy). Recorded in "
-                   "the index; another value needs --rebuild. [default: the index's, else the model's]")
 @click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
-@click.option("--compile", "compile_model", is_flag=True,
+@click.option("--compile", "compile", is_flag=True,
               help="torch.compile the model: about 30 % more pages/s on a GPU, after a compilation of about a minute.")
-@click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
-@click.option("--convert-timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds one conversion may take.")
-@click.option("--render-timeout", type=SECONDS, default=60.0, show_default=True,
+@click.option("--render-timeout", "render_timeout_s", type=SECONDS, default=60.0, show_default=True,
               help="Seconds poppler may take for a few pages of a PDF.")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Conversions run side by side, ahead of the model.")
-@click.option("--text", "text", type=click.Choice(["auto", "never"]), default=None,
-              help="Page text for text and hybrid queries: auto, each page's text layer, and OCR as --ocr says; never, "
-                   "pixels only (no text read, no OCR, no text stored for these pages; see docs/page-text.md). [default: auto]")
-@click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
-              help="Read pages with Tesseract: auto, those with almost no text layer (scans, images; under 32 visible "
-                   "characters); always, every page; never, only the text layer. [default: $LGPT_OCR, else auto]")
-@click.option("--ocr-lang", default="eng", show_default=True, metavar="LANG",
-              help="Tesseract's language(s), e.g. eng or eng+deu (each must be installed: tesseract-ocr-LANG).")
-@click.option("--ocr-timeout", type=SECONDS, default=60.0, show_default=True,
+@click.option("--ocr-timeout", "ocr_timeout_s", type=SECONDS, default=60.0, show_default=True,
               help="Seconds one page's OCR may take (its 300 dpi render and Tesseract); a slower page is indexed without it.")
 @click.option("--ocr-workers", type=click.IntRange(1, 256), default=None,
               help="Pages read by OCR side by side, beside the encoder. [default: every CPU]")
-@click.option("--commit-every", type=click.IntRange(1), default=None,
+@click.option("--commit-every", "commit_every_pages", type=click.IntRange(1), default=None,
               help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
-@click.option("--commit-interval", type=SECONDS, default=600.0, show_default=True, help="Commit at least this often, in seconds.")
+@click.option("--commit-interval", "commit_every_s", type=SECONDS, default=600.0, show_default=True,
+              help="Commit at least this often, in seconds.")
 @click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
-@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+@click.option("--ray", "ray", default=None, metavar="ADDRESS",
               help="Convert, render and encode on a Ray cluster: auto (the one running), its address, or local "
                    "(start one here). Needs pip install 'lgpt-index[ray]'.")
 @click.option("--ray-actors", type=click.IntRange(1, 4096), default=None,
@@ -62,24 +42,13 @@ from .options import EXIT_CODES, SECONDS, display_path, index_options, model_opt
 @index_options
 @output_options
 @click.pass_obj
-def build(app: Application, docs, model, device, dtype, batch_size, rebuild, rehash, metadata_file, pool_factor, max_visual_tokens, strict,
-          compile_model, include, exclude, convert_timeout, render_timeout, workers, text, ocr, ocr_lang, ocr_timeout, ocr_workers,
-          commit_every, commit_interval, wait_s, ray_address, ray_actors, ray_gpus_per_actor) -> None:
+def build(app: Application, docs, **given) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
-    from ..indexing.run import BuildOptions, build_index
-    from ..core.metadata import load_rules
+    from ..indexing.run import build_index
 
     store = app.store()
-    options = BuildOptions(
-        model=model, device=device, dtype=dtype, batch_size=batch_size, rebuild=rebuild, rehash=rehash,
-        pool_factor=pool_factor, metadata_rules=load_rules(metadata_file) if metadata_file else None, strict=strict,
-        compile=compile_model, include=include, exclude=exclude, convert_timeout_s=convert_timeout,
-        render_timeout_s=render_timeout, convert_workers=workers, commit_every_pages=commit_every,
-        commit_every_s=commit_interval, wait_s=wait_s, ray=ray_address, ray_actors=ray_actors,
-        ray_gpus_per_actor=ray_gpus_per_actor, max_visual_tokens=max_visual_tokens,
-        text=text, ocr=ocr, ocr_lang=ocr_lang, ocr_timeout_s=ocr_timeout, ocr_workers=ocr_workers,
-    )
+    options = build_options(**given)
     with app.terminal.progress() as progress:
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)
     if app.as_json:

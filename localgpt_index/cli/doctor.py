@@ -13,13 +13,11 @@ from .options import index_options, model_options
 
 
 @click.command()
-@click.option("--model", "-m", default=None, metavar="ID|PATH",
-              help="Also load this checkpoint, audit its dtypes and run one page through it.")
-@model_options
+@model_options("Also load this checkpoint, audit its dtypes and run one page through it.")
 @index_options
 @output_options
 @click.pass_obj
-def doctor(app: Application, model, device, dtype) -> None:
+def doctor(app: Application, model_spec) -> None:
     """Check this machine: packages, devices, the precision the probe picks, converters, the model.
 
     The model checked is --model, else the one the index at hand (--index-dir/--name/--store)
@@ -27,8 +25,8 @@ def doctor(app: Application, model, device, dtype) -> None:
     """
     from ..doctor import diagnose
 
-    recorded, location = _index_model(app) if model is None else (None, None)
-    report = diagnose(model, device, dtype, recorded=recorded, index=location)
+    recorded, location = _index_model(app) if model_spec.id is None else (None, None)
+    report = diagnose(model_spec, recorded=recorded, index=location)
     if report["model"]["smoke_test"] and not report["model"]["smoke_test"]["ok"]:
         report["missing"].append(f"model {report['model']['id']} does not run: {report['model']['smoke_test']['error']}")
         report["ok"] = False

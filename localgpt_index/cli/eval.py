@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options
+from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options
 
 # the columns of the table, in the order of the document's measures
 HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall@1": "R@1", "recall@5": "R@5",
@@ -25,12 +25,11 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @click.option("--per-query", is_flag=True, help="Each query's measures and first relevant rank too.")
 @click.option("--group-by", default=None, metavar="KEY",
               help="Also the measures per value of KEY, a key of the query set's lines (the bundled set's: category).")
-@index_model_option
-@model_options
+@model_options(INDEX_MODEL_HELP)
 @index_options
 @output_options
 @click.pass_obj
-def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, group_by, model, device, dtype) -> None:
+def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, group_by, model_spec) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
@@ -58,7 +57,7 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
                           f"(first: {display_path(first.path)} page {first.page}: {first.reason}); "
                           "`lgpt-index ls --failed` shows documents that failed to build.")
     if any(variant.mode != "text" for variant in chosen):  # text mode reads no vectors: no model
-        encoder = index.load_encoder(model, device, dtype)
+        encoder = index.load_encoder(model_spec)
         if is_random_checkpoint(encoder.model.path):
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
     document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()

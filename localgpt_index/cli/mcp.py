@@ -8,7 +8,7 @@ import sys
 import click
 
 from .app import Application, json_option
-from .options import index_options, listen_options, model_options
+from .options import index_options, listen_options, model_options, settings_options
 
 MCP_EXIT = """\b
 Exit codes:
@@ -35,12 +35,13 @@ Exit codes:
 @click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
               help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does; "
                    "its lines go to stderr. See docs/watch.md.")
+@settings_options(when="With --watch: ")
 @json_option(help="If the server cannot start: an error document on stdout (before any protocol message).")
-@model_options
+@model_options()
 @index_options
 @click.pass_obj
 def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answer_image_bytes, max_text_chars,
-        max_answer_text_chars, absolute_paths, quiet, watch_docs, device, dtype) -> None:
+        max_answer_text_chars, absolute_paths, quiet, watch_docs, settings, model_spec) -> None:
     """Answer MCP clients (desktop agents, answerers) from the index: tools search, get_page,
     list_documents and index_status, the model loaded once. Over stdio by default: stdout carries
     protocol messages only; messages go to stderr."""
@@ -56,7 +57,7 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
         check_exposure(host, token)
     caps = ImageCaps(max_image_bytes or DEFAULT_IMAGE_BYTES, max_answer_image_bytes or DEFAULT_ANSWER_IMAGE_BYTES)
     text_caps = TextCaps(max_text_chars or DEFAULT_TEXT_CHARS, max_answer_text_chars or DEFAULT_ANSWER_TEXT_CHARS)
-    tools = IndexTools(IndexService(app.store(), device, dtype), PathPolicy(absolute_paths), caps, text_caps)
+    tools = IndexTools(IndexService(app.store(), model_spec), PathPolicy(absolute_paths), caps, text_caps)
     log = RequestLog(quiet=quiet)
     _say_what_is_there(tools, log)
     # --watch: the watcher is a companion (mcp/runner.py), started once stdout is safe; the tools follow its commits
@@ -64,7 +65,7 @@ def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answ
     if watch_docs:
         from .watch import logged_watcher
 
-        watcher = logged_watcher(watch_docs, tools.service.store, log, device, dtype)
+        watcher = logged_watcher(watch_docs, tools.service.store, log, model_spec, settings)
         tools.service.watch_status = watcher.status  # index_status says what it does
     companions = [watcher.start_background] if watcher else []
     if use_http:

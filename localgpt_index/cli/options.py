@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
+
+if TYPE_CHECKING:
+    from ..indexing.options import BuildOptions, BuildSettings
+    from ..models.resolve import ModelSpec
 
 EXIT_CODES = """\b
 Exit codes:
@@ -49,20 +54,104 @@ def index_options(func: Callable) -> Callable:
     return func
 
 
-def model_options(func: Callable) -> Callable:
-    func = click.option(
-        "--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), default="auto", show_default=True,
-        help="Weight and autocast dtype; auto follows the device probe.",
-    )(func)
-    func = click.option(
-        "--device", default="auto", show_default=True, metavar="auto|cpu|cuda[:N]|mps", help="Where the model runs."
-    )(func)
+def model_options(model_help: str | None = None) -> Callable[[Callable], Callable]:
+    """--model (with `model_help`; none where the model is the index's: serve, mcp), --device and --dtype,
+    handed to the command as one `model_spec` (models/resolve.py ModelSpec)."""
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def command(*args, **kwargs):
+            from ..models.resolve import ModelSpec
+
+            spec = ModelSpec(kwargs.pop("model", None), kwargs.pop("device"), kwargs.pop("dtype"))
+            return func(*args, model_spec=spec, **kwargs)
+
+        command = click.option(
+            "--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), default="auto", show_default=True,
+            help="Weight and autocast dtype; auto follows the device probe.",
+        )(command)
+        command = click.option(
+            "--device", default="auto", show_default=True, metavar="auto|cpu|cuda[:N]|mps", help="Where the model runs."
+        )(command)
+        if model_help is not None:
+            command = click.option("--model", "-m", default=None, metavar="ID|PATH", help=model_help)(command)
+        return command
+
+    return decorate
+
+
+# --model of build and watch, and of a command that reads an index (query, eval): the query encoder
+BUILD_MODEL_HELP = ("Hub id or local folder of a ColPali-family model (see README: Models). "
+                    "[default: the index's model, else vidore/colpali-v1.3]")
+INDEX_MODEL_HELP = "Must be the model the index was built with. [default: that model]"
+RECORDED = "Recorded in the index: left out, the index's; another value needs --rebuild."
+
+
+def settings_options(when: str = "") -> Callable[[Callable], Callable]:
+    """The settings an index records (indexing/options.py BuildSettings), of build, watch, serve --watch and
+    mcp --watch: handed to the command as one `settings`; `when` prefixes their help."""
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def command(*args, **kwargs):
+            from ..indexing.options import BuildSettings
+
+            names = ("pool_factor", "max_visual_tokens", "text", "ocr", "ocr_lang")
+            return func(*args, settings=BuildSettings(**{name: kwargs.pop(name) for name in names}), **kwargs)
+
+        options = [
+            click.option("--pool-factor", type=click.IntRange(1, 64), default=None, metavar="N",
+                         help=f"{when}Lossy: pool each page's vectors to about 1/N (hierarchical token pooling); 1 is off. "
+                              f"{RECORDED} [default: the index's, else 1]"),
+            click.option("--max-visual-tokens", type=click.IntRange(1, 1 << 20), default=None, metavar="N",
+                         help=f"{when}ColQwen families: at most N image tokens a page (fewer vectors and less memory; "
+                              f"lossy). {RECORDED} [default: the index's, else the model's]"),
+            click.option("--text", "text", type=click.Choice(["auto", "never"]), default=None,
+                         help=f"{when}Page text for text and hybrid queries: auto, each page's text layer, and OCR as --ocr "
+                              "says; never, pixels only (no text read, no OCR, no text stored; see docs/page-text.md). "
+                              f"{RECORDED} [default: the index's, else auto]"),
+            click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
+                         help=f"{when}Read pages with Tesseract: auto, those with almost no text layer (scans, images; under "
+                              "32 visible characters); always, every page; never, only the text layer. "
+                              f"{RECORDED} [default: the index's, else $LGPT_OCR, else auto]"),
+            click.option("--ocr-lang", default=None, metavar="LANG",
+                         help=f"{when}Tesseract's language(s), e.g. eng or eng+deu (each must be installed: "
+                              f"tesseract-ocr-LANG). {RECORDED} [default: the index's, else eng]"),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def source_options(func: Callable) -> Callable:
+    """How build and watch read the folder and feed the model (BuildOptions' fields of the same names)."""
+    options = [
+        click.option("--batch-size", type=click.IntRange(1, 4096), default=None,
+                     help="Pages per forward pass. [default: by device]"),
+        click.option("--metadata", "metadata_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="JSON or CSV file mapping path globs to key/value pairs, stored per document."),
+        click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable)."),
+        click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable)."),
+        click.option("--workers", "convert_workers", type=click.IntRange(1, 64), default=2, show_default=True,
+                     help="Conversions run side by side, ahead of the model."),
+        click.option("--convert-timeout", "convert_timeout_s", type=SECONDS, default=120.0, show_default=True,
+                     help="Seconds one conversion may take."),
+    ]
+    for option in reversed(options):
+        func = option(func)
     return func
 
 
-# --model of a command that reads an index (query, eval): the query encoder
-index_model_option = click.option("--model", "-m", default=None, metavar="ID|PATH",
-                                  help="Must be the model the index was built with. [default: that model]")
+def build_options(model_spec: ModelSpec, settings: BuildSettings, metadata_file: str | None = None, **given: Any) -> BuildOptions:
+    """The one BuildOptions of build, watch, serve --watch and mcp --watch: their shared options (the model, the
+    recorded settings, --metadata's file) and the command's others, named as BuildOptions' fields."""
+    from ..core.metadata import load_rules
+    from ..indexing.options import BuildOptions
+
+    rules = load_rules(metadata_file) if metadata_file else None
+    return BuildOptions(model=model_spec, settings=settings, metadata_rules=rules, **given)
 
 
 def listen_options(port: int, when: str = "", token_help: str = "Bearer token every request must carry.") -> Callable:

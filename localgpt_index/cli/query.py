@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Application, output_options
-from .options import EXIT_CODES, display_path, index_model_option, index_options, model_options, scoring_options
+from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
 
 
 class FirstPass(click.ParamType):
@@ -51,14 +51,13 @@ class FirstPass(click.ParamType):
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
-@index_model_option
-@model_options
+@model_options(INDEX_MODEL_HELP)
 @scoring_options
 @index_options
 @output_options
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, mode, fusion, rrf_k, with_text,
-          top_k, server, token, model, device, dtype, scorer, max_resident) -> None:
+          top_k, server, token, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..models.protocols import check_queries
     from ..core.errors import UsageError
@@ -77,8 +76,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi, how)
     else:
-        document, fetch = _ask_index(app, model, device, dtype, texts, top_k, wanted, candidates, images, dpi, how,
-                                     (scorer, max_resident))
+        document, fetch = _ask_index(app, model_spec, texts, top_k, wanted, candidates, images, dpi, how, (scorer, max_resident))
     if wanted and not any(answer["results"] for answer in document["queries"]):
         shown = " ".join(f"--filter {key}={value}" for key, value in wanted.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
@@ -95,7 +93,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     _print_tables(document)
 
 
-def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, candidates, images, dpi, how, scoring):
+def _ask_index(app: Application, model_spec, texts, top_k, filters, candidates, images, dpi, how, scoring):
     from ..models.resolve import is_random_checkpoint
     from ..interop.pages import local_page
     from ..interop.reports import query_document
@@ -105,7 +103,7 @@ def _ask_index(app: Application, model, device, dtype, texts, top_k, filters, ca
     options = QueryOptions(**how)
     mode = index.mode(options)
     if mode != "text":
-        encoder = index.load_encoder(model, device, dtype)
+        encoder = index.load_encoder(model_spec)
         if is_random_checkpoint(encoder.model.path):
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from .app import Application, json_option
-from .options import index_options, listen_options, model_options, scoring_options
+from .options import index_options, listen_options, model_options, scoring_options, settings_options
+
+if TYPE_CHECKING:
+    from ..indexing.options import BuildSettings
+    from ..models.resolve import ModelSpec
 
 SERVE_EXIT = """\b
 Exit codes:
@@ -34,13 +39,14 @@ Exit codes:
 @click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
               help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does "
                    "(built first if there is no index yet). See docs/watch.md.")
+@settings_options(when="With --watch: ")
 @json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
-@model_options
+@model_options()
 @scoring_options
 @index_options
 @click.pass_obj
 def serve(app: Application, host, port, token, header_timeout, body_timeout, max_connections, absolute_paths, json_logs, quiet,
-          watch_docs, device, dtype, scorer, max_resident) -> None:
+          watch_docs, settings, model_spec, scorer, max_resident) -> None:
     """Answer queries over HTTP with the model loaded once (POST /query, GET /status, /documents,
     /pages/SHA256/PAGE.png, /healthz; the OpenAPI description at /openapi.json)."""
     from ..serve.httpguard import ConnectionLimits, PathPolicy, default_max_connections
@@ -53,8 +59,8 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     limits = ConnectionLimits(header_timeout, body_timeout, max_connections or default_max_connections())
     log = RequestLog(quiet=quiet, as_json=json_logs)
     store = app.store()
-    watcher = _watcher(watch_docs, store, log, device, dtype) if watch_docs else None
-    service = open_service(store, device, dtype, DeviceScoring(scorer, max_resident))
+    watcher = _watcher(watch_docs, store, log, model_spec, settings) if watch_docs else None
+    service = open_service(store, model_spec, DeviceScoring(scorer, max_resident))
     if watcher is not None:
         service.watch_status = watcher.status
     start = (lambda: watcher.start_background(catch_up=watcher.builds == 0)) if watcher else (lambda: None)
@@ -66,12 +72,12 @@ def serve(app: Application, host, port, token, header_timeout, body_timeout, max
     sys.exit(0)
 
 
-def _watcher(docs, store, log, device: str, dtype: str):
+def _watcher(docs, store, log, model_spec: ModelSpec, settings: BuildSettings):
     """serve --watch: a watcher whose events go to the request log; with no index yet, its first
     build runs now, before the server opens the index."""
     from .watch import logged_watcher
 
-    watcher = logged_watcher(docs, store, log, device, dtype)
+    watcher = logged_watcher(docs, store, log, model_spec, settings)
     if not store.exists():
         watcher.source.start()
         watcher.build_until_written()  # a full disk: tried again after the backoff, as later builds are

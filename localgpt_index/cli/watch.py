@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
 from .app import Application, output_options
-from .options import SECONDS, display_path, index_options, model_options
+from .options import (BUILD_MODEL_HELP, SECONDS, build_options, display_path, index_options, model_options, settings_options,
+                      source_options)
+
+if TYPE_CHECKING:
+    from ..indexing.options import BuildSettings
+    from ..models.resolve import ModelSpec
 
 WATCH_EXIT = """\b
 Exit codes:
@@ -21,17 +27,9 @@ Exit codes:
 
 @click.command(epilog=WATCH_EXIT)
 @click.argument("docs", type=click.Path(exists=True, file_okay=False))
-@click.option("--model", "-m", default=None, metavar="ID|PATH",
-              help="Hub id or local folder of a ColPali-family model. [default: the index's model, else vidore/colpali-v1.3]")
-@model_options
-@click.option("--batch-size", type=click.IntRange(1, 4096), default=None, help="Pages per forward pass. [default: by device]")
-@click.option("--metadata", "metadata_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="JSON or CSV file mapping path globs to key/value pairs, stored per document.")
-@click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Conversions run side by side, ahead of the model.")
-@click.option("--convert-timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds one conversion may take.")
+@model_options(BUILD_MODEL_HELP)
+@source_options
+@settings_options()
 @click.option("--settle", "settle_s", type=SECONDS, default=1.0, show_default=True,
               help="Build once no change came and no changed file grew for this long (a file being copied waits).")
 @click.option("--wait", "wait_s", type=SECONDS, default=600.0, show_default=True,
@@ -42,29 +40,20 @@ Exit codes:
 @index_options
 @output_options
 @click.pass_obj
-def watch(app: Application, docs, model, device, dtype, batch_size, metadata_file, include, exclude, workers, convert_timeout,
-          settle_s, wait_s, poll) -> None:
+def watch(app: Application, docs, settle_s, poll, **given) -> None:
     """Keep the index of DOCS up to date: build once to catch up, then again after every change
     (saved, added, renamed or deleted files), until Ctrl-C. With --json, one JSON object a line per
     event on stdout (watching, changes-seen, build-started, build-committed, build-up-to-date,
     build-failed, log, stopped). See docs/watch.md."""
-    from ..indexing.options import BuildOptions
-    from ..core.metadata import load_rules
     from ..watch.watcher import Watcher
 
-    options = BuildOptions(
-        model=model, device=device, dtype=dtype, batch_size=batch_size, include=include, exclude=exclude,
-        metadata_rules=load_rules(metadata_file) if metadata_file else None, convert_timeout_s=convert_timeout,
-        convert_workers=workers, wait_s=wait_s,
-    )
     printer = EventPrinter(app)
-    watcher = Watcher(docs, app.store(), options, printer, settle_s=settle_s, polling=poll)
+    watcher = Watcher(docs, app.store(), build_options(**given), printer, settle_s=settle_s, polling=poll)
     sys.exit(watcher.run())
 
 
-def logged_watcher(docs, store, log, device: str, dtype: str):
+def logged_watcher(docs, store, log, model_spec: ModelSpec, settings: BuildSettings):
     """The watcher of serve --watch and mcp --watch: its events as lines of the request log (stderr)."""
-    from ..indexing.options import BuildOptions
     from ..watch.watcher import DEFAULT_LOCK_WAIT_S, Watcher
 
     def report(event) -> None:
@@ -72,7 +61,7 @@ def logged_watcher(docs, store, log, device: str, dtype: str):
         if line is not None:
             log.message(f"watch: {line[0]}", line[1])
 
-    return Watcher(docs, store, BuildOptions(device=device, dtype=dtype, wait_s=DEFAULT_LOCK_WAIT_S), report)
+    return Watcher(docs, store, build_options(model_spec, settings, wait_s=DEFAULT_LOCK_WAIT_S), report)
 
 
 def event_line(event) -> tuple[str, str] | None:

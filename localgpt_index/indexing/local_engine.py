@@ -40,9 +40,9 @@ def load_encoder(factory: EncoderFactory, model: ModelRef, options: BuildOptions
     return encoder
 
 
-def pooled(vectors: list, factor: int, timer: StageTimer | None = None) -> list:
+def pooled(vectors: list, factor: int | None, timer: StageTimer | None = None) -> list:
     """Hierarchical token pooling of a batch's vectors (factor > 1), timed as the "pool" stage."""
-    if factor <= 1:
+    if factor is None or factor <= 1:
         return vectors
     started = time.perf_counter()
     vectors = pool_some(vectors, factor)
@@ -68,7 +68,7 @@ class LocalEngine:
 
     def load(self, factory: EncoderFactory) -> None:
         """Load the model while the first pages are converted and rendered."""
-        expected = expected_render_size(self.model, self.options.max_visual_tokens)
+        expected = expected_render_size(self.model, self.options.settings.max_visual_tokens)
         if expected is not None:
             self._early = self._feed(expected, 2 * max(CANDIDATES)).start()
         try:
@@ -140,7 +140,7 @@ class LocalEngine:
         self.timer.add("encode", started)
         if self.tuner is not None:
             self.tuner.batch_done(len(batch), time.perf_counter() - started)
-        vectors = pooled(vectors, self.options.pool_factor, self.timer)
+        vectors = pooled(vectors, self.options.settings.pool_factor, self.timer)
         if self.tuner is not None:
             self.tuner.waiting()
         return PagesEncoded(tuple((number, result) for (number, _), result in zip(batch, vectors)))

@@ -1,28 +1,89 @@
-"""What a build is asked to do (BuildOptions) and what it reports (BuildReport), and its stage clock."""
+"""What a build is asked to do (BuildOptions, with the settings an index records: BuildSettings, and their one
+rule) and what it reports (BuildReport), and its stage clock."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
-from ..core.errors import ExitCode
+from ..core.errors import ExitCode, IndexProblem
 from ..core.metadata import Rules
-from ..index.format.manifest import Failure
+from ..index.format.manifest import Failure, Manifest
 from ..ingest.ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, Tesseract
 from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode, text_mode
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S
 
 if TYPE_CHECKING:
     from ..models.loading import EncoderOptions
+    from ..models.resolve import ModelSpec
+
+
+def _setting(option: str, default: Callable[[], Any], why: str) -> Any:
+    """A recorded setting: its option, a new index's value, and why another one needs --rebuild."""
+    return field(default=None, metadata={"option": option, "default": default, "why": why})
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How an index's pages are made: what the manifest records under the same names (index/format/manifest.py
+    Settings). Asked of a build, None is an option left out. One rule for all (`settled`): left out, the index's
+    recorded value, else the default; another value than the recorded one needs --rebuild."""
+
+    pool_factor: int | None = _setting(  # >1: hierarchical token pooling, about 1/pool_factor of the vectors (lossy)
+        "--pool-factor", lambda: 1, "pages pooled differently would not score alike")
+    max_visual_tokens: int | None = _setting(  # dynamic-resolution families (None: the model's budget)
+        "--max-visual-tokens", lambda: None, "pages seen through another number of image tokens would not score alike")
+    text: str | None = _setting(  # auto: each page's text layer, and OCR as `ocr` says; never: pixels only
+        "--text", lambda: "auto", "its pages would not all have their text read alike")
+    ocr: str | None = _setting(  # auto (pages with almost no text layer), always, never: ingest/pagetext.py
+        "--ocr", lambda: ocr_mode(None), "its pages would not all have their text read alike")
+    ocr_lang: str | None = _setting(  # Tesseract's language(s): eng, or eng+deu
+        "--ocr-lang", lambda: DEFAULT_OCR_LANG, "its pages would not all have their text read alike")
+
+    def settled(self, base: Manifest | None, rebuild: bool = False, where: str = "the index") -> BuildSettings:
+        """These settings for a build on `base` (None: a new index): each left out, the value `base` records,
+        else the default ($LGPT_OCR, else auto, for --ocr); each given, itself, but where `base` holds pages
+        and records another value, an IndexProblem unless `rebuild`. --text never (given or recorded) with an
+        explicit --ocr auto or always is a UsageError."""
+        recorded = base.settings if base is not None else None
+        holds_pages = base is not None and bool(base.documents or base.in_progress)
+        values = {}
+        for setting in fields(self):
+            given, held = getattr(self, setting.name), getattr(recorded, setting.name, None)
+            if given is None:
+                values[setting.name] = held if held is not None else setting.metadata["default"]()
+                continue
+            if held is not None and given != held and holds_pages and not rebuild:
+                option = setting.metadata["option"]
+                raise IndexProblem(f"{where} was built with {option} {held}, not {given}; {setting.metadata['why']}.",
+                                   hint=f"Leave out {option} to keep {held}, or use --rebuild to change it.")
+            values[setting.name] = given
+        settled = BuildSettings(**values)
+        text_mode(settled.text, self.ocr)
+        return settled
+
+    def recorded(self) -> dict[str, Any]:
+        """What the manifest records of settled settings: no OCR mode or language for pages read for no
+        text (--text never), which holds a later build to neither."""
+        values = asdict(self)
+        if self.text == "never":
+            values.update(ocr=None, ocr_lang=None)
+        return values
+
+
+def _any_model() -> ModelSpec:
+    from ..models.resolve import ModelSpec  # the commit policy's modules need no model layer
+
+    return ModelSpec()
+
 
 @dataclass
 class BuildOptions:
-    model: str | None = None  # None: the model the index was built with, else the default
-    device: str = "auto"
-    dtype: str = "auto"
+    model: ModelSpec = field(default_factory=_any_model)  # its id None: the model the index was built with, else the default
+    settings: BuildSettings = field(default_factory=BuildSettings)  # as asked; `build_index` settles them on the index's
     batch_size: int | None = None
     rebuild: bool = False
     rehash: bool = False  # read every file, not only those whose stat changed
@@ -33,7 +94,6 @@ class BuildOptions:
     convert_workers: int = 2  # conversions running side by side, ahead of the model
     compile: bool = False  # torch.compile the model: faster on a GPU after a one-time compilation
     strict: bool = False  # any failed document: commit nothing
-    pool_factor: int = 1  # >1: hierarchical token pooling, about 1/pool_factor of the vectors (lossy)
     metadata_rules: Rules | None = None  # from --metadata; None keeps what the index has
     commit_every_pages: int | None = None  # None: 1000, spaced out when commits get slow (huge catalogs)
     commit_every_s: float = 600.0
@@ -41,30 +101,25 @@ class BuildOptions:
     ray: str | None = None  # a Ray cluster (auto, an address, or local) for conversion, rendering and encoding
     ray_actors: int | None = None  # encoder actors (default: one per GPU, or half the CPUs)
     ray_gpus_per_actor: float = 1.0
-    max_visual_tokens: int | None = None  # dynamic-resolution families: image tokens a page at most (None: the index's, else the model's)
-    text: str | None = None  # auto: each page's text (its text layer, OCR as `ocr` says); never: pixels only (None: auto)
-    ocr: str | None = None  # auto (pages with almost no text layer), always, never (None: $LGPT_OCR, else auto): ingest/pagetext.py
-    ocr_lang: str = DEFAULT_OCR_LANG  # Tesseract's language(s): eng, or eng+deu
     ocr_timeout_s: float = DEFAULT_OCR_TIMEOUT_S  # per page: its 300 dpi render and its OCR
     ocr_workers: int | None = None  # OCR threads beside the encoder (None: every CPU)
 
     def encoder_options(self) -> EncoderOptions:
-        """What the model layer needs of these options to load the page encoder."""
+        """What the model layer needs of these options to load the page encoder (settled settings)."""
         from ..models.loading import EncoderOptions  # the commit policy's modules need no model layer
 
-        return EncoderOptions(self.device, self.dtype, self.batch_size, self.compile, self.max_visual_tokens)
+        return EncoderOptions(self.model, self.batch_size, self.compile, self.settings.max_visual_tokens)
 
     @property
     def reads_text(self) -> bool:
-        """Whether the build reads and keeps page text (not --text never); a UsageError for --text never
-        with an explicit --ocr auto/always."""
-        return text_mode(self.text, self.ocr) != "never"
+        """Whether the build reads and keeps page text (settled settings: not --text never)."""
+        return self.settings.text != "never"
 
     def text_settings(self, tesseract: Tesseract | None) -> TextSettings:
-        """How the build reads page text, with the Tesseract find_ocr found."""
-        return TextSettings(ocr=ocr_mode(self.ocr), lang=self.ocr_lang, ocr_timeout_s=self.ocr_timeout_s,
-                            ocr_workers=self.ocr_workers or default_ocr_workers(), layer_timeout_s=self.render_timeout_s,
-                            tesseract=tesseract)
+        """How the build reads page text (settled settings), with the Tesseract find_ocr found."""
+        return TextSettings(ocr=ocr_mode(self.settings.ocr), lang=self.settings.ocr_lang or DEFAULT_OCR_LANG,
+                            ocr_timeout_s=self.ocr_timeout_s, ocr_workers=self.ocr_workers or default_ocr_workers(),
+                            layer_timeout_s=self.render_timeout_s, tesseract=tesseract)
 
 
 @dataclass

@@ -22,8 +22,9 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from ..ingest.feed import FeedSource
 from ..ingest.render import RenderSize
 from .options import BuildOptions, BuildReport, Log, StageTimer
 from .ray_cluster import connect_ray, disconnect_ray, quiet_stdout, require_ray
+
+if TYPE_CHECKING:
+    from ..models.loading import EncoderOptions
 
 __all__ = ["RayEngine", "ray_engine"]
 
@@ -107,12 +111,12 @@ def render_chunk(path: str, kind: str, data: bytes, first: int, last: int, size,
 class EncoderWorker:
     """A model on one device of the cluster (a Ray actor)."""
 
-    def __init__(self, model: dict, options: dict, pool_factor: int = 1) -> None:
-        from ..models.loading import EncoderOptions, load_page_encoder
+    def __init__(self, model: dict, options: EncoderOptions, pool_factor: int | None = 1) -> None:
+        from ..models.loading import load_page_encoder
         from ..models.resolve import ModelRef
 
-        self.pool_factor = pool_factor
-        self.encoder = load_page_encoder(ModelRef(**model), EncoderOptions(**options))
+        self.pool_factor = pool_factor or 1
+        self.encoder = load_page_encoder(ModelRef(**model), options)
 
     def describe(self) -> dict:
         encoder = self.encoder
@@ -174,10 +178,10 @@ class RayEngine:
         cpus = float(ray.cluster_resources().get("CPU", 1))
         count = options.ray_actors or (max(1, int(gpus // per_actor)) if gpus else max(1, int(cpus // 2)))
         remote = ray.remote(num_gpus=per_actor, num_cpus=0 if gpus else 1, max_restarts=-1, max_task_retries=-1)(EncoderWorker)
-        worker_options = {"device": options.device if not gpus else "auto", "dtype": options.dtype,
-                          "batch_size": options.batch_size, "compile": options.compile,
-                          "max_visual_tokens": options.max_visual_tokens}
-        self.actors = [remote.remote(model.to_dict(), worker_options, options.pool_factor) for _ in range(count)]
+        worker_options = options.encoder_options()
+        if gpus:  # each actor on the GPU Ray gives it
+            worker_options = replace(worker_options, spec=replace(worker_options.spec, device="auto"))
+        self.actors = [remote.remote(model.to_dict(), worker_options, options.settings.pool_factor) for _ in range(count)]
         self._open = ray.remote(num_cpus=0.5, max_retries=3)(open_document).options(num_returns=2)
         self._render = ray.remote(num_cpus=0.5, max_retries=3)(render_chunk)
         self.encoder = self._describe()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Generator
+from dataclasses import replace
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
+from ..ingest.ocr import DEFAULT_OCR_LANG, Tesseract
 from ..ingest.pagetext import PageTexts, TextSettings, find_ocr, ocr_mode
 from ..ingest.render import size_setting
 from ..models.failures import DeviceLost
@@ -36,8 +38,8 @@ from ..models.loading import load_page_encoder
 from ..models.resolve import ModelRef
 from .commit import COMMIT_SHARE, DEFAULT_COMMIT_PAGES, CommitPolicy
 from .local_engine import EncoderFactory, local_engine
-from .model_checks import check_model, check_rebuild_keeps, choose_model, upgraded, with_recorded_visual_tokens
-from .options import BuildOptions, BuildReport, Log, StageTimer
+from .model_checks import check_model, check_rebuild_keeps, choose_model, upgraded
+from .options import BuildOptions, BuildReport, BuildSettings, Log, StageTimer
 from .plan import BuildPlan, files_to_hash, plan_build
 
 __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport", "EncoderFactory", "build_index"]
@@ -53,10 +55,9 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    # a language Tesseract lacks: exit 4 before any work; --text never: no OCR, nothing asked of Tesseract
-    tesseract = find_ocr(ocr_mode(options.ocr), options.ocr_lang) if options.reads_text else None
-    if tesseract is not None:
-        short_openmp_spin()  # the model's idle threads would spin on the cores Tesseract wants
+    asked = options.settings
+    if asked.text or asked.ocr or asked.ocr_lang:  # a contradiction, a missing Tesseract or language: refused before any work
+        _text_reader(asked.settled(None))
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     scan_started = time.time_ns()
@@ -73,8 +74,9 @@ def build_index(
         model = choose_model(base, options)
         report.model = model.to_dict()
         check_model(base, model, options, store)
-        options = with_recorded_visual_tokens(base, options)
-        check_visual_tokens_supported(model, options.max_visual_tokens)
+        options = replace(options, settings=options.settings.settled(base, options.rebuild, store.location))
+        check_visual_tokens_supported(model, options.settings.max_visual_tokens)
+        tesseract = _text_reader(options.settings)  # a language Tesseract lacks: exit 4 before any work
         started = time.perf_counter()
         hashes, unreadable = hash_files(files_to_hash(found, base, options.rehash or options.rebuild))
         timer.add("hash", started)
@@ -102,6 +104,17 @@ def build_index(
             build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
     return report
+
+
+def _text_reader(settings: BuildSettings) -> Tesseract | None:
+    """The Tesseract the build's OCR uses, for settled settings (None: --text never, --ocr never, or none installed),
+    or EnvironmentMissing (exit 4) for a language it lacks, or --ocr always without it."""
+    if settings.text == "never":  # pixels only: no OCR, nothing asked of Tesseract
+        return None
+    tesseract = find_ocr(ocr_mode(settings.ocr), settings.ocr_lang or DEFAULT_OCR_LANG)
+    if tesseract is not None:
+        short_openmp_spin()  # the model's idle threads would spin on the cores Tesseract wants
+    return tesseract
 
 
 class Engine(Protocol):
@@ -180,10 +193,10 @@ class _Build:
         self.report.precision = encoder.precision.to_dict()
         for warning in encoder.precision.warnings:
             self.log(f"warning: {warning}")
+        recorded = replace(self.options.settings, max_visual_tokens=encoder.max_visual_tokens).recorded()
         self.policy.settings = Settings(
             device=encoder.precision.device, dtype=encoder.precision.dtype, autocast=encoder.precision.autocast,
-            batch_size=encoder.batch_size, render_size=size_setting(encoder.render_size),
-            dim=encoder.dim, pool_factor=self.options.pool_factor, max_visual_tokens=encoder.max_visual_tokens,
+            batch_size=encoder.batch_size, render_size=size_setting(encoder.render_size), dim=encoder.dim, **recorded,
         )
         self.policy.model_info = ModelInfo(**self.model.to_dict(), dim=encoder.dim)
 

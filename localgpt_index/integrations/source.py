@@ -99,7 +99,7 @@ class PageSource(Protocol):
 
 class IndexSource:
     """The Python API: an open index (one committed generation) and the query encoder of its model,
-    loaded on the first search (`index.load_encoder(device=..., dtype=...)` beforehand picks where)."""
+    loaded on the first search (`index.load_encoder(ModelSpec(device=..., dtype=...))` beforehand picks where)."""
 
     def __init__(self, index: Index) -> None:
         self.index = index

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..core.errors import EnvironmentMissing, LgptError
 from .loaders import LoadRequest
 from .protocols import PageEncoder
-from .resolve import ModelRef, offline_hint, weight_files
+from .resolve import ModelRef, ModelSpec, offline_hint, weight_files
 
 if TYPE_CHECKING:
     from .device import Precision
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 class EncoderOptions:
     """How to load a page encoder: what the model layer needs of a build's options."""
 
-    device: str = "auto"
-    dtype: str = "auto"
+    spec: ModelSpec = ModelSpec()  # where, and in what dtype (its id is resolved already: the ModelRef loaded)
     batch_size: int | None = None  # None: the device's default
     compile: bool = False
     max_visual_tokens: int | None = None
@@ -42,15 +41,15 @@ def load_page_encoder(model: ModelRef, options: EncoderOptions) -> PageEncoder:
     own = family_named(model.family).encoder
     if own is not None:
         return own(model, options.batch_size)
-    encoder = open_probed_encoder(model, options.device, options.dtype, options.batch_size, compile=options.compile)
+    encoder = open_probed_encoder(model, options.spec, options.batch_size, compile=options.compile)
     if options.max_visual_tokens is not None:
         encoder.limit_visual_tokens(options.max_visual_tokens)
     return encoder
 
 
-def open_probed_encoder(model: ModelRef, device: str = "auto", dtype: str = "auto", batch_size: int | None = None,
+def open_probed_encoder(model: ModelRef, spec: ModelSpec = ModelSpec(), batch_size: int | None = None,
                         queries: bool = False, compile: bool = False) -> TorchEncoder:
-    """The model on the device and dtype the probe picks for `device`/`dtype` (`queries`: for a query
+    """The model on the device and dtype the probe picks for the spec's (`queries`: for a query
     encoder), in batches of `batch_size` (None: the device's default); the collector paused meanwhile
     in the command's process (core/collector.py)."""
     from ..core.collector import frozen_after
@@ -58,7 +57,7 @@ def open_probed_encoder(model: ModelRef, device: str = "auto", dtype: str = "aut
 
     with frozen_after():  # torch and byaldi import here
         caps = detect_capabilities()
-        precision = choose_precision(caps, device, dtype, queries=queries)
+        precision = choose_precision(caps, spec.device, spec.dtype, queries=queries)
         return open_encoder(model, precision, batch_size or default_batch_size(precision, caps), compile=compile)
 
 

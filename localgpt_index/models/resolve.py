@@ -41,6 +41,15 @@ class ModelRef:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model a command is asked for (--model, --device, --dtype), before it is resolved to a ModelRef."""
+
+    id: str | None = None  # hub id or local folder; None: the index's model, else DEFAULT_MODEL
+    device: str = "auto"  # auto, cpu, cuda, cuda:N or mps (models/device.py decides what auto means)
+    dtype: str = "auto"  # auto, bfloat16, float16 or float32
+
+
 def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -18,15 +18,16 @@ from ..index.local.store import index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import View
 from ..models.protocols import QueryEncoder, check_queries
-from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
+from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
 
 __all__ = ["DeviceScoring", "Index", "QueryOptions", "SearchHit", "load_query_encoder", "open_index"]
 _UNSET: Any = object()
 
 
-def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto") -> QueryEncoder:
-    """The encoder for queries: a plugin family's own encoder, else the probe and the family's loader."""
+def load_query_encoder(ref: ModelRef, spec: ModelSpec = ModelSpec()) -> QueryEncoder:
+    """The encoder for queries: a plugin family's own encoder, else the probe and the family's loader
+    (on the spec's device and dtype)."""
     from ..models.families import family_named
 
     own = family_named(ref.family).encoder
@@ -34,7 +35,7 @@ def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto")
         return own(ref, None)
     from ..models.loading import open_probed_encoder
 
-    return open_probed_encoder(ref, device, dtype, queries=True)
+    return open_probed_encoder(ref, spec, queries=True)
 
 
 class Index:
@@ -70,13 +71,14 @@ class Index:
             raise AttributeError(name)
         return getattr(self.view, name)
 
-    def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> QueryEncoder:
-        """Load the model the index was built with (the revision it recorded); another model is refused."""
+    def load_encoder(self, spec: ModelSpec = ModelSpec()) -> QueryEncoder:
+        """Load the model the index was built with (the revision it recorded), on the spec's device and dtype;
+        another model (the spec's id) is refused."""
         recorded = self.manifest.model
-        if model is None or model == recorded.id:
+        if spec.id is None or spec.id == recorded.id:
             ref = resolve_recorded(recorded.id, recorded.path, recorded.revision)
         else:
-            ref = resolve_model(model)
+            ref = resolve_model(spec.id)
         if not same_model(ref, recorded.fingerprint, recorded.fingerprint_scheme):
             theirs = fingerprint_in(ref, recorded.fingerprint_scheme)
             raise IndexProblem(
@@ -84,7 +86,7 @@ class Index:
                 "its vectors cannot be compared with another model's.",
                 hint="Query without --model, or rebuild the index with the new model (build --rebuild --model ...).",
             )
-        self._encoder = load_query_encoder(ref, device, dtype)
+        self._encoder = load_query_encoder(ref, spec)
         return self._encoder
 
     def search(

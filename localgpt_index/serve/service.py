@@ -22,7 +22,7 @@ from ..core.failpoints import failpoint
 from ..index.local.store import LocalStore
 from ..index.scoring import maxsim as score
 from ..models.protocols import QueryEncoder, check_queries
-from ..models.resolve import same_model
+from ..models.resolve import ModelSpec, same_model
 from ..models.tuning import query_threads
 from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
 
@@ -59,9 +59,9 @@ class SearchAnswer:
 class IndexService:
     """One index, its model loaded once, its current generation followed."""
 
-    def __init__(self, store, device: str = "auto", dtype: str = "auto") -> None:
+    def __init__(self, store, model: ModelSpec = ModelSpec()) -> None:
         self.store = store if not isinstance(store, (str, Path)) else LocalStore(Path(store))
-        self.device, self.dtype = device, dtype
+        self.model = model  # the index's model: the spec's device and dtype
         self.encoder: QueryEncoder | None = None
         self.failure: LgptError | None = None  # why the model could not be loaded
         self.stale: str | None = None  # why the current generation cannot be queried with this model
@@ -121,7 +121,7 @@ class IndexService:
         try:
             index = self.index()
             score.warm_up()  # a long-lived process: the CPU scorer's compiled kernel loads beside the model
-            encoder = index.load_encoder(device=self.device, dtype=self.dtype)
+            encoder = index.load_encoder(self.model)
             self.encoder = encoder
             with self._lock:
                 self._check_model()
@@ -197,10 +197,10 @@ class IndexService:
         return answers
 
 
-def open_service(store, device: str = "auto", dtype: str = "auto", scoring: DeviceScoring | None = None) -> IndexService:
+def open_service(store, model: ModelSpec = ModelSpec(), scoring: DeviceScoring | None = None) -> IndexService:
     """A service on `store` (its model not loaded yet): a missing or damaged index fails here."""
     short_openmp_spin()
-    service = IndexService(store, device, dtype)
+    service = IndexService(store, model)
     service.scoring = scoring or service.scoring
     if not service.store.exists():
         raise IndexProblem(f"no index at {service.store.location}.",

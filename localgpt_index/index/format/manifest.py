@@ -22,8 +22,8 @@ from ..._version import __version__
 from ...core.errors import IndexProblem, Stage
 from ...core.types import FileStat
 
-FORMAT: Final = "lgpt-index/4"
-READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", "lgpt-index/3", FORMAT)
+FORMAT: Final = "lgpt-index/5"
+READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", "lgpt-index/3", "lgpt-index/4", FORMAT)
 # Bytes of vectors per block checksum. A block is checked when first read (index/format/checksums.py), so a
 # block is what reading one page costs beyond the page: 64 KiB blocks add at most 1.5x to a
 # 258 KiB page (1,030 x 128 float16) and cost 8 MB of manifest for 26 GB of vectors (parsed
@@ -178,6 +178,11 @@ class Settings(_Strict):
     vector_dtype: Literal["float16"] = "float16"
     pool_factor: Annotated[int, Field(ge=1, le=64)] = 1
     max_visual_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = None  # dynamic-resolution families
+    # how the pages' text was read (--text, --ocr, --ocr-lang); None: not recorded (an index from before they were, or
+    # for the OCR mode and language, --text never): the next build takes what it is given (indexing/options.py BuildSettings)
+    text: Literal["auto", "never"] | None = None
+    ocr: Literal["auto", "always", "never"] | None = None
+    ocr_lang: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     imported_from: Text | None = None
 
 
@@ -191,7 +196,7 @@ class Failure(_Strict):
 class Manifest(_Strict):
     """One generation of an index: what it holds and where every page's vectors are."""
 
-    format: Literal["lgpt-index/4"] = FORMAT
+    format: Literal["lgpt-index/5"] = FORMAT
     generation: Annotated[int, Field(ge=1, le=10**12 - 1)]
     created: float = Field(default_factory=time.time)
     tool_version: Annotated[str, Field(max_length=64)] = __version__
@@ -270,7 +275,7 @@ class Manifest(_Strict):
 class Head(_Strict):
     """The pointer to the current generation; replaced atomically by every commit."""
 
-    format: Literal["lgpt-index/1", "lgpt-index/2", "lgpt-index/3", "lgpt-index/4"]
+    format: Literal["lgpt-index/1", "lgpt-index/2", "lgpt-index/3", "lgpt-index/4", "lgpt-index/5"]
     generation: Annotated[int, Field(ge=1, le=10**12 - 1)]
     manifest: ManifestName
     sha256: Sha256
@@ -303,11 +308,13 @@ def migrate(data: Any, where: str) -> Any:
     if found == FORMAT:
         return data
     if found == "lgpt-index/1":
-        return _migrate_3_to_4(_migrate_2_to_3(_migrate_1_to_2(data, where), where))
+        return _migrate_4_to_5(_migrate_3_to_4(_migrate_2_to_3(_migrate_1_to_2(data, where), where)))
     if found == "lgpt-index/2":
-        return _migrate_3_to_4(_migrate_2_to_3(data, where))
+        return _migrate_4_to_5(_migrate_3_to_4(_migrate_2_to_3(data, where)))
     if found == "lgpt-index/3":
-        return _migrate_3_to_4(data)
+        return _migrate_4_to_5(_migrate_3_to_4(data))
+    if found == "lgpt-index/4":
+        return _migrate_4_to_5(data)
     raise IndexProblem(
         f"{where}: unknown index format {found!r} (this lgpt-index {__version__} reads {', '.join(READABLE_FORMATS)}).",
         hint="A newer lgpt-index wrote it: upgrade lgpt-index (pip install -U lgpt-index), or rebuild the index.",
@@ -361,6 +368,13 @@ def _migrate_3_to_4(data: dict) -> dict:
     """Format 3 -> 4: generations may name per-generation artifacts and segment parts (page text,
     the full-text index); a format 3 generation has none (it answers visual queries only until a
     `build --rebuild` writes its text). Nothing else changes."""
+    return {**data, "format": "lgpt-index/4"}
+
+
+def _migrate_4_to_5(data: dict) -> dict:
+    """Format 4 -> 5: the settings record how the pages' text was read (text, ocr, ocr_lang), which an older
+    lgpt-index refuses (extra="forbid"); a format 4 generation records none, and its next build takes what it is
+    given (or the defaults) and records it. Nothing else changes."""
     return {**data, "format": FORMAT}
 
 
@@ -368,7 +382,7 @@ def json_schema() -> dict:
     """The published JSON schema of the manifest (localgpt_index/schemas/manifest.schema.json)."""
     schema = Manifest.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "lgpt-index manifest (format 4)"
+    schema["title"] = "lgpt-index manifest (format 5)"
     return schema
 
 
