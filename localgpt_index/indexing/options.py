@@ -1,5 +1,6 @@
-"""What a build is asked to do (BuildOptions, with the settings an index records: BuildSettings, and their one
-rule) and what it reports (BuildReport), and its stage clock."""
+"""What a build is asked to do (BuildOptions), what it reports (BuildReport), and its stage clock.
+
+BuildOptions holds the settings an index records (BuildSettings) and their one rule."""
 
 from __future__ import annotations
 
