@@ -20,7 +20,7 @@ _EXPORTS = {
     "open_index": "localgpt_index.query.search",
     "Index": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.core.types",
-    "QueryOptions": "localgpt_index.query.hybrid",
+    "QueryRequest": "localgpt_index.query.request",
     "open_store": "localgpt_index.index.open",
     "LocalStore": "localgpt_index.index.local.store",
     "index_path": "localgpt_index.index.local.layout",

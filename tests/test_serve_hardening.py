@@ -102,7 +102,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
 
     from localgpt_index.core.errors import UsageError
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
+    from localgpt_index.query.request import QueryRequest
 
     class Encoder:  # the tokenizer refuses one text
         def encode_queries(self, texts):
@@ -117,7 +117,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
     async def scenario():
         batcher = QueryBatcher(service)
         batcher.start()
-        requests = [SearchRequest((text,)) for text in ("one", "poison", "two", "three")]
+        requests = [QueryRequest(queries=(text,)) for text in ("one", "poison", "two", "three")]
         answers = await asyncio.gather(*(batcher.submit(r) for r in requests), return_exceptions=True)
         await batcher.stop()
         return batcher.batches, answers

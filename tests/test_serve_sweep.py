@@ -56,15 +56,15 @@ class Generation:
     def prepare_scoring(self, device: str) -> None:
         pass
 
-    def visual_depth(self, k, options) -> int:
-        return k
+    def visual_depth(self, request) -> int:
+        return request.k
 
-    def finish(self, queries, hits, k, text, options):
+    def finish(self, request, hits):
         return hits
 
 
 class Request:
-    queries, k, options = ("q",), 10, None
+    queries, k = ("q",), 10
 
 
 def member(answers: dict, name: str) -> Member:

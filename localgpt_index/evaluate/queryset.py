@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from ..core.errors import UsageError
 from ..core.files import read_user_text
+from ..query.request import check_query_text
 
 MAX_FILE_BYTES = 256 << 20  # a query set, or a BEIR corpus of page ids and text; larger is a mistake
 
@@ -96,16 +97,8 @@ def tags_of(extra: dict | None) -> dict[str, str]:
 
 
 def check_text(text: str, where: str) -> str:
-    from ..models.protocols import check_queries
-
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate escape ("\\udcff"): no tokenizer reads it
-        raise UsageError(f"{where}: the query is not UTF-8 text.") from None
-    try:
-        return check_queries([text])[0]
-    except UsageError as exc:
-        raise UsageError(f"{where}: {exc.message.replace('query 1 ', 'the query ')}") from None
+    """The query of the line `where`, checked as every query is (query.request.check_query_text)."""
+    return check_query_text(text, f"{where}: the query")
 
 
 def check_path(path: str, where: str) -> str:

@@ -9,9 +9,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.types import Mode
+
 EVAL_SCHEMA_VERSION: Final = 1
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "eval.schema.json"
-Mode = Literal["visual", "text", "hybrid"]
 
 
 def _no_default(schema: dict[str, Any]) -> None:

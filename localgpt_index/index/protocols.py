@@ -42,10 +42,10 @@ class View(Protocol):
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None,
-                       candidates: int | None = None) -> list[list[SearchHit]]: ...
+                       first_pass: int | str | None = None) -> list[list[SearchHit]]: ...
 
-    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
-        """Which path answers a request for `candidates` (exact, first-pass, or "store": the store ranks)."""
+    def scoring_path(self, first_pass: int | str | None) -> ScoringPath:
+        """Which path answers a request with `first_pass` (exact, first-pass, or "store": the store ranks)."""
         ...
 
     def artifact(self, name: str) -> object | None:

@@ -102,12 +102,12 @@ class LocalView(GenerationView):
         k: int,
         device: str = "cpu",
         filters: dict[str, str] | None = None,
-        candidates: int | str | None = None,
+        first_pass: int | str | None = None,
     ) -> list[list[SearchHit]]:
         """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
 
-        Filtered-out documents are not scored at all. With `candidates` (a number, or "auto": see
-        scoring_path), a first pass over the binary codes stored with each segment picks that many
+        Filtered-out documents are not scored at all. With `first_pass` (a number of candidates, or "auto":
+        see scoring_path), a first pass over the binary codes stored with each segment picks that many
         pages per query, and only those are scored exactly (lossy: a page the first pass misses is
         not returned). Without codes (an index written before them) every page is scored exactly."""
         docs = self.manifest.documents
@@ -118,22 +118,22 @@ class LocalView(GenerationView):
             table = self.all_pages()
         if not docs or not len(query_vectors):
             return [[] for _ in query_vectors]
-        plan = self.scoring_path(candidates)
+        plan = self.scoring_path(first_pass)
         if plan.path == "first-pass" and plan.candidates:
             early = EarlyReads(self._scattered_reads, plan.candidates, sum(len(rows) for rows, _, _ in table.values()))
             tables = self._first_pass(query_vectors, table, plan.candidates, early)
             return [self._rank([q], docs, k, device, t, early)[0] for q, t in zip(query_vectors, tables)]
         return self._rank(query_vectors, docs, k, device, table)
 
-    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
-        """Which path answers a request for `candidates` (None, N, "auto"): codes.plan.choose."""
+    def scoring_path(self, first_pass: int | str | None) -> ScoringPath:
+        """Which path answers a request with `first_pass` (None, N, "auto"): codes.plan.choose."""
         segments = self.manifest.segments
         if any(seg.storage != "file" for seg in segments.values()):
-            return ScoringPath("store", candidates if isinstance(candidates, int) else None, "the store ranks the pages")
-        codes = self.artifact(CODES) if candidates is not None else None
+            return ScoringPath("store", first_pass if isinstance(first_pass, int) else None, "the store ranks the pages")
+        codes = self.artifact(CODES) if first_pass is not None else None
         coded = {sid for sid in segments if codes is not None and sid in codes}  # type: ignore[operator]  # StoredCodes
         vector_bytes = sum(seg.rows * seg.dim * 2 for seg in segments.values())
-        return choose(candidates, self.page_count, vector_bytes, list(segments), coded)
+        return choose(first_pass, self.page_count, vector_bytes, list(segments), coded)
 
     def _first_pass(self, query_vectors, table: PageTable, candidates: int, early: EarlyReads | None = None) -> list[PageTable]:
         """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best

@@ -10,11 +10,10 @@ and the model (torch) on the first search of an index.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..core.errors import LgptError, UsageError
+from ..query.request import QuerySettings, validated
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -22,28 +21,10 @@ if TYPE_CHECKING:
     from ..query.search import Index
 
 
-class SearchOptions(BaseModel):
-    """What `query` takes besides the text, with its limits: `-k`, `--filter`, `--first-pass`, `--mode`,
-    `--with-text`, `--with-images` and `--dpi`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    k: int = Field(5, ge=1, le=1000, description="pages per query")
-    filters: dict[str, str] = Field(default_factory=dict, description="only documents whose metadata has every KEY=VALUE")
-    first_pass: int | None = Field(None, ge=1, description="lossy first pass over N candidate pages (off by default)")
-    mode: Literal["hybrid", "visual", "text"] | None = Field(None, description="as query --mode (default: hybrid where the index has text)")
-    with_text: bool = Field(True, description="each hit carries its page text where the index has it")
-    with_images: bool = Field(False, description="each hit carries its page as base64 PNG")
-    dpi: int = Field(150, ge=20, le=600, description="resolution of page images")
-
-
-def search_options(**given: Any) -> SearchOptions:
-    """SearchOptions from keyword arguments; a bad one is a UsageError naming it."""
-    try:
-        return SearchOptions(**given)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()[:3])
-        raise UsageError(f"bad retriever option ({problems}).") from None
+def search_options(**given: Any) -> QuerySettings:
+    """What `query` takes besides the text (k, filters, first_pass, mode, with_text, with_images, dpi...), from
+    keyword arguments: each page's text by default; a bad one is a UsageError naming it."""
+    return validated(QuerySettings, "bad retriever option", **{"with_text": True, **given})
 
 
 @dataclass(frozen=True)
@@ -90,7 +71,7 @@ class PageHit:
 class PageSource(Protocol):
     """What a retriever asks: the hits of one query, and a page's PNG by its document's sha256."""
 
-    def search(self, query: str, options: SearchOptions) -> list[PageHit]: ...
+    def search(self, query: str, options: QuerySettings) -> list[PageHit]: ...
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes: ...
 
@@ -108,14 +89,13 @@ class IndexSource:
 
         return cls(open_index(index_dir, name, store))
 
-    def search(self, query: str, options: SearchOptions) -> list[PageHit]:
+    def search(self, query: str, options: QuerySettings) -> list[PageHit]:
         from ..interop.reports import query_document
-        from ..query.hybrid import QueryOptions
 
-        how = QueryOptions(mode=options.mode, with_text=options.with_text)
-        results = self.index.search(query, k=options.k, filters=options.filters, candidates=options.first_pass, options=how)
-        document = query_document(self.index, [query], results, options.k, options.with_images, options.dpi,
-                                  mode=self.index.mode(how), fusion=how.fusion)
+        request = options.asking(query)
+        results = self.index.search(request)
+        document = query_document(self.index.view, request.queries, results, request.k, request.with_images, request.dpi,
+                                  mode=self.index.mode(request), fusion=request.fusion)
         return [PageHit.from_hit(query, hit) for hit in document["queries"][0]["results"]]
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes:
@@ -136,9 +116,8 @@ class ServerSource:
 
         self.client = ServerClient(url, token, TIMEOUT_S if timeout_s is None else timeout_s)
 
-    def search(self, query: str, options: SearchOptions) -> list[PageHit]:
-        how = {"mode": options.mode, "with_text": options.with_text or None}  # None: not sent (an older server refuses it)
-        document = self.client.query([query], options.k, options.filters, options.first_pass, options.with_images, options.dpi, how)
+    def search(self, query: str, options: QuerySettings) -> list[PageHit]:
+        document = self.client.query(options.asking(query))
         return [PageHit.from_hit(query, hit, self._url(hit["sha256"], hit["page"], options.dpi))
                 for hit in document["queries"][0]["results"]]
 

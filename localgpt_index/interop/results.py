@@ -14,6 +14,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.types import Fusion, Mode
+
 QUERY_SCHEMA_VERSION: Final = 1
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "query.schema.json"
 
@@ -101,8 +103,8 @@ class QueryDocument(_Document):
     index: str
     model: str
     k: int = Field(ge=1)
-    mode: Literal["hybrid", "visual", "text"] = _absent("how the pages were found: hybrid fuses the text and visual lists")
-    fusion: Literal["weighted", "rrf"] = _absent("hybrid: how the two lists were fused")
+    mode: Mode = _absent("how the pages were found: hybrid fuses the text and visual lists")
+    fusion: Fusion = _absent("hybrid: how the two lists were fused")
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
     results: list[Hit] = _absent("present when exactly one query was asked")

@@ -14,16 +14,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
 from ..core.errors import IndexProblem, UsageError
-from ..core.types import SearchHit
+from ..core.types import MODES, Mode, SearchHit
 from ..interop.reports import documents_document, status_document
-from ..query.search import QueryOptions
-from ..serve.httpguard import PathPolicy, check_query_texts
+from ..query.request import QueryRequest
+from ..serve.httpguard import PathPolicy
 from ..serve.batcher import QueryBatcher
-from ..serve.service import IndexService, SearchRequest
+from ..serve.service import IndexService
 from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
                       SearchAnswer, TextCaps, WatchStatus)
@@ -107,20 +106,16 @@ class IndexTools:
 
     # the tools
 
-    async def search(self, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None,
-                     with_images: bool) -> tuple[SearchAnswer, list[FittedImage]]:
-        query = check_query_texts([query], "query")[0]
-        if any(not key for key in filters):
-            raise UsageError("filters: a key may not be empty.")
+    async def search(self, request: QueryRequest) -> tuple[SearchAnswer, list[FittedImage]]:
+        """The tool's answer to `request` (one query, schemas.SearchArguments)."""
         index = await self.run(self.current)
-        request = search_request(index, query, k, filters, mode, first_pass)
-        used = request_mode(index, request)
+        used = index.mode(request)  # the query layer's choice: a mode the index cannot answer is refused
         if index.page_count == 0:
             raise IndexProblem(f"the index at {index.store.location} holds no pages yet.", hint=BUILD_HINT)
         generation, visual = (index, None) if used == "text" else await self._visual_list(index, request)  # text: no model
-        return await self.run(self._answer, generation, request, used, visual, with_images)
+        return await self.run(self._answer, generation, request, used, visual)
 
-    async def _visual_list(self, index, request: SearchRequest) -> tuple[Any, list[SearchHit]]:
+    async def _visual_list(self, index, request: QueryRequest) -> tuple[Any, list[SearchHit]]:
         """The model's part of `request`: its visual list, deep enough for the fusion, from the batcher
         (with the queries of the other calls); the generation that answered."""
         loading = self.start_loading()
@@ -130,20 +125,18 @@ class IndexTools:
         if not self._batching:  # started on the loop that serves the tools
             self.batcher.start()
             self._batching = True
-        options = QueryOptions(mode="visual")  # the text side is the worker's (_answer)
-        visual = replace(request, k=index.visual_depth(request.k, request.options), options=options)
+        # the text side is the worker's (_answer); the depth is the fusion's, past the tool's own limit on k
+        visual = request.model_copy(update={"k": index.visual_depth(request), "mode": "visual", "with_text": False})
         answer = await self.batcher.submit(visual)
         return answer.index, answer.results[0]
 
-    def _answer(self, index, request: SearchRequest, used: str, visual: list[SearchHit] | None,
-                with_images: bool) -> tuple[SearchAnswer, list[FittedImage]]:
+    def _answer(self, index, request: QueryRequest, used: Mode, visual: list[SearchHit] | None) -> tuple[SearchAnswer, list[FittedImage]]:
         """On a worker: the rest of a search (the text list, fusion, snippets, page text, images), capped."""
-        filters = dict(request.filters) or None
-        hits = index.finish(request.queries, None if visual is None else [visual], request.k, filters, request.options)[0]
+        hits = index.finish(request, None if visual is None else [visual])[0]
         entries = [self._hit(index, hit) for hit in hits]
         self._cap_texts(entries)
         images: list[FittedImage] = []
-        if with_images and hits:
+        if request.with_images and hits:
             for entry, image in zip(entries, self.images.fitted(index, hits)):
                 self._attach(entry, image, images)
         return SearchAnswer(query=request.queries[0], mode=used, k=request.k, generation=index.manifest.generation,
@@ -238,16 +231,7 @@ def has_text(index) -> bool:
 
 def search_modes(index) -> list[str]:
     """visual always; text and hybrid where the index reads text (even while no page has any)."""
-    return ["hybrid", "visual", "text"] if index.lexical is not None else ["visual"]
-
-
-def search_request(index, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None) -> SearchRequest:
-    return SearchRequest((query,), k, tuple(sorted(filters.items())), first_pass, QueryOptions(mode=mode, with_text=True))
-
-
-def request_mode(index, request: SearchRequest) -> str:
-    """The mode that answers `request` (the query layer's choice; it refuses a mode the index cannot answer)."""
-    return index.mode(request.options)
+    return list(MODES) if index.lexical is not None else ["visual"]
 
 
 def page_text(index, hit: SearchHit) -> str | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from ..core.errors import UsageError
+from ..query.request import Limits, QueryRequest
 
 MAX_K = 50  # hits per search: an answerer reads them all
 MAX_LIST = 500  # documents per list_documents page
@@ -60,6 +61,13 @@ class TextCaps:
                 break
             budget, left = budget - length, left - 1
         return [min(length, cap) for length in wanted]
+
+
+class SearchArguments(QueryRequest):
+    """The `search` tool's request: one query (its `query` argument), at most MAX_K pages, a number of pages
+    for the first pass (the server's index is not this client's to judge); each hit carries its page's text."""
+
+    limits = Limits(queries=1, k=MAX_K, auto=False, place="query")
 
 
 class PageImage(BaseModel):

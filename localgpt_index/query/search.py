@@ -9,18 +9,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.errors import EnvironmentMissing, IndexProblem
-from ..core.types import SearchHit
+from ..core.types import Mode, SearchHit
 from ..index.scoring.device import DeviceScorer, DeviceScoring
 from ..index.local.store import LocalStore
 from ..index.errors import MissingIndexFile
 from ..index.local.layout import index_path
 from ..index.text.engine import LexicalIndex
 from ..index.protocols import View
-from ..models.protocols import QueryEncoder, check_queries
+from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
-from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
+from .hybrid import answer, choose_mode, visual_depth
+from .request import QueryRequest, QuerySettings, validated
 
-__all__ = ["DeviceScoring", "Index", "QueryOptions", "SearchHit", "load_query_encoder", "open_index"]
+__all__ = ["DeviceScoring", "Index", "SearchHit", "load_query_encoder", "open_index"]
 _UNSET: Any = object()
 
 
@@ -60,9 +61,9 @@ class Index:
                 self._lexical = LexicalIndex.create() if not self.view.documents else None
         return self._lexical
 
-    def mode(self, options: QueryOptions | None = None) -> Mode:
-        """The mode a query with `options` is answered in (hybrid by default when the index has text)."""
-        return choose_mode(options or QueryOptions(), self.lexical, self.store.location)
+    def mode(self, settings: QuerySettings | None = None) -> Mode:
+        """The mode a request with `settings` is answered in (hybrid by default when the index has text)."""
+        return choose_mode(settings.mode if settings is not None else None, self.lexical, self.store.location)
 
     def __getattr__(self, name: str) -> Any:
         if name == "view":  # not set yet (a copy being built): no recursion
@@ -86,57 +87,43 @@ class Index:
         self._encoder = load_query_encoder(ref, device, dtype)
         return self._encoder
 
-    def search(
-        self,
-        queries: str | Sequence[str],
-        k: int = 5,
-        filters: dict[str, str] | None = None,
-        candidates: int | None = None,
-        options: QueryOptions | None = None,
-    ) -> list[list[SearchHit]]:
-        """Top-k pages for each query (all queries are encoded in one batch), among the
-        documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors.
-        `options`: the mode (hybrid, visual, text) and fusion; text mode loads no model."""
-        texts = check_queries([queries] if isinstance(queries, str) else list(queries))
-        options = options or QueryOptions()
-        if self.mode(options) == "text":
-            return self.search_encoded(texts, None, k, filters=filters, options=options)
+    def search(self, request: QueryRequest | str | Sequence[str], **fields: Any) -> list[list[SearchHit]]:
+        """Top-k pages for each query of `request` (all encoded in one batch): a QueryRequest, or the
+        queries and the request's other fields as keywords (k, filters, first_pass, mode, fusion,
+        with_text...). Text mode loads no model."""
+        if not isinstance(request, QueryRequest):
+            request = validated(QueryRequest, "bad query", queries=[request] if isinstance(request, str) else list(request), **fields)
+        if self.mode(request) == "text":
+            return self.search_encoded(request, None)
         encoder = self._encoder or self.load_encoder()
-        return self.search_encoded(texts, encoder.encode_queries(texts), k, device=encoder.precision.device,
-                                   filters=filters, candidates=candidates, options=options)
+        return self.search_encoded(request, encoder.encode_queries(request.queries), encoder.precision.device)
 
-    def search_encoded(self, texts: Sequence[str], query_vectors: Sequence[np.ndarray] | None, k: int, device: str = "cpu",
-                       filters: dict[str, str] | None = None, candidates: int | None = None,
-                       options: QueryOptions | None = None) -> list[list[SearchHit]]:
-        """The answer to queries whose vectors are encoded already (None in text mode)."""
-        options = options or QueryOptions()
-        mode = self.mode(options)
+    def search_encoded(self, request: QueryRequest, query_vectors: Sequence[np.ndarray] | None,
+                       device: str = "cpu") -> list[list[SearchHit]]:
+        """The answer to `request` whose queries are encoded already (None in text mode)."""
+        mode = self.mode(request)
         visual = None
         if mode != "text":
             if query_vectors is None:
                 raise ValueError(f"a {mode} query needs its query vectors")
-            visual = self.search_vectors(query_vectors, visual_depth(mode, k, options), device=device, filters=filters,
-                                         candidates=candidates)
-        return self.finish(texts, visual, k, filters, options)
+            visual = self.search_vectors(query_vectors, self.visual_depth(request), device, request.filtered, request.first_pass)
+        return self.finish(request, visual)
 
-    def visual_depth(self, k: int, options: QueryOptions | None = None) -> int:
-        """How many pages each query's visual list must hold for `options` (search_vectors' k)."""
-        options = options or QueryOptions()
-        return visual_depth(self.mode(options), k, options)
+    def visual_depth(self, request: QueryRequest) -> int:
+        """How many pages each query's visual list must hold for `request` (search_vectors' k)."""
+        return visual_depth(self.mode(request), request.k)
 
-    def finish(self, texts: Sequence[str], visual: Sequence[list[SearchHit]] | None, k: int,
-               filters: dict[str, str] | None = None, options: QueryOptions | None = None) -> list[list[SearchHit]]:
+    def finish(self, request: QueryRequest, visual: Sequence[list[SearchHit]] | None) -> list[list[SearchHit]]:
         """The top-k of each query from its visual list (search_vectors with visual_depth; None in
-        text mode): the text list asked and fused here, as `options` say."""
-        options = options or QueryOptions()
-        return answer(self.view, self.lexical, texts, visual, k, filters, self.mode(options), options)
+        text mode): the text list asked and fused here, as `request` says."""
+        return answer(self.view, self.lexical, request, visual, self.mode(request))
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
-                       filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:
+                       filters: dict[str, str] | None = None, first_pass: int | str | None = None) -> list[list[SearchHit]]:
         """The view's ranking of already-encoded queries (View.search_vectors), scored exactly on
         the device `self.scoring` picks for `device` (the model's): the CPU scorer, or the device scorer."""
         self._choose_scorer(device)
-        return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
+        return self.view.search_vectors(query_vectors, k, device=device, filters=filters, first_pass=first_pass)
 
     def prepare_scoring(self, device: str) -> None:
         """The exact scorer for `device` chosen now (serve's sweep scores the view's parts itself)."""

@@ -15,16 +15,14 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..core.errors import IndexProblem, LgptError, UsageError
-from ..core.metadata import parse_filters
 from ..core.types import SearchHit
 from ..interop.reports import documents_document, query_document, status_document
 from ..interop.results import QueryDocument
-from ..query.search import QueryOptions
-from .httpguard import PathPolicy, check_query_texts
+from .httpguard import PathPolicy
 from .images import CANNOT_RENDER, PageImages
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .batcher import QueryBatcher
-from .service import IndexService, NotReady, SearchRequest
+from .service import IndexService, NotReady
 
 
 def _status_of(exc: LgptError) -> int:
@@ -65,16 +63,10 @@ def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, p
 
 def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy, images: PageImages) -> None:
     async def answer(body: QueryBody, http_request: Request) -> Response:
-        texts = check_query_texts(body.queries)
-        filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
-        if any(not key for key in filters):
-            raise UsageError("filters: a key may not be empty")
         service.require_ready()
-        options = QueryOptions(mode=body.mode, fusion=body.fusion, rrf_k=body.rrf_k, with_text=body.with_text)
-        service.index().mode(options)  # text or hybrid of an index without text: refused here, before the batch
-        request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass, options)
-        found = await batcher.submit(request)
-        document = query_document(found.index, texts, found.results, body.k, mode=found.index.mode(options), fusion=body.fusion)
+        service.index().mode(body)  # text or hybrid of an index without text: refused here, before the batch
+        found = await batcher.submit(body)
+        document = query_document(found.index.view, body.queries, found.results, body.k, mode=found.index.mode(body), fusion=body.fusion)
         rendered = 0
         if body.with_images:
             rendered = await images.fill(document, found, body.dpi, http_request, policy)

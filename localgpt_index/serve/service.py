@@ -21,10 +21,11 @@ from ..core.failpoints import failpoint
 from ..index.local.store import LocalStore
 from ..index.errors import MissingIndexFile
 from ..index.scoring import maxsim as score
-from ..models.protocols import QueryEncoder, check_queries
+from ..models.protocols import QueryEncoder
 from ..models.resolve import same_model
 from ..models.tuning import query_threads
-from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
+from ..query.request import QueryRequest
+from ..query.search import DeviceScoring, Index, SearchHit
 
 
 TUNING_QUERY = "what was the revenue growth in the third quarter"  # a typical question's length
@@ -37,15 +38,6 @@ class NotReady(LgptError):
     """The model is still loading, failed to load, or no longer matches the index."""
 
     exit_code = EnvironmentMissing.exit_code
-
-
-@dataclass(frozen=True)
-class SearchRequest:
-    queries: tuple[str, ...]
-    k: int = 5
-    filters: tuple[tuple[str, str], ...] = ()
-    first_pass: int | None = None
-    options: QueryOptions = field(default_factory=QueryOptions)  # mode and fusion
 
 
 @dataclass
@@ -137,7 +129,7 @@ class IndexService:
         (models.tuning.query_threads). Run it on the thread that encodes queries (QueryBatcher's)."""
         failpoint("serve.warm_up")
         try:
-            self.search([SearchRequest(("warm up",), 1)])
+            self.search([QueryRequest(queries=("warm up",), k=1)])
             if self.encoder is not None:
                 self.query_threads = query_threads(self.encoder, [TUNING_QUERY])
         except LgptError:
@@ -161,7 +153,7 @@ class IndexService:
 
     # queries
 
-    def search(self, requests: list[SearchRequest]) -> list[SearchAnswer | LgptError]:
+    def search(self, requests: list[QueryRequest]) -> list[SearchAnswer | LgptError]:
         """Answer several requests with one forward pass for all their queries, and one scoring
         pass per distinct (filters, first pass). Every request sees the same generation."""
         encoder = self.require_ready()
@@ -169,11 +161,11 @@ class IndexService:
         if self.stale:
             raise NotReady(self.stale)
         texts = [text for request in requests for text in request.queries]
-        vectors = iter(encoder.encode_queries(check_queries(texts)))
+        vectors = iter(encoder.encode_queries(texts))
         per_request = [[next(vectors) for _ in request.queries] for request in requests]
         return self.answer_encoded(index, requests, per_request, len(texts))
 
-    def answer_encoded(self, index: Index, requests: list[SearchRequest], per_request: list[list],
+    def answer_encoded(self, index: Index, requests: list[QueryRequest], per_request: list[list],
                        batch_queries: int) -> list[SearchAnswer | LgptError]:
         """Requests whose queries are encoded (`per_request`): one stacked scoring pass per distinct
         (filters, first pass), split per request."""
@@ -181,17 +173,16 @@ class IndexService:
         answers: list[SearchAnswer | LgptError] = [SearchAnswer(index, [[] for _ in r.queries], batch_queries) for r in requests]
         groups: dict[tuple, list[int]] = {}
         for number, request in enumerate(requests):
-            groups.setdefault((request.filters, request.first_pass), []).append(number)
+            groups.setdefault((tuple(sorted(request.filters.items())), request.first_pass), []).append(number)
         for (filters, first_pass), members in groups.items():
             stacked = [v for number in members for v in per_request[number]]
-            k = max(index.visual_depth(requests[number].k, requests[number].options) for number in members)
-            hits = index.search_vectors(stacked, k, device=device, filters=dict(filters) or None, candidates=first_pass)
+            k = max(index.visual_depth(requests[number]) for number in members)
+            hits = index.search_vectors(stacked, k, device, dict(filters) or None, first_pass)
             at = 0
             for number in members:
                 request, answer = requests[number], answers[number]
                 assert isinstance(answer, SearchAnswer)
-                answer.results = index.finish(request.queries, hits[at : at + len(request.queries)], request.k,
-                                              dict(filters) or None, request.options)
+                answer.results = index.finish(request, hits[at : at + len(request.queries)])
                 answer.scored_with = len(stacked)
                 at += len(request.queries)
         return answers

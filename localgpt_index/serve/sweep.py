@@ -28,7 +28,7 @@ from ..core.failpoints import failpoint
 class Member:
     """One request's queries on a sweep: what it still needs and what it has got."""
 
-    request: Any  # a SearchRequest
+    request: Any  # a QueryRequest
     vectors: list[np.ndarray]
     index: Any  # the generation (query.search.Index) it was encoded for
     deliver: Callable[[Any], None]  # its answer, or the exception that failed it
@@ -186,8 +186,8 @@ class Sweep:
             hits: list = [[] for _ in member.vectors]
             if self.units:
                 scores = np.concatenate([member.scores[u] for u in range(len(self.units))], axis=1)
-                hits = view.rank_scores(scores, view.documents, index.visual_depth(request.k, request.options), view.all_pages())
-            results = index.finish(request.queries, hits, request.k, None, request.options)
+                hits = view.rank_scores(scores, view.documents, index.visual_depth(request), view.all_pages())
+            results = index.finish(request, hits)
         except Exception as exc:  # noqa: BLE001 - it fails this request only
             member.deliver(exc)
             return False
@@ -200,7 +200,7 @@ def sweepable(request: Any, index: Any) -> bool:
     first pass, not text mode); the others are scored in a pass of their own (IndexService.answer_encoded)."""
     try:
         return (not request.filters and request.first_pass is None and hasattr(index.view, "exact_units")
-                and index.mode(request.options) != "text")
+                and index.mode(request) != "text")
     except LgptError:
         return False  # a mode the index cannot answer: its own pass says why
 
