@@ -18,7 +18,7 @@ _EXPORTS = {
     "build_index": "localgpt_index.indexing.run",
     "BuildOptions": "localgpt_index.indexing.options",
     "open_index": "localgpt_index.query.search",
-    "Index": "localgpt_index.query.search",
+    "Searcher": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.core.types",
     "QueryRequest": "localgpt_index.query.request",
     "open_store": "localgpt_index.index.open",
@@ -30,7 +30,7 @@ _EXPORTS = {
 }
 
 # names 0.3 exported, renamed in 0.4 (CHANGELOG.md): old name -> new name, with a DeprecationWarning
-_RENAMED = {"IndexStore": "LocalStore"}
+_RENAMED = {"IndexStore": "LocalStore", "Index": "Searcher"}
 
 __all__ = ["__version__", *_EXPORTS]
 

@@ -147,7 +147,7 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
 
     from localgpt_index.index.local.store import LocalStore
     from localgpt_index.query.request import QueryRequest
-    from localgpt_index.query.search import Index
+    from localgpt_index.query.search import Searcher
 
     with tempfile.TemporaryDirectory() as folder:
         make_index(Path(folder), pages)
@@ -158,7 +158,7 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
         text_bytes = len(lexical.to_bytes())
         store = LocalStore(Path(folder) / "default")
         view = store.open_view()
-        index = Index(view, lexical=lexical)
+        index = Searcher(view, lexical=lexical)
         vector_bytes = store.size_bytes(view.manifest)
         rng = np.random.default_rng(3)
         texts = queries(rows, count)

@@ -364,12 +364,12 @@ def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(
     from localgpt_index.evaluate.modes import default_modes, variants
     from localgpt_index.evaluate.runner import evaluate
     from localgpt_index.evaluate.sets import load_query_set
-    from localgpt_index.query.search import Index, open_index
+    from localgpt_index.query.search import Searcher, open_index
 
     query_set = load_query_set(EXAMPLES / "queries.jsonl")
     asked = []
 
-    class Recording(Index):
+    class Recording(Searcher):
         def search(self, request, **fields):
             asked.append((request.mode, request.fusion, request.k, request.first_pass))
             return super().search(request, **fields)

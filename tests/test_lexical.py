@@ -265,7 +265,7 @@ def hybrid_index(tmp_path):
     its text; doc-17 page 1 is an image with no text at all (only its vectors can find it)."""
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
     from localgpt_index.index.local.store import LocalStore
-    from localgpt_index.query.search import Index
+    from localgpt_index.query.search import Searcher
 
     rng = np.random.default_rng(5)
     words = [f"filler{i}" for i in range(300)]
@@ -289,7 +289,7 @@ def hybrid_index(tmp_path):
                 text = ""
             texts.append(PageText(f"/docs/doc-{d:02d}.pdf", page, text))
     lexical = make_index(tmp_path, texts)
-    return Index(store.open_view(), lexical=lexical), page_vectors, rng
+    return Searcher(store.open_view(), lexical=lexical), page_vectors, rng
 
 
 def test_hybrid_finds_the_text_only_and_the_visual_only_page(tmp_path):
@@ -330,10 +330,10 @@ def test_hybrid_finds_the_text_only_and_the_visual_only_page(tmp_path):
 def test_without_text_the_default_is_visual_and_text_mode_is_refused(tmp_path):
     from localgpt_index.core.errors import IndexProblem
     from localgpt_index.query.request import QueryRequest
-    from localgpt_index.query.search import Index
+    from localgpt_index.query.search import Searcher
 
     index, page_vectors, _ = hybrid_index(tmp_path)
-    bare = Index(index.view, lexical=None)
+    bare = Searcher(index.view, lexical=None)
     assert bare.mode() == "visual"
     hits = bare.search_encoded(QueryRequest(queries=["x"], k=3), [page_vectors[0].astype(np.float32)])[0]
     assert hits[0].snippet is None and "visual_rank" not in hits[0].to_dict()

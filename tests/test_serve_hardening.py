@@ -110,7 +110,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
                 raise TypeError("TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]")
             return [f"vector of {text}" for text in texts]
 
-    index = SimpleNamespace(view=SimpleNamespace())  # a view that ranks by itself: no sweep, a stacked pass
+    index = SimpleNamespace(view=SimpleNamespace(exact_scoring=lambda: None))  # a view that ranks by itself: no sweep, a stacked pass
     service = SimpleNamespace(require_ready=Encoder, index=lambda: index, stale=None, encoder=None,
                               answer_encoded=lambda index, requests, vectors, count: [SimpleNamespace(request=r) for r in requests])
 

@@ -25,7 +25,7 @@ def prepare(index: Any, query_set: QuerySet, chosen: Sequence[Variant]) -> Judge
 
 def evaluate(index: Any, query_set: QuerySet, chosen: Sequence[Variant], judged: Judged | None = None,
              per_query: bool = False, depth: int = DEPTH, group_by: str | None = None) -> EvalDocument:
-    """Every variant's measures over the query set (index: a query.search.Index; it loads the index's
+    """Every variant's measures over the query set (index: a query.search.Searcher; it loads the index's
     model when no encoder was loaded); with `group_by`, also per value of that key of the queries."""
     judged = judged or prepare(index, query_set, chosen)
     texts = [q.text for q in query_set.queries]

@@ -1,14 +1,15 @@
 """Views of one committed generation, opened and checked. `GenerationView` holds what every backend's
 view shares (the store, the manifest, its documents, the artifacts and their blobs); `LocalView` adds
 exact or two-pass MaxSim scoring of query vectors against the memory-mapped segments of a local index.
-The Qdrant view (index/qdrant/view.py) shares `GenerationView` only: Qdrant ranks the pages itself.
+The Qdrant view (index/qdrant/view.py) shares `GenerationView` only: Qdrant ranks the pages itself (and
+answers text_search from its sparse vectors).
 No view loads a model (query.search composes one with it)."""
 
 from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -25,6 +26,10 @@ from .format.manifest import REBUILD_HINT, Document, Manifest
 from .scoring.chunks import Queries
 from .scoring.maxsim import PARTS_IN_FLIGHT, expect_pass, maxsim, part_pool
 
+if TYPE_CHECKING:
+    from .scoring.device import DeviceScorer
+    from .text.engine import TextHit
+
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
 PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -39,7 +44,8 @@ class ExactUnit(NamedTuple):
 class GenerationView:
     """What every view of one committed generation holds, whatever ranks its pages: the store, the
     manifest, the documents by path, and the generation's artifacts (opened on first use, checked).
-    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.View)."""
+    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.View), and says what
+    else it can do: exact_scoring and text_search (here: neither)."""
 
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an LocalStore or a QdrantStore
         self.store = store
@@ -74,17 +80,32 @@ class GenerationView:
     def _blob_source(self) -> BlobSource:
         return self.store.blob_source()
 
+    def exact_scoring(self) -> LocalView | None:
+        """None: this view's store ranks the pages (LocalView scores them here: protocols.ExactScoring)."""
+        return None
+
+    def text_search(self, texts: list[str], k: int, filters: dict[str, str] | None = None) -> list[list[TextHit]] | None:
+        """None: the text lists come from the generation's text artifact (a store with text lists of its own says)."""
+        return None
+
 
 class LocalView(GenerationView):
     """A local index's generation, scored here: exact MaxSim over its memory-mapped segments, or a
-    first pass over their binary codes with exact rescoring (no model: query.search.Index adds it)."""
+    first pass over their binary codes with exact rescoring (no model: query.search.Searcher adds it)."""
 
-    def __init__(self, store: Any, manifest: Manifest) -> None:  # an LocalStore
+    def __init__(self, store: Any, manifest: Manifest) -> None:  # a LocalStore
         super().__init__(store, manifest)
         self._table: PageTable | None = None  # of all documents, built on first use
-        # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
-        self.exact_scorer: Any = None
+        self._device_scorer: DeviceScorer | None = None  # scores exactly instead of scoring.maxsim when set (use_scorer)
         self.read_counts = ReadCounts()  # candidates' bytes read by this view's first passes, early and late
+
+    def exact_scoring(self) -> LocalView:
+        """This view: its pages are scored here (ExactScoring)."""
+        return self
+
+    def use_scorer(self, scorer: DeviceScorer | None) -> None:
+        """Score exact parts with `scorer` (the query layer's device scorer of this generation); None: the CPU scorer."""
+        self._device_scorer = scorer
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -199,7 +220,7 @@ class LocalView(GenerationView):
         table = table if table is not None else self.all_pages()
         units = []
         for segment_id, (rows, _, _) in table.items():
-            if self.exact_scorer is not None:  # a device scorer takes a segment at once
+            if self._device_scorer is not None:  # a device scorer takes a segment at once
                 units.append(ExactUnit(segment_id, rows))
             else:
                 files = self.store.segment_files(self.manifest.segments[segment_id])
@@ -209,7 +230,7 @@ class LocalView(GenerationView):
     def _cpu_scorer(self, device: str) -> bool:
         """Whether exact passes on `device` are scored by the CPU scorer (score.maxsim's compiled kernel or
         torch's path), not a device scorer."""
-        return self.exact_scorer is None and device == "cpu"
+        return self._device_scorer is None and device == "cpu"
 
     def parts_in_flight(self, device: str = "cpu") -> int:
         """Parts of a pass scored at once: PARTS_IN_FLIGHT on the CPU scorer, one on a device scorer."""
@@ -237,11 +258,11 @@ class LocalView(GenerationView):
     def score_unit(self, query_vectors: Queries, unit: ExactUnit, device: str = "cpu") -> np.ndarray:
         """Exact scores (queries, the unit's pages) of one part of exact_units; its blocks checked first."""
         files = self.store.segment_files(self.manifest.segments[unit.segment_id])
-        if self.exact_scorer is not None:
+        if self._device_scorer is not None:
             queries = query_vectors() if callable(query_vectors) else query_vectors
             if not len(queries):
                 return np.zeros((0, len(unit.rows)), dtype=np.float32)
-            return self.exact_scorer.score(queries, unit.segment_id, files, unit.rows)
+            return self._device_scorer.score(queries, unit.segment_id, files, unit.rows)
         files.check_pages(unit.rows)
         return maxsim(query_vectors, files.vectors, files.offsets, unit.rows, device=device)
 

@@ -26,7 +26,7 @@ from .source import page_image as _page_image
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..query.search import Index
+    from ..query.search import Searcher
 
 __all__ = ["LgptRetriever", "to_document"]
 
@@ -40,9 +40,9 @@ class LgptRetriever(BaseRetriever):
     options: QuerySettings = Field(default_factory=search_options)
 
     @classmethod
-    def from_index(cls, index: Index | None = None, *, index_dir: str | None = None, name: str | None = None,
+    def from_index(cls, index: Searcher | None = None, *, index_dir: str | None = None, name: str | None = None,
                    store: Any = None, **options: Any) -> LgptRetriever:
-        """Over an open `Index` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
+        """Over an open `Searcher` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
         `options` are the query's (search_options: k, filters, first_pass, mode, with_images, dpi...)."""
         return cls(source=open_source(index, index_dir=index_dir, name=name, store=store), options=search_options(**options))
 

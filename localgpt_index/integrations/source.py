@@ -18,7 +18,7 @@ from ..query.request import QuerySettings, validated
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..query.search import Index
+    from ..query.search import Searcher
 
 
 def search_options(**given: Any) -> QuerySettings:
@@ -80,7 +80,7 @@ class IndexSource:
     """The Python API: an open index (one committed generation) and the query encoder of its model,
     loaded on the first search (`index.load_encoder(device=..., dtype=...)` beforehand picks where)."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Searcher) -> None:
         self.index = index
 
     @classmethod
@@ -137,7 +137,7 @@ class ServerSource:
         return f"{self.client.url}/pages/{sha256}/{page}.png?dpi={dpi}"
 
 
-def open_source(index: Index | None = None, *, server: str | None = None, token: str | None = None,
+def open_source(index: Searcher | None = None, *, server: str | None = None, token: str | None = None,
                 index_dir: str | None = None, name: str | None = None, store: Any = None) -> PageSource:
     """A ServerSource for `server`, else an IndexSource for `index` (or the index it opens)."""
     if server is not None:

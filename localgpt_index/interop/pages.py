@@ -11,19 +11,29 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from PIL import Image
 
 from ..ingest.discover import IMAGE, PDF
 from ..core.errors import LgptError
 from ..core.types import SearchHit
-from ..index.protocols import View as Index
+from ..index.format.manifest import Document
+from ..index.protocols import Store
 
 DEFAULT_DPI = 150
 
 
-def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Image:
+class Pages(Protocol):
+    """What page_image reads of an open index: a View, or what open_index returns (query.search.Searcher)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def document(self, path: str) -> Document | None: ...
+
+
+def page_image(index: Pages, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Image:
     """The page as an image: from the PDF a document was converted to (kept in the index), the
     source PDF, or the image file. A source that changed since it was indexed is refused."""
     doc = index.document(hit.path)
@@ -129,7 +139,7 @@ def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], b
     return out / "manifest.json"
 
 
-def local_page(index: Index, dpi: int) -> Callable[[dict], bytes]:
+def local_page(index: Pages, dpi: int) -> Callable[[dict], bytes]:
     """A fetcher for export_pages that renders from this index."""
 
     def fetch(hit: dict) -> bytes:

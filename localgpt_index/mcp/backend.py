@@ -144,7 +144,7 @@ class IndexTools:
 
     def list_documents(self, prefix: str, offset: int, limit: int) -> DocumentList:
         index = self.current()
-        published = self.policy.publish(documents_document(index, self.policy.prefix(prefix, index)), index)
+        published = self.policy.publish(documents_document(index.view, self.policy.prefix(prefix, index)), index)
         everything = published["documents"]
         chosen = everything[offset : offset + limit]
         more = offset + limit if offset + limit < len(everything) else None
@@ -155,7 +155,7 @@ class IndexTools:
 
     def status(self) -> IndexStatus:
         index = self.current()
-        status = self.policy.publish(status_document(index), index)
+        status = self.policy.publish(status_document(index.view), index)
         problem = self.service.failure.message if self.service.failure else self.service.stale
         return IndexStatus(index=status["index"], generation=status["generation"], documents=status["documents"],
                            pages=status["pages"], model=status["model"]["id"], model_state=self.model_state(),

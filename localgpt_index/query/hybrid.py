@@ -16,6 +16,7 @@ from ..core.errors import IndexProblem
 from ..core.failpoints import failpoint
 from ..core.metadata import matches
 from ..core.types import Mode, SearchHit
+from ..index.protocols import View
 from ..index.text.engine import LexicalIndex, TextHit
 from ..index.text.snippet import snippet
 from .fusion import fuse
@@ -40,7 +41,7 @@ def visual_depth(mode: Mode, k: int) -> int:
     return max(k, DEPTH) if mode == "hybrid" else k
 
 
-def answer(view, lexical: LexicalIndex | None, request: QueryRequest, visual: Sequence[list[SearchHit]] | None,
+def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visual: Sequence[list[SearchHit]] | None,
            mode: Mode) -> list[list[SearchHit]]:
     """The top-k of each query in `mode`, from its visual list (already ranked; None in text mode)
     and the text list asked here."""
@@ -54,7 +55,7 @@ def answer(view, lexical: LexicalIndex | None, request: QueryRequest, visual: Se
     assert lexical is not None
     paths = None if not filters else {doc.path for doc in view.documents if matches(doc.metadata, filters)}
     depth = k if mode == "text" else max(k, DEPTH)
-    from_store = _store_text_lists(view, list(texts), depth, filters)
+    from_store = view.text_search(list(texts), depth, filters)  # the store's own lists (Qdrant's sparse vectors), or None
     results = []
     for number, text in enumerate(texts):
         lexical_hits = from_store[number] if from_store is not None else lexical.search(text, depth, paths)
@@ -68,21 +69,14 @@ def answer(view, lexical: LexicalIndex | None, request: QueryRequest, visual: Se
     return results
 
 
-def _store_text_lists(view, texts: list[str], depth: int, filters: dict[str, str] | None) -> list[list[TextHit]] | None:
-    """The text lists from the store itself where it has them (Qdrant's sparse vectors: the same tokens
-    and BM25, index/qdrant/sparse.py); None: from the generation's FTS5 artifact."""
-    search = getattr(view, "text_search", None)
-    return search(texts, depth, filters) if search is not None else None
-
-
-def _text_hit(view, rank: int, hit: TextHit) -> SearchHit | None:
+def _text_hit(view: View, rank: int, hit: TextHit) -> SearchHit | None:
     doc = view.document(hit.path)
     if doc is None:  # the text index and the vectors are of one generation: not expected
         return None
     return SearchHit(rank, hit.score, doc.path, hit.page, doc.sha256, doc.kind, dict(doc.metadata))
 
 
-def _fused(view, lexical_hits: list[TextHit], visual_hits: list[SearchHit], request: QueryRequest) -> list[SearchHit | None]:
+def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit], request: QueryRequest) -> list[SearchHit | None]:
     by_key = {(hit.path, hit.page): hit for hit in visual_hits}
     text_scores = {(hit.path, hit.page): hit.score for hit in lexical_hits}
     lists = {"text": [((hit.path, hit.page), hit.score) for hit in lexical_hits],

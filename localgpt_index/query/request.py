@@ -96,17 +96,17 @@ class QuerySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     limits: ClassVar[Limits] = Limits()
 
-    k: int = Field(5, ge=1, le=MAX_K, description="pages per query")
+    k: int = Field(default=5, ge=1, le=MAX_K, description="pages per query")
     filters: Filters = Field(default_factory=dict, description='{"team": "finance"} or ["team=finance"]: all must match')
     first_pass: Annotated[int, Field(ge=1, le=MAX_FIRST_PASS)] | Literal["auto"] | None = Field(
-        None, description="lossy: score sign codes first, then only the best N pages exactly")
-    mode: Mode | None = Field(None, description="how to rank: hybrid (the text and visual lists fused: the default where the index "
-                                                "has page text), visual (the page images: the default otherwise) or text")
-    fusion: Fusion = Field("weighted", description="hybrid: evidence-weighted scores, or plain reciprocal-rank fusion")
-    rrf_k: int = Field(RRF_K, ge=0, le=MAX_RRF_K, description="hybrid with fusion rrf: the k of 1 / (k + rank)")
-    with_text: bool = Field(False, description="each result carries its page's text")
-    with_images: bool = Field(False, description="each result carries its page as an image (PNG)")
-    dpi: int = Field(DPI[1], ge=DPI[0], le=DPI[2], description="resolution of those images")
+        default=None, description="lossy: score sign codes first, then only the best N pages exactly")
+    mode: Mode | None = Field(default=None, description="how to rank: hybrid (the text and visual lists fused: the default where "
+                                                        "the index has page text), visual (the page images: the default otherwise) or text")
+    fusion: Fusion = Field(default="weighted", description="hybrid: evidence-weighted scores, or plain reciprocal-rank fusion")
+    rrf_k: int = Field(default=RRF_K, ge=0, le=MAX_RRF_K, description="hybrid with fusion rrf: the k of 1 / (k + rank)")
+    with_text: bool = Field(default=False, description="each result carries its page's text")
+    with_images: bool = Field(default=False, description="each result carries its page as an image (PNG)")
+    dpi: int = Field(default=DPI[1], ge=DPI[0], le=DPI[2], description="resolution of those images")
 
     @field_validator("k")
     @classmethod

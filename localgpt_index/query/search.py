@@ -1,5 +1,6 @@
-"""Open an index and answer queries: the index view (index.view) with the query encoder of the model
-the index was built with (models), encoded in one batch, scored with exact MaxSim, ranked."""
+"""Open an index and answer queries (a Searcher): the index view (index.view) with the query encoder of the
+model the index was built with (models), a request's queries encoded in one batch, scored with exact
+MaxSim (or ranked by the store), fused with the text list (query.hybrid)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from ..index.local.store import LocalStore
 from ..index.errors import MissingIndexFile
 from ..index.local.layout import index_path
 from ..index.text.engine import LexicalIndex
-from ..index.protocols import View
+from ..index.format.manifest import Document, Manifest
+from ..index.protocols import ExactScoring, Store, View
 from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .hybrid import answer, choose_mode, visual_depth
 from .request import QueryRequest, QuerySettings, validated
 
-__all__ = ["DeviceScoring", "Index", "SearchHit", "load_query_encoder", "open_index"]
+__all__ = ["DeviceScoring", "SearchHit", "Searcher", "load_query_encoder", "open_index"]
 _UNSET: Any = object()
 
 
@@ -37,9 +39,9 @@ def load_query_encoder(ref: ModelRef, device: str = "auto", dtype: str = "auto")
     return open_probed_encoder(ref, device, dtype, queries=True)
 
 
-class Index:
-    """A read-only view of one committed generation of an index (an View: its store, manifest,
-    documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
+class Searcher:
+    """One committed generation of an index (`view`, an index.protocols.View) with the query encoder of its
+    model: it answers query requests (QueryRequest). What it reads of the generation is the view's."""
 
     def __init__(self, view: View, lexical: LexicalIndex | None = _UNSET, scoring: DeviceScoring | None = None) -> None:
         self.view = view
@@ -47,6 +49,26 @@ class Index:
         self._lexical = lexical
         self.scoring = scoring or DeviceScoring()
         self._device_scorer: DeviceScorer | None = None  # this generation's (its resident vectors), made on first use
+        self._scored_on: DeviceScorer | None = None  # the device scorer of the last pass; None: the CPU scorer's
+
+    @property
+    def store(self) -> Store:
+        return self.view.store
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.view.manifest
+
+    @property
+    def documents(self) -> list[Document]:
+        return self.view.documents
+
+    @property
+    def page_count(self) -> int:
+        return self.view.page_count
+
+    def document(self, path: str) -> Document | None:
+        return self.view.document(path)
 
     @property
     def lexical(self) -> LexicalIndex | None:
@@ -64,11 +86,6 @@ class Index:
     def mode(self, settings: QuerySettings | None = None) -> Mode:
         """The mode a request with `settings` is answered in (hybrid by default when the index has text)."""
         return choose_mode(settings.mode if settings is not None else None, self.lexical, self.store.location)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "view":  # not set yet (a copy being built): no recursion
-            raise AttributeError(name)
-        return getattr(self.view, name)
 
     def load_encoder(self, model: str | None = None, device: str = "auto", dtype: str = "auto") -> QueryEncoder:
         """Load the model the index was built with (the revision it recorded); another model is refused."""
@@ -125,15 +142,17 @@ class Index:
         self._choose_scorer(device)
         return self.view.search_vectors(query_vectors, k, device=device, filters=filters, first_pass=first_pass)
 
-    def prepare_scoring(self, device: str) -> None:
-        """The exact scorer for `device` chosen now (serve's sweep scores the view's parts itself)."""
-        self._choose_scorer(device)
+    def prepare_scoring(self, device: str) -> ExactScoring | None:
+        """The view's exact scoring with the scorer for `device` chosen (serve's sweep scores its parts
+        itself); None: the store ranks the pages (Qdrant)."""
+        return self._choose_scorer(device)
 
-    def _choose_scorer(self, device: str) -> None:
-        """The hook where exact scoring is chosen: a local view gets this generation's device scorer
-        when `self.scoring` puts scoring on a device (DeviceScoring.device_for); else the CPU scorer."""
-        if not hasattr(self.view, "exact_scorer"):  # a store that ranks by itself (Qdrant)
-            return
+    def _choose_scorer(self, device: str) -> ExactScoring | None:
+        """Where exact scoring runs: this generation's device scorer when `self.scoring` puts scoring on a
+        device (DeviceScoring.device_for), else the CPU scorer; handed to the view's exact scoring."""
+        exact = self.view.exact_scoring()
+        if exact is None:  # a store that ranks by itself (Qdrant)
+            return None
         on = self.scoring.device_for(device)
         if on is not None and (self._device_scorer is None or self._device_scorer.requested != on):
             try:
@@ -141,14 +160,15 @@ class Index:
             except ImportError:
                 raise EnvironmentMissing(f"the device scorer (on {on}) needs torch, which cannot be imported here.",
                                          hint="Install lgpt-index with its dependencies, or score on the CPU: --scorer cpu.") from None
-        self.view.exact_scorer = self._device_scorer if on is not None else None
-        if self._device_scorer is not None and on is not None:
-            self._device_scorer.stats.begin()
+        self._scored_on = self._device_scorer if on is not None else None
+        exact.use_scorer(self._scored_on)
+        if self._scored_on is not None:
+            self._scored_on.stats.begin()
+        return exact
 
     def device_scoring(self) -> dict[str, Any] | None:
         """What the device scorer did for the last query (query --json "scoring"."device"); None: the CPU scorer answered."""
-        scorer = getattr(self.view, "exact_scorer", None)
-        return scorer.stats.to_json() if scorer is not None else None
+        return self._scored_on.stats.to_json() if self._scored_on is not None else None
 
     def release_device(self) -> None:
         """Drop this generation's resident vectors now (serve, when it moves to a new generation)."""
@@ -157,7 +177,7 @@ class Index:
 
 
 def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None,
-               scoring: DeviceScoring | None = None) -> Index:
+               scoring: DeviceScoring | None = None) -> Searcher:
     """Open the current generation of an index (default ./.lgpt-index/default), or of `store`.
 
     The manifest is validated and each segment's files are checked (sizes, header, offsets) here;
@@ -166,7 +186,7 @@ def open_index(index_dir: str | Path | None = None, name: str | None = None, sto
     store = store if store is not None else LocalStore(index_path(index_dir, name))
     for attempt in range(3):
         try:
-            return Index(store.open_view(), scoring=scoring)
+            return Searcher(store.open_view(), scoring=scoring)
         except MissingIndexFile:
             if attempt == 2:
                 raise

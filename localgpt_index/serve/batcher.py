@@ -14,7 +14,7 @@ from ..core.errors import LgptError
 from ..core.failpoints import failpoint
 from ..models.protocols import QueryEncoder
 from ..query.request import QueryRequest
-from ..query.search import Index
+from ..query.search import Searcher
 from .service import IndexService, NotReady, SearchAnswer
 from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
 
@@ -194,7 +194,7 @@ class QueryBatcher:
                 keep.append(member)
         self._waiting = keep
 
-    def _answer_others(self, index: Index, others: list, count: int) -> None:
+    def _answer_others(self, index: Searcher, others: list, count: int) -> None:
         """Requests a sweep cannot take, in one stacked pass per kind; one that fails alone fails only itself."""
         try:
             answers = self.service.answer_encoded(index, [o[0] for o in others], [o[3] for o in others], count)
@@ -225,7 +225,7 @@ class QueryBatcher:
 class _Admitted:
     """One forward pass's requests, encoded for generation `index`: sweep members, and the others."""
 
-    index: Index
+    index: Searcher
     count: int  # queries encoded in the pass
     members: list[Member] = field(default_factory=list)
     others: list[tuple] = field(default_factory=list)  # (request, future, loop, vectors)

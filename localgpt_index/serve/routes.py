@@ -66,7 +66,8 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
         service.require_ready()
         service.index().mode(body)  # text or hybrid of an index without text: refused here, before the batch
         found = await batcher.submit(body)
-        document = query_document(found.index.view, body.queries, found.results, body.k, mode=found.index.mode(body), fusion=body.fusion)
+        document = query_document(found.index.view, body.queries, found.results, body.k, mode=found.index.mode(body),
+                                  fusion=body.fusion)
         rendered = 0
         if body.with_images:
             rendered = await images.fill(document, found, body.dpi, http_request, policy)
@@ -141,13 +142,13 @@ def _index_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, po
     def status():
         """What the index holds: exactly `lgpt-index status --json`."""
         index = service.index()
-        return json_response(policy.publish(status_document(index), index))
+        return json_response(policy.publish(status_document(index.view), index))
 
     @app.get("/documents")
     def documents(prefix: str = Query("", max_length=4096), failed: bool = False):
         """The documents (or with failed=true, the failures) under a path prefix: `lgpt-index ls --json`."""
         index = service.index()
-        document = policy.publish(documents_document(index, policy.prefix(prefix, index), failed), index)
+        document = policy.publish(documents_document(index.view, policy.prefix(prefix, index), failed), index)
         return json_response({**document, "prefix": prefix})
 
     @app.get("/healthz")

@@ -25,7 +25,7 @@ from ..models.protocols import QueryEncoder
 from ..models.resolve import same_model
 from ..models.tuning import query_threads
 from ..query.request import QueryRequest
-from ..query.search import DeviceScoring, Index, SearchHit
+from ..query.search import DeviceScoring, SearchHit, Searcher
 
 
 TUNING_QUERY = "what was the revenue growth in the third quarter"  # a typical question's length
@@ -42,7 +42,7 @@ class NotReady(LgptError):
 
 @dataclass
 class SearchAnswer:
-    index: Index  # the generation that answered
+    index: Searcher  # the generation that answered
     results: list[list[SearchHit]] = field(default_factory=list)
     batch_queries: int = 0  # how many queries shared its forward pass
     scored_with: int = 0  # the most queries scored together with its own (one stacked pass, or one part of a sweep)
@@ -59,17 +59,17 @@ class IndexService:
         self.stale: str | None = None  # why the current generation cannot be queried with this model
         self.warmed = False  # the warm-up query has run
         self.query_threads: int | None = None  # torch threads of the encoder thread, chosen at the warm-up
-        self._index: Index | None = None
+        self._index: Searcher | None = None
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
         self.switches = 0
         self.scoring = DeviceScoring()  # where exact scoring runs (serve --scorer, --max-resident)
-        self.on_switch: Callable[[Index], None] = lambda index: None  # told of each generation opened (serve's path policy)
+        self.on_switch: Callable[[Searcher], None] = lambda index: None  # told of each generation opened (serve's path policy)
         self.watch_status: Callable[[], dict] | None = None  # --watch: the watcher's status() (/healthz, index_status)
 
     # the generation
 
-    def index(self) -> Index:
+    def index(self) -> Searcher:
         """The current generation: reopened when HEAD changed since the last call."""
         key = self.store.head_key()
         with self._lock:
@@ -81,7 +81,7 @@ class IndexService:
         for attempt in range(3):
             store = self._index.store.reopened() if self._index is not None else self.store
             try:
-                index = Index(store.open_view(), scoring=self.scoring)
+                index = Searcher(store.open_view(), scoring=self.scoring)
                 break
             except MissingIndexFile:
                 if attempt == 2:
@@ -165,7 +165,7 @@ class IndexService:
         per_request = [[next(vectors) for _ in request.queries] for request in requests]
         return self.answer_encoded(index, requests, per_request, len(texts))
 
-    def answer_encoded(self, index: Index, requests: list[QueryRequest], per_request: list[list],
+    def answer_encoded(self, index: Searcher, requests: list[QueryRequest], per_request: list[list],
                        batch_queries: int) -> list[SearchAnswer | LgptError]:
         """Requests whose queries are encoded (`per_request`): one stacked scoring pass per distinct
         (filters, first pass), split per request."""

@@ -109,7 +109,7 @@ class QdrantView(GenerationView):
         if fewest < limit and fewest < sum(d.pages for d in self.manifest.documents if not filters or matches(d.metadata, filters)):
             check_count(self.store, self.physical, self.manifest)
 
-    def text_search(self, texts: list[str], k: int, filters=None) -> list[list[TextHit]] | None:
+    def text_search(self, texts: list[str], k: int, filters: dict[str, str] | None = None) -> list[list[TextHit]] | None:
         """The lexical top-k of each query from the points' sparse vectors (index/qdrant/sparse.py), IDF
         over this generation's visible points; None where the collection has no sparse vectors (one from
         before them, or a generation whose text index does not record its token count): the caller then
