@@ -101,7 +101,7 @@ def _ask_index(app: Application, request, model: tuple, scoring):
     """The query document from the index here: `model` (its --model, --device, --dtype) loaded unless
     text mode answers; `scoring` where exact scoring runs."""
     from ..models.resolve import is_random_checkpoint
-    from ..interop.pages import local_page
+    from ..interop.pages import attach_images, local_page
     from ..interop.reports import query_document
     from ..query.search import open_index
 
@@ -116,8 +116,9 @@ def _ask_index(app: Application, request, model: tuple, scoring):
     if mode != "visual" and not index.lexical.has_pages():
         app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
                           "text finds nothing here.")
-    document = query_document(index.view, request.queries, results, request.k, request.with_images, request.dpi,
-                              mode=mode, fusion=request.fusion)
+    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion)
+    if request.with_images:  # a page that cannot be rendered: an image_error on its hit, as serve and mcp answer
+        attach_images(document, results, index.view, request.dpi)
     on_device = index.device_scoring() if mode != "text" else None
     if (request.first_pass is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring)
         scoring_path = index.view.scoring_path(request.first_pass)

@@ -90,12 +90,14 @@ class IndexSource:
         return cls(open_index(index_dir, name, store))
 
     def search(self, query: str, options: QuerySettings) -> list[PageHit]:
+        from ..interop.pages import attach_images
         from ..interop.reports import query_document
 
         request = options.asking(query)
         results = self.index.search(request)
-        document = query_document(self.index.view, request.queries, results, request.k, request.with_images, request.dpi,
-                                  mode=self.index.mode(request), fusion=request.fusion)
+        document = query_document(self.index.view, request.queries, results, request.k, self.index.mode(request), request.fusion)
+        if request.with_images:
+            attach_images(document, results, self.index.view, request.dpi)
         return [PageHit.from_hit(query, hit) for hit in document["queries"][0]["results"]]
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes:

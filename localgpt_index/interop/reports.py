@@ -14,38 +14,30 @@ from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 
 def query_document(view: View, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
-                   with_images: bool = False, dpi: int = 150, mode: str | None = None, fusion: str | None = None) -> dict:
-    """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
-    from .pages import page_image, png_base64
-
-    def result(hit: SearchHit) -> dict:
-        if with_images:
-            return {**hit.to_dict(), "image_base64": png_base64(page_image(view, hit, dpi))}
-        return hit.to_dict()
-
-    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
+                   mode: str | None = None, fusion: str | None = None) -> dict:
+    """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json), without page
+    images: pages.attach_images (serve: its PageImages) adds them to the hits."""
+    queries = [{"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(texts, results)]
     how = {"mode": mode} if mode else {}
     if mode == "hybrid" and fusion:
         how["fusion"] = fusion
     document = _validated({"version": QUERY_SCHEMA_VERSION, "index": view.store.location, "model": view.manifest.model.id,
-                           "k": k, **how, "queries": queries}, as_built=not with_images)
+                           "k": k, **how, "queries": queries})
     if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
         document.update(document["queries"][0])
     return document
 
 
-def _validated(document: dict, as_built: bool) -> dict:
+def _validated(document: dict) -> dict:
     """`document` checked against QueryDocument in one pass (a model per hit was most of building a
     server's answer). Where it holds exactly the published types (strict validation passes) it is the
-    document as built, which the model's dump would only copy; otherwise, and where `as_built` is false
-    (a hit's image: the schema places it), the validated model's dump, coerced; an invalid one raises."""
-    if as_built:
-        try:
-            QueryDocument.__pydantic_validator__.validate_python(document, strict=True)
-            return document
-        except ValidationError:
-            pass
-    return QueryDocument.model_validate(document).to_json()
+    document as built, which the model's dump would only copy; otherwise the validated model's dump,
+    coerced; an invalid one raises."""
+    try:
+        QueryDocument.__pydantic_validator__.validate_python(document, strict=True)
+        return document
+    except ValidationError:
+        return QueryDocument.model_validate(document).to_json()
 
 
 def status_document(view: View) -> dict:

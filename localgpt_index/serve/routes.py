@@ -19,7 +19,8 @@ from ..core.types import SearchHit
 from ..interop.reports import documents_document, query_document, status_document
 from ..interop.results import QueryDocument
 from .httpguard import PathPolicy
-from .images import CANNOT_RENDER, PageImages
+from ..interop.pages import CANNOT_RENDER
+from .images import PageImages
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .batcher import QueryBatcher
 from .service import IndexService, NotReady
