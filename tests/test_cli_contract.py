@@ -311,9 +311,9 @@ def test_the_published_query_schema_is_generated_from_the_one_definition():
     from typing import get_args
 
     from localgpt_index.ingest.discover import KIND_BY_SUFFIX
-    from localgpt_index.interop.results import Hit, json_schema
+    from localgpt_index.interop.results import Hit, query_json_schema
 
-    assert load_schema("query") == json_schema(), "regenerate: python -m localgpt_index.interop.results"
+    assert load_schema("query") == query_json_schema(), "regenerate: python -m localgpt_index.interop.results"
     assert set(get_args(Hit.model_fields["kind"].annotation)) == set(KIND_BY_SUFFIX.values())
 
 

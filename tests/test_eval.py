@@ -168,9 +168,9 @@ def test_the_table_for_people_and_the_warning_for_pages_the_index_lacks(shipped_
 
 
 def test_the_published_schema_is_current():
-    from localgpt_index.evaluate.results import json_schema
+    from localgpt_index.evaluate.results import eval_json_schema
 
-    assert load_schema("eval") == json_schema(), "regenerate: python -m localgpt_index.evaluate.results"
+    assert load_schema("eval") == eval_json_schema(), "regenerate: python -m localgpt_index.evaluate.results"
 
 
 # --- malformed query sets: exit 2, the file, the line, the reason ----------------------------------
@@ -363,7 +363,7 @@ def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(
     from localgpt_index.core.errors import IndexProblem, UsageError
     from localgpt_index.evaluate.modes import default_modes, variants
     from localgpt_index.evaluate.runner import evaluate
-    from localgpt_index.evaluate.sets import load_query_set
+    from localgpt_index.evaluate.queryset import load_query_set
     from localgpt_index.query.search import Searcher, open_index
 
     query_set = load_query_set(EXAMPLES / "queries.jsonl")

@@ -170,13 +170,13 @@ def test_the_openapi_description_lists_the_endpoints(server):
 def test_the_openapi_query_answer_is_the_published_query_document(server):
     """The /query answer's OpenAPI schema is generated from the one definition of the query result,
     the same as query.schema.json (constraints included: rank and page from 1, the kinds, the sha256)."""
-    from localgpt_index.interop.results import json_schema
+    from localgpt_index.interop.results import query_json_schema
 
     with server.client() as client:
         spec = client.get("/openapi.json").json()
     answer = spec["paths"]["/query"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"$ref": "#/components/schemas/QueryDocument"}
-    published = json.loads(json.dumps(json_schema()).replace("#/$defs/", "#/components/schemas/"))
+    published = json.loads(json.dumps(query_json_schema()).replace("#/$defs/", "#/components/schemas/"))
     components = spec["components"]["schemas"]
     assert components["QueryDocument"]["properties"] == published["properties"]
     assert {name: components[name] for name in published["$defs"]} == published["$defs"]

@@ -19,7 +19,7 @@ from ..core.types import SearchHit
 from .artifacts import BlobSource, open_artifact
 from .format.checksums import prefetch
 from .scoring.codes import SegmentCodes, first_pass
-from .scoring.codes.artifact import NAME as CODES
+from .scoring.codes.artifact import CODES
 from .scoring.codes.plan import ScoringPath, choose
 from .scoring.early_reads import EarlyReads, ReadCounts
 from .format.manifest import REBUILD_HINT, Document, Manifest
@@ -151,7 +151,7 @@ class LocalView(GenerationView):
         segments = self.manifest.segments
         if any(seg.storage != "file" for seg in segments.values()):
             return ScoringPath("store", first_pass if isinstance(first_pass, int) else None, "the store ranks the pages")
-        codes = self.artifact(CODES) if first_pass is not None else None
+        codes = self.artifact(CODES.name) if first_pass is not None else None
         coded = {sid for sid in segments if codes is not None and sid in codes}  # type: ignore[operator]  # StoredCodes
         vector_bytes = sum(seg.rows * seg.dim * 2 for seg in segments.values())
         return choose(first_pass, self.page_count, vector_bytes, list(segments), coded)
@@ -160,7 +160,7 @@ class LocalView(GenerationView):
         """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best
         (estimated MaxSim); the pages of segments without codes are all kept (scored exactly). With `early`,
         the likely candidates' pages are read while the pass runs (early_reads), and it is finished after."""
-        codes: Any = self.artifact(CODES)
+        codes: Any = self.artifact(CODES.name)
         coded, exact = [], {}
         for segment_id, (rows, _, _) in table.items():
             segment = self.manifest.segments[segment_id]

@@ -20,8 +20,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from ..query.request import QuerySettings
-from .source import PageHit, PageSource, open_source, search_options
-from .source import page_image as _page_image
+from .source import PageHit, PageSource, open_source, retrieved_page_image, search_options
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -56,7 +55,7 @@ class LgptRetriever(BaseRetriever):
 
     def page_image(self, document: Document, dpi: int | None = None) -> Image:
         """The page `document` stands for, as a PIL image (rendered by the index or fetched from the server)."""
-        return _page_image(self.source, document.metadata, dpi or self.options.dpi)
+        return retrieved_page_image(self.source, document.metadata, dpi or self.options.dpi)
 
 
 def to_document(hit: PageHit) -> Document:

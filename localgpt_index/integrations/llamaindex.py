@@ -20,8 +20,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
 
 from ..query.request import QuerySettings
-from .source import PageHit, PageSource, open_source, search_options
-from .source import page_image as _page_image
+from .source import PageHit, PageSource, open_source, retrieved_page_image, search_options
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -61,7 +60,7 @@ class LgptRetriever(BaseRetriever):
     def page_image(self, node: NodeWithScore | TextNode, dpi: int | None = None) -> Image:
         """The page `node` stands for, as a PIL image (rendered by the index or fetched from the server)."""
         inner = node.node if isinstance(node, NodeWithScore) else node
-        return _page_image(self.source, inner.metadata, dpi or self.options.dpi)
+        return retrieved_page_image(self.source, inner.metadata, dpi or self.options.dpi)
 
 
 def to_node(hit: PageHit) -> NodeWithScore:

@@ -151,7 +151,7 @@ def open_source(index: Searcher | None = None, *, server: str | None = None, tok
     return IndexSource.open(index_dir, name, store)
 
 
-def page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> Image:
+def retrieved_page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> Image:
     """The page a retrieved document's metadata names (its `sha256` and `page`), as a PIL image; a PNG that
     cannot be decoded is an LgptError naming where it came from."""
     import io

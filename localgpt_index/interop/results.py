@@ -116,7 +116,7 @@ class QueryDocument(_Document):
         return self.model_dump(exclude_unset=True)
 
 
-def json_schema() -> dict[str, Any]:
+def query_json_schema() -> dict[str, Any]:
     """The published JSON schema of the query document (query.schema.json)."""
     schema = QueryDocument.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -125,5 +125,5 @@ def json_schema() -> dict[str, Any]:
 
 
 if __name__ == "__main__":  # python -m localgpt_index.interop.results: write the published schema
-    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
+    SCHEMA_FILE.write_text(json.dumps(query_json_schema(), indent=2) + "\n")
     print(SCHEMA_FILE)

@@ -24,7 +24,7 @@ from ..serve.httpguard import PathPolicy
 from ..serve.batcher import QueryBatcher
 from ..serve.service import IndexService
 from .images import FittedImage, McpPageImages
-from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
+from .schemas import (DocumentEntry, DocumentList, FailedDocument, FoundPage, ImageCaps, IndexStatus, PageAnswer, PageImage,
                       SearchAnswer, TextCaps, WatchStatus)
 
 WORKERS = 32  # calls whose work past the model runs side by side; the 33rd waits for one of them
@@ -195,19 +195,19 @@ class IndexTools:
     def _name(self, path: str, index) -> str:
         return path if self.policy.absolute else self.policy.relative(path, self.policy.root(index))
 
-    def _hit(self, index, hit: SearchHit) -> Hit:
-        return Hit(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
-                   kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=getattr(hit, "snippet", None),
-                   text=page_text(index, hit))
+    def _hit(self, index, hit: SearchHit) -> FoundPage:
+        return FoundPage(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
+                         kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=hit.snippet,
+                         text=page_text(index, hit))
 
-    def _cap_texts(self, entries: list[Hit] | list[PageAnswer]) -> None:
+    def _cap_texts(self, entries: list[FoundPage] | list[PageAnswer]) -> None:
         """The page texts of one answer cut to fit the text caps, each cut one saying so."""
         limits = self.text_caps.limits([len(entry.text or "") for entry in entries])
         for entry, limit in zip(entries, limits):
             if entry.text is not None and len(entry.text) > limit:
                 entry.text, entry.text_truncated = cut_text(entry.text, limit), True
 
-    def _attach(self, entry: Hit | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
+    def _attach(self, entry: FoundPage | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
         if isinstance(image, str):
             entry.image_error = self.policy.message(image)
             return
@@ -236,7 +236,7 @@ def search_modes(index) -> list[str]:
 
 def page_text(index, hit: SearchHit) -> str | None:
     """The page's text: carried by the hit, or read from the generation's text index."""
-    text = getattr(hit, "text", None)
+    text = hit.text
     if text is not None:
         return text
     lexical = index.lexical

@@ -80,7 +80,9 @@ class PageImage(BaseModel):
     scaled: bool = Field(description="downscaled to fit the size caps")
 
 
-class Hit(BaseModel):
+class FoundPage(BaseModel):
+    """A page the search tool found, named as list_documents names its document."""
+
     rank: int
     score: float
     document: str = Field(description="the document's path, as list_documents names it")
@@ -100,7 +102,7 @@ class SearchAnswer(BaseModel):
     mode: str = Field(description="how the pages were ranked")
     k: int
     generation: int = Field(description="the index generation that answered")
-    hits: list[Hit]
+    hits: list[FoundPage]
 
 
 class DocumentEntry(BaseModel):

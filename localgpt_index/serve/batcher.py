@@ -15,7 +15,7 @@ from ..core.failpoints import failpoint
 from ..models.protocols import QueryEncoder
 from ..query.request import QueryRequest
 from ..query.search import Searcher
-from .service import IndexService, NotReady, SearchAnswer
+from .service import IndexService, NotReady, BatchAnswer
 from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
 
 
@@ -68,7 +68,7 @@ class QueryBatcher:
         with self._lock:
             return len(self._inbox) + sum(len(a.members) + len(a.others) for a in self._encoded)
 
-    async def submit(self, request: QueryRequest) -> SearchAnswer:
+    async def submit(self, request: QueryRequest) -> BatchAnswer:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -179,7 +179,7 @@ class QueryBatcher:
         self._end_sweep()
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device, SearchAnswer, self._arrived)
+        self._sweep = Sweep(index, device, BatchAnswer, self._arrived)
         self._join_waiting()
 
     def _join_waiting(self) -> None:

@@ -58,7 +58,7 @@ def error_body(status: int, message: str) -> bytes:
     return json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True).encode()
 
 
-def error_response(status: int, message: str, extra: bytes = b"") -> bytes:
+def raw_error_response(status: int, message: str, extra: bytes = b"") -> bytes:
     """A whole answer with the error document, written by the connection layer before any application
     runs (`extra`: more header lines); the connection closes after it."""
     from http import HTTPStatus
@@ -69,11 +69,11 @@ def error_response(status: int, message: str, extra: bytes = b"") -> bytes:
 
 
 def over_capacity_response() -> bytes:
-    return error_response(503, "too many connections; try again", b"retry-after: 1\r\n")
+    return raw_error_response(503, "too many connections; try again", b"retry-after: 1\r\n")
 
 
 def headers_too_large_response() -> bytes:
-    return error_response(431, f"request line and headers over {MAX_HEADER_BYTES // 1024} KiB; send less")
+    return raw_error_response(431, f"request line and headers over {MAX_HEADER_BYTES // 1024} KiB; send less")
 
 
 def is_loopback(host: str | None) -> bool:

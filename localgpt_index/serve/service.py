@@ -41,7 +41,7 @@ class NotReady(LgptError):
 
 
 @dataclass
-class SearchAnswer:
+class BatchAnswer:
     index: Searcher  # the generation that answered
     results: list[list[SearchHit]] = field(default_factory=list)
     batch_queries: int = 0  # how many queries shared its forward pass
@@ -153,7 +153,7 @@ class IndexService:
 
     # queries
 
-    def search(self, requests: list[QueryRequest]) -> list[SearchAnswer | LgptError]:
+    def search(self, requests: list[QueryRequest]) -> list[BatchAnswer | LgptError]:
         """Answer several requests with one forward pass for all their queries, and one scoring
         pass per distinct (filters, first pass). Every request sees the same generation."""
         encoder = self.require_ready()
@@ -166,11 +166,11 @@ class IndexService:
         return self.answer_encoded(index, requests, per_request, len(texts))
 
     def answer_encoded(self, index: Searcher, requests: list[QueryRequest], per_request: list[list],
-                       batch_queries: int) -> list[SearchAnswer | LgptError]:
+                       batch_queries: int) -> list[BatchAnswer | LgptError]:
         """Requests whose queries are encoded (`per_request`): one stacked scoring pass per distinct
         (filters, first pass), split per request."""
         device = self.encoder.precision.device if self.encoder is not None else "cpu"
-        answers: list[SearchAnswer | LgptError] = [SearchAnswer(index, [[] for _ in r.queries], batch_queries) for r in requests]
+        answers: list[BatchAnswer | LgptError] = [BatchAnswer(index, [[] for _ in r.queries], batch_queries) for r in requests]
         groups: dict[tuple, list[int]] = {}
         for number, request in enumerate(requests):
             groups.setdefault((tuple(sorted(request.filters.items())), request.first_pass), []).append(number)
@@ -181,7 +181,7 @@ class IndexService:
             at = 0
             for number in members:
                 request, answer = requests[number], answers[number]
-                assert isinstance(answer, SearchAnswer)
+                assert isinstance(answer, BatchAnswer)
                 answer.results = index.finish(request, hits[at : at + len(request.queries)])
                 answer.scored_with = len(stacked)
                 at += len(request.queries)
