@@ -9,7 +9,9 @@ runs `lgpt-index query` in this process with a profiler on (sys.setprofile), and
   runs, from the `query` command's frame down, each run of frames of one module shown once, and whether
   a module on it re-enters after it was left (A -> B -> A on the stack);
 - every such re-entry seen on the stack at any other call of the query (callbacks included: a pool that
-  calls back the function its caller handed it), with the first stack that showed it.
+  calls back the function its caller handed it), with the first stack that showed it;
+- the library's modules the query passed through before the scorer ran, in the order it first entered
+  them (where its text was checked, encoded, scored).
 
 TREE (default: this script's tree) is the checkout whose `localgpt_index` is imported, so that the walk
 of an older tree is printed by the same script (`git worktree add --detach /tmp/old COMMIT`).
@@ -18,6 +20,7 @@ of an older tree is printed by the same script (`git worktree add --detach /tmp/
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -33,11 +36,18 @@ def _module(frame) -> str:
     return frame.f_globals.get("__name__", "?")
 
 
+def _called(frame) -> bool:
+    """A function's frame (a module's or a class's body, run by an import, is not a step of the query)."""
+    return bool(frame.f_code.co_flags & inspect.CO_OPTIMIZED)
+
+
 def _stack(frame) -> list[str]:
-    """The library modules from the query command's frame down to `frame` (callers first); [] outside it."""
+    """The library modules from the query command's frame down to `frame` (callers first), function calls
+    only; [] outside the command."""
     names = []
     while frame is not None:
-        names.append(_module(frame))
+        if _called(frame):
+            names.append(_module(frame))
         frame = frame.f_back
     names.reverse()
     if COMMAND not in names:
@@ -65,15 +75,18 @@ class Walk:
     def __init__(self) -> None:
         self.at_scorer: list[str] | None = None
         self.reentries: dict[str, list[str]] = {}
+        self.entered: list[str] = []  # modules in the order first entered, until the scorer ran
 
     def __call__(self, frame, event, arg) -> None:
-        if event != "call" or not _module(frame).startswith(PACKAGE):
+        if event != "call" or not _module(frame).startswith(PACKAGE) or not _called(frame):
             return
         stack = _stack(frame)
         if not stack:
             return
         for name in _reentered(stack):
             self.reentries.setdefault(name, _collapsed(stack))
+        if self.at_scorer is None and stack[-1] not in self.entered:
+            self.entered.append(stack[-1])
         code = frame.f_code
         if self.at_scorer is None and code.co_name == SCORER[1] and code.co_filename.replace(os.sep, "/").endswith(SCORER[0]):
             self.at_scorer = _collapsed(stack)
@@ -112,7 +125,8 @@ def walk(mode: str) -> dict:
             sys.setprofile(None)
     if result.exit_code != 0:
         raise SystemExit(f"the query failed: {result.output}")
-    return {"tree": str(TREE), "mode": mode, "at_scorer": profiler.at_scorer, "reentered": profiler.reentries}
+    return {"tree": str(TREE), "mode": mode, "at_scorer": profiler.at_scorer, "reentered": profiler.reentries,
+            "entered": profiler.entered}
 
 
 def _print(report: dict) -> None:
@@ -125,6 +139,7 @@ def _print(report: dict) -> None:
             print(f"  {'  ' * depth}{name}")
         again = _reentered(report["at_scorer"])
         print(f"re-entered on that stack after it was left: {', '.join(again) if again else 'none'}")
+    print(f"modules entered before the scorer ran, in order: {' -> '.join(report['entered'])}")
     print(f"re-entered at any other call of the query: {'none' if not report['reentered'] else ''}")
     for name, stack in report["reentered"].items():
         print(f"  {name}: {' -> '.join(stack)}")
