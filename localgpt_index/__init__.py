@@ -20,9 +20,9 @@ _EXPORTS = {
     "BuildSettings": "localgpt_index.indexing.options",
     "ModelSpec": "localgpt_index.models.resolve",
     "open_index": "localgpt_index.query.search",
-    "Index": "localgpt_index.query.search",
+    "Searcher": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.core.types",
-    "QueryOptions": "localgpt_index.query.hybrid",
+    "QueryRequest": "localgpt_index.query.request",
     "open_store": "localgpt_index.index.open",
     "LocalStore": "localgpt_index.index.local.store",
     "index_path": "localgpt_index.index.local.store",
@@ -32,7 +32,7 @@ _EXPORTS = {
 }
 
 # names 0.3 exported, renamed in 0.4 (CHANGELOG.md): old name -> new name, with a DeprecationWarning
-_RENAMED = {"IndexStore": "LocalStore"}
+_RENAMED = {"IndexStore": "LocalStore", "Index": "Searcher"}
 
 __all__ = ["__version__", *_EXPORTS]
 

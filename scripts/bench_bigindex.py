@@ -1,7 +1,7 @@
 """An index larger than memory: N synthetic pages of 1,030 x 128 float16 vectors written through the real
 store (a transaction, write_segment with its binary codes, commit), then, in a fresh process (the scorer
 loaded first, as in `serve` or a Python program): the time and bytes read to open it, then queries through
-the real query path (LocalView.search_vectors with candidates=C: the first pass over the stored codes,
+the real query path (LocalView.search_vectors with first_pass=C: the first pass over the stored codes,
 exact rescoring of the C candidates) for each C, one query at a time, and their recall@10 against one
 exact pass over every page for all the queries at once (its answers kept beside the index for reruns).
 
@@ -155,7 +155,7 @@ def one_query(store, view, query: np.ndarray, candidates: int, spent: dict) -> d
     counts = view.read_counts
     was = (counts.early, counts.late, counts.wasted)
     before, checked, t0, cpu = read_bytes(), store.blocks_checked(), time.perf_counter(), time.process_time()
-    [hits] = view.search_vectors([query], k=10, candidates=candidates)
+    [hits] = view.search_vectors([query], 10, "cpu", None, candidates)  # the first pass (positional: older trees name it candidates)
     cpu = time.process_time() - cpu
     early, late, wasted = (now - then for now, then in zip((counts.early, counts.late, counts.wasted), was))
     return {"s": time.perf_counter() - t0, "cpu_s": cpu, **{f"{k}_s": v for k, v in spent.items()},

@@ -146,7 +146,8 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
     from bench_query import DIM, PAGES_PER_DOC, make_index, unit
 
     from localgpt_index.index.local.store import LocalStore
-    from localgpt_index.query.search import Index, QueryOptions
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.query.search import Searcher
 
     with tempfile.TemporaryDirectory() as folder:
         make_index(Path(folder), pages)
@@ -157,19 +158,19 @@ def hybrid_rounds(pages: int, rounds: int, count: int) -> dict:
         text_bytes = len(lexical.to_bytes())
         store = LocalStore(Path(folder) / "default")
         view = store.open_view()
-        index = Index(view, lexical=lexical)
+        index = Searcher(view, lexical=lexical)
         vector_bytes = store.size_bytes(view.manifest)
         rng = np.random.default_rng(3)
         texts = queries(rows, count)
         vectors = [unit(rng, 20) for _ in texts]
-        index.search_encoded(texts[:1], vectors[:1], 10, options=QueryOptions(mode="visual"))  # first touch of the pages
+        index.search_encoded(QueryRequest(queries=texts[:1], k=10, mode="visual"), vectors[:1])  # first touch of the pages
         ratios, times = [], {"visual": [], "hybrid": []}
         for number in range(rounds):
             spent = {}
             for mode in (("visual", "hybrid") if number % 2 == 0 else ("hybrid", "visual")):
                 started = time.perf_counter()
                 for text, query in zip(texts, vectors):
-                    index.search_encoded([text], [query], 10, options=QueryOptions(mode=mode))
+                    index.search_encoded(QueryRequest(queries=[text], k=10, mode=mode), [query])
                 spent[mode] = (time.perf_counter() - started) / len(texts)
                 times[mode].append(spent[mode])
             ratios.append(spent["hybrid"] / spent["visual"])

@@ -95,10 +95,10 @@ batch_qps = batch / (time.perf_counter() - started)
 first_pass = {}
 for candidates in first_passes:
     started = time.perf_counter()
-    index.search_vectors(queries[:1], k=10, candidates=candidates)  # builds the sign codes once
+    index.search_vectors(queries[:1], 10, "cpu", None, candidates)  # builds the sign codes once (positional: every tree's order)
     build_s = time.perf_counter() - started
     started = time.perf_counter()
-    approx = index.search_vectors(queries[:batch], k=10, candidates=candidates)
+    approx = index.search_vectors(queries[:batch], 10, "cpu", None, candidates)
     qps = batch / (time.perf_counter() - started)
     recall = float(np.mean([len({(h.path, h.page) for h in a} & {(h.path, h.page) for h in b}) / 10
                             for a, b in zip(exact, approx)]))

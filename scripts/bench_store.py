@@ -59,7 +59,7 @@ def query_times(index, queries: list[np.ndarray], candidates: int | None = None)
     seconds, results = [], []
     for query in queries:
         started = time.perf_counter()
-        results.append(index.search_vectors([query], 10, candidates=candidates)[0])
+        results.append(index.search_vectors([query], 10, "cpu", None, candidates)[0])  # positional: older trees name it candidates
         seconds.append(time.perf_counter() - started)
     return 1000 * statistics.median(seconds), results
 

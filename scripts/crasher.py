@@ -116,7 +116,6 @@ class Reader(threading.Thread):
 
         from localgpt_index import LocalStore, open_index
         from localgpt_index.core.errors import MissingIndexFile
-        from localgpt_index.query.search import QueryOptions
 
         rng = np.random.default_rng(0)
         while not self.stopped.wait(0.05):
@@ -126,7 +125,7 @@ class Reader(threading.Thread):
             try:
                 index = open_index(self.index_dir)
                 if index.view.artifact("lexical") is not None:  # None: no page has text yet (pictures only)
-                    index.search("alpha beta", k=5, options=QueryOptions(mode="text"))
+                    index.search("alpha beta", k=5, mode="text")
                 dim = next(iter(index.view.manifest.segments.values())).dim if index.view.manifest.segments else 128
                 index.search_vectors([rng.standard_normal((4, dim)).astype(np.float32)], k=5)
                 self.report.queries += 1

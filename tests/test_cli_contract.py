@@ -284,15 +284,36 @@ def test_a_server_answer_with_a_page_it_could_not_render_is_accepted(built, fake
     validate(answer, "query")
 
 
+def test_a_local_query_with_images_answers_when_one_source_changed_since_the_build(fake_model, tmp_path):
+    """query --with-images answers as serve and mcp do: the hits of a document whose source changed
+    since it was indexed carry "image_base64": null and an image_error, the others keep their images,
+    and the query exits 0 (it failed whole, exit 1, before)."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "kept.pdf", ["alpha kept"])
+    make_pdf(docs / "changed.pdf", ["alpha changed"])
+    assert run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
+    make_pdf(docs / "changed.pdf", ["other bytes now", "and another page"])
+    result = run_cli("query", "alpha", "-k", "5", "--json", "--with-images", "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    validate(document, "query")
+    hits = {Path(hit["path"]).name: hit for hit in document["results"]}
+    assert set(hits) == {"kept.pdf", "changed.pdf"}
+    assert hits["changed.pdf"]["image_base64"] is None
+    assert hits["changed.pdf"]["image_error"].startswith("the page cannot be rendered: its source changed")
+    assert hits["changed.pdf"]["image_error"].endswith("changed.pdf changed since it was indexed.")
+    assert base64.b64decode(hits["kept.pdf"]["image_base64"]).startswith(b"\x89PNG") and "image_error" not in hits["kept.pdf"]
+
+
 def test_the_published_query_schema_is_generated_from_the_one_definition():
     """query.schema.json is interop.results.QueryDocument's schema (the CLI builds the document with
     it, the server's OpenAPI and the client's check use it); its kinds are discover's."""
     from typing import get_args
 
     from localgpt_index.ingest.discover import KIND_BY_SUFFIX
-    from localgpt_index.interop.results import Hit, json_schema
+    from localgpt_index.interop.results import Hit, query_json_schema
 
-    assert load_schema("query") == json_schema(), "regenerate: python -m localgpt_index.interop.results"
+    assert load_schema("query") == query_json_schema(), "regenerate: python -m localgpt_index.interop.results"
     assert set(get_args(Hit.model_fields["kind"].annotation)) == set(KIND_BY_SUFFIX.values())
 
 

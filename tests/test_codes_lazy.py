@@ -70,12 +70,12 @@ def test_the_codes_are_checked_block_by_block_as_the_first_pass_scores(tmp_path,
     view = LocalStore(root).open_view()
     view.artifact("codes").segment(segment.id)  # type: ignore[union-attr]  # mapped, nothing checked
     assert code_checks == []
-    view.search_vectors(_queries(), k=3, candidates=5, filters={"doc": "0"})  # rows 0..1023: codes block 0, ids block 0
+    view.search_vectors(_queries(), k=3, first_pass=5, filters={"doc": "0"})  # rows 0..1023: codes block 0, ids block 0
     assert len(code_checks) == 2
-    everything = view.search_vectors(_queries(), k=3, candidates=5)
+    everything = view.search_vectors(_queries(), k=3, first_pass=5)
     assert len(code_checks) == 5 + 1  # each block once
-    assert view.search_vectors(_queries(), k=3, candidates=5) == everything and len(code_checks) == 6
-    assert LocalStore(root).open_view().search_vectors(_queries(), k=3, candidates=80) == LocalStore(root).open_view().search_vectors(
+    assert view.search_vectors(_queries(), k=3, first_pass=5) == everything and len(code_checks) == 6
+    assert LocalStore(root).open_view().search_vectors(_queries(), k=3, first_pass=80) == LocalStore(root).open_view().search_vectors(
         _queries(), k=3)  # every page a candidate: the exact answer
 
 
@@ -91,11 +91,11 @@ def test_a_damaged_code_block_stops_the_first_pass_that_would_score_it_and_verif
     blob, _ = _codes_blob(root)
     flip_byte(blob, 3 * (64 << 10) + 100)  # block 3: rows 12,288.. (documents 12-15)
     view = LocalStore(root).open_view()
-    assert view.search_vectors(_queries(), k=3, candidates=5, filters={"doc": "0"})  # blocks 0 only: answers
+    assert view.search_vectors(_queries(), k=3, first_pass=5, filters={"doc": "0"})  # blocks 0 only: answers
     with pytest.raises(IndexProblem, match=r"block 3 \(bytes 196608\.\.262143\) does not match its checksum; the codes are damaged"):
-        view.search_vectors(_queries(), k=3, candidates=5)
+        view.search_vectors(_queries(), k=3, first_pass=5)
     with pytest.raises(IndexProblem, match="block 3 "):
-        view.search_vectors(_queries(), k=3, candidates=5)  # every time it is read, never scored
+        view.search_vectors(_queries(), k=3, first_pass=5)  # every time it is read, never scored
     assert LocalStore(root).open_view().search_vectors(_queries(), k=3) == exact  # exact reads no codes
     problems = LocalStore(root).verify()
     assert any(blob.name in problem and "damaged" in problem for problem in problems), problems
@@ -164,7 +164,7 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
     assert {seg.parts["codes"].version for seg in before.segments.values()} == {2}
     view = LocalStore(index / "default").open_view()
     assert view.scoring_path(5).path == "first-pass" and view.scoring_path(5).hint is None  # read, checked whole
-    answers = view.search_vectors(_queries(), k=3, candidates=5)
+    answers = view.search_vectors(_queries(), k=3, first_pass=5)
 
     done = run_cli("upgrade", "--index-dir", str(index), "--json")
     assert done.exit_code == 0, done.stderr
@@ -178,7 +178,7 @@ def test_version_2_codes_still_answer_and_upgrade_adds_their_hashes_a_line_a_seg
         old, new = before.segments[sid].parts["codes"], seg.parts["codes"]
         assert new.version == 3 and new.blobs[:-1] == old.blobs  # the same codes, not computed again
     verify_ok(index)
-    assert LocalStore(index / "default").open_view().search_vectors(_queries(), k=3, candidates=5) == answers
+    assert LocalStore(index / "default").open_view().search_vectors(_queries(), k=3, first_pass=5) == answers
 
     quiet = run_cli("upgrade", "--index-dir", str(tmp_path / "quiet"), "--quiet")
     assert quiet.exit_code == 0 and "segment " not in quiet.stderr, quiet.stderr
@@ -199,7 +199,7 @@ def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unc
     monkeypatch.setattr(SegmentCodes, "estimates",
                         lambda self, *a, **k: (events.append("scored"), real_estimates(self, *a, **k))[1])
     view = LocalStore(root).open_view()
-    answers = view.search_vectors(_queries(), k=3, candidates=10)
+    answers = view.search_vectors(_queries(), k=3, first_pass=10)
     scored = [i for i, event in enumerate(events) if event == "scored"]
     assert len(scored) == 10 and 0 < events.index("read") < scored[-1]  # reads started before the last segment was scored
     assert scored[1] < events.index("read")  # not before START (15 %) of the pages were scored
@@ -209,5 +209,5 @@ def test_the_candidates_are_read_while_the_first_pass_runs_and_the_answer_is_unc
     real_early = view_module.EarlyReads
     monkeypatch.setattr(view_module, "EarlyReads", lambda *a, **k: real_early(*a, **k, start=2.0))  # never: read after the pass
     late_only = LocalStore(root).open_view()
-    assert late_only.search_vectors(_queries(), k=3, candidates=10) == answers
+    assert late_only.search_vectors(_queries(), k=3, first_pass=10) == answers
     assert late_only.read_counts.early == 0 and late_only.read_counts.late > 0

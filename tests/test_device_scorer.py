@@ -174,15 +174,15 @@ def test_serve_scores_a_batch_in_one_device_pass_and_drops_an_old_generations_ve
     import gc
     import weakref
 
-    from localgpt_index.query.search import QueryOptions
-    from localgpt_index.serve.service import IndexService, SearchRequest
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.serve.service import IndexService
 
     index = _index(fake_model, tmp_path)
     service = IndexService(index / "default")
     service.scoring = DeviceScoring("device")
     service.load()
-    visual = QueryOptions(mode="visual")
-    requests = [SearchRequest(("document 1 page 2",), 5, options=visual), SearchRequest(("document 3", "page 0"), 5, options=visual)]
+    requests = [QueryRequest(queries=("document 1 page 2",), k=5, mode="visual"),
+                QueryRequest(queries=("document 3", "page 0"), k=5, mode="visual")]
     alone = [service.search([request])[0].results for request in requests]
     old = service.index()
     scorer = old._device_scorer
@@ -275,9 +275,9 @@ def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_m
     import threading
 
     from localgpt_index.core import failpoints
-    from localgpt_index.query.search import QueryOptions
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import IndexService, SearchRequest
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.serve.service import IndexService
 
     index = _index(fake_model, tmp_path)
     service = IndexService(index / "default")
@@ -292,15 +292,15 @@ def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_m
                 held.set()
                 release.wait(timeout=60)
 
-    visual = QueryOptions(mode="visual")
 
     async def scenario() -> list:
         batcher = QueryBatcher(service)
         batcher.start()
-        first = asyncio.ensure_future(batcher.submit(SearchRequest(("document 0",), 3, options=visual)))
+        first = asyncio.ensure_future(batcher.submit(QueryRequest(queries=("document 0",), k=3, mode="visual")))
         await asyncio.get_running_loop().run_in_executor(None, held.wait, 60)
         await asyncio.wait_for(asyncio.shield(first), 60)
-        rest = [asyncio.ensure_future(batcher.submit(SearchRequest((f"document {n} page 1",), 3, options=visual))) for n in (1, 2, 3)]
+        rest = [asyncio.ensure_future(batcher.submit(QueryRequest(queries=(f"document {n} page 1",), k=3, mode="visual")))
+                for n in (1, 2, 3)]
         while batcher.queued < 3:
             await asyncio.sleep(0)  # the three are in the queue, behind the held batch
         release.set()
@@ -317,6 +317,6 @@ def test_queries_queued_while_serve_is_busy_are_scored_in_one_device_pass(fake_m
     assert [answer.batch_queries for answer in answers] == [1, 3, 3, 3]
     assert scorer.stats.last_stack == 3  # the last device pass scored the three queued queries together
     for number, answer in enumerate(answers):  # each the answer its request gets alone
-        alone = service.search([SearchRequest((("document 0",) if number == 0 else (f"document {number} page 1",)), 3,
-                                              options=visual)])[0]
+        alone = service.search([QueryRequest(queries=(("document 0",) if number == 0 else (f"document {number} page 1",)), k=3,
+                                             mode="visual")])[0]
         assert [(h.path, h.page) for h in answer.results[0]] == [(h.path, h.page) for h in alone.results[0]]

@@ -168,9 +168,9 @@ def test_the_table_for_people_and_the_warning_for_pages_the_index_lacks(shipped_
 
 
 def test_the_published_schema_is_current():
-    from localgpt_index.evaluate.results import json_schema
+    from localgpt_index.evaluate.results import eval_json_schema
 
-    assert load_schema("eval") == json_schema(), "regenerate: python -m localgpt_index.evaluate.results"
+    assert load_schema("eval") == eval_json_schema(), "regenerate: python -m localgpt_index.evaluate.results"
 
 
 # --- malformed query sets: exit 2, the file, the line, the reason ----------------------------------
@@ -356,23 +356,23 @@ def test_line_ends_inside_json_strings_are_text(two_page_index, tmp_path):
 # --- modes go to the query layer ------------------------------------------------------------------
 
 def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(shipped_index, tmp_path, fake_model):
-    """Each variant's mode, fusion and first pass reach the query layer (Index.search's options); a mode
+    """Each variant's mode, fusion and first pass reach the query layer (the QueryRequest Index.search takes); a mode
     the index cannot answer, or an unknown fusion, is refused by the query layer before any query."""
     from docgen import make_png
 
     from localgpt_index.core.errors import IndexProblem, UsageError
     from localgpt_index.evaluate.modes import default_modes, variants
     from localgpt_index.evaluate.runner import evaluate
-    from localgpt_index.evaluate.sets import load_query_set
-    from localgpt_index.query.search import Index, open_index
+    from localgpt_index.evaluate.queryset import load_query_set
+    from localgpt_index.query.search import Searcher, open_index
 
     query_set = load_query_set(EXAMPLES / "queries.jsonl")
     asked = []
 
-    class Recording(Index):
-        def search(self, queries, k=5, filters=None, candidates=None, options=None):
-            asked.append((options.mode, options.fusion, k, candidates))
-            return super().search(queries, k=k, filters=filters, candidates=candidates, options=options)
+    class Recording(Searcher):
+        def search(self, request, **fields):
+            asked.append((request.mode, request.fusion, request.k, request.first_pass))
+            return super().search(request, **fields)
 
     index = Recording(open_index(shipped_index).view)
     assert default_modes(index) == ["hybrid"]  # the shipped set's PDFs have a text layer
@@ -384,7 +384,7 @@ def test_a_mode_is_passed_to_the_query_layer_and_refused_where_it_cannot_answer(
         ("text", None, None), ("visual", None, None), ("visual", 7, None), ("hybrid", None, "weighted"), ("hybrid", 7, "weighted"),
         ("hybrid", None, "rrf"), ("hybrid", 7, "rrf")]
     asked.clear()
-    with pytest.raises(UsageError, match="unknown fusion 'borda'"):
+    with pytest.raises(UsageError, match="hybrid borda.*fusion: Input should be 'weighted' or 'rrf'"):
         evaluate(index, query_set, variants(["visual", "hybrid"], [], ["borda"]))
     pictures = tmp_path / "pictures"
     make_png(pictures / "scan.png", "INV-20471")

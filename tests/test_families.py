@@ -249,7 +249,7 @@ def _assert_scores_match_colpali_engine(model: Path, index_dir: Path, query: str
         query_vectors = net(**processor.process_queries([query]))[0]
     index = open_index(index_dir)
     for hit in hits:
-        page = index.page_vectors(index.document(hit["path"]))[hit["page"] - 1]
+        page = index.view.page_vectors(index.document(hit["path"]))[hit["page"] - 1]
         expected = float(processor.score([query_vectors], [torch.from_numpy(page.astype(np.float32))])[0, 0])
         assert abs(hit["score"] - expected) <= 1e-3 * max(1.0, abs(expected)), (hit, expected)
 
@@ -288,7 +288,7 @@ def _vectors_per_page(index_dir: Path) -> list[int]:
     from localgpt_index import open_index
 
     index = open_index(index_dir)
-    return [len(v) for doc in index.documents for v in index.page_vectors(doc)]
+    return [len(v) for doc in index.documents for v in index.view.page_vectors(doc)]
 
 
 @pytest.mark.slow

@@ -270,14 +270,14 @@ def test_a_first_pass_rescoring_checks_only_its_candidates_blocks(root, checks):
     store = LocalStore(root)
     view = store.open_view()
     assert view.scoring_path(5).path == "first-pass"  # the codes written with the segment
-    expected = view.search_vectors(_queries(), k=3, candidates=5)
+    expected = view.search_vectors(_queries(), k=3, first_pass=5)
     [files] = store._mmaps.values()
     read = set(np.flatnonzero(files.guard._done).tolist())
     assert 0 < len(checks) == len(read) <= 2 * 5 * 2 < _blocks(root)  # 2 queries x 5 candidates, a page in 2 blocks
     unread = max(set(range(_blocks(root))) - read)
     flip_byte(_vectors(root), unread * (64 << 10) + 10)
     fresh = LocalStore(root).open_view()
-    assert fresh.search_vectors(_queries(), k=3, candidates=5) == expected  # the damage lies outside what it reads
+    assert fresh.search_vectors(_queries(), k=3, first_pass=5) == expected  # the damage lies outside what it reads
     with pytest.raises(IndexProblem, match=f"block {unread} "):
         fresh.search_vectors(_queries(), k=3)  # exact reads every block
 
@@ -300,7 +300,7 @@ def test_rescoring_reads_its_candidates_blocks_all_at_once_before_checking_them(
     failpoints.set_hook(lambda name: events.append(("check",)) if name == "vectors.check_block" else None)
     try:
         store = LocalStore(root)
-        store.open_view().search_vectors(_queries()[:1], k=3, candidates=5)
+        store.open_view().search_vectors(_queries()[:1], k=3, first_pass=5)
     finally:
         failpoints.set_hook(None)
     kinds = [event[0] for event in events]
@@ -326,4 +326,4 @@ def test_the_codes_a_reader_keeps_are_mapped_from_their_blob_and_checked(root):
     blob = root / "artifacts" / codes.parts[segment].blobs[0].name  # type: ignore[union-attr]  # its codes (then ids, codebook)
     flip_byte(blob, 5)
     with pytest.raises(IndexProblem, match="block 0 .* does not match its checksum; the codes are damaged"):  # checked by block
-        LocalStore(root).open_view().search_vectors(_queries(), k=3, candidates=5)
+        LocalStore(root).open_view().search_vectors(_queries(), k=3, first_pass=5)

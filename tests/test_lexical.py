@@ -264,7 +264,7 @@ def hybrid_index(tmp_path):
     its text; doc-17 page 1 is an image with no text at all (only its vectors can find it)."""
     from localgpt_index.index.format.manifest import Document, ModelInfo, Settings, Span
     from localgpt_index.index.local.store import LocalStore
-    from localgpt_index.query.search import Index
+    from localgpt_index.query.search import Searcher
 
     rng = np.random.default_rng(5)
     words = [f"filler{i}" for i in range(300)]
@@ -288,11 +288,11 @@ def hybrid_index(tmp_path):
                 text = ""
             texts.append(LexicalPage(f"/docs/doc-{d:02d}.pdf", page, text))
     lexical = make_index(tmp_path, texts)
-    return Index(store.open_view(), lexical=lexical), page_vectors, rng
+    return Searcher(store.open_view(), lexical=lexical), page_vectors, rng
 
 
 def test_hybrid_finds_the_text_only_and_the_visual_only_page(tmp_path):
-    from localgpt_index.query.search import QueryOptions
+    from localgpt_index.query.request import QueryRequest
 
     index, page_vectors, rng = hybrid_index(tmp_path)
     image_page = 17 * 2  # doc-17 page 1
@@ -302,8 +302,8 @@ def test_hybrid_finds_the_text_only_and_the_visual_only_page(tmp_path):
     noise = unit_vectors(rng, 6).astype(np.float32)
 
     def top(vectors, mode, fusion="weighted", filters=None):
-        hits = index.search_encoded([query], [vectors] if vectors is not None else None, 5, filters=filters,
-                                    options=QueryOptions(mode=mode, fusion=fusion))[0]
+        request = QueryRequest(queries=[query], k=5, filters=filters, mode=mode, fusion=fusion)
+        hits = index.search_encoded(request, [vectors] if vectors is not None else None)[0]
         return [(hit.path.rsplit("/", 1)[1], hit.page) for hit in hits], hits
 
     text_page, visual_page = ("doc-03.pdf", 2), ("doc-17.pdf", 1)
@@ -321,22 +321,23 @@ def test_hybrid_finds_the_text_only_and_the_visual_only_page(tmp_path):
     assert text_page not in top(signal, "hybrid", filters={"team": "b"})[0]
     assert visual_page not in top(signal, "hybrid", filters={"team": "b"})[0]
     assert all(hit.metadata["team"] == "b" for hit in top(signal, "hybrid", filters={"team": "b"})[1])
-    filler = index.search_encoded(["filler1 filler2"], None, 5, filters={"team": "b"}, options=QueryOptions(mode="text"))[0]
+    filler = index.search_encoded(QueryRequest(queries=["filler1 filler2"], filters={"team": "b"}, mode="text"), None)[0]
     assert len(filler) == 5 and all(hit.metadata["team"] == "b" for hit in filler)
     assert index.mode() == "hybrid"
 
 
 def test_without_text_the_default_is_visual_and_text_mode_is_refused(tmp_path):
     from localgpt_index.core.errors import IndexProblem
-    from localgpt_index.query.search import Index, QueryOptions
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.query.search import Searcher
 
     index, page_vectors, _ = hybrid_index(tmp_path)
-    bare = Index(index.view, lexical=None)
+    bare = Searcher(index.view, lexical=None)
     assert bare.mode() == "visual"
-    hits = bare.search_encoded(["x"], [page_vectors[0].astype(np.float32)], 3)[0]
+    hits = bare.search_encoded(QueryRequest(queries=["x"], k=3), [page_vectors[0].astype(np.float32)])[0]
     assert hits[0].snippet is None and "visual_rank" not in hits[0].to_dict()
     with pytest.raises(IndexProblem, match="holds no page text"):
-        bare.search_encoded(["x"], None, 3, options=QueryOptions(mode="text"))
+        bare.search_encoded(QueryRequest(queries=["x"], k=3, mode="text"), None)
 
 
 def test_the_densest_window_is_the_one_every_window_would_find():

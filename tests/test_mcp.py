@@ -168,7 +168,7 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
             text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}), work)
             assert text.endswith("invalid arguments: page: Field required.") and "pydantic" not in text
             text = error_text(await session.call_tool("search", {"query": "   "}), work)
-            assert "query[0]: empty." in text
+            assert "query is empty." in text
             text = error_text(await session.call_tool("search", {"query": "q", "mode": "sideways"}), work)
             assert "mode" in text
             text = error_text(await session.call_tool("search", {"query": "q", "filters": {"": "x"}}), work)

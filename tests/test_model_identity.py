@@ -266,7 +266,8 @@ def test_doctor_without_an_index_checks_the_default_model(tmp_path):
 
 
 def test_a_server_on_an_index_fingerprinted_the_old_way_answers_before_and_after_its_upgrade(tmp_path):
-    from localgpt_index.serve.service import IndexService, SearchRequest
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.serve.service import IndexService
 
     model = _fake_with_weights(tmp_path / "model")
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
@@ -275,10 +276,10 @@ def test_a_server_on_an_index_fingerprinted_the_old_way_answers_before_and_after
     service = IndexService(index / "default")
     service.load()
     assert service.failure is None and service.stale is None
-    before = service.search([SearchRequest(("doc 1",), 3)])[0].results
+    before = service.search([QueryRequest(queries=("doc 1",), k=3)])[0].results
 
     assert build_json(docs, index)[0].exit_code == 0  # the upgrade, committed beside the server
-    after = service.search([SearchRequest(("doc 1",), 3)])[0]
+    after = service.search([QueryRequest(queries=("doc 1",), k=3)])[0]
     assert service.switches == 1 and service.stale is None
     assert after.index.manifest.model.fingerprint_scheme == 2 and after.results == before
 

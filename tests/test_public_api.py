@@ -87,3 +87,6 @@ def test_a_name_renamed_in_0_4_still_resolves_from_the_root_with_a_deprecation_w
     with pytest.warns(DeprecationWarning, match="use localgpt_index.LocalStore"):
         old = localgpt_index.IndexStore
     assert old is localgpt_index.LocalStore
+    with pytest.warns(DeprecationWarning, match="use localgpt_index.Searcher"):
+        wrapper = localgpt_index.Index  # what open_index returns, named apart from the index's view
+    assert wrapper is localgpt_index.Searcher

@@ -235,7 +235,6 @@ def test_points_deleted_while_an_index_is_open_are_damage_at_the_next_query(fake
     from localgpt_index import open_index
     from localgpt_index.core.errors import IndexProblem
     from localgpt_index.index.open import open_store
-    from localgpt_index.query.search import QueryOptions
 
     docs = _small_docs(tmp_path / "docs")
     url = f"qdrant+path://{tmp_path / 'qd'}/docs"
@@ -245,10 +244,9 @@ def test_points_deleted_while_an_index_is_open_are_damage_at_the_next_query(fake
         store, counts = index.view.store, []
         count = store.client.count
         store.client.count = lambda *args, **kwargs: counts.append(args) or count(*args, **kwargs)
-        visual = QueryOptions(mode="visual")
         assert len(index.search("alpha", k=2)[0]) == 2
-        assert len(index.search("alpha", k=10, options=visual)[0]) == 3  # short of k, as many as the catalog has
-        assert len(index.search("alpha", k=2, filters={"team": "none"}, options=visual)[0]) == 0  # nothing to find
+        assert len(index.search("alpha", k=10, mode="visual")[0]) == 3  # short of k, as many as the catalog has
+        assert len(index.search("alpha", k=2, filters={"team": "none"}, mode="visual")[0]) == 0  # nothing to find
         assert counts == []  # an answer as full as the catalog allows costs no count
         condition = [] if deleted == "all" else [models.FieldCondition(key="path", match=models.MatchValue(value=str(docs / deleted)))]
         store.client.delete(store.physical(), points_selector=models.FilterSelector(filter=models.Filter(must=condition)))

@@ -93,19 +93,19 @@ def test_queries_ignore_the_codes_by_default_and_ask_for_rescoring_with_the_firs
         [requests] = spy.batches
         assert len(requests) == 3 and all(r.params.quantization.ignore is True for r in requests)
 
-        first = view.search_vectors(queries, 3, candidates=40)
+        first = view.search_vectors(queries, 3, first_pass=40)
         quantization = spy.batches[-1][0].params.quantization
         assert (quantization.ignore, quantization.rescore) == (False, True)
         assert quantization.oversampling == pytest.approx(40 / (3 + 16))  # Qdrant keeps oversampling x limit by the codes
         assert spy.batches[-1][0].prefetch is None  # no pooled-vector prefetch any more (lossy on needle queries)
         assert first == exact  # the in-process mode scores exactly whatever it is asked
 
-        view.search_vectors(queries, 3, candidates="auto")  # a small index: exact serves
+        view.search_vectors(queries, 3, first_pass="auto")  # a small index: exact serves
         assert spy.batches[-1][0].params.quantization.ignore is True
         view.manifest = view.manifest.model_copy(update={"documents": view.manifest.documents * (AUTO_FROM_PAGES // 6 + 1)})
         assert view.page_count >= AUTO_FROM_PAGES
         with pytest.raises(IndexProblem, match="is damaged"):  # the catalog now names pages the collection lacks: its answer is short
-            view.search_vectors(queries, 3, candidates="auto")
+            view.search_vectors(queries, 3, first_pass="auto")
         quantization = spy.batches[-1][0].params.quantization
         assert quantization.rescore is True and quantization.oversampling == pytest.approx(DEFAULT_CANDIDATES / 19)
     finally:
@@ -193,7 +193,7 @@ def test_a_collection_with_codes_blobs_from_before_keeps_working(fake_model, tmp
         assert coded and len(coded) < len(manifest.segments)  # the old segments keep theirs, the new one has none
         view = store.open_view()
         dim = next(iter(manifest.segments.values())).dim
-        assert view.search_vectors([np.ones((2, dim), dtype=np.float32)], 3, candidates=10)[0]
+        assert view.search_vectors([np.ones((2, dim), dtype=np.float32)], 3, first_pass=10)[0]
     finally:
         store.close()
     verify = run_cli("verify", "--store", _url(tmp_path), "--json")

@@ -50,9 +50,8 @@ def both(fake_model, tmp_path_factory):
 
 
 def answers(index, mode: str, k: int = 10):
-    from localgpt_index.query.hybrid import QueryOptions
 
-    results = index.search(QUESTIONS, k=k, options=QueryOptions(mode=mode))
+    results = index.search(QUESTIONS, k=k, mode=mode)
     return [[(hit.path.rsplit("/", 1)[-1], hit.page, round(hit.score, 4)) for hit in hits] for hits in results]
 
 

@@ -30,7 +30,7 @@ def _vectors(index: Path) -> dict[tuple[str, int], np.ndarray]:
 
     opened = open_index(index)
     return {(d.path, page): vectors.astype(np.float32) for d in opened.documents
-            for page, vectors in enumerate(opened.page_vectors(d), 1)}
+            for page, vectors in enumerate(opened.view.page_vectors(d), 1)}
 
 
 def test_ray_builds_the_same_index_as_a_plain_build(fake_model, corpus, tmp_path):

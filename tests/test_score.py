@@ -216,8 +216,8 @@ def test_first_pass_with_every_page_is_exact_and_narrower_passes_return_exact_sc
     queries = [unit(rng, 20) for _ in range(3)]
     exact = index.search_vectors(queries, k=10)
     # scores within float32 rounding: the second pass scores each query alone, over other chunks
-    _assert_same_hits(index.search_vectors(queries, k=10, candidates=300), exact)
-    narrow = index.search_vectors(queries, k=10, candidates=25)
+    _assert_same_hits(index.search_vectors(queries, k=10, first_pass=300), exact)
+    narrow = index.search_vectors(queries, k=10, first_pass=25)
     every = {(h.path, h.page): h.score for h in index.search_vectors(queries[:1], k=300)[0]}
     for hit in narrow[0]:
         assert hit.score == pytest.approx(every[(hit.path, hit.page)], rel=1e-6)  # the second pass is exact

@@ -17,7 +17,8 @@ def test_overlapping_service_queries_change_no_process_wide_torch_setting(fake_m
     import torch
 
     import localgpt_index.index.scoring.maxsim as score_module
-    from localgpt_index.serve.service import IndexService, SearchRequest
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.serve.service import IndexService
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     for number in range(6):
@@ -29,7 +30,7 @@ def test_overlapping_service_queries_change_no_process_wide_torch_setting(fake_m
     monkeypatch.setattr(score_module, "kernel_policy", score_module.KernelPolicy.fixed(None))  # torch's path throughout
     service = IndexService(index / "default")
     service.load()
-    requests = [SearchRequest((f"page {n}", f"doc {n}"), 5) for n in range(4)]
+    requests = [QueryRequest(queries=(f"page {n}", f"doc {n}"), k=5) for n in range(4)]
     expected = [answer.results for answer in service.search(requests)]  # the scorer's threads start here, once
     before = torch.get_num_threads()
     calls: list[tuple[str, int]] = []
@@ -46,7 +47,7 @@ def test_overlapping_service_queries_change_no_process_wide_torch_setting(fake_m
     together = threading.Barrier(4)
     answers: list = []
 
-    def client(request: SearchRequest) -> None:
+    def client(request: QueryRequest) -> None:
         for _ in range(5):
             together.wait(timeout=60)  # the four calls start together and overlap
             answers.append((request, service.search([request])[0].results))

@@ -170,13 +170,13 @@ def test_the_openapi_description_lists_the_endpoints(server):
 def test_the_openapi_query_answer_is_the_published_query_document(server):
     """The /query answer's OpenAPI schema is generated from the one definition of the query result,
     the same as query.schema.json (constraints included: rank and page from 1, the kinds, the sha256)."""
-    from localgpt_index.interop.results import json_schema
+    from localgpt_index.interop.results import query_json_schema
 
     with server.client() as client:
         spec = client.get("/openapi.json").json()
     answer = spec["paths"]["/query"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"$ref": "#/components/schemas/QueryDocument"}
-    published = json.loads(json.dumps(json_schema()).replace("#/$defs/", "#/components/schemas/"))
+    published = json.loads(json.dumps(query_json_schema()).replace("#/$defs/", "#/components/schemas/"))
     components = spec["components"]["schemas"]
     assert components["QueryDocument"]["properties"] == published["properties"]
     assert {name: components[name] for name in published["$defs"]} == published["$defs"]
@@ -387,7 +387,8 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     import gc
     import weakref
 
-    from localgpt_index.serve.service import IndexService, SearchRequest
+    from localgpt_index.query.request import QueryRequest
+    from localgpt_index.serve.service import IndexService
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "first.pdf", ["first"])
@@ -398,13 +399,13 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     [first_segment] = old.manifest.segments
     old_vectors = old.store.segment_arrays(old.manifest.segments[first_segment])[0]
     gone = weakref.ref(old)
-    in_flight = service.search([SearchRequest(("q",), 5)])[0]  # an answer keeps its own generation
+    in_flight = service.search([QueryRequest(queries=("q",), k=5)])[0]  # an answer keeps its own generation
     make_pdf(docs / "second.pdf", ["second"])
     run_cli("build", str(docs), "--index-dir", str(index))
     new = service.index()
     assert new.manifest.generation == old.manifest.generation + 1 and service.switches == 1
     assert new.store.segment_arrays(new.manifest.segments[first_segment])[0] is old_vectors  # checked once, reused
-    assert in_flight.index is old and len(service.search([SearchRequest(("q",), 5)])[0].results[0]) == 2
+    assert in_flight.index is old and len(service.search([QueryRequest(queries=("q",), k=5)])[0].results[0]) == 2
     del old, in_flight, old_vectors
     gc.collect()
     assert gone() is None

@@ -15,9 +15,8 @@ from helpers import first_part_held_until_a_second_starts
 
 from localgpt_index.core import failpoints
 from localgpt_index.core.errors import UsageError
-from localgpt_index.query.search import QueryOptions
+from localgpt_index.query.request import QueryRequest
 
-VISUAL = QueryOptions(mode="visual")
 
 
 @pytest.fixture
@@ -108,12 +107,11 @@ def alone(service, request):
 
 def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service):
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
-    first = SearchRequest(("page 1",), 5, options=VISUAL)
-    second = SearchRequest(("page 2", "doc 3"), 3, options=VISUAL)
-    filtered = SearchRequest(("page 0",), 5, filters=(("team", "finance"),), options=VISUAL)  # a pass of its own
-    hybrid = SearchRequest(("page 3",), 4)  # the index has text: hybrid by default
+    first = QueryRequest(queries=("page 1",), k=5, mode="visual")
+    second = QueryRequest(queries=("page 2", "doc 3"), k=3, mode="visual")
+    filtered = QueryRequest(queries=("page 0",), k=5, filters={"team": "finance"}, mode="visual")  # a pass of its own
+    hybrid = QueryRequest(queries=("page 3",), k=4)  # the index has text: hybrid by default
     expected = [alone(service, r) for r in (first, second, filtered, hybrid)]
     units = len(service.index().view.exact_units())
     assert units == 12 and expected[2][0]  # the filter matches a document
@@ -143,7 +141,6 @@ def test_a_query_arriving_mid_pass_joins_it_and_gets_what_it_gets_alone(service)
 
 def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
     encoder = service.encoder
     real = encoder.encode_queries
@@ -153,7 +150,7 @@ def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
             raise ValueError("a token the tokenizer cannot read")
         return real(texts)
 
-    good = SearchRequest(("page 1",), 5, options=VISUAL)
+    good = QueryRequest(queries=("page 1",), k=5, mode="visual")
     expected = alone(service, good)
     monkeypatch.setattr(encoder, "encode_queries", encode)
 
@@ -163,7 +160,7 @@ def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
         gate = second_forward_pass()
         first = asyncio.ensure_future(batcher.submit(good))
         await held.wait()
-        bad, other = await encoded_together(gate, SearchRequest(("unreadable",), 5, options=VISUAL), good, batcher=batcher)
+        bad, other = await encoded_together(gate, QueryRequest(queries=("unreadable",), k=5, mode="visual"), good, batcher=batcher)
         held.release.set()
         answers = await asyncio.gather(first, bad, other, return_exceptions=True)
         await batcher.stop()
@@ -176,9 +173,8 @@ def test_a_query_the_model_cannot_read_fails_alone(service, monkeypatch):
 
 def test_a_client_that_goes_away_leaves_the_pass(service):
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
-    request = SearchRequest(("page 1",), 5, options=VISUAL)
+    request = QueryRequest(queries=("page 1",), k=5, mode="visual")
     expected = alone(service, request)
 
     async def scenario():
@@ -203,9 +199,8 @@ def test_a_client_that_goes_away_leaves_the_pass(service):
 
 def test_queries_after_a_new_generation_wait_for_the_old_pass_then_see_it(service, fake_model, tmp_path):
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
-    request = SearchRequest(("page",), 20, options=VISUAL)
+    request = QueryRequest(queries=("page",), k=20, mode="visual")
     docs = tmp_path / "docs"
 
     async def scenario():
@@ -234,10 +229,9 @@ def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setti
 
     import localgpt_index.index.scoring.maxsim as score_module
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
     monkeypatch.setattr(score_module, "SCORE_WORKERS", 2)  # the scorer's threads, even on one core
-    requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)]
+    requests = [QueryRequest(queries=(f"page {n}",), k=5, mode="visual") for n in range(4)]
     expected = [alone(service, r) for r in requests]  # the scorer's threads start here, once
     before = torch.get_num_threads()
     calls: list = []
@@ -264,10 +258,10 @@ def test_queries_sharing_a_pass_on_the_torch_scorer_change_no_process_wide_setti
 
 def test_at_most_max_queries_are_on_a_pass_the_others_join_as_room_is_left(service, monkeypatch):
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
     monkeypatch.setattr(QueryBatcher, "MAX_QUERIES", 2)
-    requests = [SearchRequest((f"page {n}",), 5, options=VISUAL) for n in range(4)] + [SearchRequest(("a", "b", "c"), 5, options=VISUAL)]
+    requests = [QueryRequest(queries=(f"page {n}",), k=5, mode="visual") for n in range(4)]
+    requests.append(QueryRequest(queries=("a", "b", "c"), k=5, mode="visual"))
     expected = [alone(service, r) for r in requests]
 
     async def scenario():
@@ -311,9 +305,8 @@ def test_the_next_part_starts_while_the_last_one_is_still_scored(service, monkey
     """Two parts of a sweep are in flight: the next part is scored while the one before is, so a scorer
     thread that finds no chunk left of a part goes on to the next instead of waiting for the others."""
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
 
-    request = SearchRequest(("page 1",), 5, options=VISUAL)
+    request = QueryRequest(queries=("page 1",), k=5, mode="visual")
     expected = alone(service, request)
     started = first_part_held_until_a_second_starts(monkeypatch)
 

@@ -102,7 +102,7 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
 
     from localgpt_index.core.errors import UsageError
     from localgpt_index.serve.batcher import QueryBatcher
-    from localgpt_index.serve.service import SearchRequest
+    from localgpt_index.query.request import QueryRequest
 
     class Encoder:  # the tokenizer refuses one text
         def encode_queries(self, texts):
@@ -110,14 +110,14 @@ def test_a_query_the_model_cannot_read_fails_alone_even_inside_a_batch():
                 raise TypeError("TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]")
             return [f"vector of {text}" for text in texts]
 
-    index = SimpleNamespace(view=SimpleNamespace())  # a view that ranks by itself: no sweep, a stacked pass
+    index = SimpleNamespace(view=SimpleNamespace(exact_scoring=lambda: None))  # a view that ranks by itself: no sweep, a stacked pass
     service = SimpleNamespace(require_ready=Encoder, index=lambda: index, stale=None, encoder=None,
                               answer_encoded=lambda index, requests, vectors, count: [SimpleNamespace(request=r) for r in requests])
 
     async def scenario():
         batcher = QueryBatcher(service)
         batcher.start()
-        requests = [SearchRequest((text,)) for text in ("one", "poison", "two", "three")]
+        requests = [QueryRequest(queries=(text,)) for text in ("one", "poison", "two", "three")]
         answers = await asyncio.gather(*(batcher.submit(r) for r in requests), return_exceptions=True)
         await batcher.stop()
         return batcher.batches, answers

@@ -48,23 +48,24 @@ class Parts:
 class Generation:
     """The index a sweep goes over: its view, and answers that are the scores gathered."""
 
+    documents: list = []
+
     def __init__(self, units: int) -> None:
         self.view = Parts(units)
-        self.view.documents = []
         self.view.all_pages = lambda: None
 
-    def prepare_scoring(self, device: str) -> None:
-        pass
+    def prepare_scoring(self, device: str) -> Parts:
+        return self.view
 
-    def visual_depth(self, k, options) -> int:
-        return k
+    def visual_depth(self, request) -> int:
+        return request.k
 
-    def finish(self, queries, hits, k, text, options):
+    def finish(self, request, hits):
         return hits
 
 
 class Request:
-    queries, k, options = ("q",), 10, None
+    queries, k = ("q",), 10
 
 
 def member(answers: dict, name: str) -> Member:

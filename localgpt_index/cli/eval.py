@@ -33,7 +33,7 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
-    from ..evaluate.sets import load_query_set
+    from ..evaluate.queryset import load_query_set
     from ..evaluate.modes import default_modes, parse_list, parse_modes, variants
     from ..evaluate.runner import check_group_key, evaluate, prepare
     from ..models.resolve import is_random_checkpoint

@@ -23,7 +23,7 @@ def ls(app: Application, prefix, failed) -> None:
 
     if prefix and not prefix.startswith(os.sep):
         prefix = os.path.abspath(prefix) + (os.sep if prefix.endswith(os.sep) else "")
-    document = documents_document(open_index(store=app.store()), prefix, failed)
+    document = documents_document(open_index(store=app.store()).view, prefix, failed)
     if app.as_json:
         app.print_json(document)
         return

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
+from ..core.types import FUSIONS, MODES
+from ..query.fusion import RRF_K
+from ..query.request import DPI, MAX_K, MAX_RRF_K
 from .app import Application, output_options
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
 
+if TYPE_CHECKING:
+    from ..models.resolve import ModelSpec
 
-class FirstPass(click.ParamType):
-    """--first-pass: a number of candidates (at least 1) or 'auto'."""
-
-    name = "N|auto"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) or value == "auto":
-            return value
-        try:
-            number = int(value)
-        except ValueError:
-            number = 0
-        if number < 1:
-            self.fail(f"{value!r} is neither a number of candidate pages (1 or more) nor 'auto'.", param, ctx)
-        return number
+# the request's fields, as the command line names them (in its messages)
+FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--first-pass", "mode": "--mode",
+         "fusion": "--fusion", "rrf_k": "--rrf-k", "dpi": "--dpi"}
 
 
 @click.command(epilog=EXIT_CODES)
@@ -33,20 +28,20 @@ class FirstPass(click.ParamType):
               help="Only documents whose metadata has KEY=VALUE (repeatable: all must match).")
 @click.option("--export-pages", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
-@click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of page images.")
+@click.option("--dpi", type=click.IntRange(DPI[0], DPI[2]), default=DPI[1], show_default=True, help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
-@click.option("--first-pass", "candidates", type=FirstPass(), default=None, metavar="N|auto",
+@click.option("--first-pass", default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
                    "(local: 1-bit codes stored with the index; Qdrant: its binary quantization, then rescoring). "
                    "'auto': only where exact cannot serve (docs/performance.md).")
-@click.option("--mode", type=click.Choice(["hybrid", "visual", "text"]), default=None,
+@click.option("--mode", type=click.Choice(MODES), default=None,
               help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
                    "(no model loaded). [default: hybrid when the index has page text, else visual]")
-@click.option("--fusion", type=click.Choice(["weighted", "rrf"]), default="weighted", show_default=True,
+@click.option("--fusion", type=click.Choice(FUSIONS), default="weighted", show_default=True,
               help="hybrid: weigh each list by the evidence it carries, or plain reciprocal-rank fusion.")
-@click.option("--rrf-k", type=click.IntRange(0, 100_000), default=60, show_default=True, help="The k of --fusion rrf: 1 / (k + rank).")
+@click.option("--rrf-k", type=click.IntRange(0, MAX_RRF_K), default=RRF_K, show_default=True, help="The k of --fusion rrf: 1 / (k + rank).")
 @click.option("--with-text", is_flag=True, help="With --json: each result carries its page's text (for answerers).")
-@click.option("-k", "top_k", type=click.IntRange(1, 1000), default=5, show_default=True, help="Pages to return per query.")
+@click.option("-k", "top_k", type=click.IntRange(1, MAX_K), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--server", envvar="LGPT_SERVER", default=None, metavar="URL",
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
@@ -56,29 +51,27 @@ class FirstPass(click.ParamType):
 @index_options
 @output_options
 @click.pass_obj
-def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, candidates, mode, fusion, rrf_k, with_text,
+def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, first_pass, mode, fusion, rrf_k, with_text,
           top_k, server, token, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
-    from ..models.protocols import check_queries
     from ..core.errors import UsageError
-    from ..core.metadata import parse_filters
+    from ..query.search import DeviceScoring
 
-    texts = check_queries(_utf8(list(text), "query") + (read_queries_file(queries_file) if queries_file else []))
+    texts = list(text) + (read_queries_file(queries_file) if queries_file else [])
     if not texts:
         raise UsageError("no query: give TEXT or --queries-file.")
-    wanted = parse_filters(_utf8(list(filters), "--filter"))
-    images = with_images and app.as_json
-    how = {"mode": mode, "fusion": fusion, "rrf_k": rrf_k, "with_text": with_text and app.as_json}
+    request = _request(queries=texts, k=top_k, filters=list(filters), first_pass=first_pass, mode=mode, fusion=fusion,
+                       rrf_k=rrf_k, with_text=with_text and app.as_json, with_images=with_images and app.as_json, dpi=dpi)
     if server:
         _refuse_local_options(click.get_current_context(), server)
-        if candidates == "auto":
+        if request.first_pass == "auto":
             raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
-        document, fetch = _ask_server(server, token, texts, top_k, wanted, candidates, images, dpi, how)
+        document, fetch = _ask_server(server, token, request)
     else:
-        document, fetch = _ask_index(app, model_spec, texts, top_k, wanted, candidates, images, dpi, how, (scorer, max_resident))
-    if wanted and not any(answer["results"] for answer in document["queries"]):
-        shown = " ".join(f"--filter {key}={value}" for key, value in wanted.items())
+        document, fetch = _ask_index(app, request, model_spec, DeviceScoring(scorer, max_resident))
+    if request.filters and not any(answer["results"] for answer in document["queries"]):
+        shown = " ".join(f"--filter {key}={value}" for key, value in request.filters.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
     if export_dir:
         from pathlib import Path
@@ -93,63 +86,60 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     _print_tables(document)
 
 
-def _ask_index(app: Application, model_spec, texts, top_k, filters, candidates, images, dpi, how, scoring):
-    from ..models.resolve import is_random_checkpoint
-    from ..interop.pages import local_page
-    from ..interop.reports import query_document
-    from ..query.search import DeviceScoring, QueryOptions, open_index
+def _request(**fields):
+    """The query request the command line asks for; a field it refuses is a usage error naming the option."""
+    from pydantic import ValidationError
 
-    index = open_index(store=app.store(), scoring=DeviceScoring(*scoring))
-    options = QueryOptions(**how)
-    mode = index.mode(options)
+    from ..core.errors import UsageError
+    from ..query.request import QueryRequest
+
+    try:
+        return QueryRequest(**fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        flag = FLAGS.get(str(error["loc"][0]), str(error["loc"][0])) if error["loc"] else "query"
+        raise UsageError(f"{flag}: {error['msg']}.") from None
+
+
+def _ask_index(app: Application, request, model: ModelSpec, scoring):
+    """The query document from the index here: `model` (its --model, --device, --dtype) loaded unless
+    text mode answers; `scoring` where exact scoring runs."""
+    from ..models.resolve import is_random_checkpoint
+    from ..interop.pages import attach_images, local_page
+    from ..interop.reports import query_document
+    from ..query.search import open_index
+
+    index = open_index(store=app.store(), scoring=scoring)
+    mode = index.mode(request)
     if mode != "text":
-        encoder = index.load_encoder(model_spec)
+        encoder = index.load_encoder(model)
         if is_random_checkpoint(encoder.model.path):
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
-    results = index.search(texts, k=top_k, filters=filters, candidates=candidates, options=options)
+    results = index.search(request)
     if mode != "visual" and not index.lexical.has_pages():
         app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
                           "text finds nothing here.")
-    document = query_document(index, texts, results, top_k, images, dpi, mode=mode, fusion=options.fusion)
+    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion)
+    if request.with_images:  # a page that cannot be rendered: an image_error on its hit, as serve and mcp answer
+        attach_images(document, results, index.view, request.dpi)
     on_device = index.device_scoring() if mode != "text" else None
-    if (candidates is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring); else exact, CPU
-        scoring = index.view.scoring_path(candidates)
-        document["scoring"] = scoring.to_json() | ({"device": on_device} if on_device else {})
+    if (request.first_pass is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring)
+        scoring_path = index.view.scoring_path(request.first_pass)
+        document["scoring"] = scoring_path.to_json() | ({"device": on_device} if on_device else {})
         where = f" on {on_device['device']}" if on_device else ""
-        app.terminal.detail(f"scored: {scoring.path}{where} ({scoring.reason})")
-        if scoring.hint:
-            app.terminal.info(f"hint: {scoring.hint}")
-    return document, local_page(index, dpi)
+        app.terminal.detail(f"scored: {scoring_path.path}{where} ({scoring_path.reason})")
+        if scoring_path.hint:
+            app.terminal.info(f"hint: {scoring_path.hint}")
+    return document, local_page(index.view, request.dpi)
 
 
-def _ask_server(server, token, texts, top_k, filters, candidates, images, dpi, how):
+def _ask_server(server, token, request):
     from ..serve.client import ServerClient
 
     client = ServerClient(server, token)
-    # only what the user chose is sent: a server that predates hybrid queries still answers a plain query
-    ctx = click.get_current_context()
-    from click.core import ParameterSource
-
-    chosen = {key: value for key, value in how.items()
-              if ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE and value not in (None, False)}
-    document = client.query(texts, top_k, filters, candidates, images, dpi, chosen)
-    return document, lambda hit: client.page(hit["sha256"], hit["page"], dpi)
-
-
-def _utf8(values: list[str], what: str) -> list[str]:
-    """Command-line values as given; one that is not UTF-8 (bytes Python kept as surrogate escapes)
-    is refused here, before a tokenizer or an HTTP body meets it."""
-    from ..core.errors import UsageError
-
-    for number, value in enumerate(values, 1):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            name = f"query {number}" if what == "query" else f"{what} {display_path(value)}"
-            raise UsageError(f"{name} is not UTF-8 text ({value.encode('utf-8', 'surrogateescape')!r}).",
-                             hint="Check the terminal's or the script's encoding (the locale): queries are UTF-8 text.") from None
-    return values
+    document = client.query(request)
+    return document, lambda hit: client.page(hit["sha256"], hit["page"], request.dpi)
 
 
 # Options that pick or load a local index and model: with --server, the server's index answers.

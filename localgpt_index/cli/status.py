@@ -18,7 +18,7 @@ def status(app: Application) -> None:
     from ..query.search import open_index
 
     index = open_index(store=app.store())
-    data = status_document(index)
+    data = status_document(index.view)
     if app.as_json:
         app.print_json(data)
         return

@@ -30,7 +30,7 @@ def export(app: Application, out, fmt, with_images, dpi, force, wait_s) -> None:
     """
     from ..query.search import open_index
 
-    index = open_index(store=app.store())
+    index = open_index(store=app.store()).view
     if fmt == "qdrant":
         result = _copy(app, index, _empty_target(_qdrant(app, out), out), wait_s)
     else:
@@ -63,7 +63,7 @@ def import_(app: Application, source, fmt, model, wait_s) -> None:
     if fmt == "qdrant":
         from ..query.search import open_index
 
-        result = _copy(app, open_index(store=_qdrant(app, source)), app.store(), wait_s)
+        result = _copy(app, open_index(store=_qdrant(app, source)).view, app.store(), wait_s)
     else:
         from dataclasses import asdict
 

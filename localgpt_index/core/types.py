@@ -1,13 +1,18 @@
-"""Value types shared across the layers: what a file looked like, a page's owner, a search hit."""
+"""Value types shared across the layers: what a file looked like, a page's owner, a search hit, and how
+a query is answered (its mode and fusion: query.request asks them, interop's documents report them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Count = Annotated[int, Field(ge=0, le=1 << 48)]
+Mode = Literal["hybrid", "visual", "text"]  # hybrid: the text and visual lists fused
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+Fusion = Literal["weighted", "rrf"]  # how hybrid fuses its lists (query/fusion.py)
+FUSIONS: Final[tuple[Fusion, ...]] = get_args(Fusion)
 
 
 class _Strict(BaseModel):

@@ -16,15 +16,7 @@ from typing import Sequence
 from ..core.errors import UsageError
 from ..index.format.manifest import Document
 from .queryset import EvalQuery, Judgment, normal_path
-
-
-@dataclass(frozen=True)
-class Unanswerable:
-    query_id: str
-    path: str
-    page: int
-    grade: int
-    reason: str
+from .results import Unanswerable
 
 
 @dataclass(frozen=True)
@@ -78,7 +70,8 @@ def judge(queries: Sequence[EvalQuery], documents: Sequence[Document]) -> Judged
                 _once(named, (number, judgment.page), judgment, query, documents[number].path)
             reason = _why_not(judgment, documents[number] if number is not None else None)
             if reason:
-                unanswerable.append(Unanswerable(query.id, judgment.path, judgment.page, judgment.grade, reason))
+                unanswerable.append(Unanswerable(query_id=query.id, path=judgment.path, page=judgment.page, grade=judgment.grade,
+                                                 reason=reason))
                 grades[f"missing{len(unanswerable)}"] = judgment.grade  # judged, never retrieved
                 continue
             assert number is not None

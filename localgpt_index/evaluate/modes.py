@@ -2,9 +2,8 @@
 
 A variant is a mode, a first pass, a fusion.
 
-Modes and fusions are the query layer's (`Index.search(..., options=QueryOptions(mode=..., fusion=...))`,
-with `Index.mode(options)` refusing a mode the index cannot answer); `eval` passes them on and lets the
-query layer judge them."""
+Modes and fusions are the query layer's (a QueryRequest's, with `Index.mode(request)` refusing a mode
+the index cannot answer); `eval` passes them on and lets the query layer judge them."""
 
 from __future__ import annotations
 
@@ -12,10 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..core.errors import UsageError
-from ..core.types import SearchHit
-from ..query.hybrid import QueryOptions
-
-MODES = ("visual", "text", "hybrid")
+from ..core.types import MODES, SearchHit
+from ..query.request import QueryRequest, QuerySettings, validated
 
 
 @dataclass(frozen=True)
@@ -59,22 +56,28 @@ def variants(modes: Sequence[str], first_passes: Sequence[int] = (), fusions: Se
     return found
 
 
-def _options(variant: Variant) -> QueryOptions:
-    return QueryOptions(mode=variant.mode, **({"fusion": variant.fusion} if variant.fusion else {}))
+def _settings(variant: Variant, depth: int = 5) -> QuerySettings:
+    fields = {"mode": variant.mode, "first_pass": variant.first_pass, "k": depth} | ({"fusion": variant.fusion} if variant.fusion else {})
+    return validated(QuerySettings, f"eval's variant {variant.label}", **fields)
 
 
 def default_modes(index: Any) -> list[str]:
     """What `query` answers in by default: hybrid where the index has page text, visual otherwise."""
-    return [index.mode(QueryOptions())]
+    return [index.mode()]
 
 
 def check_modes(index: Any, chosen: Sequence[Variant]) -> None:
     """Refuse, before any query is asked, a variant the index cannot answer (the query layer's own
     message: an index without page text cannot answer text or hybrid; an unknown fusion)."""
     for variant in dict.fromkeys(Variant(v.mode, None, v.fusion) for v in chosen):
-        index.mode(_options(variant))
+        index.mode(_settings(variant))
 
 
-def search(index: Any, texts: list[str], variant: Variant, depth: int) -> list[list[SearchHit]]:
+def request(texts: Sequence[str], variant: Variant, depth: int) -> QueryRequest:
+    """The query request of `texts` answered as `variant` says, the top `depth` pages each."""
+    return _settings(variant, depth).asking(*texts)
+
+
+def search(index: Any, texts: Sequence[str], variant: Variant, depth: int) -> list[list[SearchHit]]:
     """The query layer's top `depth` pages for each of `texts`, answered as `variant` says."""
-    return index.search(texts, k=depth, candidates=variant.first_pass, options=_options(variant))
+    return index.search(request(texts, variant, depth))

@@ -11,9 +11,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.types import Mode
+
 EVAL_SCHEMA_VERSION: Final = 1
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "eval.schema.json"
-Mode = Literal["visual", "text", "hybrid"]
 
 
 def _no_default(schema: dict[str, Any]) -> None:
@@ -104,7 +105,7 @@ class EvalDocument(_Document):
         return self.model_dump(by_alias=True, exclude_unset=True)
 
 
-def json_schema() -> dict[str, Any]:
+def eval_json_schema() -> dict[str, Any]:
     schema = EvalDocument.model_json_schema(by_alias=True)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://lgpt-index/schemas/eval.schema.json",
@@ -112,5 +113,5 @@ def json_schema() -> dict[str, Any]:
 
 
 if __name__ == "__main__":  # python -m localgpt_index.evaluate.results: write the published schema
-    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
+    SCHEMA_FILE.write_text(json.dumps(eval_json_schema(), indent=2) + "\n")
     print(SCHEMA_FILE)

@@ -3,14 +3,15 @@
 `GenerationView` holds what every backend's
 view shares (the store, the manifest, its documents, the artifacts and their blobs); `LocalView` adds
 exact or two-pass MaxSim scoring of query vectors against the memory-mapped segments of a local index.
-The Qdrant view (index/qdrant/view.py) shares `GenerationView` only: Qdrant ranks the pages itself.
+The Qdrant view (index/qdrant/view.py) shares `GenerationView` only: Qdrant ranks the pages itself (and
+answers text_search from its sparse vectors).
 No view loads a model (query.search composes one with it)."""
 
 from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -21,12 +22,16 @@ from .artifact_registry import open_artifact
 from .artifacts import BlobSource
 from .format.checksums import prefetch
 from .scoring.codes import SegmentCodes, first_pass
-from .scoring.codes.artifact import NAME as CODES
+from .scoring.codes.artifact import CODES
 from .scoring.codes.plan import ScoringPath, choose
 from .scoring.early_reads import EarlyReads, ReadCounts
 from .format.manifest import REBUILD_HINT, Document, Manifest
 from .scoring.chunks import Queries
 from .scoring.maxsim import PARTS_IN_FLIGHT, expect_pass, maxsim, part_pool
+
+if TYPE_CHECKING:
+    from .scoring.device import DeviceScorer
+    from .text.engine import TextHit
 
 # per segment: the rows (page indices in the segment) to score, and the document and page of each
 PageTable = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -42,7 +47,8 @@ class ExactUnit(NamedTuple):
 class GenerationView:
     """What every view of one committed generation holds, whatever ranks its pages: the store, the
     manifest, the documents by path, and the generation's artifacts (opened on first use, checked).
-    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.View)."""
+    A backend's view adds page_vectors, search_vectors and scoring_path (index/protocols.View), and says what
+    else it can do: exact_scoring and text_search (here: neither)."""
 
     def __init__(self, store: Any, manifest: Manifest) -> None:  # an LocalStore or a QdrantStore
         self.store = store
@@ -77,17 +83,32 @@ class GenerationView:
     def _blob_source(self) -> BlobSource:
         return self.store.blob_source()
 
+    def exact_scoring(self) -> LocalView | None:
+        """None: this view's store ranks the pages (LocalView scores them here: protocols.ExactScoring)."""
+        return None
+
+    def text_search(self, texts: list[str], k: int, filters: dict[str, str] | None = None) -> list[list[TextHit]] | None:
+        """None: the text lists come from the generation's text artifact (a store with text lists of its own says)."""
+        return None
+
 
 class LocalView(GenerationView):
     """A local index's generation, scored here: exact MaxSim over its memory-mapped segments, or a
-    first pass over their binary codes with exact rescoring (no model: query.search.Index adds it)."""
+    first pass over their binary codes with exact rescoring (no model: query.search.Searcher adds it)."""
 
-    def __init__(self, store: Any, manifest: Manifest) -> None:  # an LocalStore
+    def __init__(self, store: Any, manifest: Manifest) -> None:  # a LocalStore
         super().__init__(store, manifest)
         self._table: PageTable | None = None  # of all documents, built on first use
-        # scores exactly instead of index.score.maxsim when set (query.search.Index: a device scorer, DeviceScorer)
-        self.exact_scorer: Any = None
+        self._device_scorer: DeviceScorer | None = None  # scores exactly instead of scoring.maxsim when set (use_scorer)
         self.read_counts = ReadCounts()  # candidates' bytes read by this view's first passes, early and late
+
+    def exact_scoring(self) -> LocalView:
+        """This view: its pages are scored here (ExactScoring)."""
+        return self
+
+    def use_scorer(self, scorer: DeviceScorer | None) -> None:
+        """Score exact parts with `scorer` (the query layer's device scorer of this generation); None: the CPU scorer."""
+        self._device_scorer = scorer
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
@@ -105,12 +126,12 @@ class LocalView(GenerationView):
         k: int,
         device: str = "cpu",
         filters: dict[str, str] | None = None,
-        candidates: int | str | None = None,
+        first_pass: int | str | None = None,
     ) -> list[list[SearchHit]]:
         """Rank the pages for already-encoded queries; ties go to the earlier path, then the earlier page.
 
-        Filtered-out documents are not scored at all. With `candidates` (a number, or "auto": see
-        scoring_path), a first pass over the binary codes stored with each segment picks that many
+        Filtered-out documents are not scored at all. With `first_pass` (a number of candidates, or "auto":
+        see scoring_path), a first pass over the binary codes stored with each segment picks that many
         pages per query, and only those are scored exactly (lossy: a page the first pass misses is
         not returned). Without codes (an index written before them) every page is scored exactly."""
         docs = self.manifest.documents
@@ -121,28 +142,28 @@ class LocalView(GenerationView):
             table = self.all_pages()
         if not docs or not len(query_vectors):
             return [[] for _ in query_vectors]
-        plan = self.scoring_path(candidates)
+        plan = self.scoring_path(first_pass)
         if plan.path == "first-pass" and plan.candidates:
             early = EarlyReads(self._scattered_reads, plan.candidates, sum(len(rows) for rows, _, _ in table.values()))
             tables = self._first_pass(query_vectors, table, plan.candidates, early)
             return [self._rank([q], docs, k, device, t, early)[0] for q, t in zip(query_vectors, tables)]
         return self._rank(query_vectors, docs, k, device, table)
 
-    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
-        """Which path answers a request for `candidates` (None, N, "auto"): codes.plan.choose."""
+    def scoring_path(self, first_pass: int | str | None) -> ScoringPath:
+        """Which path answers a request with `first_pass` (None, N, "auto"): codes.plan.choose."""
         segments = self.manifest.segments
         if any(seg.storage != "file" for seg in segments.values()):
-            return ScoringPath("store", candidates if isinstance(candidates, int) else None, "the store ranks the pages")
-        codes = self.artifact(CODES) if candidates is not None else None
+            return ScoringPath("store", first_pass if isinstance(first_pass, int) else None, "the store ranks the pages")
+        codes = self.artifact(CODES.name) if first_pass is not None else None
         coded = {sid for sid in segments if codes is not None and sid in codes}  # type: ignore[operator]  # StoredCodes
         vector_bytes = sum(seg.rows * seg.dim * 2 for seg in segments.values())
-        return choose(candidates, self.page_count, vector_bytes, list(segments), coded)
+        return choose(first_pass, self.page_count, vector_bytes, list(segments), coded)
 
     def _first_pass(self, query_vectors, table: PageTable, candidates: int, early: EarlyReads | None = None) -> list[PageTable]:
         """Per query, the page table narrowed to the `candidates` pages whose binary codes rank best
         (estimated MaxSim); the pages of segments without codes are all kept (scored exactly). With `early`,
         the likely candidates' pages are read while the pass runs (early_reads), and it is finished after."""
-        codes: Any = self.artifact(CODES)
+        codes: Any = self.artifact(CODES.name)
         coded, exact = [], {}
         for segment_id, (rows, _, _) in table.items():
             segment = self.manifest.segments[segment_id]
@@ -202,7 +223,7 @@ class LocalView(GenerationView):
         table = table if table is not None else self.all_pages()
         units = []
         for segment_id, (rows, _, _) in table.items():
-            if self.exact_scorer is not None:  # a device scorer takes a segment at once
+            if self._device_scorer is not None:  # a device scorer takes a segment at once
                 units.append(ExactUnit(segment_id, rows))
             else:
                 files = self.store.segment_files(self.manifest.segments[segment_id])
@@ -212,7 +233,7 @@ class LocalView(GenerationView):
     def _cpu_scorer(self, device: str) -> bool:
         """Whether exact passes on `device` are scored by the CPU scorer (score.maxsim's compiled kernel or
         torch's path), not a device scorer."""
-        return self.exact_scorer is None and device == "cpu"
+        return self._device_scorer is None and device == "cpu"
 
     def parts_in_flight(self, device: str = "cpu") -> int:
         """Parts of a pass scored at once: PARTS_IN_FLIGHT on the CPU scorer, one on a device scorer."""
@@ -240,11 +261,11 @@ class LocalView(GenerationView):
     def score_unit(self, query_vectors: Queries, unit: ExactUnit, device: str = "cpu") -> np.ndarray:
         """Exact scores (queries, the unit's pages) of one part of exact_units; its blocks checked first."""
         files = self.store.segment_files(self.manifest.segments[unit.segment_id])
-        if self.exact_scorer is not None:
+        if self._device_scorer is not None:
             queries = query_vectors() if callable(query_vectors) else query_vectors
             if not len(queries):
                 return np.zeros((0, len(unit.rows)), dtype=np.float32)
-            return self.exact_scorer.score(queries, unit.segment_id, files, unit.rows)
+            return self._device_scorer.score(queries, unit.segment_id, files, unit.rows)
         files.check_pages(unit.rows)
         return maxsim(query_vectors, files.vectors, files.offsets, unit.rows, device=device)
 

@@ -20,13 +20,13 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
-from .source import PageHit, PageSource, SearchOptions, open_source, search_options
-from .source import page_image as _page_image
+from ..query.request import QuerySettings
+from .source import PageHit, PageSource, open_source, retrieved_page_image, search_options
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..query.search import Index
+    from ..query.search import Searcher
 
 __all__ = ["LgptRetriever", "to_document"]
 
@@ -37,13 +37,13 @@ class LgptRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     source: PageSource = Field(description="an IndexSource (Python API) or a ServerSource (a running serve)")
-    options: SearchOptions = Field(default_factory=SearchOptions)
+    options: QuerySettings = Field(default_factory=search_options)
 
     @classmethod
-    def from_index(cls, index: Index | None = None, *, index_dir: str | None = None, name: str | None = None,
+    def from_index(cls, index: Searcher | None = None, *, index_dir: str | None = None, name: str | None = None,
                    store: Any = None, **options: Any) -> LgptRetriever:
-        """Over an open `Index` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
-        `options` are SearchOptions' (k, filters, first_pass, with_images, dpi)."""
+        """Over an open `Searcher` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
+        `options` are the query's (search_options: k, filters, first_pass, mode, with_images, dpi...)."""
         return cls(source=open_source(index, index_dir=index_dir, name=name, store=store), options=search_options(**options))
 
     @classmethod
@@ -56,7 +56,7 @@ class LgptRetriever(BaseRetriever):
 
     def page_image(self, document: Document, dpi: int | None = None) -> Image:
         """The page `document` stands for, as a PIL image (rendered by the index or fetched from the server)."""
-        return _page_image(self.source, document.metadata, dpi or self.options.dpi)
+        return retrieved_page_image(self.source, document.metadata, dpi or self.options.dpi)
 
 
 def to_document(hit: PageHit) -> Document:

@@ -20,13 +20,13 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
 
-from .source import PageHit, PageSource, SearchOptions, open_source, search_options
-from .source import page_image as _page_image
+from ..query.request import QuerySettings
+from .source import PageHit, PageSource, open_source, retrieved_page_image, search_options
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..query.search import Index
+    from ..query.search import Searcher
 
 __all__ = ["LgptRetriever", "to_node"]
 
@@ -37,17 +37,17 @@ HIDDEN_METADATA = ["sha256", "rank", "kind", "has_text", "image_url", "image_err
 class LgptRetriever(BaseRetriever):
     """The pages of an lgpt-index index that best answer a query, as LlamaIndex nodes."""
 
-    def __init__(self, source: PageSource, options: SearchOptions | None = None,
+    def __init__(self, source: PageSource, options: QuerySettings | None = None,
                  callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
         self.source = source
-        self.options = options or SearchOptions()
+        self.options = options or search_options()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
-    def from_index(cls, index: Index | None = None, *, index_dir: str | None = None, name: str | None = None,
+    def from_index(cls, index: Searcher | None = None, *, index_dir: str | None = None, name: str | None = None,
                    store: Any = None, **options: Any) -> LgptRetriever:
-        """Over an open `Index` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
-        `options` are SearchOptions' (k, filters, first_pass, with_images, dpi)."""
+        """Over an open `Searcher` (localgpt_index.open_index), or the one `index_dir`/`name`/`store` names;
+        `options` are the query's (search_options: k, filters, first_pass, mode, with_images, dpi...)."""
         return cls(open_source(index, index_dir=index_dir, name=name, store=store), search_options(**options))
 
     @classmethod
@@ -61,7 +61,7 @@ class LgptRetriever(BaseRetriever):
     def page_image(self, node: NodeWithScore | TextNode, dpi: int | None = None) -> Image:
         """The page `node` stands for, as a PIL image (rendered by the index or fetched from the server)."""
         inner = node.node if isinstance(node, NodeWithScore) else node
-        return _page_image(self.source, inner.metadata, dpi or self.options.dpi)
+        return retrieved_page_image(self.source, inner.metadata, dpi or self.options.dpi)
 
 
 def to_node(hit: PageHit) -> NodeWithScore:

@@ -12,40 +12,21 @@ and the model (torch) on the first search of an index.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..core.errors import LgptError, UsageError
+from ..query.request import QuerySettings, validated
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..query.search import Index
+    from ..query.search import Searcher
 
 
-class SearchOptions(BaseModel):
-    """What `query` takes besides the text, with its limits: `-k`, `--filter`, `--first-pass`, `--mode`,
-    `--with-text`, `--with-images` and `--dpi`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    k: int = Field(5, ge=1, le=1000, description="pages per query")
-    filters: dict[str, str] = Field(default_factory=dict, description="only documents whose metadata has every KEY=VALUE")
-    first_pass: int | None = Field(None, ge=1, description="lossy first pass over N candidate pages (off by default)")
-    mode: Literal["hybrid", "visual", "text"] | None = Field(None, description="as query --mode (default: hybrid where the index has text)")
-    with_text: bool = Field(True, description="each hit carries its page text where the index has it")
-    with_images: bool = Field(False, description="each hit carries its page as base64 PNG")
-    dpi: int = Field(150, ge=20, le=600, description="resolution of page images")
-
-
-def search_options(**given: Any) -> SearchOptions:
-    """SearchOptions from keyword arguments; a bad one is a UsageError naming it."""
-    try:
-        return SearchOptions(**given)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()[:3])
-        raise UsageError(f"bad retriever option ({problems}).") from None
+def search_options(**given: Any) -> QuerySettings:
+    """What `query` takes besides the text (k, filters, first_pass, mode, with_text, with_images, dpi...), from
+    keyword arguments: each page's text by default; a bad one is a UsageError naming it."""
+    return validated(QuerySettings, "bad retriever option", **{"with_text": True, **given})
 
 
 @dataclass(frozen=True)
@@ -92,7 +73,7 @@ class PageHit:
 class PageSource(Protocol):
     """What a retriever asks: the hits of one query, and a page's PNG by its document's sha256."""
 
-    def search(self, query: str, options: SearchOptions) -> list[PageHit]: ...
+    def search(self, query: str, options: QuerySettings) -> list[PageHit]: ...
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes: ...
 
@@ -101,7 +82,7 @@ class IndexSource:
     """The Python API: an open index (one committed generation) and the query encoder of its model,
     loaded on the first search (`index.load_encoder(ModelSpec(device=..., dtype=...))` beforehand picks where)."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Searcher) -> None:
         self.index = index
 
     @classmethod
@@ -110,14 +91,15 @@ class IndexSource:
 
         return cls(open_index(index_dir, name, store))
 
-    def search(self, query: str, options: SearchOptions) -> list[PageHit]:
+    def search(self, query: str, options: QuerySettings) -> list[PageHit]:
+        from ..interop.pages import attach_images
         from ..interop.reports import query_document
-        from ..query.hybrid import QueryOptions
 
-        how = QueryOptions(mode=options.mode, with_text=options.with_text)
-        results = self.index.search(query, k=options.k, filters=options.filters, candidates=options.first_pass, options=how)
-        document = query_document(self.index, [query], results, options.k, options.with_images, options.dpi,
-                                  mode=self.index.mode(how), fusion=how.fusion)
+        request = options.asking(query)
+        results = self.index.search(request)
+        document = query_document(self.index.view, request.queries, results, request.k, self.index.mode(request), request.fusion)
+        if request.with_images:
+            attach_images(document, results, self.index.view, request.dpi)
         return [PageHit.from_hit(query, hit) for hit in document["queries"][0]["results"]]
 
     def page_png(self, sha256: str, page: int, dpi: int) -> bytes:
@@ -138,9 +120,8 @@ class ServerSource:
 
         self.client = ServerClient(url, token, TIMEOUT_S if timeout_s is None else timeout_s)
 
-    def search(self, query: str, options: SearchOptions) -> list[PageHit]:
-        how = {"mode": options.mode, "with_text": options.with_text or None}  # None: not sent (an older server refuses it)
-        document = self.client.query([query], options.k, options.filters, options.first_pass, options.with_images, options.dpi, how)
+    def search(self, query: str, options: QuerySettings) -> list[PageHit]:
+        document = self.client.query(options.asking(query))
         return [PageHit.from_hit(query, hit, self._url(hit["sha256"], hit["page"], options.dpi))
                 for hit in document["queries"][0]["results"]]
 
@@ -160,7 +141,7 @@ class ServerSource:
         return f"{self.client.url}/pages/{sha256}/{page}.png?dpi={dpi}"
 
 
-def open_source(index: Index | None = None, *, server: str | None = None, token: str | None = None,
+def open_source(index: Searcher | None = None, *, server: str | None = None, token: str | None = None,
                 index_dir: str | None = None, name: str | None = None, store: Any = None) -> PageSource:
     """A ServerSource for `server`, else an IndexSource for `index` (or the index it opens)."""
     if server is not None:
@@ -172,7 +153,7 @@ def open_source(index: Index | None = None, *, server: str | None = None, token:
     return IndexSource.open(index_dir, name, store)
 
 
-def page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> Image:
+def retrieved_page_image(source: PageSource, metadata: dict[str, Any], dpi: int = 150) -> Image:
     """The page a retrieved document's metadata names (its `sha256` and `page`), as a PIL image; a PNG that
     cannot be decoded is an LgptError naming where it came from."""
     import io

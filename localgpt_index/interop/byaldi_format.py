@@ -32,7 +32,7 @@ from ..models.families import find_family
 from ..models.loaders import COLPALI_ENGINE
 from ..index.format.manifest import Document, ModelInfo, Settings, Span, describe
 from ..core.types import SearchHit
-from ..index.protocols import View as Index
+from ..index.protocols import View
 from ..index.local.store import LocalStore
 from .transfer import write_documents
 
@@ -89,7 +89,7 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def export_byaldi(index: Index, out: Path, with_images: bool = False, dpi: int = 150, force: bool = False) -> dict:
+def export_byaldi(index: View, out: Path, with_images: bool = False, dpi: int = 150, force: bool = False) -> dict:
     """Write `index` as a byaldi index folder `out` (load it with from_index(out.name, index_root=out.parent)).
 
     Everything is written to a new folder beside `out`, swapped in only once complete: a
@@ -128,7 +128,7 @@ def _swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_export(index: Index, out: Path, model_name: str, with_images: bool, dpi: int) -> dict:
+def _write_export(index: View, out: Path, model_name: str, with_images: bool, dpi: int) -> dict:
     import torch
 
     (out / "embeddings").mkdir(parents=True)

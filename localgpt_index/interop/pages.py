@@ -1,4 +1,6 @@
-"""Page images for answerers: the pages of search hits, rendered from their source at a chosen dpi."""
+"""Page images for answerers: the pages of search hits, rendered from their source at a chosen dpi, and the
+one rule every front end (query --with-images, serve's with_images, the MCP tools) applies to a page that
+cannot be rendered: its own hit carries why (page_or_error), the others keep their images."""
 
 from __future__ import annotations
 
@@ -11,19 +13,32 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from PIL import Image
 
 from ..ingest.discover import IMAGE, PDF
 from ..core.errors import LgptError
 from ..core.types import SearchHit
-from ..index.protocols import View as Index
+from ..index.format.manifest import Document
+from ..index.protocols import Store
 
 DEFAULT_DPI = 150
+Rendered = TypeVar("Rendered", bytes, tuple[bytes, bool])  # a page's PNG, and what else its renderer says; never text
+CANNOT_RENDER = ("the page cannot be rendered: its source changed or disappeared since it was indexed (run build), "
+                 "or the stored PDF is damaged")
 
 
-def page_image(index: Index, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Image:
+class Pages(Protocol):
+    """What page_image reads of an open index: a View, or what open_index returns (query.search.Searcher)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def document(self, path: str) -> Document | None: ...
+
+
+def page_image(index: Pages, hit: SearchHit, dpi: int = DEFAULT_DPI) -> Image.Image:
     """The page as an image: from the PDF a document was converted to (kept in the index), the
     source PDF, or the image file. A source that changed since it was indexed is refused."""
     doc = index.document(hit.path)
@@ -85,8 +100,28 @@ def png_bytes(image: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
-def png_base64(image: Image.Image) -> str:
-    return base64.b64encode(png_bytes(image)).decode("ascii")
+def page_or_error(render: Callable[[], Rendered]) -> Rendered | str:
+    """What `render` gives of a page (its PNG), or why the page has none (a str: CANNOT_RENDER and the
+    reason): a page that cannot be rendered costs its own hit its image, never the answer."""
+    try:
+        return render()
+    except LgptError as exc:
+        return f"{CANNOT_RENDER}: {exc.message}"
+
+
+def attach_images(document: dict, results: Sequence[Sequence[SearchHit]], index: Pages, dpi: int) -> None:
+    """Each hit of `document` (reports.query_document's, for `results`) with its page as base64 PNG in
+    `image_base64`, or null there and an `image_error` (page_or_error); a page found twice rendered once."""
+    done: dict[tuple[str, int], bytes | str] = {}
+    for answer, hits in zip(document["queries"], results):
+        for entry, hit in zip(answer["results"], hits):
+            key = (hit.sha256, hit.page)
+            if key not in done:
+                done[key] = page_or_error(lambda: png_bytes(page_image(index, hit, dpi)))  # noqa: B023 - called at once
+            found = done[key]
+            entry["image_base64"] = None if isinstance(found, str) else base64.b64encode(found).decode("ascii")
+            if isinstance(found, str):
+                entry["image_error"] = found
 
 
 def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
@@ -129,7 +164,7 @@ def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], b
     return out / "manifest.json"
 
 
-def local_page(index: Index, dpi: int) -> Callable[[dict], bytes]:
+def local_page(index: Pages, dpi: int) -> Callable[[dict], bytes]:
     """A fetcher for export_pages that renders from this index."""
 
     def fetch(hit: dict) -> bytes:

@@ -10,50 +10,42 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from ..core.types import SearchHit
-from ..index.protocols import View as Index
+from ..index.protocols import View
 from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 
-def query_document(index: Index, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
-                   with_images: bool = False, dpi: int = 150, mode: str | None = None, fusion: str | None = None) -> dict:
-    """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json)."""
-    from .pages import page_image, png_base64
-
-    def result(hit: SearchHit) -> dict:
-        if with_images:
-            return {**hit.to_dict(), "image_base64": png_base64(page_image(index, hit, dpi))}
-        return hit.to_dict()
-
-    queries = [{"query": q, "results": [result(hit) for hit in hits]} for q, hits in zip(texts, results)]
+def query_document(view: View, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
+                   mode: str | None = None, fusion: str | None = None) -> dict:
+    """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json), without page
+    images: pages.attach_images (serve: its PageImages) adds them to the hits."""
+    queries = [{"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(texts, results)]
     how = {"mode": mode} if mode else {}
     if mode == "hybrid" and fusion:
         how["fusion"] = fusion
-    document = _validated({"version": QUERY_SCHEMA_VERSION, "index": index.store.location, "model": index.manifest.model.id,
-                           "k": k, **how, "queries": queries}, as_built=not with_images)
+    document = _validated({"version": QUERY_SCHEMA_VERSION, "index": view.store.location, "model": view.manifest.model.id,
+                           "k": k, **how, "queries": queries})
     if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
         document.update(document["queries"][0])
     return document
 
 
-def _validated(document: dict, as_built: bool) -> dict:
+def _validated(document: dict) -> dict:
     """`document` checked against QueryDocument in one pass (a model per hit was most of building a
     server's answer). Where it holds exactly the published types (strict validation passes) it is the
-    document as built, which the model's dump would only copy; otherwise, and where `as_built` is false
-    (a hit's image: the schema places it), the validated model's dump, coerced; an invalid one raises."""
-    if as_built:
-        try:
-            QueryDocument.__pydantic_validator__.validate_python(document, strict=True)
-            return document
-        except ValidationError:
-            pass
-    return QueryDocument.model_validate(document).to_json()
+    document as built, which the model's dump would only copy; otherwise the validated model's dump,
+    coerced; an invalid one raises."""
+    try:
+        QueryDocument.__pydantic_validator__.validate_python(document, strict=True)
+        return document
+    except ValidationError:
+        return QueryDocument.model_validate(document).to_json()
 
 
-def status_document(index: Index) -> dict:
+def status_document(view: View) -> dict:
     """`status --json` and `GET /status` (status.schema.json)."""
-    m = index.manifest
+    m = view.manifest
     return {
-        "index": index.store.location,
+        "index": view.store.location,
         "generation": m.generation,
         "documents": len(m.documents),
         "pages": m.page_count,
@@ -61,24 +53,24 @@ def status_document(index: Index) -> dict:
         "in_progress": len(m.in_progress),
         "model": m.model.model_dump(),
         "settings": m.settings.model_dump(exclude_none=True),
-        "size_bytes": index.store.size_bytes(m),
+        "size_bytes": view.store.size_bytes(m),
         "last_build": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(m.created)),
         "tool_version": m.tool_version,
         "format": m.format,
         "failures": [f.model_dump() for f in m.failures],
-        "text": _total(text_sources(index).values()),
-        "first_pass": first_pass_status(index),
+        "text": _total(text_sources(view).values()),
+        "first_pass": first_pass_status(view),
     }
 
 
-def first_pass_status(index: Index) -> dict:
+def first_pass_status(view: View) -> dict:
     """The binary first pass: the `auto` threshold, whether this index's `--first-pass auto` queries
     would use it (and why), and how many segments have current codes (`lgpt-index upgrade` writes the rest)."""
     from ..index.scoring.codes.artifact import NAME, READABLE
     from ..index.scoring.codes.plan import AUTO_FROM_PAGES, DEFAULT_CANDIDATES, THRESHOLD, physical_memory
 
-    segments = index.manifest.segments.values()
-    path = getattr(index, "view", index).scoring_path("auto")
+    segments = view.manifest.segments.values()
+    path = view.scoring_path("auto")
     return {
         "threshold": THRESHOLD,
         "auto_from_pages": AUTO_FROM_PAGES,
@@ -93,15 +85,15 @@ def first_pass_status(index: Index) -> dict:
     }
 
 
-def documents_document(index: Index, prefix: str = "", failed: bool = False) -> dict:
+def documents_document(view: View, prefix: str = "", failed: bool = False) -> dict:
     """`ls --json` and `GET /documents` (documents.schema.json): the documents under `prefix`
     (a path prefix, absolute or as given), or with `failed` the documents the last build could not index."""
-    m = index.manifest
-    document: dict = {"index": index.store.location, "generation": m.generation, "prefix": prefix}
+    m = view.manifest
+    document: dict = {"index": view.store.location, "generation": m.generation, "prefix": prefix}
     if failed:
         document["failures"] = [f.model_dump() for f in m.failures if f.path.startswith(prefix)]
         return document
-    sources = text_sources(index, prefix)
+    sources = text_sources(view, prefix)
     document["documents"] = [
         {"path": d.path, "pages": d.pages, "kind": d.kind, "converter": d.converter, "sha256": d.sha256,
          "size": d.size, "metadata": dict(d.metadata), "text": sources[d.path]}
@@ -113,20 +105,20 @@ def documents_document(index: Index, prefix: str = "", failed: bool = False) -> 
 TEXT_SOURCES = ("layer", "ocr", "none", "unknown")
 
 
-def text_sources(index: Index, prefix: str = "") -> dict[str, dict[str, int]]:
+def text_sources(view: View, prefix: str = "") -> dict[str, dict[str, int]]:
     """Per document (under `prefix`), its pages by the source of their text: the PDF's text layer,
     OCR, none; unknown for pages written before the index kept page text (a --rebuild reads it).
     Reads the text parts of the segments these documents are in (each once)."""
     from ..index.text.artifact import page_texts
 
-    m = index.manifest
+    m = view.manifest
     read: dict = {}
     counts: dict[str, dict[str, int]] = {}
     for doc in m.documents:
         if not doc.path.startswith(prefix):
             continue
         count = dict.fromkeys(TEXT_SOURCES, 0)
-        for found in page_texts(m.segments, doc, index.blobs(), read):
+        for found in page_texts(m.segments, doc, view.blobs(), read):
             source = found[1] if found is not None else "unknown"
             count[source if source in count else "unknown"] += 1
         counts[doc.path] = count

@@ -14,6 +14,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.types import Fusion, Mode
+
 QUERY_SCHEMA_VERSION: Final = 1
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "query.schema.json"
 
@@ -101,8 +103,8 @@ class QueryDocument(_Document):
     index: str
     model: str
     k: int = Field(ge=1)
-    mode: Literal["hybrid", "visual", "text"] = _absent("how the pages were found: hybrid fuses the text and visual lists")
-    fusion: Literal["weighted", "rrf"] = _absent("hybrid: how the two lists were fused")
+    mode: Mode = _absent("how the pages were found: hybrid fuses the text and visual lists")
+    fusion: Fusion = _absent("hybrid: how the two lists were fused")
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
     results: list[Hit] = _absent("present when exactly one query was asked")
@@ -114,7 +116,7 @@ class QueryDocument(_Document):
         return self.model_dump(exclude_unset=True)
 
 
-def json_schema() -> dict[str, Any]:
+def query_json_schema() -> dict[str, Any]:
     """The published JSON schema of the query document (query.schema.json)."""
     schema = QueryDocument.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -123,5 +125,5 @@ def json_schema() -> dict[str, Any]:
 
 
 if __name__ == "__main__":  # python -m localgpt_index.interop.results: write the published schema
-    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
+    SCHEMA_FILE.write_text(json.dumps(query_json_schema(), indent=2) + "\n")
     print(SCHEMA_FILE)

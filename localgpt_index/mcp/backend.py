@@ -15,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
 from ..core.errors import IndexProblem, UsageError
-from ..core.types import SearchHit
+from ..core.types import MODES, Mode, SearchHit
 from ..interop.reports import documents_document, status_document
-from ..query.search import QueryOptions
-from ..serve.httpguard import PathPolicy, check_query_texts
+from ..query.request import QueryRequest
+from ..serve.httpguard import PathPolicy
 from ..serve.batcher import QueryBatcher
-from ..serve.service import IndexService, SearchRequest
+from ..serve.service import IndexService
 from .images import FittedImage, McpPageImages
-from .schemas import (DocumentEntry, DocumentList, FailedDocument, Hit, ImageCaps, IndexStatus, PageAnswer, PageImage,
+from .schemas import (DocumentEntry, DocumentList, FailedDocument, FoundPage, ImageCaps, IndexStatus, PageAnswer, PageImage,
                       SearchAnswer, TextCaps, WatchStatus)
 
 WORKERS = 32  # calls whose work past the model runs side by side; the 33rd waits for one of them
@@ -108,20 +107,16 @@ class IndexTools:
 
     # the tools
 
-    async def search(self, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None,
-                     with_images: bool) -> tuple[SearchAnswer, list[FittedImage]]:
-        query = check_query_texts([query], "query")[0]
-        if any(not key for key in filters):
-            raise UsageError("filters: a key may not be empty.")
+    async def search(self, request: QueryRequest) -> tuple[SearchAnswer, list[FittedImage]]:
+        """The tool's answer to `request` (one query, schemas.SearchArguments)."""
         index = await self.run(self.current)
-        request = search_request(index, query, k, filters, mode, first_pass)
-        used = request_mode(index, request)
+        used = index.mode(request)  # the query layer's choice: a mode the index cannot answer is refused
         if index.page_count == 0:
             raise IndexProblem(f"the index at {index.store.location} holds no pages yet.", hint=BUILD_HINT)
         generation, visual = (index, None) if used == "text" else await self._visual_list(index, request)  # text: no model
-        return await self.run(self._answer, generation, request, used, visual, with_images)
+        return await self.run(self._answer, generation, request, used, visual)
 
-    async def _visual_list(self, index, request: SearchRequest) -> tuple[Any, list[SearchHit]]:
+    async def _visual_list(self, index, request: QueryRequest) -> tuple[Any, list[SearchHit]]:
         """The model's part of `request`: its visual list, deep enough for the fusion, from the batcher
         (with the queries of the other calls); the generation that answered."""
         loading = self.start_loading()
@@ -131,20 +126,18 @@ class IndexTools:
         if not self._batching:  # started on the loop that serves the tools
             self.batcher.start()
             self._batching = True
-        options = QueryOptions(mode="visual")  # the text side is the worker's (_answer)
-        visual = replace(request, k=index.visual_depth(request.k, request.options), options=options)
+        # the text side is the worker's (_answer); the depth is the fusion's, past the tool's own limit on k
+        visual = request.model_copy(update={"k": index.visual_depth(request), "mode": "visual", "with_text": False})
         answer = await self.batcher.submit(visual)
         return answer.index, answer.results[0]
 
-    def _answer(self, index, request: SearchRequest, used: str, visual: list[SearchHit] | None,
-                with_images: bool) -> tuple[SearchAnswer, list[FittedImage]]:
+    def _answer(self, index, request: QueryRequest, used: Mode, visual: list[SearchHit] | None) -> tuple[SearchAnswer, list[FittedImage]]:
         """On a worker: the rest of a search (the text list, fusion, snippets, page text, images), capped."""
-        filters = dict(request.filters) or None
-        hits = index.finish(request.queries, None if visual is None else [visual], request.k, filters, request.options)[0]
+        hits = index.finish(request, None if visual is None else [visual])[0]
         entries = [self._hit(index, hit) for hit in hits]
         self._cap_texts(entries)
         images: list[FittedImage] = []
-        if with_images and hits:
+        if request.with_images and hits:
             for entry, image in zip(entries, self.images.fitted(index, hits)):
                 self._attach(entry, image, images)
         return SearchAnswer(query=request.queries[0], mode=used, k=request.k, generation=index.manifest.generation,
@@ -152,7 +145,7 @@ class IndexTools:
 
     def list_documents(self, prefix: str, offset: int, limit: int) -> DocumentList:
         index = self.current()
-        published = self.policy.publish(documents_document(index, self.policy.prefix(prefix, index)), index)
+        published = self.policy.publish(documents_document(index.view, self.policy.prefix(prefix, index)), index)
         everything = published["documents"]
         chosen = everything[offset : offset + limit]
         more = offset + limit if offset + limit < len(everything) else None
@@ -163,7 +156,7 @@ class IndexTools:
 
     def status(self) -> IndexStatus:
         index = self.current()
-        status = self.policy.publish(status_document(index), index)
+        status = self.policy.publish(status_document(index.view), index)
         problem = self.service.failure.message if self.service.failure else self.service.stale
         return IndexStatus(index=status["index"], generation=status["generation"], documents=status["documents"],
                            pages=status["pages"], model=status["model"]["id"], model_state=self.model_state(),
@@ -203,19 +196,19 @@ class IndexTools:
     def _name(self, path: str, index) -> str:
         return path if self.policy.absolute else self.policy.relative(path, self.policy.root(index))
 
-    def _hit(self, index, hit: SearchHit) -> Hit:
-        return Hit(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
-                   kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=getattr(hit, "snippet", None),
-                   text=page_text(index, hit))
+    def _hit(self, index, hit: SearchHit) -> FoundPage:
+        return FoundPage(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
+                         kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=hit.snippet,
+                         text=page_text(index, hit))
 
-    def _cap_texts(self, entries: list[Hit] | list[PageAnswer]) -> None:
+    def _cap_texts(self, entries: list[FoundPage] | list[PageAnswer]) -> None:
         """The page texts of one answer cut to fit the text caps, each cut one saying so."""
         limits = self.text_caps.limits([len(entry.text or "") for entry in entries])
         for entry, limit in zip(entries, limits):
             if entry.text is not None and len(entry.text) > limit:
                 entry.text, entry.text_truncated = cut_text(entry.text, limit), True
 
-    def _attach(self, entry: Hit | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
+    def _attach(self, entry: FoundPage | PageAnswer, image: FittedImage | str, images: list[FittedImage]) -> None:
         if isinstance(image, str):
             entry.image_error = self.policy.message(image)
             return
@@ -239,21 +232,12 @@ def has_text(index) -> bool:
 
 def search_modes(index) -> list[str]:
     """visual always; text and hybrid where the index reads text (even while no page has any)."""
-    return ["hybrid", "visual", "text"] if index.lexical is not None else ["visual"]
-
-
-def search_request(index, query: str, k: int, filters: dict[str, str], mode: str | None, first_pass: int | None) -> SearchRequest:
-    return SearchRequest((query,), k, tuple(sorted(filters.items())), first_pass, QueryOptions(mode=mode, with_text=True))
-
-
-def request_mode(index, request: SearchRequest) -> str:
-    """The mode that answers `request` (the query layer's choice; it refuses a mode the index cannot answer)."""
-    return index.mode(request.options)
+    return list(MODES) if index.lexical is not None else ["visual"]
 
 
 def page_text(index, hit: SearchHit) -> str | None:
     """The page's text: carried by the hit, or read from the generation's text index."""
-    text = getattr(hit, "text", None)
+    text = hit.text
     if text is not None:
         return text
     lexical = index.lexical

@@ -13,9 +13,9 @@ from PIL import Image
 
 from ..core.errors import LgptError
 from ..core.types import SearchHit
-from ..interop.pages import png_bytes
+from ..interop.pages import page_or_error, png_bytes
 from ..ingest.processes import Stopped
-from ..serve.images import CANNOT_RENDER, STOPPING, PageImages
+from ..serve.images import STOPPING, PageImages
 from .schemas import MIN_IMAGE_SIDE, RENDER_DPI, ImageCaps
 
 
@@ -62,11 +62,11 @@ class McpPageImages:
 
     def _one(self, index, hit: SearchHit, limit: int) -> FittedImage | str:
         try:
-            png, _ = self.pages.png(index, hit, RENDER_DPI)
-        except LgptError as exc:
-            return f"{CANNOT_RENDER}: {exc.message}"
+            png = page_or_error(lambda: self.pages.png(index, hit, RENDER_DPI)[0])
         except Stopped:  # the server is stopping (SIGTERM, Ctrl-C): its renders were ended
             return STOPPING
+        if isinstance(png, str):
+            return png
         try:
             return fit_png(png, limit)
         except LgptError as exc:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from ..core.errors import UsageError
+from ..query.request import Limits, QueryRequest
 
 MAX_K = 50  # hits per search: an answerer reads them all
 MAX_LIST = 500  # documents per list_documents page
@@ -62,6 +63,13 @@ class TextCaps:
         return [min(length, cap) for length in wanted]
 
 
+class SearchArguments(QueryRequest):
+    """The `search` tool's request: one query (its `query` argument), at most MAX_K pages, a number of pages
+    for the first pass (the server's index is not this client's to judge); each hit carries its page's text."""
+
+    limits = Limits(queries=1, k=MAX_K, auto=False, place="query")
+
+
 class PageImage(BaseModel):
     """A page image sent as MCP image content (image/png), after the text content of the answer."""
 
@@ -72,7 +80,9 @@ class PageImage(BaseModel):
     scaled: bool = Field(description="downscaled to fit the size caps")
 
 
-class Hit(BaseModel):
+class FoundPage(BaseModel):
+    """A page the search tool found, named as list_documents names its document."""
+
     rank: int
     score: float
     document: str = Field(description="the document's path, as list_documents names it")
@@ -92,7 +102,7 @@ class SearchAnswer(BaseModel):
     mode: str = Field(description="how the pages were ranked")
     k: int
     generation: int = Field(description="the index generation that answered")
-    hits: list[Hit]
+    hits: list[FoundPage]
 
 
 class DocumentEntry(BaseModel):

@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import base64
 import functools
+import inspect
 import json
 import re
 import sys
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, WithJsonSchema
 
 from .._version import __version__
-from ..core.errors import LgptError
-from ..models.protocols import MAX_QUERY_CHARS
+from ..core.errors import LgptError, UsageError
+from ..query.request import MAX_QUERY_CHARS
 from ..serve.httpguard import printable, redact
 from .backend import IndexTools
 from .images import FittedImage
-from .schemas import MAX_K, MAX_LIST, DocumentList, IndexStatus, PageAnswer, SearchAnswer
+from .schemas import MAX_LIST, DocumentList, IndexStatus, PageAnswer, SearchAnswer, SearchArguments
 
 INSTRUCTIONS = """lgpt-index: visual retrieval over an indexed folder of documents (PDF, office files, images).
 `search` returns the pages that best answer a question (with their images when asked, size-capped);
@@ -32,14 +33,8 @@ INSTRUCTIONS = """lgpt-index: visual retrieval over an indexed folder of documen
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
-Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the question, in words")]
-TopK = Annotated[int, Field(ge=1, le=MAX_K, description="pages to return")]
-Filters = Annotated[dict[str, str] | None, Field(description='metadata the documents must have, e.g. {"team": "finance"}')]
-Mode = Annotated[Literal["visual", "text", "hybrid"] | None,
-                 Field(description="how to rank: visual (the page images), text, hybrid; index_status lists the modes the index "
-                                   "answers; default: the index's own")]
-FirstPass = Annotated[int | None, Field(ge=1, le=1_000_000, description="lossy: score cheap codes first, then only the best N "
-                                                                         "pages exactly")]
+SEARCH_FIELDS = ("k", "filters", "mode", "first_pass", "with_images")  # the request's fields the search tool takes
+QUERY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "the question, in words"}
 Document = Annotated[str, Field(min_length=1, max_length=4096, description="a document as search or list_documents name it "
                                                                             "(or its sha256)")]
 Page = Annotated[int, Field(ge=1, description="1-based page number")]
@@ -50,17 +45,20 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
     server: MCPServer = MCPServer("lgpt-index", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
                                   lifespan=lifespan, middleware=[_plain_argument_errors])
 
-    @server.tool(annotations=READ_ONLY)
-    @_tool_errors(tools)
-    async def search(query: Query, k: TopK = 5, filters: Filters = None, mode: Mode = None, first_pass: FirstPass = None,
-                     with_images: Annotated[bool, Field(description="each hit's page as an image (PNG), all of them "
-                                                                     "within the answer's size cap")] = False,
-                     ) -> Annotated[CallToolResult, SearchAnswer]:
+    async def search(**arguments: Any) -> CallToolResult:
         """The pages of the indexed documents that best answer `query`, best first: document, page, score, the
         page's text when the index has it (cut to fit the text caps), and with `with_images` the page images,
         scaled down to fit the image caps."""
-        answer, images = await tools.search(query, k, filters or {}, mode, first_pass, with_images)
+        query = arguments.pop("query")
+        try:
+            request = SearchArguments.model_validate({"queries": [query], "with_text": True, **arguments})
+        except ValidationError as exc:  # past the types the SDK checked: the request's own limits, said as the SDK says its own
+            raise UsageError(plain_argument_problems(str(exc))) from None
+        answer, images = await tools.search(request)
         return _result(answer, images)
+
+    search.__signature__ = search_signature()  # type: ignore[attr-defined]  # the SDK reads the tool's parameters from it
+    server.tool(annotations=READ_ONLY)(_tool_errors(tools)(search))
 
     @server.tool(annotations=READ_ONLY)
     @_tool_errors(tools)
@@ -87,6 +85,20 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
         return _result(answer, images)
 
     return server
+
+
+def search_signature() -> inspect.Signature:
+    """The search tool's parameters, generated from its request (SearchArguments): `query`, then the request's
+    fields it takes, each published with the request's own schema (the tool's limits in it) and checked when
+    the request is built."""
+    published = SearchArguments.model_json_schema()["properties"]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("query", keyword, annotation=Annotated[str, WithJsonSchema(QUERY_SCHEMA)])]
+    for name in SEARCH_FIELDS:
+        field = SearchArguments.model_fields[name]
+        parameters.append(inspect.Parameter(name, keyword, default=field.get_default(call_default_factory=True),
+                                            annotation=Annotated[Any, WithJsonSchema(published[name])]))
+    return inspect.Signature(parameters, return_annotation=Annotated[CallToolResult, SearchAnswer])
 
 
 def _result(answer: BaseModel, images: list[FittedImage]) -> CallToolResult:

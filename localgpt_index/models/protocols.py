@@ -1,6 +1,7 @@
 """What build, query and serve call of an encoder: PageEncoder and QueryEncoder.
 
-And the limits every query encoder applies (check_queries)."""
+And the query length the models read well (MAX_QUERY_TOKENS; a query's text is checked before it
+comes here: query.request.check_query_text)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from .resolve import ModelRef
     from .tuning import CpuTuner
 
-MAX_QUERY_CHARS = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
 MAX_QUERY_TOKENS = 512  # what the models read well: ColPali-family training queries are far shorter
 
 
@@ -26,7 +26,7 @@ class QueryEncoder(Protocol):
     precision: Precision
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """One float32 array (tokens, dim) per query (check_queries' limits apply)."""
+        """One float32 array (tokens, dim) per query (texts checked by query.request.check_query_text)."""
         ...
 
 
@@ -55,20 +55,3 @@ class PageEncoder(QueryEncoder, Protocol):
 
         Raises DeviceOutOfMemory, DeviceLost, or another exception for a page it cannot encode."""
         ...
-
-
-def check_queries(texts: Sequence[str]) -> list[str]:
-    """Queries fit for a model: not empty, not longer than it reads (UsageError otherwise)."""
-    from ..core.errors import UsageError
-
-    checked = []
-    for number, text in enumerate(texts, 1):
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError(f"query {number} is empty.")
-        if len(text) > MAX_QUERY_CHARS:
-            raise UsageError(
-                f"query {number} is {len(text):,} characters long; queries are limited to {MAX_QUERY_CHARS:,} "
-                f"characters ({MAX_QUERY_TOKENS} tokens, what the model reads)."
-            )
-        checked.append(text)
-    return checked

@@ -11,7 +11,7 @@ import numpy as np
 
 from .families import check_visual_tokens_supported, family_named
 from .page_batches import QUERY_BATCH, GridPages, ShapedPages, SharedPromptPages, forward_by_shape
-from .protocols import MAX_QUERY_TOKENS, PageEncoder, check_queries
+from .protocols import MAX_QUERY_TOKENS, PageEncoder
 from .loaders import quiet_transformers
 from .qwen_frames import patch_embeddings_as_products, temporal_frames
 from .render_size import ProcessorGeometry
@@ -97,7 +97,6 @@ class TorchEncoder(PageEncoder):
         by up to 0.07 per component (tests/test_encoder.py), which reorders results."""
         from ..core.errors import UsageError
 
-        texts = check_queries(texts)
         with quiet_transformers():
             tokenised = [self.processor.process_queries([text]) for text in texts]
             for number, batch in enumerate(tokenised):

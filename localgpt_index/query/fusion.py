@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 
-Method = Literal["weighted", "rrf"]
-METHODS: Final = ("weighted", "rrf")
+from ..core.types import FUSIONS, Fusion
+
 RRF_K: Final = 60
 LEAD_RANK: Final = 10
 EVIDENCE_CAP: Final = 10.0
@@ -88,10 +88,10 @@ def evidence_weights(lists: Mapping[str, Sequence[float]]) -> dict[str, float]:
     return weights
 
 
-def fuse(lists: Mapping[str, Sequence[tuple[Hashable, float]]], method: Method = "weighted", k: int = RRF_K) -> list[Fused]:
+def fuse(lists: Mapping[str, Sequence[tuple[Hashable, float]]], method: Fusion = "weighted", k: int = RRF_K) -> list[Fused]:
     """All keys of all lists, best first. Ties: the better best rank in any list, then first seen."""
-    if method not in METHODS:
-        raise ValueError(f"unknown fusion {method!r}: one of {', '.join(METHODS)}")
+    if method not in FUSIONS:
+        raise ValueError(f"unknown fusion {method!r}: one of {', '.join(FUSIONS)}")
     if k < 0:
         raise ValueError(f"the RRF k must be >= 0, not {k}")
     contributions: dict[str, list[float]] = {}

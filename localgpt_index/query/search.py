@@ -11,17 +11,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.errors import EnvironmentMissing, IndexProblem, MissingIndexFile
-from ..core.types import SearchHit
+from ..core.types import Mode, SearchHit
 from ..index.scoring.device import DeviceScorer, DeviceScoring
 from ..index.local.store import LocalStore
 from ..index.local.store import index_path
 from ..index.text.engine import LexicalIndex
-from ..index.protocols import View
-from ..models.protocols import QueryEncoder, check_queries
+from ..index.format.manifest import Document, Manifest
+from ..index.protocols import ExactScoring, Store, View
+from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
-from .hybrid import Mode, QueryOptions, answer, choose_mode, visual_depth
+from .hybrid import answer, choose_mode, visual_depth
+from .request import QueryRequest, QuerySettings, validated
 
-__all__ = ["DeviceScoring", "Index", "QueryOptions", "SearchHit", "load_query_encoder", "open_index"]
+__all__ = ["DeviceScoring", "SearchHit", "Searcher", "load_query_encoder", "open_index"]
 _UNSET: Any = object()
 
 
@@ -38,9 +40,9 @@ def load_query_encoder(ref: ModelRef, spec: ModelSpec = ModelSpec()) -> QueryEnc
     return open_probed_encoder(ref, spec, queries=True)
 
 
-class Index:
-    """A read-only view of one committed generation of an index (an View: its store, manifest,
-    documents, page_vectors and search_vectors are the view's), with the query encoder of its model."""
+class Searcher:
+    """One committed generation of an index (`view`, an index.protocols.View) with the query encoder of its
+    model: it answers query requests (QueryRequest). What it reads of the generation is the view's."""
 
     def __init__(self, view: View, lexical: LexicalIndex | None = _UNSET, scoring: DeviceScoring | None = None) -> None:
         self.view = view
@@ -48,6 +50,26 @@ class Index:
         self._lexical = lexical
         self.scoring = scoring or DeviceScoring()
         self._device_scorer: DeviceScorer | None = None  # this generation's (its resident vectors), made on first use
+        self._scored_on: DeviceScorer | None = None  # the device scorer of the last pass; None: the CPU scorer's
+
+    @property
+    def store(self) -> Store:
+        return self.view.store
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.view.manifest
+
+    @property
+    def documents(self) -> list[Document]:
+        return self.view.documents
+
+    @property
+    def page_count(self) -> int:
+        return self.view.page_count
+
+    def document(self, path: str) -> Document | None:
+        return self.view.document(path)
 
     @property
     def lexical(self) -> LexicalIndex | None:
@@ -62,14 +84,9 @@ class Index:
                 self._lexical = LexicalIndex.create() if not self.view.documents else None
         return self._lexical
 
-    def mode(self, options: QueryOptions | None = None) -> Mode:
-        """The mode a query with `options` is answered in (hybrid by default when the index has text)."""
-        return choose_mode(options or QueryOptions(), self.lexical, self.store.location)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "view":  # not set yet (a copy being built): no recursion
-            raise AttributeError(name)
-        return getattr(self.view, name)
+    def mode(self, settings: QuerySettings | None = None) -> Mode:
+        """The mode a request with `settings` is answered in (hybrid by default when the index has text)."""
+        return choose_mode(settings.mode if settings is not None else None, self.lexical, self.store.location)
 
     def load_encoder(self, spec: ModelSpec = ModelSpec()) -> QueryEncoder:
         """Load the model the index was built with (the revision it recorded), on the spec's device and dtype;
@@ -89,67 +106,55 @@ class Index:
         self._encoder = load_query_encoder(ref, spec)
         return self._encoder
 
-    def search(
-        self,
-        queries: str | Sequence[str],
-        k: int = 5,
-        filters: dict[str, str] | None = None,
-        candidates: int | None = None,
-        options: QueryOptions | None = None,
-    ) -> list[list[SearchHit]]:
-        """Top-k pages for each query (all queries are encoded in one batch), among the
-        documents whose metadata matches every KEY=VALUE of `filters`; see search_vectors.
-        `options`: the mode (hybrid, visual, text) and fusion; text mode loads no model."""
-        texts = check_queries([queries] if isinstance(queries, str) else list(queries))
-        options = options or QueryOptions()
-        if self.mode(options) == "text":
-            return self.search_encoded(texts, None, k, filters=filters, options=options)
+    def search(self, request: QueryRequest | str | Sequence[str], **fields: Any) -> list[list[SearchHit]]:
+        """Top-k pages for each query of `request` (all encoded in one batch): a QueryRequest, or the
+        queries and the request's other fields as keywords (k, filters, first_pass, mode, fusion,
+        with_text...). Text mode loads no model."""
+        if not isinstance(request, QueryRequest):
+            request = validated(QueryRequest, "bad query", queries=[request] if isinstance(request, str) else list(request), **fields)
+        if self.mode(request) == "text":
+            return self.search_encoded(request, None)
         encoder = self._encoder or self.load_encoder()
-        return self.search_encoded(texts, encoder.encode_queries(texts), k, device=encoder.precision.device,
-                                   filters=filters, candidates=candidates, options=options)
+        return self.search_encoded(request, encoder.encode_queries(request.queries), encoder.precision.device)
 
-    def search_encoded(self, texts: Sequence[str], query_vectors: Sequence[np.ndarray] | None, k: int, device: str = "cpu",
-                       filters: dict[str, str] | None = None, candidates: int | None = None,
-                       options: QueryOptions | None = None) -> list[list[SearchHit]]:
-        """The answer to queries whose vectors are encoded already (None in text mode)."""
-        options = options or QueryOptions()
-        mode = self.mode(options)
+    def search_encoded(self, request: QueryRequest, query_vectors: Sequence[np.ndarray] | None,
+                       device: str = "cpu") -> list[list[SearchHit]]:
+        """The answer to `request` whose queries are encoded already (None in text mode)."""
+        mode = self.mode(request)
         visual = None
         if mode != "text":
             if query_vectors is None:
                 raise ValueError(f"a {mode} query needs its query vectors")
-            visual = self.search_vectors(query_vectors, visual_depth(mode, k, options), device=device, filters=filters,
-                                         candidates=candidates)
-        return self.finish(texts, visual, k, filters, options)
+            visual = self.search_vectors(query_vectors, self.visual_depth(request), device, request.filtered, request.first_pass)
+        return self.finish(request, visual)
 
-    def visual_depth(self, k: int, options: QueryOptions | None = None) -> int:
-        """How many pages each query's visual list must hold for `options` (search_vectors' k)."""
-        options = options or QueryOptions()
-        return visual_depth(self.mode(options), k, options)
+    def visual_depth(self, request: QueryRequest) -> int:
+        """How many pages each query's visual list must hold for `request` (search_vectors' k)."""
+        return visual_depth(self.mode(request), request.k)
 
-    def finish(self, texts: Sequence[str], visual: Sequence[list[SearchHit]] | None, k: int,
-               filters: dict[str, str] | None = None, options: QueryOptions | None = None) -> list[list[SearchHit]]:
+    def finish(self, request: QueryRequest, visual: Sequence[list[SearchHit]] | None) -> list[list[SearchHit]]:
         """The top-k of each query from its visual list (search_vectors with visual_depth; None in
-        text mode): the text list asked and fused here, as `options` say."""
-        options = options or QueryOptions()
-        return answer(self.view, self.lexical, texts, visual, k, filters, self.mode(options), options)
+        text mode): the text list asked and fused here, as `request` says."""
+        return answer(self.view, self.lexical, request, visual, self.mode(request))
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
-                       filters: dict[str, str] | None = None, candidates: int | None = None) -> list[list[SearchHit]]:
+                       filters: dict[str, str] | None = None, first_pass: int | str | None = None) -> list[list[SearchHit]]:
         """The view's ranking of already-encoded queries (View.search_vectors), scored exactly on
         the device `self.scoring` picks for `device` (the model's): the CPU scorer, or the device scorer."""
         self._choose_scorer(device)
-        return self.view.search_vectors(query_vectors, k, device=device, filters=filters, candidates=candidates)
+        return self.view.search_vectors(query_vectors, k, device=device, filters=filters, first_pass=first_pass)
 
-    def prepare_scoring(self, device: str) -> None:
-        """The exact scorer for `device` chosen now (serve's sweep scores the view's parts itself)."""
-        self._choose_scorer(device)
+    def prepare_scoring(self, device: str) -> ExactScoring | None:
+        """The view's exact scoring with the scorer for `device` chosen (serve's sweep scores its parts
+        itself); None: the store ranks the pages (Qdrant)."""
+        return self._choose_scorer(device)
 
-    def _choose_scorer(self, device: str) -> None:
-        """The hook where exact scoring is chosen: a local view gets this generation's device scorer
-        when `self.scoring` puts scoring on a device (DeviceScoring.device_for); else the CPU scorer."""
-        if not hasattr(self.view, "exact_scorer"):  # a store that ranks by itself (Qdrant)
-            return
+    def _choose_scorer(self, device: str) -> ExactScoring | None:
+        """Where exact scoring runs: this generation's device scorer when `self.scoring` puts scoring on a
+        device (DeviceScoring.device_for), else the CPU scorer; handed to the view's exact scoring."""
+        exact = self.view.exact_scoring()
+        if exact is None:  # a store that ranks by itself (Qdrant)
+            return None
         on = self.scoring.device_for(device)
         if on is not None and (self._device_scorer is None or self._device_scorer.requested != on):
             try:
@@ -157,14 +162,15 @@ class Index:
             except ImportError:
                 raise EnvironmentMissing(f"the device scorer (on {on}) needs torch, which cannot be imported here.",
                                          hint="Install lgpt-index with its dependencies, or score on the CPU: --scorer cpu.") from None
-        self.view.exact_scorer = self._device_scorer if on is not None else None
-        if self._device_scorer is not None and on is not None:
-            self._device_scorer.stats.begin()
+        self._scored_on = self._device_scorer if on is not None else None
+        exact.use_scorer(self._scored_on)
+        if self._scored_on is not None:
+            self._scored_on.stats.begin()
+        return exact
 
     def device_scoring(self) -> dict[str, Any] | None:
         """What the device scorer did for the last query (query --json "scoring"."device"); None: the CPU scorer answered."""
-        scorer = getattr(self.view, "exact_scorer", None)
-        return scorer.stats.to_json() if scorer is not None else None
+        return self._scored_on.stats.to_json() if self._scored_on is not None else None
 
     def release_device(self) -> None:
         """Drop this generation's resident vectors now (serve, when it moves to a new generation)."""
@@ -173,7 +179,7 @@ class Index:
 
 
 def open_index(index_dir: str | Path | None = None, name: str | None = None, store=None,
-               scoring: DeviceScoring | None = None) -> Index:
+               scoring: DeviceScoring | None = None) -> Searcher:
     """Open the current generation of an index (default ./.lgpt-index/default), or of `store`.
 
     The manifest is validated and each segment's files are checked (sizes, header, offsets) here;
@@ -182,7 +188,7 @@ def open_index(index_dir: str | Path | None = None, name: str | None = None, sto
     store = store if store is not None else LocalStore(index_path(index_dir, name))
     for attempt in range(3):
         try:
-            return Index(store.open_view(), scoring=scoring)
+            return Searcher(store.open_view(), scoring=scoring)
         except MissingIndexFile:
             if attempt == 2:
                 raise

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 from ..core.errors import LgptError
 from ..core.failpoints import failpoint
-from ..models.protocols import QueryEncoder, check_queries
-from ..query.search import Index
-from .service import IndexService, NotReady, SearchAnswer, SearchRequest
+from ..models.protocols import QueryEncoder
+from ..query.request import QueryRequest
+from ..query.search import Searcher
+from .service import IndexService, NotReady, BatchAnswer
 from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
 
 
@@ -38,7 +39,7 @@ class QueryBatcher:
         self.service = service
         self.batches = 0  # forward passes (each for every request that had arrived)
         self.parts = self.shared_parts = 0  # parts of a pass scored, and those scored for several requests (ended sweeps)
-        self._inbox: list[tuple[SearchRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
+        self._inbox: list[tuple[QueryRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
         self._encoded: list[_Admitted] = []  # forward passes done, not yet taken by the model thread
         self._lock = threading.Lock()
         self._encoding = self._working = False
@@ -68,7 +69,7 @@ class QueryBatcher:
         with self._lock:
             return len(self._inbox) + sum(len(a.members) + len(a.others) for a in self._encoded)
 
-    async def submit(self, request: SearchRequest) -> SearchAnswer:
+    async def submit(self, request: QueryRequest) -> BatchAnswer:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -179,7 +180,7 @@ class QueryBatcher:
         self._end_sweep()
         index = self._waiting[0].index
         device = self.service.encoder.precision.device if self.service.encoder is not None else "cpu"
-        self._sweep = Sweep(index, device, SearchAnswer, self._arrived)
+        self._sweep = Sweep(index, device, BatchAnswer, self._arrived)
         self._join_waiting()
 
     def _join_waiting(self) -> None:
@@ -194,7 +195,7 @@ class QueryBatcher:
                 keep.append(member)
         self._waiting = keep
 
-    def _answer_others(self, index: Index, others: list, count: int) -> None:
+    def _answer_others(self, index: Searcher, others: list, count: int) -> None:
         """Requests a sweep cannot take, in one stacked pass per kind; one that fails alone fails only itself."""
         try:
             answers = self.service.answer_encoded(index, [o[0] for o in others], [o[3] for o in others], count)
@@ -221,12 +222,11 @@ class QueryBatcher:
         return self._encoder.submit(work, *args)
 
 
-
 @dataclass
 class _Admitted:
     """One forward pass's requests, encoded for generation `index`: sweep members, and the others."""
 
-    index: Index
+    index: Searcher
     count: int  # queries encoded in the pass
     members: list[Member] = field(default_factory=list)
     others: list[tuple] = field(default_factory=list)  # (request, future, loop, vectors)
@@ -238,12 +238,12 @@ class _Admitted:
             _deliver(future, loop, exc)
 
 
-def _encode(encoder: QueryEncoder, requests: list[SearchRequest]) -> list:
+def _encode(encoder: QueryEncoder, requests: list[QueryRequest]) -> list:
     """Each request's query vectors, from one forward pass for all; when that fails, each request
     is encoded alone, so that text the model cannot read fails its own request and no other."""
     texts = [text for request in requests for text in request.queries]
     try:
-        vectors = iter(encoder.encode_queries(check_queries(texts)))
+        vectors = iter(encoder.encode_queries(texts))
         return [[next(vectors) for _ in request.queries] for request in requests]
     except Exception as exc:  # noqa: BLE001 - any failure: each request is tried alone
         if len(requests) == 1:
@@ -251,7 +251,7 @@ def _encode(encoder: QueryEncoder, requests: list[SearchRequest]) -> list:
     encoded: list = []
     for request in requests:
         try:
-            encoded.append(list(encoder.encode_queries(check_queries(list(request.queries)))))
+            encoded.append(list(encoder.encode_queries(request.queries)))
         except Exception as exc:  # noqa: BLE001 - it fails this request only
             encoded.append(_request_error(exc))
     return encoded

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from ..core.errors import EnvironmentMissing, LgptError, UsageError
 from ..interop.results import QueryDocument
+from ..query.request import QueryRequest
 
 TIMEOUT_S = 300.0  # a first query may wait for a model that is still loading
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,12 +25,11 @@ class ServerClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
-    def query(self, texts: list[str], k: int, filters: dict[str, str], first_pass: int | None = None,
-              with_images: bool = False, dpi: int = 150, how: dict | None = None) -> dict:
-        """The server's query document for `texts`, checked: a bad answer is an LgptError naming the server.
-        `how`: mode, fusion, rrf_k, with_text (sent only when given: an older server refuses unknown fields)."""
-        body = {"queries": texts, "k": k, "filters": filters, "first_pass": first_pass, "with_images": with_images, "dpi": dpi,
-                **{key: value for key, value in (how or {}).items() if value is not None}}
+    def query(self, request: QueryRequest) -> dict:
+        """The server's query document for `request`, checked: a bad answer is an LgptError naming the server.
+        Only the queries and the fields that differ from their defaults are sent (a server that predates a
+        field refuses it, and answers a request that leaves it out)."""
+        body = {"queries": list(request.queries), **request.model_dump(mode="json", exclude_defaults=True, exclude={"queries"})}
         response = self._request("POST", "/query", json=body)
         try:
             document = response.json()
@@ -40,8 +40,8 @@ class ServerClient:
             QueryDocument.model_validate(document, strict=True)  # strict: a rank or page given as a string is refused
         except ValidationError as exc:
             raise self._bad_answer(_problems(exc)) from None
-        if len(document["queries"]) != len(texts):
-            raise self._bad_answer(f"{len(document['queries'])} answers for {len(texts)} queries")
+        if len(document["queries"]) != len(request.queries):
+            raise self._bad_answer(f"{len(document['queries'])} answers for {len(request.queries)} queries")
         return document
 
     def page(self, sha256: str, page: int, dpi: int) -> bytes:

@@ -15,30 +15,9 @@ import ipaddress
 import json
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.errors import UsageError
-from ..models.protocols import MAX_QUERY_CHARS
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def check_query_texts(texts: Sequence[str], field: str = "queries") -> list[str]:
-    """Each query on its own, before it joins a batch: a query the model could not read
-    (empty, longer than it reads, a lone surrogate that no tokenizer encodes) is refused
-    here, naming its place, so that it fails its own request and no other."""
-    for number, text in enumerate(texts):
-        where = f"{field}[{number}]"
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError(f"{where}: empty.")
-        if len(text) > MAX_QUERY_CHARS:
-            raise UsageError(f"{where}: {len(text):,} characters; queries are limited to {MAX_QUERY_CHARS:,}.")
-        bad = _SURROGATE.search(text)
-        if bad:
-            raise UsageError(f"{where}: a lone surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}; "
-                             "send text that is valid Unicode.")
-    return list(texts)
 
 
 # connections: header and body deadlines, a cap that still lets a loopback /healthz through
@@ -80,7 +59,7 @@ def error_body(status: int, message: str) -> bytes:
     return json.dumps({"error": {"status": status, "message": redact(message)}}, ensure_ascii=True).encode()
 
 
-def error_response(status: int, message: str, extra: bytes = b"") -> bytes:
+def raw_error_response(status: int, message: str, extra: bytes = b"") -> bytes:
     """A whole answer with the error document, written by the connection layer before any application
     runs (`extra`: more header lines); the connection closes after it."""
     from http import HTTPStatus
@@ -91,11 +70,11 @@ def error_response(status: int, message: str, extra: bytes = b"") -> bytes:
 
 
 def over_capacity_response() -> bytes:
-    return error_response(503, "too many connections; try again", b"retry-after: 1\r\n")
+    return raw_error_response(503, "too many connections; try again", b"retry-after: 1\r\n")
 
 
 def headers_too_large_response() -> bytes:
-    return error_response(431, f"request line and headers over {MAX_HEADER_BYTES // 1024} KiB; send less")
+    return raw_error_response(431, f"request line and headers over {MAX_HEADER_BYTES // 1024} KiB; send less")
 
 
 def is_loopback(host: str | None) -> bool:

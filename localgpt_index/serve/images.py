@@ -12,9 +12,9 @@ from collections import OrderedDict
 from fastapi import Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..core.errors import LgptError
 from ..core.failpoints import failpoint
 from ..ingest.processes import Stopped
+from ..interop.pages import page_or_error
 from .httpguard import PathPolicy
 
 MAX_IMAGE_BUDGET = 32  # with_images: page images per answer, counted at 150 dpi (one at 300 dpi counts 4)
@@ -23,8 +23,6 @@ IMAGE_CACHE_BYTES = 64 << 20  # PNGs kept for reuse
 
 
 STOPPING = "not rendered: the server is stopping"
-CANNOT_RENDER = ("the page cannot be rendered: its source changed or disappeared since it was indexed (run build), "
-                 "or the stored PDF is damaged")
 
 
 class PageImages:
@@ -103,10 +101,11 @@ class PageImages:
                 f"at {dpi} dpi); fetch it from /pages/{hit.sha256}/{hit.page}.png?dpi={dpi}")
 
     async def _one(self, index, hit, dpi: int, policy: PathPolicy) -> tuple[str | None, str | None, int]:
-        try:
-            data, new = await asyncio.to_thread(self.png, index, hit, dpi)  # in the command's ProcessScope, as render()
-        except LgptError as exc:
-            return None, policy.message(exc.message), 0
+        try:  # in the command's ProcessScope, as render()
+            found = await asyncio.to_thread(page_or_error, lambda: self.png(index, hit, dpi))
         except Stopped:
             return None, STOPPING, 0
+        if isinstance(found, str):
+            return None, policy.message(found), 0
+        data, new = found
         return base64.b64encode(data).decode("ascii"), None, int(new)

@@ -16,16 +16,15 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..core.errors import IndexProblem, LgptError, UsageError
-from ..core.metadata import parse_filters
 from ..core.types import SearchHit
 from ..interop.reports import documents_document, query_document, status_document
 from ..interop.results import QueryDocument
-from ..query.search import QueryOptions
-from .httpguard import PathPolicy, check_query_texts
-from .images import CANNOT_RENDER, PageImages
+from .httpguard import PathPolicy
+from ..interop.pages import CANNOT_RENDER
+from .images import PageImages
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .batcher import QueryBatcher
-from .service import IndexService, NotReady, SearchRequest
+from .service import IndexService, NotReady
 
 
 def _status_of(exc: LgptError) -> int:
@@ -66,16 +65,11 @@ def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, p
 
 def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy, images: PageImages) -> None:
     async def answer(body: QueryBody, http_request: Request) -> Response:
-        texts = check_query_texts(body.queries)
-        filters = body.filters if isinstance(body.filters, dict) else parse_filters(body.filters)
-        if any(not key for key in filters):
-            raise UsageError("filters: a key may not be empty")
         service.require_ready()
-        options = QueryOptions(mode=body.mode, fusion=body.fusion, rrf_k=body.rrf_k, with_text=body.with_text)
-        service.index().mode(options)  # text or hybrid of an index without text: refused here, before the batch
-        request = SearchRequest(tuple(texts), body.k, tuple(sorted(filters.items())), body.first_pass, options)
-        found = await batcher.submit(request)
-        document = query_document(found.index, texts, found.results, body.k, mode=found.index.mode(options), fusion=body.fusion)
+        service.index().mode(body)  # text or hybrid of an index without text: refused here, before the batch
+        found = await batcher.submit(body)
+        document = query_document(found.index.view, body.queries, found.results, body.k, mode=found.index.mode(body),
+                                  fusion=body.fusion)
         rendered = 0
         if body.with_images:
             rendered = await images.fill(document, found, body.dpi, http_request, policy)
@@ -150,13 +144,13 @@ def _index_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, po
     def status():
         """What the index holds: exactly `lgpt-index status --json`."""
         index = service.index()
-        return json_response(policy.publish(status_document(index), index))
+        return json_response(policy.publish(status_document(index.view), index))
 
     @app.get("/documents")
     def documents(prefix: str = Query("", max_length=4096), failed: bool = False):
         """The documents (or with failed=true, the failures) under a path prefix: `lgpt-index ls --json`."""
         index = service.index()
-        document = policy.publish(documents_document(index, policy.prefix(prefix, index), failed), index)
+        document = policy.publish(documents_document(index.view, policy.prefix(prefix, index), failed), index)
         return json_response({**document, "prefix": prefix})
 
     @app.get("/healthz")

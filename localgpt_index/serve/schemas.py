@@ -1,44 +1,30 @@
 """What `serve` accepts and answers: the request body, the limits, the error document.
 
-And the two ways a document leaves (JSON with ASCII escapes, the one error shape). The query document
-it answers with is the CLI's own (interop.results.QueryDocument)."""
+The request body is the query request (query.request) with the server's limits; a document leaves
+as JSON with ASCII escapes, an error in the one error shape. The query document it answers with is
+the CLI's own (interop.results.QueryDocument)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError, to_json
 
-from ..models.protocols import MAX_QUERY_CHARS
+from ..query.request import Limits, QueryRequest
 from .httpguard import error_body
 
 MAX_BODY_BYTES = 1 << 20
 MAX_QUERIES = 64
-MAX_K = 1000
 
 
-class QueryBody(BaseModel):
+class QueryBody(QueryRequest):
     """`POST /query`: the queries of one request are encoded together, and with those of
     requests that arrive within a few milliseconds."""
 
-    model_config = ConfigDict(extra="forbid")
-    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES,
-                               description=f"at most {MAX_QUERIES}, each at most {MAX_QUERY_CHARS} characters")
-    k: int = Field(5, ge=1, le=MAX_K, description="pages per query")
-    filters: dict[str, str] | list[str] = Field(default_factory=dict,
-                                                description='{"team": "finance"} or ["team=finance"]: all must match')
-    first_pass: int | None = Field(None, ge=1, le=1_000_000,
-                                   description="lossy: score sign codes first, then only the best N pages exactly")
-    mode: Literal["hybrid", "visual", "text"] | None = Field(
-        None, description="hybrid (the default when the index has page text), visual (the default otherwise) or text")
-    fusion: Literal["weighted", "rrf"] = Field("weighted", description="hybrid: evidence-weighted scores, or plain reciprocal-rank fusion")
-    rrf_k: int = Field(60, ge=0, le=100_000, description="hybrid with fusion rrf: the k of 1 / (k + rank)")
-    with_text: bool = Field(False, description="each result carries its page's text")
-    with_images: bool = Field(False, description="each result carries its page as base64 PNG")
-    dpi: int = Field(150, ge=20, le=600, description="resolution of those images")
+    limits = Limits(queries=MAX_QUERIES, auto=False, place="queries[{index}]")
 
 
 class ErrorDocument(BaseModel):

@@ -21,10 +21,11 @@ from ..core.errors import EnvironmentMissing, IndexProblem, LgptError, MissingIn
 from ..core.failpoints import failpoint
 from ..index.local.store import LocalStore
 from ..index.scoring import maxsim as score
-from ..models.protocols import QueryEncoder, check_queries
+from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelSpec, same_model
 from ..models.tuning import query_threads
-from ..query.search import DeviceScoring, Index, QueryOptions, SearchHit
+from ..query.request import QueryRequest
+from ..query.search import DeviceScoring, SearchHit, Searcher
 
 
 TUNING_QUERY = "what was the revenue growth in the third quarter"  # a typical question's length
@@ -39,18 +40,9 @@ class NotReady(LgptError):
     exit_code = EnvironmentMissing.exit_code
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    queries: tuple[str, ...]
-    k: int = 5
-    filters: tuple[tuple[str, str], ...] = ()
-    first_pass: int | None = None
-    options: QueryOptions = field(default_factory=QueryOptions)  # mode and fusion
-
-
 @dataclass
-class SearchAnswer:
-    index: Index  # the generation that answered
+class BatchAnswer:
+    index: Searcher  # the generation that answered
     results: list[list[SearchHit]] = field(default_factory=list)
     batch_queries: int = 0  # how many queries shared its forward pass
     scored_with: int = 0  # the most queries scored together with its own (one stacked pass, or one part of a sweep)
@@ -67,17 +59,17 @@ class IndexService:
         self.stale: str | None = None  # why the current generation cannot be queried with this model
         self.warmed = False  # the warm-up query has run
         self.query_threads: int | None = None  # torch threads of the encoder thread, chosen at the warm-up
-        self._index: Index | None = None
+        self._index: Searcher | None = None
         self._head_key: tuple | None = None
         self._lock = threading.Lock()
         self.switches = 0
         self.scoring = DeviceScoring()  # where exact scoring runs (serve --scorer, --max-resident)
-        self.on_switch: Callable[[Index], None] = lambda index: None  # told of each generation opened (serve's path policy)
+        self.on_switch: Callable[[Searcher], None] = lambda index: None  # told of each generation opened (serve's path policy)
         self.watch_status: Callable[[], dict] | None = None  # --watch: the watcher's status() (/healthz, index_status)
 
     # the generation
 
-    def index(self) -> Index:
+    def index(self) -> Searcher:
         """The current generation: reopened when HEAD changed since the last call."""
         key = self.store.head_key()
         with self._lock:
@@ -89,7 +81,7 @@ class IndexService:
         for attempt in range(3):
             store = self._index.store.reopened() if self._index is not None else self.store
             try:
-                index = Index(store.open_view(), scoring=self.scoring)
+                index = Searcher(store.open_view(), scoring=self.scoring)
                 break
             except MissingIndexFile:
                 if attempt == 2:
@@ -137,7 +129,7 @@ class IndexService:
         (models.tuning.query_threads). Run it on the thread that encodes queries (QueryBatcher's)."""
         failpoint("serve.warm_up")
         try:
-            self.search([SearchRequest(("warm up",), 1)])
+            self.search([QueryRequest(queries=("warm up",), k=1)])
             if self.encoder is not None:
                 self.query_threads = query_threads(self.encoder, [TUNING_QUERY])
         except LgptError:
@@ -161,7 +153,7 @@ class IndexService:
 
     # queries
 
-    def search(self, requests: list[SearchRequest]) -> list[SearchAnswer | LgptError]:
+    def search(self, requests: list[QueryRequest]) -> list[BatchAnswer | LgptError]:
         """Answer several requests with one forward pass for all their queries, and one scoring
         pass per distinct (filters, first pass). Every request sees the same generation."""
         encoder = self.require_ready()
@@ -169,29 +161,28 @@ class IndexService:
         if self.stale:
             raise NotReady(self.stale)
         texts = [text for request in requests for text in request.queries]
-        vectors = iter(encoder.encode_queries(check_queries(texts)))
+        vectors = iter(encoder.encode_queries(texts))
         per_request = [[next(vectors) for _ in request.queries] for request in requests]
         return self.answer_encoded(index, requests, per_request, len(texts))
 
-    def answer_encoded(self, index: Index, requests: list[SearchRequest], per_request: list[list],
-                       batch_queries: int) -> list[SearchAnswer | LgptError]:
+    def answer_encoded(self, index: Searcher, requests: list[QueryRequest], per_request: list[list],
+                       batch_queries: int) -> list[BatchAnswer | LgptError]:
         """Requests whose queries are encoded (`per_request`): one stacked scoring pass per distinct
         (filters, first pass), split per request."""
         device = self.encoder.precision.device if self.encoder is not None else "cpu"
-        answers: list[SearchAnswer | LgptError] = [SearchAnswer(index, [[] for _ in r.queries], batch_queries) for r in requests]
+        answers: list[BatchAnswer | LgptError] = [BatchAnswer(index, [[] for _ in r.queries], batch_queries) for r in requests]
         groups: dict[tuple, list[int]] = {}
         for number, request in enumerate(requests):
-            groups.setdefault((request.filters, request.first_pass), []).append(number)
+            groups.setdefault((tuple(sorted(request.filters.items())), request.first_pass), []).append(number)
         for (filters, first_pass), members in groups.items():
             stacked = [v for number in members for v in per_request[number]]
-            k = max(index.visual_depth(requests[number].k, requests[number].options) for number in members)
-            hits = index.search_vectors(stacked, k, device=device, filters=dict(filters) or None, candidates=first_pass)
+            k = max(index.visual_depth(requests[number]) for number in members)
+            hits = index.search_vectors(stacked, k, device, dict(filters) or None, first_pass)
             at = 0
             for number in members:
                 request, answer = requests[number], answers[number]
-                assert isinstance(answer, SearchAnswer)
-                answer.results = index.finish(request.queries, hits[at : at + len(request.queries)], request.k,
-                                              dict(filters) or None, request.options)
+                assert isinstance(answer, BatchAnswer)
+                answer.results = index.finish(request, hits[at : at + len(request.queries)])
                 answer.scored_with = len(stacked)
                 at += len(request.queries)
         return answers

@@ -1,13 +1,13 @@
 """Queries that join an exact scoring pass while it runs (continuous batching).
 
-An exact pass goes through a generation's vectors part by part (LocalView.exact_units). A sweep goes
-round those parts for as long as any query needs them: a query that arrives while a pass runs joins
+An exact pass goes through a generation's vectors part by part (the view's ExactScoring:
+exact_units). A sweep goes round those parts for as long as any query needs them: a query that arrives while a pass runs joins
 it at the next part to begin (a part takes the queries there when its scoring begins, not when it was
 queued), is scored with every query already there on each part they both still need, and
 is done once it has been round every part (the ones it missed come first on the next round). Each
 part is read once for all the queries on it, no query waits for a pass to end before it starts, and
-a lone query starts at once: no window, no clock. The view scores each part (the CPU scorer, or a
-device scorer set on the view): nothing here depends on where the scoring runs."""
+a lone query starts at once: no window, no clock. The view scores each part (the CPU scorer, or the
+device scorer the query layer hands it): nothing here depends on where the scoring runs."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from ..core.failpoints import failpoint
 class Member:
     """One request's queries on a sweep: what it still needs and what it has got."""
 
-    request: Any  # a SearchRequest
+    request: Any  # a QueryRequest
     vectors: list[np.ndarray]
-    index: Any  # the generation (query.search.Index) it was encoded for
+    index: Any  # the generation (query.search.Searcher) it was encoded for
     deliver: Callable[[Any], None]  # its answer, or the exception that failed it
     cancelled: Callable[[], bool]
     batch_queries: int = 1  # queries encoded with it in one forward pass
@@ -62,10 +62,13 @@ class Sweep:
 
     def __init__(self, index: Any, device: str, answer: Callable[..., Any], wake: threading.Event | None = None) -> None:
         self.index, self.device = index, device
-        self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a SearchAnswer
-        index.prepare_scoring(device)  # a device scorer, when the service scores on one: a segment a part
-        self.units = index.view.exact_units()
-        self.depth = index.view.parts_in_flight(device)
+        self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a BatchAnswer
+        exact = index.prepare_scoring(device)  # a device scorer, when the service scores on one: a segment a part
+        if exact is None:
+            raise ValueError("a sweep goes over a generation whose pages are scored here (sweepable)")
+        self.exact = exact
+        self.units = exact.exact_units()
+        self.depth = exact.parts_in_flight(device)
         self.wake = wake or threading.Event()
         self._flight: deque[_Part] = deque()
         self._lock = threading.Lock()  # members' membership: joins, boarding (on a scorer thread), results
@@ -136,7 +139,7 @@ class Sweep:
                 return False
         failpoint("serve.sweep")
         part = _Part(unit)
-        part.scoring = self.index.view.start_unit(lambda: self._board(part), self.units[unit], self.device)
+        part.scoring = self.exact.start_unit(lambda: self._board(part), self.units[unit], self.device)
         part.scoring.add_done_callback(lambda _: self.wake.set())
         self._flight.append(part)
         return True
@@ -182,12 +185,11 @@ class Sweep:
         """The member's answer delivered (or what failed it); True when it was an answer."""
         request, index = member.request, self.index
         try:
-            view = index.view
             hits: list = [[] for _ in member.vectors]
             if self.units:
                 scores = np.concatenate([member.scores[u] for u in range(len(self.units))], axis=1)
-                hits = view.rank_scores(scores, view.documents, index.visual_depth(request.k, request.options), view.all_pages())
-            results = index.finish(request.queries, hits, request.k, None, request.options)
+                hits = self.exact.rank_scores(scores, index.documents, index.visual_depth(request), self.exact.all_pages())
+            results = index.finish(request, hits)
         except Exception as exc:  # noqa: BLE001 - it fails this request only
             member.deliver(exc)
             return False
@@ -199,8 +201,8 @@ def sweepable(request: Any, index: Any) -> bool:
     """Whether a request can join a sweep: exact scoring of every page of a local index (no filters, no
     first pass, not text mode); the others are scored in a pass of their own (IndexService.answer_encoded)."""
     try:
-        return (not request.filters and request.first_pass is None and hasattr(index.view, "exact_units")
-                and index.mode(request.options) != "text")
+        return (not request.filters and request.first_pass is None and index.view.exact_scoring() is not None
+                and index.mode(request) != "text")
     except LgptError:
         return False  # a mode the index cannot answer: its own pass says why
 

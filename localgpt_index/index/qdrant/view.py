@@ -47,11 +47,11 @@ class QdrantView(GenerationView):
     def _blob_source(self) -> BlobSource:
         return QdrantBlobs(self.store, self.store.catalog_of(self.physical))
 
-    def scoring_path(self, candidates: int | str | None) -> ScoringPath:
-        """Which path answers a request for `candidates` (None, N, "auto"), as query --json reports it:
+    def scoring_path(self, first_pass: int | str | None) -> ScoringPath:
+        """Which path answers a request with `first_pass` (None, N, "auto"), as query --json reports it:
         exact MaxSim over the original vectors, or Qdrant's binary first pass with rescoring where the
         collection has binary quantization and a server searches it (the in-process mode scores exactly)."""
-        wanted, why = first_pass_wanted(candidates, self.page_count)
+        wanted, why = first_pass_wanted(first_pass, self.page_count)
         if wanted is None:
             return ScoringPath("exact", reason=f"{why}: Qdrant's MaxSim over the original vectors")
         if self.store.spec.path is not None:
@@ -70,9 +70,9 @@ class QdrantView(GenerationView):
                 self._quantized = is_quantized(self.store.client, self.physical)
         return self._quantized
 
-    def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, candidates=None):
+    def search_vectors(self, query_vectors, k: int, device: str = "cpu", filters=None, first_pass=None):
         """Top-k pages per query; ties go to the earlier path, then the earlier page, as locally.
-        With `candidates` (N, or "auto" past the threshold: codes.plan), Qdrant scores the pages by
+        With `first_pass` (N, or "auto" past the threshold: codes.plan), Qdrant scores the pages by
         their binary codes first and rescores about N of them with the original vectors (lossy);
         without, the codes are ignored: exact MaxSim (quantization.py)."""
         from ...core.types import SearchHit
@@ -82,7 +82,7 @@ class QdrantView(GenerationView):
             return []
         flt = visible_filter(self.manifest.generation, filters)
         limit = k + 16
-        params = search_params(first_pass_wanted(candidates, self.page_count)[0], limit)
+        params = search_params(first_pass_wanted(first_pass, self.page_count)[0], limit)
         requests = [models.QueryRequest(query=np.asarray(query, dtype=np.float32).tolist(), using=VECTOR, filter=flt, params=params,
                                         limit=limit, with_payload=["path", "path_raw", "page", "sha256", "kind", "metadata"])
                     for query in query_vectors]
@@ -109,7 +109,7 @@ class QdrantView(GenerationView):
         if fewest < limit and fewest < sum(d.pages for d in self.manifest.documents if not filters or matches(d.metadata, filters)):
             check_count(self.store, self.physical, self.manifest)
 
-    def text_search(self, texts: list[str], k: int, filters=None) -> list[list[TextHit]] | None:
+    def text_search(self, texts: list[str], k: int, filters: dict[str, str] | None = None) -> list[list[TextHit]] | None:
         """The lexical top-k of each query from the points' sparse vectors (index/qdrant/sparse.py), IDF
         over this generation's visible points; None where the collection has no sparse vectors (one from
         before them, or a generation whose text index does not record its token count): the caller then
@@ -163,16 +163,16 @@ ADD_QUANTIZATION = ("any build adds it (`lgpt-index build DOCS --store URL`, eve
                     "Qdrant then writes the codes in the background")
 
 
-def first_pass_wanted(candidates: int | str | None, pages: int) -> tuple[int | None, str]:
+def first_pass_wanted(first_pass: int | str | None, pages: int) -> tuple[int | None, str]:
     """(how many pages Qdrant's binary first pass keeps, or None: exact; why). "auto" turns it on
     from the local index's page threshold (codes.plan.AUTO_FROM_PAGES): a Qdrant server's memory is
     its own, so the memory rule of a local index does not apply."""
-    if candidates is None:
+    if first_pass is None:
         return None, "the default"
-    if candidates == AUTO:
+    if first_pass == AUTO:
         if pages < AUTO_FROM_PAGES:
             return None, f"auto: {pages} pages < {AUTO_FROM_PAGES}, exact serves"
         return DEFAULT_CANDIDATES, f"{pages} pages >= {AUTO_FROM_PAGES} (auto threshold)"
-    return int(candidates), "asked for"
+    return int(first_pass), "asked for"
 
 

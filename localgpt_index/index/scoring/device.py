@@ -9,7 +9,7 @@ is split into two float16 halves (high and residual) multiplied by the float16 v
 accumulation (tensor cores, no widening copy of the vectors); elsewhere the vectors are widened to
 float32 chunk by chunk. Every score is within 1e-3 of the CPU scorer's float32 reference (tested).
 
-One scorer belongs to one generation view (query.search.Index makes it): its resident tensors go
+One scorer belongs to one generation view (query.search.Searcher makes it): its resident tensors go
 with the view, or earlier with `release()` (serve calls it when it switches to a new generation).
 `score` takes a stack of queries: concurrent clients batched by serve share one pass over the pages.
 """
