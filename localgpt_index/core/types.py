@@ -1,5 +1,7 @@
-"""Value types shared across the layers: what a file looked like, a page's owner, a search hit, and how
-a query is answered (its mode and fusion: query.request asks them, interop's documents report them)."""
+"""Value types shared across the layers: what a file looked like, a page's owner, a search hit, a mode.
+
+How a query is answered (its mode and fusion) is here too: query.request asks them, interop's
+documents report them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Page images for answerers: the pages of search hits, rendered from their source at a chosen dpi, and the
-one rule every front end (query --with-images, serve's with_images, the MCP tools) applies to a page that
-cannot be rendered: its own hit carries why (page_or_error), the others keep their images."""
+"""Page images for answerers: the pages of search hits, rendered from their source at a chosen dpi.
+
+And the one rule every front end (query --with-images, serve's with_images, the MCP tools) applies
+to a page that cannot be rendered: its own hit carries why (page_or_error), the others keep their
+images."""
 
 from __future__ import annotations
 

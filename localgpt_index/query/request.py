@@ -1,6 +1,7 @@
-"""A query request, defined once: what the CLI, `POST /query`, the MCP `search` tool, the retrievers and
-`eval` ask of an index. Each front end builds one at its edge; the HTTP OpenAPI schema and the MCP tool's
-input schema are generated from it.
+"""A query request, defined once: what every front end asks of an index.
+
+The CLI, `POST /query`, the MCP `search` tool, the retrievers and `eval` each build one at their
+edge; the HTTP OpenAPI schema and the MCP tool's input schema are generated from it.
 
 It owns the one check of a query's text (`check_query_text`: not empty, at most MAX_QUERY_CHARS
 characters, UTF-8) and the one parser of the first pass (N or "auto"); its mode and fusion are the
