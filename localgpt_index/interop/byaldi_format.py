@@ -149,11 +149,14 @@ def _write_export(index: View, out: Path, model_name: str, with_images: bool, dp
     _write_gz(out / "doc_ids_to_file_names.json.gz", names)
     _write_gz(out / "metadata.json.gz", metadata)
     if with_images:
-        from .pages import page_image, png_base64
+        import base64
+
+        from .pages import page_image, png_bytes
 
         (out / "collection").mkdir()
         for start in range(0, len(pages), CHUNK):
-            chunk = {str(start + i): png_base64(page_image(index, hit, dpi)) for i, hit in enumerate(pages[start : start + CHUNK])}
+            chunk = {str(start + i): base64.b64encode(png_bytes(page_image(index, hit, dpi))).decode("ascii")
+                     for i, hit in enumerate(pages[start : start + CHUNK])}
             _write_gz(out / "collection" / f"{start}.json.gz", chunk)
     _write_gz(out / "index_config.json.gz", {
         "model_name": model_name,
