@@ -29,7 +29,8 @@ from pathlib import Path
 
 PACKAGE = "localgpt_index"
 COMMAND = "localgpt_index.cli.query"  # the walk starts at the query command's frame
-SCORER = ("index/scoring/maxsim.py", "maxsim")
+SCORERS = ("index/scoring/maxsim.py", "index/score.py")  # the exact scorer `maxsim`: where it lives now, and before 0.4
+SCORER_NAME = "maxsim"
 
 
 def _module(frame) -> str:
@@ -88,7 +89,7 @@ class Walk:
         if self.at_scorer is None and stack[-1] not in self.entered:
             self.entered.append(stack[-1])
         code = frame.f_code
-        if self.at_scorer is None and code.co_name == SCORER[1] and code.co_filename.replace(os.sep, "/").endswith(SCORER[0]):
+        if self.at_scorer is None and code.co_name == SCORER_NAME and code.co_filename.replace(os.sep, "/").endswith(SCORERS):
             self.at_scorer = _collapsed(stack)
 
 
