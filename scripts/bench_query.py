@@ -79,7 +79,10 @@ single_count, batch, first_passes = int(sys.argv[3]), int(sys.argv[4]), [int(c) 
 index.search_vectors(queries[:1], k=10)
 t3 = time.perf_counter()
 try:  # the queries/s below as a long-lived process scores (serve loads the compiled kernel at start); not timed
-    from localgpt_index.index.scoring.maxsim import kernel_policy
+    try:
+        from localgpt_index.index.scoring.maxsim import kernel_policy
+    except ImportError:  # a tree from before 0.4's layout
+        from localgpt_index.index.score import kernel_policy
     if "torch" in sys.modules:
         kernel_policy.load()
 except ImportError:  # a tree from before the kernel's policy (1282003 and older have no kernel)
