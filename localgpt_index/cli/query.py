@@ -117,9 +117,12 @@ def _ask_index(app: Application, request, model: ModelSpec, scoring):
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
         app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
     results = index.search(request)
-    if mode != "visual" and not index.lexical.has_pages():
-        app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
-                          "text finds nothing here.")
+    if mode != "visual":
+        lexical = index.lexical
+        assert lexical is not None, "text and hybrid are refused without the index's text (choose_mode)"
+        if not lexical.has_pages():
+            app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
+                              "text finds nothing here.")
     document = query_document(index.view, request.queries, results, request.k, mode, request.fusion)
     if request.with_images:  # a page that cannot be rendered: an image_error on its hit, as serve and mcp answer
         attach_images(document, results, index.view, request.dpi)

@@ -1,4 +1,4 @@
-"""Value types shared across the layers: what a file looked like, a page's owner, a search hit, a mode.
+"""Value types shared across the layers: what a file looked like, its kind, a page's owner, a search hit, a mode.
 
 How a query is answered (its mode and fusion) is here too: query.request asks them, interop's
 documents report them."""
@@ -15,6 +15,7 @@ Mode = Literal["hybrid", "visual", "text"]  # hybrid: the text and visual lists 
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 Fusion = Literal["weighted", "rrf"]  # how hybrid fuses its lists (query/fusion.py)
 FUSIONS: Final[tuple[Fusion, ...]] = get_args(Fusion)
+Kind = Literal["pdf", "image", "office", "markdown"]  # a document's kind, by its suffix (ingest/discover.py)
 
 
 class _Strict(BaseModel):

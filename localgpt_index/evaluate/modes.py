@@ -48,7 +48,8 @@ def variants(modes: Sequence[str], first_passes: Sequence[int] = (), fusions: Se
         raise UsageError("--fusions chooses how hybrid mode fuses its lists: add hybrid to --modes.")
     found = []
     for mode in modes:
-        for fusion in (fusions or [None]) if mode == "hybrid" else [None]:
+        fused: Sequence[str | None] = (fusions or [None]) if mode == "hybrid" else [None]
+        for fusion in fused:
             found.append(Variant(mode, None, fusion))
             found += [Variant(mode, n, fusion) for n in dict.fromkeys(first_passes) if mode != "text"]
     if first_passes and all(v.first_pass is None for v in found):

@@ -36,6 +36,7 @@ from .options import BuildOptions, BuildReport, Log, StageTimer
 from .ray_cluster import connect_ray, disconnect_ray, quiet_stdout, require_ray
 
 if TYPE_CHECKING:
+    from ..models.device import Precision
     from ..models.loading import EncoderOptions
 
 __all__ = ["RayEngine", "ray_engine"]
@@ -124,7 +125,7 @@ class EncoderWorker:
                 "render_size": encoder.render_size, "max_visual_tokens": encoder.max_visual_tokens,
                 "node": os.uname().nodename, "pid": os.getpid()}
 
-    def encode(self, images) -> list:
+    def encode(self, images) -> list | DocumentError:
         """Vectors per page (float16), or a DocumentError per page that cannot be encoded."""
         from PIL import Image
 
@@ -157,7 +158,7 @@ class RemoteEncoder:
     """What the build needs to know of the cluster's encoders (they all agree)."""
 
     model: object
-    precision: object
+    precision: Precision
     dim: int
     batch_size: int
     render_size: RenderSize
@@ -349,6 +350,7 @@ class RayBuildEngine:
 def ray_engine(model, options: BuildOptions, sources: list[FeedSource], root: Path, timer: StageTimer,
                log: Log) -> Iterator[RayBuildEngine]:
     """Joined to the cluster (started, for --ray local), its actors loaded, for the duration."""
+    assert options.ray is not None, "a build runs on Ray only when --ray names the cluster (_Build._engine)"
     started_ray = connect_ray(options.ray)
     try:
         with quiet_stdout():

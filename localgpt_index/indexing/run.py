@@ -175,7 +175,13 @@ class _Build:
         if self.progress:
             self.progress.add_task("documents", len(self.plan.embed))
             self.progress.add_task("pages", None)
-        self.policy.discard = lambda number: (engine.discard(number), texts.drop(number) if texts is not None else None)
+
+        def discard(number: int) -> None:
+            engine.discard(number)
+            if texts is not None:
+                texts.drop(number)
+
+        self.policy.discard = discard
         events = texts.attach(engine.events()) if texts is not None else engine.events()
         try:
             for event in events:

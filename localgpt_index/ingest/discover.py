@@ -14,18 +14,18 @@ import stat as stat_mode
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Final, Iterable
 
 from ..core.errors import UsageError
 from ..core.files import sha256_file
-from ..core.types import FileStat
+from ..core.types import FileStat, Kind
 
-PDF = "pdf"
-IMAGE = "image"
-OFFICE = "office"
-MARKDOWN = "markdown"
+PDF: Final = "pdf"
+IMAGE: Final = "image"
+OFFICE: Final = "office"
+MARKDOWN: Final = "markdown"
 
-KIND_BY_SUFFIX: dict[str, str] = {
+KIND_BY_SUFFIX: dict[str, Kind] = {
     ".pdf": PDF,
     **{s: IMAGE for s in (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")},
     **{
@@ -51,7 +51,7 @@ class FoundFile:
     """A supported file as discovery saw it (nothing read yet)."""
 
     path: str  # absolute, as found (symlinks not resolved; bytes that are not UTF-8 as surrogate escapes)
-    kind: str
+    kind: Kind
     stat: FileStat
 
     @property

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -219,7 +219,7 @@ class PageTexts:
         self._ocr_queue = (OcrQueue(self._ocr_pool, settings.tesseract, settings.lang, settings.ocr_timeout_s, settings.memory_mib,
                                     settings.ocr_workers, timings) if self._ocr_pool is not None and settings.tesseract else None)
 
-    def attach(self, events: Iterator[EngineEvent]) -> Iterator[EngineEvent]:
+    def attach(self, events: Iterator[EngineEvent]) -> Generator[EngineEvent, None, None]:
         """The engine's events in their order, each PagesEncoded with its pages' texts. A batch whose
         text is not all read yet is held (up to HELD_BATCHES of them) while the engine encodes the
         next ones, so that neither OCR nor the encoder waits for the other batch by batch."""

@@ -132,7 +132,8 @@ def _write_export(index: View, out: Path, model_name: str, with_images: bool, dp
     import torch
 
     (out / "embeddings").mkdir(parents=True)
-    embeddings, embed_map, names, metadata, pages = [], {}, {}, {}, []
+    embeddings: list[torch.Tensor] = []
+    embed_map, names, metadata, pages = {}, {}, {}, []
     for doc_id, doc in enumerate(index.documents):
         names[str(doc_id)] = doc.path
         if doc.metadata:
@@ -255,7 +256,8 @@ def _read_embeddings(source: Path, dim: int) -> list[np.ndarray]:
 
     folder = source / "embeddings"
     try:
-        files = sorted((p for p in folder.iterdir() if EMBEDDING_FILE.match(p.name)), key=lambda p: int(EMBEDDING_FILE.match(p.name)[1]))
+        numbered = [(int(match[1]), p) for p in folder.iterdir() if (match := EMBEDDING_FILE.match(p.name))]
+        files = [p for _, p in sorted(numbered, key=lambda pair: pair[0])]
     except OSError as exc:
         raise UsageError(f"{folder}: cannot be listed ({exc.strerror or exc}); not a byaldi index folder.") from None
     if not files:

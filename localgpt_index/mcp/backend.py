@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -201,7 +202,7 @@ class IndexTools:
                          kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=hit.snippet,
                          text=page_text(index, hit))
 
-    def _cap_texts(self, entries: list[FoundPage] | list[PageAnswer]) -> None:
+    def _cap_texts(self, entries: Sequence[FoundPage | PageAnswer]) -> None:
         """The page texts of one answer cut to fit the text caps, each cut one saying so."""
         limits = self.text_caps.limits([len(entry.text or "") for entry in entries])
         for entry, limit in zip(entries, limits):

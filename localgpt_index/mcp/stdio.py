@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -47,7 +48,7 @@ async def _answer_unreadable(lines, relay, write) -> None:
 def refusal(problem: Exception) -> JSONRPCError:
     """The error that answers a line the SDK's parser refused with `problem`."""
     errors = problem.errors() if isinstance(problem, ValidationError) else []
-    first = errors[0] if errors else {}
+    first: Mapping[str, object] = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
         raw = first.get("input")
         reason = str(first.get("msg", "")).removeprefix("Invalid JSON: ")
@@ -62,6 +63,7 @@ def _error(request_id: int | str | None, code: int, message: str) -> JSONRPCErro
 
 _STRUCTURE = re.compile(r'["{}\[\]]')
 _KEY_END = re.compile(r"\s*:\s*")
+_DECODER = json.JSONDecoder()
 
 
 def line_id(line: str) -> int | str | None:
@@ -76,10 +78,10 @@ def line_id(line: str) -> int | str | None:
                 depth += 1 if mark.group() in "{[" else -1
                 at = mark.end()
                 continue
-            text, at = json.decoder.scanstring(line, mark.end())  # json's own (C) string scanner
+            text, at = _DECODER.raw_decode(line, mark.start())  # one string, by json's own (C) scanner
             colon = _KEY_END.match(line, at)
             if depth == 1 and text == "id" and colon is not None:
-                value, _ = json.JSONDecoder().raw_decode(line, colon.end())
+                value, _ = _DECODER.raw_decode(line, colon.end())
                 return _usable_id(value)
     except (ValueError, RecursionError):
         return None

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from ..core.types import FUSIONS, Fusion
 
@@ -37,12 +37,14 @@ LEAD_RANK: Final = 10
 EVIDENCE_CAP: Final = 10.0
 STRONG: Final = 3.0  # evidence from which a list has its full weight
 
+Key = TypeVar("Key", bound=Hashable)  # what the lists rank (hybrid: a (path, page) pair)
+
 
 @dataclass(frozen=True)
-class Fused:
+class Fused(Generic[Key]):
     """One fused result: its key, fused score, and its rank in each list (None: not in it)."""
 
-    key: Hashable
+    key: Key
     score: float
     ranks: dict[str, int | None] = field(default_factory=dict)
 
@@ -88,7 +90,7 @@ def evidence_weights(lists: Mapping[str, Sequence[float]]) -> dict[str, float]:
     return weights
 
 
-def fuse(lists: Mapping[str, Sequence[tuple[Hashable, float]]], method: Fusion = "weighted", k: int = RRF_K) -> list[Fused]:
+def fuse(lists: Mapping[str, Sequence[tuple[Key, float]]], method: Fusion = "weighted", k: int = RRF_K) -> list[Fused[Key]]:
     """All keys of all lists, best first. Ties: the better best rank in any list, then first seen."""
     if method not in FUSIONS:
         raise ValueError(f"unknown fusion {method!r}: one of {', '.join(FUSIONS)}")
@@ -101,9 +103,9 @@ def fuse(lists: Mapping[str, Sequence[tuple[Hashable, float]]], method: Fusion =
             contributions[name] = [1.0 / (k + rank) for rank in range(1, len(ranking) + 1)]
         else:
             contributions[name] = [weights[name] * value for value in standing([score for _, score in ranking]).standings]
-    scores: dict[Hashable, float] = {}
-    ranks: dict[Hashable, dict[str, int | None]] = {}
-    first_seen: dict[Hashable, int] = {}
+    scores: dict[Key, float] = {}
+    ranks: dict[Key, dict[str, int | None]] = {}
+    first_seen: dict[Key, int] = {}
     for name, ranking in lists.items():
         for rank, ((key, _), value) in enumerate(zip(ranking, contributions[name]), 1):
             if key in ranks and ranks[key].get(name) is not None:
@@ -112,7 +114,7 @@ def fuse(lists: Mapping[str, Sequence[tuple[Hashable, float]]], method: Fusion =
             ranks.setdefault(key, {other: None for other in lists})[name] = rank
             first_seen.setdefault(key, len(first_seen))
 
-    def order(key: Hashable) -> tuple[float, int, int]:
+    def order(key: Key) -> tuple[float, int, int]:
         best = min(rank for rank in ranks[key].values() if rank is not None)
         return (-scores[key], best, first_seen[key])
 

@@ -85,7 +85,7 @@ def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit]
              "visual": [((hit.path, hit.page), hit.score) for hit in visual_hits]}
     hits: list[SearchHit | None] = []
     for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k)[:request.k], 1):
-        path, page = item.key  # type: ignore[misc]  # keys are (path, page) pairs, made above
+        path, page = item.key
         base = by_key.get(item.key) or _text_hit(view, rank, TextHit(path, page, 0.0))
         if base is None:
             hits.append(None)

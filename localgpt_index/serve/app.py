@@ -65,6 +65,8 @@ def _load(service: IndexService, batcher: QueryBatcher, log: RequestLog, on_fail
         log.message(f"error: the model could not be loaded: {service.failure.message}", "error")
         on_failure(service.failure)
         return
+    encoder = service.encoder
+    assert encoder is not None, "a load that did not fail left its encoder"
     threads = f" (queries encoded with {service.query_threads} torch threads)" if service.query_threads else ""
-    log.message(f"ready: {service.encoder.model.id} loaded in {time.perf_counter() - started:.1f} s "
-                f"on {service.encoder.precision.device}{threads}")
+    log.message(f"ready: {encoder.model.id} loaded in {time.perf_counter() - started:.1f} s "
+                f"on {encoder.precision.device}{threads}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -197,15 +198,17 @@ class QueryBatcher:
 
     def _answer_others(self, index: Searcher, others: list, count: int) -> None:
         """Requests a sweep cannot take, in one stacked pass per kind; one that fails alone fails only itself."""
+        answers: Sequence[BatchAnswer | Exception]
         try:
             answers = self.service.answer_encoded(index, [o[0] for o in others], [o[3] for o in others], count)
         except Exception:  # noqa: BLE001 - each request is tried alone
-            answers = []
+            alone: list[BatchAnswer | Exception] = []
             for request, _, _, vectors in others:
                 try:
-                    answers += self.service.answer_encoded(index, [request], [vectors], count)
+                    alone += self.service.answer_encoded(index, [request], [vectors], count)
                 except Exception as exc:  # noqa: BLE001 - it fails this request only
-                    answers.append(_request_error(exc))
+                    alone.append(_request_error(exc))
+            answers = alone
         for (_, future, loop, _), answer in zip(others, answers):
             _deliver(future, loop, answer)
 

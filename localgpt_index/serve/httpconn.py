@@ -4,6 +4,7 @@ guarded_protocol makes it with the limits of one server; the limits themselves a
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 from ..core.errors import EnvironmentMissing
@@ -34,8 +35,8 @@ class GuardedProtocol(HttpToolsProtocol):
     limits: ConnectionLimits = ConnectionLimits()
     waiting: deque  # connections past the cap that may yet ask for /healthz (one deque per server)
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]  # uvicorn annotates the base with its own transport type
-        self._deadline = None
+    def connection_made(self, transport) -> None:
+        self._deadline: asyncio.TimerHandle | None = None
         self._armed: tuple[str, int] | None = None  # the part (and which request's) the deadline times
         self._reading, self._number = "headers", 1
         self._header_bytes = 0  # received since the request began, while its headers are not complete

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..core.errors import EnvironmentMissing, LgptError, UsageError
 from .app import create_app
@@ -10,6 +11,9 @@ from .httpconn import guarded_protocol
 from .httpguard import ConnectionLimits, PathPolicy, default_max_connections
 from .middleware import RequestLog
 from .service import IndexService
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def check_exposure(host: str, token: str | None) -> None:
@@ -64,10 +68,11 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
 
     sock = bind(host, port)
     failures: list[LgptError] = []
-    server = None
+    server: uvicorn.Server | None = None
 
     def fail(exc: LgptError) -> None:
         failures.append(exc)
+        assert server is not None, "the model loads once the server runs"
         server.should_exit = True
 
     app = create_app(service, token, log, on_failure=fail, policy=policy)
@@ -83,7 +88,7 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
     return failures[0] if failures else None
 
 
-def uvicorn_server(app, limits: ConnectionLimits):
+def uvicorn_server(app, limits: ConnectionLimits) -> uvicorn.Server:
     """uvicorn for `app` with the guarded connection protocol of `limits` (serve, and the MCP server's HTTP mode)."""
     import uvicorn
 

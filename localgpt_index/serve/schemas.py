@@ -7,6 +7,7 @@ the CLI's own (interop.results.QueryDocument)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi.responses import Response
@@ -31,7 +32,7 @@ class ErrorDocument(BaseModel):
     error: dict[str, Any] = Field(description='{"status": 400, "message": "..."}')
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
     """The one error shape (httpguard.error_body) as the application's answer; `headers`: those the
     error carries (a 405's Allow, which HTTP requires)."""
     return Response(error_body(status, message), status_code=status, media_type="application/json", headers=headers)

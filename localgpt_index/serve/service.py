@@ -74,10 +74,10 @@ class IndexService:
         key = self.store.head_key()
         with self._lock:
             if self._index is None or key != self._head_key:
-                self._switch(key)
+                return self._switch(key)
             return self._index
 
-    def _switch(self, key) -> None:
+    def _switch(self, key) -> Searcher:
         for attempt in range(3):
             store = self._index.store.reopened() if self._index is not None else self.store
             try:
@@ -95,10 +95,12 @@ class IndexService:
             self.on_switch(index)  # before _check_model: its message names the new generation's model
         finally:
             self._check_model()
+        return index
 
     def _check_model(self) -> None:
         if self.encoder is None:
             return
+        assert self._index is not None, "the encoder loads after the first generation is open (load)"
         recorded = self._index.manifest.model
         if not same_model(self.encoder.model, recorded.fingerprint, recorded.fingerprint_scheme):
             self.stale = (f"the index was rebuilt with another model ({recorded.id}); this server has "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..models.families import QWEN_GRID
 from ..models.resolve import RANDOM_MARKER
@@ -96,9 +97,9 @@ def mark_random_checkpoint(folder: Path, spec: str, seed: int) -> None:
 
 def _paligemma_config(spec: CheckpointSpec, tokenizer, image_token_id: int):
     """PaliGemma's config (SigLIP vision tower, Gemma text model) at the widths of `spec`."""
-    from transformers import PaliGemmaConfig
+    from transformers import PaliGemmaConfig, PreTrainedConfig
 
-    config = PaliGemmaConfig(
+    config = PaliGemmaConfig(  # type: ignore[call-arg]  # the token ids: kwargs the config takes, its signature does not list
         vision_config={
             "model_type": "siglip_vision_model",
             "hidden_size": spec.vision_hidden,
@@ -130,6 +131,7 @@ def _paligemma_config(spec: CheckpointSpec, tokenizer, image_token_id: int):
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
+    assert isinstance(config.text_config, PreTrainedConfig), "PaliGemmaConfig makes its text config from the dict"
     config.text_config.tie_word_embeddings = False
     return config
 
@@ -173,7 +175,6 @@ def make_checkpoint(
         do_rescale=True,
         image_seq_length=n_image_tokens,
     )
-    image_processor.image_seq_length = n_image_tokens
     processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
     image_token_id = processor.image_token_id
     assert len(processor.tokenizer) <= spec.vocab_size, "tokenizer outgrew the vocabulary"
@@ -252,17 +253,19 @@ def _qwen_parts(family: str, geometry: str = "tiny"):
     budget = QWEN_CELLS[geometry] * cell * cell
     images = Qwen2VLImageProcessor(**grid, min_pixels=4 * cell * cell, max_pixels=budget,
                                    image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    videos: Qwen2VLVideoProcessor | Qwen3VLVideoProcessor
     if qwen3:
         videos = Qwen3VLVideoProcessor(**grid, size={"shortest_edge": 4 * cell * cell, "longest_edge": budget})
     else:
         videos = Qwen2VLVideoProcessor(**grid, min_pixels=4 * cell * cell, max_pixels=budget)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIALS}
-    text = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+    text: dict[str, Any] = {
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
             "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
             "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
             "tie_word_embeddings": False}
-    vision = {"depth": 1, "num_heads": 2, "patch_size": patch, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    vision: dict[str, Any] = {"depth": 1, "num_heads": 2, "patch_size": patch, "spatial_merge_size": 2, "temporal_patch_size": 2}
     if family == "colqwen2":
         vision.update(embed_dim=32, hidden_size=64, mlp_ratio=2)
     elif family == "colqwen2_5" and geometry == "full":
@@ -307,10 +310,11 @@ def _idefics_parts(family: str):
     text = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
             "num_attention_heads": 2, "pad_token_id": ids["<|endoftext|>"], "bos_token_id": ids[start],
             "eos_token_id": ids["<end_of_utterance>"], "tie_word_embeddings": False}
+    config: Idefics3Config | ModernVBertConfig
     if family == "colidefics3":
-        config = Idefics3Config(vision_config=vision, text_config={**text, "model_type": "llama", "num_key_value_heads": 1},
-                                scale_factor=2, image_token_id=ids["<image>"], pad_token_id=ids["<|endoftext|>"],
-                                tie_word_embeddings=False)
+        config = Idefics3Config(  # type: ignore[call-arg]  # pad_token_id: a kwarg the config takes, its signature does not list
+            vision_config=vision, text_config={**text, "model_type": "llama", "num_key_value_heads": 1},
+            scale_factor=2, image_token_id=ids["<image>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=False)
     else:
         config = ModernVBertConfig(vision_config={**vision, "model_type": "siglip_vision_model"},
                                    text_config={**text, "model_type": "modernbert", "global_attn_every_n_layers": 1,

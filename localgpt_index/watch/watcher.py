@@ -186,6 +186,7 @@ class Watcher:
             self._building = False
         self.retrying, self.failed_in_a_row, self._retry_at = None, 0, None
         if report.committed:
+            assert report.generation is not None, "a build that committed records the generation it made"
             self.on_event(BuildCommitted(number, report.generation, report))
         elif report.failures:  # --strict
             self.on_event(BuildFailed(number, f"--strict: {len(report.failures)} document(s) failed; nothing was committed",
@@ -224,10 +225,10 @@ class Watcher:
 
     def start_background(self, catch_up: bool = True) -> None:
         """Run in a thread of its own (its conversions in a process scope of their own)."""
-        self.scope = ProcessScope()
+        scope = self.scope = ProcessScope()
 
         def target() -> None:
-            self.scope.enter_thread()
+            scope.enter_thread()
             self.run(catch_up)
 
         self._background = threading.Thread(target=target, name="lgpt-watch", daemon=True)

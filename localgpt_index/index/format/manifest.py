@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 
 from ..._version import __version__
 from ...core.errors import IndexProblem, Stage
-from ...core.types import FileStat
+from ...core.types import FileStat, Kind
 
 FORMAT: Final = "lgpt-index/5"
 READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", "lgpt-index/3", "lgpt-index/4", FORMAT)
@@ -51,7 +51,6 @@ def _os_text(value: Any) -> str:
 
 # a path as found on disk (bytes that are not UTF-8 kept as surrogate escapes)
 OsPath = Annotated[str, PlainValidator(_os_text), WithJsonSchema({"type": "string", "maxLength": 8192})]
-Kind = Literal["pdf", "image", "office", "markdown"]
 
 
 class _Strict(BaseModel):

@@ -199,10 +199,10 @@ class QdrantStore:
             raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
         return manifest
 
-    def open_view(self):
+    def open_view(self) -> QdrantView:
         physical = self.physical()
-        manifest = self.read_manifest(physical)
-        if manifest is None:
+        manifest = self.read_manifest(physical) if physical is not None else None
+        if physical is None or manifest is None:
             raise IndexProblem(f"no index at {self.location}.", hint="Build one first: lgpt-index build DOCS --store URL.")
         catalog.check_count(self, physical, manifest)
         return QdrantView(self, manifest, physical, self.legacy_paths)
