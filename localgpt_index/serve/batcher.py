@@ -18,7 +18,7 @@ from ..models.protocols import QueryEncoder
 from ..query.request import QueryRequest
 from ..query.search import Searcher
 from .service import IndexService, NotReady, BatchAnswer
-from .sweep import Member, Sweep, deliver_from_thread as _deliver, sweepable
+from .sweep import Member, Sweep, deliver_from_thread, sweepable
 
 
 class QueryBatcher:
@@ -94,7 +94,7 @@ class QueryBatcher:
                 admitted = self._admit(arrived)
             except BaseException as exc:  # noqa: BLE001 - never leave a request unanswered
                 for _, future, loop in arrived:
-                    _deliver(future, loop, exc)
+                    deliver_from_thread(future, loop, exc)
                 continue
             if admitted is None:
                 continue
@@ -143,7 +143,7 @@ class QueryBatcher:
                 raise NotReady(self.service.stale)
         except Exception as exc:  # noqa: BLE001 - not ready, or no index: each request says so
             for request, future, loop in arrived:
-                _deliver(future, loop, exc)
+                deliver_from_thread(future, loop, exc)
             return None
         requests = [request for request, _, _ in arrived]
         encoded = _encode(encoder, requests)
@@ -151,9 +151,10 @@ class QueryBatcher:
         admitted = _Admitted(index, count)
         for (request, future, loop), vectors in zip(arrived, encoded):
             if isinstance(vectors, BaseException):
-                _deliver(future, loop, vectors)
+                deliver_from_thread(future, loop, vectors)
             elif sweepable(request, index):
-                admitted.members.append(Member(request, vectors, index, functools.partial(_deliver, future, loop), future.done, count))
+                deliver = functools.partial(deliver_from_thread, future, loop)
+                admitted.members.append(Member(request, vectors, index, deliver, future.done, count))
             else:
                 admitted.others.append((request, future, loop, vectors))
         return admitted if admitted.members or admitted.others else None
@@ -210,7 +211,7 @@ class QueryBatcher:
                     alone.append(_request_error(exc))
             answers = alone
         for (_, future, loop, _), answer in zip(others, answers):
-            _deliver(future, loop, answer)
+            deliver_from_thread(future, loop, answer)
 
     def _fail_everyone(self, exc: BaseException) -> None:
         members = (self._sweep.abandon() if self._sweep is not None else []) + self._waiting
@@ -238,7 +239,7 @@ class _Admitted:
         for member in self.members:
             member.deliver(exc)
         for _, future, loop, _ in self.others:
-            _deliver(future, loop, exc)
+            deliver_from_thread(future, loop, exc)
 
 
 def _encode(encoder: QueryEncoder, requests: list[QueryRequest]) -> list:
