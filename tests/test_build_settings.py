@@ -316,3 +316,12 @@ def test_mcp_watch_keeps_the_settings_an_index_was_built_with(fake_model, tmp_pa
     asyncio.run(scenario())
     assert "Traceback" not in errlog.read_text()
     assert_kept(index, built)
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp"])
+def test_serve_and_mcp_refuse_a_build_setting_without_watch(command, tmp_path):
+    """The settings say how a watcher builds: without --watch they would do nothing, so they are refused
+    before anything starts (exit 2, naming them)."""
+    result = run_cli(command, "--pool-factor", "3", "--ocr", "always", "--index-dir", str(tmp_path / "idx"))
+    assert result.exit_code == 2, result.output
+    assert "--pool-factor, --ocr: only with --watch" in result.stderr and "Traceback" not in result.stderr

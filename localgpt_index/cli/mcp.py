@@ -35,7 +35,7 @@ Exit codes:
 @click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
               help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does; "
                    "its lines go to stderr. See docs/watch.md.")
-@settings_options(when="With --watch: ")
+@settings_options(when="With --watch: ", only_with="watch_docs")
 @json_option(help="If the server cannot start: an error document on stdout (before any protocol message).")
 @model_options()
 @index_options

@@ -87,9 +87,10 @@ INDEX_MODEL_HELP = "Must be the model the index was built with. [default: that m
 RECORDED = "Recorded in the index: left out, the index's; another value needs --rebuild."
 
 
-def settings_options(when: str = "") -> Callable[[Callable], Callable]:
+def settings_options(when: str = "", only_with: str | None = None) -> Callable[[Callable], Callable]:
     """The settings an index records (indexing/options.py BuildSettings), of build, watch, serve --watch and
-    mcp --watch: handed to the command as one `settings`; `when` prefixes their help."""
+    mcp --watch: handed to the command as one `settings`; `when` prefixes their help. `only_with`: the
+    parameter without which they do nothing (serve's and mcp's `watch_docs`): one given alone is refused."""
 
     def decorate(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -97,7 +98,14 @@ def settings_options(when: str = "") -> Callable[[Callable], Callable]:
             from ..indexing.options import BuildSettings
 
             names = ("pool_factor", "max_visual_tokens", "text", "ocr", "ocr_lang")
-            return func(*args, settings=BuildSettings(**{name: kwargs.pop(name) for name in names}), **kwargs)
+            given = {name: kwargs.pop(name) for name in names}
+            if only_with is not None and kwargs.get(only_with) is None and any(v is not None for v in given.values()):
+                from ..core.errors import UsageError
+
+                flags = ", ".join("--" + name.replace("_", "-") for name, value in given.items() if value is not None)
+                raise UsageError(f"{flags}: only with --watch (they say how the watcher builds the index).",
+                                 hint="Give --watch DOCS, or drop them: a served index keeps the settings it was built with.")
+            return func(*args, settings=BuildSettings(**given), **kwargs)
 
         options = [
             click.option("--pool-factor", type=click.IntRange(1, 64), default=None, metavar="N",
