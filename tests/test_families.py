@@ -319,6 +319,12 @@ def test_max_visual_tokens_is_recorded_and_kept(tmp_path):
     assert rebuilt.exit_code == 0, rebuilt.stderr
     assert json.loads(run_cli("status", "--json", *capped).stdout)["settings"]["max_visual_tokens"] == 16
 
+    # a rebuild of one folder with another budget would keep another folder's pages made with the old one
+    make_pdf(tmp_path / "elsewhere" / "memo.pdf", ["board minutes"])
+    assert run_cli("build", str(tmp_path / "elsewhere"), *capped).exit_code == 0
+    mixed = run_cli("build", str(docs), "--max-visual-tokens", "8", "--rebuild", *capped)
+    assert mixed.exit_code == 1 and "visual-token budget" in mixed.stderr and str(tmp_path / "elsewhere") in mixed.stderr, mixed.stderr
+
 
 def test_max_visual_tokens_is_refused_where_the_family_has_no_budget(fake_model, tmp_path):
     docs = tmp_path / "docs"

@@ -40,16 +40,18 @@ def upgraded(recorded: ModelInfo, model: ModelRef) -> ModelInfo:
 
 
 def check_rebuild_keeps(plan: BuildPlan, base: Manifest | None, model: ModelRef, options: BuildOptions, found: Discovery) -> None:
-    """A rebuild with another model (or pool factor) cannot keep documents it does not embed again."""
+    """A rebuild with another model (or pool factor, or visual-token budget) cannot keep documents it does not
+    embed again."""
     if not options.rebuild or base is None or not plan.keep:
         return
-    pooled_alike = base.settings.pool_factor == options.settings.pool_factor
-    if same_model(model, base.model.fingerprint, base.model.fingerprint_scheme) and pooled_alike:
+    made_alike = (base.settings.pool_factor == options.settings.pool_factor
+                  and base.settings.max_visual_tokens == options.settings.max_visual_tokens)
+    if same_model(model, base.model.fingerprint, base.model.fingerprint_scheme) and made_alike:
         return
     folders = sorted({os.path.dirname(d.path) for d in plan.keep})
     shown = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
     raise IndexProblem(
-        f"a rebuild of {found.root} with another model or pool factor would leave {len(plan.keep)} document(s) it does not "
+        f"a rebuild of {found.root} with another model, pool factor or visual-token budget would leave {len(plan.keep)} document(s) it does not "
         f"embed again with vectors that no longer compare ({shown}).",
         hint="Remove them first (lgpt-index remove FOLDER), or build into another --name.",
     )
