@@ -65,7 +65,8 @@ def test_rebuild_with_another_model_will_not_silently_drop_another_folder(fake_m
     before = _manifest(index).generation
     given = ["--model", str(faulty_model(tmp_path / "other-model", page_tokens=8))] if change == "model" else ["--pool-factor", "2"]
     result, _ = build_json(a, index, "--rebuild", *given)
-    assert result.exit_code == 1 and "another model, pool factor or visual-token budget" in result.stderr and str(b) in result.stderr, result.stderr
+    assert result.exit_code == 1 and str(b) in result.stderr, result.stderr
+    assert "another model, pool factor or visual-token budget" in result.stderr
     assert "lgpt-index remove" in result.stderr
     assert len(_manifest(index).documents) == 2 and _manifest(index).generation == before  # nothing changed
 

@@ -51,7 +51,7 @@ def check_rebuild_keeps(plan: BuildPlan, base: Manifest | None, model: ModelRef,
     folders = sorted({os.path.dirname(d.path) for d in plan.keep})
     shown = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
     raise IndexProblem(
-        f"a rebuild of {found.root} with another model, pool factor or visual-token budget would leave {len(plan.keep)} document(s) it does not "
-        f"embed again with vectors that no longer compare ({shown}).",
+        f"a rebuild of {found.root} with another model, pool factor or visual-token budget would leave {len(plan.keep)} "
+        f"document(s) it does not embed again with vectors that no longer compare ({shown}).",
         hint="Remove them first (lgpt-index remove FOLDER), or build into another --name.",
     )
