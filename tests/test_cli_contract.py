@@ -386,3 +386,32 @@ def test_ls_has_a_header_and_its_json_does_not(built):
     assert len(lines) == 3 and "alpha.pdf  team=finance" in lines[1] and lines[2].endswith("beta.pdf")
     document = json.loads(run_cli("ls", "--json", *index).stdout)
     validate(document, "documents")
+
+
+def _into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess:
+    """The CLI writing into a pipe whose reader is gone before it writes (what `| head -1` leaves once head
+    has its line): deterministic, where a real `head` races the writer."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=write, stderr=subprocess.PIPE,
+                                   text=True)
+    finally:
+        os.close(write)
+    _, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(args, process.returncode, "", stderr)
+
+
+@pytest.mark.slow  # processes of its own (a pipe's reader gone): over a second, the real-component tier
+@pytest.mark.parametrize("command", [("status",), ("ls",), ("query", "--mode", "text", "invoice"), ("doctor",), ("--help",),
+                                     ("status", "--json")])
+def test_a_closed_pipe_ends_every_command_quietly(command, fake_model, tmp_path):
+    make_pdf(tmp_path / "docs" / "invoice.pdf", ["invoice total due"])
+    index = ("--index-dir", str(tmp_path / "idx"))
+    assert run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), *index).exit_code == 0
+    where = index if command[0] not in ("doctor", "--help") else ()
+    result = _into_a_closed_pipe(*command, *where)
+    assert result.returncode == 141, result.stderr  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
+    assert result.stderr == "", result.stderr  # no "internal error", no traceback, no "Exception ignored"

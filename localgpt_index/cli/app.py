@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from ..core.errors import EnvironmentMissing, ExitCode, IndexBusy, IndexProblem, LgptError, UsageError
 from ..core.terminal import Terminal
+
+if TYPE_CHECKING:
+    from ..index.protocols import Store
 
 ERROR_SCHEMA_VERSION = 1
 # The most specific class first: a subclass of IndexProblem is an index problem, and so on.
@@ -46,7 +49,7 @@ class Application:
         self.index_name: str | None = None
         self.index_dir: str | None = None
         self.argv: list[str] = []  # the command line, for --json before its callback ran (a parse error)
-        self._opened: list = []
+        self._opened: list[Store] = []
         self._printed_json = False
         self.processes: Any = None  # the command's ProcessScope (AppGroup.invoke): an interrupt stops it
 
@@ -56,16 +59,14 @@ class Application:
 
         return self.keep(open_store(self.store_url, self.index_dir, self.index_name, self.qdrant_api_key, self.pdf_store))
 
-    def keep(self, store):
+    def keep(self, store: Store) -> Store:
         self._opened.append(store)
         return store
 
     def close(self) -> None:
         """Stores with a connection (Qdrant) let it go: its in-process mode admits one client at a time."""
         for store in self._opened:
-            close = getattr(store, "close", None)
-            if close is not None:
-                close()
+            store.close()
         self._opened.clear()
 
     @property
@@ -123,6 +124,16 @@ class Application:
 class AppGroup(click.Group):
     """A group whose commands share one Application and one error handler."""
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Click's main; where the reader of stdout went away (click answers a write into it with exit 1,
+        quietly, wherever it happened: --help, the last flush), the conventional status instead."""
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code == ExitCode.FAILURE and stdout_closed():
+                end_on_closed_pipe()
+            raise
+
     def make_context(self, info_name, args, parent=None, **extra):
         app = extra.setdefault("obj", Application())
         app.argv = list(args)
@@ -145,6 +156,10 @@ class AppGroup(click.Group):
             app.fail(exc)
         except KeyboardInterrupt:
             app.interrupted()
+        except BrokenPipeError as exc:  # `lgpt-index ... | head -1`: the reader went away
+            if not stdout_closed():
+                app.internal_error(exc)
+            end_on_closed_pipe()
         except (click.exceptions.Exit, click.Abort):  # --help, ctx.exit(): not failures
             raise
         except click.ClickException as exc:  # a usage error: Click prints it and exits with its code
@@ -154,6 +169,30 @@ class AppGroup(click.Group):
             app.internal_error(exc)
         finally:
             app.close()
+
+
+CLOSED_PIPE = 128 + 13  # what a shell reports for a writer SIGPIPE ended (`yes | head -1` under pipefail)
+
+
+def stdout_closed() -> bool:
+    """Whether the reader of stdout went away: a pipe whose other end is closed polls as an error."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is no file
+        return False
+
+
+def end_on_closed_pipe() -> NoReturn:
+    """Stop quietly, as a writer into `head` does: no message, the conventional status (141), and stdout
+    pointed at /dev/null so that Python's own flush at exit does not fail again."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(CLOSED_PIPE)
 
 
 def _setter(attribute: str, value: Any):

@@ -68,13 +68,12 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
 
 
 def _print_tables(document: dict) -> None:
-    import sys
-
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=sys.stdout, highlight=False)
+    from ..core.terminal import results_console
+
+    console = results_console(highlight=False)
     title = (f"{document['queries']} queries, {document['judged_pages']} relevant pages ({display_path(document['query_set'])}); "
              f"index {display_path(document['index'])}, model {display_path(document['model'])}, "
              f"pool factor {document['pool_factor']}")

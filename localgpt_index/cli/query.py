@@ -175,12 +175,11 @@ def read_queries_file(path: str) -> list[str]:
 
 
 def _print_tables(document: dict) -> None:
-    import sys
-
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=sys.stdout, highlight=False)
+    from ..core.terminal import results_console
+
+    console = results_console(highlight=False)
     for answer in document["queries"]:
         table = Table(title=display_path(answer["query"]), title_justify="left")
         table.add_column("#", justify="right")

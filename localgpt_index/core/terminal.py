@@ -6,14 +6,30 @@ goes through a `Terminal`.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import TaskID
+
+
+def results_console(**options: Any) -> Console:
+    """A rich Console on stdout for a command's results (tables). A closed pipe (`| head -1`) raises
+    BrokenPipeError, which the command line ends quietly with status 141 (cli/app.py), where rich's own
+    handler would exit 1."""
+    from rich.console import Console
+
+    class ResultsConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "stdout: the reader went away")
+
+    return ResultsConsole(file=sys.stdout, **options)
 
 
 class ProgressSink(Protocol):
