@@ -23,12 +23,13 @@ from ..core.errors import IndexProblem
 from ..core.failpoints import failpoint
 from ..index.format.manifest import Manifest, PartRef, Segment
 from ..index.local.store import LocalStore
+from ..index.protocols import Store
 from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
 from ..index.transaction import Transaction
 
 
 @contextmanager
-def changing_existing(store: LocalStore, wait_s: float = 0.0) -> Iterator[tuple[Transaction, Manifest]]:
+def changing_existing(store: Store, wait_s: float = 0.0) -> Iterator[tuple[Transaction, Manifest]]:
     """The writer's transaction and the generation it starts from; IndexProblem where there is no index
     (checked before the lock is taken, and again under it: another writer may have just removed it)."""
     if not store.exists():
@@ -48,7 +49,7 @@ class RemoveReport:
     pages_removed: int = 0
 
 
-def remove_documents(store: LocalStore, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
+def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
     """Drop the documents at `paths` (a folder drops everything under it)."""
     report = RemoveReport(index=store.location)
     with changing_existing(store, wait_s) as (txn, manifest):
@@ -97,13 +98,16 @@ def needs_codes(segment: Segment) -> bool:
     return segment.storage == "file" and (part is None or part.version != VERSION)
 
 
-def upgrade_index(store: LocalStore, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
+def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
     """Codes for every live segment lacking current ones, committed as one new generation; `progress` is
     told of each segment as it is done."""
     with changing_existing(store, wait_s) as (txn, manifest):
         report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
         if any(seg.storage != "file" for seg in manifest.segments.values()):
             report.note = "this store ranks the pages itself (Qdrant): it uses no binary codes"
+            return report
+        if not isinstance(store, LocalStore):  # a plugin's store: its vectors are not ours to read for codes
+            report.note = "binary codes are written into local indexes only"
             return report
         stale = [seg for seg in manifest.segments.values() if needs_codes(seg)]
         if not stale:

@@ -6,7 +6,7 @@ import os
 
 from ..core.errors import IndexProblem
 from ..index.format.manifest import Manifest, ModelInfo
-from ..index.local.store import LocalStore
+from ..index.protocols import Store
 from ..ingest.discover import Discovery
 from ..models.resolve import DEFAULT_MODEL, FINGERPRINT_SCHEME, ModelRef, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .options import BuildOptions
@@ -20,7 +20,7 @@ def choose_model(base: Manifest | None, options: BuildOptions) -> ModelRef:
     return resolve_model(options.model.id or DEFAULT_MODEL)
 
 
-def check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, store: LocalStore) -> None:
+def check_model(base: Manifest | None, model: ModelRef, options: BuildOptions, store: Store) -> None:
     if base is None or options.rebuild or not base.documents:
         return
     if not same_model(model, base.model.fingerprint, base.model.fingerprint_scheme):

@@ -23,7 +23,7 @@ from ..core.cpus import short_openmp_spin
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink
 from ..index.format.manifest import ModelInfo, Settings
-from ..index.local.store import LocalStore
+from ..index.protocols import Store
 from ..index.transaction import Transaction
 from ..index.text.artifact import TEXT
 from ..ingest.discover import discover, hash_files
@@ -47,7 +47,7 @@ __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport"
 
 def build_index(
     docs: Path,
-    store: LocalStore,
+    store: Store,
     options: BuildOptions | None = None,
     progress: ProgressSink | None = None,
     log: Log = lambda message: None,

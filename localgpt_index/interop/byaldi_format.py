@@ -32,8 +32,7 @@ from ..models.families import find_family
 from ..models.loaders import COLPALI_ENGINE
 from ..index.format.manifest import Document, ModelInfo, Settings, Span, describe
 from ..core.types import SearchHit
-from ..index.protocols import View
-from ..index.local.store import LocalStore
+from ..index.protocols import Store, View
 from .transfer import write_documents
 
 CHUNK = 500
@@ -204,7 +203,7 @@ class ImportReport:
     generation: int
 
 
-def import_byaldi(source: Path, store: LocalStore, model: str | None = None, wait_s: float = 0.0) -> ImportReport:
+def import_byaldi(source: Path, store: Store, model: str | None = None, wait_s: float = 0.0) -> ImportReport:
     """Read a byaldi index folder into a new index, without embedding anything again (`wait_s`: for another writer)."""
     from ..models.resolve import expected_dim, resolve_model
 
