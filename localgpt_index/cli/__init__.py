@@ -13,11 +13,12 @@ import click
 from .._version import __version__
 from ..core.collector import own_process
 from .app import AppGroup
-from .options import EXIT_CODES
+from .options import EXIT_CODES, index_options
 
 
 @click.group(cls=AppGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
 @click.version_option(__version__, prog_name="lgpt-index")
+@index_options
 def main() -> None:
     """Index folders of documents for visual retrieval with ColPali-family models.
 
@@ -35,11 +36,17 @@ def main() -> None:
       lgpt-index eval QUERIES                 measure the answers: nDCG, recall, MRR
       lgpt-index doctor [--model M]           what this machine has and lacks
       lgpt-index export|import --format byaldi   trade indexes with byaldi
+      lgpt-index config                       the settings in effect, and where each came from
+
+    The index is the nearest .lgpt-index here or in a parent folder (as git finds .git), unless
+    --index-dir or $LGPT_INDEX_DIR says; the index location options are taken here, before the
+    command, or by the command. Defaults for every option: lgpt-index.toml (docs/configuration.md).
     """
 
 
 def _register() -> None:
     from .build import build
+    from .config import config
     from .doctor import doctor
     from .eval import eval_
     from .ls import ls
@@ -53,7 +60,7 @@ def _register() -> None:
     from .verify import verify
     from .watch import watch
 
-    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch, upgrade):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch, upgrade, config):
         main.add_command(command)
 
 

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from ..core.config import ProjectConfig, find_config, find_index_dir
 from ..core.errors import EnvironmentMissing, ExitCode, IndexBusy, IndexProblem, LgptError, UsageError
 from ..core.terminal import Terminal
+from .defaults import LocationOption, TuningOption, default_map, origin, rank
 
 if TYPE_CHECKING:
     from ..index.protocols import Store
@@ -43,21 +45,42 @@ class Application:
         self.verbosity = 0  # -1 quiet, 0 normal, 1 verbose
         self.as_json = False
         self._terminal: Terminal | None = None
-        self.store_url: str | None = None  # where the index is (index_options)
+        self.config = ProjectConfig()  # the project's config file (AppGroup.make_context)
+        self.store_url: str | None = None  # where the index is (index_options, on the group or the command)
         self.qdrant_api_key: str | None = None
         self.pdf_store: str | None = None
         self.index_name: str | None = None
         self.index_dir: str | None = None
+        self.origins: dict[str, tuple[str, str | None]] = {}  # each of those: where its value came from (defaults.origin)
+        self._ranks: dict[str, int] = {}
         self.argv: list[str] = []  # the command line, for --json before its callback ran (a parse error)
         self._opened: list[Store] = []
         self._printed_json = False
         self.processes: Any = None  # the command's ProcessScope (AppGroup.invoke): an interrupt stops it
 
+    def locate(self, attribute: str, value: Any, ctx: click.Context, param: click.Parameter) -> None:
+        """An index location option's value, from the group or the command: the more strongly given wins
+        (defaults.rank), and of two alike the command's (it comes later)."""
+        strength = rank(ctx.get_parameter_source(param.name) if param.name else None)
+        if strength >= self._ranks.get(attribute, 0):
+            setattr(self, attribute, value)
+            self._ranks[attribute] = strength
+            self.origins[attribute] = origin(ctx, param, self.config)
+
+    def index_dir_found(self) -> tuple[str | None, tuple[str, str | None]]:
+        """The folder of local indexes and where it came from: --index-dir (or its variable, or the config
+        file), else the nearest .lgpt-index here or above (as git finds .git), else None (./.lgpt-index)."""
+        if self.index_dir:
+            return self.index_dir, self.origins.get("index_dir", ("option", None))
+        found = find_index_dir()
+        return (str(found), ("found", None)) if found is not None else (None, ("default", None))
+
     def store(self):
         """The index's store, from --store, --index-dir/--name and friends (closed when the command ends)."""
         from ..index.open import open_store
 
-        return self.keep(open_store(self.store_url, self.index_dir, self.index_name, self.qdrant_api_key, self.pdf_store))
+        index_dir = self.index_dir_found()[0]
+        return self.keep(open_store(self.store_url, index_dir, self.index_name, self.qdrant_api_key, self.pdf_store))
 
     def keep(self, store: Store) -> Store:
         self._opened.append(store)
@@ -135,8 +158,14 @@ class AppGroup(click.Group):
             raise
 
     def make_context(self, info_name, args, parent=None, **extra):
+        """The context, with the project's config file as Click's default map (defaults.py)."""
         app = extra.setdefault("obj", Application())
         app.argv = list(args)
+        try:
+            app.config = find_config()
+            extra.setdefault("default_map", default_map(self, app.config))
+        except LgptError as exc:
+            app.fail(exc)
         return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: click.Context):
@@ -169,6 +198,31 @@ class AppGroup(click.Group):
             app.internal_error(exc)
         finally:
             app.close()
+
+
+class AppCommand(click.Command):
+    """A command whose --help keeps the everyday options apart from the tuning ones and the index's location."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        everyday, tuning, located = [], [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None or not isinstance(param, click.Option):
+                continue
+            if isinstance(param, LocationOption):
+                located.append(param.opts[0])
+            else:
+                (tuning if isinstance(param, TuningOption) else everyday).append(record)
+        with formatter.section("Options"):
+            formatter.write_dl(everyday)
+        if located:
+            with formatter.section("Index location"):
+                formatter.write_text(f"{', '.join(located)}: here or before the command (lgpt-index --name work "
+                                     f"{ctx.info_name} ...); see lgpt-index --help. Without them, the nearest .lgpt-index "
+                                     "here or in a parent folder.")
+        if tuning:
+            with formatter.section("Tuning (also settable in lgpt-index.toml, see docs/configuration.md)"):
+                formatter.write_dl(tuning)
 
 
 CLOSED_PIPE = 128 + 13  # what a shell reports for a writer SIGPIPE ended (`yes | head -1` under pipefail)

@@ -6,38 +6,40 @@ import sys
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
+from .defaults import TuningOption
 from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, display_path, index_options, model_options,
                       settings_options, source_options)
 
 
-@click.command(epilog=EXIT_CODES)
+@click.command(cls=AppCommand, epilog=EXIT_CODES)
 @click.argument("docs", type=click.Path(exists=True))
 @model_options(BUILD_MODEL_HELP)
 @source_options
 @settings_options()
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation (committed once, at the end).")
-@click.option("--rehash", is_flag=True, help="Read every file to find changes, not only those whose size or times changed.")
+@click.option("--rehash", cls=TuningOption, is_flag=True,
+              help="Read every file to find changes, not only those whose size or times changed.")
 @click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
-@click.option("--compile", "compile", is_flag=True,
+@click.option("--compile", "compile", cls=TuningOption, is_flag=True,
               help="torch.compile the model: about 30 % more pages/s on a GPU, after a compilation of about a minute.")
-@click.option("--render-timeout", "render_timeout_s", type=SECONDS, default=60.0, show_default=True,
+@click.option("--render-timeout", "render_timeout_s", cls=TuningOption, type=SECONDS, default=60.0, show_default=True,
               help="Seconds poppler may take for a few pages of a PDF.")
-@click.option("--ocr-timeout", "ocr_timeout_s", type=SECONDS, default=60.0, show_default=True,
+@click.option("--ocr-timeout", "ocr_timeout_s", cls=TuningOption, type=SECONDS, default=60.0, show_default=True,
               help="Seconds one page's OCR may take (its 300 dpi render and Tesseract); a slower page is indexed without it.")
-@click.option("--ocr-workers", type=click.IntRange(1, 256), default=None,
+@click.option("--ocr-workers", cls=TuningOption, type=click.IntRange(1, 256), default=None,
               help="Pages read by OCR side by side, beside the encoder. [default: every CPU]")
-@click.option("--commit-every", "commit_every_pages", type=click.IntRange(1), default=None,
+@click.option("--commit-every", "commit_every_pages", cls=TuningOption, type=click.IntRange(1), default=None,
               help="Commit after this many new pages. [default: 1000, or fewer commits when a huge catalog makes them slow]")
-@click.option("--commit-interval", "commit_every_s", type=SECONDS, default=600.0, show_default=True,
+@click.option("--commit-interval", "commit_every_s", cls=TuningOption, type=SECONDS, default=600.0, show_default=True,
               help="Commit at least this often, in seconds.")
-@click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
+@click.option("--wait", "wait_s", cls=TuningOption, type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @click.option("--ray", "ray", default=None, metavar="ADDRESS",
               help="Convert, render and encode on a Ray cluster: auto (the one running), its address, or local "
                    "(start one here). Needs pip install 'lgpt-index[ray]'.")
-@click.option("--ray-actors", type=click.IntRange(1, 4096), default=None,
+@click.option("--ray-actors", cls=TuningOption, type=click.IntRange(1, 4096), default=None,
               help="Encoder actors, one model each. [default: one per GPU, or half the CPUs of a cluster without GPUs]")
-@click.option("--ray-gpus-per-actor", type=click.FloatRange(0.01, 64), default=1.0, show_default=True,
+@click.option("--ray-gpus-per-actor", cls=TuningOption, type=click.FloatRange(0.01, 64), default=1.0, show_default=True,
               help="GPUs each encoder actor takes.")
 @index_options
 @output_options

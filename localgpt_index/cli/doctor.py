@@ -8,11 +8,11 @@ from typing import Callable
 import click
 
 from ..core.errors import ExitCode, LgptError
-from .app import Application, error_object, output_options
+from .app import AppCommand, Application, error_object, output_options
 from .options import index_options, model_options
 
 
-@click.command()
+@click.command(cls=AppCommand)
 @model_options("Also load this checkpoint, audit its dtypes and run one page through it.")
 @index_options
 @output_options

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
+from .defaults import TuningOption
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options
 
 # the columns of the table, in the order of the document's measures
@@ -12,7 +13,7 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
            "recall@10": "R@10", "recall@100": "R@100", "mrr@10": "MRR@10"}
 
 
-@click.command("eval", epilog=EXIT_CODES)
+@click.command("eval", cls=AppCommand, epilog=EXIT_CODES)
 @click.argument("queries", metavar="QUERIES", type=click.Path(dir_okay=True))
 @click.option("--modes", default=None, metavar="MODE[,MODE...]",
               help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each). "
@@ -21,11 +22,11 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
               help="Also evaluate with a first pass keeping N pages (query --first-pass; repeatable): what it costs in quality.")
 @click.option("--fusions", default=None, metavar="NAME[,NAME...]",
               help="Hybrid mode: evaluate each of these fusions of the two lists (query --fusion). [default: the query's]")
-@click.option("--split", default="test", show_default=True, help="A BEIR folder's qrels split (qrels/SPLIT.tsv).")
+@click.option("--split", cls=TuningOption, default="test", show_default=True, help="A BEIR folder's qrels split (qrels/SPLIT.tsv).")
 @click.option("--per-query", is_flag=True, help="Each query's measures and first relevant rank too.")
 @click.option("--group-by", default=None, metavar="KEY",
               help="Also the measures per value of KEY, a key of the query set's lines (the bundled set's: category).")
-@model_options(INDEX_MODEL_HELP)
+@model_options(INDEX_MODEL_HELP, everyday=False)
 @index_options
 @output_options
 @click.pass_obj

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
 from .options import display_path, index_options
 
 
-@click.command("ls")
+@click.command("ls", cls=AppCommand)
 @click.argument("prefix", required=False, default="")
 @click.option("--failed", is_flag=True, help="List the documents the last build could not index, with the reason.")
 @index_options

@@ -7,8 +7,9 @@ import sys
 
 import click
 
-from .app import Application, json_option
-from .options import index_options, listen_options, model_options, settings_options
+from .app import AppCommand, Application, json_option
+from .defaults import TuningOption
+from .options import SERVED_MODEL_HELP, index_options, listen_options, model_options, settings_options
 
 MCP_EXIT = """\b
 Exit codes:
@@ -17,16 +18,16 @@ Exit codes:
   4  the port is taken (--http)"""
 
 
-@click.command("mcp", epilog=MCP_EXIT)
+@click.command("mcp", cls=AppCommand, epilog=MCP_EXIT)
 @click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
 @listen_options(8766, when="With --http: ", token_help="bearer token every request must carry.")
-@click.option("--max-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",
+@click.option("--max-image-bytes", cls=TuningOption, type=click.IntRange(min=1024), default=None, metavar="BYTES",
               help="Largest PNG of one page image; larger pages are scaled down to fit. [default: 524288]")
-@click.option("--max-answer-image-bytes", type=click.IntRange(min=1024), default=None, metavar="BYTES",
+@click.option("--max-answer-image-bytes", cls=TuningOption, type=click.IntRange(min=1024), default=None, metavar="BYTES",
               help="All the page images of one answer together; each gets an even share. [default: 2097152]")
-@click.option("--max-text-chars", type=click.IntRange(min=1), default=None, metavar="CHARS",
+@click.option("--max-text-chars", cls=TuningOption, type=click.IntRange(min=1), default=None, metavar="CHARS",
               help="Most characters of one page's text in an answer; a longer text is cut (text_truncated). [default: 20000]")
-@click.option("--max-answer-text-chars", type=click.IntRange(min=1), default=None, metavar="CHARS",
+@click.option("--max-answer-text-chars", cls=TuningOption, type=click.IntRange(min=1), default=None, metavar="CHARS",
               help="All the page texts of one answer together; pages under an even share keep all their text, "
                    "the longer ones share the rest. [default: 200000]")
 @click.option("--absolute-paths", is_flag=True,
@@ -37,7 +38,7 @@ Exit codes:
                    "its lines go to stderr. See docs/watch.md.")
 @settings_options(when="With --watch: ", only_with="watch_docs")
 @json_option(help="If the server cannot start: an error document on stdout (before any protocol message).")
-@model_options()
+@model_options(SERVED_MODEL_HELP)
 @index_options
 @click.pass_obj
 def mcp(app: Application, use_http, host, port, token, max_image_bytes, max_answer_image_bytes, max_text_chars,

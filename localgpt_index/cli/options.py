@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from .app import Application
+from .defaults import LocationOption, TuningOption
+
 if TYPE_CHECKING:
     from ..indexing.options import BuildOptions, BuildSettings
     from ..models.resolve import ModelSpec
@@ -24,39 +27,40 @@ Exit codes:
 
 def _remember(attribute: str):
     def callback(ctx: click.Context, param: click.Parameter, value):
-        from .app import Application
-
-        setattr(ctx.find_object(Application), attribute, value)
+        ctx.find_object(Application).locate(attribute, value, ctx, param)
 
     return callback
 
 
 def index_options(func: Callable) -> Callable:
-    """Where the index is: the application object keeps them, and `app.store()` opens it."""
+    """Where the index is, on the group and on each command: the application object keeps the one given
+    most strongly (Application.locate), and `app.store()` opens it."""
     options = [
-        click.option("--store", envvar="LGPT_STORE", default=None, metavar="URL", expose_value=False, callback=_remember("store_url"),
+        click.option("--store", cls=LocationOption, envvar="LGPT_STORE", default=None, metavar="URL", expose_value=False,
+                     callback=_remember("store_url"),
                      help="local, qdrant://HOST:PORT/COLLECTION (qdrants:// for https) or qdrant+path://DIR/COLLECTION. "
                           "[env: LGPT_STORE; default: local]"),
-        click.option("--qdrant-api-key", envvar="QDRANT_API_KEY", default=None, metavar="KEY", expose_value=False,
+        click.option("--qdrant-api-key", cls=LocationOption, envvar="QDRANT_API_KEY", default=None, metavar="KEY", expose_value=False,
                      callback=_remember("qdrant_api_key"), help="For a Qdrant server that wants one. [env: QDRANT_API_KEY]"),
-        click.option("--pdf-store", envvar="LGPT_PDF_STORE", default=None, metavar="DIR", expose_value=False,
+        click.option("--pdf-store", cls=LocationOption, envvar="LGPT_PDF_STORE", default=None, metavar="DIR", expose_value=False,
                      callback=_remember("pdf_store"), type=click.Path(file_okay=False),
                      help="With Qdrant: the folder for converted PDFs (page images). [env: LGPT_PDF_STORE; "
                           "qdrant+path: beside its data]"),
-        click.option("--name", "-n", envvar="LGPT_INDEX_NAME", default=None, metavar="NAME", expose_value=False,
+        click.option("--name", "-n", cls=LocationOption, envvar="LGPT_INDEX_NAME", default=None, metavar="NAME", expose_value=False,
                      callback=_remember("index_name"), help="Which index in the index folder. [env: LGPT_INDEX_NAME; default: default]"),
-        click.option("--index-dir", envvar="LGPT_INDEX_DIR", default=None, metavar="DIR", expose_value=False,
+        click.option("--index-dir", cls=LocationOption, envvar="LGPT_INDEX_DIR", default=None, metavar="DIR", expose_value=False,
                      callback=_remember("index_dir"), type=click.Path(file_okay=False),
-                     help="Folder holding local indexes. [env: LGPT_INDEX_DIR; default: ./.lgpt-index]"),
+                     help="Folder holding local indexes. [env: LGPT_INDEX_DIR; default: the nearest .lgpt-index here or in a "
+                          "parent folder, else ./.lgpt-index]"),
     ]
     for option in options:
         func = option(func)
     return func
 
 
-def model_options(model_help: str | None = None) -> Callable[[Callable], Callable]:
-    """--model (with `model_help`; none where the model is the index's: serve, mcp), --device and --dtype,
-    handed to the command as one `model_spec` (models/resolve.py ModelSpec)."""
+def model_options(model_help: str, everyday: bool = True) -> Callable[[Callable], Callable]:
+    """--model (from $LGPT_MODEL too), --device and --dtype, handed to the command as one `model_spec`
+    (models/resolve.py ModelSpec); `everyday`: --model and --device among the everyday options, else under Tuning."""
 
     def decorate(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -66,16 +70,16 @@ def model_options(model_help: str | None = None) -> Callable[[Callable], Callabl
             spec = ModelSpec(kwargs.pop("model", None), kwargs.pop("device"), kwargs.pop("dtype"))
             return func(*args, model_spec=spec, **kwargs)
 
+        shown = click.Option if everyday else TuningOption
         command = click.option(
-            "--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), default="auto", show_default=True,
-            help="Weight and autocast dtype; auto follows the device probe.",
+            "--dtype", cls=TuningOption, type=click.Choice(["auto", "bfloat16", "float16", "float32"]), default="auto",
+            show_default=True, help="Weight and autocast dtype; auto follows the device probe.",
         )(command)
         command = click.option(
-            "--device", default="auto", show_default=True, metavar="auto|cpu|cuda[:N]|mps", help="Where the model runs."
+            "--device", cls=shown, default="auto", show_default=True, metavar="auto|cpu|cuda[:N]|mps", help="Where the model runs."
         )(command)
-        if model_help is not None:
-            command = click.option("--model", "-m", default=None, metavar="ID|PATH", help=model_help)(command)
-        return command
+        return click.option("--model", "-m", cls=shown, envvar="LGPT_MODEL", default=None, metavar="ID|PATH",
+                            help=f"{model_help} [env: LGPT_MODEL]")(command)
 
     return decorate
 
@@ -84,6 +88,9 @@ def model_options(model_help: str | None = None) -> Callable[[Callable], Callabl
 BUILD_MODEL_HELP = ("Hub id or local folder of a ColPali-family model (see README: Models). "
                     "[default: the index's model, else vidore/colpali-v1.3]")
 INDEX_MODEL_HELP = "Must be the model the index was built with. [default: that model]"
+# --model of serve and mcp: the model of a folder --watch indexes for the first time
+SERVED_MODEL_HELP = ("With --watch and no index yet: the model to build it with (see README: Models); else it must be the "
+                     "index's. [default: the index's model, else vidore/colpali-v1.3]")
 RECORDED = "Recorded in the index: left out, the index's; another value needs --rebuild."
 
 
@@ -107,22 +114,23 @@ def settings_options(when: str = "", only_with: str | None = None) -> Callable[[
                                  hint="Give --watch DOCS, or drop them: a served index keeps the settings it was built with.")
             return func(*args, settings=BuildSettings(**given), **kwargs)
 
+        shown = click.Option if only_with is None else TuningOption
         options = [
-            click.option("--pool-factor", type=click.IntRange(1, 64), default=None, metavar="N",
+            click.option("--pool-factor", cls=TuningOption, type=click.IntRange(1, 64), default=None, metavar="N",
                          help=f"{when}Lossy: pool each page's vectors to about 1/N (hierarchical token pooling); 1 is off. "
                               f"{RECORDED} [default: the index's, else 1]"),
-            click.option("--max-visual-tokens", type=click.IntRange(1, 1 << 20), default=None, metavar="N",
+            click.option("--max-visual-tokens", cls=TuningOption, type=click.IntRange(1, 1 << 20), default=None, metavar="N",
                          help=f"{when}ColQwen families: at most N image tokens a page (fewer vectors and less memory; "
                               f"lossy). {RECORDED} [default: the index's, else the model's]"),
-            click.option("--text", "text", type=click.Choice(["auto", "never"]), default=None,
+            click.option("--text", "text", cls=shown, type=click.Choice(["auto", "never"]), default=None,
                          help=f"{when}Page text for text and hybrid queries: auto, each page's text layer, and OCR as --ocr "
                               "says; never, pixels only (no text read, no OCR, no text stored; see docs/page-text.md). "
                               f"{RECORDED} [default: the index's, else auto]"),
-            click.option("--ocr", type=click.Choice(["auto", "always", "never"]), default=None,
+            click.option("--ocr", cls=shown, type=click.Choice(["auto", "always", "never"]), default=None,
                          help=f"{when}Read pages with Tesseract: auto, those with almost no text layer (scans, images; under "
                               "32 visible characters); always, every page; never, only the text layer. "
                               f"{RECORDED} [default: the index's, else $LGPT_OCR, else auto]"),
-            click.option("--ocr-lang", default=None, metavar="LANG",
+            click.option("--ocr-lang", cls=shown, default=None, metavar="LANG",
                          help=f"{when}Tesseract's language(s), e.g. eng or eng+deu (each must be installed: "
                               f"tesseract-ocr-LANG). {RECORDED} [default: the index's, else eng]"),
         ]
@@ -136,15 +144,15 @@ def settings_options(when: str = "", only_with: str | None = None) -> Callable[[
 def source_options(func: Callable) -> Callable:
     """How build and watch read the folder and feed the model (BuildOptions' fields of the same names)."""
     options = [
-        click.option("--batch-size", type=click.IntRange(1, 4096), default=None,
+        click.option("--batch-size", cls=TuningOption, type=click.IntRange(1, 4096), default=None,
                      help="Pages per forward pass. [default: by device]"),
         click.option("--metadata", "metadata_file", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="JSON or CSV file mapping path globs to key/value pairs, stored per document."),
         click.option("--include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable)."),
         click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable)."),
-        click.option("--workers", "convert_workers", type=click.IntRange(1, 64), default=2, show_default=True,
+        click.option("--workers", "convert_workers", cls=TuningOption, type=click.IntRange(1, 64), default=2, show_default=True,
                      help="Conversions run side by side, ahead of the model."),
-        click.option("--convert-timeout", "convert_timeout_s", type=SECONDS, default=120.0, show_default=True,
+        click.option("--convert-timeout", "convert_timeout_s", cls=TuningOption, type=SECONDS, default=120.0, show_default=True,
                      help="Seconds one conversion may take."),
     ]
     for option in reversed(options):
@@ -195,12 +203,12 @@ class ByteSize(click.ParamType):
 def scoring_options(func: Callable) -> Callable:
     """--scorer and --max-resident: where exact scoring runs (query, serve; docs/performance.md "On a GPU")."""
     func = click.option(
-        "--max-resident", type=ByteSize(), default=None, metavar="SIZE",
+        "--max-resident", cls=TuningOption, type=ByteSize(), default=None, metavar="SIZE",
         help="Device scorer: vectors kept on the device at most (e.g. 40G; 0: stream every query). "
              "[default: the device's free memory less a reserve]",
     )(func)
     func = click.option(
-        "--scorer", type=click.Choice(["auto", "cpu", "device"]), default="auto", show_default=True,
+        "--scorer", cls=TuningOption, type=click.Choice(["auto", "cpu", "device"]), default="auto", show_default=True,
         help="Exact scoring on the CPU, or on the model's device with its vectors resident there "
              "(auto: the device when the model is on a CUDA GPU).",
     )(func)

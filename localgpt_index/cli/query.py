@@ -9,7 +9,8 @@ import click
 from ..core.types import FUSIONS, MODES
 from ..query.fusion import RRF_K
 from ..query.request import DPI, MAX_K, MAX_RRF_K
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
+from .defaults import TuningOption
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
          "fusion": "--fusion", "rrf_k": "--rrf-k", "dpi": "--dpi"}
 
 
-@click.command(epilog=EXIT_CODES)
+@click.command(cls=AppCommand, epilog=EXIT_CODES)
 @click.argument("text", nargs=-1)
 @click.option("--queries-file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="More queries, one per line ('-' for stdin); all are encoded in one batch.")
@@ -28,25 +29,27 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="Only documents whose metadata has KEY=VALUE (repeatable: all must match).")
 @click.option("--export-pages", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
-@click.option("--dpi", type=click.IntRange(DPI[0], DPI[2]), default=DPI[1], show_default=True, help="Resolution of page images.")
+@click.option("--dpi", cls=TuningOption, type=click.IntRange(DPI[0], DPI[2]), default=DPI[1], show_default=True,
+              help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
-@click.option("--first-pass", default=None, metavar="N|auto",
+@click.option("--first-pass", cls=TuningOption, default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
                    "(local: 1-bit codes stored with the index; Qdrant: its binary quantization, then rescoring). "
                    "'auto': only where exact cannot serve (docs/performance.md).")
 @click.option("--mode", type=click.Choice(MODES), default=None,
               help="hybrid: the text (BM25) and visual candidate lists, fused; visual: the model only; text: page text only "
                    "(no model loaded). [default: hybrid when the index has page text, else visual]")
-@click.option("--fusion", type=click.Choice(FUSIONS), default="weighted", show_default=True,
+@click.option("--fusion", cls=TuningOption, type=click.Choice(FUSIONS), default="weighted", show_default=True,
               help="hybrid: weigh each list by the evidence it carries, or plain reciprocal-rank fusion.")
-@click.option("--rrf-k", type=click.IntRange(0, MAX_RRF_K), default=RRF_K, show_default=True, help="The k of --fusion rrf: 1 / (k + rank).")
+@click.option("--rrf-k", cls=TuningOption, type=click.IntRange(0, MAX_RRF_K), default=RRF_K, show_default=True,
+              help="The k of --fusion rrf: 1 / (k + rank).")
 @click.option("--with-text", is_flag=True, help="With --json: each result carries its page's text (for answerers).")
 @click.option("-k", "top_k", type=click.IntRange(1, MAX_K), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--server", envvar="LGPT_SERVER", default=None, metavar="URL",
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
-@click.option("--token", envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
+@click.option("--token", cls=TuningOption, envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
-@model_options(INDEX_MODEL_HELP)
+@model_options(INDEX_MODEL_HELP, everyday=False)
 @scoring_options
 @index_options
 @output_options

@@ -7,11 +7,11 @@ import sys
 import click
 
 from ..core.errors import ExitCode
-from .app import Application, error_object, output_options
+from .app import AppCommand, Application, error_object, output_options
 from .options import SECONDS, display_path, index_options
 
 
-@click.command()
+@click.command(cls=AppCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .app import Application, json_option
-from .options import index_options, listen_options, model_options, scoring_options, settings_options
+from .app import AppCommand, Application, json_option
+from .defaults import TuningOption
+from .options import SERVED_MODEL_HELP, index_options, listen_options, model_options, scoring_options, settings_options
 
 if TYPE_CHECKING:
     from ..indexing.options import BuildSettings
@@ -22,26 +23,26 @@ Exit codes:
   4  the port is taken, or the model cannot be loaded"""
 
 
-@click.command(epilog=SERVE_EXIT)
+@click.command(cls=AppCommand, epilog=SERVE_EXIT)
 @listen_options(8765, token_help="Bearer token every request but /healthz must carry.")
-@click.option("--header-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--header-timeout", cls=TuningOption, type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
               help="Drop a connection whose request headers are not complete this long after it opened (or after its last answer).")
-@click.option("--body-timeout", type=click.FloatRange(min=0.01), default=30.0, show_default=True, metavar="SECONDS",
+@click.option("--body-timeout", cls=TuningOption, type=click.FloatRange(min=0.01), default=30.0, show_default=True, metavar="SECONDS",
               help="Drop a connection whose request body is not complete this long after its headers.")
-@click.option("--max-connections", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--max-connections", cls=TuningOption, type=click.IntRange(min=1), default=None, metavar="N",
               help="Connections served at once; more are refused with 503, but for GET /healthz from loopback. "
                    "[default: 256, or less under a low file-descriptor limit]")
 @click.option("--absolute-paths", is_flag=True,
               help="Answers name documents, the index and the model by absolute paths, as the CLI does "
                    "(default: documents relative to the folder they were indexed from, the rest by name).")
-@click.option("--json-logs", is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
+@click.option("--json-logs", cls=TuningOption, is_flag=True, help="Log JSON lines on stderr instead of plain ones.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request; errors only.")
 @click.option("--watch", "watch_docs", type=click.Path(exists=True, file_okay=False), default=None, metavar="DOCS",
               help="Keep the index up to date with the folder DOCS as files change, as `lgpt-index watch` does "
                    "(built first if there is no index yet). See docs/watch.md.")
 @settings_options(when="With --watch: ", only_with="watch_docs")
 @json_option(help="If the server cannot start (or stops on a failure): an error document on stdout.")
-@model_options()
+@model_options(SERVED_MODEL_HELP)
 @scoring_options
 @index_options
 @click.pass_obj

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
 from .options import display_path, index_options
 
 
-@click.command()
+@click.command(cls=AppCommand)
 @index_options
 @output_options
 @click.pass_obj

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
+from .defaults import OwnOption
 from .options import SECONDS, index_options
 
 
-@click.command("export")
+@click.command("export", cls=AppCommand)
 @click.argument("out")
-@click.option("--format", "fmt", type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
+@click.option("--format", "fmt", cls=OwnOption, type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
               help="byaldi: OUT is a folder. qdrant: OUT is a store URL (qdrant://HOST:PORT/COLLECTION, qdrant+path://DIR/COLLECTION).")
 @click.option("--with-images", is_flag=True, help="byaldi: include the page images (byaldi's collection/), as base64 PNG.")
 @click.option("--dpi", type=click.IntRange(20, 600), default=150, show_default=True, help="Resolution of those images.")
@@ -42,11 +43,11 @@ def export(app: Application, out, fmt, with_images, dpi, force, wait_s) -> None:
     app.terminal.info(f"{result['documents']} documents, {result['pages']} pages written to {out} ({fmt} format)")
 
 
-@click.command("import")
+@click.command("import", cls=AppCommand)
 @click.argument("source")
-@click.option("--format", "fmt", type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
+@click.option("--format", "fmt", cls=OwnOption, type=click.Choice(["byaldi", "qdrant"]), default="byaldi", show_default=True,
               help="byaldi: SOURCE is a byaldi index folder. qdrant: SOURCE is a store URL.")
-@click.option("--model", "-m", default=None, metavar="ID|PATH",
+@click.option("--model", "-m", cls=OwnOption, default=None, metavar="ID|PATH",
               help="byaldi: the model the vectors came from. [default: byaldi's model_name]")
 @click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
 from .options import SECONDS, index_options
 
 
-@click.command()
+@click.command(cls=AppCommand)
 @click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options
 @output_options

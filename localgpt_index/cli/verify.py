@@ -7,11 +7,11 @@ import sys
 import click
 
 from ..core.errors import ExitCode
-from .app import Application, error_object, output_options
+from .app import AppCommand, Application, error_object, output_options
 from .options import index_options
 
 
-@click.command()
+@click.command(cls=AppCommand)
 @index_options
 @output_options
 @click.pass_obj

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .app import Application, output_options
+from .app import AppCommand, Application, output_options
+from .defaults import TuningOption
 from .options import (BUILD_MODEL_HELP, SECONDS, build_options, display_path, index_options, model_options, settings_options,
                       source_options)
 
@@ -25,14 +26,14 @@ Exit codes:
   4  the model cannot be loaded, the device was lost, or the folder cannot be watched at all"""
 
 
-@click.command(epilog=WATCH_EXIT)
+@click.command(cls=AppCommand, epilog=WATCH_EXIT)
 @click.argument("docs", type=click.Path(exists=True, file_okay=False))
 @model_options(BUILD_MODEL_HELP)
 @source_options
 @settings_options()
-@click.option("--settle", "settle_s", type=SECONDS, default=1.0, show_default=True,
+@click.option("--settle", "settle_s", cls=TuningOption, type=SECONDS, default=1.0, show_default=True,
               help="Build once no change came and no changed file grew for this long (a file being copied waits).")
-@click.option("--wait", "wait_s", type=SECONDS, default=600.0, show_default=True,
+@click.option("--wait", "wait_s", cls=TuningOption, type=SECONDS, default=600.0, show_default=True,
               help="Seconds a build waits for another writer (a manual build) to finish.")
 @click.option("--poll", is_flag=True,
               help="Poll the folder instead of using the system's file events (network file systems). "
