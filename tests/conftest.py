@@ -53,7 +53,7 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # lgpt-index's weight digests
-    for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "NO_COLOR"):
+    for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "LGPT_MODEL", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LGPT_OCR", "never")  # as set for the session above, should a test have changed it
     monkeypatch.chdir(tmp_path)

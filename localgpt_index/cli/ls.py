@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import AppCommand, Application, output_options
-from .options import display_path, index_options
+from .options import display_path, index_options, tree_folders, typed_path
 
 
 @click.command("ls", cls=AppCommand)
@@ -15,15 +15,16 @@ from .options import display_path, index_options
 @output_options
 @click.pass_obj
 def ls(app: Application, prefix, failed) -> None:
-    """List the documents in the index (those under PREFIX: a folder or the start of a path)."""
-    import os
-
+    """List the documents in the index (those under PREFIX: a folder or the start of a path, from the
+    current folder or from the indexed folder: `ls finance/` from the top, `ls .` from inside finance/)."""
     from ..interop.reports import documents_document
     from ..query.search import open_index
 
-    if prefix and not prefix.startswith(os.sep):
-        prefix = os.path.abspath(prefix) + (os.sep if prefix.endswith(os.sep) else "")
-    document = documents_document(open_index(store=app.store()).view, prefix, failed)
+    view = open_index(store=app.store()).view
+    if prefix:
+        known = [f.path for f in view.manifest.failures] if failed else [d.path for d in view.manifest.documents]
+        prefix = typed_path(prefix, known, tree_folders(known, app.index_dir_found()[0]), prefix=True)
+    document = documents_document(view, prefix, failed)
     if app.as_json:
         app.print_json(document)
         return

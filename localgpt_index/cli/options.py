@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
@@ -241,3 +243,30 @@ class Seconds(click.ParamType):
 
 
 SECONDS = Seconds()
+
+
+def typed_path(typed: str, known: Collection[str], bases: Iterable[str], prefix: bool = False) -> str:
+    """A path the user typed (`ls PREFIX`, `remove PATH`) as the index names documents (absolute): against
+    the current folder, else against each of `bases` (the indexed tree's folder, the index's project folder),
+    the first that names one of `known`; else against the current folder. `prefix`: the start of a path
+    names what starts with it (ls), else a path names itself and what is under it (remove)."""
+    if os.path.isabs(typed):
+        return typed
+    tail = os.sep if typed.endswith(os.sep) else ""
+    candidates = [os.path.abspath(typed) + tail] + [os.path.normpath(os.path.join(base, typed)) + tail for base in bases]
+    for candidate in dict.fromkeys(candidates):
+        under = candidate.rstrip(os.sep) + os.sep
+        if any(path.startswith(candidate) if prefix else path == candidate or path.startswith(under) for path in known):
+            return candidate
+    return candidates[0]
+
+
+def tree_folders(paths: Collection[str], index_dir: str | None) -> list[str]:
+    """Where a typed path may be relative to: the deepest folder holding every document, and the folder the
+    index's .lgpt-index is in."""
+    folders = [os.path.dirname(path) for path in paths if os.path.isabs(path)]
+    try:
+        found = [os.path.commonpath(folders)] if folders else []
+    except ValueError:  # paths on different drives
+        found = []
+    return found + ([os.path.dirname(os.path.abspath(index_dir))] if index_dir else [])

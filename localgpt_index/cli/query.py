@@ -161,7 +161,9 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
 
     from ..core.errors import UsageError
 
-    given = [flag for name, flag in _LOCAL_ONLY.items() if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    here = [ctx, ctx.parent] if ctx.parent is not None else [ctx]  # given to the command, or before it (the group's)
+    given = [flag for name, flag in _LOCAL_ONLY.items()
+             if any(where.get_parameter_source(name) == ParameterSource.COMMANDLINE for where in here)]
     if given:
         from_option = ctx.get_parameter_source("server") == ParameterSource.COMMANDLINE
         origin = f"--server {server}" if from_option else f"$LGPT_SERVER ({server})"

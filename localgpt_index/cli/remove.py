@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from ..core.errors import ExitCode
 from .app import AppCommand, Application, error_object, output_options
-from .options import SECONDS, display_path, index_options
+from .options import SECONDS, display_path, index_options, tree_folders, typed_path
 
 
 @click.command(cls=AppCommand)
@@ -18,7 +19,8 @@ from .options import SECONDS, display_path, index_options
 @output_options
 @click.pass_obj
 def remove(app: Application, paths, wait_s) -> None:
-    """Remove documents from the index (a folder removes everything under it).
+    """Remove documents from the index (a folder removes everything under it; a relative PATH from the
+    current folder or from the indexed folder).
 
     The files themselves are not touched. Exits 1 when none of PATHS is in the index.
     """
@@ -26,7 +28,12 @@ def remove(app: Application, paths, wait_s) -> None:
 
     from ..indexing.maintenance import remove_documents
 
-    report = remove_documents(app.store(), list(paths), wait_s)
+    store = app.store()
+    manifest = store.read_manifest()
+    known = [d.path for d in [*manifest.documents, *manifest.in_progress]] if manifest is not None else []
+    folders = tree_folders(known, app.index_dir_found()[0])
+    found = [typed_path(path, known, folders) for path in paths]  # one from the current folder: as typed, for messages
+    report = remove_documents(store, [p if f.rstrip(os.sep) == os.path.abspath(p) else f for p, f in zip(paths, found)], wait_s)
     if app.as_json:
         document = asdict(report)
         if not report.removed:

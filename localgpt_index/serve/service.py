@@ -197,7 +197,9 @@ def open_service(store, model: ModelSpec = ModelSpec(), scoring: DeviceScoring |
     service.scoring = scoring or service.scoring
     if not service.store.exists():
         raise IndexProblem(f"no index at {service.store.location}.",
-                           hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name / --store).")
+                           hint="Build one first: lgpt-index build DOCS, or serve --watch DOCS. Or say where one is: --index-dir DIR "
+                                "or $LGPT_INDEX_DIR (and --name, --store); the command line looks for .lgpt-index in "
+                                "this folder and its parents.")
     service.index()
     return service
 

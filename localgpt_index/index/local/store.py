@@ -175,7 +175,9 @@ class LocalStore:
         manifest = self.read_manifest()
         if manifest is None:
             raise IndexProblem(
-                f"no index at {self.root}.", hint="Build one first: lgpt-index build DOCS (or pass --index-dir / --name)."
+                f"no index at {self.root}.",
+                hint="Build one first: lgpt-index build DOCS. Or say where one is: --index-dir DIR or $LGPT_INDEX_DIR "
+                     "(and --name); the command line looks for .lgpt-index in this folder and its parents.",
             )
         self.check(manifest)
         self._adopted = {}
