@@ -59,6 +59,7 @@ ERROR_CASES = {
     "mcp": (lambda tmp, built: ["mcp", "--http", "--host", "0.0.0.0", "--index-dir", str(built["index"])], 2, "usage"),
     "eval": (lambda tmp, built: ["eval", str(tmp / "no-such-queries.jsonl"), "--index-dir", str(built["index"])], 2, "usage"),
     "watch": (lambda tmp, built: ["watch", *_bad_metadata(tmp, built)[1:]], 2, "usage"),
+    "config": (lambda tmp, built: ["config", "no-such-command"], 2, "usage"),
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, validate
 from docgen import make_pdf
 from helpers import build_ok
 
@@ -74,7 +74,9 @@ def test_ls_and_remove_take_paths_from_the_tree_and_from_the_current_folder(proj
 
 def _config(result) -> dict:
     assert result.exit_code == 0, result.stdout + result.stderr
-    return json.loads(result.stdout)["settings"]
+    document = json.loads(result.stdout)
+    validate(document, "config")
+    return document["settings"]
 
 
 def test_the_config_files_model_store_and_excludes_apply_and_config_shows_where_they_came_from(fake_model, tmp_path,

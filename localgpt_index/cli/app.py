@@ -204,7 +204,9 @@ class AppCommand(click.Command):
     """A command whose --help keeps the everyday options apart from the tuning ones and the index's location."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        everyday, tuning, located = [], [], []
+        everyday: list[tuple[str, str]] = []
+        tuning: list[tuple[str, str]] = []
+        located: list[str] = []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is None or not isinstance(param, click.Option):

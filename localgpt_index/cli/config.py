@@ -42,14 +42,14 @@ def config(ctx: click.Context, command: str | None) -> None:
     else:
         settings = _settings(group, commands[command]) | {key: settings[key] for key in settings
                                                            if key in settable(commands[command])}
-    document = {"version": CONFIG_SCHEMA_VERSION, "config_file": str(app.config.path) if app.config.path else None,
-                "command": command, "settings": dict(sorted(settings.items()))}
+    settings = dict(sorted(settings.items()))
+    path = str(app.config.path) if app.config.path else None
     if app.as_json:
-        app.print_json(document)
+        app.print_json({"version": CONFIG_SCHEMA_VERSION, "config_file": path, "command": command, "settings": settings})
         return
-    click.echo(f"config file  {display_path(document['config_file'] or '(none found here or in a parent folder)')}")
+    click.echo(f"config file  {display_path(path or '(none found here or in a parent folder)')}")
     width = max((len(key) for key in settings), default=0)
-    for key, entry in document["settings"].items():
+    for key, entry in settings.items():
         where = entry["source"] + (f" {entry['from']}" if entry["from"] else "")
         click.echo(f"{key:<{width}}  {_shown(entry['value'])}  ({display_path(where)})")
 

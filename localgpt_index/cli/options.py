@@ -29,7 +29,7 @@ Exit codes:
 
 def _remember(attribute: str):
     def callback(ctx: click.Context, param: click.Parameter, value):
-        ctx.find_object(Application).locate(attribute, value, ctx, param)
+        ctx.ensure_object(Application).locate(attribute, value, ctx, param)
 
     return callback
 
