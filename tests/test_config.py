@@ -199,3 +199,23 @@ def test_relative_paths_in_the_config_file_are_relative_to_it(tmp_path, monkeypa
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
     assert _config(run_cli("config", "--json"))["index-dir"]["value"] == os.path.join(tmp_path, "indexes")
+
+
+@pytest.mark.slow  # the HTTP server's stack (FastAPI, uvicorn) imported: about 4 s the first time
+@pytest.mark.parametrize("model_from", ["option", "env"])
+def test_serve_watch_builds_a_folder_without_an_index_with_the_model_given(model_from, fake_model, tmp_path, monkeypatch):
+    """serve --watch on a new folder builds it first, with --model (or $LGPT_MODEL); the port taken here
+    then stops it (exit 4) once that build is committed."""
+    import socket
+
+    make_pdf(tmp_path / "docs" / "alpha.pdf", ["alpha one"])
+    given = ["--model", str(fake_model)] if model_from == "option" else []
+    if model_from == "env":
+        monkeypatch.setenv("LGPT_MODEL", str(fake_model))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = run_cli("serve", "--watch", "docs", "--port", str(taken.getsockname()[1]), *given)
+    assert result.exit_code == 4, result.stderr
+    status = json.loads(run_cli("status", "--json").stdout)
+    assert status["model"]["id"] == str(fake_model) and status["documents"] == 1
