@@ -362,6 +362,20 @@ def test_server_with_index_settings_in_the_environment_still_asks_the_server(bui
     assert result.exit_code == 0 and fake_server.hits == 1 and "alpha.pdf" in result.stdout
 
 
+@pytest.mark.parametrize("option", [["--name", "other"], ["--store", "local"]], ids=["name", "store"])
+def test_server_with_a_local_index_option_before_the_command_is_a_usage_error_too(option, built, fake_server):
+    fake_server.answer(built["answer"])
+    result = run_cli(*option, "query", "alpha", "--server", fake_server.url)
+    assert result.exit_code == 2 and f"{option[0]} cannot be used with --server" in result.stderr and fake_server.hits == 0
+
+
+def test_server_with_index_settings_in_the_config_file_still_asks_the_server(built, fake_server, tmp_path):
+    fake_server.answer(built["answer"])
+    (tmp_path / "lgpt-index.toml").write_text('name = "x"\nindex-dir = "elsewhere"\n')
+    result = run_cli("query", "alpha", "--server", fake_server.url, env=WIDE)
+    assert result.exit_code == 0 and fake_server.hits == 1 and "alpha.pdf" in result.stdout
+
+
 # --- 4. a filter that matches nothing -------------------------------------------------------------
 
 def test_a_filter_that_matches_nothing_says_so(built):
