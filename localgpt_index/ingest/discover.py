@@ -1,9 +1,11 @@
-"""Find the documents under a folder: deterministic, no hidden files, no loops, no reading.
+"""Find the documents under a folder: deterministic, no hidden or ignored files, no loops, no reading.
 
 Discovery only lists folders and stats files; which files are read and hashed is the
 planner's decision (a file whose stat matches the index's record is not read at all).
 It records which folders it listed completely, so that a folder it could not list
-never makes its documents look deleted.
+never makes its documents look deleted. Paths its `.lgptignore` files ignore (ignore.py) are not
+there for a build: a folder they ignore is neither entered nor counted as one it holds, so the
+documents of an ignored file or folder leave the index.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Final, Iterable
 from ..core.errors import UsageError
 from ..core.files import sha256_file
 from ..core.types import FileStat, Kind
+from .ignore import IGNORE_FILE, IgnoreRules
 
 PDF: Final = "pdf"
 IMAGE: Final = "image"
@@ -71,7 +74,8 @@ class Discovery:
     listed: frozenset[str]  # folders listed completely: a document missing from one is gone
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why): its documents are kept
     excluded: tuple[str, ...] = ()  # folders never entered (the index itself)
-    folders: frozenset[str] = frozenset()  # every folder a listing held, walked or not (a loop, the index, unreadable)
+    # every folder a listing held, walked or not (a loop, the index, unreadable), except those ignored (gone to a build)
+    folders: frozenset[str] = frozenset()
 
 
 def file_stat(info: os.stat_result) -> FileStat:
@@ -143,6 +147,7 @@ class _Walker:
         self.real_root = os.path.realpath(root)
         self.include, self.exclude = include, exclude
         self.skip_ids = {_identity(d) for d in skip_dirs} - {None}
+        self.ignore = IgnoreRules(root)
         self.result = Discovery(root, [], [], frozenset())
         self._listed: set[str] = set()
         self._folders: set[str] = set()
@@ -157,6 +162,7 @@ class _Walker:
         self.result.files.sort(key=lambda f: os.fsencode(f.path))
         self.result.listed = frozenset(self._listed)
         self.result.folders = frozenset(self._folders)
+        self.result.skipped += self.ignore.problems
         return self.result
 
     def _list(self, directory: str) -> list[str]:
@@ -193,7 +199,11 @@ class _Walker:
         if real is not None and not _inside(real, self.real_root):
             self.result.skipped.append((path, "symlink to outside the folder"))
             return None
-        if entry.is_dir():
+        rel = os.path.relpath(path, self.root).replace(os.sep, "/")
+        is_dir = entry.is_dir()
+        if self.ignore.matches(rel, is_dir):
+            return None
+        if is_dir:
             self._folders.add(path)
             if _identity(path) in self.skip_ids or _is_index(path):
                 self.result.excluded += (path,)
@@ -202,7 +212,6 @@ class _Walker:
         if len(os.fsencode(path)) > MAX_PATH_BYTES:
             self.result.skipped.append((path, f"path longer than {MAX_PATH_BYTES} bytes"))
             return None
-        rel = os.path.relpath(path, self.root).replace(os.sep, "/")
         kind = KIND_BY_SUFFIX.get(os.path.splitext(entry.name)[1].lower())
         if not selected(rel, self.include, self.exclude):
             return None
@@ -257,6 +266,9 @@ def _discover_file(path: str, include: tuple[str, ...], exclude: tuple[str, ...]
     result = Discovery(folder, [], [], frozenset())
     if is_junk(name):
         result.skipped.append((path, "a hidden or temporary file"))
+        return result
+    if IgnoreRules(folder).matches(name, False):
+        result.skipped.append((path, f"ignored by {os.path.join(folder, IGNORE_FILE)}"))
         return result
     if not selected(name, include, exclude):
         return result
