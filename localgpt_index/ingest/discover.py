@@ -36,7 +36,7 @@ KIND_BY_SUFFIX: dict[str, Kind] = {
         for s in (
             ".docx", ".doc", ".odt", ".rtf", ".dotx", ".dot", ".ott",  # word processing (and templates)
             ".pptx", ".ppt", ".odp", ".potx", ".pot", ".otp",  # presentations
-            ".xlsx", ".xls", ".ods", ".xltx", ".xlt", ".ots",  # spreadsheets
+            ".xlsx", ".xls", ".ods", ".xltx", ".xlt", ".ots", ".csv", ".tsv",  # spreadsheets
             ".html", ".htm", ".txt",
         )
     },
