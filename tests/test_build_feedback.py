@@ -99,3 +99,22 @@ def test_on_a_terminal_the_bar_shows_the_models_load(fake_model, tmp_path):
         release.touch()
         assert build.wait(GUARD_S) == 0
     assert b"pages" in b"".join(screen)
+
+
+def test_off_a_terminal_the_ocr_runs_are_said_while_the_build_goes_on(fake_model, tmp_path):
+    from PIL import Image, ImageDraw
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    picture = Image.new("L", (600, 200), 255)
+    ImageDraw.Draw(picture).text((20, 80), "Invoice number 7731", fill=0)
+    picture.save(docs / "scan.png")
+    release = tmp_path / "release"
+    build = held_build(["build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ocr", "always"],
+                       release, "encode")  # the first page encoded, its text (OCR) read: not committed yet
+    try:
+        said = reading(build.stderr)
+        wait_until(lambda: any("OCR runs: 1" in line for line in said), GUARD_S, "a line naming the OCR")
+    finally:
+        release.touch()
+        assert build.wait(GUARD_S) == 0, said

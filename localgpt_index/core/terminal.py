@@ -34,9 +34,10 @@ def results_console(**options: Any) -> Console:
 
 
 class ProgressSink(Protocol):
-    """What the pipeline reports progress to. A task is a counter (`documents`, `pages`) or a stage
-    (`scanning`, `loading the model`, `committing`: total None until `advance(name, 1, total=1)` ends
-    it); adding a task again starts it over. Tasks may be advanced from several threads."""
+    """What the pipeline reports progress to. A task is a counter (`documents`, `pages`, `OCR runs`) or a
+    stage (`scanning`, `loading the model`, `committing`: total None until `advance(name, 1, total=1)`
+    ends it); adding a task again starts it over, advancing one never added adds it. Tasks may be
+    advanced from several threads."""
 
     def add_task(self, name: str, total: int | None) -> None: ...
     def advance(self, name: str, amount: int = 1, total: int | None = None) -> None: ...
@@ -110,6 +111,7 @@ class _RichProgress:
             transient=False,
         )
         self._tasks: dict[str, TaskID] = {}
+        self._lock = threading.RLock()
 
     def __enter__(self) -> "_RichProgress":
         self._progress.__enter__()
@@ -124,16 +126,20 @@ class _RichProgress:
         self._progress.__exit__(*exc)
 
     def add_task(self, name: str, total: int | None) -> None:
-        if name in self._tasks:
-            self._progress.reset(self._tasks[name], total=total)
-        else:
-            self._tasks[name] = self._progress.add_task(name, total=total)
+        with self._lock:
+            if name in self._tasks:
+                self._progress.reset(self._tasks[name], total=total)
+            else:
+                self._tasks[name] = self._progress.add_task(name, total=total)
 
     def advance(self, name: str, amount: int = 1, total: int | None = None) -> None:
-        task = self._tasks[name]
-        if total is not None:
-            self._progress.update(task, total=total)
-        self._progress.advance(task, amount)
+        with self._lock:
+            if name not in self._tasks:
+                self.add_task(name, None)
+            task = self._tasks[name]
+            if total is not None:
+                self._progress.update(task, total=total)
+            self._progress.advance(task, amount)
 
 
 class _LineProgress:
@@ -170,10 +176,13 @@ class _LineProgress:
 
     def advance(self, name: str, amount: int = 1, total: int | None = None) -> None:
         with self._lock:
-            task = self._tasks[name]
+            added = name not in self._tasks
+            task = self._tasks.setdefault(name, [0, None, time.monotonic()])
             task[0] += amount
             if total is not None:
                 task[1] = total
+        if added:
+            self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -192,7 +201,7 @@ class _LineProgress:
         with self._lock:
             for name, (done, total, started) in self._tasks.items():
                 if total is None and name != "pages":
-                    parts.append(f"{name} ({now - started:.0f} s)")
+                    parts.append(f"{name}: {done}" if done else f"{name} ({now - started:.0f} s)")
                 elif name == "pages":
                     rate = f", {done / (now - started):.1f} pages/s" if done else ""
                     parts.append(f"encoding: {done} pages{rate}")

@@ -152,7 +152,7 @@ class _Build:
     def run(self, encoder_factory: EncoderFactory) -> None:
         if self.plan.embed:
             # made before the engine: the local one tells it of the documents it opens while the model loads
-            texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds) if self.text else None
+            texts = PageTexts(self.text, self._sources(), self.log, self._timed) if self.text else None
             converted = sum(e.file.kind in CONVERTED for e in self.plan.embed) if not self.options.ray else 0
             stage(self.progress, "scanning", ended=True)
             stage(self.progress, "loading the model")
@@ -169,6 +169,12 @@ class _Build:
                 if texts is not None:
                     texts.close()  # a model that failed to load: the reading started beside it ends too
         self.policy.finish()
+
+    def _timed(self, name: str, seconds: float) -> None:
+        """The stage clock of page text; each Tesseract run told to the progress as it ends."""
+        self.timer.add_seconds(name, seconds)
+        if name == "ocr" and self.progress:
+            self.progress.advance("OCR runs")
 
     def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts | None) -> AbstractContextManager[Engine]:
         root = Path(self.report.source)
