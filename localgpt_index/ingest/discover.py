@@ -21,7 +21,7 @@ from typing import Final, Iterable
 from ..core.errors import UsageError
 from ..core.files import sha256_file
 from ..core.types import FileStat, Kind
-from .ignore import IGNORE_FILE, IgnoreRules
+from .ignore import IGNORE_FILE, Chain, IgnoreRules
 
 PDF: Final = "pdf"
 IMAGE: Final = "image"
@@ -154,10 +154,10 @@ class _Walker:
         self._seen_dirs: set[tuple[int, int]] = set()
 
     def walk(self) -> Discovery:
-        stack = [self.root]
+        stack: list[tuple[str, str, Chain]] = [(self.root, "", ())]  # a folder, relative to the root, the ignore files above it
         while stack:
-            directory = stack.pop()
-            subdirs = self._list(directory)
+            directory, rel, above = stack.pop()
+            subdirs = self._list(directory, rel, above)
             stack.extend(reversed(subdirs))
         self.result.files.sort(key=lambda f: os.fsencode(f.path))
         self.result.listed = frozenset(self._listed)
@@ -165,7 +165,7 @@ class _Walker:
         self.result.skipped += self.ignore.problems
         return self.result
 
-    def _list(self, directory: str) -> list[str]:
+    def _list(self, directory: str, rel: str, above: Chain) -> list[tuple[str, str, Chain]]:
         identity = _identity(directory)  # (device, inode): a loop is seen without resolving paths
         if identity is not None:  # None: the folder cannot be stat'ed (its listing says why)
             if identity in self._seen_dirs:
@@ -177,60 +177,59 @@ class _Walker:
         except OSError as exc:
             self.result.unreadable.append((directory, f"cannot list folder: {exc.strerror or exc}"))
             return []
+        chain = self.ignore.chain(rel, above, any(entry.name == IGNORE_FILE for entry in entries))
         subdirs = []
         for entry in entries:
             if is_junk(entry.name):
                 continue
+            entry_rel = f"{rel}/{entry.name}" if rel else entry.name
             try:
-                sub = self._entry(entry)
+                if self._entry(entry, entry_rel, chain):
+                    subdirs.append((entry.path, entry_rel, chain))
             except OSError as exc:
                 self.result.unreadable.append((entry.path, f"cannot read: {exc.strerror or exc}"))
-                continue
-            if sub:
-                subdirs.append(sub)
         self._listed.add(directory)
         return subdirs
 
-    def _entry(self, entry: os.DirEntry) -> str | None:
-        """Record one folder entry; a folder to walk is returned."""
+    def _entry(self, entry: os.DirEntry, rel: str, chain: Chain) -> bool:
+        """Record one folder entry; True for a folder to walk."""
         path = entry.path
         is_link = entry.is_symlink()
         real = os.path.realpath(path) if is_link else None
         if real is not None and not _inside(real, self.real_root):
             self.result.skipped.append((path, "symlink to outside the folder"))
-            return None
-        rel = os.path.relpath(path, self.root).replace(os.sep, "/")
+            return False
         is_dir = entry.is_dir()
-        if self.ignore.matches(rel, is_dir):
-            return None
+        if chain and self.ignore.matches(rel, is_dir, chain):
+            return False
         if is_dir:
             self._folders.add(path)
             if _identity(path) in self.skip_ids or _is_index(path):
                 self.result.excluded += (path,)
-                return None
-            return path
+                return False
+            return True
         if len(os.fsencode(path)) > MAX_PATH_BYTES:
             self.result.skipped.append((path, f"path longer than {MAX_PATH_BYTES} bytes"))
-            return None
+            return False
         kind = KIND_BY_SUFFIX.get(os.path.splitext(entry.name)[1].lower())
         if not selected(rel, self.include, self.exclude):
-            return None
+            return False
         if kind is None:
             if entry.is_file():
                 self.result.skipped.append((path, f"unsupported type {os.path.splitext(entry.name)[1] or '(no extension)'}"))
-            return None
+            return False
         try:
             info = os.stat(path)
         except FileNotFoundError:
             self.result.skipped.append((path, "broken symlink" if is_link else "vanished while listing"))
-            return None
+            return False
         if not stat_mode.S_ISREG(info.st_mode):
             what = {stat_mode.S_IFIFO: "a FIFO", stat_mode.S_IFSOCK: "a socket",
                     stat_mode.S_IFCHR: "a device", stat_mode.S_IFBLK: "a device"}
             self.result.skipped.append((path, f"not a regular file ({what.get(stat_mode.S_IFMT(info.st_mode), 'special')})"))
-            return None
+            return False
         self.result.files.append(FoundFile(path, kind, file_stat(info)))
-        return None
+        return False
 
 
 def discover(

@@ -19,6 +19,9 @@ IGNORE_FILE = ".lgptignore"
 
 _SPECIAL = re.compile(r"([\\*?\[\]!#])")
 
+# The ignore files that apply in a folder, from the root down: (their folder relative to the root, their rules)
+Chain = tuple[tuple[str, GitIgnoreSpec], ...]
+
 
 class IgnoreRules:
     """The `.lgptignore` files under `root`, each read once (`fresh`: read again whenever it changed, for a
@@ -66,16 +69,23 @@ class IgnoreRules:
                     self.problems.append((path, f"line {number}: not a valid pattern: {line!r}"))
             return GitIgnoreSpec.from_lines(good)
 
-    def matches(self, rel: str, is_dir: bool) -> bool:
-        """Whether the ignore files of the folders above `rel` ignore it (its folders themselves not checked:
-        a walk never enters an ignored one)."""
-        parts = rel.split("/")
+    def chain(self, folder: str, above: Chain = (), present: bool = True) -> Chain:
+        """The ignore files that apply in `folder` (relative to root): those of the folder above, `above`,
+        and its own (`present`: whether its listing holds one; a walk knows, and spares the look)."""
+        spec = self._spec(folder) if present else None
+        return above + ((folder, spec),) if spec is not None else above
+
+    def matches(self, rel: str, is_dir: bool, chain: Chain | None = None) -> bool:
+        """Whether the ignore files of the folders above `rel` (`chain`, if the caller has it) ignore it, the
+        deepest that has a say deciding (its folders themselves not checked: a walk never enters an ignored one)."""
+        if chain is None:
+            parts = rel.split("/")
+            chain = ()
+            for depth in range(len(parts)):
+                chain = self.chain("/".join(parts[:depth]), chain)
         ignored = False
-        for depth in range(len(parts)):
-            spec = self._spec("/".join(parts[:depth]))
-            if spec is None:
-                continue
-            below = "/".join(parts[depth:]) + ("/" if is_dir else "")
+        for folder, spec in chain:
+            below = (rel[len(folder) + 1:] if folder else rel) + ("/" if is_dir else "")
             result = spec.check_file(below).include
             if result is not None:
                 ignored = result
