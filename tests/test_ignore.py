@@ -129,3 +129,12 @@ def test_lgptignore_holds_across_watch(fake_model, tmp_path):
         if watch.process.poll() is None:
             watch.process.kill()
     assert indexed(tmp_path / "idx", docs) == {"a.png", "sentinel.png"}
+
+
+def test_a_line_that_is_no_pattern_is_listed_and_the_others_still_apply(fake_model, tmp_path):
+    docs = tmp_path / "docs"
+    tree(docs, ["a.png", "b.png"])
+    (docs / ".lgptignore").write_text("b.png\n\\\n")
+    _, report = build_json(docs, Path("idx"), "--model", str(fake_model))
+    assert report["indexed"] == 1 and indexed(Path("idx"), docs) == {"a.png"}
+    assert {"path": str(docs / ".lgptignore"), "reason": "line 2: not a valid pattern: '\\\\'"} in report["skipped_files"]
