@@ -47,11 +47,15 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 def build(app: Application, docs, **given) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
-    from ..indexing.run import build_index
+    from ..core.terminal import stage
 
-    store = app.store()
-    options = build_options(**given)
-    with app.terminal.progress() as progress:
+    with app.terminal.progress() as progress:  # said from the first second: the imports and opening the index take some
+        stage(progress, "starting")
+        from ..indexing.run import build_index
+
+        store = app.store()
+        options = build_options(**given)
+        stage(progress, "starting", ended=True)
         report = build_index(docs, store, options, progress=progress, log=app.terminal.info)
     if app.as_json:
         document = report.to_dict()

@@ -14,15 +14,19 @@ from .options import SECONDS, display_path, index_options, tree_folders, typed_p
 
 @click.command(cls=AppCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--ignore", is_flag=True,
+              help="Also add PATHS to the .lgptignore of the indexed folder, so that no later build or watch adds them back.")
 @click.option("--wait", "wait_s", type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
 @index_options
 @output_options
 @click.pass_obj
-def remove(app: Application, paths, wait_s) -> None:
+def remove(app: Application, paths, ignore, wait_s) -> None:
     """Remove documents from the index (a folder removes everything under it; a relative PATH from the
     current folder or from the indexed folder).
 
-    The files themselves are not touched. Exits 1 when none of PATHS is in the index.
+    The files themselves are not touched: while a file is in the indexed folder, the next build or
+    watch indexes it again, unless --ignore (or a .lgptignore pattern) keeps it out.
+    Exits 1 when none of PATHS is in the index.
     """
     from dataclasses import asdict
 
@@ -33,7 +37,8 @@ def remove(app: Application, paths, wait_s) -> None:
     known = [d.path for d in [*manifest.documents, *manifest.in_progress]] if manifest is not None else []
     folders = tree_folders(known, app.index_dir_found()[0])
     found = [typed_path(path, known, folders) for path in paths]  # one from the current folder: as typed, for messages
-    report = remove_documents(store, [p if f.rstrip(os.sep) == os.path.abspath(p) else f for p, f in zip(paths, found)], wait_s)
+    report = remove_documents(store, [p if f.rstrip(os.sep) == os.path.abspath(p) else f for p, f in zip(paths, found)], wait_s,
+                              ignore=ignore)
     if app.as_json:
         document = asdict(report)
         if not report.removed:
@@ -45,4 +50,9 @@ def remove(app: Application, paths, wait_s) -> None:
     for path in report.not_found:
         app.terminal.warn(f"not in the index: {display_path(path)}")
     app.terminal.info(f"{len(report.removed)} documents ({report.pages_removed} pages) removed from {report.index}")
+    if report.ignore_file:
+        app.terminal.info(f"added to {display_path(report.ignore_file)}: {', '.join(report.ignored)}")
+    elif any(os.path.exists(path) for path in report.removed):
+        app.terminal.warn("the files are still in their folder: the next build or watch indexes them again; "
+                          "`remove --ignore` (or a .lgptignore pattern) keeps them out.")
     sys.exit(int(ExitCode.OK if report.removed else ExitCode.FAILURE))

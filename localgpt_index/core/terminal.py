@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
@@ -33,10 +34,23 @@ def results_console(**options: Any) -> Console:
 
 
 class ProgressSink(Protocol):
-    """What the pipeline reports progress to."""
+    """What the pipeline reports progress to. A task is a counter (`documents`, `pages`, `OCR runs`) or a
+    stage (`scanning`, `loading the model`, `committing`: total None until `advance(name, 1, total=1)`
+    ends it); adding a task again starts it over, advancing one never added adds it. Tasks may be
+    advanced from several threads."""
 
     def add_task(self, name: str, total: int | None) -> None: ...
     def advance(self, name: str, amount: int = 1, total: int | None = None) -> None: ...
+
+
+def stage(sink: ProgressSink | None, name: str, ended: bool = False) -> None:
+    """Tell `sink` (if any) that the stage `name` began, or `ended`. A stage left open ends with the sink."""
+    if sink is None:
+        return
+    if ended:
+        sink.advance(name, 1, total=1)
+    else:
+        sink.add_task(name, None)
 
 
 class Terminal:
@@ -77,8 +91,11 @@ class Terminal:
         if self.is_tty and self.verbosity >= 0:
             with _RichProgress(self.console) as bars:
                 yield bars
+        elif self.verbosity >= 0:
+            with _LineProgress(self) as lines:
+                yield lines
         else:
-            yield _LineProgress(self if self.verbosity >= 0 else None)
+            yield _LineProgress(None)
 
 
 class _RichProgress:
@@ -94,48 +111,100 @@ class _RichProgress:
             transient=False,
         )
         self._tasks: dict[str, TaskID] = {}
+        self._lock = threading.RLock()
 
     def __enter__(self) -> "_RichProgress":
         self._progress.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        for task in self._progress.tasks:  # still open at the end: a counter shown as done, a stage gone (up to date)
+            if task.total is None and task.completed:
+                self._progress.update(task.id, total=task.completed)
+            elif task.total is None:
+                self._progress.remove_task(task.id)
         self._progress.__exit__(*exc)
 
     def add_task(self, name: str, total: int | None) -> None:
-        self._tasks[name] = self._progress.add_task(name, total=total)
+        with self._lock:
+            if name in self._tasks:
+                self._progress.reset(self._tasks[name], total=total)
+            else:
+                self._tasks[name] = self._progress.add_task(name, total=total)
 
     def advance(self, name: str, amount: int = 1, total: int | None = None) -> None:
-        task = self._tasks[name]
-        if total is not None:
-            self._progress.update(task, total=total)
-        self._progress.advance(task, amount)
+        with self._lock:
+            if name not in self._tasks:
+                self.add_task(name, None)
+            task = self._tasks[name]
+            if total is not None:
+                self._progress.update(task, total=total)
+            self._progress.advance(task, amount)
 
 
 class _LineProgress:
-    """One plain line every few seconds, for logs and CI."""
+    """Without a terminal (logs, CI, a pipe): a line naming what the build is doing as soon as a stage
+    begins, and then every few seconds, from a thread of its own (a model that takes 20 s to load is
+    said to be loading meanwhile). `terminal` None: silent."""
 
-    interval_s = 5.0
+    interval_s = 3.0
 
     def __init__(self, terminal: Terminal | None) -> None:
         self._terminal = terminal
-        self._done: dict[str, int] = {}
-        self._totals: dict[str, int | None] = {}
-        self._last = time.monotonic()
+        self._tasks: dict[str, list] = {}  # name -> [done, total, started (monotonic)]
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "_LineProgress":
+        self._thread = threading.Thread(target=self._run, name="lgpt-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
 
     def add_task(self, name: str, total: int | None) -> None:
-        self._done[name] = 0
-        self._totals[name] = total
+        with self._lock:
+            self._tasks[name] = [0, total, time.monotonic()]
+        self._wake.set()  # a new stage is said at once
 
     def advance(self, name: str, amount: int = 1, total: int | None = None) -> None:
-        self._done[name] += amount
-        if total is not None:
-            self._totals[name] = total
+        with self._lock:
+            added = name not in self._tasks
+            task = self._tasks.setdefault(name, [0, None, time.monotonic()])
+            task[0] += amount
+            if total is not None:
+                task[1] = total
+        if added:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            line = self.line()
+            if line and self._terminal is not None:
+                self._terminal.info(line)
+
+    def line(self) -> str:
+        """What is going on now: the stages under way (with their seconds) and the counters."""
         now = time.monotonic()
-        if self._terminal and now - self._last >= self.interval_s:
-            self._last = now
-            parts = [
-                f"{n} {d}/{self._totals[n]}" if self._totals[n] is not None else f"{n} {d}"
-                for n, d in self._done.items()
-            ]
-            self._terminal.info("progress: " + ", ".join(parts))
+        parts = []
+        with self._lock:
+            for name, (done, total, started) in self._tasks.items():
+                if total is None and name != "pages":
+                    parts.append(f"{name}: {done}" if done else f"{name} ({now - started:.0f} s)")
+                elif name == "pages":
+                    rate = f", {done / (now - started):.1f} pages/s" if done else ""
+                    parts.append(f"encoding: {done} pages{rate}")
+                elif done < total or name == "documents":
+                    parts.append(f"{name} {done}/{total}")
+        return f"progress ({now - self._started:.0f} s): " + ", ".join(parts) if parts else ""

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core.errors import DocumentError
 from ..core.failpoints import failpoint
-from ..core.terminal import ProgressSink
+from ..core.terminal import ProgressSink, stage
 from ..index.format.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..core.types import PageRef
 from ..index.transaction import SegmentWriter, Transaction
@@ -296,6 +296,7 @@ class CommitPolicy:
     def commit(self) -> None:
         """Seal, then commit a generation with everything complete so far."""
         started = time.perf_counter()
+        stage(self.progress, "committing")
         self._seal()
         catalog = self.catalog
         assert self.model_info is not None, "a commit follows the model's load"
@@ -306,6 +307,7 @@ class CommitPolicy:
         self.report.pages_total = manifest.page_count
         self.cadence.committed(time.perf_counter() - started)
         self.timer.add("commit", started)
+        stage(self.progress, "committing", ended=True)
 
     def stop(self, message: str) -> None:
         """The device is gone: commit what is complete (a plain build), and report it (exit 4)."""

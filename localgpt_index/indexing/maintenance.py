@@ -1,6 +1,7 @@
 """Changes to an index that exists already, outside a build: `lgpt-index remove` and `lgpt-index upgrade`.
 
-`remove` commits a new generation without some documents.
+`remove` commits a new generation without some documents (and with `ignore`, adds their paths to the
+`.lgptignore` of the indexed folder, so that no later build or watch brings them back).
 
 `upgrade` writes what an index made by an older version lacks, as one new generation through the
 transaction (the writers' lock, staged blobs, one HEAD switch: a kill at any point leaves the old
@@ -26,6 +27,7 @@ from ..index.local.store import LocalStore
 from ..index.protocols import Store
 from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
 from ..index.transaction import Transaction
+from ..ingest.ignore import add_ignored
 
 
 @contextmanager
@@ -47,19 +49,24 @@ class RemoveReport:
     removed: list[str] = field(default_factory=list)
     not_found: list[str] = field(default_factory=list)
     pages_removed: int = 0
+    ignore_file: str | None = None  # with ignore: the .lgptignore the paths were added to
+    ignored: list[str] = field(default_factory=list)  # with ignore: the patterns added
 
 
-def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float = 0.0) -> RemoveReport:
-    """Drop the documents at `paths` (a folder drops everything under it)."""
+def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float = 0.0, ignore: bool = False) -> RemoveReport:
+    """Drop the documents at `paths` (a folder drops everything under it); `ignore`: and add each path that
+    held some to the `.lgptignore` of the indexed folder (the folder of every document of the index)."""
     report = RemoveReport(index=store.location)
     with changing_existing(store, wait_s) as (txn, manifest):
         drop: set[str] = set()
+        targets: list[str] = []
         for raw in paths:
             target = os.path.abspath(raw)
             prefix = target.rstrip(os.sep) + os.sep
             hits = [d.path for d in [*manifest.documents, *manifest.in_progress] if d.path == target or d.path.startswith(prefix)]
             if hits:
                 drop.update(hits)
+                targets.append(target)
             else:
                 report.not_found.append(os.fspath(raw))
         if not drop:
@@ -74,7 +81,20 @@ def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float
             [d for d in manifest.in_progress if d.path not in drop],
         )
         report.generation = new.generation
+    if ignore:
+        folders = [os.path.dirname(d.path) for d in [*manifest.documents, *manifest.in_progress]]
+        _ignore_paths(report, os.path.commonpath(folders), targets)
     return report
+
+
+def _ignore_paths(report: RemoveReport, tree: str, targets: list[str]) -> None:
+    """Add `targets` to the ignore file of `tree` (of its parent for a target that is the tree itself)."""
+    for target in targets:
+        root = os.path.dirname(target) if target == tree else tree
+        is_dir = not any(path == target for path in report.removed)
+        rel = os.path.relpath(target, root).replace(os.sep, "/")
+        report.ignore_file = add_ignored(root, rel, is_dir)
+        report.ignored.append(rel + ("/" if is_dir else ""))
 
 
 @dataclass

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 from ..core.cpus import short_openmp_spin
 from ..core.failpoints import failpoint
-from ..core.terminal import ProgressSink
+from ..core.terminal import ProgressSink, stage
 from ..index.format.manifest import ModelInfo, Settings
 from ..index.protocols import Store
 from ..index.transaction import Transaction
 from ..index.text.artifact import TEXT
-from ..ingest.discover import discover, hash_files
-from ..ingest.events import EngineEvent
+from ..ingest.discover import MARKDOWN, OFFICE, discover, hash_files
+from ..ingest.events import EngineEvent, OpenedDocument
 from ..ingest.feed import FeedSource
 from ..ingest.ocr import DEFAULT_OCR_LANG, Tesseract
 from ..ingest.pagetext import PageTexts, TextSettings, find_ocr, ocr_mode
@@ -41,6 +41,8 @@ from .local_engine import EncoderFactory, local_engine
 from .model_checks import check_model, check_rebuild_keeps, choose_model, upgraded
 from .options import BuildOptions, BuildReport, BuildSettings, Log, StageTimer
 from .plan import BuildPlan, files_to_hash, plan_build
+
+CONVERTED = (OFFICE, MARKDOWN)  # the kinds a converter turns into PDF ("converting n/N")
 
 __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport", "EncoderFactory", "build_index"]
 
@@ -60,6 +62,7 @@ def build_index(
         _text_reader(asked.settled(None))
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
+    stage(progress, "scanning")  # until the model's load (or the end, when nothing changed)
     scan_started = time.time_ns()
     started = time.perf_counter()
     found = discover(docs, options.include, options.exclude, skip_dirs=store.local_folders)
@@ -149,9 +152,15 @@ class _Build:
     def run(self, encoder_factory: EncoderFactory) -> None:
         if self.plan.embed:
             # made before the engine: the local one tells it of the documents it opens while the model loads
-            texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds) if self.text else None
+            texts = PageTexts(self.text, self._sources(), self.log, self._timed) if self.text else None
+            converted = sum(e.file.kind in CONVERTED for e in self.plan.embed) if not self.options.ray else 0
+            stage(self.progress, "scanning", ended=True)
+            stage(self.progress, "loading the model")
+            if self.progress and converted:
+                self.progress.add_task("converting", converted)
             try:
                 with self._engine(encoder_factory, texts) as engine:
+                    stage(self.progress, "loading the model", ended=True)
                     self._adopt(engine.encoder)
                     if (description := engine.describe()) is not None:
                         self.log(description)
@@ -161,14 +170,25 @@ class _Build:
                     texts.close()  # a model that failed to load: the reading started beside it ends too
         self.policy.finish()
 
+    def _timed(self, name: str, seconds: float) -> None:
+        """The stage clock of page text; each Tesseract run told to the progress as it ends."""
+        self.timer.add_seconds(name, seconds)
+        if name == "ocr" and self.progress:
+            self.progress.advance("OCR runs")
+
     def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts | None) -> AbstractContextManager[Engine]:
         root = Path(self.report.source)
         if self.options.ray:
             from .ray_engine import ray_engine
 
             return ray_engine(self.model, self.options, self._sources(), root, self.timer, self.log)
-        return local_engine(self.model, self.options, self._sources(), root, self.timer, self.log, encoder_factory,
-                            texts.open if texts is not None else None)
+        def opened(number: int, document: OpenedDocument) -> None:
+            if self.progress and self.plan.embed[number].file.kind in CONVERTED:
+                self.progress.advance("converting")
+            if texts is not None:
+                texts.open(number, document)
+
+        return local_engine(self.model, self.options, self._sources(), root, self.timer, self.log, encoder_factory, opened)
 
     def _embed(self, engine: Engine, texts: PageTexts | None) -> None:
         """The one loop: every engine event into the commit policy (with its pages' text, unless --text never)."""
@@ -197,6 +217,9 @@ class _Build:
     def _adopt(self, encoder) -> None:
         """The encoder's facts become the index's settings."""
         self.report.precision = encoder.precision.to_dict()
+        p = encoder.precision
+        self.log(f"model {self.model.id} on {p.device} in {p.dtype} (autocast {'on' if p.autocast else 'off'}), "
+                 f"batch size {encoder.batch_size}")
         for warning in encoder.precision.warnings:
             self.log(f"warning: {warning}")
         recorded = replace(self.options.settings, max_visual_tokens=encoder.max_visual_tokens).recorded()

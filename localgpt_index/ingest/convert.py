@@ -1,4 +1,4 @@
-"""Turn office, text, HTML and Markdown files into PDF, in a staging folder.
+"""Turn office, text, CSV, HTML and Markdown files into PDF, in a staging folder.
 
 Nothing is written next to the user's files: each input is copied into the
 staging folder under a plain name first, which also keeps odd file names away
@@ -28,8 +28,20 @@ LIBREOFFICE_INSTALL_HINT = (
 
 OFFICE_SUFFIXES = frozenset(
     {".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".xlsx", ".xls", ".ods", ".html", ".htm", ".txt", ".md", ".markdown",
-     ".dotx", ".dot", ".ott", ".potx", ".pot", ".otp", ".xltx", ".xlt", ".ots"}  # templates convert as their documents do
+     ".dotx", ".dot", ".ott", ".potx", ".pot", ".otp", ".xltx", ".xlt", ".ots",  # templates convert as their documents do
+     ".csv", ".tsv"}
 )
+
+# LibreOffice's import filter (with its options) and export filter for the files of a batch key that needs
+# them: HTML in Writer, not Writer/Web, so that the PDF export filter applies; text as UTF-8; CSV and TSV as
+# spreadsheets (Calc's CSV filter: the separator, '"' around text, UTF-8, from line 1).
+_CSV = "Text - txt - csv (StarCalc)"
+FILTERS: dict[str, tuple[str, str]] = {
+    "html": ("HTML (StarWriter)", "pdf:writer_pdf_Export"),
+    "text": ("Text (encoded):UTF8,LF,,,", "pdf"),
+    "csv": (f"{_CSV}:44,34,76,1", "pdf:calc_pdf_Export"),  # 44: ','
+    "tsv": (f"{_CSV}:9,34,76,1", "pdf:calc_pdf_Export"),  # 9: a tab
+}
 
 
 # What the first bytes of each office format must be; a file that says otherwise is refused
@@ -180,7 +192,7 @@ class LibreOfficeConverter(Converter):
 
     def batch_key(self, suffix: str) -> str | None:
         # One run applies one import filter to all its files.
-        return {".html": "html", ".htm": "html", ".txt": "text"}.get(suffix, "office")
+        return {".html": "html", ".htm": "html", ".txt": "text", ".csv": "csv", ".tsv": "tsv"}.get(suffix, "office")
 
     def convert_staged(self, staged: list[Path]) -> list[Path | DocumentError]:
         """One LibreOffice run for all of `staged` (its start-up is most of the cost of a small
@@ -189,15 +201,12 @@ class LibreOfficeConverter(Converter):
         outdir = staged[0].parent / "out"
         outdir.mkdir(exist_ok=True)
         key = self.batch_key(staged[0].suffix.lower())
-        target = "pdf"
         cmd = [*network_isolation(), self.binary, f"-env:UserInstallation={self.profile_dir.resolve().as_uri()}"]
         cmd += ["--headless", "--invisible", "--nologo", "--nodefault", "--nolockcheck", "--norestore"]
-        if key == "html":
-            # Open HTML in Writer, not Writer/Web, so the PDF export filter applies.
-            cmd += ["--infilter=HTML (StarWriter)"]
-            target = "pdf:writer_pdf_Export"
-        elif key == "text":
-            cmd += ["--infilter=Text (encoded):UTF8,LF,,,"]
+        target = "pdf"
+        if key in FILTERS:
+            infilter, target = FILTERS[key]
+            cmd += [f"--infilter={infilter}"]
         cmd += ["--convert-to", target, "--outdir", str(outdir), *map(str, staged)]
         # LibreOffice's own temporary files go inside its profile, which close() removes even
         # after the process was killed (it cannot clean up after a SIGKILL)

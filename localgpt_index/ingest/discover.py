@@ -1,9 +1,11 @@
-"""Find the documents under a folder: deterministic, no hidden files, no loops, no reading.
+"""Find the documents under a folder: deterministic, no hidden or ignored files, no loops, no reading.
 
 Discovery only lists folders and stats files; which files are read and hashed is the
 planner's decision (a file whose stat matches the index's record is not read at all).
 It records which folders it listed completely, so that a folder it could not list
-never makes its documents look deleted.
+never makes its documents look deleted. Paths its `.lgptignore` files ignore (ignore.py) are not
+there for a build: a folder they ignore is neither entered nor counted as one it holds, so the
+documents of an ignored file or folder leave the index.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Final, Iterable
 from ..core.errors import UsageError
 from ..core.files import sha256_file
 from ..core.types import FileStat, Kind
+from .ignore import IGNORE_FILE, Chain, IgnoreRules
 
 PDF: Final = "pdf"
 IMAGE: Final = "image"
@@ -33,7 +36,7 @@ KIND_BY_SUFFIX: dict[str, Kind] = {
         for s in (
             ".docx", ".doc", ".odt", ".rtf", ".dotx", ".dot", ".ott",  # word processing (and templates)
             ".pptx", ".ppt", ".odp", ".potx", ".pot", ".otp",  # presentations
-            ".xlsx", ".xls", ".ods", ".xltx", ".xlt", ".ots",  # spreadsheets
+            ".xlsx", ".xls", ".ods", ".xltx", ".xlt", ".ots", ".csv", ".tsv",  # spreadsheets
             ".html", ".htm", ".txt",
         )
     },
@@ -71,7 +74,8 @@ class Discovery:
     listed: frozenset[str]  # folders listed completely: a document missing from one is gone
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why): its documents are kept
     excluded: tuple[str, ...] = ()  # folders never entered (the index itself)
-    folders: frozenset[str] = frozenset()  # every folder a listing held, walked or not (a loop, the index, unreadable)
+    # every folder a listing held, walked or not (a loop, the index, unreadable), except those ignored (gone to a build)
+    folders: frozenset[str] = frozenset()
 
 
 def file_stat(info: os.stat_result) -> FileStat:
@@ -143,23 +147,25 @@ class _Walker:
         self.real_root = os.path.realpath(root)
         self.include, self.exclude = include, exclude
         self.skip_ids = {_identity(d) for d in skip_dirs} - {None}
+        self.ignore = IgnoreRules(root)
         self.result = Discovery(root, [], [], frozenset())
         self._listed: set[str] = set()
         self._folders: set[str] = set()
         self._seen_dirs: set[tuple[int, int]] = set()
 
     def walk(self) -> Discovery:
-        stack = [self.root]
+        stack: list[tuple[str, str, Chain]] = [(self.root, "", ())]  # a folder, relative to the root, the ignore files above it
         while stack:
-            directory = stack.pop()
-            subdirs = self._list(directory)
+            directory, rel, above = stack.pop()
+            subdirs = self._list(directory, rel, above)
             stack.extend(reversed(subdirs))
         self.result.files.sort(key=lambda f: os.fsencode(f.path))
         self.result.listed = frozenset(self._listed)
         self.result.folders = frozenset(self._folders)
+        self.result.skipped += self.ignore.problems
         return self.result
 
-    def _list(self, directory: str) -> list[str]:
+    def _list(self, directory: str, rel: str, above: Chain) -> list[tuple[str, str, Chain]]:
         identity = _identity(directory)  # (device, inode): a loop is seen without resolving paths
         if identity is not None:  # None: the folder cannot be stat'ed (its listing says why)
             if identity in self._seen_dirs:
@@ -171,57 +177,59 @@ class _Walker:
         except OSError as exc:
             self.result.unreadable.append((directory, f"cannot list folder: {exc.strerror or exc}"))
             return []
+        chain = self.ignore.chain(rel, above, any(entry.name == IGNORE_FILE for entry in entries))
         subdirs = []
         for entry in entries:
             if is_junk(entry.name):
                 continue
+            entry_rel = f"{rel}/{entry.name}" if rel else entry.name
             try:
-                sub = self._entry(entry)
+                if self._entry(entry, entry_rel, chain):
+                    subdirs.append((entry.path, entry_rel, chain))
             except OSError as exc:
                 self.result.unreadable.append((entry.path, f"cannot read: {exc.strerror or exc}"))
-                continue
-            if sub:
-                subdirs.append(sub)
         self._listed.add(directory)
         return subdirs
 
-    def _entry(self, entry: os.DirEntry) -> str | None:
-        """Record one folder entry; a folder to walk is returned."""
+    def _entry(self, entry: os.DirEntry, rel: str, chain: Chain) -> bool:
+        """Record one folder entry; True for a folder to walk."""
         path = entry.path
         is_link = entry.is_symlink()
         real = os.path.realpath(path) if is_link else None
         if real is not None and not _inside(real, self.real_root):
             self.result.skipped.append((path, "symlink to outside the folder"))
-            return None
-        if entry.is_dir():
+            return False
+        is_dir = entry.is_dir()
+        if chain and self.ignore.matches(rel, is_dir, chain):
+            return False
+        if is_dir:
             self._folders.add(path)
             if _identity(path) in self.skip_ids or _is_index(path):
                 self.result.excluded += (path,)
-                return None
-            return path
+                return False
+            return True
         if len(os.fsencode(path)) > MAX_PATH_BYTES:
             self.result.skipped.append((path, f"path longer than {MAX_PATH_BYTES} bytes"))
-            return None
-        rel = os.path.relpath(path, self.root).replace(os.sep, "/")
+            return False
         kind = KIND_BY_SUFFIX.get(os.path.splitext(entry.name)[1].lower())
         if not selected(rel, self.include, self.exclude):
-            return None
+            return False
         if kind is None:
             if entry.is_file():
                 self.result.skipped.append((path, f"unsupported type {os.path.splitext(entry.name)[1] or '(no extension)'}"))
-            return None
+            return False
         try:
             info = os.stat(path)
         except FileNotFoundError:
             self.result.skipped.append((path, "broken symlink" if is_link else "vanished while listing"))
-            return None
+            return False
         if not stat_mode.S_ISREG(info.st_mode):
             what = {stat_mode.S_IFIFO: "a FIFO", stat_mode.S_IFSOCK: "a socket",
                     stat_mode.S_IFCHR: "a device", stat_mode.S_IFBLK: "a device"}
             self.result.skipped.append((path, f"not a regular file ({what.get(stat_mode.S_IFMT(info.st_mode), 'special')})"))
-            return None
+            return False
         self.result.files.append(FoundFile(path, kind, file_stat(info)))
-        return None
+        return False
 
 
 def discover(
@@ -257,6 +265,9 @@ def _discover_file(path: str, include: tuple[str, ...], exclude: tuple[str, ...]
     result = Discovery(folder, [], [], frozenset())
     if is_junk(name):
         result.skipped.append((path, "a hidden or temporary file"))
+        return result
+    if IgnoreRules(folder).matches(name, False):
+        result.skipped.append((path, f"ignored by {os.path.join(folder, IGNORE_FILE)}"))
         return result
     if not selected(name, include, exclude):
         return result

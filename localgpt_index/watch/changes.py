@@ -2,9 +2,10 @@
 
 `ChangeFilter` drops what a build would never index or must never react to: the index's own
 folders (the index, stored PDFs, a `qdrant+path` store) when they lie inside the watched folder,
-hidden and junk names (discovery's rules), and files of types that are never documents (unless
-deleted: a folder of any name, `scans/` or `scans.pdf/`, may have held documents, whatever is at its
-path now).
+hidden and junk names (discovery's rules), paths the `.lgptignore` files ignore (read again as they
+change; a change of one of them passes: it changes what is indexed), files that --include/--exclude
+leave out, and files of types that are never documents (unless deleted: a folder of any name,
+`scans/` or `scans.pdf/`, may have held documents, whatever is at its path now).
 `Pending` gathers the paths of the changes that pass, from the watching thread, until the builder
 takes them: once no event came and no pending file changed size or mtime over one settle interval
 (a file still being written or copied waits), or after `max_wait_s` of continual change.
@@ -19,7 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..core.failpoints import failpoint
-from ..ingest.discover import KIND_BY_SUFFIX, is_junk
+from ..ingest.discover import KIND_BY_SUFFIX, is_junk, selected
+from ..ingest.ignore import IGNORE_FILE, IgnoreRules
 
 
 def _forms(path: Path) -> set[str]:
@@ -30,9 +32,12 @@ def _forms(path: Path) -> set[str]:
 class ChangeFilter:
     """Whether a changed path under `root` can change the index."""
 
-    def __init__(self, root: Path, own_folders: Iterable[Path]) -> None:
+    def __init__(self, root: Path, own_folders: Iterable[Path], include: tuple[str, ...] = (),
+                 exclude: tuple[str, ...] = ()) -> None:
         self.roots = _forms(root)
         self.own = {form for folder in own_folders for form in _forms(folder)}
+        self.include, self.exclude = include, exclude
+        self.ignore = {form: IgnoreRules(form, fresh=True) for form in self.roots}
 
     def own_path(self, path: str) -> bool:
         """Inside (or one of) the index's own folders, or a folder above one that is still there (the
@@ -49,11 +54,19 @@ class ChangeFilter:
         root = next((r for r in self.roots if path.startswith(r + os.sep)), None)
         if root is None:
             return path in self.roots  # the folder itself (deleted or replaced), nothing outside it
-        if any(is_junk(part) for part in path[len(root) + 1:].split(os.sep)):
+        parts = path[len(root) + 1:].split(os.sep)
+        if any(is_junk(part) for part in parts[:-1]):
             return False
-        suffix = os.path.splitext(path)[1].lower()
+        if parts[-1] == IGNORE_FILE:
+            return True
+        is_file = not deleted and os.path.isfile(path)
+        rel = "/".join(parts)
+        if is_junk(parts[-1]) or self.ignore[root].ignored(rel, not deleted and not is_file):
+            return False
+        if is_file and not selected(rel, self.include, self.exclude):
+            return False
         # a folder (renamed, deleted) or a deleted file of any name may take documents with it
-        return suffix in KIND_BY_SUFFIX or deleted or not os.path.isfile(path)
+        return os.path.splitext(path)[1].lower() in KIND_BY_SUFFIX or not is_file
 
 
 def _stats(paths: Iterable[str]) -> dict[str, tuple[int, int] | None]:

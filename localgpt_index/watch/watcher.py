@@ -84,7 +84,7 @@ class Watcher:
         self.options = options or BuildOptions(wait_s=DEFAULT_LOCK_WAIT_S)
         self.settle_s, self.max_wait_s = settle_s, max_wait_s
         self.encoders = encoders or KeptEncoder()
-        self.filter = ChangeFilter(root, store.local_folders)
+        self.filter = ChangeFilter(root, store.local_folders, self.options.include, self.options.exclude)
         self.pending = Pending()
         self.builds = 0
         self.abandoned: int | None = None  # the build an interrupt stopped
