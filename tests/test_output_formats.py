@@ -90,6 +90,11 @@ def test_several_queries_name_their_query_in_lines_and_jsonl(copies):
 def test_json_with_another_format_is_refused(copies):
     refused = run_cli("query", QUERY, "--index-dir", str(copies["index"]), "--json", "--format", "tsv")
     assert refused.exit_code == 2 and "--json and --format tsv" in refused.stderr
+    assert json.loads(refused.stdout)["error"]["kind"] == "usage"  # --json: the error document too
+    missing = run_cli("query", QUERY, "--index-dir", str(copies["index"] / "none"), "--format", "json")
+    assert missing.exit_code == 1 and json.loads(missing.stdout)["error"]["kind"] == "index"
+    piped = run_cli("query", QUERY, "--index-dir", str(copies["index"] / "none"), "--format", "jsonl")
+    assert piped.exit_code == 1 and piped.stdout == ""  # jsonl is not the JSON document: no error document
     bad = run_cli("query", QUERY, "--index-dir", str(copies["index"]), "--format", "xml")
     assert bad.exit_code == 2 and "xml" in bad.stderr
 
@@ -225,17 +230,21 @@ def test_copies_in_the_retrievers(copies, framework):
     """k=6 gives six pages (LlamaIndex gave fewer: two copies of a page have one node id), the copies in metadata."""
     from localgpt_index import open_index
 
-    if framework == "langchain":
-        from localgpt_index.integrations.langchain import LgptRetriever as LangChain
+    def retrieve(**options) -> list[dict]:
+        if framework == "langchain":
+            from localgpt_index.integrations.langchain import LgptRetriever as LangChain
 
-        found = [doc.metadata for doc in LangChain.from_index(open_index(copies["index"]), k=6, mode="visual").invoke(QUERY)]
-    else:
+            return [doc.metadata for doc in LangChain.from_index(open_index(copies["index"]), **options).invoke(QUERY)]
         from localgpt_index.integrations.llamaindex import LgptRetriever as LlamaIndex
 
-        found = [n.node.metadata for n in LlamaIndex.from_index(open_index(copies["index"]), k=6, mode="visual").retrieve(QUERY)]
+        return [found.node.metadata for found in LlamaIndex.from_index(open_index(copies["index"]), **options).retrieve(QUERY)]
+
+    found = retrieve(k=6, mode="visual")
     assert len({(meta["sha256"], meta["page"]) for meta in found}) == len(found) == 6
     named = [{meta["path"], *meta["copies"]} for meta in found if "copies" in meta]
     assert named and all(paths == copies["same"] for paths in named)
+    apart = retrieve(k=8, mode="visual", all_copies=True)
+    assert len(apart) == 8 and {meta["path"] for meta in apart} >= copies["same"] and all("copies" not in meta for meta in apart)
 
 
 def test_the_python_api_collapses_copies_and_lists_them_apart_when_asked(copies):

@@ -86,7 +86,7 @@ class Application:
     def wants_json(self) -> bool:
         """--json was given: parsed, or still on the command line when parsing failed before it."""
         argv = self.argv[: self.argv.index("--")] if "--" in self.argv else self.argv
-        return self.as_json or "--json" in argv or "--format=json" in argv or "--format json" in " ".join(argv)
+        return self.as_json or "--json" in argv or "--format=json" in argv or ("--format", "json") in zip(argv, argv[1:])
 
     def print_error(self, message: str, exit_code: int, kind: str, hint: str | None = None) -> None:
         """Under --json, the error document on stdout, unless the command already printed its own."""
