@@ -98,8 +98,8 @@ def _write_paths(listing: Listing) -> None:
 
 
 def cell(value: Any) -> str:
-    """One cell or field of a line: text on one line (tabs and line breaks as spaces, no markup),
-    a float with 4 decimals, a list joined with ', ', nothing for None."""
+    """One cell or field of a line: text on one line (`clean`), a float with 4 decimals, a list joined
+    with ', ', nothing for None."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -110,16 +110,17 @@ def cell(value: Any) -> str:
 
 
 def clean(text: str) -> str:
-    """`text` on one line, fit for a terminal and a script: tabs and line breaks as spaces, bytes that are
-    not UTF-8 as U+FFFD and other control characters as escapes."""
+    """`text` (a path, a name) on one line, fit for a terminal and a script: bytes that are not UTF-8 as
+    U+FFFD, tabs, line breaks and other control characters as escapes (`two\\nlines.pdf`)."""
     from .options import display_path
 
-    return display_path(_BREAKS.sub(" ", text))
+    return display_path(text)
 
 
-def unmarked(snippet: str) -> str:
-    """A snippet without the marks around its matched words."""
-    return _MARKED.sub(r"\1", snippet)
+def plain(snippet: str) -> str:
+    """A snippet as prose on one line: without the marks around its matched words, its tabs and line
+    breaks as spaces."""
+    return _BREAKS.sub(" ", _MARKED.sub(r"\1", snippet))
 
 
 def styled_snippet(snippet: str, style: str = "bold yellow") -> Text:

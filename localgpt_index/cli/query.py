@@ -181,12 +181,12 @@ def read_queries_file(path: str) -> list[str]:
 
 def _listing(document: dict):
     """The hits of every query, one record each (jsonl: the document's hit with its `query`)."""
-    from .formats import Listing, cell, clean, unmarked
+    from .formats import Listing, cell, clean, plain
 
     several = len(document["queries"]) > 1
 
     def line(hit: dict) -> str:  # path:page<TAB>score<TAB>snippet, as ripgrep's path:line:text; several queries: the query first
-        fields = [f"{clean(hit['path'])}:{hit['page']}", cell(hit["score"]), clean(unmarked(hit.get("snippet", "")))]
+        fields = [f"{clean(hit['path'])}:{hit['page']}", cell(hit["score"]), clean(plain(hit.get("snippet", "")))]
         if hit.get("copies"):
             fields.append("copies: " + cell(hit["copies"]))
         return "\t".join(([clean(hit["query"])] if several else []) + fields)
@@ -194,7 +194,7 @@ def _listing(document: dict):
     rows = [{"query": answer["query"], **hit} for answer in document["queries"] for hit in answer["results"]]
     columns = {"query": lambda hit: hit["query"], "rank": lambda hit: hit["rank"], "score": lambda hit: hit["score"],
                "path": lambda hit: hit["path"], "page": lambda hit: hit["page"], "copies": lambda hit: hit.get("copies"),
-               "snippet": lambda hit: unmarked(hit.get("snippet", ""))}
+               "snippet": lambda hit: plain(hit.get("snippet", ""))}
     return Listing(rows, columns, line, paths=lambda hit: [hit["path"]])
 
 
