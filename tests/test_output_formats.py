@@ -60,6 +60,35 @@ def test_query_off_a_terminal_prints_a_line_a_hit_without_a_box_or_markup(copies
     assert "│" in table and "**" not in table and "quarterly" in table
 
 
+@pytest.mark.slow  # a process of its own, on a pseudo-terminal
+def test_query_on_a_terminal_prints_the_table_with_the_matched_words_styled(copies):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    reader, writer = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "localgpt_index", "query", QUERY, "--mode", "text", "--index-dir",
+                               str(copies["index"])], stdout=writer, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "COLUMNS": "160", "TERM": "xterm-256color"}, timeout=120)
+    finally:
+        os.close(writer)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(reader, 1 << 16)
+        except OSError:  # the terminal's other end is closed: all was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(reader)
+    assert done.returncode == 0, done.stderr
+    text = shown.decode()
+    assert "┃" in text and "**" not in text and "\x1b[1;33mquarterly\x1b[0m" in text
+
+
 def test_query_in_every_format(copies):
     text = ["--mode", "text", "-k", "3"]
     tsv = list(csv.DictReader(io.StringIO(_query(copies, *text, "--format", "tsv")), delimiter="\t"))
