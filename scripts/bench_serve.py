@@ -100,7 +100,7 @@ def takes_modes(url: str) -> bool:
 
 
 def ranking(document: dict) -> list[tuple[str, int]]:
-    return [(h["path"], h["page"]) for h in document["results"]]
+    return [(h["path"], h["page"]) for h in document["queries"][0]["results"]]
 
 
 # Scores within this of each other may rank either way between the CLI and the server: a one-shot `query`
@@ -112,7 +112,7 @@ TIE = 1e-3
 def ranks_as(document: dict, want: list[tuple[str, int, float]] | None) -> bool:
     """Whether `document`'s hits rank as `want` (path, page, score), a near-tie (scores within TIE at
     the same rank) in either order."""
-    got = [(h["path"], h["page"], h["score"]) for h in document["results"]]
+    got = [(h["path"], h["page"], h["score"]) for h in document["queries"][0]["results"]]
     return want is not None and len(got) == len(want) and all(
         (path, page) == (their_path, their_page) or abs(score - their_score) <= TIE
         for (path, page, score), (their_path, their_page, their_score) in zip(got, want))
@@ -292,7 +292,7 @@ def one_round(tree: Path, server_url: str, index: Path, texts: list[str], docs: 
         # them, and its ranking can differ in near-ties (the CLI's, batched, differs the same way)
         # paths relative to the indexed folder, as `serve` now answers (31bee69 and older: absolute, as the CLI)
         rankings = [[(os.path.relpath(h["path"], docs) if os.path.isabs(h["path"]) else h["path"], h["page"], h["score"])
-                     for h in ask(client, t)["results"]] for t in texts]
+                     for h in ask(client, t)["queries"][0]["results"]] for t in texts]
     [(alone, together)], _ = throughput_rounds(server_url, texts, [None] * len(texts), 1)
     return {"cold": statistics.median(cold), "warm": statistics.median(warm), "alone": alone, "together": together,
             "rankings": rankings}
@@ -500,7 +500,7 @@ def main() -> None:
         stop.set()
         [t.join() for t in threads]
         pages_after = client.get("/status").json()["pages"]
-        seen = {h["path"] for h in client.post("/query", json={"queries": ["added"], "k": 1000, **VISUAL}).json()["results"]}
+        seen = {h["path"] for h in client.post("/query", json={"queries": ["added"], "k": 1000, **VISUAL}).json()["queries"][0]["results"]}
         new_seen = sum(Path(p).name.startswith("added-") for p in seen)
         bad = sum(status != 200 for status in outcomes)
         failed |= bad > 0 or added.returncode != 0 or new_seen != 10

@@ -100,7 +100,7 @@ def test_pages_of_a_file_rewritten_in_place_since_the_build_are_refused(fake_mod
         assert "a.bmp changed since it was indexed" in refused.stderr
     else:  # the hit says why it has no image, as serve and mcp answer (the other hits keep theirs)
         assert refused.exit_code == 0, refused.stderr
-        [hit] = json.loads(refused.stdout)["results"]
+        [hit] = json.loads(refused.stdout)["queries"][0]["results"]
         assert hit["image_base64"] is None and "a.bmp changed since it was indexed" in hit["image_error"]
 
 

@@ -106,4 +106,4 @@ def test_import_an_index_byaldi_built(tiny_model, tmp_path):
     again = json.loads(run_cli("build", str(docs), "--index-dir", str(tmp_path / "idx"), "--json").stdout)
     assert again["unchanged"] == 2 and again["model_calls"] == 0
     query = run_cli("query", "revenue", "--index-dir", str(tmp_path / "idx"), "--json")
-    assert query.exit_code == 0 and len(json.loads(query.stdout)["results"]) == 3
+    assert query.exit_code == 0 and len(json.loads(query.stdout)["queries"][0]["results"]) == 3

@@ -298,7 +298,7 @@ def test_a_local_query_with_images_answers_when_one_source_changed_since_the_bui
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     validate(document, "query")
-    hits = {Path(hit["path"]).name: hit for hit in document["results"]}
+    hits = {Path(hit["path"]).name: hit for hit in document["queries"][0]["results"]}
     assert set(hits) == {"kept.pdf", "changed.pdf"}
     assert hits["changed.pdf"]["image_base64"] is None
     assert hits["changed.pdf"]["image_error"].startswith("the page cannot be rendered: its source changed")
@@ -387,7 +387,7 @@ def test_a_filter_that_matches_nothing_says_so(built):
     assert as_json.exit_code == 0 and "no document matches" in as_json.stderr
     document = json.loads(as_json.stdout)
     validate(document, "query")
-    assert document["results"] == []
+    assert document["queries"][0]["results"] == []
     matching = run_cli("query", "alpha", "--filter", "team=finance", *index, env=WIDE)
     assert matching.exit_code == 0 and "no document matches" not in matching.stderr and "alpha.pdf" in matching.stdout
 
@@ -395,10 +395,13 @@ def test_a_filter_that_matches_nothing_says_so(built):
 # --- 5. ls has a header ---------------------------------------------------------------------------
 
 def test_ls_has_a_header_and_its_json_does_not(built):
+    """The table (a terminal's default) has a header; lines (a pipe's) are one document a line, without."""
     index = ["--index-dir", str(built["index"])]
-    lines = run_cli("ls", *index).stdout.splitlines()
+    lines = run_cli("ls", "--format", "table", *index).stdout.splitlines()
     assert lines[0].split() == ["pages", "kind", "text", "path"]
     assert len(lines) == 3 and "alpha.pdf  team=finance" in lines[1] and lines[2].endswith("beta.pdf")
+    piped = run_cli("ls", *index).stdout.splitlines()
+    assert [line.split("\t")[0].rsplit("/", 1)[-1] for line in piped] == ["alpha.pdf", "beta.pdf"]
     document = json.loads(run_cli("ls", "--json", *index).stdout)
     validate(document, "documents")
 

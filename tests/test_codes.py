@@ -237,17 +237,17 @@ def test_build_writes_codes_and_the_first_pass_answers_from_them(fake_model, cor
     everything, _ = _query(index, "--first-pass", "100000")
     assert everything["scoring"] == {"path": "first-pass", "candidates": 100000, "reason": "asked for", "hint": None,
                                      "exact_segments": 0}
-    assert everything["results"] == exact["results"]
+    assert everything["queries"][0]["results"] == exact["queries"][0]["results"]
     narrow, _ = _query(index, "--first-pass", "2")
-    assert len(narrow["results"]) == 2 and narrow["scoring"]["candidates"] == 2
-    exact_scores = {(h["path"], h["page"]): h["score"] for h in _query(index, "-k", "1000")[0]["results"]}
-    assert all(h["score"] == pytest.approx(exact_scores[(h["path"], h["page"])], rel=1e-6) for h in narrow["results"])
+    assert len(narrow["queries"][0]["results"]) == 2 and narrow["scoring"]["candidates"] == 2
+    exact_scores = {(h["path"], h["page"]): h["score"] for h in _query(index, "-k", "1000")[0]["queries"][0]["results"]}
+    assert all(h["score"] == pytest.approx(exact_scores[(h["path"], h["page"])], rel=1e-6) for h in narrow["queries"][0]["results"])
     auto, _ = _query(index, "--first-pass", "auto")
     assert auto["scoring"]["path"] == "exact" and "auto" in auto["scoring"]["reason"]
 
     _set_codes_version(index / "default", 9)  # codes of a newer lgpt-index: treated as no codes
     newer, stderr = _query(index, "--first-pass", "2")
-    assert newer["scoring"]["path"] == "exact" and newer["results"] == exact["results"]
+    assert newer["scoring"]["path"] == "exact" and newer["queries"][0]["results"] == exact["queries"][0]["results"]
     assert "hint:" in stderr and "lgpt-index upgrade" in stderr
 
 
@@ -280,7 +280,7 @@ def test_an_index_without_codes_is_scored_exactly_with_a_hint_and_the_reader_wri
     asked, stderr = _query(index, "--first-pass", "2")
     assert asked["scoring"]["path"] == "exact" and "no binary codes" in asked["scoring"]["reason"]
     assert "hint:" in stderr and "lgpt-index upgrade" in stderr
-    assert asked["results"] == exact["results"]
+    assert asked["queries"][0]["results"] == exact["queries"][0]["results"]
     assert sorted(p.relative_to(index) for p in index.rglob("*")) == before  # nothing derived by a reader
 
 
@@ -342,7 +342,7 @@ def test_segments_written_before_codes_are_scored_exactly_beside_coded_ones(fake
     answer, stderr = _query(index, "--first-pass", "1", "-k", "12")
     assert answer["scoring"]["path"] == "first-pass" and answer["scoring"]["exact_segments"] == 1
     assert "hint:" in stderr and "lgpt-index upgrade" in stderr
-    paths = [h["path"] for h in answer["results"]]
+    paths = [h["path"] for h in answer["queries"][0]["results"]]
     assert sum("old-" in p for p in paths) == 6 and sum("new-" in p for p in paths) == 1  # 6 exact + 1 candidate
 
 
@@ -377,9 +377,10 @@ def test_a_real_checkpoint_build_stores_codes_and_the_first_pass_with_every_page
     exact, _ = _query(index)
     everything, _ = _query(index, "--first-pass", "100000")
     assert everything["scoring"]["path"] == "first-pass"
-    assert [(h["path"], h["page"]) for h in everything["results"]] == [(h["path"], h["page"]) for h in exact["results"]]
+    assert [(h["path"], h["page"]) for h in everything["queries"][0]["results"]] == \
+        [(h["path"], h["page"]) for h in exact["queries"][0]["results"]]
     one, _ = _query(index, "--first-pass", "1")
-    assert len(one["results"]) == 1
+    assert len(one["queries"][0]["results"]) == 1
 
 
 def test_codes_split_into_several_blobs_read_back_whole(monkeypatch):

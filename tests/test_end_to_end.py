@@ -85,7 +85,7 @@ def test_query_json_returns_k_valid_results(built):
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     validate(document, "query")
-    hits = document["results"]
+    hits = document["queries"][0]["results"]
     assert [h["rank"] for h in hits] == [1, 2, 3, 4]
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:]))
     from localgpt_index.query.search import open_index
@@ -104,7 +104,7 @@ def test_query_several_texts_and_table_output(built):
     assert [q["query"] for q in document["queries"]] == ["revenue", "invoice total"]
     assert "results" not in document and all(len(q["results"]) == 2 for q in document["queries"])
 
-    table = run_cli("query", "revenue", "-k", "3", "--index-dir", str(built["index_dir"]))
+    table = run_cli("query", "revenue", "-k", "3", "--index-dir", str(built["index_dir"]), "--format", "table")
     assert table.exit_code == 0
     assert table.stdout.count("│") >= 3 * 4 and not ANSI.search(table.stdout)
 
@@ -161,7 +161,7 @@ def test_metadata_rules_and_filters(corpus, tiny_model, tmp_path):
         assert out.exit_code == 0, out.stderr
         document = json.loads(out.stdout)
         validate(document, "query")
-        return document["results"]
+        return document["queries"][0]["results"]
 
     finance = hits("team=finance")
     assert {Path(h["path"]).name for h in finance} == {"annual-report.pdf", "memo.docx"} and len(finance) == 5

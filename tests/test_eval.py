@@ -159,7 +159,7 @@ def test_the_beir_layout_of_the_set_gives_the_same_numbers(shipped_index):
 
 def test_the_table_for_people_and_the_warning_for_pages_the_index_lacks(shipped_index):
     result = run_cli("eval", str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query",
-                     env={"COLUMNS": "120"})
+                     "--format", "table", env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.stderr
     assert "nDCG" in result.stdout and "MRR" in result.stdout and "per query: hybrid" in result.stdout
     assert "invoice-billed" in result.stdout

@@ -32,7 +32,7 @@ def test_an_index_of_pictures_without_ocr_answers_visual_and_text_modes_with_wha
     document = json.loads(answered.stdout)
     validate(document, "query")
     assert document["mode"] == "visual" and "fusion" not in document
-    assert all("snippet" not in hit and "text_rank" not in hit for hit in document["results"])
+    assert all("snippet" not in hit and "text_rank" not in hit for hit in document["queries"][0]["results"])
     text = run_cli("query", "quarterly report", "--mode", "text", "--json", *index)
     assert text.exit_code == 0 and json.loads(text.stdout)["queries"][0]["results"] == [], text.stderr
     assert "no page of this index has text" in text.stderr
@@ -108,12 +108,12 @@ def query_json(index_dir, *args):
 def test_hybrid_is_the_default_with_text_and_finds_the_fact(with_text):
     document = query_json(with_text["index"], "who paid invoice INV-2024-0042?")
     assert document["mode"] == "hybrid" and document["fusion"] == "weighted"
-    top = document["results"][0]
+    top = document["queries"][0]["results"][0]
     assert (top["path"].rsplit("/", 1)[1], top["page"]) == ("report-1.pdf", 2)
     assert top["text_rank"] == 1 and "visual_rank" in top and "visual_score" in top and top["text_score"] > 0
     assert "**INV-2024-0042**" in top["snippet"] and "**paid**" in top["snippet"]
     assert "text" not in top
-    scan = [hit for hit in document["results"] if hit["path"].endswith("scan.png")]
+    scan = [hit for hit in document["queries"][0]["results"] if hit["path"].endswith("scan.png")]
     assert all(hit["text_rank"] is None and "snippet" not in hit for hit in scan)  # a page without text
 
 
@@ -121,15 +121,15 @@ def test_text_mode_with_text_filters_and_rrf(with_text):
     index = with_text["index"]
     text = query_json(index, "INV-2024-0042", "--mode", "text", "--with-text")
     assert document_pages(text) == [("report-1.pdf", 2)]  # only that page holds the code
-    assert text["results"][0]["text"] == with_text["texts"][("report-1.pdf", 2)]
-    assert "visual_rank" not in text["results"][0]
+    assert text["queries"][0]["results"][0]["text"] == with_text["texts"][("report-1.pdf", 2)]
+    assert "visual_rank" not in text["queries"][0]["results"][0]
     # filters apply to both lists: report-1 is not team=finance
     filtered = query_json(index, "who paid invoice INV-2024-0042?", "--filter", "team=finance")
     assert {name for name, _ in document_pages(filtered)} == {"report-0.pdf"}
     rrf = query_json(index, "who paid invoice INV-2024-0042?", "--fusion", "rrf", "--rrf-k", "10", "-k", "3")
-    assert rrf["fusion"] == "rrf" and len(rrf["results"]) == 3
-    assert rrf["results"][0]["score"] == pytest.approx(sum(1 / (10 + rank) for rank in (rrf["results"][0]["text_rank"],
-                                                                                           rrf["results"][0]["visual_rank"]) if rank))
+    assert rrf["fusion"] == "rrf" and len(rrf["queries"][0]["results"]) == 3
+    best = rrf["queries"][0]["results"][0]
+    assert best["score"] == pytest.approx(sum(1 / (10 + rank) for rank in (best["text_rank"], best["visual_rank"]) if rank))
     table = run_cli("query", "INV-2024-0042", "--mode", "text", "--index-dir", str(index))
     assert table.exit_code == 0 and "INV-2024-0042" in table.stdout
 
@@ -147,7 +147,7 @@ def within_rounding(document):
 
 
 def document_pages(document) -> list[tuple[str, int]]:
-    return [(hit["path"].rsplit("/", 1)[1], hit["page"]) for hit in document["results"]]
+    return [(hit["path"].rsplit("/", 1)[1], hit["page"]) for hit in document["queries"][0]["results"]]
 
 
 def test_verify_checks_the_text_and_a_removed_document_leaves_it(with_text, tmp_path):
@@ -159,7 +159,7 @@ def test_verify_checks_the_text_and_a_removed_document_leaves_it(with_text, tmp_
     assert document_pages(query_json(index, "zanzibar", "--mode", "text")) == [("report-3.pdf", 1)]
     removed = run_cli("remove", str(with_text["docs"] / "report-3.pdf"), "--index-dir", str(index))
     assert removed.exit_code == 0, removed.stderr
-    assert query_json(index, "zanzibar", "--mode", "text")["results"] == []
+    assert query_json(index, "zanzibar", "--mode", "text")["queries"][0]["results"] == []
     assert document_pages(query_json(index, "INV-2024-0042", "--mode", "text")) == [("report-1.pdf", 2)]
     verify_ok(index)
     # damage the text index's blob: verify names it
@@ -188,7 +188,7 @@ def test_the_server_and_query_server_answer_the_same(with_text):
         assert document_pages(text) == [("report-1.pdf", 2)]
         via = run_cli("query", "INV-2024-0042", "--mode", "text", "--json", "--server", running.url)
         assert via.exit_code == 0, via.stderr
-        assert json.loads(via.stdout)["results"] == text["results"]
+        assert json.loads(via.stdout)["queries"][0]["results"] == text["queries"][0]["results"]
     finally:
         assert running.stop() == 0
 
@@ -220,7 +220,7 @@ def test_kill_during_a_remove_leaves_text_and_vectors_of_one_generation(with_tex
         assert document_pages(query_json(index, "zanzibar", "--mode", "text")) == [("report-3.pdf", 1)]
     else:
         assert now == generation + 1 and now_texts == with_texts - {str(with_text["docs"] / "report-3.pdf")}
-        assert query_json(index, "zanzibar", "--mode", "text")["results"] == []
+        assert query_json(index, "zanzibar", "--mode", "text")["queries"][0]["results"] == []
     assert now_texts <= now_documents
 
 
@@ -349,5 +349,5 @@ def test_a_page_of_one_word_repeated_is_queried_in_linear_work(fake_model, tmp_p
     budget = 100 * words
     answered, lines = lines_run(budget, lambda: run_cli("query", "ab", "--mode", "text", "--with-text", "--json", "--index-dir", index))
     assert lines <= budget, f"over {budget:,} lines of code run for one query: {answered.output[-300:]}"
-    hit = json.loads(answered.stdout)["results"][0]
+    hit = json.loads(answered.stdout)["queries"][0]["results"][0]
     assert hit["text"].split() == ["ab"] * words and hit["snippet"].startswith("**ab** **ab**")

@@ -138,7 +138,7 @@ def test_incremental_change_delete_rename(fake_model, tmp_path):
     assert killed.returncode == -9, killed.stderr
     verify_ok(tmp_path / "idx")
     assert run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json").stdout == before
-    assert sum(h["path"].endswith("a-report.pdf") for h in json.loads(before)["results"]) == 1  # its one old page
+    assert sum(h["path"].endswith("a-report.pdf") for h in json.loads(before)["queries"][0]["results"]) == 1  # its one old page
 
     files[1].unlink()  # deleted
     files[2].rename(docs / "c-renamed.pdf")  # same bytes, new name
@@ -150,7 +150,7 @@ def test_incremental_change_delete_rename(fake_model, tmp_path):
     assert report["pages_total"] == sum(d["pages"] for d in _catalog(tmp_path / "idx"))
 
     results = run_cli("query", "report", "-k", "50", "--index-dir", str(tmp_path / "idx"), "--json")
-    hits = json.loads(results.stdout)["results"]
+    hits = json.loads(results.stdout)["queries"][0]["results"]
     assert not any(h["path"].endswith(("b-scan.png", "c-notes.pdf")) for h in hits)
     assert sum(h["path"].endswith("a-report.pdf") for h in hits) == 3
 
@@ -339,7 +339,7 @@ def test_token_pooling_shrinks_the_index_and_is_kept_consistent(tiny_model, tmp_
     assert status["pooled"]["vectors"] == status["plain"]["pages"] * 9 and status["plain"]["vectors"] == status["plain"]["pages"] * 29
     assert status["pooled"]["settings"]["pool_factor"] == 3
     verify_ok(pooled)
-    hits = json.loads(run_cli("query", "report", "-k", "3", "--index-dir", str(pooled), "--json").stdout)["results"]
+    hits = json.loads(run_cli("query", "report", "-k", "3", "--index-dir", str(pooled), "--json").stdout)["queries"][0]["results"]
     assert len(hits) == 3
     mixed = run_cli("build", str(docs), "--pool-factor", "2", "--index-dir", str(pooled))
     assert mixed.exit_code == 1 and "--pool-factor 3" in mixed.stderr

@@ -409,7 +409,7 @@ def test_page_text_is_capped_per_page_and_per_answer(noisy_index):
     under an even share keep all theirs), each cut text a prefix of the page's and marked text_truncated."""
     full = json.loads(run_cli("query", "report 1", "-k", "13", "--mode", "text", "--with-text", "--json",
                               "--index-dir", str(noisy_index["index"])).stdout)
-    texts = {(hit["path"].rsplit("/", 1)[-1], hit["page"]): hit["text"] for hit in full["results"]}
+    texts = {(hit["path"].rsplit("/", 1)[-1], hit["page"]): hit["text"] for hit in full["queries"][0]["results"]}
     assert min(len(text) for text in texts.values()) > 400  # every page's text is longer than the caps below let through
 
     async def scenario():

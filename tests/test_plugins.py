@@ -46,7 +46,7 @@ def test_a_plugin_s_family_artifact_and_store_scheme_build_and_query_an_index(pl
     assert json.loads(built.stdout)["indexed"] == 2
     query = run_cli("query", "alpha apples", "--store", "mem://x", "-k", "3", "--json")
     assert query.exit_code == 0, query.stderr
-    hits = json.loads(query.stdout)["results"]
+    hits = json.loads(query.stdout)["queries"][0]["results"]
     assert [(Path(hit["path"]).name, hit["page"]) for hit in hits][0] == ("alpha.pdf", 1) and len(hits) == 3
     manifest = open_store("mem://x").read_manifest()
     assert manifest is not None and manifest.model.family == "lgpt_plugin"
@@ -108,4 +108,4 @@ def test_the_plugin_s_entry_point_registers_it_in_a_fresh_process(tmp_path):
     built_code, built, asked_code, asked = json.loads(out.stdout.strip().splitlines()[-1])
     assert (built_code, asked_code) == (0, 0), (built, asked)
     assert json.loads(built)["indexed"] == 2
-    assert [hit["path"] for hit in json.loads(asked)["results"]][0].endswith("beta.pdf")
+    assert [hit["path"] for hit in json.loads(asked)["queries"][0]["results"]][0].endswith("beta.pdf")

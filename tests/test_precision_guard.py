@@ -47,7 +47,7 @@ def test_seed2_mixed_checkpoint_builds_queries_and_is_reported(mixed_models, cor
 
     queried = run_cli("query", "revenue", "--dtype", "float16", "--json", *index)
     assert queried.exit_code == 0, queried.stderr
-    assert len(json.loads(queried.stdout)["results"]) == 5
+    assert len(json.loads(queried.stdout)["queries"][0]["results"]) == 5
 
     doctor = run_cli("doctor", "--model", str(model), "--dtype", "float16", "--json")
     assert doctor.exit_code == 0, doctor.stdout

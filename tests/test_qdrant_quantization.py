@@ -121,7 +121,8 @@ def test_query_json_says_the_in_process_mode_scored_exactly(built, fake_model):
     document = json.loads(out.stdout)
     assert document["scoring"]["path"] == "exact" and "in-process mode" in document["scoring"]["reason"]
     assert "server" in document["scoring"]["hint"]
-    assert [(h["path"], h["page"]) for h in document["results"]] == [(h["path"], h["page"]) for h in plain["results"]]
+    assert [(h["path"], h["page"]) for h in document["queries"][0]["results"]] == \
+        [(h["path"], h["page"]) for h in plain["queries"][0]["results"]]
     auto = json.loads(run_cli(*base, "--first-pass", "auto").stdout)["scoring"]
     assert auto["path"] == "exact" and auto["reason"].startswith("auto: 6 pages <")
 

@@ -53,9 +53,9 @@ def test_the_same_pages_in_the_same_order_as_the_local_store(fake_model, tmp_pat
     _same(_answers(*stores["local"]), _answers(*stores["qdrant"]))
     filtered = {name: run_cli("query", "report", "--filter", "team=finance", "-k", "20", "--json", *store).stdout
                 for name, store in stores.items()}
-    assert json.loads(filtered["local"])["results"] and [(h["path"], h["page"]) for h in json.loads(filtered["local"])["results"]] == \
-        [(h["path"], h["page"]) for h in json.loads(filtered["qdrant"])["results"]]
-    assert {Path(h["path"]).name for h in json.loads(filtered["qdrant"])["results"]} <= {f"report-{i}.pdf" for i in range(4)}
+    found = {name: json.loads(answer)["queries"][0]["results"] for name, answer in filtered.items()}
+    assert found["local"] and [(h["path"], h["page"]) for h in found["local"]] == [(h["path"], h["page"]) for h in found["qdrant"]]
+    assert {Path(h["path"]).name for h in found["qdrant"]} <= {f"report-{i}.pdf" for i in range(4)}
 
     for store in stores.values():  # a remove, a change, an addition, a rename
         assert run_cli("remove", str(docs / "report-1.pdf"), *store).exit_code == 0

@@ -119,6 +119,7 @@ def test_ray_into_a_qdrant_store(fake_model, tmp_path):
     build_ok(str(docs), "--model", str(fake_model), *plain)
     result = run_cli("build", str(docs), "--model", str(fake_model), "--ray", "local", *store)
     assert result.exit_code == 0, result.stderr
-    answers = [json.loads(run_cli("query", "report", "-k", "20", "--json", *where).stdout)["results"] for where in (plain, store)]
+    answers = [json.loads(run_cli("query", "report", "-k", "20", "--json", *where).stdout)["queries"][0]["results"]
+               for where in (plain, store)]
     assert [(h["path"], h["page"]) for h in answers[0]] == [(h["path"], h["page"]) for h in answers[1]]
     assert run_cli("verify", *store).exit_code == 0

@@ -109,7 +109,7 @@ def test_the_pages_rendered_during_the_load_do_not_wait_for_a_slow_conversion(tm
 def _query(index) -> list:
     result = run_cli("query", "doc 1 page 2", "-k", "20", "--index-dir", str(index), "--json")
     assert result.exit_code == 0, result.stderr
-    return [(hit["path"].rsplit("/", 1)[-1], hit["page"], hit["score"]) for hit in json.loads(result.stdout)["results"]]
+    return [(hit["path"].rsplit("/", 1)[-1], hit["page"], hit["score"]) for hit in json.loads(result.stdout)["queries"][0]["results"]]
 
 
 def test_a_build_renders_while_its_model_loads_and_indexes_what_it_would_have(tmp_path, monkeypatch, fake_model):

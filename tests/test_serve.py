@@ -47,8 +47,8 @@ def test_query_answers_exactly_what_the_cli_prints(server, report_index):
     assert _scoreless(served) == _scoreless(cli)
     assert len(_scores(cli)) >= 8 and _scores(served) == [pytest.approx(v, rel=1e-6) if isinstance(v, float) else v for v in _scores(cli)]
     validate(served, "query")
-    assert {Path(h["path"]).name for h in filtered["results"]} == {"report-0.pdf"}
-    assert len(first_pass["results"]) == 3
+    assert {Path(h["path"]).name for h in filtered["queries"][0]["results"]} == {"report-0.pdf"}
+    assert len(first_pass["queries"][0]["results"]) == 3
 
 
 def _scores(document, found=None) -> list[float]:
@@ -203,13 +203,14 @@ def test_concurrent_requests_share_a_forward_pass(report_index, tmp_path, fake_m
         alone = [ask(text)[0] for text in queries]
         for (together, _), single in zip(answers, alone):  # and answered as one at a time
             assert _ranking(together) == _ranking(single)
-            assert [h["score"] for h in together["results"]] == pytest.approx([h["score"] for h in single["results"]], rel=1e-5)
+            assert [h["score"] for h in together["queries"][0]["results"]] == \
+                pytest.approx([h["score"] for h in single["queries"][0]["results"]], rel=1e-5)
     finally:
         assert running.stop() == 0
 
 
 def _ranking(document: dict) -> list[tuple[str, int]]:
-    return [(h["path"], h["page"]) for h in document["results"]]
+    return [(h["path"], h["page"]) for h in document["queries"][0]["results"]]
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
@@ -227,7 +228,7 @@ def test_a_build_beside_the_server_is_picked_up(fake_model, tmp_path):
             after = client.post("/query", json={"queries": ["q"], "k": 10})
             status = client.get("/status").json()
         assert int(after.headers["X-Lgpt-Generation"]) > int(before.headers["X-Lgpt-Generation"])
-        assert {Path(h["path"]).name for h in after.json()["results"]} == {"first.pdf", "second.pdf"}
+        assert {Path(h["path"]).name for h in after.json()["queries"][0]["results"]} == {"first.pdf", "second.pdf"}
         assert status["pages"] == 3
     finally:
         assert running.stop() == 0
@@ -249,9 +250,9 @@ def test_a_token_guards_everything_but_healthz(server, report_index):
                 assert client.get("/documents").status_code == status
                 assert client.get(f"/pages/{sha}/1.png", params={"dpi": 20}).status_code == status
         cli = run_cli("query", "q", "--server", guarded.url, "--token", "s3cret", "--json")
-        assert cli.exit_code == 0 and json.loads(cli.stdout)["results"]
+        assert cli.exit_code == 0 and json.loads(cli.stdout)["queries"][0]["results"]
         from_env = run_cli("query", "q", "--server", guarded.url, "--json", env={"LGPT_SERVE_TOKEN": "s3cret"})
-        assert from_env.exit_code == 0 and json.loads(from_env.stdout)["results"]
+        assert from_env.exit_code == 0 and json.loads(from_env.stdout)["queries"][0]["results"]
         refused = run_cli("query", "q", "--server", guarded.url)
         assert refused.exit_code == 2 and "bearer token" in refused.stderr
     finally:
@@ -357,7 +358,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(report_index, tmp_p
             answer = pending.result(timeout=60)
     finally:
         release.touch()
-    assert answer.status_code == 200 and answer.json()["results"]
+    assert answer.status_code == 200 and answer.json()["queries"][0]["results"]
     assert running.proc.wait(timeout=60) == 0
 
 

@@ -133,9 +133,9 @@ def test_a_query_document_is_the_validated_model_s_dump_key_for_key():
         texts = [f"q{n}" for n in range(len(results))]
         document = query_document(index, texts, results, 5, mode=mode, fusion="rrf")
         how = {"mode": mode, **({"fusion": "rrf"} if mode == "hybrid" else {})} if mode else {}
-        dumped = QueryDocument.model_validate({"version": 1, "index": "/srv/idx", "model": "m", "k": 5, **how, "queries": [
+        dumped = QueryDocument.model_validate({"version": 2, "index": "/srv/idx", "model": "m", "k": 5, **how, "queries": [
             {"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(texts, results)]}).to_json()
         if len(texts) == 1:
-            dumped.update(dumped["queries"][0])
+            dumped["query"] = dumped["queries"][0]["query"]
         assert json.dumps(document) == json.dumps(dumped)
-    assert type(document["results"][0]["score"]) is float and type(document["results"][0]["page"]) is int
+    assert type(document["queries"][0]["results"][0]["score"]) is float and type(document["queries"][0]["results"][0]["page"]) is int

@@ -434,7 +434,7 @@ def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, ha
     try:
         absolute.wait_ready()
         with absolute.client() as client:
-            hits = client.post("/query", json={"queries": ["report"], "k": 2}).json()["results"]
+            hits = client.post("/query", json={"queries": ["report"], "k": 2}).json()["queries"][0]["results"]
         assert all(h["path"].startswith(str(hardening_index["docs"])) for h in hits)
     finally:
         assert absolute.stop() == 0

@@ -25,15 +25,14 @@ def _hit(path: str) -> dict:
 
 def test_publish_leaves_the_given_document_as_it_was_and_publishes_every_hit() -> None:
     hits = [_hit("/docs/a/one.pdf"), _hit("/docs/b/two.pdf")]
-    document = {"version": 1, "index": "/srv/indexes/default", "model": "/models/colpali", "k": 2,
-                "queries": [{"query": "q", "results": hits}], "query": "q", "results": hits}
+    document = {"version": 2, "index": "/srv/indexes/default", "model": "/models/colpali", "k": 2,
+                "queries": [{"query": "q", "results": hits}], "query": "q"}
     before = copy.deepcopy(document)
     published = PathPolicy().publish(document, _index("/docs"))
     assert document == before
-    assert [h["path"] for h in published["results"]] == ["a/one.pdf", "b/two.pdf"]
     assert [h["path"] for h in published["queries"][0]["results"]] == ["a/one.pdf", "b/two.pdf"]
     assert (published["index"], published["model"]) == ("default", "colpali")
-    assert published["results"][0]["metadata"] == {"team": "finance"}
+    assert published["queries"][0]["results"][0]["metadata"] == {"team": "finance"}
 
 
 def test_a_hit_as_a_dict_is_a_copy() -> None:
@@ -87,8 +86,9 @@ def test_an_error_names_a_document_as_the_current_generation_publishes_it() -> N
     policy.learn(_generation(1, ["/data/docs/reports/a.pdf", "/data/docs/reports/b/c.pdf"]))
     current = _generation(2, ["/data/docs/reports/a.pdf", "/data/docs/memo.pdf"])
     policy.learn(current)
-    published = policy.publish({"index": "/srv/indexes/default", "results": [_hit("/data/docs/reports/a.pdf")]}, current)
-    assert published["results"][0]["path"] == "reports/a.pdf"
+    answers = [{"query": "q", "results": [_hit("/data/docs/reports/a.pdf")]}]
+    published = policy.publish({"index": "/srv/indexes/default", "queries": answers}, current)
+    assert published["queries"][0]["results"][0]["path"] == "reports/a.pdf"
     assert policy.message("/data/docs/reports/a.pdf: unreadable") == "reports/a.pdf: unreadable"
 
 

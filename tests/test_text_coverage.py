@@ -57,7 +57,7 @@ def test_status_and_ls_count_pages_by_the_source_of_their_text(tmp_path, monkeyp
                           "photo.png": {"layer": 0, "ocr": 1, "none": 0, "unknown": 0}}
     shown = run_cli("status", "--index-dir", str(index)).stdout
     assert "text        3 pages from their text layer, 2 by OCR, 0 without text" in shown
-    listed = run_cli("ls", "--index-dir", str(index)).stdout.splitlines()
+    listed = run_cli("ls", "--index-dir", str(index), "--format", "table").stdout.splitlines()
     assert listed[0].split() == ["pages", "kind", "text", "path"]
     assert any(line.split()[:3] == ["1", "image", "ocr"] and line.endswith("scan.png") for line in listed)
 

@@ -223,7 +223,7 @@ def test_first_pass_with_a_filter_that_matches_nothing(fake_model, tmp_path):
     build_json(docs, index, "--model", str(fake_model))
     result = run_cli("query", "anything", "--first-pass", "5", "--filter", "team=nobody", "--index-dir", str(index), "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["results"] == []
+    assert json.loads(result.stdout)["queries"][0]["results"] == []
 
 
 def test_a_full_disk_during_remove_is_one_clean_message(fake_model, tmp_path, monkeypatch):

@@ -138,7 +138,7 @@ def test_a_metadata_csv_from_excel_with_a_byte_order_mark(fake_model, tmp_path):
     result, _ = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--metadata", str(rules))
     assert result.exit_code == 0, result.stderr
     found = run_cli("query", "q3", "--filter", "team=finance", "--index-dir", str(tmp_path / "idx"), "--json")
-    assert len(json.loads(found.stdout)["results"]) == 1
+    assert len(json.loads(found.stdout)["queries"][0]["results"]) == 1
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])

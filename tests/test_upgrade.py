@@ -94,7 +94,7 @@ def test_upgrade_writes_current_codes_as_a_new_generation_and_the_first_pass_ans
     verify_ok(index)
     everything, _ = _query(index, "--first-pass", "100000")
     assert everything["scoring"]["path"] == "first-pass" and everything["scoring"]["hint"] is None
-    assert everything["results"] == exact["results"]
+    assert everything["queries"][0]["results"] == exact["queries"][0]["results"]
 
     again = run_cli("upgrade", "--index-dir", str(index), "--json")
     assert again.exit_code == 0 and not json.loads(again.stdout)["upgraded"]
@@ -118,7 +118,7 @@ def test_a_kill_during_upgrade_leaves_one_sound_generation_and_a_rerun_finishes(
         assert now.generation == before.generation + 1 and all("codes" in s.parts for s in now.segments.values())
     else:
         assert now.generation == before.generation and all("codes" not in s.parts for s in now.segments.values())
-    assert _query(index)[0]["results"] == exact["results"]
+    assert _query(index)[0]["queries"][0]["results"] == exact["queries"][0]["results"]
     done = run_cli("upgrade", "--index-dir", str(index), "--json")
     assert done.exit_code == 0, done.stderr
     verify_ok(index)

@@ -632,7 +632,7 @@ def test_serve_watch_answers_with_a_saved_file_after_its_commit(fake_model, tmp_
         with server.client() as client:
             answer = client.post("/query", json={"queries": ["what was saved"], "k": 5})
         assert answer.status_code == 200, answer.text
-        assert "saved.png" in {Path(hit["path"]).name for hit in answer.json()["results"]}
+        assert "saved.png" in {Path(hit["path"]).name for hit in answer.json()["queries"][0]["results"]}
     finally:
         code = server.stop()
         print("\n".join(server.lines))
@@ -673,7 +673,7 @@ def test_serve_watch_retries_a_full_disk_and_healthz_says_so(fake_model, tmp_pat
             body = wait_until(watch_state(client, "watching"), GUARD_S, "watching in /healthz", server.proc)
             assert body["watch"]["problem"] is None and body["watch"]["failed_in_a_row"] == 0, body
             answer = client.post("/query", json={"queries": ["what was saved"], "k": 5})
-        assert "saved.png" in {Path(hit["path"]).name for hit in answer.json()["results"]}
+        assert "saved.png" in {Path(hit["path"]).name for hit in answer.json()["queries"][0]["results"]}
     finally:
         code = server.stop()
         print("\n".join(server.lines))

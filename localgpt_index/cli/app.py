@@ -44,6 +44,7 @@ class Application:
     def __init__(self) -> None:
         self.verbosity = 0  # -1 quiet, 0 normal, 1 verbose
         self.as_json = False
+        self.output_format: str | None = None  # --format (format_option); None: by where stdout goes
         self._terminal: Terminal | None = None
         self.config = ProjectConfig()  # the project's config file (AppGroup.make_context)
         self.store_url: str | None = None  # where the index is (index_options, on the group or the command)
@@ -108,7 +109,7 @@ class Application:
     def wants_json(self) -> bool:
         """--json was given: parsed, or still on the command line when parsing failed before it."""
         argv = self.argv[: self.argv.index("--")] if "--" in self.argv else self.argv
-        return self.as_json or "--json" in argv
+        return self.as_json or "--json" in argv or "--format=json" in argv or ("--format", "json") in zip(argv, argv[1:])
 
     def print_error(self, message: str, exit_code: int, kind: str, hint: str | None = None) -> None:
         """Under --json, the error document on stdout, unless the command already printed its own."""

@@ -6,6 +6,7 @@ import click
 
 from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
+from .formats import format_option
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options
 
 # the columns of the table, in the order of the document's measures
@@ -29,17 +30,23 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @model_options(INDEX_MODEL_HELP, everyday=False)
 @index_options
 @output_options
+@format_option
 @click.pass_obj
 def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, group_by, model_spec) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
     MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
+    from ..core.errors import UsageError
     from ..evaluate.queryset import load_query_set
     from ..evaluate.modes import default_modes, parse_list, parse_modes, variants
     from ..evaluate.runner import check_group_key, evaluate, prepare
     from ..models.resolve import is_random_checkpoint
     from ..query.search import open_index
+    from .formats import chosen_format, write
 
+    fmt = chosen_format(app.output_format, app.as_json)
+    if fmt == "paths":
+        raise UsageError("--format paths: eval lists measures, not documents (jsonl, tsv and lines list its runs).")
     asked = parse_modes(modes) if modes is not None else None
     fused = parse_list(fusions, "--fusions") if fusions is not None else []
     if asked is not None:
@@ -62,10 +69,27 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
         if is_random_checkpoint(encoder.model.path):
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
     document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()
-    if app.as_json:
-        app.print_json(document)
-        return
-    _print_tables(document)
+    write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
+
+
+def _listing(document: dict):
+    """One record a run (mode and variant): lines `MODE[ FUSION][, first pass N]<TAB>nDCG@1=0.1234<TAB>...<TAB>s=1.2`;
+    jsonl: the document's runs whole (with their groups and queries)."""
+    from collections.abc import Callable
+    from typing import Any
+
+    from .formats import Listing, cell
+
+    def line(run: dict) -> str:
+        return "\t".join([_label(run), *(f"{HEADERS[m]}={cell(run['measures'][m])}" for m in HEADERS), f"s={run['seconds']}"])
+
+    def measure(name: str) -> Callable[[dict], float]:
+        return lambda run: run["measures"][name]
+
+    columns: dict[str, Callable[[dict], Any]] = {"mode": lambda run: run["mode"], "fusion": lambda run: run["fusion"],
+                                                 "first_pass": lambda run: run["first_pass"],
+                                                 **{m: measure(m) for m in HEADERS}, "seconds": lambda run: run["seconds"]}
+    return Listing(document["runs"], columns, line)
 
 
 def _print_tables(document: dict) -> None:

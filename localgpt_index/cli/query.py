@@ -11,6 +11,7 @@ from ..query.fusion import RRF_K
 from ..query.request import DPI, MAX_K, MAX_RRF_K
 from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
+from .formats import format_option
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 # the request's fields, as the command line names them (in its messages)
 FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--first-pass", "mode": "--mode",
-         "fusion": "--fusion", "rrf_k": "--rrf-k", "dpi": "--dpi"}
+         "fusion": "--fusion", "rrf_k": "--rrf-k", "dpi": "--dpi", "all_copies": "--all-copies"}
 
 
 @click.command(cls=AppCommand, epilog=EXIT_CODES)
@@ -31,7 +32,7 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
 @click.option("--dpi", cls=TuningOption, type=click.IntRange(DPI[0], DPI[2]), default=DPI[1], show_default=True,
               help="Resolution of page images.")
-@click.option("--with-images", is_flag=True, help="With --json: each result carries its page as base64 PNG.")
+@click.option("--with-images", is_flag=True, help="With --json or --format jsonl: each result carries its page as base64 PNG.")
 @click.option("--first-pass", cls=TuningOption, default=None, metavar="N|auto",
               help="Lossy, off by default: a cheap first pass picks N pages, only those are scored exactly "
                    "(local: 1-bit codes stored with the index; Qdrant: its binary quantization, then rescoring). "
@@ -43,7 +44,9 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="hybrid: weigh each list by the evidence it carries, or plain reciprocal-rank fusion.")
 @click.option("--rrf-k", cls=TuningOption, type=click.IntRange(0, MAX_RRF_K), default=RRF_K, show_default=True,
               help="The k of --fusion rrf: 1 / (k + rank).")
-@click.option("--with-text", is_flag=True, help="With --json: each result carries its page's text (for answerers).")
+@click.option("--with-text", is_flag=True, help="With --json or --format jsonl: each result carries its page's text (for answerers).")
+@click.option("--all-copies", cls=TuningOption, is_flag=True,
+              help="List byte-identical documents apart, a hit per path (by default one hit names the other paths as copies).")
 @click.option("-k", "top_k", type=click.IntRange(1, MAX_K), default=5, show_default=True, help="Pages to return per query.")
 @click.option("--server", envvar="LGPT_SERVER", default=None, metavar="URL",
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
@@ -53,18 +56,23 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
 @scoring_options
 @index_options
 @output_options
+@format_option
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, first_pass, mode, fusion, rrf_k, with_text,
-          top_k, server, token, model_spec, scorer, max_resident) -> None:
+          all_copies, top_k, server, token, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..core.errors import UsageError
     from ..query.search import DeviceScoring
+    from .formats import chosen_format, write
 
+    fmt = chosen_format(app.output_format, app.as_json)
     texts = list(text) + (read_queries_file(queries_file) if queries_file else [])
     if not texts:
         raise UsageError("no query: give TEXT or --queries-file.")
+    structured = fmt in ("json", "jsonl")  # the formats that carry a page's text and image
     request = _request(queries=texts, k=top_k, filters=list(filters), first_pass=first_pass, mode=mode, fusion=fusion,
-                       rrf_k=rrf_k, with_text=with_text and app.as_json, with_images=with_images and app.as_json, dpi=dpi)
+                       rrf_k=rrf_k, with_text=with_text and structured, with_images=with_images and structured, dpi=dpi,
+                       all_copies=all_copies)
     if server:
         _refuse_local_options(click.get_current_context(), server)
         if request.first_pass == "auto":
@@ -83,10 +91,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
 
         manifest = export_pages(document, Path(export_dir), dpi, fetch)
         app.terminal.info(f"page images and {manifest.name} written to {export_dir}")
-    if app.as_json:
-        app.print_json(document)
-        return
-    _print_tables(document)
+    write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
 
 
 def _request(**fields):
@@ -179,10 +184,31 @@ def read_queries_file(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def _listing(document: dict):
+    """The hits of every query, one record each (jsonl: the document's hit with its `query`)."""
+    from .formats import Listing, cell, clean, plain
+
+    several = len(document["queries"]) > 1
+
+    def line(hit: dict) -> str:  # path:page<TAB>score<TAB>snippet, as ripgrep's path:line:text; several queries: the query first
+        fields = [f"{clean(hit['path'])}:{hit['page']}", cell(hit["score"]), clean(plain(hit.get("snippet", "")))]
+        if hit.get("copies"):
+            fields.append("copies: " + cell(hit["copies"]))
+        return "\t".join(([clean(hit["query"])] if several else []) + fields)
+
+    rows = [{"query": answer["query"], **hit} for answer in document["queries"] for hit in answer["results"]]
+    columns = {"query": lambda hit: hit["query"], "rank": lambda hit: hit["rank"], "score": lambda hit: hit["score"],
+               "path": lambda hit: hit["path"], "page": lambda hit: hit["page"], "copies": lambda hit: hit.get("copies"),
+               "snippet": lambda hit: plain(hit.get("snippet", ""))}
+    return Listing(rows, columns, line, paths=lambda hit: [hit["path"]])
+
+
 def _print_tables(document: dict) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from ..core.terminal import results_console
+    from .formats import styled_snippet
 
     console = results_console(highlight=False)
     for answer in document["queries"]:
@@ -195,6 +221,9 @@ def _print_tables(document: dict) -> None:
         if snippets:
             table.add_column("text", overflow="fold", max_width=60)
         for hit in answer["results"]:
-            row = [str(hit["rank"]), f"{hit['score']:.3f}", str(hit["page"]), display_path(hit["path"])]
-            table.add_row(*row, *([display_path(hit.get("snippet", ""))] if snippets else []))
+            where = Text(display_path(hit["path"]))
+            for copy in hit.get("copies", ()):
+                where.append(f"\n= {display_path(copy)}", style="dim")
+            row: list[str | Text] = [str(hit["rank"]), f"{hit['score']:.3f}", str(hit["page"]), where]
+            table.add_row(*row, *([styled_snippet(hit.get("snippet", ""))] if snippets else []))
         console.print(table)

@@ -59,6 +59,7 @@ class SearchHit:
     text_score: float | None = None
     snippet: str | None = None  # the page's text where the query's words are, matched words marked
     text: str | None = None  # the page's whole text, when asked for
+    copies: tuple[str, ...] = ()  # the other paths of a byte-identical document (query/copies.py)
 
     def to_dict(self) -> dict:
         # by hand, not dataclasses.asdict: its recursive deep copy was most of a query answer's cost
@@ -72,4 +73,6 @@ class SearchHit:
             document["snippet"] = self.snippet
         if self.text is not None:
             document["text"] = self.text
+        if self.copies:
+            document["copies"] = list(self.copies)
         return document

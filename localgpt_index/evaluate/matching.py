@@ -4,7 +4,8 @@ The index records documents by absolute path; a query set names
 them absolute (compared as they are) or relative: a relative path names the one indexed document whose
 path ends with it, whole components compared (`invoices/a.pdf` names /home/me/docs/invoices/a.pdf).
 Two indexed documents ending alike make the set ambiguous (an error); a page the index does not hold
-stays in the judgments, unanswerable: it counts as a miss, as it would for any retriever."""
+stays in the judgments, unanswerable: it counts as a miss, as it would for any retriever. Byte-identical
+documents (copies) share their page ids: a hit on any copy answers a judgment naming another."""
 
 from __future__ import annotations
 
@@ -33,11 +34,19 @@ def page_id(number: int, page: int) -> str:
     return f"d{number}p{page}"
 
 
+def content_numbers(documents: Sequence[Document]) -> list[int]:
+    """Each document's number as the evaluator names its pages: the first document with the same bytes
+    (content hash), so that a judgment of a page and a hit on any copy of it name one page id."""
+    first: dict[str, int] = {}
+    return [first.setdefault(doc.sha256, number) for number, doc in enumerate(documents)]
+
+
 class PathFinder:
     """The indexed documents by path, and by their last path component for relative names."""
 
     def __init__(self, documents: Sequence[Document]) -> None:
         self.numbers = {normal_path(doc.path): number for number, doc in enumerate(documents)}
+        self.contents = {normal_path(doc.path): doc.sha256 for doc in documents}
         self.by_name: dict[str, list[str]] = defaultdict(list)
         for path in self.numbers:
             self.by_name[posixpath.basename(path)].append(path)
@@ -48,7 +57,7 @@ class PathFinder:
         if posixpath.isabs(wanted):
             return self.numbers.get(wanted)
         found = [p for p in self.by_name.get(posixpath.basename(wanted), []) if p == wanted or p.endswith("/" + wanted)]
-        if len(found) > 1:
+        if len({self.contents[p] for p in found}) > 1:  # copies (the same bytes) name one page id: not ambiguous
             shown = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
             raise UsageError(f"{where}: {path} names {len(found)} documents of the index ({shown}).",
                              hint="Give more of its path, or the absolute path.")
@@ -58,6 +67,7 @@ class PathFinder:
 def judge(queries: Sequence[EvalQuery], documents: Sequence[Document]) -> Judged:
     """The judgments of `queries` on the index's pages."""
     finder = PathFinder(documents)
+    content = content_numbers(documents)
     qrels: dict[str, dict[str, int]] = {}
     pages: dict[str, tuple[str, int]] = {}
     unanswerable: list[Unanswerable] = []
@@ -75,8 +85,8 @@ def judge(queries: Sequence[EvalQuery], documents: Sequence[Document]) -> Judged
                 grades[f"missing{len(unanswerable)}"] = judgment.grade  # judged, never retrieved
                 continue
             assert number is not None
-            ident = page_id(number, judgment.page)
-            grades[ident] = judgment.grade
+            ident = page_id(content[number], judgment.page)
+            grades[ident] = max(grades.get(ident, judgment.grade), judgment.grade)  # two copies judged: the higher grade
             pages[ident] = (documents[number].path, judgment.page)
         qrels[query.id] = grades
     return Judged(qrels, pages, tuple(unanswerable))

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from ..core.errors import UsageError
 from ..core.types import SearchHit
-from .matching import Judged, judge, page_id
+from .matching import Judged, content_numbers, judge, page_id
 from .modes import Variant, check_modes, search
 from .queryset import QuerySet
 from .results import EVAL_SCHEMA_VERSION, EvalDocument, QueryDetail, RetrievedPage, Run
@@ -90,7 +90,7 @@ def evaluate(index: Any, query_set: QuerySet, chosen: Sequence[Variant], judged:
 
 def _run(variant: Variant, query_set: QuerySet, judged: Judged, results: list[list[SearchHit]], seconds: float,
          per_query: bool, documents: Sequence[Any], group_by: str | None) -> Run:
-    numbers = {doc.path: number for number, doc in enumerate(documents)}
+    numbers = {doc.path: number for doc, number in zip(documents, content_numbers(documents))}
     ranked = {q.id: [page_id(numbers.get(hit.path, -1), hit.page) for hit in hits] for q, hits in zip(query_set.queries, results)}
     mean, each = compute(judged.qrels, ranked)
     fields: dict[str, Any] = {"mode": variant.mode, "first_pass": variant.first_pass, "fusion": variant.fusion, "measures": mean,

@@ -56,7 +56,7 @@ class LgptRetriever(BaseRetriever):
         return cls(open_source(server=url, token=token), search_options(**options))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return [to_node(hit) for hit in self.source.search(query_bundle.query_str, self.options)]
+        return [to_node(hit, self.options.all_copies) for hit in self.source.search(query_bundle.query_str, self.options)]
 
     def page_image(self, node: NodeWithScore | TextNode, dpi: int | None = None) -> Image:
         """The page `node` stands for, as a PIL image (rendered by the index or fetched from the server)."""
@@ -64,8 +64,10 @@ class LgptRetriever(BaseRetriever):
         return retrieved_page_image(self.source, inner.metadata, dpi or self.options.dpi)
 
 
-def to_node(hit: PageHit) -> NodeWithScore:
-    common: dict[str, Any] = {"id_": hit.id, "text": hit.text or "", "metadata": hit.metadata(),
+def to_node(hit: PageHit, apart: bool = False) -> NodeWithScore:
+    """The node of `hit`; `apart` (all_copies): its id names the path too, or LlamaIndex, which drops a
+    node whose id it has seen, would keep one copy of the page."""
+    common: dict[str, Any] = {"id_": f"{hit.id}&path={hit.path}" if apart else hit.id, "text": hit.text or "", "metadata": hit.metadata(),
                               "excluded_llm_metadata_keys": HIDDEN_METADATA, "excluded_embed_metadata_keys": HIDDEN_METADATA}
     if hit.image_base64 is not None:
         node: TextNode = ImageNode(image=hit.image_base64, image_mimetype="image/png", **common)

@@ -45,13 +45,15 @@ class PageHit:
     image_base64: str | None = None  # the page as PNG, when images were asked for
     image_error: str | None = None  # why a page asked for carries no image
     image_url: str | None = None  # where a server hands out the page as PNG
+    copies: tuple[str, ...] = ()  # the other paths of a byte-identical document (this page is theirs too)
 
     @classmethod
     def from_hit(cls, query: str, hit: dict[str, Any], image_url: str | None = None) -> PageHit:
         """From one hit of the query document (interop.results.Hit), and the page text when it has one."""
         return cls(query=query, rank=hit["rank"], score=hit["score"], path=hit["path"], page=hit["page"], sha256=hit["sha256"],
                    kind=hit["kind"], document_metadata=dict(hit.get("metadata") or {}), text=hit.get("text"),
-                   image_base64=hit.get("image_base64"), image_error=hit.get("image_error"), image_url=image_url)
+                   image_base64=hit.get("image_base64"), image_error=hit.get("image_error"), image_url=image_url,
+                   copies=tuple(hit.get("copies", ())))
 
     @property
     def id(self) -> str:
@@ -59,13 +61,16 @@ class PageHit:
         return f"{self.sha256}#page={self.page}"
 
     def metadata(self) -> dict[str, Any]:
-        """The metadata both adapters attach: where the page is, its score, and how to get its image
-        (`sha256` and `page`, which `page_image` resolves on either source; `image_url` on a server)."""
+        """The metadata both adapters attach: where the page is (and `copies`: the other paths of the same
+        bytes, where there are), its score, and how to get its image (`sha256` and `page`, which `page_image`
+        resolves on either source; `image_url` on a server)."""
         found: dict[str, Any] = {"path": self.path, "page": self.page, "score": self.score, "rank": self.rank,
                                  "sha256": self.sha256, "kind": self.kind, "document_metadata": dict(self.document_metadata),
                                  "has_text": self.text is not None}
         optional = {"image_url": self.image_url, "image_error": self.image_error}
         found.update({key: value for key, value in optional.items() if value is not None})
+        if self.copies:
+            found["copies"] = list(self.copies)
         return found
 
 

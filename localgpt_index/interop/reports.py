@@ -24,8 +24,8 @@ def query_document(view: View, texts: Sequence[str], results: Sequence[Sequence[
         how["fusion"] = fusion
     document = _validated({"version": QUERY_SCHEMA_VERSION, "index": view.store.location, "model": view.manifest.model.id,
                            "k": k, **how, "queries": queries})
-    if len(queries) == 1:  # the same dicts at the top: whatever is added to a hit (its image) shows in both
-        document.update(document["queries"][0])
+    if len(queries) == 1:
+        document["query"] = queries[0]["query"]
     return document
 
 

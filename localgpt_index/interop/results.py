@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.types import Fusion, Mode
 
-QUERY_SCHEMA_VERSION: Final = 1
+QUERY_SCHEMA_VERSION: Final = 2  # 2: no `results` at the top (each query's are in `queries`); `copies`
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "query.schema.json"
 
 
@@ -64,6 +64,8 @@ class Hit(_Document):
     text_score: float | None = _nullable("hybrid: the page's BM25 score; null: not in the text list")
     snippet: str = _absent("the page's text where the query's words are, each matched word between ** (indexes with page text)")
     text: str = _absent("the page's whole text (--with-text)")
+    copies: list[str] = _absent("the other paths of byte-identical documents: this page is theirs too (absent: none, "
+                                "or --all-copies, which lists them apart)")
 
 
 class QueryAnswer(_Document):
@@ -96,10 +98,10 @@ class Scoring(_Document):
 
 
 class QueryDocument(_Document):
-    """The `query --json` document: the hits of every query, and with exactly one query, that
-    query's `query` and `results` at the top too."""
+    """The `query --json` document: the hits of every query (in `queries`), and with exactly one query,
+    that query's text at the top too. Version 1 also repeated that query's `results` at the top."""
 
-    version: Literal[1] = Field(description="the version of this document's schema")
+    version: Literal[2] = Field(description="the version of this document's schema")
     index: str
     model: str
     k: int = Field(ge=1)
@@ -107,7 +109,6 @@ class QueryDocument(_Document):
     fusion: Fusion = _absent("hybrid: how the two lists were fused")
     queries: list[QueryAnswer]
     query: str = _absent("present when exactly one query was asked")
-    results: list[Hit] = _absent("present when exactly one query was asked")
     scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given or the device scorer "
                                "answered (without them: exact, on the CPU)")
 

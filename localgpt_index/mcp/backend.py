@@ -128,7 +128,8 @@ class IndexTools:
             self.batcher.start()
             self._batching = True
         # the text side is the worker's (_answer); the depth is the fusion's, past the tool's own limit on k
-        visual = request.model_copy(update={"k": index.visual_depth(request), "mode": "visual", "with_text": False})
+        visual = request.model_copy(update={"k": index.visual_depth(request), "mode": "visual", "with_text": False,
+                                            "all_copies": True})  # the raw list: _answer collapses the copies
         answer = await self.batcher.submit(visual)
         return answer.index, answer.results[0]
 
@@ -200,7 +201,7 @@ class IndexTools:
     def _hit(self, index, hit: SearchHit) -> FoundPage:
         return FoundPage(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
                          kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=hit.snippet,
-                         text=page_text(index, hit))
+                         text=page_text(index, hit), copies=[self._name(path, index) for path in hit.copies])
 
     def _cap_texts(self, entries: Sequence[FoundPage | PageAnswer]) -> None:
         """The page texts of one answer cut to fit the text caps, each cut one saying so."""

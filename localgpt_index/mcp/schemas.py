@@ -95,6 +95,8 @@ class FoundPage(BaseModel):
     text_truncated: bool = Field(False, description="the page's text was cut to fit the text caps (index_status says them)")
     image: PageImage | None = Field(None, description="the page image, when with_images asked for it")
     image_error: str | None = Field(None, description="why the page has no image")
+    copies: list[str] = Field(default_factory=list, description="the other documents with the same bytes (this page is theirs "
+                                                                "too), named as list_documents names them")
 
 
 class SearchAnswer(BaseModel):

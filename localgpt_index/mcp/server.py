@@ -33,7 +33,7 @@ INSTRUCTIONS = """lgpt-index: visual retrieval over an indexed folder of documen
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
-SEARCH_FIELDS = ("k", "filters", "mode", "first_pass", "with_images")  # the request's fields the search tool takes
+SEARCH_FIELDS = ("k", "filters", "mode", "first_pass", "with_images", "all_copies")  # the request's fields the search tool takes
 QUERY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "the question, in words"}
 Document = Annotated[str, Field(min_length=1, max_length=4096, description="a document as search or list_documents name it "
                                                                             "(or its sha256)")]

@@ -21,6 +21,7 @@ from ..core.types import Mode, SearchHit
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex, TextHit
 from ..index.text.snippet import snippet
+from .copies import Copies
 from .fusion import fuse
 from .request import QueryRequest
 
@@ -38,25 +39,30 @@ def choose_mode(asked: Mode | None, lexical: LexicalIndex | None, location: str)
     return asked
 
 
-def visual_depth(mode: Mode, k: int) -> int:
-    """How many pages the visual list must hold."""
-    return max(k, DEPTH) if mode == "hybrid" else k
+def visual_depth(mode: Mode, k: int, copies: Copies | None = None) -> int:
+    """How many pages the visual list must hold (deeper by the copies' places, where they are collapsed)."""
+    depth = max(k, DEPTH) if mode == "hybrid" else k
+    return depth + (copies.extra(depth) if copies is not None else 0)
 
 
 def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visual: Sequence[list[SearchHit]] | None,
-           mode: Mode) -> list[list[SearchHit]]:
+           mode: Mode, copies: Copies | None = None) -> list[list[SearchHit]]:
     """The top-k of each query in `mode`, from its visual list (already ranked; None in text mode)
-    and the text list asked here."""
+    and the text list asked here; with `copies`, the pages of byte-identical documents as one hit each."""
     failpoint(f"query.{mode}")  # query.text, query.hybrid, query.visual: tests hold a query of one mode here
     texts, k, filters = request.queries, request.k, request.filtered
+
+    def top(hits: Sequence[SearchHit]) -> list[SearchHit]:
+        return copies.collapse(hits, k, filters) if copies is not None else list(hits[:k])
+
     if mode == "visual":  # the vision model's answer: page text and snippets only when asked for
         assert visual is not None
         if not request.with_text:
-            return [hits[:k] for hits in visual]
-        return [[_with_text(hit, lexical, text, True) for hit in hits[:k]] for text, hits in zip(texts, visual)]
+            return [top(hits) for hits in visual]
+        return [[_with_text(hit, lexical, text, True) for hit in top(hits)] for text, hits in zip(texts, visual)]
     assert lexical is not None
     paths = None if not filters else {doc.path for doc in view.documents if matches(doc.metadata, filters)}
-    depth = k if mode == "text" else max(k, DEPTH)
+    depth = visual_depth(mode, k, copies)  # the text list as deep as the visual one
     from_store = view.text_search(list(texts), depth, filters)  # the store's own lists (Qdrant's sparse vectors), or None
     results = []
     for number, text in enumerate(texts):
@@ -65,8 +71,8 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
             hits = [_text_hit(view, rank, hit) for rank, hit in enumerate(lexical_hits, 1)]
         else:
             assert visual is not None
-            hits = _fused(view, lexical_hits, visual[number], request)
-        kept = [hit for hit in hits if hit is not None][:k]
+            hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0))
+        kept = top([hit for hit in hits if hit is not None])
         results.append([_with_text(replace(hit, rank=rank), lexical, text, request.with_text) for rank, hit in enumerate(kept, 1)])
     return results
 
@@ -78,13 +84,14 @@ def _text_hit(view: View, rank: int, hit: TextHit) -> SearchHit | None:
     return SearchHit(rank, hit.score, doc.path, hit.page, doc.sha256, doc.kind, dict(doc.metadata))
 
 
-def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit], request: QueryRequest) -> list[SearchHit | None]:
+def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit], request: QueryRequest,
+           limit: int) -> list[SearchHit | None]:
     by_key = {(hit.path, hit.page): hit for hit in visual_hits}
     text_scores = {(hit.path, hit.page): hit.score for hit in lexical_hits}
     lists = {"text": [((hit.path, hit.page), hit.score) for hit in lexical_hits],
              "visual": [((hit.path, hit.page), hit.score) for hit in visual_hits]}
     hits: list[SearchHit | None] = []
-    for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k)[:request.k], 1):
+    for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k)[:limit], 1):
         path, page = item.key
         base = by_key.get(item.key) or _text_hit(view, rank, TextHit(path, page, 0.0))
         if base is None:

@@ -20,6 +20,7 @@ from ..index.format.manifest import Document, Manifest
 from ..index.protocols import ExactScoring, Store, View
 from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
+from .copies import Copies
 from .hybrid import answer, choose_mode, visual_depth
 from .request import QueryRequest, QuerySettings, validated
 
@@ -51,6 +52,7 @@ class Searcher:
         self.scoring = scoring or DeviceScoring()
         self._device_scorer: DeviceScorer | None = None  # this generation's (its resident vectors), made on first use
         self._scored_on: DeviceScorer | None = None  # the device scorer of the last pass; None: the CPU scorer's
+        self._copies_found: Copies | None = None
 
     @property
     def store(self) -> Store:
@@ -130,12 +132,20 @@ class Searcher:
 
     def visual_depth(self, request: QueryRequest) -> int:
         """How many pages each query's visual list must hold for `request` (search_vectors' k)."""
-        return visual_depth(self.mode(request), request.k)
+        return visual_depth(self.mode(request), request.k, self._copies(request))
 
     def finish(self, request: QueryRequest, visual: Sequence[list[SearchHit]] | None) -> list[list[SearchHit]]:
         """The top-k of each query from its visual list (search_vectors with visual_depth; None in
-        text mode): the text list asked and fused here, as `request` says."""
-        return answer(self.view, self.lexical, request, visual, self.mode(request))
+        text mode): the text list asked and fused here, and copies collapsed, as `request` says."""
+        return answer(self.view, self.lexical, request, visual, self.mode(request), self._copies(request))
+
+    def _copies(self, request: QueryRequest) -> Copies | None:
+        """This generation's byte-identical documents, to collapse (None: `all_copies` lists them apart)."""
+        if request.all_copies:
+            return None
+        if self._copies_found is None:
+            self._copies_found = Copies(self.view.documents)
+        return self._copies_found
 
     def search_vectors(self, query_vectors: Sequence[np.ndarray], k: int, device: str = "cpu",
                        filters: dict[str, str] | None = None, first_pass: int | str | None = None) -> list[list[SearchHit]]:

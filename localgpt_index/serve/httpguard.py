@@ -199,11 +199,13 @@ class PathPolicy:
             document["model"] = {**document["model"], "id": _last_part(document["model"]["id"])}
             if document["model"].get("path"):
                 document["model"]["path"] = _last_part(document["model"]["path"])
-        groups = [document.get(key) for key in ("results", "documents", "failures")]
+        groups = [document.get(key) for key in ("documents", "failures")]
         groups += [answer["results"] for answer in document.get("queries") or []]
         for group in (g for g in groups if isinstance(g, list)):  # status has a count of documents
             for entry in group:
                 entry["path"] = generation.relative(entry["path"])
+                if "copies" in entry:
+                    entry["copies"] = [generation.relative(path) for path in entry["copies"]]
         return document
 
     def relative(self, path: str, root: str | None) -> str:
@@ -300,7 +302,7 @@ def _copied(document: dict) -> dict:
     """A copy of every part of `document` that publish changes (a JSON round trip copied it all,
     a measurable part of each /query answer)."""
     copy = dict(document)
-    for key in ("results", "documents", "failures"):
+    for key in ("documents", "failures"):
         if isinstance(copy.get(key), list):
             copy[key] = [dict(entry) for entry in copy[key]]
     if isinstance(copy.get("queries"), list):
