@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -12,10 +13,12 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 
 
 @click.command(epilog=EXIT_CODES)
-@click.argument("docs", type=click.Path(exists=True))
+@click.argument("docs", type=click.Path(exists=True), required=False)
 @model_options(BUILD_MODEL_HELP)
 @source_options
-@settings_options()
+@settings_options(later=True)
+@click.option("--text-only", is_flag=True,
+              help="Only read the text of the pages the index holds pending (after --ocr later): OCR, no model, no DOCS.")
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation (committed once, at the end).")
 @click.option("--rehash", is_flag=True, help="Read every file to find changes, not only those whose size or times changed.")
 @click.option("--strict", is_flag=True, help="If any document fails, commit nothing and exit 1.")
@@ -45,12 +48,16 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 def build(app: Application, docs, **given) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
+    from ..core.errors import UsageError
     from ..indexing.run import build_index
 
+    if (docs is None) != given["text_only"]:
+        raise UsageError("--text-only reads what the index holds: no DOCS" if docs else "Missing argument 'DOCS'.",
+                         hint="`lgpt-index build DOCS`, or `lgpt-index build --text-only`")
     store = app.store()
     options = build_options(**given)
     with app.terminal.progress() as progress:
-        report = build_index(docs, store, options, progress=progress, log=app.terminal.info)
+        report = build_index(Path(docs or "."), store, options, progress=progress, log=app.terminal.info)
     if app.as_json:
         document = report.to_dict()
         if report.exit_code:

@@ -23,6 +23,7 @@ from ..index.format.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..core.types import PageRef
 from ..index.transaction import SegmentWriter, Transaction
 from ..ingest.convert import MissingConverter
+from ..ingest.pagetext import PendingText
 from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
 from .options import BuildOptions, BuildReport, Log, StageTimer
@@ -162,6 +163,8 @@ class CommitPolicy:
         self.pending_pages = 0
         self.discard: Callable[[int], None] = lambda number: None  # the engine drops a failed document's pages
         self.without_parts: tuple[str, ...] = ()  # artifacts whose parts the segments do not get (--text never: "text")
+        self.pending_text: list[tuple[int, PendingText]] = []  # rows of the segment being written whose OCR is not read
+        self.followups: list[tuple[str, int, PendingText]] = []  # (segment, row, its pending text) of sealed segments
 
     # events
 
@@ -228,6 +231,8 @@ class CommitPolicy:
         ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
         with self.txn.writing():
             index = self.writer.append(vectors, ref, extra=text.extra() if text is not None else None)
+        if isinstance(text, PendingText) and text.claim is not None:
+            self.pending_text.append((index, text))
         if state.seg_first is None:
             state.seg_first = index
         state.seg_pages += 1
@@ -285,6 +290,9 @@ class CommitPolicy:
         segment = self.txn.finish_segment(self.writer) if self.writer is not None else None
         self.writer = None
         segment_id = segment.id if segment else None
+        if segment_id is not None:
+            self.followups += [(segment_id, row, text) for row, text in self.pending_text]
+        self.pending_text = []
         for state in self.pending:
             self.catalog.complete(state, segment_id, self.scan_started_ns)
         self.pending = []

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,8 +41,11 @@ from .local_engine import EncoderFactory, local_engine
 from .model_checks import check_model, check_rebuild_keeps, choose_model, upgraded
 from .options import BuildOptions, BuildReport, BuildSettings, Log, StageTimer
 from .plan import BuildPlan, files_to_hash, plan_build
+from .textfollow import follow_build, pending_pages, read_pending
 
 __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport", "EncoderFactory", "build_index"]
+
+OCR_NICE_BESIDE_ENCODER = 10  # $LGPT_OCR_NICE while the encoder runs, unless set: OCR takes the cores it leaves
 
 
 def build_index(
@@ -55,11 +58,20 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
+    began = time.perf_counter()
     asked = options.settings
     if asked.text or asked.ocr or asked.ocr_lang:  # a contradiction, a missing Tesseract or language: refused before any work
         _text_reader(asked.settled(None))
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
+    if options.text_only:
+        with store.begin(options.wait_s) as txn:
+            base = txn.base
+            report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)
+            if base is not None:
+                options = replace(options, settings=options.settings.settled(base, False, store.location))
+                _text_after(txn, options, _text_reader(options.settings), report, timer, log, began)
+        return report
     scan_started = time.time_ns()
     started = time.perf_counter()
     found = discover(docs, options.include, options.exclude, skip_dirs=store.local_folders)
@@ -96,14 +108,48 @@ def build_index(
             report.pages_total = base.page_count if base else 0
             report.generation = base.generation if base else None
             log("Index is up to date: no document changed, no model work done.")
+            _text_after(txn, options, tesseract, report, timer, log, began)
             return report
-        build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
+        build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started, began)
         if options.reads_text:
             build.text = options.text_settings(tesseract)
         else:  # pixels only: no text read, and no "text" part beside the vectors (as in an index from before page text)
             build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
+        if build.finished:
+            _text_after(txn, options, tesseract, report, timer, log, began)
     return report
+
+
+def _text_after(txn: Transaction, options: BuildOptions, tesseract: Tesseract | None, report: BuildReport,
+                timer: StageTimer, log: Log, began: float) -> None:
+    """The pending text the index still holds (an earlier --ocr later, a build killed before its text commit),
+    read and committed unless --ocr later; the pages left pending, said and reported."""
+    if tesseract is not None and options.reads_text and not options.ocr_later:
+        read, manifest = read_pending(txn, options.text_settings(tesseract), log, timer.add_seconds)
+        if manifest is not None:
+            report.generation, report.pages_total, report.committed = manifest.generation, manifest.page_count, True
+            report.text_commit_s = round(time.perf_counter() - began, 3)
+            log(f"Read the pending text of {read} page(s) (generation {manifest.generation}).")
+    report.pages_text_pending = len(pending_pages(txn.current, txn.backend.base_blobs()))
+    if report.pages_text_pending:
+        report.text_commit_s = None
+        log(f"{report.pages_text_pending} page(s) are searchable by their pixels, their text pending: "
+            "`lgpt-index build --text-only` (or the next build, or a watcher) reads it.")
+
+
+@contextmanager
+def ocr_below_encoder(text: TextSettings | None) -> Iterator[None]:
+    """While the encoder runs, OCR starts its processes at a lower priority ($LGPT_OCR_NICE, unless set):
+    it takes the cores the encoder leaves and never slows it (pixels first: nothing waits for OCR)."""
+    if text is None or text.tesseract is None or "LGPT_OCR_NICE" in os.environ:
+        yield
+        return
+    os.environ["LGPT_OCR_NICE"] = str(OCR_NICE_BESIDE_ENCODER)
+    try:
+        yield
+    finally:
+        os.environ.pop("LGPT_OCR_NICE", None)
 
 
 def _text_reader(settings: BuildSettings) -> Tesseract | None:
@@ -137,8 +183,9 @@ class _Build:
     """Feeds the planned documents through an engine, and its events into the commit policy."""
 
     def __init__(self, txn: Transaction, plan: BuildPlan, model: ModelRef, options: BuildOptions, report: BuildReport,
-                 timer: StageTimer, progress: ProgressSink | None, log: Log, scan_started_ns: int) -> None:
-        self.txn, self.plan, self.model, self.options = txn, plan, model, options
+                 timer: StageTimer, progress: ProgressSink | None, log: Log, scan_started_ns: int, began: float) -> None:
+        self.txn, self.plan, self.model, self.options, self.began = txn, plan, model, options, began
+        self.finished = False  # its last commit made (not stopped, nor --strict with failures)
         self.report, self.timer, self.progress, self.log = report, timer, progress, log
         self.policy = CommitPolicy(txn, plan, options, report, timer, progress, log, scan_started_ns)
         self.text: TextSettings | None = TextSettings(ocr="never")  # None: --text never, no page text read
@@ -147,19 +194,33 @@ class _Build:
             self.policy.model_info, self.policy.settings = upgraded(base.model, model), base.settings
 
     def run(self, encoder_factory: EncoderFactory) -> None:
-        if self.plan.embed:
-            # made before the engine: the local one tells it of the documents it opens while the model loads
-            texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds) if self.text else None
-            try:
-                with self._engine(encoder_factory, texts) as engine:
+        # made before the engine: the local one tells it of the documents it opens while the model loads
+        texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds) if self.text and self.plan.embed else None
+        try:
+            if self.plan.embed:
+                with self._engine(encoder_factory, texts) as engine, ocr_below_encoder(self.text):
                     self._adopt(engine.encoder)
                     if (description := engine.describe()) is not None:
                         self.log(description)
                     self._embed(engine, texts)
-            finally:
-                if texts is not None:
-                    texts.close()  # a model that failed to load: the reading started beside it ends too
-        self.policy.finish()
+            self.policy.finish()
+            report = self.report
+            self.finished = not report.stopped and not (self.options.strict and report.failures)
+            if self.finished:
+                report.visual_commit_s = report.text_commit_s = round(time.perf_counter() - self.began, 3)
+            if texts is not None and self.finished:
+                self._follow(texts)
+        finally:
+            if texts is not None:
+                texts.close()  # a model that failed to load: the reading started beside it ends too
+
+    def _follow(self, texts: PageTexts) -> None:
+        """Text follows: the OCR of the pages committed pending, waited for and committed in a later generation."""
+        manifest = follow_build(self.txn, self.policy, texts)
+        if manifest is not None:
+            self.report.generation, self.report.pages_total = manifest.generation, manifest.page_count
+            self.report.text_commit_s = round(time.perf_counter() - self.began, 3)
+        self.report.text, self.report.page_warnings = texts.tally.to_dict(), texts.tally.warnings
 
     def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts | None) -> AbstractContextManager[Engine]:
         root = Path(self.report.source)
