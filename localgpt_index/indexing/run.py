@@ -198,7 +198,7 @@ class _Build:
         texts = PageTexts(self.text, self._sources(), self.log, self.timer.add_seconds) if self.text and self.plan.embed else None
         try:
             if self.plan.embed:
-                with self._engine(encoder_factory, texts) as engine, ocr_below_encoder(self.text):
+                with ocr_below_encoder(self.text), self._engine(encoder_factory, texts) as engine:
                     self._adopt(engine.encoder)
                     if (description := engine.describe()) is not None:
                         self.log(description)
