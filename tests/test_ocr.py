@@ -344,7 +344,7 @@ def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appen
     result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local",
                      "--ocr", "auto", "--json")
     assert result.exit_code == 0, result.stderr
-    read = {name: extra for name, _, extra in appended}
+    read = {name: {"text": text, "text_source": source} for (name, _), (text, source) in committed_texts(tmp_path / "idx").items()}
     assert read["text.pdf"]["text_source"] == "layer" and read["text.pdf"]["text"].startswith("Quarterly revenue Wombat")
     assert read["scan.pdf"]["text_source"] == read["photo.png"]["text_source"] == "ocr"
     assert "Receipt Echidna 5512" in read["scan.pdf"]["text"] and "Receipt Echidna 5512" in read["photo.png"]["text"]

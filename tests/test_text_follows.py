@@ -47,7 +47,7 @@ def _json(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
-def test_ocr_later_commits_pixels_first_and_build_text_only_reads_the_text(tmp_path, fake_model, monkeypatch):
+def test_ocr_later_commits_pixels_first_and_status_ls_and_query_tell_the_pending_pages(tmp_path, fake_model, monkeypatch):
     monkeypatch.setenv("LGPT_OCR", "auto")
     monkeypatch.setenv("PATH", _tesseract(tmp_path)["PATH"])
     docs, index = _scans(tmp_path / "docs"), tmp_path / "idx"
@@ -71,6 +71,14 @@ def test_ocr_later_commits_pixels_first_and_build_text_only_reads_the_text(tmp_p
     assert "note: 2 page(s) of this index have their text pending" in text.stderr
     validate(json.loads(text.stdout), "query")
 
+
+def test_build_text_only_reads_the_pending_text_into_a_later_generation(tmp_path, fake_model, monkeypatch):
+    monkeypatch.setenv("LGPT_OCR", "auto")
+    monkeypatch.setenv("PATH", _tesseract(tmp_path)["PATH"])
+    docs, index = _scans(tmp_path / "docs"), tmp_path / "idx"
+    where = ("--index-dir", str(index))
+    _, report = build_json(docs, index, "--model", str(fake_model), "--ocr", "later")
+    assert report["pages_text_pending"] == 2
     result = run_cli("build", "--text-only", "--json", *where)
     assert result.exit_code == 0, result.stderr
     after = json.loads(result.stdout)
@@ -178,3 +186,23 @@ def test_ocr_later_then_watch_completes_the_text(tmp_path, fake_model):
         watcher.communicate(timeout=60)
     assert committed_texts(index)["scan-0.pdf", 1] == (f"{WORD} invoice", "ocr")
     verify_ok(index)
+
+
+@pytest.mark.slow  # an in-process Qdrant store, opened by each command: over a second
+def test_pending_text_follows_on_a_qdrant_store_too(tmp_path, fake_model, monkeypatch):
+    """The same generations on Qdrant (in-process): the text part and the sparse vectors follow."""
+    monkeypatch.setenv("LGPT_OCR", "auto")
+    monkeypatch.setenv("PATH", _tesseract(tmp_path)["PATH"])
+    docs, where = _scans(tmp_path / "docs"), ("--store", f"qdrant+path://{tmp_path / 'qd'}/pages")
+    result = run_cli("build", str(docs), "--model", str(fake_model), "--ocr", "later", *where)
+    assert result.exit_code == 0, result.stderr
+    assert _json("status", *where)["text"]["pending"] == 2
+    assert _json("query", WORD, "--mode", "text", *where)["results"] == []
+    result = run_cli("build", "--text-only", *where)
+    assert result.exit_code == 0, result.stderr
+    assert _json("status", *where)["text"]["pending"] == 0
+    for mode in ("text", "hybrid"):
+        hits = _json("query", WORD, "--mode", mode, "-k", "2", *where)["results"]
+        assert {Path(hit["path"]).name for hit in hits} == {"scan-0.pdf", "scan-1.pdf"}, mode
+    verified = run_cli("verify", *where)
+    assert verified.exit_code == 0, verified.stderr
