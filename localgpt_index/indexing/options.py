@@ -185,6 +185,10 @@ class StageTimer:
     def __init__(self, report: BuildReport) -> None:
         self.report = report
         self._lock = threading.Lock()
+        self.began = time.perf_counter()  # the build's start: its commits' times count from there
+
+    def since_start(self) -> float:
+        return round(time.perf_counter() - self.began, 3)
 
     def add(self, stage: str, start: float) -> None:
         self.add_seconds(stage, time.perf_counter() - start)

@@ -26,7 +26,7 @@ from ..index.format.manifest import ModelInfo, Settings
 from ..index.protocols import Store
 from ..index.transaction import Transaction
 from ..index.text.artifact import TEXT
-from ..ingest.discover import discover, hash_files
+from ..ingest.discover import Discovery, discover, hash_files
 from ..ingest.events import EngineEvent
 from ..ingest.feed import FeedSource
 from ..ingest.ocr import DEFAULT_OCR_LANG, Tesseract
@@ -58,28 +58,18 @@ def build_index(
 ) -> BuildReport:
     """Bring the index in `store` up to date with the folder `docs`."""
     options = options or BuildOptions()
-    began = time.perf_counter()
     asked = options.settings
     if asked.text or asked.ocr or asked.ocr_lang:  # a contradiction, a missing Tesseract or language: refused before any work
         _text_reader(asked.settled(None))
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
     if options.text_only:
-        with store.begin(options.wait_s) as txn:
-            base = txn.base
-            report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)
-            if base is not None:
-                options = replace(options, settings=options.settings.settled(base, False, store.location))
-                _text_after(txn, options, _text_reader(options.settings), report, timer, log, began)
-        return report
+        return _text_only(store, options, report, timer, log)
     scan_started = time.time_ns()
     started = time.perf_counter()
     found = discover(docs, options.include, options.exclude, skip_dirs=store.local_folders)
     timer.add("discover", started)
-    report.documents_seen = len(found.files)
-    report.skipped = len(found.skipped)
-    report.skipped_files = [{"path": p, "reason": why} for p, why in found.skipped]
-    report.skipped_files += [{"path": p, "reason": "the index folder"} for p in found.excluded]
+    _discovered(report, found)
 
     with store.begin(options.wait_s, rebuild=options.rebuild) as txn:
         base = txn.base
@@ -105,31 +95,48 @@ def build_index(
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
         if not plan.changes_catalog and not txn.needs_upgrade:
-            report.pages_total = base.page_count if base else 0
-            report.generation = base.generation if base else None
+            report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
             log("Index is up to date: no document changed, no model work done.")
-            _text_after(txn, options, tesseract, report, timer, log, began)
+            _text_after(txn, options, tesseract, report, timer, log)
             return report
-        build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started, began)
+        build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
         if options.reads_text:
             build.text = options.text_settings(tesseract)
         else:  # pixels only: no text read, and no "text" part beside the vectors (as in an index from before page text)
             build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
         if build.finished:
-            _text_after(txn, options, tesseract, report, timer, log, began)
+            _text_after(txn, options, tesseract, report, timer, log)
+    return report
+
+
+def _discovered(report: BuildReport, found: Discovery) -> None:
+    report.documents_seen = len(found.files)
+    report.skipped = len(found.skipped)
+    report.skipped_files = [{"path": p, "reason": why} for p, why in found.skipped]
+    report.skipped_files += [{"path": p, "reason": "the index folder"} for p in found.excluded]
+
+
+def _text_only(store: Store, options: BuildOptions, report: BuildReport, timer: StageTimer, log: Log) -> BuildReport:
+    """`build --text-only`: the pending text of the index read (OCR, as its settings say) and committed; no model."""
+    with store.begin(options.wait_s) as txn:
+        base = txn.base
+        report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)
+        if base is not None:
+            options = replace(options, settings=options.settings.settled(base, False, store.location))
+            _text_after(txn, options, _text_reader(options.settings), report, timer, log)
     return report
 
 
 def _text_after(txn: Transaction, options: BuildOptions, tesseract: Tesseract | None, report: BuildReport,
-                timer: StageTimer, log: Log, began: float) -> None:
+                timer: StageTimer, log: Log) -> None:
     """The pending text the index still holds (an earlier --ocr later, a build killed before its text commit),
     read and committed unless --ocr later; the pages left pending, said and reported."""
     if tesseract is not None and options.reads_text and not options.ocr_later:
         read, manifest = read_pending(txn, options.text_settings(tesseract), log, timer.add_seconds)
         if manifest is not None:
             report.generation, report.pages_total, report.committed = manifest.generation, manifest.page_count, True
-            report.text_commit_s = round(time.perf_counter() - began, 3)
+            report.text_commit_s = timer.since_start()
             log(f"Read the pending text of {read} page(s) (generation {manifest.generation}).")
     report.pages_text_pending = len(pending_pages(txn.current, txn.backend.base_blobs()))
     if report.pages_text_pending:
@@ -183,8 +190,8 @@ class _Build:
     """Feeds the planned documents through an engine, and its events into the commit policy."""
 
     def __init__(self, txn: Transaction, plan: BuildPlan, model: ModelRef, options: BuildOptions, report: BuildReport,
-                 timer: StageTimer, progress: ProgressSink | None, log: Log, scan_started_ns: int, began: float) -> None:
-        self.txn, self.plan, self.model, self.options, self.began = txn, plan, model, options, began
+                 timer: StageTimer, progress: ProgressSink | None, log: Log, scan_started_ns: int) -> None:
+        self.txn, self.plan, self.model, self.options = txn, plan, model, options
         self.finished = False  # its last commit made (not stopped, nor --strict with failures)
         self.report, self.timer, self.progress, self.log = report, timer, progress, log
         self.policy = CommitPolicy(txn, plan, options, report, timer, progress, log, scan_started_ns)
@@ -207,7 +214,7 @@ class _Build:
             report = self.report
             self.finished = not report.stopped and not (self.options.strict and report.failures)
             if self.finished:
-                report.visual_commit_s = report.text_commit_s = round(time.perf_counter() - self.began, 3)
+                report.visual_commit_s = report.text_commit_s = self.timer.since_start()
             if texts is not None and self.finished:
                 self._follow(texts)
         finally:
@@ -219,7 +226,7 @@ class _Build:
         manifest = follow_build(self.txn, self.policy, texts)
         if manifest is not None:
             self.report.generation, self.report.pages_total = manifest.generation, manifest.page_count
-            self.report.text_commit_s = round(time.perf_counter() - self.began, 3)
+            self.report.text_commit_s = self.timer.since_start()
         self.report.text, self.report.page_warnings = texts.tally.to_dict(), texts.tally.warnings
 
     def _engine(self, encoder_factory: EncoderFactory, texts: PageTexts | None) -> AbstractContextManager[Engine]:
