@@ -206,3 +206,37 @@ def test_pending_text_follows_on_a_qdrant_store_too(tmp_path, fake_model, monkey
         assert {Path(hit["path"]).name for hit in hits} == {"scan-0.pdf", "scan-1.pdf"}, mode
     verified = run_cli("verify", *where)
     assert verified.exit_code == 0, verified.stderr
+
+
+LIST_READER = """case "$1" in *.tif) printf 'read %s\\n' "$(basename "$1" .tif)"; exit 0 ;; esac
+n=0
+while read -r f; do  # a list of pictures, as Tesseract reads one: each page said on stderr, its text when done
+  echo "Page $n : $f" >&2
+  [ $n -gt 0 ] && printf '\\f'
+  printf 'read %s\\n' "$(basename "$f" .tif)"
+  n=$((n + 1))
+done < "$1"
+exit 0"""
+
+
+def test_pending_pages_of_a_document_committed_in_several_segments_get_their_own_text(tmp_path, fake_model, monkeypatch):
+    """A long scan committed a page a commit (--commit-every 1) spans several segments: each page's OCR
+    lands on its own row (one Tesseract list for the three: page-N is the N-th picture of the list)."""
+    from PIL import Image
+
+    from localgpt_index.index.local.store import LocalStore
+
+    monkeypatch.setenv("LGPT_OCR", "auto")
+    monkeypatch.setenv("PATH", _tesseract(tmp_path, LIST_READER)["PATH"])
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    docs.mkdir()
+    pages = [Image.new("L", (200, 100), 40 * n) for n in range(3)]
+    pages[0].save(docs / "long.pdf", save_all=True, append_images=pages[1:])
+    result, report = build_json(docs, index, "--model", str(fake_model), "--ocr", "later", "--commit-every", "1", "--batch-size", "1")
+    assert result.exit_code == 0, result.stderr
+    [doc] = LocalStore(index / "default").open().documents
+    assert len(doc.spans) > 1 and report["pages_text_pending"] == 3
+    result = run_cli("build", "--text-only", "--index-dir", str(index), "--ocr-workers", "1")
+    assert result.exit_code == 0, result.stderr
+    assert committed_texts(index) == {("long.pdf", page): (f"read page-{page - 1}", "ocr") for page in (1, 2, 3)}
+    verify_ok(index)

@@ -54,14 +54,14 @@ def pending_pages(manifest: Manifest | None, source: BlobSource) -> list[Pending
             assert ref is not None
             rows[sid] = read_text_part(ref, source)
     found: list[PendingPage] = []
-    for doc in [*manifest.documents, *manifest.in_progress]:
-        page = 0
+    for doc in [*manifest.documents, *manifest.in_progress] if rows else []:
+        before = 0  # the document's pages in its spans before this one
         for span in doc.spans:
-            texts = rows.get(span.segment)
-            for row in range(span.first, span.first + span.pages):
-                page += 1
-                if texts is not None and row < len(texts) and texts[row][1] == "pending":
-                    found.append(PendingPage(doc, page, span.segment, row, texts[row][0]))
+            texts = rows.get(span.segment, [])
+            for row in range(span.first, min(span.first + span.pages, len(texts))):
+                if texts[row][1] == "pending":
+                    found.append(PendingPage(doc, before + row - span.first + 1, span.segment, row, texts[row][0]))
+            before += span.pages
     return found
 
 
