@@ -28,6 +28,7 @@ from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
 from .options import BuildOptions, BuildReport, Log, StageTimer
 from .plan import BuildPlan, Embed, trusted_stat
+from .textfollow import Followup, read_so_far, retext
 
 DEFAULT_COMMIT_PAGES = 1000
 COMMIT_SHARE = 20  # by default, commits take at most about 1/20 of a build's time (a huge catalog commits less often)
@@ -164,7 +165,8 @@ class CommitPolicy:
         self.discard: Callable[[int], None] = lambda number: None  # the engine drops a failed document's pages
         self.without_parts: tuple[str, ...] = ()  # artifacts whose parts the segments do not get (--text never: "text")
         self.pending_text: list[tuple[int, PendingText]] = []  # rows of the segment being written whose OCR is not read
-        self.followups: list[tuple[str, int, PendingText]] = []  # (segment, row, its pending text) of sealed segments
+        self.followups: list[Followup] = []  # (segment, row, its pending text) of sealed segments
+        self.read_yet: Callable[[PendingText], PageText | None] = lambda text: None  # a pending row's text, if read by now
 
     # events
 
@@ -305,6 +307,7 @@ class CommitPolicy:
         """Seal, then commit a generation with everything complete so far."""
         started = time.perf_counter()
         self._seal()
+        retext(self.txn, read_so_far(self.followups, self.read_yet))  # text read since its rows were committed pending
         catalog = self.catalog
         assert self.model_info is not None, "a commit follows the model's load"
         manifest = self.txn.commit(list(catalog.documents.values()), self.model_info, self.settings,

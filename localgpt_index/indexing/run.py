@@ -223,7 +223,7 @@ class _Build:
 
     def _follow(self, texts: PageTexts) -> None:
         """Text follows: the OCR of the pages committed pending, waited for and committed in a later generation."""
-        manifest = follow_build(self.txn, self.policy, texts)
+        manifest = follow_build(self.txn, self.policy.followups, texts)
         if manifest is not None:
             self.report.generation, self.report.pages_total = manifest.generation, manifest.page_count
             self.report.text_commit_s = self.timer.since_start()
@@ -250,6 +250,8 @@ class _Build:
                 texts.drop(number)
 
         self.policy.discard = discard
+        if texts is not None:
+            self.policy.read_yet = texts.read_yet
         events = texts.attach(engine.events()) if texts is not None else engine.events()
         try:
             for event in events:

@@ -24,9 +24,8 @@ from ..index.artifacts import BlobSink, BlobSource
 from ..index.format.manifest import Document, Manifest, PartRef
 from ..index.text.artifact import TEXT, pending_rows, read_text_part, retexted_part
 from ..index.transaction import Transaction
-from ..ingest.pagetext import LaterPage, PageTexts, TextSettings, read_later
+from ..ingest.pagetext import LaterPage, PageTexts, PendingText, TextSettings, read_later
 from ..ingest.text import PageText
-from .commit import CommitPolicy
 
 Log = Callable[[str], None]
 Timings = Callable[[str, float], None]
@@ -65,15 +64,20 @@ def pending_pages(manifest: Manifest | None, source: BlobSource) -> list[Pending
     return found
 
 
+def retext(txn: Transaction, texts: Mapping[str, Mapping[int, PageText]]) -> bool:
+    """Each segment in `texts` staged with those rows' text, for the next commit; False: nothing to stage."""
+    texts = {sid: rows for sid, rows in texts.items() if rows and sid in txn.staging.segments}
+    for sid, rows in texts.items():
+        txn.replace_part(sid, TEXT, partial(_retexted, {row: (text.text, text.source) for row, text in rows.items()}))
+    return bool(texts)
+
+
 def commit_texts(txn: Transaction, texts: Mapping[str, Mapping[int, PageText]]) -> Manifest | None:
     """A generation after the current one: its catalog, each segment in `texts` with those rows' text
     (None: nothing to commit)."""
     current = txn.current
-    texts = {sid: rows for sid, rows in texts.items() if rows and current is not None and sid in current.segments}
-    if current is None or not texts:
+    if current is None or not retext(txn, {sid: rows for sid, rows in texts.items() if sid in current.segments}):
         return None
-    for sid, rows in texts.items():
-        txn.replace_part(sid, TEXT, partial(_retexted, {row: (text.text, text.source) for row, text in rows.items()}))
     failpoint("text-commit")  # tests: a kill between the visual commit and the text's
     return txn.commit(current.documents, current.model, current.settings, current.failures, current.in_progress)
 
@@ -82,14 +86,27 @@ def _retexted(rows: Mapping[int, tuple[str, str]], ref: PartRef, source: BlobSou
     return retexted_part(ref, rows, source, sink)
 
 
-def follow_build(txn: Transaction, policy: CommitPolicy, texts: PageTexts) -> Manifest | None:
-    """After a build's visual commit: its pages committed pending, their OCR waited for, committed."""
-    read: dict[str, dict[int, PageText]] = {}
-    for segment, row, pending in policy.followups:
-        text = texts.resolve(pending)
+Followup = tuple[str, int, PendingText]  # a row committed pending by this build: its segment, its row, its text to come
+
+
+def read_so_far(followups: list[Followup], read: Callable[[PendingText], PageText | None]) -> dict[str, dict[int, PageText]]:
+    """The rows of `followups` whose text `read` gives (taken out of the list): by segment, by row."""
+    texts: dict[str, dict[int, PageText]] = {}
+    left: list[Followup] = []
+    for segment, row, pending in followups:
+        text = read(pending)
         if text is not None and text.source != "pending":
-            read.setdefault(segment, {})[row] = text
-    policy.followups = []
+            texts.setdefault(segment, {})[row] = text
+        elif text is None:  # not read yet (or its document given up: `resolve` says so at the end)
+            left.append((segment, row, pending))
+    followups[:] = left
+    return texts
+
+
+def follow_build(txn: Transaction, followups: list[Followup], texts: PageTexts) -> Manifest | None:
+    """After a build's visual commit: the rows it committed pending, their OCR waited for, committed."""
+    read = read_so_far(followups, texts.resolve)
+    followups.clear()
     return commit_texts(txn, read)
 
 

@@ -315,6 +315,14 @@ class PageTexts:
             return self.take(claim)
         return PendingText(layer.found[index].text, "pending", claim)
 
+    def read_yet(self, text: PendingText) -> PageText | None:
+        """A pending page's text if its OCR is done (None: not yet, or its document was given up): no wait."""
+        claim = text.claim
+        if not isinstance(claim, _Claim) or claim.document.dropped or not claim.document.layer.done():
+            return None
+        layer = claim.document.layer.result()
+        return self.resolve(text) if layer.pages[claim.page - claim.document.first].done() else None
+
     def resolve(self, text: PageText) -> PageText | None:
         """A page's text: a pending one's once its OCR is read (waiting for it; None: its document was given
         up, or the reading closed); any other as it is (read, or left pending: --ocr later)."""
