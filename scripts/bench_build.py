@@ -363,6 +363,8 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
         runs = {f"lgpt-index build ({us['dtype']})": us, "lgpt-index --ocr never": never, "byaldi index (float32)": them}
         if baseline is not None:
             runs["baseline build"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline", pythonpath=str(baseline))
+            runs["baseline --ocr never"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline-never",
+                                                pythonpath=str(baseline), extra=("--ocr", "never"))
         print(f"[scanned {spec}] round {round_number}/{repeat}: {us['pages']} image-only pages ({pdfs} PDFs), CPU, "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
         for label, r in runs.items():
@@ -378,8 +380,9 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
               f"time to the visual commit {round_ratios['visual']:.2f}x byaldi's whole index (target >= 5x); "
               f"--ocr never whole process {round_ratios['never']:.2f}x", flush=True)
         if baseline is not None:
-            before = runs["baseline build"]
-            print(f"  this tree / baseline, whole process: default {before['seconds'] / us['seconds']:.2f}x")
+            before, never_before = runs["baseline build"], runs["baseline --ocr never"]
+            print(f"  this tree / baseline, whole process: default {before['seconds'] / us['seconds']:.2f}x, "
+                  f"--ocr never {never_before['seconds'] / never['seconds']:.2f}x (like for like)")
         ratios.append(round_ratios)
         agree &= us["pages"] == never["pages"] == them["pages"]
     if repeat > 1:
