@@ -10,7 +10,9 @@ with AMX or AVX512-BF16, and then also with --dtype float32); byaldi in float32 
 read office files, gets them converted to PDF first (that conversion is not counted for it; it
 is for lgpt-index).
 
-    python scripts/bench_build.py                          # cpu: 16 PDFs x 5 pages; bench: 40 PDFs x 5 + 4 office files
+    python scripts/bench_build.py                          # cpu: 16 PDFs x 5 pages; bench: 40 PDFs x 5 + 4 office files;
+                                                           # scanned: 40 image-only PDFs x 5 pages on the bench checkpoint
+    python scripts/bench_build.py --only scanned           # the scanned corpus alone: default, --ocr never, byaldi
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --only cpu --repeat 5            # 5 rounds, and the median ratios
     python scripts/bench_build.py --baseline e3a3eed       # also each regime with that commit's lgpt-index
@@ -71,6 +73,22 @@ def make_corpus(folder: Path, pdfs: int, pages: int, office: bool) -> None:
         make_docx(folder / "letter.docx", ["Letter", "Dear reader."], page_breaks=1)
         make_pptx(folder / "deck.pptx", ["Overview", "Numbers", "Plan", "Risks"])
         make_xlsx(folder / "sheet.xlsx", [("Quarter", "Revenue")] + [(f"Q{q}", q * 10) for q in range(1, 5)])
+
+
+def make_scanned_corpus(folder: Path, pdfs: int, pages: int, dpi: int = 150) -> None:
+    """Image-only PDFs (no text layer: what a scanner makes), deterministically: text pages (make_pdf's,
+    each document its own words) rendered in grey at `dpi`, and saved as pictures, one a page."""
+    from docgen import make_pdf
+
+    from localgpt_index.ingest.render import render_page_at_dpi
+
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder.parent / f".{folder.name}-source"
+    for i in range(pdfs):
+        text = make_pdf(source / f"scan-{i:03d}.pdf", [f"Scanned letter {i} item {p} code {1000 * i + p}" for p in range(1, pages + 1)])
+        images = [render_page_at_dpi(text, page, dpi).convert("L") for page in range(1, pages + 1)]
+        images[0].save(folder / f"scan-{i:03d}.pdf", save_all=True, append_images=images[1:], resolution=dpi)
+    shutil.rmtree(source)
 
 
 def byaldi_copy(corpus: Path, target: Path) -> None:
@@ -159,6 +177,16 @@ OURS = """
 import atexit, sys, time
 started = time.perf_counter()
 atexit.register(lambda: print(f"BUILD DONE {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True))
+try:  # when the build begins (its report's commit times count from there): this tree's, not a baseline's
+    import localgpt_index.cli.build
+    import localgpt_index.indexing.run as build_module
+    begin = build_module.build_index
+    def timed_build(*args, **kwargs):
+        print(f"BUILD START {time.perf_counter() - started:.4f}", file=sys.stderr, flush=True)
+        return begin(*args, **kwargs)
+    build_module.build_index = timed_build
+except ImportError:
+    pass
 try:
     from localgpt_index.models.torch_encoder import TorchEncoder as Encoder
 except ImportError:  # a --baseline from before the models package was split (31bee69 and older)
@@ -206,7 +234,12 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
     report = json.loads("\n".join(lines[:-1]))
     ready = float(err.split("MODEL READY ")[1].split()[0])  # from the start of the script, as the others' load_s
     done = float(err.split("BUILD DONE ")[1].split()[0])
+    begun = float(err.split("BUILD START ")[1].split()[0]) if "BUILD START " in err else None
+    visual = report.get("visual_commit_s")
     return {"seconds": seconds, "pages": report["pages_embedded"], "rss": rss, "encode": report["stage_seconds"].get("encode", 0.0),
+            "to_visual": begun + visual if begun is not None and visual is not None else None,
+            "to_text": begun + report["text_commit_s"] if begun is not None and report.get("text_commit_s") else None,
+            "text": report.get("text"),
             "loaded_rate": report["pages_embedded"] / max(done - ready, 1e-9), "load": ready,
             "tuning": report.get("cpu_tuning"), "dtype": report["precision"]["dtype"], "stages": report["stage_seconds"],
             "batch": (report.get("cpu_tuning") or {}).get("batch_size") or BATCH_SIZE}
@@ -312,6 +345,52 @@ def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, b
     return agree, ratios
 
 
+def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path | None, repeat: int = 1) -> bool:
+    """Scanned PDFs (image-only: every page needs OCR) against byaldi (float32), in the same rounds:
+    lgpt-index's default build (pixels first, OCR text following in the build), its time to the
+    visual commit (from its process's start), and --ocr never (like for like: no OCR, as byaldi)."""
+    from localgpt_index.testing.checkpoints import make_checkpoint
+
+    model = str(make_checkpoint(tmp / f"{spec}-colpali", spec))
+    corpus = tmp / f"corpus-scanned-{spec}"
+    make_scanned_corpus(corpus, pdfs, pages)
+    python, agree = sys.executable, True
+    ratios: list[dict] = []
+    for round_number in range(1, repeat + 1):
+        us = ours(python, corpus, model, tmp / f"idx-scanned-{spec}")
+        never = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-never", extra=("--ocr", "never"))
+        them = theirs(python, corpus, model, tmp / f"byaldi-scanned-{spec}")
+        runs = {f"lgpt-index build ({us['dtype']})": us, "lgpt-index --ocr never": never, "byaldi index (float32)": them}
+        if baseline is not None:
+            runs["baseline build"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline", pythonpath=str(baseline))
+            runs["baseline --ocr never"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline-never",
+                                                pythonpath=str(baseline), extra=("--ocr", "never"))
+        print(f"[scanned {spec}] round {round_number}/{repeat}: {us['pages']} image-only pages ({pdfs} PDFs), CPU, "
+              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        for label, r in runs.items():
+            print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
+                  f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
+        stages = us["stages"]
+        print(f"  default build: visual commit at {us['to_visual']:.1f} s, text commit at {us['to_text'] or float('nan'):.1f} s "
+              f"(from its process's start); text {us['text']}; OCR {stages.get('ocr', 0.0):.1f} busy s, encode "
+              f"{stages.get('encode', 0.0):.1f} s, waited for text {stages.get('text_wait', 0.0):.2f} s")
+        round_ratios = {"whole": them["seconds"] / us["seconds"], "visual": them["seconds"] / us["to_visual"],
+                        "never": them["seconds"] / never["seconds"]}
+        print(f"  against byaldi (float32): default build whole process {round_ratios['whole']:.2f}x (target >= 1.0x); "
+              f"time to the visual commit {round_ratios['visual']:.2f}x byaldi's whole index (target >= 5x); "
+              f"--ocr never whole process {round_ratios['never']:.2f}x", flush=True)
+        if baseline is not None:
+            before, never_before = runs["baseline build"], runs["baseline --ocr never"]
+            print(f"  this tree / baseline, whole process: default {before['seconds'] / us['seconds']:.2f}x, "
+                  f"--ocr never {never_before['seconds'] / never['seconds']:.2f}x (like for like)")
+        ratios.append(round_ratios)
+        agree &= us["pages"] == never["pages"] == them["pages"]
+    if repeat > 1:
+        print(f"[scanned {spec}] median of {repeat} rounds against byaldi: " + ", ".join(
+            f"{key} {statistics.median(r[key] for r in ratios):.2f}x" for key in ("whole", "visual", "never")))
+    return agree
+
+
 def baseline_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, baseline: Path | None) -> tuple[bool, dict]:
     """--baseline-only: this tree (default), this tree --text never and the baseline, no byaldi; the
     order turns by one each round (A B C, B C A, ...), so that no variant always runs first or last."""
@@ -406,7 +485,8 @@ def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, rep
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["cpu", "bench"], default=None)
+    parser.add_argument("--only", choices=["cpu", "bench", "scanned"], default=None,
+                        help="scanned: 40 image-only PDFs x 5 pages (OCR on every page) on the bench checkpoint")
     parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
     parser.add_argument("--baseline", default=None, metavar="REF",
                         help="a git commit whose lgpt-index also builds each regime's corpus (or --family's)")
@@ -436,6 +516,8 @@ def main() -> None:
                 agree &= regime("model-bound", "cpu", 16, 5, False, tmp, baseline, args.repeat)
             if args.only in (None, "bench"):
                 agree &= regime("pipeline-bound", "bench", 40, 5, True, tmp, baseline, args.repeat)
+            if args.only in (None, "scanned"):
+                agree &= scanned_regime("bench", 40, 5, tmp, baseline, args.repeat)
         finally:
             if baseline is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], capture_output=True)

@@ -278,3 +278,18 @@ def artifacts_plugged(*artifacts: object, unplugged: tuple[object, ...] = ()) ->
         manager.unregister(plugin)
         for module in unplugged:
             manager.register(module)
+
+
+def committed_texts(index: Path) -> dict[tuple[str, int], tuple[str, str]]:
+    """The page texts the current generation of `--index-dir INDEX` holds: (file name, page) -> (text, source)."""
+    from localgpt_index.index.local.store import LocalStore
+    from localgpt_index.index.text.artifact import page_texts
+
+    store = LocalStore(index / "default")
+    manifest = store.open()
+    found: dict[tuple[str, int], tuple[str, str]] = {}
+    for doc in manifest.documents:
+        for page, text in enumerate(page_texts(manifest.segments, doc, store.blob_source()), 1):
+            if text is not None:
+                found[Path(doc.path).name, page] = text
+    return found

@@ -78,7 +78,7 @@ def assert_kept(index: Path, built: dict) -> None:
 
 SETTINGS = [  # the option, the value an index is built with, another value, what its pages show of it (status, ls)
     pytest.param("--pool-factor", "3", "2", lambda s, text: s["vectors"] < 16 * s["pages"], marks=pytest.mark.slow),  # torch
-    ("--text", "never", "auto", lambda s, text: text == {"layer": 0, "ocr": 0, "none": 0, "unknown": 1}),
+    ("--text", "never", "auto", lambda s, text: text == {"layer": 0, "ocr": 0, "none": 0, "pending": 0, "unknown": 1}),
     ("--ocr", "always", "never", lambda s, text: text["ocr"] == 1),
     ("--ocr-lang", "osd", "eng", lambda s, text: True),  # $LGPT_OCR is never here: recorded, never read
 ]
@@ -241,7 +241,7 @@ def test_watch_takes_builds_options_and_a_new_index_records_them(fake_model, tmp
     assert result.exit_code == 0, result.stderr
     settings = status(index)["settings"]
     assert settings["text"] == "never" and "ocr" not in settings and "ocr_lang" not in settings, settings  # no text read
-    assert text_of(index, "first.pdf") == {"layer": 0, "ocr": 0, "none": 0, "unknown": 1}
+    assert text_of(index, "first.pdf") == {"layer": 0, "ocr": 0, "none": 0, "pending": 0, "unknown": 1}
 
 
 # serve --watch and mcp --watch: servers of their own

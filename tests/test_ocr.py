@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import validate
 from docgen import make_pdf, make_png
-from helpers import build_json, marked_processes, wait_until
+from helpers import build_json, committed_texts, marked_processes, wait_until
 
 LIST_LANGS = 'if [ "$1" = "--list-langs" ]; then printf \'List of available languages in "/x/" (2):\\neng\\nosd\\n\'; exit 0; fi\n'
 
@@ -62,11 +62,11 @@ def test_a_picture_and_an_image_only_pdf_are_read_by_tesseract(tmp_path, fake_mo
     assert result.exit_code == 0, result.stderr
     validate(report, "build")
     assert report["text"] == {"layer": 0, "ocr": 2, "none": 0, "unread": 0} and report["page_warnings"] == []
-    texts = {name: extra for name, _, extra in appended}
-    assert set(texts) == {"photo.png", "scan.pdf"}
-    for extra in texts.values():
-        assert extra["text_source"] == "ocr"
-        assert extra["text"].split() == "Invoice number 7731 Quokka Holdings Ltd".split(), extra["text"]
+    texts = committed_texts(tmp_path / "idx")
+    assert set(texts) == {("photo.png", 1), ("scan.pdf", 1)}
+    for text, source in texts.values():
+        assert source == "ocr"
+        assert text.split() == "Invoice number 7731 Quokka Holdings Ltd".split(), text
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
@@ -103,7 +103,7 @@ def test_a_page_whose_ocr_fails_keeps_its_thin_text_layer_and_is_reported(tmp_pa
     assert report["text"] == {"layer": 1, "ocr": 0, "none": 0, "unread": 1}
     [warning] = report["page_warnings"]
     assert warning["reason"] == "OCR failed: tesseract failed: Error in pixReadStream: Unknown format"
-    assert appended == [("stamped.pdf", 1, {"text": "Page 7", "text_source": "layer"})]
+    assert committed_texts(tmp_path / "idx") == {("stamped.pdf", 1): ("Page 7", "layer")}
 
 
 def test_ocr_auto_skips_a_thin_text_page_that_draws_no_image(tmp_path, monkeypatch, fake_model, appended):
@@ -124,7 +124,7 @@ def test_ocr_auto_skips_a_thin_text_page_that_draws_no_image(tmp_path, monkeypat
     result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto")
     assert result.exit_code == 0, result.stderr
     assert report["text"] == {"layer": 1, "ocr": 1, "none": 0, "unread": 0} and report["page_warnings"] == []
-    assert sorted((page, extra["text"], extra["text_source"]) for _, page, extra in appended) == [
+    assert sorted((page, text, source) for (_, page), (text, source) in committed_texts(tmp_path / "idx").items()) == [
         (1, "Agenda", "layer"), (2, "Chart of quarterly results", "ocr")]
 
     appended.clear()
@@ -188,7 +188,7 @@ def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_
     result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto", "--ocr-workers", "1",
                                 "--ocr-timeout", "3")
     assert result.exit_code == 0, result.stderr
-    read = {page: extra["text"] for _, page, extra in appended}
+    read = {page: text for (_, page), (text, _) in committed_texts(tmp_path / "idx").items()}
     assert read[1] == "read page-0" and read[3] == "read page-2" and report["pages_total"] == 3
     processes = [Path(line).suffix for line in log.read_text().splitlines()]
     if not trouble:
@@ -295,7 +295,7 @@ def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, 
     result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "always")
     assert result.exit_code == 0, result.stderr
     assert report["text"] == {"layer": 0, "ocr": 3, "none": 0, "unread": 0}
-    read = {(name, page): extra["text"] for name, page, extra in appended}
+    read = {key: text for key, (text, _) in committed_texts(tmp_path / "idx").items()}
     assert "quarterly revenue wombat details" in read["text.pdf", 1] and "outlook platypus details" in read["text.pdf", 2]
     assert "Receipt Echidna 5512" in read["scan.pdf", 1]
 
@@ -329,7 +329,7 @@ def test_a_failed_documents_pages_are_not_read(tmp_path, monkeypatch):
     next(events)  # the failure: pages 2-5 are dropped while page 1 is read
     release.touch()
     *_, encoded = events  # the next document's page, read by the one OCR thread after what was queued before it
-    assert encoded.texts[0].text == "text"
+    assert texts.resolve(encoded.texts[0]).text == "text"  # pixels first: it went on pending, its text follows
     assert log.read_text().splitlines() == ["read", "read"]  # page 1 of the failed document, then the next one's
 
 
@@ -344,7 +344,7 @@ def test_a_ray_build_reads_the_text_of_its_pages_too(tmp_path, fake_model, appen
     result = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--ray", "local",
                      "--ocr", "auto", "--json")
     assert result.exit_code == 0, result.stderr
-    read = {name: extra for name, _, extra in appended}
+    read = {name: {"text": text, "text_source": source} for (name, _), (text, source) in committed_texts(tmp_path / "idx").items()}
     assert read["text.pdf"]["text_source"] == "layer" and read["text.pdf"]["text"].startswith("Quarterly revenue Wombat")
     assert read["scan.pdf"]["text_source"] == read["photo.png"]["text_source"] == "ocr"
     assert "Receipt Echidna 5512" in read["scan.pdf"]["text"] and "Receipt Echidna 5512" in read["photo.png"]["text"]
@@ -413,4 +413,5 @@ def test_ocr_starts_while_the_model_loads(tmp_path, monkeypatch, fake_model, app
     assert result.exit_code == 0, result.stderr
     assert at_load == [True], "no OCR started while the model loaded"
     assert report["text"] == {"layer": 0, "ocr": 2, "none": 0, "unread": 0} and report["page_warnings"] == []
-    assert {name: extra["text"] for name, _, extra in appended} == {"photo.png": "Invoice number 7731", "scan.pdf": "Invoice number 7731"}
+    assert {name: text for (name, _), (text, _) in committed_texts(tmp_path / "idx").items()} == {
+        "photo.png": "Invoice number 7731", "scan.pdf": "Invoice number 7731"}

@@ -51,10 +51,10 @@ def test_status_and_ls_count_pages_by_the_source_of_their_text(tmp_path, monkeyp
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
     _ocr_reads(tmp_path, monkeypatch, "words read by OCR")
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ocr", "auto")
-    assert _status(index)["text"] == {"layer": 3, "ocr": 2, "none": 0, "unknown": 0}
-    assert _ls(index) == {"report.pdf": {"layer": 3, "ocr": 0, "none": 0, "unknown": 0},
-                          "scan.png": {"layer": 0, "ocr": 1, "none": 0, "unknown": 0},
-                          "photo.png": {"layer": 0, "ocr": 1, "none": 0, "unknown": 0}}
+    assert _status(index)["text"] == {"layer": 3, "ocr": 2, "none": 0, "pending": 0, "unknown": 0}
+    assert _ls(index) == {"report.pdf": {"layer": 3, "ocr": 0, "none": 0, "pending": 0, "unknown": 0},
+                          "scan.png": {"layer": 0, "ocr": 1, "none": 0, "pending": 0, "unknown": 0},
+                          "photo.png": {"layer": 0, "ocr": 1, "none": 0, "pending": 0, "unknown": 0}}
     shown = run_cli("status", "--index-dir", str(index)).stdout
     assert "text        3 pages from their text layer, 2 by OCR, 0 without text" in shown
     listed = run_cli("ls", "--index-dir", str(index), "--format", "table").stdout.splitlines()
@@ -66,14 +66,14 @@ def test_remove_and_rebuild_keep_the_counts_true_and_verify_checks_them(tmp_path
     docs, index = _docs(tmp_path / "docs"), tmp_path / "idx"
     _ocr_reads(tmp_path, monkeypatch, "")  # OCR finds nothing: those pages have no text
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ocr", "auto")
-    assert _status(index)["text"] == {"layer": 3, "ocr": 0, "none": 2, "unknown": 0}
+    assert _status(index)["text"] == {"layer": 3, "ocr": 0, "none": 2, "pending": 0, "unknown": 0}
 
     assert run_cli("remove", str(docs / "scan.png"), "--index-dir", str(index)).exit_code == 0
-    assert _status(index)["text"] == {"layer": 3, "ocr": 0, "none": 1, "unknown": 0}
+    assert _status(index)["text"] == {"layer": 3, "ocr": 0, "none": 1, "pending": 0, "unknown": 0}
     verify_ok(index)
 
     (docs / "scan.png").unlink()
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", str(index), "--ocr", "never", "--rebuild")
-    assert _status(index)["text"] == {"layer": 3, "ocr": 0, "none": 1, "unknown": 0}
+    assert _status(index)["text"] == {"layer": 3, "ocr": 0, "none": 1, "pending": 0, "unknown": 0}
     assert set(_ls(index)) == {"report.pdf", "photo.png"}
     verify_ok(index)

@@ -56,7 +56,7 @@ def test_text_never_reads_no_text_and_the_index_answers_as_one_without_page_text
     verify_ok(index)
 
     status = json.loads(run_cli("status", "--index-dir", str(index), "--json").stdout)
-    assert status["text"] == {"layer": 0, "ocr": 0, "none": 0, "unknown": 6}
+    assert status["text"] == {"layer": 0, "ocr": 0, "none": 0, "pending": 0, "unknown": 6}
     visual = _query(index)
     assert visual.exit_code == 0, visual.stderr
     assert json.loads(visual.stdout)["mode"] == "visual"  # the default where the index holds no text
@@ -101,7 +101,7 @@ def test_text_never_is_recorded_another_text_mode_needs_rebuild_and_a_build_with
     assert refused.exit_code == 1, refused.stderr
     assert "was built with --text auto, not never" in refused.stderr and "--rebuild" in refused.stderr, refused.stderr
     status = json.loads(run_cli("status", "--index-dir", str(index), "--json").stdout)
-    assert status["documents"] == 2 and status["text"] == {"layer": 4, "ocr": 0, "none": 0, "unknown": 0}
+    assert status["documents"] == 2 and status["text"] == {"layer": 4, "ocr": 0, "none": 0, "pending": 0, "unknown": 0}
 
     result, report = build_json(docs, index, "--text", "never", "--rebuild")
     assert result.exit_code == 0 and report["indexed"] == 3, result.stderr
@@ -109,7 +109,7 @@ def test_text_never_is_recorded_another_text_mode_needs_rebuild_and_a_build_with
     result, report = build_json(docs, index)
     assert result.exit_code == 0 and report["indexed"] == 1 and report["text"]["layer"] == 0, result.stderr
     status = json.loads(run_cli("status", "--index-dir", str(index), "--json").stdout)
-    assert status["text"] == {"layer": 0, "ocr": 0, "none": 0, "unknown": 7} and status["settings"]["text"] == "never"
+    assert status["text"] == {"layer": 0, "ocr": 0, "none": 0, "pending": 0, "unknown": 7} and status["settings"]["text"] == "never"
     verify_ok(index)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -13,10 +14,12 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 
 
 @click.command(cls=AppCommand, epilog=EXIT_CODES)
-@click.argument("docs", type=click.Path(exists=True))
+@click.argument("docs", type=click.Path(exists=True), required=False)
 @model_options(BUILD_MODEL_HELP)
 @source_options
-@settings_options()
+@settings_options(later=True)
+@click.option("--text-only", is_flag=True,
+              help="Only read the text of the pages the index holds pending (after --ocr later): OCR, no model, no DOCS.")
 @click.option("--rebuild", is_flag=True, help="Embed everything again into a new generation (committed once, at the end).")
 @click.option("--rehash", cls=TuningOption, is_flag=True,
               help="Read every file to find changes, not only those whose size or times changed.")
@@ -47,8 +50,12 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 def build(app: Application, docs, **given) -> None:
     """Index the documents under DOCS (or bring the index up to date with it). DOCS may be one file:
     that document is indexed or updated, the others in the index are left as they are."""
+    from ..core.errors import UsageError
     from ..core.terminal import stage
 
+    if (docs is None) != given["text_only"]:
+        raise UsageError("--text-only reads what the index holds: no DOCS" if docs else "Missing argument 'DOCS'.",
+                         hint="`lgpt-index build DOCS`, or `lgpt-index build --text-only`")
     with app.terminal.progress() as progress:  # said from the first second: the imports and opening the index take some
         stage(progress, "starting")
         from ..indexing.run import build_index
@@ -56,7 +63,7 @@ def build(app: Application, docs, **given) -> None:
         store = app.store()
         options = build_options(**given)
         stage(progress, "starting", ended=True)
-        report = build_index(docs, store, options, progress=progress, log=app.terminal.info)
+        report = build_index(Path(docs or "."), store, options, progress=progress, log=app.terminal.info)
     if app.as_json:
         document = report.to_dict()
         if report.exit_code:

@@ -93,13 +93,16 @@ INDEX_MODEL_HELP = "Must be the model the index was built with. [default: that m
 # --model of serve and mcp: the model of a folder --watch indexes for the first time
 SERVED_MODEL_HELP = ("With --watch and no index yet: the model to build it with (see README: Models); else it must be the "
                      "index's. [default: the index's model, else vidore/colpali-v1.3]")
+LATER_HELP = ("; later, as the index's mode (auto), but the build returns once the pages are searchable by their "
+              "pixels, their OCR left for `build --text-only`, the next build or a watcher")
 RECORDED = "Recorded in the index: left out, the index's; another value needs --rebuild."
 
 
-def settings_options(when: str = "", only_with: str | None = None) -> Callable[[Callable], Callable]:
+def settings_options(when: str = "", only_with: str | None = None, later: bool = False) -> Callable[[Callable], Callable]:
     """The settings an index records (indexing/options.py BuildSettings), of build, watch, serve --watch and
     mcp --watch: handed to the command as one `settings`; `when` prefixes their help. `only_with`: the
-    parameter without which they do nothing (serve's and mcp's `watch_docs`): one given alone is refused."""
+    parameter without which they do nothing (serve's and mcp's `watch_docs`): one given alone is refused.
+    `later`: --ocr later too (build), the index's OCR mode after the build, handed on as `ocr_later`."""
 
     def decorate(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -108,6 +111,9 @@ def settings_options(when: str = "", only_with: str | None = None) -> Callable[[
 
             names = ("pool_factor", "max_visual_tokens", "text", "ocr", "ocr_lang")
             given = {name: kwargs.pop(name) for name in names}
+            if later:
+                kwargs["ocr_later"] = given["ocr"] == "later"
+                given["ocr"] = None if given["ocr"] == "later" else given["ocr"]
             if only_with is not None and kwargs.get(only_with) is None and any(v is not None for v in given.values()):
                 from ..core.errors import UsageError
 
@@ -128,9 +134,10 @@ def settings_options(when: str = "", only_with: str | None = None) -> Callable[[
                          help=f"{when}Page text for text and hybrid queries: auto, each page's text layer, and OCR as --ocr "
                               "says; never, pixels only (no text read, no OCR, no text stored; see docs/page-text.md). "
                               f"{RECORDED} [default: the index's, else auto]"),
-            click.option("--ocr", cls=shown, type=click.Choice(["auto", "always", "never"]), default=None,
+            click.option("--ocr", cls=shown, type=click.Choice(["auto", "always", "never", *(["later"] if later else [])]), default=None,
                          help=f"{when}Read pages with Tesseract: auto, those with almost no text layer (scans, images; under "
-                              "32 visible characters); always, every page; never, only the text layer. "
+                              "32 visible characters); always, every page; never, only the text layer"
+                              f"{LATER_HELP if later else ''}. "
                               f"{RECORDED} [default: the index's, else $LGPT_OCR, else auto]"),
             click.option("--ocr-lang", cls=shown, default=None, metavar="LANG",
                          help=f"{when}Tesseract's language(s), e.g. eng or eng+deu (each must be installed: "

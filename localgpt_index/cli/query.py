@@ -114,7 +114,7 @@ def _ask_index(app: Application, request, model: ModelSpec, scoring):
     text mode answers; `scoring` where exact scoring runs."""
     from ..models.resolve import is_random_checkpoint
     from ..interop.pages import attach_images, local_page
-    from ..interop.reports import query_document
+    from ..interop.reports import pending_text, query_document
     from ..query.search import open_index
 
     index = open_index(store=app.store(), scoring=scoring)
@@ -131,7 +131,12 @@ def _ask_index(app: Application, request, model: ModelSpec, scoring):
         if not lexical.has_pages():
             app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
                               "text finds nothing here.")
-    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion)
+    pending = pending_text(index.view) if mode != "visual" else 0
+    if pending:
+        found = "ranks them by their pixels alone" if mode == "hybrid" else "cannot find them"
+        app.terminal.info(f"note: {pending} page(s) of this index have their text pending (OCR not read yet): {mode} {found} "
+                          "until it lands (`lgpt-index build --text-only` reads it).")
+    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion, pending)
     if request.with_images:  # a page that cannot be rendered: an image_error on its hit, as serve and mcp answer
         attach_images(document, results, index.view, request.dpi)
     on_device = index.device_scoring() if mode != "text" else None

@@ -28,7 +28,10 @@ def status(app: Application) -> None:
     text = data["text"]
     unknown = (f", {text['unknown']} with no stored text (built before page text or with --text never; a --rebuild reads it)"
                if text["unknown"] else "")
-    click.echo(f"text        {text['layer']} pages from their text layer, {text['ocr']} by OCR, {text['none']} without text{unknown}")
+    pending = (f", {text['pending']} with their text pending (searchable by their pixels; `build --text-only` reads it)"
+               if text["pending"] else "")
+    click.echo(f"text        {text['layer']} pages from their text layer, {text['ocr']} by OCR, {text['none']} without text"
+               f"{pending}{unknown}")
     if data["in_progress"]:
         click.echo(f"in progress {data['in_progress']} long document(s), carried on by the next build")
     click.echo(f"model       {m.model.id} [{m.model.fingerprint}]")

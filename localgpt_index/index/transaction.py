@@ -47,6 +47,7 @@ from .format.manifest import (
     Failure,
     Manifest,
     ModelInfo,
+    PartRef,
     Segment,
     Settings,
 )
@@ -292,6 +293,15 @@ class Transaction:
         if segment is None:
             raise ValueError("a segment needs at least one page")
         return segment
+
+    def replace_part(self, segment_id: str, name: str, make: Callable[[PartRef, BlobSource, BlobSink], PartRef]) -> None:
+        """A segment's part of artifact `name` made anew from its current one (`make`: the part, where to read its
+        blobs, where to write new ones), its vectors untouched (page text read after they were committed);
+        the next commit names it, and the generations before keep the part they name."""
+        segment = self.staging.segments[segment_id]
+        with self.writing():
+            part = make(segment.parts[name], self.backend.base_blobs(), self.blobs)
+        self.staging.segments[segment_id] = segment.model_copy(update={"parts": {**segment.parts, name: part}})
 
     def store_pdf(self, pdf: Path) -> tuple[str, str] | None:
         """Keep a converted PDF, named by the sha256 of its own bytes: (its name, its sha256);

@@ -23,10 +23,12 @@ from ..index.format.manifest import Document, Failure, ModelInfo, Settings, Span
 from ..core.types import PageRef
 from ..index.transaction import SegmentWriter, Transaction
 from ..ingest.convert import MissingConverter
+from ..ingest.pagetext import PendingText
 from ..ingest.text import PageText
 from ..ingest.events import DocumentDone, DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
 from .options import BuildOptions, BuildReport, Log, StageTimer
 from .plan import BuildPlan, Embed, trusted_stat
+from .textfollow import Followup, read_so_far, retext
 
 DEFAULT_COMMIT_PAGES = 1000
 COMMIT_SHARE = 20  # by default, commits take at most about 1/20 of a build's time (a huge catalog commits less often)
@@ -162,6 +164,9 @@ class CommitPolicy:
         self.pending_pages = 0
         self.discard: Callable[[int], None] = lambda number: None  # the engine drops a failed document's pages
         self.without_parts: tuple[str, ...] = ()  # artifacts whose parts the segments do not get (--text never: "text")
+        self.pending_text: list[tuple[int, PendingText]] = []  # rows of the segment being written whose OCR is not read
+        self.followups: list[Followup] = []  # (segment, row, its pending text) of sealed segments
+        self.read_yet: Callable[[PendingText], PageText | None] = lambda text: None  # a pending row's text, if read by now
 
     # events
 
@@ -228,6 +233,8 @@ class CommitPolicy:
         ref = PageRef(file.path, state.pages + 1, state.embed.sha256, file.kind, state.embed.metadata)
         with self.txn.writing():
             index = self.writer.append(vectors, ref, extra=text.extra() if text is not None else None)
+        if isinstance(text, PendingText) and text.claim is not None:
+            self.pending_text.append((index, text))
         if state.seg_first is None:
             state.seg_first = index
         state.seg_pages += 1
@@ -285,6 +292,9 @@ class CommitPolicy:
         segment = self.txn.finish_segment(self.writer) if self.writer is not None else None
         self.writer = None
         segment_id = segment.id if segment else None
+        if segment_id is not None:
+            self.followups += [(segment_id, row, text) for row, text in self.pending_text]
+        self.pending_text = []
         for state in self.pending:
             self.catalog.complete(state, segment_id, self.scan_started_ns)
         self.pending = []
@@ -298,6 +308,7 @@ class CommitPolicy:
         started = time.perf_counter()
         stage(self.progress, "committing")
         self._seal()
+        retext(self.txn, read_so_far(self.followups, self.read_yet))  # text read since its rows were committed pending
         catalog = self.catalog
         assert self.model_info is not None, "a commit follows the model's load"
         manifest = self.txn.commit(list(catalog.documents.values()), self.model_info, self.settings,

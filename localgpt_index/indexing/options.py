@@ -104,6 +104,8 @@ class BuildOptions:
     ray_gpus_per_actor: float = 1.0
     ocr_timeout_s: float = DEFAULT_OCR_TIMEOUT_S  # per page: its 300 dpi render and its OCR
     ocr_workers: int | None = None  # OCR threads beside the encoder (None: every CPU)
+    ocr_later: bool = False  # --ocr later: return after the visual commit; pages that need OCR stay pending
+    text_only: bool = False  # --text-only: read the pending text only (no discovery, no model)
 
     def encoder_options(self) -> EncoderOptions:
         """What the model layer needs of these options to load the page encoder (settled settings)."""
@@ -120,7 +122,7 @@ class BuildOptions:
         """How the build reads page text (settled settings), with the Tesseract find_ocr found."""
         return TextSettings(ocr=ocr_mode(self.settings.ocr), lang=self.settings.ocr_lang or DEFAULT_OCR_LANG,
                             ocr_timeout_s=self.ocr_timeout_s, ocr_workers=self.ocr_workers or default_ocr_workers(),
-                            layer_timeout_s=self.render_timeout_s, tesseract=tesseract)
+                            layer_timeout_s=self.render_timeout_s, tesseract=tesseract, later=self.ocr_later)
 
 
 @dataclass
@@ -155,6 +157,9 @@ class BuildReport:
     notes: list[dict] = field(default_factory=list)  # per document: what conversion changed
     text: dict = field(default_factory=lambda: TextTally().to_dict())  # pages embedded, by the source of their text
     page_warnings: list[dict] = field(default_factory=list)  # pages indexed without the text they should have (OCR failed)
+    visual_commit_s: float | None = None  # seconds from the build's start to its last commit of vectors
+    text_commit_s: float | None = None  # ... to the commit with every page's text (None: some left pending)
+    pages_text_pending: int = 0  # pages of the index whose text is pending when the build returns (--ocr later)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -180,6 +185,10 @@ class StageTimer:
     def __init__(self, report: BuildReport) -> None:
         self.report = report
         self._lock = threading.Lock()
+        self.began = time.perf_counter()  # the build's start: its commits' times count from there
+
+    def since_start(self) -> float:
+        return round(time.perf_counter() - self.began, 3)
 
     def add(self, stage: str, start: float) -> None:
         self.add_seconds(stage, time.perf_counter() - start)

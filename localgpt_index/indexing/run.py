@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,7 +26,7 @@ from ..index.format.manifest import ModelInfo, Settings
 from ..index.protocols import Store
 from ..index.transaction import Transaction
 from ..index.text.artifact import TEXT
-from ..ingest.discover import MARKDOWN, OFFICE, discover, hash_files
+from ..ingest.discover import MARKDOWN, OFFICE, Discovery, discover, hash_files
 from ..ingest.events import EngineEvent, OpenedDocument
 from ..ingest.feed import FeedSource
 from ..ingest.ocr import DEFAULT_OCR_LANG, Tesseract
@@ -41,10 +41,13 @@ from .local_engine import EncoderFactory, local_engine
 from .model_checks import check_model, check_rebuild_keeps, choose_model, upgraded
 from .options import BuildOptions, BuildReport, BuildSettings, Log, StageTimer
 from .plan import BuildPlan, files_to_hash, plan_build
+from .textfollow import follow_build, pending_pages, read_pending
 
 CONVERTED = (OFFICE, MARKDOWN)  # the kinds a converter turns into PDF ("converting n/N")
 
 __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport", "EncoderFactory", "build_index"]
+
+OCR_NICE_BESIDE_ENCODER = 10  # $LGPT_OCR_NICE while the encoder runs, unless set: OCR takes the cores it leaves
 
 
 def build_index(
@@ -62,15 +65,14 @@ def build_index(
         _text_reader(asked.settled(None))
     report = BuildReport(index=store.location, source=os.path.abspath(docs), strict=options.strict)
     timer = StageTimer(report)
+    if options.text_only:
+        return _text_only(store, options, report, timer, log)
     stage(progress, "scanning")  # until the model's load (or the end, when nothing changed)
     scan_started = time.time_ns()
     started = time.perf_counter()
     found = discover(docs, options.include, options.exclude, skip_dirs=store.local_folders)
     timer.add("discover", started)
-    report.documents_seen = len(found.files)
-    report.skipped = len(found.skipped)
-    report.skipped_files = [{"path": p, "reason": why} for p, why in found.skipped]
-    report.skipped_files += [{"path": p, "reason": "the index folder"} for p in found.excluded]
+    _discovered(report, found)
 
     with store.begin(options.wait_s, rebuild=options.rebuild) as txn:
         base = txn.base
@@ -96,9 +98,9 @@ def build_index(
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
         if not plan.changes_catalog and not txn.needs_upgrade:
-            report.pages_total = base.page_count if base else 0
-            report.generation = base.generation if base else None
+            report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
             log("Index is up to date: no document changed, no model work done.")
+            _text_after(txn, options, tesseract, report, timer, log)
             return report
         build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
         if options.reads_text:
@@ -106,7 +108,58 @@ def build_index(
         else:  # pixels only: no text read, and no "text" part beside the vectors (as in an index from before page text)
             build.text, build.policy.without_parts = None, (TEXT,)
         build.run(encoder_factory)
+        if build.finished:
+            _text_after(txn, options, tesseract, report, timer, log)
     return report
+
+
+def _discovered(report: BuildReport, found: Discovery) -> None:
+    report.documents_seen = len(found.files)
+    report.skipped = len(found.skipped)
+    report.skipped_files = [{"path": p, "reason": why} for p, why in found.skipped]
+    report.skipped_files += [{"path": p, "reason": "the index folder"} for p in found.excluded]
+
+
+def _text_only(store: Store, options: BuildOptions, report: BuildReport, timer: StageTimer, log: Log) -> BuildReport:
+    """`build --text-only`: the pending text of the index read (OCR, as its settings say) and committed; no model."""
+    with store.begin(options.wait_s) as txn:
+        base = txn.base
+        report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)
+        if base is not None:
+            options = replace(options, settings=options.settings.settled(base, False, store.location))
+            _text_after(txn, options, _text_reader(options.settings), report, timer, log)
+    return report
+
+
+def _text_after(txn: Transaction, options: BuildOptions, tesseract: Tesseract | None, report: BuildReport,
+                timer: StageTimer, log: Log) -> None:
+    """The pending text the index still holds (an earlier --ocr later, a build killed before its text commit),
+    read and committed unless --ocr later; the pages left pending, said and reported."""
+    if tesseract is not None and options.reads_text and not options.ocr_later:
+        read, manifest = read_pending(txn, options.text_settings(tesseract), log, timer.add_seconds)
+        if manifest is not None:
+            report.generation, report.pages_total, report.committed = manifest.generation, manifest.page_count, True
+            report.text_commit_s = timer.since_start()
+            log(f"Read the pending text of {read} page(s) (generation {manifest.generation}).")
+    report.pages_text_pending = len(pending_pages(txn.current, txn.backend.base_blobs()))
+    if report.pages_text_pending:
+        report.text_commit_s = None
+        log(f"{report.pages_text_pending} page(s) are searchable by their pixels, their text pending: "
+            "`lgpt-index build --text-only` (or the next build, or a watcher) reads it.")
+
+
+@contextmanager
+def ocr_below_encoder(text: TextSettings | None) -> Iterator[None]:
+    """While the encoder runs, OCR starts its processes at a lower priority ($LGPT_OCR_NICE, unless set):
+    it takes the cores the encoder leaves and never slows it (pixels first: nothing waits for OCR)."""
+    if text is None or text.tesseract is None or "LGPT_OCR_NICE" in os.environ:
+        yield
+        return
+    os.environ["LGPT_OCR_NICE"] = str(OCR_NICE_BESIDE_ENCODER)
+    try:
+        yield
+    finally:
+        os.environ.pop("LGPT_OCR_NICE", None)
 
 
 def _text_reader(settings: BuildSettings) -> Tesseract | None:
@@ -142,6 +195,7 @@ class _Build:
     def __init__(self, txn: Transaction, plan: BuildPlan, model: ModelRef, options: BuildOptions, report: BuildReport,
                  timer: StageTimer, progress: ProgressSink | None, log: Log, scan_started_ns: int) -> None:
         self.txn, self.plan, self.model, self.options = txn, plan, model, options
+        self.finished = False  # its last commit made (not stopped, nor --strict with failures)
         self.report, self.timer, self.progress, self.log = report, timer, progress, log
         self.policy = CommitPolicy(txn, plan, options, report, timer, progress, log, scan_started_ns)
         self.text: TextSettings | None = TextSettings(ocr="never")  # None: --text never, no page text read
@@ -150,25 +204,41 @@ class _Build:
             self.policy.model_info, self.policy.settings = upgraded(base.model, model), base.settings
 
     def run(self, encoder_factory: EncoderFactory) -> None:
-        if self.plan.embed:
-            # made before the engine: the local one tells it of the documents it opens while the model loads
-            texts = PageTexts(self.text, self._sources(), self.log, self._timed) if self.text else None
-            converted = sum(e.file.kind in CONVERTED for e in self.plan.embed) if not self.options.ray else 0
-            stage(self.progress, "scanning", ended=True)
-            stage(self.progress, "loading the model")
-            if self.progress and converted:
-                self.progress.add_task("converting", converted)
-            try:
-                with self._engine(encoder_factory, texts) as engine:
+        # made before the engine: the local one tells it of the documents it opens while the model loads
+        texts = PageTexts(self.text, self._sources(), self.log, self._timed) if self.text and self.plan.embed else None
+        try:
+            if self.plan.embed:
+                converted = sum(e.file.kind in CONVERTED for e in self.plan.embed) if not self.options.ray else 0
+                stage(self.progress, "scanning", ended=True)
+                stage(self.progress, "loading the model")
+                if self.progress and converted:
+                    self.progress.add_task("converting", converted)
+                with ocr_below_encoder(self.text), self._engine(encoder_factory, texts) as engine:
                     stage(self.progress, "loading the model", ended=True)
                     self._adopt(engine.encoder)
                     if (description := engine.describe()) is not None:
                         self.log(description)
                     self._embed(engine, texts)
-            finally:
-                if texts is not None:
-                    texts.close()  # a model that failed to load: the reading started beside it ends too
-        self.policy.finish()
+            self.policy.finish()
+            report = self.report
+            self.finished = not report.stopped and not (self.options.strict and report.failures)
+            if self.finished:
+                report.visual_commit_s = report.text_commit_s = self.timer.since_start()
+            if texts is not None and self.finished:
+                self._follow(texts)
+        finally:
+            if texts is not None:
+                texts.close()  # a model that failed to load: the reading started beside it ends too
+
+    def _follow(self, texts: PageTexts) -> None:
+        """Text follows: the OCR of the pages committed pending, waited for and committed in a later generation."""
+        stage(self.progress, "reading the pending text (OCR)")
+        manifest = follow_build(self.txn, self.policy.followups, texts)
+        stage(self.progress, "reading the pending text (OCR)", ended=True)
+        if manifest is not None:
+            self.report.generation, self.report.pages_total = manifest.generation, manifest.page_count
+            self.report.text_commit_s = self.timer.since_start()
+        self.report.text, self.report.page_warnings = texts.tally.to_dict(), texts.tally.warnings
 
     def _timed(self, name: str, seconds: float) -> None:
         """The stage clock of page text; each Tesseract run told to the progress as it ends."""
@@ -202,6 +272,8 @@ class _Build:
                 texts.drop(number)
 
         self.policy.discard = discard
+        if texts is not None:
+            self.policy.read_yet = texts.read_yet
         events = texts.attach(engine.events()) if texts is not None else engine.events()
         try:
             for event in events:

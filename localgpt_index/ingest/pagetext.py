@@ -1,17 +1,18 @@
-"""Page text beside the encoder: each page's text handed over with its vectors.
+"""Page text beside the encoder: each page's text handed over with its vectors, or pending (pixels first).
 
 `PageTexts.attach` sits between an engine (local or Ray) and the commit policy. When a document
 opens, its text layer is read (one pdftotext process for the document, on a thread of its own) and
 the pages that need OCR (--ocr: auto, those with a text layer under OCR_MIN_CHARS visible characters;
 always; never) go to a pool of OCR worker threads: each page its own pdftoppm, several PDF pages
 one Tesseract process (ocrbatch.py), an image file's frame a Tesseract of its own (ocr.py). All
-this runs while the engine renders and encodes the same pages; a batch of encoded pages
-(PagesEncoded) goes on with `texts` once they are read, held meanwhile (up to HELD_BATCHES batches)
-while the engine encodes the next ones. A build of scanned pages thus takes about as long
-as the slower of OCR and encoding, not their sum. The local engine's feed tells `open` of each document
-as it opens it (on its opening threads), the model's load included, so OCR overlaps the load as well.
-How far ahead that goes is bounded by the feed: it opens a few documents ahead of what it has rendered,
-and renders ahead only up to its set-aside pages (during the load) and its queue (after).
+this runs while the engine renders and encodes the same pages. Pixels first: a batch of encoded
+pages (PagesEncoded) goes on at once with `texts`, waiting only for its documents' text layers (one
+cheap pdftotext each), never for OCR: a page whose OCR is not read yet goes as `PendingText` (its text
+layer so far, source "pending"), committed with its vectors; `resolve` waits for its text, which the
+build commits in a later generation (indexing/run.py). With `later` (--ocr later) no OCR runs in the
+build at all: such pages stay pending for `read_later` (build --text-only, the next build, a watcher).
+The local engine's feed tells `open` of each document as it opens it (on its opening threads), the
+model's load included, so OCR overlaps the load as well.
 
 A page whose OCR fails or times out keeps its vectors and its text layer, if any, and is reported
 (`tally.warnings`); a document whose text layer cannot be read is reported once and its pages are
@@ -23,9 +24,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -42,7 +42,6 @@ from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_tex
 
 OCR_MODES = ("auto", "always", "never")
 TEXT_MODES = ("auto", "never")
-HELD_BATCHES = 4  # encoded batches that wait for their pages' text while the encoder goes on (their vectors in memory)
 Log = Callable[[str], None]
 Timings = Callable[[str, float], None]
 
@@ -87,6 +86,7 @@ class TextSettings:
     memory_mib: int = OCR_MEMORY_MIB
     layer_timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
     tesseract: Tesseract | None = None  # None: no OCR (--ocr never, or none installed)
+    later: bool = False  # --ocr later: pages that need OCR are committed pending, and not read in the build
 
 
 def find_ocr(mode: str, lang: str) -> Tesseract | None:
@@ -111,6 +111,7 @@ class TextTally:
     ocr: int = 0
     none: int = 0
     unread: int = 0  # pages that needed OCR and had none (no Tesseract, or it failed): counted in `none` or `layer` too
+    pending: int = 0  # pages committed before their OCR, not read in this build (--ocr later): not in to_dict
     warnings: list[dict] = field(default_factory=list)  # {"path", "page" (None: the document), "stage", "reason"}
 
     def count(self, text: PageText) -> None:
@@ -118,6 +119,14 @@ class TextTally:
 
     def to_dict(self) -> dict:
         return {"layer": self.layer, "ocr": self.ocr, "none": self.none, "unread": self.unread}
+
+
+@dataclass(frozen=True)
+class PendingText(PageText):
+    """A page committed before its OCR was read: its text layer so far, source "pending"; `claim`
+    (None: not read in this build, --ocr later) is what `PageTexts.resolve` waits on."""
+
+    claim: object = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,7 @@ class _Outcome:
 @dataclass(frozen=True)
 class _Layer:
     pages: list[Future[_Outcome]]
+    found: list[PageText]  # each page's text layer (what it keeps should its OCR fail)
     warning: str | None = None
 
 
@@ -154,15 +164,6 @@ class _Claim:
 
     document: _Document
     page: int
-
-    @property
-    def ready(self) -> bool:
-        layer = self.document.layer
-        if self.document.dropped or not layer.done():
-            return self.document.dropped
-        if layer.cancelled() or layer.exception() is not None:
-            return True
-        return layer.result().pages[self.page - self.document.first].done()
 
 
 def _cancel_pages(layer: Future[_Layer]) -> None:
@@ -194,6 +195,61 @@ def _pictured(settings: TextSettings, pdf: Path | None, wanted: list[int], timin
         timings("text", time.perf_counter() - started)
 
 
+def _ocr_frame(settings: TextSettings, image: Path, frame: int, found: PageText, timings: Timings) -> _Outcome:
+    """An image file's frame (a PDF's pages go through the OCR queue instead, several a process)."""
+    started = time.perf_counter()
+    assert settings.tesseract is not None
+    try:
+        result: str | OcrFailed = settings.tesseract.read_image_frame(image, frame, settings.lang, settings.ocr_timeout_s,
+                                                                      settings.memory_mib)
+    except OcrFailed as exc:
+        result = exc
+    except OSError as exc:  # the scratch folder: a full disk
+        result = OcrFailed(exc.strerror or str(exc))
+    finally:
+        timings("ocr", time.perf_counter() - started)
+    return _settled(found)(result)
+
+
+@dataclass(frozen=True)
+class LaterPage:
+    """A page committed with pending text, to read now: its PDF (or image file), its page (frame), its text layer."""
+
+    path: Path
+    image: bool
+    page: int
+    layer: str = ""
+
+
+def read_later(settings: TextSettings, pages: Sequence[LaterPage], timings: Timings = lambda stage, seconds: None
+               ) -> list[tuple[PageText, str | None]]:
+    """The OCR of pages committed pending (build --text-only, the next build, a watcher), no model: PDF pages
+    several a Tesseract process, image frames one each, `settings.ocr_workers` side by side. Each page's text
+    and, where its OCR failed, why (it keeps its text layer)."""
+    assert settings.tesseract is not None, "read_later needs a Tesseract"
+    scope = processes.ProcessScope.under_current()
+    pool = ThreadPoolExecutor(max(1, settings.ocr_workers), "lgpt-ocr", scope.enter_thread)
+    queue = OcrQueue(pool, settings.tesseract, settings.lang, settings.ocr_timeout_s, settings.memory_mib,
+                     settings.ocr_workers, timings)
+    try:
+        futures: list[Future[_Outcome]] = []
+        queued: list[QueuedPage] = []
+        for page in pages:
+            found = PageText(page.layer, "layer") if page.layer else NO_TEXT
+            if page.image:
+                futures.append(pool.submit(_ocr_frame, settings, page.path, page.page, found, timings))
+            else:
+                queued.append(QueuedPage(page.path, page.page, Future(), _settled(found)))
+                futures.append(queued[-1].future)
+        queue.add(queued)
+        outcomes = [future.result() for future in futures]
+    finally:
+        scope.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        queue.cancel()
+    return [(outcome.text, outcome.warning) for outcome in outcomes]
+
+
 def _done(outcome: _Outcome) -> Future[_Outcome]:
     future: Future[_Outcome] = Future()
     future.set_result(outcome)
@@ -210,7 +266,7 @@ class PageTexts:
         self.scope = processes.ProcessScope.under_current()  # its pdftotext and OCR processes: close() ends them
         self._layer_pool = ThreadPoolExecutor(1, "lgpt-text", self.scope.enter_thread)
         self._ocr_pool = (ThreadPoolExecutor(max(1, settings.ocr_workers), "lgpt-ocr", self.scope.enter_thread)
-                          if settings.tesseract is not None and settings.ocr != "never" else None)
+                          if settings.tesseract is not None and settings.ocr != "never" and not settings.later else None)
         self._documents: dict[int, _Document] = {}
         self._opened: set[int] = set()  # documents whose reading started (told by the feed or by attach)
         self._lock = threading.Lock()  # open() may be called from the feed's opening threads
@@ -220,48 +276,62 @@ class PageTexts:
                                     settings.ocr_workers, timings) if self._ocr_pool is not None and settings.tesseract else None)
 
     def attach(self, events: Iterator[EngineEvent]) -> Generator[EngineEvent, None, None]:
-        """The engine's events in their order, each PagesEncoded with its pages' texts. A batch whose
-        text is not all read yet is held (up to HELD_BATCHES of them) while the engine encodes the
-        next ones, so that neither OCR nor the encoder waits for the other batch by batch."""
-        held: deque[tuple[EngineEvent, list[_Claim | None] | None]] = deque()
+        """The engine's events in their order, each PagesEncoded with its pages' texts: read, or PendingText
+        where OCR has not read them yet (the encoder never waits for OCR). Ended before the engine's events
+        are (an error, a close), the reading ends too; run to their end, OCR goes on for `resolve`."""
+        finished = False
         try:
-            try:
-                for event in events:
-                    claims = None
-                    if isinstance(event, DocumentOpened):
-                        self.open(event.number, event.document)
-                    elif isinstance(event, DocumentFailed):
-                        self.drop(event.number)
-                    elif isinstance(event, PagesEncoded):
-                        claims = [self.claim(number) if not isinstance(result, DocumentError) else None
-                                  for number, result in event.pages]
-                    held.append((event, claims))
-                    yield from self._release(held, HELD_BATCHES)
-            except Exception:  # a lost device: what was encoded goes on to be committed, then the error
-                yield from self._release(held, 0)
-                raise
-            yield from self._release(held, 0)
+            for event in events:
+                if isinstance(event, DocumentOpened):
+                    self.open(event.number, event.document)
+                elif isinstance(event, DocumentFailed):
+                    self.drop(event.number)
+                elif isinstance(event, PagesEncoded):
+                    claims = [self.claim(number) if not isinstance(result, DocumentError) else None
+                              for number, result in event.pages]
+                    started = time.perf_counter()
+                    event = replace(event, texts=tuple(self._now(claim) if claim is not None else None for claim in claims))
+                    self.timings("text_wait", time.perf_counter() - started)
+                yield event
+            finished = True
         finally:
             if hasattr(events, "close"):
                 events.close()  # the engine's threads and processes end now, not when collected
-            self.close()
+            if not finished:
+                self.close()
 
-    def _release(self, held: deque[tuple[EngineEvent, list[_Claim | None] | None]], limit: int) -> Iterator[EngineEvent]:
-        """Pass on the held events from the first, a batch once its text is read (or waited for,
-        while more than `limit` batches are held)."""
-        batches = sum(1 for _, claims in held if claims is not None)
-        while held:
-            event, claims = held[0]
-            if claims is not None:
-                assert isinstance(event, PagesEncoded), "only a batch of pages claims text"
-                if batches <= limit and not all(claim is None or claim.ready for claim in claims):
-                    return
-                started = time.perf_counter()
-                event = replace(event, texts=tuple(self.take(claim) if claim is not None else None for claim in claims))
-                self.timings("text_wait", time.perf_counter() - started)
-                batches -= 1
-            held.popleft()
-            yield event
+    def _now(self, claim: _Claim) -> PageText | None:
+        """A claimed page's text once its document's text layer is read (one pdftotext), or PendingText
+        where its OCR is not done (None: its document was given up)."""
+        document = claim.document
+        if document.dropped:
+            return None
+        try:
+            layer = document.layer.result()
+        except CancelledError:  # given up meanwhile
+            return None
+        index = claim.page - document.first
+        if layer.pages[index].done():
+            return self.take(claim)
+        return PendingText(layer.found[index].text, "pending", claim)
+
+    def read_yet(self, text: PendingText) -> PageText | None:
+        """A pending page's text if its OCR is done (None: not yet, or its document was given up): no wait."""
+        claim = text.claim
+        if not isinstance(claim, _Claim) or claim.document.dropped or not claim.document.layer.done():
+            return None
+        layer = claim.document.layer.result()
+        return self.resolve(text) if layer.pages[claim.page - claim.document.first].done() else None
+
+    def resolve(self, text: PageText) -> PageText | None:
+        """A page's text: a pending one's once its OCR is read (waiting for it; None: its document was given
+        up, or the reading closed); any other as it is (read, or left pending: --ocr later)."""
+        if not isinstance(text, PendingText) or not isinstance(text.claim, _Claim):
+            return text
+        try:
+            return self.take(text.claim)
+        except CancelledError:
+            return None
 
     def open(self, number: int, document: OpenedDocument) -> None:
         """Start reading a document's text (its pages from the source's first page on), once: from the
@@ -336,6 +406,7 @@ class PageTexts:
 
     def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int) -> _Layer:
         texts, warning = [""] * (last - first + 1), None
+        later = self.settings.later and self.settings.tesseract is not None
         if pdf is not None:
             started = time.perf_counter()
             try:
@@ -344,13 +415,15 @@ class PageTexts:
                 warning = f"its text layer could not be read ({exc.reason}); its pages are indexed without it"
             self.timings("text", time.perf_counter() - started)
         wanted = [page for page, text in zip(range(first, last + 1), texts) if self._wants_ocr(text)]
-        pictured = _pictured(self.settings, pdf, wanted, self.timings) if self._ocr_queue is not None else None
+        pictured = _pictured(self.settings, pdf, wanted, self.timings) if self._ocr_queue is not None or later else None
         pages: list[Future[_Outcome]] = []
         queued: list[QueuedPage] = []
-        for page, text in zip(range(first, last + 1), texts):
-            found = PageText(text, "layer") if text else NO_TEXT
+        founds = [PageText(text, "layer") if text else NO_TEXT for text in texts]
+        for page, text, found in zip(range(first, last + 1), texts, founds):
             if not self._wants_ocr(text) or (pictured is not None and page not in pictured):
                 pages.append(_done(_Outcome(found)))
+            elif later:  # read after the build (build --text-only, the next build, a watcher)
+                pages.append(_done(_Outcome(PendingText(found.text, "pending"))))
             elif self._ocr_pool is None or self.settings.tesseract is None:
                 pages.append(_done(_Outcome(found, no_ocr=self.settings.ocr != "never")))
             elif pdf is not None:  # several pages a Tesseract process (ocrbatch.py)
@@ -360,7 +433,7 @@ class PageTexts:
                 pages.append(self._ocr_pool.submit(self._ocr_image, image, page, found) if image else _done(_Outcome(found)))
         if queued and self._ocr_queue is not None:
             self._ocr_queue.add(queued)
-        return _Layer(pages, warning)
+        return _Layer(pages, founds, warning)
 
     def _wants_ocr(self, text: str) -> bool:
         if self.settings.ocr == "always":
@@ -368,19 +441,7 @@ class PageTexts:
         return self.settings.ocr == "auto" and not has_text_layer(text, self.settings.min_chars)
 
     def _ocr_image(self, image: Path, frame: int, found: PageText) -> _Outcome:
-        """An image file's frame (a PDF's pages go through the OCR queue instead, several a process)."""
-        settings, started = self.settings, time.perf_counter()
-        assert settings.tesseract is not None
-        try:
-            result: str | OcrFailed = settings.tesseract.read_image_frame(image, frame, settings.lang, settings.ocr_timeout_s,
-                                                                          settings.memory_mib)
-        except OcrFailed as exc:
-            result = exc
-        except OSError as exc:  # the scratch folder: a full disk
-            result = OcrFailed(exc.strerror or str(exc))
-        finally:
-            self.timings("ocr", time.perf_counter() - started)
-        return _settled(found)(result)
+        return _ocr_frame(self.settings, image, frame, found, self.timings)
 
     # warnings, on the consumer's thread
 

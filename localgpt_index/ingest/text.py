@@ -19,7 +19,7 @@ from typing import Literal
 
 from .render import DEFAULT_RENDER_TIMEOUT_S, _run_poppler
 
-TextSource = Literal["layer", "ocr", "none"]
+TextSource = Literal["layer", "ocr", "none", "pending"]  # pending: its OCR is not read yet (a later commit brings it)
 
 # --ocr auto: a page whose text layer has fewer visible (non-whitespace) characters than this is
 # OCR'd. A scanned page often carries a little text of its own (a page number, a Bates stamp, a
@@ -33,7 +33,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t 
 
 @dataclass(frozen=True)
 class PageText:
-    """A page's text and where it came from: the PDF's text layer, OCR, or none."""
+    """A page's text and where it came from: the PDF's text layer, OCR, or none (pending: committed before
+    its OCR was read, with its text layer so far)."""
 
     text: str = ""
     source: TextSource = "none"

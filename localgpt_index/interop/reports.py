@@ -15,13 +15,16 @@ from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 
 def query_document(view: View, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
-                   mode: str | None = None, fusion: str | None = None) -> dict:
+                   mode: str | None = None, fusion: str | None = None, text_pending: int = 0) -> dict:
     """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json), without page
-    images: pages.attach_images (serve: its PageImages) adds them to the hits."""
+    images: pages.attach_images (serve: its PageImages) adds them to the hits. `text_pending`: pages the
+    text list could not read yet (pending_text), told where there are some."""
     queries = [{"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(texts, results)]
-    how = {"mode": mode} if mode else {}
+    how: dict = {"mode": mode} if mode else {}
     if mode == "hybrid" and fusion:
         how["fusion"] = fusion
+    if text_pending:
+        how["text_pending"] = text_pending
     document = _validated({"version": QUERY_SCHEMA_VERSION, "index": view.store.location, "model": view.manifest.model.id,
                            "k": k, **how, "queries": queries})
     if len(queries) == 1:
@@ -102,12 +105,13 @@ def documents_document(view: View, prefix: str = "", failed: bool = False) -> di
     return document
 
 
-TEXT_SOURCES = ("layer", "ocr", "none", "unknown")
+TEXT_SOURCES = ("layer", "ocr", "none", "pending", "unknown")
 
 
 def text_sources(view: View, prefix: str = "") -> dict[str, dict[str, int]]:
     """Per document (under `prefix`), its pages by the source of their text: the PDF's text layer,
-    OCR, none; unknown for pages written before the index kept page text (a --rebuild reads it).
+    OCR, none; pending for pages committed before their OCR was read (a later generation brings it);
+    unknown for pages written before the index kept page text (a --rebuild reads it).
     Reads the text parts of the segments these documents are in (each once)."""
     from ..index.text.artifact import page_texts
 
@@ -123,6 +127,16 @@ def text_sources(view: View, prefix: str = "") -> dict[str, dict[str, int]]:
             count[source if source in count else "unknown"] += 1
         counts[doc.path] = count
     return counts
+
+
+def pending_text(view: View) -> int:
+    """Pages of the index's documents whose text is pending (their OCR not read yet): reads only the
+    text parts of the segments whose record counts some (none, mostly)."""
+    from ..index.text.artifact import TEXT, pending_rows
+
+    if not any(pending_rows(segment.parts.get(TEXT)) for segment in view.manifest.segments.values()):
+        return 0
+    return sum(count["pending"] for count in text_sources(view).values())
 
 
 def _total(counts) -> dict[str, int]:

@@ -111,6 +111,8 @@ class QueryDocument(_Document):
     query: str = _absent("present when exactly one query was asked")
     scoring: Scoring = _absent("how the pages were scored, when `query --first-pass` was given or the device scorer "
                                "answered (without them: exact, on the CPU)")
+    text_pending: int = _absent("text and hybrid: how many pages of the index the text list could not read yet "
+                                "(committed before their OCR: hybrid ranks them by their visual score alone)")
 
     def to_json(self) -> dict[str, Any]:
         """The document as the CLI prints it: fields that do not apply are left out, not null."""

@@ -5,6 +5,9 @@ See index/artifacts.py and docs/dev/transaction-core.md, "Per-generation artifac
 - "text", a part per segment: every page's text and where it came from (`extra` of
   `SegmentWriter.append`: {"text", "text_source"}, from ingest/pagetext), in row order, as one
   zlib-compressed JSON blob. The source of truth for a page's text; checksummed like the vectors.
+  A page committed before its OCR was read has the source "pending" (and its text layer so far; its
+  meta counts them): a later generation names a new part for the segment with the text read
+  (`retexted_part`, through `Transaction.replace_part`), the vectors untouched.
 - "lexical", one per generation: the FTS5 index (engine.py) as one SQLite database image. Built at
   commit incrementally: the base generation's image, minus the removed (and replaced) documents'
   pages, plus the added documents' pages read from their segments' text parts; the other rows are
@@ -33,7 +36,7 @@ from .tokenize import TOKENIZER_VERSION
 
 TEXT = "text"
 LEXICAL = "lexical"
-TEXT_SOURCES = ("layer", "ocr", "none")
+TEXT_SOURCES = ("layer", "ocr", "none", "pending")
 
 
 class TextPartWriter:
@@ -49,12 +52,34 @@ class TextPartWriter:
         self.rows.append((text if isinstance(text, str) else "", str(source) if source in TEXT_SOURCES else "none"))
 
     def seal(self, sink: BlobSink) -> PartRef:
-        data = zlib.compress(json.dumps(self.rows, ensure_ascii=False).encode("utf-8", "surrogatepass"), 6)
-        counts = {source: sum(1 for _, s in self.rows if s == source) for source in TEXT_SOURCES}
-        return PartRef(version=TextArtifact.version, blobs=[sink.put(data, "jsonz")], meta={"rows": len(self.rows), **counts})
+        return _text_part(self.rows, sink)
 
     def discard(self) -> None:
         self.rows = []
+
+
+def _text_part(rows: list[tuple[str, str]], sink: BlobSink) -> PartRef:
+    data = zlib.compress(json.dumps(rows, ensure_ascii=False).encode("utf-8", "surrogatepass"), 6)
+    counts = {source: sum(1 for _, s in rows if s == source) for source in TEXT_SOURCES}
+    if not counts["pending"]:
+        del counts["pending"]  # as a part from before pending text: the same blob, the same record
+    return PartRef(version=TextArtifact.version, blobs=[sink.put(data, "jsonz")], meta={"rows": len(rows), **counts})
+
+
+def pending_rows(ref: PartRef | None) -> int:
+    """How many rows of a segment's text part wait for their OCR (from its record: no blob read)."""
+    pending = ref.meta.get("pending", 0) if ref is not None else 0
+    return pending if isinstance(pending, int) else 0
+
+
+def retexted_part(ref: PartRef, rows: Mapping[int, tuple[str, str]], source: BlobSource, sink: BlobSink) -> PartRef:
+    """A segment's text part with `rows` (row -> (text, source)) read since: the others as they were."""
+    current = read_text_part(ref, source)
+    for row, (text, found) in rows.items():
+        if not 0 <= row < len(current):
+            raise ValueError(f"text part: row {row} of {len(current)}")
+        current[row] = (text, found if found in TEXT_SOURCES else "none")
+    return _text_part(current, sink)
 
 
 def read_text_part(ref: PartRef, source: BlobSource) -> list[tuple[str, str]]:
