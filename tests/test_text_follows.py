@@ -65,9 +65,9 @@ def test_ocr_later_commits_pixels_first_and_status_ls_and_query_tell_the_pending
     assert "pending 1" not in run_cli("ls", *where).stdout and "pending" in run_cli("ls", *where).stdout
 
     visual = _json("query", "a page", "--mode", "visual", "-k", "3", *where)
-    assert {Path(hit["path"]).name for hit in visual["results"]} == {"scan-0.pdf", "scan-1.pdf", "text.pdf"}
+    assert {Path(hit["path"]).name for hit in visual["queries"][0]["results"]} == {"scan-0.pdf", "scan-1.pdf", "text.pdf"}
     text = run_cli("query", WORD, "--mode", "text", "--json", *where)
-    assert json.loads(text.stdout)["results"] == [] and json.loads(text.stdout)["text_pending"] == 2
+    assert json.loads(text.stdout)["queries"][0]["results"] == [] and json.loads(text.stdout)["text_pending"] == 2
     assert "note: 2 page(s) of this index have their text pending" in text.stderr
     validate(json.loads(text.stdout), "query")
 
@@ -85,7 +85,8 @@ def test_build_text_only_reads_the_pending_text_into_a_later_generation(tmp_path
     validate(after, "build")
     assert after["generation"] == report["generation"] + 1 and after["pages_text_pending"] == 0 and after["text_commit_s"] > 0
     found = _json("query", WORD, "--mode", "text", *where)
-    assert {Path(hit["path"]).name for hit in found["results"]} == {"scan-0.pdf", "scan-1.pdf"} and "text_pending" not in found
+    assert {Path(hit["path"]).name for hit in found["queries"][0]["results"]} == {"scan-0.pdf", "scan-1.pdf"}
+    assert "text_pending" not in found
     assert _json("status", *where)["text"] == {"layer": 1, "ocr": 2, "none": 0, "pending": 0, "unknown": 0}
     assert committed_texts(index)["scan-0.pdf", 1] == (f"{WORD} invoice", "ocr")
     verify_ok(index)
@@ -122,7 +123,7 @@ def test_a_scanned_page_is_searchable_by_its_pixels_before_its_text_lands_in_a_l
             status = _json("status", "--index-dir", str(index))
             visual = _json("query", "a page", "--mode", "visual", "-k", "2", "--index-dir", str(index))
             seen.append({"generation": status["generation"], "pending": status["text"]["pending"],
-                         "found": sorted(Path(hit["path"]).name for hit in visual["results"])})
+                         "found": sorted(Path(hit["path"]).name for hit in visual["queries"][0]["results"])})
             release.touch()
 
     failpoints.set_hook(at_head)
@@ -158,12 +159,13 @@ def test_a_kill_between_the_visual_commit_and_the_text_commit_leaves_a_sound_ind
     status = _json("status", *where)
     assert status["generation"] == 1 and status["text"]["pending"] == 2 and status["documents"] == 3
     visual = _json("query", "a page", "--mode", "visual", "-k", "3", *where)
-    assert len(visual["results"]) == 3
+    assert len(visual["queries"][0]["results"]) == 3
     done = run_process("build", str(docs), *where, "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["pages_text_pending"] == 0
     assert _json("status", *where)["text"]["pending"] == 0
-    assert {Path(h["path"]).name for h in _json("query", WORD, "--mode", "text", *where)["results"]} == {"scan-0.pdf", "scan-1.pdf"}
+    found = _json("query", WORD, "--mode", "text", *where)["queries"][0]["results"]
+    assert {Path(h["path"]).name for h in found} == {"scan-0.pdf", "scan-1.pdf"}
     verify_ok(index)
 
 
@@ -197,12 +199,12 @@ def test_pending_text_follows_on_a_qdrant_store_too(tmp_path, fake_model, monkey
     result = run_cli("build", str(docs), "--model", str(fake_model), "--ocr", "later", *where)
     assert result.exit_code == 0, result.stderr
     assert _json("status", *where)["text"]["pending"] == 2
-    assert _json("query", WORD, "--mode", "text", *where)["results"] == []
+    assert _json("query", WORD, "--mode", "text", *where)["queries"][0]["results"] == []
     result = run_cli("build", "--text-only", *where)
     assert result.exit_code == 0, result.stderr
     assert _json("status", *where)["text"]["pending"] == 0
     for mode in ("text", "hybrid"):
-        hits = _json("query", WORD, "--mode", mode, "-k", "2", *where)["results"]
+        hits = _json("query", WORD, "--mode", mode, "-k", "2", *where)["queries"][0]["results"]
         assert {Path(hit["path"]).name for hit in hits} == {"scan-0.pdf", "scan-1.pdf"}, mode
     verified = run_cli("verify", *where)
     assert verified.exit_code == 0, verified.stderr

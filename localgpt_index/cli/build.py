@@ -37,7 +37,7 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 @click.option("--commit-interval", "commit_every_s", cls=TuningOption, type=SECONDS, default=600.0, show_default=True,
               help="Commit at least this often, in seconds.")
 @click.option("--wait", "wait_s", cls=TuningOption, type=SECONDS, default=0.0, help="Seconds to wait for another writer to finish.")
-@click.option("--ray", "ray", default=None, metavar="ADDRESS",
+@click.option("--ray", "ray", cls=TuningOption, default=None, metavar="ADDRESS",
               help="Convert, render and encode on a Ray cluster: auto (the one running), its address, or local "
                    "(start one here). Needs pip install 'lgpt-index[ray]'.")
 @click.option("--ray-actors", cls=TuningOption, type=click.IntRange(1, 4096), default=None,
