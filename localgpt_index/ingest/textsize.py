@@ -1,0 +1,96 @@
+"""How big a page's text is, from a grey picture of it: the resolution OCR needs, or that it has none.
+
+Tesseract reads text whose lines are about LINE_PX pixels high as well as it reads larger text, and
+spends less the fewer pixels it is given (its layout analysis and each word's pixels scale with the
+picture; its recogniser sees every line scaled to one height anyway). So a page is read at the
+resolution that makes its text lines LINE_PX high rather than at a fixed 300 dpi.
+
+Lines are found by row profiles in narrow vertical strips (so that columns and a slightly rotated
+page still show separate lines): a run of rows with ink, between blank rows, neither too tall nor
+too dense to be a line of print, whose rows cross several strokes (letters, not a shape's edge)
+and whose ink is partly dark (not noise on a grey near the ink level). A page with no such run has
+nothing for OCR to read: blank (a few specks at most) or a picture (ink, but no lines). Pale text
+on a dark ground is looked for too. Measuring a 150 dpi page takes about 10 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+LINE_PX = 14.0  # the height of a line's ink (ascenders to descenders, about 3/4 of the type size) OCR reads well at: 10 pt at 130 dpi
+STRIPS = 12  # vertical strips a page's rows are profiled in
+INK_LEVEL, DARK_LEVEL = 128, 64  # a grey level under 128 is ink (on a light ground), under 64 dark ink
+MIN_DARK = 0.2  # a line of print's ink is partly dark (a grey area near INK_LEVEL is noise's flicker)
+MIN_LINE_PX, MAX_LINE_FRACTION = 4, 0.08  # a line of print: at least 4 px, at most 8 % of the page's height
+MAX_LINE_DENSITY = 0.6  # nor a band of rows more than 60 % inked (a photograph's dark area)
+MIN_STROKES = 2.0  # and its rows cross letters' strokes: on average 2 or more ink runs a row in a strip (not a shape's edge)
+BLANK_INK = 0.002  # a page with no line and less ink than this (specks) is blank, one with more a picture
+
+
+@dataclass(frozen=True)
+class TextSize:
+    """What a picture shows: `lines` line runs found, their median height in pixels, and its ink."""
+
+    lines: int
+    line_px: float
+    ink: float
+
+    @property
+    def kind(self) -> str:
+        """text, blank, or picture (nothing for OCR to read)."""
+        if self.lines:
+            return "text"
+        return "blank" if self.ink < BLANK_INK else "picture"
+
+    def scale(self) -> float:
+        """The factor that makes this text's lines LINE_PX high (1.0 where there is none)."""
+        return LINE_PX / self.line_px if self.lines else 1.0
+
+
+def measure(image: Image.Image) -> TextSize:
+    """The text lines of a picture (any mode; dark print on light, or light on dark)."""
+    grey = np.asarray(image.convert("L"))
+    ink = grey < INK_LEVEL
+    inked = float(ink.mean()) if ink.size else 0.0
+    heights = _line_heights(ink, grey < DARK_LEVEL)
+    if not len(heights):  # light print on a dark ground (a banner, a slide)
+        heights = _line_heights(~ink, grey > 255 - DARK_LEVEL)
+    if not len(heights):
+        return TextSize(0, 0.0, inked)
+    return TextSize(len(heights), float(np.median(heights)), inked)
+
+
+def _line_heights(ink: np.ndarray, dark: np.ndarray) -> np.ndarray:
+    """The heights of the runs of inked rows, in every strip, that look like lines of print."""
+    rows, cols = ink.shape
+    if rows < MIN_LINE_PX or cols < STRIPS:
+        return np.zeros(0)
+    width = cols // STRIPS
+    cut = ink[:, : width * STRIPS]
+    strips = cut.reshape(rows, STRIPS, width).sum(axis=2, dtype=np.int32)  # rows x strips: ink a row
+    darks = dark[:, : width * STRIPS].reshape(rows, STRIPS, width).sum(axis=2, dtype=np.int32)
+    starts_of_ink = np.zeros_like(cut)
+    starts_of_ink[:, 1:] = cut[:, 1:] & ~cut[:, :-1]
+    strokes = starts_of_ink.reshape(rows, STRIPS, width).sum(axis=2, dtype=np.int32)  # rows x strips: ink runs a row
+    inked = strips > max(2, width // 100)  # a row with a speck or two is not inked
+    edges = np.diff(np.pad(inked, ((1, 1), (0, 0))).astype(np.int8), axis=0)  # +1 where a run starts, -1 after it ends
+    found: list[np.ndarray] = []
+    for strip in range(STRIPS):
+        starts, ends = np.flatnonzero(edges[:, strip] == 1), np.flatnonzero(edges[:, strip] == -1)
+        heights = ends - starts
+        density = _run_sums(strips[:, strip], starts, ends) / np.maximum(1, heights * width)
+        crossed = _run_sums(strokes[:, strip], starts, ends) / np.maximum(1, heights)
+        darkness = _run_sums(darks[:, strip], starts, ends) / np.maximum(1, _run_sums(strips[:, strip], starts, ends))
+        keep = ((heights >= MIN_LINE_PX) & (heights <= MAX_LINE_FRACTION * rows) & (density <= MAX_LINE_DENSITY)
+                & (crossed >= MIN_STROKES) & (darkness >= MIN_DARK))
+        found.append(heights[keep])
+    return np.concatenate(found)
+
+
+def _run_sums(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The sum of `values` over each run of rows starts[i]..ends[i] - 1."""
+    cumulative = np.concatenate(([0], np.cumsum(values)))
+    return cumulative[ends] - cumulative[starts]
