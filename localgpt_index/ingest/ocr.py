@@ -44,6 +44,7 @@ from .textsize import TextSize, measure
 OCR_DPI = 300  # the finest a page is read at (and every page, with a fixed resolution: scripts/bench_ocr.py's baseline)
 PROBE_DPI = 150  # the first render of a page, that shows its text's size (and is read as it is, or reduced, mostly)
 MIN_OCR_DPI = 100  # the coarsest (large print's)
+SCREEN_DPI = 100  # what a small frame (a screenshot) is measured as, to tell whether it shows print at all
 PSM = "3"  # Tesseract's page segmentation: automatic (columns, tables); a single block (6) costs as much and mixes columns
 DEFAULT_OCR_TIMEOUT_S = 60.0
 DEFAULT_OCR_LANG = "eng"
@@ -155,7 +156,7 @@ def prepare_pdf_page(pdf: Path, page: int, root: str, deadline: float, timeout_s
     if fixed_dpi:
         return render_for_ocr(pdf, page, root, deadline, timeout_s, memory_mib, fixed_dpi)
     probe = _read_render(render_for_ocr(pdf, page, root + "-probe", deadline, timeout_s, memory_mib, PROBE_DPI))
-    size = measure(probe)
+    size = measure(probe, PROBE_DPI)
     if size.kind != "text":
         return None
     dpi = ocr_dpi(size, PROBE_DPI)
@@ -196,7 +197,7 @@ def _sized_for_ocr(image: Image.Image, measured: bool = True) -> Image.Image | N
     whose text is larger than OCR needs; None for a frame that shows no line of print."""
     long_side = max(image.size)
     if 0 < long_side < SMALL_IMAGE_SIDE:
-        if measured and measure(image).kind != "text":
+        if measured and measure(image, SCREEN_DPI).kind != "text":
             return None
         factor = min(4, -(-SMALL_IMAGE_SIDE // long_side))
         return image.resize((image.width * factor, image.height * factor), Image.Resampling.LANCZOS)
@@ -205,10 +206,10 @@ def _sized_for_ocr(image: Image.Image, measured: bool = True) -> Image.Image | N
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.LANCZOS)
     if not measured:
         return image
-    size = measure(image)
+    size = measure(image, OCR_DPI)  # as if the frame were a 300 dpi scan
     if size.kind != "text":
         return None
-    scale = ocr_dpi(size, OCR_DPI) / OCR_DPI  # as if the frame were a 300 dpi page
+    scale = ocr_dpi(size, OCR_DPI) / OCR_DPI
     if scale < 0.9:
         return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.BOX)
     return image

@@ -21,10 +21,11 @@ import numpy as np
 from PIL import Image
 
 LINE_PX = 14.0  # the height of a line's ink (ascenders to descenders, about 3/4 of the type size) OCR reads well at: 10 pt at 130 dpi
-STRIPS = 12  # vertical strips a page's rows are profiled in
+MEASURE_DPI = 150  # a picture is measured at about this resolution
+STRIP_INCHES = 0.7  # the width of the vertical strips a page's rows are profiled in (a few words of body text)
 INK_LEVEL, DARK_LEVEL = 128, 64  # a grey level under 128 is ink (on a light ground), under 64 dark ink
 MIN_DARK = 0.2  # a line of print's ink is partly dark (a grey area near INK_LEVEL is noise's flicker)
-MIN_LINE_PX, MAX_LINE_FRACTION = 4, 0.08  # a line of print: at least 4 px, at most 8 % of the page's height
+MIN_LINE_INCHES, MAX_LINE_INCHES = 0.025, 0.8  # a line of print: at least 4 px at 150 dpi, at most about 60 pt type
 MAX_LINE_DENSITY = 0.6  # nor a band of rows more than 60 % inked (a photograph's dark area)
 MIN_STROKES = 2.0  # and its rows cross letters' strokes: on average 2 or more ink runs a row in a strip (not a shape's edge)
 BLANK_INK = 0.002  # a page with no line and less ink than this (specks) is blank, one with more a picture
@@ -50,41 +51,49 @@ class TextSize:
         return LINE_PX / self.line_px if self.lines else 1.0
 
 
-def measure(image: Image.Image) -> TextSize:
-    """The text lines of a picture (any mode; dark print on light, or light on dark)."""
+def measure(image: Image.Image, dpi: float) -> TextSize:
+    """The text lines of a picture at `dpi` (any mode; dark print on light, or light on dark)."""
+    factor = max(1, round(dpi / MEASURE_DPI))  # a finer picture is reduced first: a scan's grain averaged, 4 times quicker
+    if factor > 1:
+        size = measure(image.convert("L").reduce(factor), dpi / factor)
+        return TextSize(size.lines, size.line_px * factor, size.ink)
     grey = np.asarray(image.convert("L"))
     ink = grey < INK_LEVEL
     inked = float(ink.mean()) if ink.size else 0.0
-    heights = _line_heights(ink, grey < DARK_LEVEL)
+    strip, lines = max(8, round(STRIP_INCHES * dpi)), (max(3, round(MIN_LINE_INCHES * dpi)), round(MAX_LINE_INCHES * dpi))
+    heights = _line_heights(ink, grey < DARK_LEVEL, strip, lines)
     if not len(heights):  # light print on a dark ground (a banner, a slide)
-        heights = _line_heights(~ink, grey > 255 - DARK_LEVEL)
+        heights = _line_heights(~ink, grey > 255 - DARK_LEVEL, strip, lines)
     if not len(heights):
         return TextSize(0, 0.0, inked)
     return TextSize(len(heights), float(np.median(heights)), inked)
 
 
-def _line_heights(ink: np.ndarray, dark: np.ndarray) -> np.ndarray:
-    """The heights of the runs of inked rows, in every strip, that look like lines of print."""
+def _line_heights(ink: np.ndarray, dark: np.ndarray, width: int, lines: tuple[int, int]) -> np.ndarray:
+    """The heights of the runs of inked rows, in every strip `width` wide, that look like lines of
+    print (between lines[0] and lines[1] rows high)."""
     rows, cols = ink.shape
-    if rows < MIN_LINE_PX or cols < STRIPS:
+    if not rows or not cols:
         return np.zeros(0)
-    width = cols // STRIPS
-    cut = ink[:, : width * STRIPS]
-    strips = cut.reshape(rows, STRIPS, width).sum(axis=2, dtype=np.int32)  # rows x strips: ink a row
-    darks = dark[:, : width * STRIPS].reshape(rows, STRIPS, width).sum(axis=2, dtype=np.int32)
+    count = cols // width
+    if not count:
+        width, count = cols, 1  # narrower than a strip: one
+    cut = ink[:, : width * count]
+    strips = cut.reshape(rows, count, width).sum(axis=2, dtype=np.int32)  # rows x strips: ink a row
+    darks = dark[:, : width * count].reshape(rows, count, width).sum(axis=2, dtype=np.int32)
     starts_of_ink = np.zeros_like(cut)
     starts_of_ink[:, 1:] = cut[:, 1:] & ~cut[:, :-1]
-    strokes = starts_of_ink.reshape(rows, STRIPS, width).sum(axis=2, dtype=np.int32)  # rows x strips: ink runs a row
+    strokes = starts_of_ink.reshape(rows, count, width).sum(axis=2, dtype=np.int32)  # rows x strips: ink runs a row
     inked = strips > max(2, width // 100)  # a row with a speck or two is not inked
     edges = np.diff(np.pad(inked, ((1, 1), (0, 0))).astype(np.int8), axis=0)  # +1 where a run starts, -1 after it ends
     found: list[np.ndarray] = []
-    for strip in range(STRIPS):
+    for strip in range(count):
         starts, ends = np.flatnonzero(edges[:, strip] == 1), np.flatnonzero(edges[:, strip] == -1)
         heights = ends - starts
         density = _run_sums(strips[:, strip], starts, ends) / np.maximum(1, heights * width)
         crossed = _run_sums(strokes[:, strip], starts, ends) / np.maximum(1, heights)
         darkness = _run_sums(darks[:, strip], starts, ends) / np.maximum(1, _run_sums(strips[:, strip], starts, ends))
-        keep = ((heights >= MIN_LINE_PX) & (heights <= MAX_LINE_FRACTION * rows) & (density <= MAX_LINE_DENSITY)
+        keep = ((heights >= lines[0]) & (heights <= lines[1]) & (density <= MAX_LINE_DENSITY)
                 & (crossed >= MIN_STROKES) & (darkness >= MIN_DARK))
         found.append(heights[keep])
     return np.concatenate(found)

@@ -76,9 +76,9 @@ def make_scan_set(folder: Path, seed: int = 41) -> ScanSet:
     return made
 
 
-def draw_page(spec: PageSpec, rng: random.Random) -> tuple[Image.Image, str]:
-    """One page's picture (grey, SCAN_DPI) and its true text."""
-    size = (round(PAGE_INCHES[0] * SCAN_DPI), round(PAGE_INCHES[1] * SCAN_DPI))
+def draw_page(spec: PageSpec, rng: random.Random, inches: tuple[float, float] = PAGE_INCHES) -> tuple[Image.Image, str]:
+    """One page's picture (grey, SCAN_DPI; a smaller page than a letter's for quick tests) and its true text."""
+    size = (round(inches[0] * SCAN_DPI), round(inches[1] * SCAN_DPI))
     page = Image.new("L", size, 255)
     draw = ImageDraw.Draw(page)
     font = ImageFont.truetype(FONTS[spec.font], round(spec.points * SCAN_DPI / 72))
