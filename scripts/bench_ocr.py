@@ -21,6 +21,7 @@ page without text counts as errors). Recall: the share of the true words found o
 
     python scripts/bench_ocr.py                 # today and measured, 2 rounds
     python scripts/bench_ocr.py --steps --rounds 3
+    python scripts/bench_ocr.py --line-px 12,16     # other target line heights (textsize.LINE_PX) beside the default
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rapidfuzz.distance import Levenshtein  # noqa: E402
 
 from localgpt_index.ingest.ocr import DEFAULT_OCR_LANG, OCR_MEMORY_MIB, OcrFailed, Tesseract  # noqa: E402
+from localgpt_index.ingest import textsize  # noqa: E402
 from localgpt_index.ingest.ocrbatch import ocr_pdf_pages  # noqa: E402
 from localgpt_index.testing.scanset import ScanSet, make_scan_set  # noqa: E402
 
 Reader = Callable[[ScanSet], dict[tuple[str, int], str]]
+DEFAULT_LINE_PX = textsize.LINE_PX
 
 
 def cpu_seconds() -> float:
@@ -50,8 +53,9 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def process_reader(tesseract: Tesseract, fixed_dpi: int | None, measured: bool) -> Reader:
+def process_reader(tesseract: Tesseract, fixed_dpi: int | None, measured: bool, line_px: float | None = None) -> Reader:
     def read(scans: ScanSet) -> dict[tuple[str, int], str]:
+        textsize.LINE_PX = line_px or DEFAULT_LINE_PX  # the variant's target line height (read where a page is measured)
         texts: dict[tuple[str, int], str] = {}
         for name, truth in scans.truth.items():
             path = scans.folder / name
@@ -93,6 +97,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", action="store_true", help="also fixed-150 and measured-cli")
     parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument("--line-px", default="", help="also measured with these target line heights (comma-separated: 12,16)")
     args = parser.parse_args()
     tesseract = Tesseract.find()
     if tesseract is None:
@@ -102,6 +107,8 @@ def main() -> None:
     if args.steps:
         variants["fixed-150"] = process_reader(command, 150, False)
         variants["measured-cli"] = process_reader(command, None, True)
+    for value in filter(None, args.line_px.split(",")):
+        variants[f"measured@{value}"] = process_reader(tesseract, None, True, float(value))
     print(f"measured reads with {'the library (tesserocr)' if tesseract.tessdata else 'the tesseract command'}")
     with tempfile.TemporaryDirectory(prefix="bench-ocr-") as folder:
         scans = make_scan_set(Path(folder), args.seed)

@@ -42,11 +42,11 @@ def _rendered(image: Image.Image, folder: Path, dpi: int) -> Image.Image:
 
 
 @pytest.mark.parametrize(("spec", "low", "high"), [
-    (PageSpec(points=8), 160, 200), (PageSpec(points=8, columns=2), 160, 200), (PageSpec(points=10), 120, 150),
-    (PageSpec(points=11, degrees=1.2), 110, 140), (PageSpec(points=12, font="sans"), 100, 130), (PageSpec(points=14), 100, 110),
+    (PageSpec(points=8), 140, 170), (PageSpec(points=8, columns=2), 140, 170), (PageSpec(points=10), 100, 130),
+    (PageSpec(points=11, degrees=1.2), 100, 120), (PageSpec(points=12, font="sans"), 100, 110), (PageSpec(points=14), 100, 100),
 ], ids=["8pt", "8pt-two-columns", "10pt", "11pt-rotated", "12pt", "14pt"])
 def test_a_page_is_read_at_the_resolution_its_print_needs(spec, low, high, tmp_path):
-    """Smaller print, finer: 10 pt at about 130 dpi instead of 300, 8 pt finer, 14 pt at 100; the same
+    """Smaller print, finer: 10 pt at about 110 dpi instead of 300, 8 pt at about 150, 12 pt and over at 100; the same
     from the first render at 150 dpi (a PDF page) and from a 300 dpi scan's own pixels (an image)."""
     image, _ = _page(spec)
     from_probe = ocr_dpi(measure(_rendered(image, tmp_path, PROBE_DPI), PROBE_DPI), PROBE_DPI)

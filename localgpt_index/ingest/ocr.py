@@ -3,7 +3,7 @@
 A PDF page is read from its own grey render (pdftoppm, one page), not from the model's small page
 image, at the resolution its text needs (textsize.py): a first render at PROBE_DPI shows how tall
 its lines are, and it is reduced, or rendered again finer (small print), so that they are
-textsize.LINE_PX high (10 pt print: 130 dpi, between MIN_OCR_DPI and OCR_DPI); a page that shows no
+textsize.LINE_PX high (10 pt print: 110 dpi, between MIN_OCR_DPI and OCR_DPI); a page that shows no
 line of print (blank, or a picture alone) is not given to Tesseract at all. An image file's frame is
 read the same way from its own pixels (a small one enlarged, a huge one or one with large text
 reduced). Tesseract itself runs as a process (`tesseract`), not in this one through its library

@@ -20,15 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-LINE_PX = 14.0  # the height of a line's ink (ascenders to descenders, about 3/4 of the type size) OCR reads well at: 10 pt at 130 dpi
+LINE_PX = 12.0  # the height of a line's ink (ascenders to descenders, about 3/4 of the type size) OCR reads well at: 10 pt at 110 dpi
 MEASURE_DPI = 150  # a picture is measured at about this resolution
 STRIP_INCHES = 0.7  # the width of the vertical strips a page's rows are profiled in (a few words of body text)
-INK_LEVEL, DARK_LEVEL = 128, 64  # a grey level under 128 is ink (on a light ground), under 64 dark ink
-MIN_DARK = 0.2  # a line of print's ink is partly dark (a grey area near INK_LEVEL is noise's flicker)
+DARKEST, GROUND = 0.05, 90  # percentiles of a page's greys: its darkest ink (1 pixel in 2,000), its ground (light)
+MIN_CONTRAST = 48  # a page whose ink is closer to its ground than this has none (paper's grain)
+MIN_DARK = 0.05  # a line of print's ink is partly dark: under halfway from the ink level to the darkest (not noise's
+                 # flicker on a grey near the ink level)
 MIN_LINE_INCHES, MAX_LINE_INCHES = 0.025, 0.8  # a line of print: at least 4 px at 150 dpi, at most about 60 pt type
 MAX_LINE_DENSITY = 0.6  # nor a band of rows more than 60 % inked (a photograph's dark area)
 MIN_STROKES = 2.0  # and its rows cross letters' strokes: on average 2 or more ink runs a row in a strip (not a shape's edge)
-BLANK_INK = 0.002  # a page with no line and less ink than this (specks) is blank, one with more a picture
+BLANK_INK = 0.01  # a page with no line and less ink than this (specks) is blank, one with more a picture
 
 
 @dataclass(frozen=True)
@@ -57,24 +59,28 @@ def measure(image: Image.Image, dpi: float) -> TextSize:
     if factor > 1:
         size = measure(image.convert("L").reduce(factor), dpi / factor)
         return TextSize(size.lines, size.line_px * factor, size.ink)
-    grey = np.asarray(image.convert("L"))
-    ink = grey < INK_LEVEL
-    inked = float(ink.mean()) if ink.size else 0.0
+    grey = np.asarray(image.convert("L"), dtype=np.int16)
+    if not grey.size:
+        return TextSize(0, 0.0, 0.0)
+    darkest, ground, lightest = np.percentile(grey[::2, ::2], (DARKEST, GROUND, 100 - DARKEST))  # (every 4th pixel: enough)
+    inked = float((grey < (darkest + ground) / 2).mean()) if ground - darkest >= MIN_CONTRAST else 0.0
     strip, lines = max(8, round(STRIP_INCHES * dpi)), (max(3, round(MIN_LINE_INCHES * dpi)), round(MAX_LINE_INCHES * dpi))
-    heights = _line_heights(ink, grey < DARK_LEVEL, strip, lines)
-    if not len(heights):  # light print on a dark ground (a banner, a slide)
-        heights = _line_heights(~ink, grey > 255 - DARK_LEVEL, strip, lines)
+    heights = _line_heights(grey, darkest, ground, strip, lines)
+    if not len(heights):  # light print on a dark ground (a slide; a banner: narrower strips, some within it)
+        heights = _line_heights(255 - grey, 255 - lightest, 255 - np.percentile(grey[::2, ::2], 100 - GROUND), max(8, strip // 4), lines)
     if not len(heights):
         return TextSize(0, 0.0, inked)
     return TextSize(len(heights), float(np.median(heights)), inked)
 
 
-def _line_heights(ink: np.ndarray, dark: np.ndarray, width: int, lines: tuple[int, int]) -> np.ndarray:
-    """The heights of the runs of inked rows, in every strip `width` wide, that look like lines of
-    print (between lines[0] and lines[1] rows high)."""
-    rows, cols = ink.shape
-    if not rows or not cols:
+def _line_heights(grey: np.ndarray, darkest: float, ground: float, width: int, lines: tuple[int, int]) -> np.ndarray:
+    """The heights of the runs of inked rows (ink: darker than halfway from `ground` to `darkest`), in
+    every strip `width` wide, that look like lines of print (between lines[0] and lines[1] rows high)."""
+    rows, cols = grey.shape
+    if ground - darkest < MIN_CONTRAST:
         return np.zeros(0)
+    level = (darkest + ground) / 2
+    ink, dark = grey < level, grey < (darkest + level) / 2
     count = cols // width
     if not count:
         width, count = cols, 1  # narrower than a strip: one
