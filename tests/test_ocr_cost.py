@@ -62,14 +62,16 @@ def test_pages_without_a_line_of_print_are_told_from_pages_with_one():
     assert measure(banner, 100).kind == "text"
 
 
+@pytest.mark.slow  # a build with its renders and a stand-in tesseract, and a letter-size picture drawn: seconds
 def test_blank_and_picture_only_pages_are_not_given_to_tesseract(tmp_path, monkeypatch, fake_model, appended):
-    """A scanned PDF of a page of print, a blank page and a picture, and a picture-only PNG: Tesseract
-    reads the page of print alone; the others are indexed without text, as Tesseract would leave them."""
+    """A scanned PDF of a page of print, a blank page and a picture, and a picture-only PNG (a letter
+    page's scan): Tesseract reads the page of print alone; the others are indexed without text, as
+    Tesseract would leave them."""
     docs, log = tmp_path / "docs", tmp_path / "tesseract.log"
     docs.mkdir()
     pages = [_page(PageSpec(kind=kind))[0] for kind in ("text", "blank", "picture")]
     pages[0].save(docs / "scan.pdf", "PDF", resolution=SCAN_DPI, save_all=True, append_images=pages[1:])
-    pages[2].save(docs / "photo.png")
+    draw_page(PageSpec(kind="picture"), random.Random(2))[0].save(docs / "photo.png")
     fake = tmp_path / "bin" / "tesseract"
     fake.parent.mkdir()
     fake.write_text(f"""#!/bin/sh

@@ -23,7 +23,8 @@ from PIL import Image
 LINE_PX = 12.0  # the height of a line's ink (ascenders to descenders, about 3/4 of the type size) OCR reads well at: 10 pt at 110 dpi
 MEASURE_DPI = 150  # a picture is measured at about this resolution
 STRIP_INCHES = 0.7  # the width of the vertical strips a page's rows are profiled in (a few words of body text)
-DARKEST, GROUND = 0.05, 90  # percentiles of a page's greys: its darkest ink (1 pixel in 2,000), its ground (light)
+DARKEST = 50  # a page's darkest ink: its 50th darkest pixel (a one-word label has hundreds; a speck of dust a few)
+GROUND = 90  # and its ground: the 90th percentile of its greys (light)
 MIN_CONTRAST = 48  # a page whose ink is closer to its ground than this has none (paper's grain)
 MIN_DARK = 0.05  # a line of print's ink is partly dark: under halfway from the ink level to the darkest (not noise's
                  # flicker on a grey near the ink level)
@@ -59,15 +60,17 @@ def measure(image: Image.Image, dpi: float) -> TextSize:
     if factor > 1:
         size = measure(image.convert("L").reduce(factor), dpi / factor)
         return TextSize(size.lines, size.line_px * factor, size.ink)
-    grey = np.asarray(image.convert("L"), dtype=np.int16)
+    grey = np.asarray(image.convert("L")).astype(np.int16)
     if not grey.size:
         return TextSize(0, 0.0, 0.0)
-    darkest, ground, lightest = np.percentile(grey[::2, ::2], (DARKEST, GROUND, 100 - DARKEST))  # (every 4th pixel: enough)
+    below = np.cumsum(np.bincount(grey.ravel(), minlength=256))  # pixels at each grey or darker
+    darkest, lightest = int(np.searchsorted(below, DARKEST)), int(np.searchsorted(below, grey.size - DARKEST))
+    ground, dark_ground = (int(np.searchsorted(below, grey.size * share)) for share in (GROUND / 100, 1 - GROUND / 100))
     inked = float((grey < (darkest + ground) / 2).mean()) if ground - darkest >= MIN_CONTRAST else 0.0
     strip, lines = max(8, round(STRIP_INCHES * dpi)), (max(3, round(MIN_LINE_INCHES * dpi)), round(MAX_LINE_INCHES * dpi))
     heights = _line_heights(grey, darkest, ground, strip, lines)
     if not len(heights):  # light print on a dark ground (a slide; a banner: narrower strips, some within it)
-        heights = _line_heights(255 - grey, 255 - lightest, 255 - np.percentile(grey[::2, ::2], 100 - GROUND), max(8, strip // 4), lines)
+        heights = _line_heights(255 - grey, 255 - lightest, 255 - dark_ground, max(8, strip // 4), lines)
     if not len(heights):
         return TextSize(0, 0.0, inked)
     return TextSize(len(heights), float(np.median(heights)), inked)
