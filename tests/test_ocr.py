@@ -179,11 +179,13 @@ def test_a_documents_pages_share_one_tesseract_and_a_page_in_trouble_costs_only_
     a page that hangs or crashes it fails alone, after its own --ocr-timeout: the pages before it keep
     what was read, the pages after it go on in a new process. A Tesseract that does not name the page
     it starts leaves the pages it did not surely finish to one process each."""
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
     docs, log = tmp_path / "docs", tmp_path / "tesseract.log"
     docs.mkdir()
-    Image.new("L", (200, 100), 255).save(docs / "scan.pdf", save_all=True, append_images=[Image.new("L", (200, 100), 255)] * 2)
+    page = Image.new("L", (200, 100), 255)
+    ImageDraw.Draw(page).text((10, 40), "a line of print", fill=0)  # (a blank page is not read at all)
+    page.save(docs / "scan.pdf", save_all=True, append_images=[page] * 2)
     _fake_tesseract(tmp_path, monkeypatch, LIST_READER.format(log=log, trouble=trouble or ":", say=say))
     result, report = build_json(docs, tmp_path / "idx", "--model", str(fake_model), "--ocr", "auto", "--ocr-workers", "1",
                                 "--ocr-timeout", "3")
@@ -316,9 +318,11 @@ def test_a_failed_documents_pages_are_not_read(tmp_path, monkeypatch):
     log, release = tmp_path / "read.log", tmp_path / "release"
     _fake_tesseract(tmp_path, monkeypatch, f"echo read >> {log}\nwhile [ ! -e {release} ]; do sleep 0.05; done\necho text")
     pdf = tmp_path / "scan.pdf"
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
-    Image.new("RGB", (200, 100), "white").save(pdf, save_all=True, append_images=[Image.new("RGB", (200, 100), "white")] * 4)
+    page = Image.new("RGB", (200, 100), "white")
+    ImageDraw.Draw(page).text((10, 40), "a line of print", fill="black")  # (a blank page is not read at all)
+    page.save(pdf, save_all=True, append_images=[page] * 4)
     png = make_png(tmp_path / "next.png", "next", size=(200, 100))
     texts = PageTexts(TextSettings(ocr="auto", ocr_workers=1, tesseract=Tesseract.find()),
                       [FeedSource(pdf, "pdf", 1), FeedSource(png, "image", 1)])

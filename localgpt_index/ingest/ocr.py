@@ -1,8 +1,13 @@
 """OCR with Tesseract 5, for pages without a usable text layer (scans, photos, image files).
 
-A PDF page is read from its own render at OCR_DPI (pdftoppm -r 300 -gray, one page), not from
-the model's small page image: Tesseract wants text about 20-30 pixels high. An image file's frame
-is read at its own resolution (a small one enlarged, a huge one reduced). Each page is bounded
+A PDF page is read from its own grey render (pdftoppm, one page), not from the model's small page
+image, at the resolution its text needs (textsize.py): a first render at PROBE_DPI shows how tall
+its lines are, and it is reduced, or rendered again finer (small print), so that they are
+textsize.LINE_PX high (10 pt print: 110 dpi, between MIN_OCR_DPI and OCR_DPI); a page that shows no
+line of print (blank, or a picture alone) is not given to Tesseract at all. An image file's frame is
+read the same way from its own pixels (a small one enlarged, a huge one or one with large text
+reduced). Tesseract itself runs as a process (`tesseract`), not in this one through its library
+(tesserocr): its recogniser is most of a page's cost either way, and a process can be bounded. Each page is bounded
 like the renderer's poppler calls, in time (one deadline for the page's render and its OCR: the
 --ocr-timeout) and, here, in memory too: each process runs under an address-space limit
 (`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
@@ -16,10 +21,13 @@ not pay (docs/performance.md, "OCR scheduling"), so it is off unless asked for.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,8 +39,13 @@ from PIL import Image
 from ..core.errors import EnvironmentMissing
 from . import processes
 from .text import clean_page_text
+from .textsize import TextSize, measure
 
-OCR_DPI = 300
+OCR_DPI = 300  # the finest a page is read at (and every page, with a fixed resolution: scripts/bench_ocr.py's baseline)
+PROBE_DPI = 150  # the first render of a page, that shows its text's size (and is read as it is, or reduced, mostly)
+MIN_OCR_DPI = 100  # the coarsest (large print's)
+SCREEN_DPI = 100  # what a small frame (a screenshot) is measured as, to tell whether it shows print at all
+PSM = "3"  # Tesseract's page segmentation: automatic (columns, tables); a single block (6) costs as much and mixes columns
 DEFAULT_OCR_TIMEOUT_S = 60.0
 DEFAULT_OCR_LANG = "eng"
 OCR_NICE = 0  # the OCR processes' niceness over the build's (10: a CFS weight of 110 against 1024), unless $LGPT_OCR_NICE
@@ -40,6 +53,7 @@ OCR_MEMORY_MIB = 2048  # address space each process of a page's OCR may map (pdf
 SMALL_IMAGE_SIDE = 1600  # an image frame whose long side is shorter is enlarged (screenshots: small text)
 LARGE_IMAGE_SIDE = 7000  # and one whose long side is longer is reduced (about A3 at 400 dpi)
 INSTALL_HINT = "apt-get install tesseract-ocr tesseract-ocr-eng"
+TESSLIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tesslib.py")  # run by file name: no package import
 _SHELL = "/bin/sh"  # runs the tool under its limit (`ulimit -v`, then exec): found without PATH
 
 
@@ -53,10 +67,12 @@ class OcrFailed(Exception):
 
 @dataclass(frozen=True)
 class Tesseract:
-    """An installed Tesseract and the languages it has."""
+    """An installed Tesseract and the languages it has; with `tessdata` (its language folder, where
+    tesserocr is installed), pages are read by its library in a process of ours (tesslib.py)."""
 
     path: str
     languages: tuple[str, ...]
+    tessdata: str | None = None
 
     @classmethod
     def find(cls, timeout_s: float = 30.0) -> Tesseract | None:
@@ -71,7 +87,17 @@ class Tesseract:
         if done.returncode != 0:
             return None
         lines = (done.stdout or done.stderr).decode("utf-8", "replace").splitlines()
-        return cls(path, tuple(line.strip() for line in lines[1:] if line.strip()))  # the first line names the folder
+        named = re.search(r'"(.+)"', lines[0]) if lines else None  # the first line names the folder
+        tessdata = named.group(1) if named and importlib.util.find_spec("tesserocr") else None
+        return cls(path, tuple(line.strip() for line in lines[1:] if line.strip()), tessdata)
+
+    def command(self, source: str, lang: str, listing: bool = False) -> list[str]:
+        """The process that reads `source`, a picture or (`listing`) a file naming one a line, and writes
+        its text to stdout: tesslib.py where the library has every language of `lang`, else `tesseract`."""
+        folder = self.tessdata
+        if folder and all(os.path.isfile(os.path.join(folder, f"{part}.traineddata")) for part in lang.split("+") if part):
+            return [sys.executable, "-I", TESSLIB, folder, lang, PSM, *(["--list"] if listing else []), source]
+        return [self.path, source, "stdout", "-l", lang, "--psm", PSM]
 
     def check_language(self, lang: str) -> None:
         """Refuse a --ocr-lang this Tesseract cannot read (eng, or several: eng+deu)."""
@@ -84,32 +110,36 @@ class Tesseract:
                                      f"(it has: {have})", hint=f"apt-get install {package}, or --ocr never")
 
     def read_pdf_page(self, pdf: Path, page: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
-                      memory_mib: int = OCR_MEMORY_MIB) -> str:
-        """The text of one PDF page, from its render at OCR_DPI."""
+                      memory_mib: int = OCR_MEMORY_MIB, fixed_dpi: int | None = None) -> str:
+        """The text of one PDF page, from its render at the resolution its text needs (or `fixed_dpi`)."""
         deadline = time.monotonic() + timeout_s
         with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
-            picture = render_for_ocr(pdf, page, os.path.join(folder, "page"), deadline, timeout_s, memory_mib)
-            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib, dpi=OCR_DPI)
+            picture = prepare_pdf_page(pdf, page, os.path.join(folder, "page"), deadline, timeout_s, memory_mib, fixed_dpi)
+            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib) if picture else ""
 
     def read_image_frame(self, image: Path, frame: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
-                         memory_mib: int = OCR_MEMORY_MIB) -> str:
-        """The text of one frame (1-based) of an image file."""
+                         memory_mib: int = OCR_MEMORY_MIB, measured: bool = True) -> str:
+        """The text of one frame (1-based) of an image file; not `measured`: read at its own size (a small
+        or huge one resized), none skipped, as before frames were measured (scripts/bench_ocr.py's baseline)."""
         deadline = time.monotonic() + timeout_s
         with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
             picture = os.path.join(folder, "frame.pgm")
             try:
                 with Image.open(image) as source:
                     source.seek(frame - 1)
-                    _sized_for_ocr(source.convert("L")).save(picture, "PPM")
+                    sized = _sized_for_ocr(source.convert("L"), measured)
+                    if sized is None:
+                        return ""  # blank, or a picture alone
+                    sized.save(picture, "PPM")
             except (OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError) as exc:
                 raise OcrFailed(f"cannot decode frame {frame}: {' '.join(str(exc).split())[:200]}") from None
             return self.read_picture(picture, lang, deadline, timeout_s, memory_mib)
 
     def read_picture(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
         """The text of a picture on disk, by Tesseract, by `deadline`."""
-        resolution = ["--dpi", str(dpi)] if dpi else []
-        out = run_bounded([self.path, picture, "stdout", "-l", lang, "--psm", "3", *resolution],
-                          deadline, timeout_s, memory_mib, "Tesseract")
+        args = self.command(picture, lang)
+        resolution = ["--dpi", str(dpi)] if dpi and args[0] == self.path else []  # (the library: the picture's own)
+        out = run_bounded([*args, *resolution], deadline, timeout_s, memory_mib, "Tesseract", tool="tesseract")
         return self.clean(out.decode("utf-8", "replace"))
 
     @staticmethod
@@ -118,25 +148,70 @@ class Tesseract:
         return clean_page_text(text)
 
 
-def render_for_ocr(pdf: Path, page: int, root: str, deadline: float, timeout_s: float, memory_mib: int) -> str:
-    """Render one PDF page at OCR_DPI in grey for Tesseract: the picture's path (ROOT.tif)."""
-    # an uncompressed grey TIFF: Tesseract (Leptonica) reads it faster than PGM, the same pixels
-    run_bounded(["pdftoppm", "-r", str(OCR_DPI), "-gray", "-tiff", "-f", str(page), "-l", str(page), "-singlefile",
-                 os.path.abspath(pdf), root], deadline, timeout_s, memory_mib, f"the {OCR_DPI} dpi render")
+def prepare_pdf_page(pdf: Path, page: int, root: str, deadline: float, timeout_s: float, memory_mib: int,
+                     fixed_dpi: int | None = None) -> str | None:
+    """One PDF page as Tesseract will read it, a grey TIFF at the resolution its text needs (ROOT.tif,
+    its resolution recorded in it), or None where it shows no line of print; at `fixed_dpi`: every
+    page, rendered at that resolution, as it was before pages were measured."""
+    if fixed_dpi:
+        return render_for_ocr(pdf, page, root, deadline, timeout_s, memory_mib, fixed_dpi)
+    probe = _read_render(render_for_ocr(pdf, page, root + "-probe", deadline, timeout_s, memory_mib, PROBE_DPI))
+    size = measure(probe, PROBE_DPI)
+    if size.kind != "text":
+        return None
+    dpi = ocr_dpi(size, PROBE_DPI)
+    if dpi > PROBE_DPI:
+        return render_for_ocr(pdf, page, root, deadline, timeout_s, memory_mib, dpi)
+    if dpi < PROBE_DPI:
+        scale = dpi / PROBE_DPI
+        probe = probe.resize((max(1, round(probe.width * scale)), max(1, round(probe.height * scale))), Image.Resampling.BOX)
+    probe.save(root + ".tif", dpi=(dpi, dpi))
+    return root + ".tif"
+
+
+def ocr_dpi(size: TextSize, seen_at: float) -> int:
+    """The resolution (a multiple of 10 dpi, MIN_OCR_DPI to OCR_DPI) that makes text measured at `seen_at` LINE_PX high."""
+    return int(min(OCR_DPI, max(MIN_OCR_DPI, round(seen_at * size.scale() / 10) * 10)))
+
+
+def _read_render(path: str) -> Image.Image:
+    try:
+        with Image.open(path) as picture:
+            return picture.convert("L")
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise OcrFailed(f"cannot read the page's render: {' '.join(str(exc).split())[:200]}") from None
+
+
+def render_for_ocr(pdf: Path, page: int, root: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int = OCR_DPI) -> str:
+    """Render one PDF page at `dpi` in grey for Tesseract: the picture's path (ROOT.tif)."""
+    # an uncompressed grey TIFF: Tesseract (Leptonica) reads it faster than PGM, the same pixels; it records its resolution
+    run_bounded(["pdftoppm", "-r", str(dpi), "-gray", "-tiff", "-f", str(page), "-l", str(page), "-singlefile",
+                 os.path.abspath(pdf), root], deadline, timeout_s, memory_mib, f"the {dpi} dpi render")
     if not os.path.exists(root + ".tif"):
         raise OcrFailed(f"pdftoppm gave no image of page {page}")
     return root + ".tif"
 
 
-def _sized_for_ocr(image: Image.Image) -> Image.Image:
-    """Enlarge a small frame (Tesseract misses text under about 10 pixels high), reduce a huge one."""
+def _sized_for_ocr(image: Image.Image, measured: bool = True) -> Image.Image | None:
+    """Enlarge a small frame (Tesseract misses text under about 10 pixels high), reduce a huge one or one
+    whose text is larger than OCR needs; None for a frame that shows no line of print."""
     long_side = max(image.size)
     if 0 < long_side < SMALL_IMAGE_SIDE:
+        if measured and measure(image, SCREEN_DPI).kind != "text":
+            return None
         factor = min(4, -(-SMALL_IMAGE_SIDE // long_side))
         return image.resize((image.width * factor, image.height * factor), Image.Resampling.LANCZOS)
     if long_side > LARGE_IMAGE_SIDE:
         scale = LARGE_IMAGE_SIDE / long_side
-        return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.LANCZOS)
+        image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.LANCZOS)
+    if not measured:
+        return image
+    size = measure(image, OCR_DPI)  # as if the frame were a 300 dpi scan
+    if size.kind != "text":
+        return None
+    scale = ocr_dpi(size, OCR_DPI) / OCR_DPI
+    if scale < 0.9:
+        return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.BOX)
     return image
 
 
@@ -168,9 +243,10 @@ def _nice() -> str | None:
     return shlex.quote(found) if found else None
 
 
-def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: int, what: str) -> bytes:
+def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: int, what: str, tool: str | None = None) -> bytes:
     """Run a tool under an address-space limit until `deadline`, in its own process group, in the
-    current ProcessScope: its stdout, or OcrFailed (missing, too slow, out of memory, failed)."""
+    current ProcessScope: its stdout, or OcrFailed (missing, too slow, out of memory, failed; `tool`
+    names it there, else its program's name)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise OcrFailed(f"the page's OCR did not finish within {timeout_s:g} s (see --ocr-timeout)")
@@ -188,7 +264,7 @@ def run_bounded(args: list[str], deadline: float, timeout_s: float, memory_mib: 
     if proc.interrupted:
         raise processes.Stopped("interrupted")
     if proc.returncode != 0:
-        raise OcrFailed(failure(args[0], proc.returncode, said, memory_mib))
+        raise OcrFailed(failure(tool or args[0], proc.returncode, said, memory_mib))
     return out
 
 

@@ -1,9 +1,10 @@
-"""Several PDF pages' OCR in one Tesseract process: a list file of their 300 dpi renders.
+"""Several PDF pages' OCR in one Tesseract process: a list file of their renders.
 
 Tesseract loads its model once a process (about 0.13-0.17 s of CPU, 15 % of a scanned page's OCR);
 reading several pages in one process pays it once. Each page stays bounded alone:
 
-- its render is its own pdftoppm, under the page's --ocr-timeout, which also covers its OCR;
+- its render is its own pdftoppm (two where its print is small: ocr.prepare_pdf_page), under the
+  page's --ocr-timeout, which also covers its OCR; a page that shows no line of print is not listed;
 - Tesseract says on stderr when it starts a page of a list ("Page N : FILE") and writes each page's
   text when it finishes it (the pages separated by form feeds), so the page it is on is known; when
   that page runs past its deadline, or Tesseract fails or crashes on it, the pages it finished keep
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import processes
-from .ocr import OCR_DPI, OcrFailed, Tesseract, bounded_command, failure, render_for_ocr
+from .ocr import OcrFailed, Tesseract, bounded_command, failure, prepare_pdf_page
 
 OCR_BATCH = 8  # PDF pages one Tesseract process reads at most
 Done = Callable[[int, "str | OcrFailed"], None]  # a page's index in the batch, and its text (cleaned) or why it has none
@@ -104,13 +105,14 @@ def _settle(queued: QueuedPage, result: str | OcrFailed) -> None:
 
 
 def ocr_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang: str, timeout_s: float, memory_mib: int,
-                   done: Done, wanted: Callable[[int], bool] = lambda index: True) -> None:
+                  done: Done, wanted: Callable[[int], bool] = lambda index: True, fixed_dpi: int | None = None) -> None:
     """OCR pages (pdf, page number) in one Tesseract process where they can be, telling `done` of each
     page as soon as it is read or has failed (see the module's docstring). A page no longer `wanted`
-    when its turn comes (its document failed) is skipped; one in a Tesseract list already is read."""
+    when its turn comes (its document failed) is skipped; one in a Tesseract list already is read.
+    `fixed_dpi` reads every page at that resolution, none skipped (the baseline of scripts/bench_ocr.py)."""
     if len(pages) == 1:
         if wanted(0):
-            _single(tesseract, 0, pages[0], lang, timeout_s, memory_mib, done)
+            _single(tesseract, 0, pages[0], lang, timeout_s, memory_mib, done, fixed_dpi)
         return
     with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
         ready: list[tuple[int, str, float]] = []  # index, picture, seconds left of the page's timeout
@@ -119,9 +121,13 @@ def ocr_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang:
                 continue
             started = time.monotonic()
             try:
-                picture = render_for_ocr(pdf, page, os.path.join(folder, f"page-{index}"), started + timeout_s, timeout_s, memory_mib)
+                picture = prepare_pdf_page(pdf, page, os.path.join(folder, f"page-{index}"), started + timeout_s, timeout_s,
+                                           memory_mib, fixed_dpi)
             except OcrFailed as exc:
                 done(index, exc)
+                continue
+            if picture is None:  # no line of print: nothing to read
+                done(index, "")
                 continue
             ready.append((index, picture, timeout_s - (time.monotonic() - started)))
         while ready:
@@ -135,9 +141,9 @@ def ocr_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang:
 
 
 def _single(tesseract: Tesseract, index: int, page: tuple[Path, int], lang: str, timeout_s: float, memory_mib: int,
-            done: Done) -> None:
+            done: Done, fixed_dpi: int | None) -> None:
     try:
-        text = tesseract.read_pdf_page(page[0], page[1], lang, timeout_s, memory_mib)
+        text = tesseract.read_pdf_page(page[0], page[1], lang, timeout_s, memory_mib, fixed_dpi)
     except OcrFailed as exc:
         done(index, exc)
         return
@@ -148,7 +154,7 @@ def _picture(tesseract: Tesseract, index: int, picture: str, budget: float, lang
              done: Done) -> None:
     """A rendered page alone, in a Tesseract process of its own, within what is left of its timeout."""
     try:
-        text = tesseract.read_picture(picture, lang, time.monotonic() + budget, timeout_s, memory_mib, dpi=OCR_DPI)
+        text = tesseract.read_picture(picture, lang, time.monotonic() + budget, timeout_s, memory_mib)
     except OcrFailed as exc:
         done(index, exc)
         return
@@ -161,7 +167,7 @@ def _run_list(tesseract: Tesseract, ready: list[tuple[int, str, float]], folder:
     whether Tesseract named the pages it started (the rest go on in another process)."""
     listing = os.path.join(folder, "pages.txt")
     Path(listing).write_text("".join(picture + "\n" for _, picture, _ in ready), encoding="utf-8")
-    args = [tesseract.path, listing, "stdout", "-l", lang, "--psm", "3", "--dpi", str(OCR_DPI)]
+    args = tesseract.command(listing, lang, listing=True)  # each picture records its own resolution
     try:
         proc = processes.Tracked(bounded_command(args, memory_mib), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  env={**os.environ, "OMP_THREAD_LIMIT": "1"})
@@ -180,7 +186,7 @@ def _run_list(tesseract: Tesseract, ready: list[tuple[int, str, float]], folder:
     if timed_out:
         reason = f"Tesseract did not finish within the page's {timeout_s:g} s and was stopped (see --ocr-timeout)"
     else:
-        reason = failure(args[0], code, stream.said(), memory_mib)
+        reason = failure("tesseract", code, stream.said(), memory_mib)
     done(ready[settled][0], OcrFailed(reason))
     return settled + 1, True
 
