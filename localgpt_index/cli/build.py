@@ -29,7 +29,7 @@ from .options import (BUILD_MODEL_HELP, EXIT_CODES, SECONDS, build_options, disp
 @click.option("--render-timeout", "render_timeout_s", cls=TuningOption, type=SECONDS, default=60.0, show_default=True,
               help="Seconds poppler may take for a few pages of a PDF.")
 @click.option("--ocr-timeout", "ocr_timeout_s", cls=TuningOption, type=SECONDS, default=60.0, show_default=True,
-              help="Seconds one page's OCR may take (its 300 dpi render and Tesseract); a slower page is indexed without it.")
+              help="Seconds one page's OCR may take (its renders and Tesseract); a slower page is indexed without it.")
 @click.option("--ocr-workers", cls=TuningOption, type=click.IntRange(1, 256), default=None,
               help="Pages read by OCR side by side, beside the encoder. [default: every CPU]")
 @click.option("--commit-every", "commit_every_pages", cls=TuningOption, type=click.IntRange(1), default=None,
