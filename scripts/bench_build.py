@@ -13,6 +13,7 @@ is for lgpt-index).
     python scripts/bench_build.py                          # cpu: 16 PDFs x 5 pages; bench: 40 PDFs x 5 + 4 office files;
                                                            # scanned: 40 image-only PDFs x 5 pages on the bench checkpoint
     python scripts/bench_build.py --only scanned           # the scanned corpus alone: default, --ocr never, byaldi
+    python scripts/bench_build.py --only scanned-cpu       # 16 image-only PDFs x 5 pages on the model-bound checkpoint
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --only cpu --repeat 5            # 5 rounds, and the median ratios
     python scripts/bench_build.py --baseline e3a3eed       # also each regime with that commit's lgpt-index
@@ -485,8 +486,9 @@ def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, rep
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["cpu", "bench", "scanned"], default=None,
-                        help="scanned: 40 image-only PDFs x 5 pages (OCR on every page) on the bench checkpoint")
+    parser.add_argument("--only", choices=["cpu", "bench", "scanned", "scanned-cpu"], default=None,
+                        help="scanned: 40 image-only PDFs x 5 pages (OCR on every page) on the bench checkpoint; "
+                             "scanned-cpu: 16 x 5 on the model-bound one")
     parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
     parser.add_argument("--baseline", default=None, metavar="REF",
                         help="a git commit whose lgpt-index also builds each regime's corpus (or --family's)")
@@ -518,6 +520,8 @@ def main() -> None:
                 agree &= regime("pipeline-bound", "bench", 40, 5, True, tmp, baseline, args.repeat)
             if args.only in (None, "scanned"):
                 agree &= scanned_regime("bench", 40, 5, tmp, baseline, args.repeat)
+            if args.only in (None, "scanned-cpu"):
+                agree &= scanned_regime("cpu", 16, 5, tmp, baseline, args.repeat)
         finally:
             if baseline is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], capture_output=True)
