@@ -1,6 +1,7 @@
 """The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (text/engine.py).
 
-A page's vector holds, for each distinct token of OUR tokenizer (index/text/tokenize.py), its term id
+A page's vector holds, for each distinct token of OUR analysis (index/text/tokenize.py: exact tokens and
+stems in the page's language, detected as the text index detects it), its term id
 (`term_id`: the first 4 bytes of the token's BLAKE2b digest, a stable 32-bit hash; two tokens that
 collide are one term, their weights summed: at ~10^5 distinct tokens about one pair in a million
 pairs shares an id, which can only raise a page that holds the other token) and BM25's saturated,
@@ -41,6 +42,8 @@ from typing import Any
 from ..format.manifest import Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
 from ..text.engine import WEIGHTING
+from ..text.language import detect
+from ..text.query import TextQuery
 from ..text.tokenize import tokenize
 from .catalog import read_head
 from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id
@@ -58,7 +61,7 @@ def term_id(token: str) -> int:
 
 def page_vector(text: str, avgdl: float) -> tuple[list[int], list[float]]:
     """(indices, values) of a page's text: BM25 term-frequency weights by term id."""
-    tokens = tokenize(text)
+    tokens = tokenize(text, detect(text))
     counts = Counter(tokens)
     weights: dict[int, float] = {}
     for token, tf in counts.items():
@@ -69,10 +72,17 @@ def page_vector(text: str, avgdl: float) -> tuple[list[int], list[float]]:
     return indices, [weights[i] for i in indices]
 
 
-def query_vector(text: str) -> tuple[list[int], list[float]]:
-    """Each distinct query token once (as the FTS5 engine sums over distinct tokens)."""
-    indices = sorted({term_id(token) for token in tokenize(text)})
+def query_vector(query: TextQuery) -> tuple[list[int], list[float]]:
+    """Each distinct query token and stem once (as the FTS5 engine sums over distinct tokens)."""
+    indices = sorted({term_id(token) for token in query.terms})
     return indices, [1.0] * len(indices)
+
+
+def languages_of(manifest: Manifest) -> tuple[str, ...]:
+    """The languages the generation's pages were stemmed in (its text index records them): a query is stemmed in each."""
+    ref = manifest.artifacts.get(LEXICAL)
+    recorded = ref.meta.get("languages") if ref is not None else None
+    return tuple(filter(None, recorded.split(","))) if isinstance(recorded, str) else ()
 
 
 def sparse_config() -> dict:
