@@ -126,25 +126,24 @@ def tokenize(text: str, language: str | None = None) -> list[str]:
 _JOINERS = str.maketrans("", "", "-_./:,")
 
 
-def spans(text: str, wanted: set[str] | None = None, languages: Iterable[str] = (), limit: int | None = None) -> list[tuple[int, int, str]]:
+def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (),
+          limit: int | None = None) -> list[tuple[int, int, str]]:
     """(start, end, token) of each token of `text` in its own characters (for snippets): a compound's
-    tokens all span the compound; a word whose folded form changes length (ß, ligatures) is found; a
-    word whose stem in one of `languages` is wanted spans as that stem. With `wanted`, only those tokens
-    (a compound that holds none of them, even glued or as a stem's start, is not tokenized); with
-    `limit`, the first `limit` found (the work per page is bounded)."""
+    tokens all span the compound; a word whose folded form changes length (ß, ligatures) is found.
+    With `wanted`, only those tokens and the words that begin with one of `starts` (a stem, a prefix:
+    given as the start); a compound that holds none of them, even glued, is not tokenized. With
+    `limit`, the first `limit` found: the work on a page that floods a query with matches is bounded."""
     found: list[tuple[int, int, str]] = []
-    languages = tuple(languages)
-    prefixes = {token[:MIN_STEMMED] for token in wanted} if wanted is not None else set()
     for match in _COMPOUND.finditer(text):
         if wanted is not None:
             folded = fold(match.group())
             if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
-                    not (languages and any(prefix in folded for prefix in prefixes)):
+                    not any(start in folded for start in starts):
                 continue
-        exact = exact_tokens(match.group())
-        for token in dict.fromkeys(exact + [stem for language in languages for stem in stems(exact, language)]):
-            if wanted is None or token in wanted:
-                found.append((match.start(), match.end(), token))
+        for token in dict.fromkeys(exact_tokens(match.group())):
+            key = token if wanted is None or token in wanted else next((start for start in starts if token.startswith(start)), None)
+            if key is not None:
+                found.append((match.start(), match.end(), key))
         if limit is not None and len(found) >= limit:
             break
     return found
