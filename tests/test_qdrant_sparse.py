@@ -52,7 +52,8 @@ def both(fake_model, tmp_path_factory):
 def answers(index, mode: str, k: int = 10):
 
     results = index.search(QUESTIONS, k=k, mode=mode)
-    return [[(hit.path.rsplit("/", 1)[-1], hit.page, round(hit.score, 7)) for hit in hits] for hits in results]  # 7 places: rel comparisons, no rounding edge
+    # 7 places: the comparisons within rel=1e-5 meet no rounding edge
+    return [[(hit.path.rsplit("/", 1)[-1], hit.page, round(hit.score, 7)) for hit in hits] for hits in results]
 
 
 def qdrant_answers(url: str, mode: str = "text"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator, Mapping
+from typing import TypeGuard
 
 import numpy as np
 
@@ -175,7 +176,7 @@ class LexicalArtifact:
             raise IndexProblem(str(exc), hint="`lgpt-index verify` checks the index; `build --rebuild` rewrites it.") from None
 
 
-def current(ref: ArtifactRef | None) -> bool:
+def current(ref: ArtifactRef | None) -> TypeGuard[ArtifactRef]:
     """Whether a generation's text index is of this version and analysis (else a commit builds it again)."""
     return ref is not None and ref.version == LexicalArtifact.version and ref.meta.get("tokenizer") == TOKENIZER_VERSION
 
