@@ -115,3 +115,13 @@ def test_a_flooding_page_costs_no_more_than_an_ordinary_one():
     started = time.perf_counter()
     assert "**turbine**" in snippet(flood, "turbine")
     assert time.perf_counter() - started < max(0.05, 5 * ordinary_s)
+
+
+def test_an_empty_text_answer_says_why_on_the_terminal(multilingual):
+    index = str(multilingual["index"])
+    unknown = run_cli("query", "Ødegard turbnes", "--mode", "text", "--index-dir", index)
+    assert unknown.exit_code == 0, unknown.stderr
+    assert "no page holds 'odegard'; the nearest indexed words: odegaard" in unknown.stderr, unknown.stderr
+    assert "no page holds 'turbnes'" in unknown.stderr
+    apart = run_cli("query", '"payments late"', "--mode", "text", "--index-dir", index)
+    assert "no page holds its phrase as quoted" in apart.stderr, apart.stderr
