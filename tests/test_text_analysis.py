@@ -125,3 +125,26 @@ def test_an_empty_text_answer_says_why_on_the_terminal(multilingual):
     assert "no page holds 'turbnes'" in unknown.stderr
     apart = run_cli("query", '"payments late"', "--mode", "text", "--index-dir", index)
     assert "no page holds its phrase as quoted" in apart.stderr, apart.stderr
+
+
+def test_a_text_index_of_another_analysis_is_rebuilt_by_upgrade_alone(fake_model, tmp_path, monkeypatch):
+    """An index whose text index another analysis made: queries are visual meanwhile (no wrong tokens);
+    `upgrade` builds the text index again from the stored page text, the vectors untouched."""
+    from localgpt_index.index.text import artifact
+    from localgpt_index.query.search import open_index
+    from multilingual import write_pdf
+
+    write_pdf(tmp_path / "docs" / "a.pdf", ["Die Rechnungen der Müller GmbH wurden in Zürich geprüft."])
+    with monkeypatch.context() as patch:
+        patch.setattr(artifact, "TOKENIZER_VERSION", artifact.TOKENIZER_VERSION - 1)  # as an older version recorded it
+        done = run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"))
+        assert done.exit_code == 0, done.stderr
+    before = open_index(tmp_path / "idx")
+    assert before.lexical is None and before.mode(None) == "visual"
+    upgraded = run_cli("upgrade", "--index-dir", str(tmp_path / "idx"), "--json")
+    assert upgraded.exit_code == 0 and json.loads(upgraded.stdout)["text_reindexed"] is True, upgraded.stderr
+    after = open_index(tmp_path / "idx")
+    assert after.manifest.segments == before.manifest.segments  # no vector rewritten
+    assert [(hit.page) for hit in after.search("Muller Rechnung", k=1, mode="text")[0]] == [1]
+    again = run_cli("upgrade", "--index-dir", str(tmp_path / "idx"), "--json")
+    assert json.loads(again.stdout)["upgraded"] is False
