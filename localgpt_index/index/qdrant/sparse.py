@@ -39,7 +39,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..format.manifest import Manifest
+from ..artifacts import BlobSource
+from ..format.manifest import Document, Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
 from ..text.engine import WEIGHTING
 from ..text.language import detect
@@ -59,9 +60,9 @@ def term_id(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=4).digest(), "little")
 
 
-def page_vector(text: str, avgdl: float) -> tuple[list[int], list[float]]:
-    """(indices, values) of a page's text: BM25 term-frequency weights by term id."""
-    tokens = tokenize(text, detect(text))
+def page_vector(text: str, avgdl: float, language: str | None = None) -> tuple[list[int], list[float]]:
+    """(indices, values) of a page's text, stemmed in its document's `language`: BM25 term-frequency weights by term id."""
+    tokens = tokenize(text, language)
     counts = Counter(tokens)
     weights: dict[int, float] = {}
     for token, tf in counts.items():
@@ -190,24 +191,42 @@ def _write_pages(txn: QdrantWriting, manifest: Manifest, previous: Manifest | No
     batch: list = []
     written = 0
     for doc in manifest.documents:
-        for span in doc.spans:
-            segment = manifest.segments.get(span.segment)
-            part = segment.parts.get(TEXT) if segment else None
-            old = previous.segments.get(span.segment) if previous is not None and span.segment in shown else None
-            if part is None or (old is not None and old.parts.get(TEXT) == part):
-                continue  # no text, or its vectors (of the same reference) were written by an earlier commit
-            if span.segment not in texts:
-                texts[span.segment] = read_text_part(part, source)
-            rows = texts[span.segment]
-            for row in range(span.first, min(span.first + span.pages, len(rows))):
-                if not rows[row][0]:
-                    continue
-                indices, values = page_vector(rows[row][0], avgdl)
-                batch.append(models.PointVectors(id=point_id(span.segment, row),
-                                                 vector={SPARSE: models.SparseVector(indices=indices, values=values)}))
-                if len(batch) >= BATCH:
-                    written += _flush(txn, batch)
+        pages = _document_pages(doc, manifest, previous, shown, source, texts)
+        if not any(due for *_, due in pages):
+            continue  # no text, or its vectors (of the same reference) were written by an earlier commit
+        language = detect(text for _, _, text, _ in pages)  # as the text index tells a document's language
+        for segment, row, text, due in pages:
+            if not due:
+                continue
+            indices, values = page_vector(text, avgdl, language)
+            vector = {SPARSE: models.SparseVector(indices=indices, values=values)}
+            batch.append(models.PointVectors(id=point_id(segment, row), vector=vector))
+            if len(batch) >= BATCH:
+                written += _flush(txn, batch)
     return written + _flush(txn, batch)
+
+
+def _document_pages(doc: Document, manifest: Manifest, previous: Manifest | None, shown: set[str], source: BlobSource,
+                    texts: dict[str, list[tuple[str, str]]]) -> list[tuple[str, int, str, bool]]:
+    """(segment, row, text, whether its vector is due) of each page of `doc` with text, in page order; a
+    document none of whose text parts is new is not read."""
+    spans = []
+    for span in doc.spans:
+        segment = manifest.segments.get(span.segment)
+        part = segment.parts.get(TEXT) if segment else None
+        old = previous.segments.get(span.segment) if previous is not None and span.segment in shown else None
+        if part is not None:
+            spans.append((span, part, old is None or old.parts.get(TEXT) != part))
+    if not any(due for *_, due in spans):
+        return []
+    pages = []
+    for span, part, due in spans:
+        if span.segment not in texts:
+            texts[span.segment] = read_text_part(part, source)
+        rows = texts[span.segment]
+        last = min(span.first + span.pages, len(rows))
+        pages += [(span.segment, row, rows[row][0], due) for row in range(span.first, last) if rows[row][0]]
+    return pages
 
 
 def _flush(txn: QdrantWriting, batch: list) -> int:

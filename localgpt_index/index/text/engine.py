@@ -34,10 +34,11 @@ idf is what its IDF modifier applies at query time.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -213,13 +214,14 @@ class LexicalIndex:
                 db.executemany("INSERT INTO terms(terms, rowid, exact, stems) VALUES ('delete', ?, ?, ?)",
                                [(row, *_columns(analyse(text, language))) for row, text, language in gone])
                 db.execute("DELETE FROM pages WHERE path = ?", (_key(path),))
-            for page in added:
-                text = page.text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogate reaches SQLite
-                language = detect(text, self.told)
-                analysed = analyse(text, language)
-                row = db.execute("INSERT INTO pages(path, page, length, language, text) VALUES (?, ?, ?, ?, ?)",
-                                 (_key(page.path), page.page, len(analysed.tokens), language, text)).lastrowid
-                db.execute("INSERT INTO terms(rowid, exact, stems) VALUES (?, ?, ?)", (row, *_columns(analysed)))
+            for document in _documents(added):
+                texts = [page.text.encode("utf-8", "replace").decode("utf-8") for page in document]  # no lone surrogate reaches SQLite
+                language = detect(texts, self.told)
+                for page, text in zip(document, texts):
+                    analysed = analyse(text, language)
+                    row = db.execute("INSERT INTO pages(path, page, length, language, text) VALUES (?, ?, ?, ?, ?)",
+                                     (_key(page.path), page.page, len(analysed.tokens), language, text)).lastrowid
+                    db.execute("INSERT INTO terms(rowid, exact, stems) VALUES (?, ?, ?)", (row, *_columns(analysed)))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -335,6 +337,12 @@ class LexicalIndex:
                                 [_name(row[2]) for row in rows], np.array([row[3] for row in rows], dtype=np.int64),
                                 tuple(sorted({row[4] for row in rows if row[4]})))
         return self._rows
+
+
+def _documents(pages: Iterable[LexicalPage]) -> Iterator[list[LexicalPage]]:
+    """The pages grouped by document (a document's pages come together): its language is told once."""
+    for _, document in itertools.groupby(pages, key=lambda page: page.path):
+        yield list(document)
 
 
 def _columns(analysed: Analysed) -> tuple[str, str]:

@@ -45,7 +45,8 @@ _PARTS = regex.compile(_WORD, regex.V1)
 _ASCII_COMPOUND = re.compile(r"[a-zA-Z0-9]+(?:[-_./:,][a-zA-Z0-9]+)*")
 _ASCII_PARTS = re.compile(r"[a-zA-Z0-9]+")
 # letters NFKD does not decompose into a base and a mark (after case folding)
-_LETTERS = str.maketrans({"æ": "ae", "ø": "o", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "ı": "i", "ŧ": "t", "ħ": "h"})
+_LETTERS = {"æ": "ae", "ø": "o", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "ı": "i", "ŧ": "t", "ħ": "h"}
+_LETTER = re.compile("|".join(_LETTERS))  # a regex finds them faster than str.translate maps every character
 _DIACRITICS = regex.compile(r"[\u0300-\u036f]+")  # the Latin, Greek and Cyrillic accents; other scripts' marks are letters' parts
 
 # ISO 639-1 code (what the detector answers) -> Snowball algorithm (PyStemmer's name)
@@ -63,7 +64,7 @@ def fold(text: str) -> str:
     """Case and accent folding: the form tokens are cut from."""
     if text.isascii():
         return text.lower()
-    folded = unicodedata.normalize("NFKD", text.casefold().translate(_LETTERS))
+    folded = unicodedata.normalize("NFKD", _LETTER.sub(lambda found: _LETTERS[found.group()], text.casefold()))
     return unicodedata.normalize("NFC", _DIACRITICS.sub("", folded))
 
 
@@ -97,8 +98,10 @@ def stems(tokens: Iterable[str], language: str | None) -> list[str]:
     """The stems of `tokens` in `language` that differ from their word (words of letters only)."""
     if language not in SNOWBALL:
         return []
-    words = [token for token in tokens if len(token) >= MIN_STEMMED and token.isalpha()]
-    return [stem for word, stem in zip(words, _stemmer(language).stemWords(words)) if stem != word]
+    tokens = list(tokens)
+    distinct = [word for word in dict.fromkeys(tokens) if len(word) >= MIN_STEMMED and word.isalpha()]  # each stemmed once
+    stemmed = {word: stem for word, stem in zip(distinct, _stemmer(language).stemWords(distinct)) if stem != word}
+    return [stem for stem in map(stemmed.get, tokens) if stem]
 
 
 @dataclass(frozen=True)
