@@ -169,8 +169,21 @@ def write_scan(path: Path, text: str) -> Path:
     return path
 
 
-def write_corpus(folder: Path, seed: int = 43) -> Corpus:
+# scans: (file name, the fact or code sentence): pictures only, read by OCR (Tesseract's English model)
+SCANS = [("scan-en-1.png", FACTS[12]), ("scan-en-2.png", FACTS[14]), ("scan-code.png", CODES[1])]
+
+
+def write_corpus(folder: Path, seed: int = 43, scans: bool = False) -> Corpus:
+    """The text PDFs; with `scans`, also SCANS as pictures (their facts and codes added to the corpus's)."""
     corpus = corpus_pages(seed)
     for name, texts in corpus.pages.items():
         write_pdf(folder / name, texts)
+    if scans:
+        for name, planted in SCANS:
+            if isinstance(planted, Fact):
+                write_scan(folder / name, f"{FILLER['en'][0]} {planted.sentence} {FILLER['en'][1]}")
+                corpus.facts[(name, 1)] = planted
+            else:
+                write_scan(folder / name, f"{FILLER['en'][2]} {planted[1]}")
+                corpus.codes[(name, 1)] = planted[0]
     return corpus

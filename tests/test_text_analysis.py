@@ -148,3 +148,26 @@ def test_a_text_index_of_another_analysis_is_rebuilt_by_upgrade_alone(fake_model
     assert [(hit.page) for hit in after.search("Muller Rechnung", k=1, mode="text")[0]] == [1]
     again = run_cli("upgrade", "--index-dir", str(tmp_path / "idx"), "--json")
     assert json.loads(again.stdout)["upgraded"] is False
+
+
+@pytest.mark.slow  # Tesseract processes: over a second, the real-component tier
+def test_scanned_pages_are_found_as_the_text_pdfs_are(fake_model, tmp_path):
+    """Scans read by OCR go through the same analysis: their facts by each spelling, their code first."""
+    import shutil
+
+    from multilingual import SCANS
+
+    if shutil.which("tesseract") is None:
+        pytest.skip("no Tesseract")
+    corpus = write_corpus(tmp_path / "docs", scans=True)
+    done = run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"),
+                   "--ocr", "auto", "--json", env={"LGPT_OCR": "auto"})
+    assert done.exit_code == 0 and json.loads(done.stdout)["text"]["ocr"] == len(SCANS), done.stdout
+    scanned = {name for name, _ in SCANS}
+    facts = [(key, fact) for key, fact in corpus.facts.items() if key[0] in scanned]
+    for spelling in SPELLINGS:
+        for (key, fact), top in zip(facts, _ranked(tmp_path / "idx", [fact.queries[spelling] for _, fact in facts])):
+            assert key in top, (spelling, fact.queries[spelling], top)
+    codes = [(key, code) for key, code in corpus.codes.items() if key[0] in scanned]
+    for (key, code), top in zip(codes, _ranked(tmp_path / "idx", [code for _, code in codes])):
+        assert top[0] == key, (code, top)
