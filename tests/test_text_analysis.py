@@ -171,3 +171,11 @@ def test_scanned_pages_are_found_as_the_text_pdfs_are(fake_model, tmp_path):
     codes = [(key, code) for key, code in corpus.codes.items() if key[0] in scanned]
     for (key, code), top in zip(codes, _ranked(tmp_path / "idx", [code for _, code in codes])):
         assert top[0] == key, (code, top)
+
+
+def test_folding_of_letters_nfkd_does_not_decompose():
+    from localgpt_index.index.text.tokenize import exact_tokens
+
+    folded = ["aesir", "ore", "oeuvre", "lodz", "flow", "strasse", "creme", "vx", "424", "vx424"]
+    assert exact_tokens("Æsir Øre Œuvre Łódź ﬂow Straße Crème ＶＸ-４２４") == folded
+    assert exact_tokens("한국어 हिन्दी") == ["한", "국", "어", "हिन्दी"]  # Hangul recomposed, Devanagari's marks kept
