@@ -8,6 +8,7 @@ page that repeats a query word 25,000 times costs about what any page costs."""
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 
 from .query import parse
 from .tokenize import MIN_STEMMED, SNOWBALL, spans
@@ -20,10 +21,8 @@ MARK = ("**", "**")  # Markdown bold: what an answerer's prompt or a terminal re
 def snippet(text: str, query: str, width: int = WIDTH) -> str:
     """About `width` characters of `text` around the window holding the most distinct query tokens,
     each matched word between MARK; the text's start if nothing matches; "" for no text."""
-    parsed = parse(query, SNOWBALL)
-    words = [word for word in parsed.exact if word.isalpha() and len(word) > MIN_STEMMED]  # a word that is its own stem
-    starts = tuple(dict.fromkeys(term for term in parsed.stemmed + words + parsed.prefixes if len(term) >= MIN_STEMMED))
-    hits = spans(text, set(parsed.exact), starts, MAX_HITS)
+    exact, starts = _wanted(query)
+    hits = spans(text, set(exact), starts, MAX_HITS)
     if not hits:
         return _clip(text, 0, width)
     best = _densest(hits, width)
@@ -39,6 +38,17 @@ def snippet(text: str, query: str, width: int = WIDTH) -> str:
     marked.append(text[at:end])
     body = " ".join("".join(marked).split())
     return ("… " if begin else "") + body + (" …" if end < len(text) else "")
+
+
+@lru_cache(maxsize=256)
+def _wanted(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A query's exact tokens, and the starts of the words that match it as another inflection or a
+    prefix: its stems in every Snowball language, its words that are their own stem, its prefixes
+    (parsed once for the snippets of all its hits)."""
+    parsed = parse(query, SNOWBALL)
+    words = [word for word in parsed.exact if word.isalpha() and len(word) > MIN_STEMMED]
+    starts = tuple(dict.fromkeys(term for term in parsed.stemmed + words + parsed.prefixes if len(term) >= MIN_STEMMED))
+    return tuple(parsed.exact), starts
 
 
 def _densest(hits: list[tuple[int, int, str]], width: int) -> int:
