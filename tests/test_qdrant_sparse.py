@@ -246,9 +246,9 @@ def sparse_state(url: str, *candidates: float) -> dict:
             text = lexical.page_text(point.payload["path"], point.payload["page"])
             if not text:
                 continue
-            vector = point.vector[SPARSE]
+            vector, language = point.vector[SPARSE], lexical.language(point.payload["path"])
             found = [avgdl for avgdl in {head.get(HEAD_KEY) or 0.0, avgdl_of(manifest), *candidates}
-                     if avgdl and page_vector(text, avgdl)[1] == pytest.approx(vector.values, rel=1e-6)]
+                     if avgdl and page_vector(text, avgdl, language)[1] == pytest.approx(vector.values, rel=1e-6)]
             weighted[(point.payload["path"].rsplit("/", 1)[-1], point.payload["page"])] = found[0] if found else None
         return {"reference": head.get(HEAD_KEY), "exact": avgdl_of(manifest), "weighted": weighted}
     finally:

@@ -239,6 +239,12 @@ class LexicalIndex:
             row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (_key(path), page)).fetchone()
         return row[0] if row else None
 
+    def language(self, path: str) -> str | None:
+        """The language a document's pages were stemmed in (None: none, or not in this index)."""
+        with self._lock:
+            row = self._db.execute("SELECT language FROM pages WHERE path = ? LIMIT 1", (_key(path),)).fetchone()
+        return row[0] if row else None
+
     def page_count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM pages").fetchone()[0])
