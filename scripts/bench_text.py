@@ -15,6 +15,15 @@ narrow ColPali geometry: its model costs about what rendering does, so any added
    cannot be met on this machine, and "achieved / ceiling" says how close the build came.
    CPU seconds are the processes' own (RUSAGE_CHILDREN: user + system, their children included).
 
+4. The text analysis (issue 43; no model): the text index of N pages (four languages) built with the
+   analysis (folding, each document's language detected, stems beside the exact tokens) against the
+   baseline measured in the same run: with --baseline TREE, that source tree's text index of the same
+   pages (e.g. /work/main: the tokenizer before the analysis), else this tree's exact tokens alone (no
+   detection, no stems); each build a process of its own, interleaved; build seconds and image bytes,
+   ratio within +20 % targeted. Then a flooded page (one word 25,000 times) among
+   them: a text query that ranks it, with the snippets of its top 10 (what `query --mode text` does),
+   against a query of an ordinary word; target: at most x2.
+
 Builds are whole processes timed from outside (start-up and model load included, the same in every
 variant) and, from the process's own report, "once loaded" (model ready to exit, as bench_build.py
 has it). Rounds are interleaved (A, B, A, B, ...), each ratio is taken within its round, and the
@@ -27,6 +36,7 @@ median and spread (min-max) are printed: the machine's speed drifts, so compare 
     python scripts/bench_text.py --extraction-only --batch-size 2   # 1. without the CPU tuner's choice in the ratio
     python scripts/bench_text.py --extraction-only --paired     # 1., both variants at once (a loaded machine)
     python scripts/bench_text.py --parts scanned --variants w2n10,w1n10,w2n0 --baseline /older/tree   # OCR scheduling
+    python scripts/bench_text.py --parts analysis --rounds 5 --baseline /older/tree   # only 4. (seconds)
 """
 
 from __future__ import annotations
@@ -221,7 +231,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="8 text PDFs x 3 pages, 6 scanned pages, 2 rounds")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--scanned-pages", type=int, default=None, help="scanned pages (default 12, --small 6)")
-    parser.add_argument("--parts", default="text,scanned", help="which measurements: text (extraction), scanned (OCR)")
+    parser.add_argument("--parts", default="text,scanned,analysis",
+                        help="which measurements: text (extraction), scanned (OCR), analysis (the text index's analysis)")
+    parser.add_argument("--analysis-pages", type=int, default=2000, help="4.: pages of the text index (default 2000)")
     parser.add_argument("--extraction-only", action="store_true", help="only 1. (text PDFs with and without page text): --parts text")
     parser.add_argument("--variants", default="", help="extra scanned builds, a comma list of wWORKERSnNICE[sSPIN]: --ocr-workers "
                         "WORKERS with LGPT_OCR_NICE=NICE (w2n10: two OCR workers 10 lower in CPU priority than the build), "
@@ -239,6 +251,10 @@ def main() -> None:
     pdfs, pages, scanned, rounds = (8, 3, 6, 2) if args.small else (20, 5, 12, 3)
     rounds, scanned = args.rounds or rounds, args.scanned_pages or scanned
     parts = {"text"} if args.extraction_only else set(args.parts.split(","))
+    if "analysis" in parts:
+        analysis(args.analysis_pages, rounds, args.baseline)
+        if parts == {"analysis"}:
+            return
     same = ("--batch-size", str(args.batch_size)) if args.batch_size else ()
     from localgpt_index.core.cpus import available_cpus
     from localgpt_index.ingest.pagetext import default_ocr_workers
@@ -372,6 +388,94 @@ def scanned_round(number: int, scans: Path, model: str, index: Path, scanned: in
         other = done[name]
         add(f"variant {name}", []).append(other["seconds"] / slower)
         print(f"  {name}: {other['seconds']:.2f} s, {other['cpu']:.2f} CPU s (x{other['seconds'] / slower:.3f} of the slower)")
+
+
+def analysis_pages(count: int) -> list:
+    """`count` pages in four languages (bench lines and the multilingual corpus's filler and facts)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import multilingual
+
+    from localgpt_index.index.text.engine import LexicalPage
+
+    rng = __import__("random").Random(43)
+    lines = {**multilingual.FILLER, "en": [*multilingual.FILLER["en"], *LINES]}
+    facts = {language: [fact.sentence for fact in multilingual.FACTS if fact.language == language] for language in lines}
+    pages = []
+    for n in range(count):
+        language = "de en es fr".split()[n % 4]
+        body = [rng.choice(lines[language]).format(n=n) for _ in range(60)] + [rng.choice(facts[language])]
+        pages.append(LexicalPage(f"doc-{n // 5:04d}.pdf", n % 5 + 1, " ".join(body)))
+    return pages
+
+
+BUILD_TEXT_INDEX = """
+import contextlib, pickle, sys, time
+from unittest import mock
+from localgpt_index.index.text import engine
+pages = [engine.LexicalPage(*page) for page in pickle.load(open(sys.argv[1], "rb"))]
+exact_only = sys.argv[2] == "exact"
+started = time.perf_counter()
+if hasattr(engine, "detect") and not exact_only:
+    engine.detect([pages[0].text])  # the detector's model, once a process: printed apart
+loaded = time.perf_counter() - started
+with mock.patch.object(engine, "detect", lambda texts, told=(): None) if exact_only else contextlib.nullcontext():
+    started = time.perf_counter()
+    index = engine.LexicalIndex.create()
+    index.update(removed=[], added=pages)
+    print(time.perf_counter() - started, len(index.to_bytes()), loaded)
+"""
+
+
+def analysis(count: int, rounds: int, baseline: str | None) -> None:
+    """4.: the text index with the analysis against the baseline (another tree's, or the exact tokens alone), then the flooded page."""
+    import pickle
+    import subprocess
+
+    from localgpt_index.index.text import engine
+    from localgpt_index.index.text.snippet import snippet
+
+    pages = analysis_pages(count)
+    named = "the baseline tree" if baseline else "exact tokens only"
+    with tempfile.TemporaryDirectory(prefix="bench-analysis-") as folder:
+        stored = Path(folder) / "pages.pkl"
+        stored.write_bytes(pickle.dumps([(page.path, page.page, page.text) for page in pages]))
+
+        def built(base: bool) -> tuple[float, int, float]:
+            tree = baseline if base and baseline else str(ROOT)
+            done = subprocess.run([sys.executable, "-c", BUILD_TEXT_INDEX, str(stored), "exact" if base and not baseline else "all"],
+                                  env={**os.environ, "PYTHONPATH": tree}, cwd=tree, capture_output=True, text=True, check=True)
+            seconds, size, loaded = done.stdout.split()
+            return float(seconds), int(size), float(loaded)
+
+        cost, sizes = [], []
+        for number in range(1, rounds + 1):
+            order = (False, True) if number % 2 else (True, False)
+            done = {base: built(base) for base in order}
+            cost.append(done[False][0] / done[True][0])
+            sizes.append(done[False][1] / done[True][1])
+            print(f"analysis round {number}: {count} pages, build {done[False][0]:.2f} s with the analysis (its detector's model "
+                  f"loaded before, once a process: {done[False][2]:.2f} s), {done[True][0]:.2f} s "
+                  f"{named} (x{cost[-1]:.3f}); image {done[False][1] / 1e6:.2f} MB / {done[True][1] / 1e6:.2f} MB (x{sizes[-1]:.3f})")
+    print(f"4. text index build cost x{statistics.median(cost):.3f} ({min(cost):.3f}-{max(cost):.3f}) of {named}, "
+          f"size x{statistics.median(sizes):.3f} (target <= x1.20)")
+    flood = engine.LexicalPage("flood.pdf", 1, " ".join(["turbine"] * 25_000))
+    index = engine.LexicalIndex.create()
+    index.update(removed=[], added=[*pages, flood])
+
+    def query(text: str) -> float:
+        started = time.perf_counter()
+        for hit in index.search(text, 10):
+            snippet(index.page_text(hit.path, hit.page) or "", text)
+        return time.perf_counter() - started
+
+    ratios = []
+    for number in range(1, rounds + 1):
+        flooded, ordinary = statistics.median(query("turbine") for _ in range(5)), statistics.median(query("budget") for _ in range(5))
+        ratios.append(flooded / ordinary)
+        print(f"flood round {number}: 'turbine' (the flooded page first) {1000 * flooded:.1f} ms, 'budget' (ordinary pages) "
+              f"{1000 * ordinary:.1f} ms, top 10 with snippets (x{ratios[-1]:.2f})")
+    print(f"4. a query over the flooded page x{statistics.median(ratios):.2f} of one over ordinary pages (target <= x2)")
+    index.close()
 
 
 if __name__ == "__main__":

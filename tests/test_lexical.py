@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+import Stemmer
 
 from localgpt_index.index.text.engine import BM25, LexicalError, LexicalIndex, LexicalPage
 from localgpt_index.index.text.snippet import snippet
@@ -22,7 +23,7 @@ def test_tokenizer_folds_case_and_width_in_any_script():
     assert tokenize("Straße STRASSE strasse") == ["strasse"] * 3
     assert tokenize("ＦＵＬＬ ﬁnance") == ["full", "finance"]  # NFKC: full-width letters, ligatures
     assert tokenize("हिन्दी भाषा") == ["हिन्दी", "भाषा"]  # vowel signs stay in their word
-    assert tokenize("Ελληνικά ΚΕΊΜΕΝΟ") == ["ελληνικά", "κείμενο"]
+    assert tokenize("Ελληνικά ΚΕΊΜΕΝΟ") == ["ελληνικα", "κειμενο"]  # accents folded, as in Latin scripts
     assert tokenize("東京の会社") == ["東", "京", "の", "会", "社"]  # no spaces: one token a character
 
 
@@ -47,15 +48,16 @@ PAGES = [
 
 def hand_bm25(query: str, pages: list[LexicalPage], k1=1.2, b=0.75) -> dict[tuple[str, int], float]:
     docs = {(p.path, p.page): p.text.lower().replace(",", " ").replace("-", " ").split() for p in pages}
-    for key, words in docs.items():  # the code's glued token, as the tokenizer adds it
+    for key, words in docs.items():  # the code's glued token, as the tokenizer adds it, then the English stems
         if "inv" in words:
             words.append("inv20240042")
+        words += _stems(words)
     n_docs = len(docs)
     avgdl = sum(len(words) for words in docs.values()) / n_docs
     scores = {}
     for key, words in docs.items():
         total = 0.0
-        for term in dict.fromkeys(query.lower().split()):
+        for term in dict.fromkeys(query.lower().split() + _stems(query.lower().split())):
             tf = words.count(term)
             if tf:
                 holding = sum(term in other for other in docs.values())
@@ -66,8 +68,13 @@ def hand_bm25(query: str, pages: list[LexicalPage], k1=1.2, b=0.75) -> dict[tupl
     return scores
 
 
-def make_index(folder, pages, name="text.sqlite") -> LexicalIndex:
-    index = LexicalIndex.create(folder / name)
+def _stems(words: list[str]) -> list[str]:
+    english = Stemmer.Stemmer("english")
+    return [stem for word in words if word.isalpha() and len(word) >= 3 and (stem := english.stemWord(word)) != word]
+
+
+def make_index(folder, pages, name="text.sqlite", languages=("en",)) -> LexicalIndex:
+    index = LexicalIndex.create(folder / name, languages)
     index.update(removed=[], added=pages)
     return index
 

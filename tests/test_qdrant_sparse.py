@@ -52,7 +52,8 @@ def both(fake_model, tmp_path_factory):
 def answers(index, mode: str, k: int = 10):
 
     results = index.search(QUESTIONS, k=k, mode=mode)
-    return [[(hit.path.rsplit("/", 1)[-1], hit.page, round(hit.score, 4)) for hit in hits] for hits in results]
+    # 7 places: the comparisons within rel=1e-5 meet no rounding edge
+    return [[(hit.path.rsplit("/", 1)[-1], hit.page, round(hit.score, 7)) for hit in hits] for hits in results]
 
 
 def qdrant_answers(url: str, mode: str = "text"):
@@ -122,6 +123,7 @@ def test_removed_and_pending_points_do_not_count_in_the_idf(both, fake_model, tm
     from localgpt_index.index.open import open_store
     from localgpt_index.index.qdrant.ids import visible_filter
     from localgpt_index.index.qdrant.sparse import SPARSE, query_vector
+    from localgpt_index.index.text.query import parse
     from localgpt_index.query.search import open_index
 
     root = tmp_path / "copy"
@@ -141,7 +143,7 @@ def test_removed_and_pending_points_do_not_count_in_the_idf(both, fake_model, tm
         # unscoped (Qdrant's default, collection-wide) IDF counts doc-0's removed points still in the collection
         from qdrant_client import models
 
-        requests = [models.QueryRequest(query=models.SparseVector(indices=query_vector(q)[0], values=query_vector(q)[1]),
+        requests = [models.QueryRequest(query=models.SparseVector(indices=query_vector(parse(q))[0], values=query_vector(parse(q))[1]),
                                         using=SPARSE, filter=visible_filter(store.open().generation), limit=10,
                                         with_payload=["page"]) for q in QUESTIONS]
         unscoped = store.client.query_batch_points(store.physical(), requests)
@@ -244,9 +246,9 @@ def sparse_state(url: str, *candidates: float) -> dict:
             text = lexical.page_text(point.payload["path"], point.payload["page"])
             if not text:
                 continue
-            vector = point.vector[SPARSE]
+            vector, language = point.vector[SPARSE], lexical.language(point.payload["path"])
             found = [avgdl for avgdl in {head.get(HEAD_KEY) or 0.0, avgdl_of(manifest), *candidates}
-                     if avgdl and page_vector(text, avgdl)[1] == pytest.approx(vector.values, rel=1e-6)]
+                     if avgdl and page_vector(text, avgdl, language)[1] == pytest.approx(vector.values, rel=1e-6)]
             weighted[(point.payload["path"].rsplit("/", 1)[-1], point.payload["page"])] = found[0] if found else None
         return {"reference": head.get(HEAD_KEY), "exact": avgdl_of(manifest), "weighted": weighted}
     finally:

@@ -11,7 +11,7 @@ from localgpt_index.index.text import tokenize as T
 
 def _reference(text: str) -> list[str]:
     tokens: list[str] = []
-    for match in T._COMPOUND.finditer(T.normalize(text)):
+    for match in T._COMPOUND.finditer(T.fold(text)):
         compound = match.group()
         parts = T._PARTS.findall(compound) or [compound]
         tokens.extend(part for part in parts if len(part) <= T.MAX_TOKEN_CHARS)

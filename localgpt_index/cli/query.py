@@ -131,6 +131,8 @@ def _ask_index(app: Application, request, model: ModelSpec, scoring):
         if not lexical.has_pages():
             app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
                               "text finds nothing here.")
+        for text in (text for text, hits in zip(request.queries, results) if not hits and mode == "text"):
+            _explain_miss(app, lexical, text)
     pending = pending_text(index.view) if mode != "visual" else 0
     if pending:
         found = "ranks them by their pixels alone" if mode == "hybrid" else "cannot find them"
@@ -148,6 +150,17 @@ def _ask_index(app: Application, request, model: ModelSpec, scoring):
         if scoring_path.hint:
             app.terminal.info(f"hint: {scoring_path.hint}")
     return document, local_page(index.view, request.dpi)
+
+
+def _explain_miss(app: Application, lexical, text: str) -> None:
+    """Why a text query found nothing: the words no page holds, and the nearest indexed words."""
+    miss = lexical.explain(text)
+    for word in miss.unknown:
+        near = miss.suggestions.get(word) or []
+        app.terminal.info(f"hint: no page holds {word!r}" + (f"; the nearest indexed words: {', '.join(near)}" if near else "")
+                          + f" (query {text!r})")
+    if not miss.unknown and lexical.parse(text).phrases:
+        app.terminal.info(f"hint: every word of {text!r} is indexed, but no page holds its phrase as quoted")
 
 
 def _ask_server(server, token, request):

@@ -26,6 +26,7 @@ from ..index.format.manifest import Manifest, PartRef, Segment
 from ..index.local.store import LocalStore
 from ..index.protocols import Store
 from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
+from ..index.text.artifact import LEXICAL, current
 from ..index.transaction import Transaction
 from ..ingest.ignore import add_ignored
 
@@ -106,6 +107,7 @@ class UpgradeReport:
     segments_coded: int = 0  # given codes by this run
     pages_coded: int = 0
     segments_hashed: int = 0  # version 2 codes given their block hashes (not coded again)
+    text_reindexed: bool = False  # the text index built again from the stored page text (another analysis's)
     note: str = ""
 
 
@@ -130,8 +132,9 @@ def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None =
             report.note = "binary codes are written into local indexes only"
             return report
         stale = [seg for seg in manifest.segments.values() if needs_codes(seg)]
-        if not stale:
-            report.note = "every segment has binary codes of the current version"
+        text = LEXICAL in manifest.artifacts and not current(manifest.artifacts[LEXICAL])  # the commit builds it again
+        if not stale and not text:
+            report.note = "every segment has binary codes of the current version, and the text index the current analysis"
             return report
         for number, segment in enumerate(stale, 1):
             started = time.monotonic()
@@ -151,7 +154,7 @@ def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None =
                 progress(number, len(stale), segment, done, time.monotonic() - started)
             failpoint("upgrade-segment")
         new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
-        report.generation, report.upgraded = new.generation, True
+        report.generation, report.upgraded, report.text_reindexed = new.generation, True, text
     return report
 
 

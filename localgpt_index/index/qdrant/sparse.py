@@ -1,6 +1,7 @@
 """The sparse lexical vector of each page point ("lexical"): the Qdrant side of the one BM25 (text/engine.py).
 
-A page's vector holds, for each distinct token of OUR tokenizer (index/text/tokenize.py), its term id
+A page's vector holds, for each distinct token of OUR analysis (index/text/tokenize.py: exact tokens and
+stems in the page's language, detected as the text index detects it), its term id
 (`term_id`: the first 4 bytes of the token's BLAKE2b digest, a stable 32-bit hash; two tokens that
 collide are one term, their weights summed: at ~10^5 distinct tokens about one pair in a million
 pairs shares an id, which can only raise a page that holds the other token) and BM25's saturated,
@@ -38,9 +39,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..format.manifest import Manifest
+from ..artifacts import BlobSource
+from ..format.manifest import Document, Manifest
 from ..text.artifact import LEXICAL, TEXT, read_text_part
 from ..text.engine import WEIGHTING
+from ..text.language import detect
+from ..text.query import TextQuery
 from ..text.tokenize import tokenize
 from .catalog import read_head
 from .ids import HEAD_ID, LeaseLost, _models, catalog_of, point_id
@@ -56,9 +60,9 @@ def term_id(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=4).digest(), "little")
 
 
-def page_vector(text: str, avgdl: float) -> tuple[list[int], list[float]]:
-    """(indices, values) of a page's text: BM25 term-frequency weights by term id."""
-    tokens = tokenize(text)
+def page_vector(text: str, avgdl: float, language: str | None = None) -> tuple[list[int], list[float]]:
+    """(indices, values) of a page's text, stemmed in its document's `language`: BM25 term-frequency weights by term id."""
+    tokens = tokenize(text, language)
     counts = Counter(tokens)
     weights: dict[int, float] = {}
     for token, tf in counts.items():
@@ -69,10 +73,17 @@ def page_vector(text: str, avgdl: float) -> tuple[list[int], list[float]]:
     return indices, [weights[i] for i in indices]
 
 
-def query_vector(text: str) -> tuple[list[int], list[float]]:
-    """Each distinct query token once (as the FTS5 engine sums over distinct tokens)."""
-    indices = sorted({term_id(token) for token in tokenize(text)})
+def query_vector(query: TextQuery) -> tuple[list[int], list[float]]:
+    """Each distinct query token and stem once (as the FTS5 engine sums over distinct tokens)."""
+    indices = sorted({term_id(token) for token in query.terms})
     return indices, [1.0] * len(indices)
+
+
+def languages_of(manifest: Manifest) -> tuple[str, ...]:
+    """The languages the generation's pages were stemmed in (its text index records them): a query is stemmed in each."""
+    ref = manifest.artifacts.get(LEXICAL)
+    recorded = ref.meta.get("languages") if ref is not None else None
+    return tuple(filter(None, recorded.split(","))) if isinstance(recorded, str) else ()
 
 
 def sparse_config() -> dict:
@@ -180,24 +191,42 @@ def _write_pages(txn: QdrantWriting, manifest: Manifest, previous: Manifest | No
     batch: list = []
     written = 0
     for doc in manifest.documents:
-        for span in doc.spans:
-            segment = manifest.segments.get(span.segment)
-            part = segment.parts.get(TEXT) if segment else None
-            old = previous.segments.get(span.segment) if previous is not None and span.segment in shown else None
-            if part is None or (old is not None and old.parts.get(TEXT) == part):
-                continue  # no text, or its vectors (of the same reference) were written by an earlier commit
-            if span.segment not in texts:
-                texts[span.segment] = read_text_part(part, source)
-            rows = texts[span.segment]
-            for row in range(span.first, min(span.first + span.pages, len(rows))):
-                if not rows[row][0]:
-                    continue
-                indices, values = page_vector(rows[row][0], avgdl)
-                batch.append(models.PointVectors(id=point_id(span.segment, row),
-                                                 vector={SPARSE: models.SparseVector(indices=indices, values=values)}))
-                if len(batch) >= BATCH:
-                    written += _flush(txn, batch)
+        pages = _document_pages(doc, manifest, previous, shown, source, texts)
+        if not any(due for *_, due in pages):
+            continue  # no text, or its vectors (of the same reference) were written by an earlier commit
+        language = detect(text for _, _, text, _ in pages)  # as the text index tells a document's language
+        for segment, row, text, due in pages:
+            if not due:
+                continue
+            indices, values = page_vector(text, avgdl, language)
+            vector = {SPARSE: models.SparseVector(indices=indices, values=values)}
+            batch.append(models.PointVectors(id=point_id(segment, row), vector=vector))
+            if len(batch) >= BATCH:
+                written += _flush(txn, batch)
     return written + _flush(txn, batch)
+
+
+def _document_pages(doc: Document, manifest: Manifest, previous: Manifest | None, shown: set[str], source: BlobSource,
+                    texts: dict[str, list[tuple[str, str]]]) -> list[tuple[str, int, str, bool]]:
+    """(segment, row, text, whether its vector is due) of each page of `doc` with text, in page order; a
+    document none of whose text parts is new is not read."""
+    spans = []
+    for span in doc.spans:
+        segment = manifest.segments.get(span.segment)
+        part = segment.parts.get(TEXT) if segment else None
+        old = previous.segments.get(span.segment) if previous is not None and span.segment in shown else None
+        if part is not None:
+            spans.append((span, part, old is None or old.parts.get(TEXT) != part))
+    if not any(due for *_, due in spans):
+        return []
+    pages = []
+    for span, part, due in spans:
+        if span.segment not in texts:
+            texts[span.segment] = read_text_part(part, source)
+        rows = texts[span.segment]
+        last = min(span.first + span.pages, len(rows))
+        pages += [(span.segment, row, rows[row][0], due) for row in range(span.first, last) if rows[row][0]]
+    return pages
 
 
 def _flush(txn: QdrantWriting, batch: list) -> int:

@@ -16,11 +16,13 @@ from ..format.manifest import (
 from ..artifacts import BlobSource
 from ..scoring.codes.plan import AUTO, AUTO_FROM_PAGES, DEFAULT_CANDIDATES, ScoringPath
 from ..view import GenerationView
+from ..text.artifact import LEXICAL, current
 from ..text.engine import TextHit
+from ..text.query import parse
 from .blobs import QdrantBlobs
 from .catalog import check_count
 from .quantization import is_quantized, search_params
-from .sparse import SPARSE, avgdl_of, has_sparse, idf_scope, query_vector
+from .sparse import SPARSE, avgdl_of, has_sparse, idf_scope, languages_of, query_vector
 from .ids import (
     VECTOR,
     _models,
@@ -112,18 +114,23 @@ class QdrantView(GenerationView):
     def text_search(self, texts: list[str], k: int, filters: dict[str, str] | None = None) -> list[list[TextHit]] | None:
         """The lexical top-k of each query from the points' sparse vectors (index/qdrant/sparse.py), IDF
         over this generation's visible points; None where the collection has no sparse vectors (one from
-        before them, or a generation whose text index does not record its token count): the caller then
+        before them, a generation whose text index does not record its token count or is of another analysis,
+        a query with a phrase or a prefix): the caller then
         takes the text list from the generation's FTS5 artifact."""
         models = _models()
         if self._sparse is None:
             with self.store.talking("reading the collection's schema"):
-                self._sparse = avgdl_of(self.manifest) is not None and has_sparse(self.store.client, self.physical)
+                self._sparse = (current(self.manifest.artifacts.get(LEXICAL)) and avgdl_of(self.manifest) is not None
+                                and has_sparse(self.store.client, self.physical))
         if not self._sparse:
             return None
+        queries = [parse(text, languages_of(self.manifest)) for text in texts]
+        if not all(query.plain for query in queries):
+            return None  # a phrase or a prefix: the FTS5 engine answers (a sparse vector has no positions nor vocabulary)
         flt = visible_filter(self.manifest.generation, filters)
         requests, asked = [], []
-        for text in texts:
-            indices, values = query_vector(text)
+        for query in queries:
+            indices, values = query_vector(query)
             asked.append(bool(indices))
             if not indices:
                 continue  # no token: no text hit (as the FTS5 engine)

@@ -16,6 +16,11 @@ See index/artifacts.py and docs/dev/transaction-core.md, "Per-generation artifac
 
 A reader opens "lexical" from the generation HEAD names, so it sees the vectors and the text of one
 generation; a kill before HEAD moves leaves the old generation's pair answering.
+
+The manifest records the analysis in the artifact's meta ("tokenizer": the analysis version,
+"languages": those its pages were stemmed in). A text index of another analysis is not opened (the
+generation answers visually); `lgpt-index upgrade`, or the next commit, builds it again from the
+stored page text: the vectors are not touched.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator, Mapping
+from typing import TypeGuard
 
 import numpy as np
 
@@ -139,7 +145,7 @@ class LexicalArtifact:
     """The generation's full-text index (one SQLite FTS5 image)."""
 
     name = LEXICAL
-    version = 1
+    version = 2
 
     def part_writer(self, dim: int) -> None:
         return None
@@ -160,16 +166,17 @@ class LexicalArtifact:
         else:
             index, removed, added = base, [doc.path for doc in ctx.removed + retexted], ctx.added + retexted
         index.update(removed=removed, added=_pages(added, parts, ctx.source))
-        pages, tokens = index.page_count(), index.token_count()
+        pages, tokens, languages = index.page_count(), index.token_count(), index.languages()
         ref = sink.put(index.to_bytes(), "sqlite")
         index.close()
         # tokens: avgdl = tokens / pages, the length normalisation of the Qdrant sparse vectors (index/qdrant/sparse.py)
-        return ArtifactRef(version=self.version, blobs=[ref], meta={"pages": pages, "tokens": tokens, "tokenizer": TOKENIZER_VERSION})
+        return ArtifactRef(version=self.version, blobs=[ref], meta={"pages": pages, "tokens": tokens, "tokenizer": TOKENIZER_VERSION,
+                                                                    "languages": ",".join(languages)})
 
     def _base(self, ctx: CommitContext) -> LexicalIndex | None:
         ref = ctx.base_ref
-        if ref is None or ref.version != self.version or ref.meta.get("tokenizer") != TOKENIZER_VERSION:
-            return None  # none yet, or another tokenizer's: built afresh from the text parts
+        if not current(ref):
+            return None  # none yet, or another analysis's: built afresh from the text parts
         return LexicalIndex.from_bytes(ctx.source.read(ref.blobs[0]), "the base generation's text index")
 
     def check(self, ref: PartRef, source: BlobSource, full: bool) -> list[str]:
@@ -186,12 +193,17 @@ class LexicalArtifact:
             index.close()
 
     def open(self, ref: ArtifactRef | None, parts: Mapping[str, PartRef], source: BlobSource) -> LexicalIndex | None:
-        if ref is None or ref.version != self.version:
-            return None
+        if not current(ref):
+            return None  # another analysis's: until `upgrade` or a commit builds it again, queries are visual
         try:
             return LexicalIndex.from_bytes(source.read(ref.blobs[0]), "this generation's text index")
         except LexicalError as exc:
             raise IndexProblem(str(exc), hint="`lgpt-index verify` checks the index; `build --rebuild` rewrites it.") from None
+
+
+def current(ref: ArtifactRef | None) -> TypeGuard[ArtifactRef]:
+    """Whether a generation's text index is of this version and analysis (else a commit builds it again)."""
+    return ref is not None and ref.version == LexicalArtifact.version and ref.meta.get("tokenizer") == TOKENIZER_VERSION
 
 
 def _retexted(ctx: CommitContext) -> list[Document]:

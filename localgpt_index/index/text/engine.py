@@ -3,16 +3,18 @@
 One SQLite file per generation (a per-generation artifact: a writer copies the base generation's
 file and applies only the changed documents' rows; readers open it read-only). Tables:
 
-    meta(key, value)                  tokenizer and format versions
-    pages(id, path, page, length, text)   one row per page: its text (snippets, `--with-text`) and
-                                      its token count (|d| of BM25); the path as bytes (a file name
-                                      that is not UTF-8 is kept as its surrogate escapes are)
-    terms                             contentless FTS5 over the page's tokens, space-joined
-                                      (tokenize='ascii': our tokens hold no ASCII separator and no
-                                      capital, so FTS5 keeps them verbatim); detail=full keeps term
-                                      frequencies; a page leaves it by FTS5's 'delete' with the
-                                      tokens of its stored text (no contentless-delete in 3.40)
-    term_rows, term_hits              fts5vocab views: pages holding a term, and its occurrences
+    meta(key, value)                  tokenizer and format versions, the languages it was told
+    pages(id, path, page, length, language, text)   one row per page: its text (snippets,
+                                      `--with-text`), its token count (|d| of BM25) and the language
+                                      its words were stemmed in (None: none); the path as bytes (a
+                                      file name that is not UTF-8 is kept as its surrogate escapes are)
+    terms(exact, stems)               contentless FTS5 over the page's exact tokens, in order (phrases
+                                      match them), and its stems, each space-joined (tokenize='ascii':
+                                      our tokens hold no ASCII separator and no capital, so FTS5 keeps
+                                      them verbatim); detail=full keeps term frequencies and positions;
+                                      a page leaves it by FTS5's 'delete' with the tokens of its stored
+                                      text (no contentless-delete in 3.40)
+    term_rows, term_hits, term_cols   fts5vocab views: pages holding a term, its occurrences, and by column
 
 Why FTS5 and our own BM25 over its postings (docs/dev/lexical.md has the measurements): FTS5
 applies a delete to its statistics at once, so the statistics a query sees are those of the live
@@ -32,27 +34,34 @@ idf is what its IDF modifier applies at query time.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 
-from .tokenize import TOKENIZER_VERSION, tokenize
+from .language import detect
+from .query import TextQuery, parse
+from .tokenize import TOKENIZER_VERSION, Analysed, analyse
 
-ENGINE_VERSION: Final = 1
+ENGINE_VERSION: Final = 2
+VOCABULARY: Final = 200_000  # the indexed words a miss's suggestions are looked for among (bounded work)
+PREFIX_TERMS: Final = 64  # a prefix (turb*) stands for at most this many indexed words, the most frequent
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE pages(id INTEGER PRIMARY KEY, path BLOB NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL);
+CREATE TABLE pages(id INTEGER PRIMARY KEY, path BLOB NOT NULL, page INTEGER NOT NULL, length INTEGER NOT NULL, language TEXT,
+                   text TEXT NOT NULL);
 CREATE INDEX pages_by_path ON pages(path);
-CREATE VIRTUAL TABLE terms USING fts5(tokens, content='', tokenize='ascii', detail=full);
+CREATE VIRTUAL TABLE terms USING fts5(exact, stems, content='', tokenize='ascii', detail=full);
 CREATE VIRTUAL TABLE term_rows USING fts5vocab(terms, 'row');
 CREATE VIRTUAL TABLE term_hits USING fts5vocab(terms, 'instance');
+CREATE VIRTUAL TABLE term_cols USING fts5vocab(terms, 'col');
 """
 
 
@@ -100,6 +109,15 @@ class _Table:
     lengths: np.ndarray
     paths: list[str]
     pages: np.ndarray
+    languages: tuple[str, ...]  # those its pages were stemmed in
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why a query may find nothing: its words no page holds, and the nearest indexed words to each."""
+
+    unknown: list[str]
+    suggestions: dict[str, list[str]]
 
 
 class LexicalError(Exception):
@@ -114,14 +132,17 @@ class LexicalIndex:
         self.where = where
         self.weighting = weighting
         try:
-            versions = dict(db.execute("SELECT key, value FROM meta"))
+            meta = dict(db.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError as exc:
             db.close()
             raise LexicalError(f"{where}: not a readable text index ({exc}).") from None
+        versions = {key: meta.get(key) for key in ("engine", "tokenizer")}
         wanted = {"engine": str(ENGINE_VERSION), "tokenizer": str(TOKENIZER_VERSION)}
         if versions != wanted:
             db.close()
             raise LexicalError(f"{where}: text index of another version ({versions}, this one reads {wanted}).")
+        # the languages it was told (none: each page's detected among every Snowball language)
+        self.told: tuple[str, ...] = tuple(filter(None, meta.get("languages", "").split(",")))
         self._rows: _Table | None = None
         self._lock = threading.Lock()
 
@@ -137,11 +158,13 @@ class LexicalIndex:
         return cls(db, str(path))
 
     @classmethod
-    def create(cls, path: Path | str = ":memory:") -> LexicalIndex:
-        """A new, empty index: in a file, or in memory (a writer serialises it with to_bytes)."""
+    def create(cls, path: Path | str = ":memory:", languages: Collection[str] = ()) -> LexicalIndex:
+        """A new, empty index: in a file, or in memory (a writer serialises it with to_bytes); its pages
+        stemmed in `languages` (one: every page; several: each page's detected among them; none: among all)."""
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         db.executescript(_SCHEMA)
-        db.executemany("INSERT INTO meta VALUES (?, ?)", [("engine", str(ENGINE_VERSION)), ("tokenizer", str(TOKENIZER_VERSION))])
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [("engine", str(ENGINE_VERSION)), ("tokenizer", str(TOKENIZER_VERSION)),
+                                                         ("languages", ",".join(sorted(languages)))])
         return cls(db, str(path))
 
     @classmethod
@@ -167,7 +190,8 @@ class LexicalIndex:
             found += [row[0] for row in self._db.execute("PRAGMA integrity_check") if row[0] != "ok"]
             self._db.execute("INSERT INTO terms(terms) VALUES ('integrity-check')")
             total = self._db.execute("SELECT count(*) FROM pages").fetchone()[0]
-            lengths = sum(len(tokenize(text)) != length for text, length in self._db.execute("SELECT text, length FROM pages"))
+            lengths = sum(len(analyse(text, language).tokens) != length
+                          for text, length, language in self._db.execute("SELECT text, length, language FROM pages"))
             if lengths:
                 found.append(f"{lengths} of {total} pages' token counts do not match their text")
         except sqlite3.DatabaseError as exc:
@@ -186,16 +210,18 @@ class LexicalIndex:
         db.execute("BEGIN")
         try:
             for path in removed:
-                gone = db.execute("SELECT id, text FROM pages WHERE path = ?", (_key(path),)).fetchall()
-                db.executemany("INSERT INTO terms(terms, rowid, tokens) VALUES ('delete', ?, ?)",
-                               [(row, " ".join(tokenize(text))) for row, text in gone])
+                gone = db.execute("SELECT id, text, language FROM pages WHERE path = ?", (_key(path),)).fetchall()
+                db.executemany("INSERT INTO terms(terms, rowid, exact, stems) VALUES ('delete', ?, ?, ?)",
+                               [(row, *_columns(analyse(text, language))) for row, text, language in gone])
                 db.execute("DELETE FROM pages WHERE path = ?", (_key(path),))
-            for page in added:
-                text = page.text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogate reaches SQLite
-                tokens = tokenize(text)
-                row = db.execute("INSERT INTO pages(path, page, length, text) VALUES (?, ?, ?, ?)",
-                                 (_key(page.path), page.page, len(tokens), text)).lastrowid
-                db.execute("INSERT INTO terms(rowid, tokens) VALUES (?, ?)", (row, " ".join(tokens)))
+            for document in _documents(added):
+                texts = [page.text.encode("utf-8", "replace").decode("utf-8") for page in document]  # no lone surrogate reaches SQLite
+                language = detect(texts, self.told)
+                for page, text in zip(document, texts):
+                    analysed = analyse(text, language)
+                    row = db.execute("INSERT INTO pages(path, page, length, language, text) VALUES (?, ?, ?, ?, ?)",
+                                     (_key(page.path), page.page, len(analysed.tokens), language, text)).lastrowid
+                    db.execute("INSERT INTO terms(rowid, exact, stems) VALUES (?, ?, ?)", (row, *_columns(analysed)))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -211,6 +237,12 @@ class LexicalIndex:
         """A page's stored text (None: the page is not in this index)."""
         with self._lock:
             row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (_key(path), page)).fetchone()
+        return row[0] if row else None
+
+    def language(self, path: str) -> str | None:
+        """The language a document's pages were stemmed in (None: none, or not in this index)."""
+        with self._lock:
+            row = self._db.execute("SELECT language FROM pages WHERE path = ? LIMIT 1", (_key(path),)).fetchone()
         return row[0] if row else None
 
     def page_count(self) -> int:
@@ -232,18 +264,28 @@ class LexicalIndex:
         holding = [self._holding(token) for token in tokens]
         return len(table.ids), float(table.lengths.mean()) if len(table.ids) else 0.0, holding
 
-    def search(self, query: str, n: int, paths: Collection[str] | None = None) -> list[TextHit]:
-        """The `n` best pages for `query` by BM25 (ties by path and page), among `paths` if given."""
+    def languages(self) -> tuple[str, ...]:
+        """The languages its pages were stemmed in: a query is stemmed in each."""
         with self._lock:
-            return self._search(query, n, paths)
+            return self._table().languages
 
-    def _search(self, query: str, n: int, paths: Collection[str] | None) -> list[TextHit]:
+    def parse(self, query: str) -> TextQuery:
+        """`query` as this index reads it (stemmed in its languages)."""
+        return parse(query, self.languages())
+
+    def search(self, query: str, n: int, paths: Collection[str] | None = None) -> list[TextHit]:
+        """The `n` best pages for `query` by BM25 (ties by path and page), among `paths` if given; with a
+        quoted phrase, only pages that hold it."""
+        with self._lock:
+            return self._search(parse(query, self._table().languages), n, paths)
+
+    def _search(self, query: TextQuery, n: int, paths: Collection[str] | None) -> list[TextHit]:
         table = self._table()
         if not len(table.ids):
             return []
         avgdl = float(table.lengths.mean())
         found_rows, found_weights = [], []
-        for token in dict.fromkeys(tokenize(query)):
+        for token in dict.fromkeys(query.terms + [term for prefix in query.prefixes for term in self._expand(prefix)]):
             postings = np.array(self._db.execute("SELECT doc, count(*) FROM term_hits WHERE term = ? GROUP BY doc", (token,)).fetchall(),
                                 dtype=np.int64).reshape(-1, 2)
             if not len(postings):
@@ -256,11 +298,39 @@ class LexicalIndex:
             return []
         scores = np.bincount(np.concatenate(found_rows), weights=np.concatenate(found_weights), minlength=len(table.ids))
         hit = np.flatnonzero(scores > 0)
+        for phrase in query.phrases:
+            holding = np.array([row for (row,) in self._db.execute("SELECT rowid FROM terms WHERE terms MATCH ?", (_phrase(phrase),))],
+                               dtype=np.int64)
+            hit = hit[np.isin(table.ids[hit], holding)]
         if paths is not None:
             wanted = set(paths)
             hit = hit[np.fromiter((table.paths[at] in wanted for at in hit), dtype=bool, count=len(hit))]
         order = sorted(hit.tolist(), key=lambda at: (-scores[at], table.paths[at], table.pages[at]))[:n]
         return [TextHit(table.paths[at], int(table.pages[at]), float(scores[at])) for at in order]
+
+    def _expand(self, prefix: str) -> list[str]:
+        """The indexed words starting with `prefix`, the PREFIX_TERMS held by the most pages."""
+        rows = self._db.execute("SELECT term FROM term_rows WHERE term >= ? AND term < ? ORDER BY doc DESC, term LIMIT ?",
+                                (prefix, prefix + "\U0010ffff", PREFIX_TERMS))
+        return [term for (term,) in rows]
+
+    def explain(self, query: str, suggestions: int = 3) -> Miss:
+        """Why `query` may find nothing: its words no page holds (as written nor as a stem), each with
+        the nearest indexed words (edit distance at most 2, over a bounded vocabulary)."""
+        with self._lock:
+            parsed = parse(query, self._table().languages)
+            stems = dict(zip(parsed.exact, [parse(word, self._table().languages).stemmed for word in parsed.exact]))
+            unknown = [word for word in parsed.exact if not self._holding(word) and not any(self._holding(stem) for stem in stems[word])]
+            unknown += [f"{prefix}*" for prefix in parsed.prefixes if not self._expand(prefix)]
+            if not unknown:
+                return Miss([], {})
+            vocabulary = [term for (term,) in self._db.execute("SELECT term FROM term_cols WHERE col = 'exact' LIMIT ?", (VOCABULARY,))]
+        from rapidfuzz import process
+        from rapidfuzz.distance import Levenshtein
+
+        near = {word: [term for term, _, _ in process.extract(word.rstrip("*"), vocabulary, scorer=Levenshtein.distance, score_cutoff=2,
+                                                                limit=suggestions)] for word in unknown}
+        return Miss(unknown, near)
 
     def _holding(self, token: str) -> int:
         row = self._db.execute("SELECT doc FROM term_rows WHERE term = ?", (token,)).fetchone()
@@ -268,10 +338,26 @@ class LexicalIndex:
 
     def _table(self) -> _Table:
         if self._rows is None:
-            rows = self._db.execute("SELECT id, length, path, page FROM pages ORDER BY id").fetchall()
+            rows = self._db.execute("SELECT id, length, path, page, language FROM pages ORDER BY id").fetchall()
             self._rows = _Table(np.array([row[0] for row in rows], dtype=np.int64), np.array([row[1] for row in rows], dtype=np.float64),
-                                [_name(row[2]) for row in rows], np.array([row[3] for row in rows], dtype=np.int64))
+                                [_name(row[2]) for row in rows], np.array([row[3] for row in rows], dtype=np.int64),
+                                tuple(sorted({row[4] for row in rows if row[4]})))
         return self._rows
+
+
+def _documents(pages: Iterable[LexicalPage]) -> Iterator[list[LexicalPage]]:
+    """The pages grouped by document (a document's pages come together): its language is told once."""
+    for _, document in itertools.groupby(pages, key=lambda page: page.path):
+        yield list(document)
+
+
+def _columns(analysed: Analysed) -> tuple[str, str]:
+    return " ".join(analysed.exact), " ".join(analysed.stemmed)
+
+
+def _phrase(tokens: list[str]) -> str:
+    """An FTS5 query for `tokens` in order in the exact column (our tokens hold no quote)."""
+    return "exact : \"" + " ".join(tokens) + "\""
 
 
 def _deserialize(db: sqlite3.Connection, data: bytes) -> None:

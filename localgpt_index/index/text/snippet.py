@@ -1,20 +1,28 @@
-"""A snippet: the part of a page's text where a query's tokens are densest, matched words marked."""
+"""A snippet: the part of a page's text where a query's tokens are densest, matched words marked.
+
+A word is matched by its exact token, or as another inflection of a query word: it begins with the
+query word's stem in some Snowball language (the page's language is not looked up at query time), or
+with a prefix (turb*). The work per page is bounded: the first MAX_HITS matches are looked among, so a
+page that repeats a query word 25,000 times costs about what any page costs."""
 
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 
-from .tokenize import spans, tokenize
+from .query import parse
+from .tokenize import MIN_STEMMED, SNOWBALL, spans
 
 WIDTH = 200
+MAX_HITS = 256  # the matches a snippet is chosen among: the densest window of the page's first ones
 MARK = ("**", "**")  # Markdown bold: what an answerer's prompt or a terminal renders as emphasis
 
 
 def snippet(text: str, query: str, width: int = WIDTH) -> str:
     """About `width` characters of `text` around the window holding the most distinct query tokens,
     each matched word between MARK; the text's start if nothing matches; "" for no text."""
-    wanted = set(tokenize(query))
-    hits = spans(text, wanted)
+    exact, starts = _wanted(query)
+    hits = spans(text, set(exact), starts, MAX_HITS)
     if not hits:
         return _clip(text, 0, width)
     best = _densest(hits, width)
@@ -30,6 +38,17 @@ def snippet(text: str, query: str, width: int = WIDTH) -> str:
     marked.append(text[at:end])
     body = " ".join("".join(marked).split())
     return ("… " if begin else "") + body + (" …" if end < len(text) else "")
+
+
+@lru_cache(maxsize=256)
+def _wanted(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A query's exact tokens, and the starts of the words that match it as another inflection or a
+    prefix: its stems in every Snowball language, its words that are their own stem, its prefixes
+    (parsed once for the snippets of all its hits)."""
+    parsed = parse(query, SNOWBALL)
+    words = [word for word in parsed.exact if word.isalpha() and len(word) > MIN_STEMMED]
+    starts = tuple(dict.fromkeys(term for term in parsed.stemmed + words + parsed.prefixes if len(term) >= MIN_STEMMED))
+    return tuple(parsed.exact), starts
 
 
 def _densest(hits: list[tuple[int, int, str]], width: int) -> int:
