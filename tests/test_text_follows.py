@@ -35,9 +35,13 @@ def _scans(docs: Path, count: int = 2) -> Path:
     docs.mkdir(parents=True, exist_ok=True)
     for n in range(count):
         picture = Image.new("L", (240, 120), 255)
-        ImageDraw.Draw(picture).rectangle((20 + 10 * n, 20, 120, 60 + 5 * n), fill=0)
+        draw = ImageDraw.Draw(picture)
+        draw.rectangle((20 + 10 * n, 20, 120, 60 + 5 * n), fill=0)
+        draw.text((20, 90), "a line of print", fill=0)  # (a page without one is not given to Tesseract at all)
         picture.save(docs / f"scan-{n}.pdf", resolution=72)
     make_pdf(docs / "text.pdf", ["Quarterly revenue Wombat"])
+    for file in docs.iterdir():  # older than the index: a file written in the build's second is hashed again (racily clean)
+        os.utime(file, (file.stat().st_mtime - 10, file.stat().st_mtime - 10))
     return docs
 
 
@@ -100,7 +104,7 @@ def test_the_next_build_reads_the_text_an_earlier_build_left_pending(tmp_path, f
     assert first["pages_text_pending"] == 1
     result, second = build_json(docs, index)
     assert result.exit_code == 0, result.stderr
-    assert second["pages_text_pending"] == 0 and second["generation"] == first["generation"] + 1
+    assert second["pages_text_pending"] == 0 and second["generation"] == first["generation"] + 1, result.stderr
     assert "Index is up to date" in result.stderr and "Read the pending text of 1 page(s)" in result.stderr
     assert committed_texts(index)["scan-0.pdf", 1] == (f"{WORD} invoice", "ocr")
 
@@ -224,7 +228,7 @@ exit 0"""
 def test_pending_pages_of_a_document_committed_in_several_segments_get_their_own_text(tmp_path, fake_model, monkeypatch):
     """A long scan committed a page a commit (--commit-every 1) spans several segments: each page's OCR
     lands on its own row (one Tesseract list for the three: page-N is the N-th picture of the list)."""
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
     from localgpt_index.index.local.store import LocalStore
 
@@ -232,7 +236,9 @@ def test_pending_pages_of_a_document_committed_in_several_segments_get_their_own
     monkeypatch.setenv("PATH", _tesseract(tmp_path, LIST_READER)["PATH"])
     docs, index = tmp_path / "docs", tmp_path / "idx"
     docs.mkdir()
-    pages = [Image.new("L", (200, 100), 40 * n) for n in range(3)]
+    pages = [Image.new("L", (200, 100), 255 - 40 * n) for n in range(3)]
+    for page in pages:
+        ImageDraw.Draw(page).text((10, 40), "a line of print", fill=0)  # (a page without one is not given to Tesseract)
     pages[0].save(docs / "long.pdf", save_all=True, append_images=pages[1:])
     result, report = build_json(docs, index, "--model", str(fake_model), "--ocr", "later", "--commit-every", "1", "--batch-size", "1")
     assert result.exit_code == 0, result.stderr
