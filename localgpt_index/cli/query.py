@@ -12,6 +12,7 @@ from ..query.request import DPI, MAX_K, MAX_RRF_K
 from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
+from .warm import ask_warm, keep_warm, warm_options
 
 if TYPE_CHECKING:
     from ..models.resolve import ModelSpec
@@ -49,16 +50,16 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", cls=TuningOption, envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
+@warm_options
 @model_options(INDEX_MODEL_HELP, everyday=False)
 @scoring_options
 @index_options
 @output_options
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, first_pass, mode, fusion, rrf_k, with_text,
-          top_k, server, token, model_spec, scorer, max_resident) -> None:
+          top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..core.errors import UsageError
-    from ..query.search import DeviceScoring
 
     texts = list(text) + (read_queries_file(queries_file) if queries_file else [])
     if not texts:
@@ -71,8 +72,14 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
             raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, request)
+    elif not (no_warm or export_dir) and (warm := ask_warm(app, request, model_spec, scorer, max_resident)) is not None:
+        document, fetch = warm, None
     else:
+        from ..query.search import DeviceScoring
+
         document, fetch = _ask_index(app, request, model_spec, DeviceScoring(scorer, max_resident))
+        if keep_warm_s is not None:
+            keep_warm(app, keep_warm_s, model_spec, scorer, max_resident)
     if request.filters and not any(answer["results"] for answer in document["queries"]):
         shown = " ".join(f"--filter {key}={value}" for key, value in request.filters.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
@@ -81,7 +88,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
 
         from ..interop.pages import export_pages
 
-        manifest = export_pages(document, Path(export_dir), dpi, fetch)
+        manifest = export_pages(document, Path(export_dir), dpi, fetch)  # (never warm: fetch is the local one)
         app.terminal.info(f"page images and {manifest.name} written to {export_dir}")
     if app.as_json:
         app.print_json(document)
