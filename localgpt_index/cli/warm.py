@@ -215,3 +215,12 @@ def describe(status: dict[str, Any]) -> str:
     rss = f"{status['rss_bytes'] / 2**20:.0f} MiB resident" if status.get("rss_bytes") else "memory unknown"
     idle = f", idle {status['idle_s']:.0f} s" if status.get("idle_s") is not None else ""
     return f"pid {status['pid']}: {rss}, {status['cpu_s']:.1f} s CPU in {status['uptime_s']:.0f} s{idle}"
+
+
+def warm_line(app: Application) -> str | None:
+    """`lgpt-index status`'s line on the warm service of its index, if one runs."""
+    from ..serve.warm import STATUS_PATH, call
+
+    root = local_root(app)
+    running = call(root, "GET", STATUS_PATH) if root is not None else None
+    return describe(running[1]) if running is not None and running[0] == 200 else None

@@ -8,6 +8,7 @@ otherwise: the client then answers locally). The routes answer nothing over TCP.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 import time
@@ -17,6 +18,10 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from ..core.errors import LgptError
+from ..index.scoring import maxsim as score
 
 from ..interop.reports import query_document
 from ..models.resolve import is_random_checkpoint
@@ -77,9 +82,15 @@ def install_warm_routes(app: FastAPI, ident: Identity, socket_path: Path, activi
         except ValidationError as exc:
             return error_response(400, str(exc.errors()[:1]))
         service.require_ready()
-        service.index().mode(request)  # text or hybrid without the index's text: refused before the batch
-        found = await batcher.submit(request)
-        return json_response(answer_document(service, found.index, request, found.results))
+        index = service.index()
+        if index.mode(request) == "text":  # (refused here: text or hybrid of an index without text)
+            results = await run_in_threadpool(index.search, request)
+        else:  # not batched with serve's clients: scored as the command line scores, alone (one_shot)
+            answered = (await asyncio.wrap_future(batcher.run_on_encoder_thread(one_shot, service, request)))[0]
+            if isinstance(answered, LgptError):
+                raise answered
+            index, results = answered.index, answered.results
+        return json_response(answer_document(service, index, request, results))
 
     @app.get(STATUS_PATH, include_in_schema=False)
     def warm_status(http_request: Request) -> Response:
@@ -93,6 +104,14 @@ def install_warm_routes(app: FastAPI, ident: Identity, socket_path: Path, activi
             return error_response(404, "Not Found")
         stop()
         return json_response({"stopping": True, "pid": os.getpid()})
+
+
+def one_shot(service: IndexService, request: QueryRequest) -> list:
+    """`request` answered as a one-shot `lgpt-index query` answers it: encoded alone, scored on this thread
+    with a fresh process's choice of scorer (maxsim's float32 sums are equal across scorers only within
+    rounding; the warm command line's answers are a local query's, bit for bit)."""
+    with score.kernel_policy.as_one_shot():
+        return service.search([request])
 
 
 def answer_document(service: IndexService, index, request: QueryRequest, results) -> dict:
