@@ -84,7 +84,8 @@ def test_the_warm_path_imports_no_numpy_torch_or_server(service, report_index, t
     code = ("import atexit, json, sys; from pathlib import Path; "
             f"atexit.register(lambda: Path({str(dump)!r}).write_text(json.dumps(sorted(sys.modules)))); "
             "from localgpt_index.cli import run; "
-            f"sys.argv = ['lgpt-index', 'query', 'report', '--mode', 'visual', '--json', '-v', '--index-dir', {str(report_index['index'])!r}]; "
+            f"sys.argv = ['lgpt-index', 'query', 'report', '--mode', 'visual', '--json', '-v', "
+            f"'--index-dir', {str(report_index['index'])!r}]; "
             "run()")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and WARM in done.stderr, done.stderr
