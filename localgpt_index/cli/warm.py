@@ -146,7 +146,8 @@ def _run_here(app: Application, idle_s: float, model_spec: ModelSpec, scorer: st
 
 
 def _wait_ready(root: Path, process) -> tuple[int, dict]:
-    """The started service's status once its model is loaded; its failure, if it exits first."""
+    """The started service's status once its model is loaded; its failure, if it exits first (unless another,
+    started meanwhile by `query --keep-warm`, holds the socket: that one's)."""
     from ..core.errors import EnvironmentMissing
     from ..serve.warm import STATUS_PATH, call
 
@@ -155,7 +156,7 @@ def _wait_ready(root: Path, process) -> tuple[int, dict]:
         answer = call(root, "GET", STATUS_PATH)
         if answer is not None and answer[0] == 200 and answer[1].get("ready"):
             return answer
-        if process.poll() is not None:
+        if answer is None and process.poll() is not None:  # (one started just before it answers: it is waited for)
             raise EnvironmentMissing(f"the warm service ended (exit {process.returncode}) before its model was loaded.",
                                      hint="Run it in the foreground to see why: lgpt-index warm --foreground -v")
         time.sleep(0.05)

@@ -148,7 +148,7 @@ def _status(service: IndexService, ident: Identity, socket_path: Path, activity:
             "ready": service.ready and service.warmed, "model": encoder.model.id if encoder is not None else None,
             "generation": service.index().manifest.generation, "rss_bytes": _rss_bytes(),
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "uptime_s": round(time.monotonic() - started, 3),
-            "idle_s": round(activity.idle_s(), 3) if activity is not None else None,
+            "idle_s": round(time.monotonic() - activity.last, 3) if activity is not None else None,  # (before this request)
             "kind": "warm" if stoppable else "serve"}
 
 
