@@ -200,3 +200,21 @@ def test_keep_warm_starts_a_detached_service_that_warm_stops(report_index, tmp_p
     finally:
         assert served.stop() == 0
     assert not (index / "default" / "warm" / "socket").exists()
+
+
+@pytest.mark.slow  # an MCP server in a process of its own
+def test_the_mcp_server_answers_query_on_the_socket_too(report_index, tmp_path):
+    index = tmp_path / "idx"
+    shutil.copytree(report_index["index"], index, ignore=shutil.ignore_patterns("warm"))
+    server = subprocess.Popen([sys.executable, "-m", "localgpt_index", "mcp", "--index-dir", str(index)], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        root = index / "default"
+        wait_until(lambda: (lambda a: a is not None and a[0] == 200 and a[1]["ready"])(warm.call(root, "GET", warm.STATUS_PATH)),
+                   timeout=120, what="the MCP server's socket ready", proc=server)
+        warmed, local = query(index, "report", "--json", "-v"), query(index, "report", "--json", "--no-warm")
+        assert WARM in warmed.stderr and warmed.stdout == local.stdout
+    finally:
+        server.stdin.close()
+        assert server.wait(timeout=60) == 0
+    assert not (index / "default" / "warm" / "socket").exists()

@@ -166,7 +166,8 @@ def listen_warm(app: FastAPI, service: IndexService, activity: Activity | None =
     """serve's (and warm's) Unix socket, its routes installed on `app`; None for an index that is not a local
     folder, or whose socket another live service holds."""
     ident = service_identity(service)
-    listened = listen(Path(ident.root)) if ident is not None else None
+    exists = ident is not None and service.store.exists()  # (no folder made for an index that is not there yet)
+    listened = listen(Path(ident.root)) if ident is not None and exists else None
     if ident is None or listened is None:
         return None
     install_warm_routes(app, ident, listened[1], activity, stop)
