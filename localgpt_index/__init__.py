@@ -25,7 +25,7 @@ _EXPORTS = {
     "QueryRequest": "localgpt_index.query.request",
     "open_store": "localgpt_index.index.open",
     "LocalStore": "localgpt_index.index.local.store",
-    "index_path": "localgpt_index.index.local.store",
+    "index_path": "localgpt_index.index.local.paths",
     "load_rules": "localgpt_index.core.metadata",
     "page_image": "localgpt_index.interop.pages",
     "LgptError": "localgpt_index.core.errors",

@@ -49,6 +49,7 @@ ERROR_CASES = {
     "query": (lambda tmp, built: ["query", "q", "--index-dir", str(tmp / "none")], 1, "index"),
     "status": (lambda tmp, built: ["status", "--index-dir", str(tmp / "none")], 1, "index"),
     "ls": (lambda tmp, built: ["ls", "--index-dir", str(tmp / "none")], 1, "index"),
+    "warm": (lambda tmp, built: ["warm", "--index-dir", str(tmp / "none")], 1, "index"),
     "remove": (lambda tmp, built: ["remove", "x.pdf", "--index-dir", str(tmp / "none")], 1, "index"),
     "upgrade": (lambda tmp, built: ["upgrade", "--index-dir", str(tmp / "none")], 1, "index"),
     "verify": (lambda tmp, built: ["verify", "--store", "nonsense://x"], 2, "usage"),  # its findings are a report

@@ -28,6 +28,7 @@ def main() -> None:
       lgpt-index serve                        answer queries over HTTP, the model loaded once
       lgpt-index mcp                          the same for MCP clients (desktop agents), over stdio
       lgpt-index watch ./docs                 keep the index up to date as files change
+      lgpt-index warm                         keep the model loaded for repeated queries (--stop, --status)
       lgpt-index status                       what the index holds
       lgpt-index ls [PREFIX]                  the documents it holds
       lgpt-index remove PATH...               drop documents from the index
@@ -58,9 +59,10 @@ def _register() -> None:
     from .transfer import export, import_
     from .upgrade import upgrade
     from .verify import verify
+    from .warm import warm
     from .watch import watch
 
-    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch, upgrade, config):
+    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch, upgrade, config, warm):
         main.add_command(command)
 
 

@@ -13,6 +13,7 @@ from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
 from .formats import format_option
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
+from .warm import ask_warm, keep_warm, warm_options
 
 if TYPE_CHECKING:
     from ..models.resolve import ModelSpec
@@ -52,6 +53,7 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="Ask a running `lgpt-index serve` instead of loading the model here. [env: LGPT_SERVER]")
 @click.option("--token", cls=TuningOption, envvar="LGPT_SERVE_TOKEN", default=None, metavar="TOKEN",
               help="The server's bearer token. [env: LGPT_SERVE_TOKEN]")
+@warm_options
 @model_options(INDEX_MODEL_HELP, everyday=False)
 @scoring_options
 @index_options
@@ -59,10 +61,9 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
 @format_option
 @click.pass_obj
 def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, first_pass, mode, fusion, rrf_k, with_text,
-          all_copies, top_k, server, token, model_spec, scorer, max_resident) -> None:
+          all_copies, top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..core.errors import UsageError
-    from ..query.search import DeviceScoring
     from .formats import chosen_format, write
 
     fmt = chosen_format(app.output_format, app.as_json)
@@ -79,8 +80,14 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
             raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, request)
+    elif not (no_warm or export_dir) and (warm := ask_warm(app, request, model_spec, scorer, max_resident)) is not None:
+        document, fetch = warm, None
     else:
+        from ..query.search import DeviceScoring
+
         document, fetch = _ask_index(app, request, model_spec, DeviceScoring(scorer, max_resident))
+        if keep_warm_s is not None:
+            keep_warm(app, keep_warm_s, model_spec, scorer, max_resident)
     if request.filters and not any(answer["results"] for answer in document["queries"]):
         shown = " ".join(f"--filter {key}={value}" for key, value in request.filters.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
@@ -89,7 +96,7 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
 
         from ..interop.pages import export_pages
 
-        manifest = export_pages(document, Path(export_dir), dpi, fetch)
+        manifest = export_pages(document, Path(export_dir), dpi, fetch)  # (never warm: fetch is the local one)
         app.terminal.info(f"page images and {manifest.name} written to {export_dir}")
     write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
 
@@ -112,55 +119,18 @@ def _request(**fields):
 def _ask_index(app: Application, request, model: ModelSpec, scoring):
     """The query document from the index here: `model` (its --model, --device, --dtype) loaded unless
     text mode answers; `scoring` where exact scoring runs."""
-    from ..models.resolve import is_random_checkpoint
     from ..interop.pages import attach_images, local_page
-    from ..interop.reports import pending_text, query_document
+    from ..interop.reports import query_answer
     from ..query.search import open_index
 
     index = open_index(store=app.store(), scoring=scoring)
-    mode = index.mode(request)
-    if mode != "text":
-        encoder = index.load_encoder(model)
-        if is_random_checkpoint(encoder.model.path):
-            app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful.")
-        app.terminal.detail(f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}")
+    encoder = index.load_encoder(model) if index.mode(request) != "text" else None
     results = index.search(request)
-    if mode != "visual":
-        lexical = index.lexical
-        assert lexical is not None, "text and hybrid are refused without the index's text (choose_mode)"
-        if not lexical.has_pages():
-            app.terminal.info("hint: no page of this index has text (pictures read with --ocr never, or no document): "
-                              "text finds nothing here.")
-        for text in (text for text, hits in zip(request.queries, results) if not hits and mode == "text"):
-            _explain_miss(app, lexical, text)
-    pending = pending_text(index.view) if mode != "visual" else 0
-    if pending:
-        found = "ranks them by their pixels alone" if mode == "hybrid" else "cannot find them"
-        app.terminal.info(f"note: {pending} page(s) of this index have their text pending (OCR not read yet): {mode} {found} "
-                          "until it lands (`lgpt-index build --text-only` reads it).")
-    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion, pending)
+    document, notes = query_answer(index, request, results, encoder)
     if request.with_images:  # a page that cannot be rendered: an image_error on its hit, as serve and mcp answer
         attach_images(document, results, index.view, request.dpi)
-    on_device = index.device_scoring() if mode != "text" else None
-    if (request.first_pass is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring)
-        scoring_path = index.view.scoring_path(request.first_pass)
-        document["scoring"] = scoring_path.to_json() | ({"device": on_device} if on_device else {})
-        where = f" on {on_device['device']}" if on_device else ""
-        app.terminal.detail(f"scored: {scoring_path.path}{where} ({scoring_path.reason})")
-        if scoring_path.hint:
-            app.terminal.info(f"hint: {scoring_path.hint}")
+    app.terminal.say(notes)
     return document, local_page(index.view, request.dpi)
-
-
-def _explain_miss(app: Application, lexical, text: str) -> None:
-    """Why a text query found nothing: the words no page holds, and the nearest indexed words."""
-    miss = lexical.explain(text)
-    for word in miss.unknown:
-        near = miss.suggestions.get(word) or []
-        app.terminal.info(f"hint: no page holds {word!r}" + (f"; the nearest indexed words: {', '.join(near)}" if near else "")
-                          + f" (query {text!r})")
-    if not miss.unknown and lexical.parse(text).phrases:
-        app.terminal.info(f"hint: every word of {text!r} is indexed, but no page holds its phrase as quoted")
 
 
 def _ask_server(server, token, request):

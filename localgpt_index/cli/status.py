@@ -6,6 +6,7 @@ import click
 
 from .app import AppCommand, Application, output_options
 from .options import display_path, index_options
+from .warm import warm_line
 
 
 @click.command(cls=AppCommand)
@@ -43,6 +44,8 @@ def status(app: Application) -> None:
     click.echo(f"            --first-pass auto here: {uses} ({fp['reason']}); binary codes in {fp['coded_segments']} "
                f"of {fp['segments']} segments")
     click.echo(f"last build  {data['last_build']}")
+    if (warm := warm_line(app)) is not None:
+        click.echo(f"warm        {warm}")
     if m.failures:
         click.echo(f"failed last time ({len(m.failures)}):")
         for f in m.failures:

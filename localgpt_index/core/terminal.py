@@ -86,6 +86,11 @@ class Terminal:
     def error(self, message: str) -> None:
         self.console.print(f"error: {message}", style="bold red", markup=False)
 
+    def say(self, notes) -> None:
+        """Messages given as (level, text) pairs, each at its level (warn, info or detail; else detail)."""
+        for level, text in notes:
+            {"warn": self.warn, "info": self.info}.get(level, self.detail)(text)
+
     @contextmanager
     def progress(self) -> Iterator[ProgressSink]:
         if self.is_tty and self.verbosity >= 0:

@@ -16,7 +16,7 @@ from ..core.errors import UsageError
 from ..core.plugins import collected, hookimpl, plugin_manager
 from .protocols import Store
 from .local.store import LocalStore
-from .local.store import index_path
+from .local.paths import index_path
 
 
 @dataclass(frozen=True)

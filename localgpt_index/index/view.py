@@ -9,6 +9,7 @@ No view loads a model (query.search composes one with it)."""
 
 from __future__ import annotations
 
+import contextvars
 from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
@@ -242,7 +243,8 @@ class LocalView(GenerationView):
     def start_unit(self, query_vectors: Queries, unit: ExactUnit, device: str = "cpu") -> Future:
         """score_unit on a thread of the part pool: its scores, when they come (at most parts_in_flight at once).
         Query vectors given as a function are asked for when the part's scoring begins (score.Queries)."""
-        return part_pool().submit(self.score_unit, query_vectors, unit, device)
+        # in this thread's context: the scorer's choice for a warm service's one-shot answer (kernel_policy.as_one_shot)
+        return part_pool().submit(contextvars.copy_context().run, self.score_unit, query_vectors, unit, device)
 
     def score_units(self, query_vectors: Sequence[np.ndarray], units: list[ExactUnit], device: str = "cpu") -> list[np.ndarray]:
         """score_unit of each unit, in order, parts_in_flight of them at once (8 stacked queries over 1,000

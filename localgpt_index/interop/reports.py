@@ -145,3 +145,53 @@ def _total(counts) -> dict[str, int]:
         for source, pages in count.items():
             total[source] += pages
     return total
+
+
+Note = tuple[str, str]  # (level: warn | info | detail, text): a message printed beside a query's answer
+
+
+def query_answer(index, request, results: Sequence[Sequence[SearchHit]], encoder=None) -> tuple[dict, list[Note]]:
+    """`lgpt-index query`'s document for `results` of `index` (a Searcher), and the messages printed
+    beside it, alike wherever the query is answered (in the command's process or a warm service);
+    `encoder` the model that encoded the queries (None in text mode)."""
+    from ..models.resolve import is_random_checkpoint
+
+    mode, notes = index.mode(request), []
+    if mode != "text" and encoder is not None:
+        if is_random_checkpoint(encoder.model.path):
+            notes.append(("warn", f"{encoder.model.id} is a random-weight test checkpoint: these rankings are not meaningful."))
+        notes.append(("detail", f"model {index.manifest.model.id} on {encoder.precision.device} in {encoder.precision.dtype}"))
+    if mode != "visual" and (lexical := index.lexical) is not None:
+        if not lexical.has_pages():
+            notes.append(("info", "hint: no page of this index has text (pictures read with --ocr never, or no document): "
+                                  "text finds nothing here."))
+        for text in (text for text, hits in zip(request.queries, results) if not hits and mode == "text"):
+            notes.extend(("info", line) for line in _explain_miss(lexical, text))
+    pending = pending_text(index.view) if mode != "visual" else 0
+    if pending:
+        found = "ranks them by their pixels alone" if mode == "hybrid" else "cannot find them"
+        notes.append(("info", f"note: {pending} page(s) of this index have their text pending (OCR not read yet): {mode} {found} "
+                              "until it lands (`lgpt-index build --text-only` reads it)."))
+    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion, pending)
+    on_device = index.device_scoring() if mode != "text" else None
+    if (request.first_pass is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring)
+        scoring_path = index.view.scoring_path(request.first_pass)
+        document["scoring"] = scoring_path.to_json() | ({"device": on_device} if on_device else {})
+        where = f" on {on_device['device']}" if on_device else ""
+        notes.append(("detail", f"scored: {scoring_path.path}{where} ({scoring_path.reason})"))
+        if scoring_path.hint:
+            notes.append(("info", f"hint: {scoring_path.hint}"))
+    return document, notes
+
+
+def _explain_miss(lexical, text: str) -> list[str]:
+    """Why a text query found nothing: the words no page holds, and the nearest indexed words."""
+    miss, lines = lexical.explain(text), []
+    for word in miss.unknown:
+        near = miss.suggestions.get(word) or []
+        lines.append(f"hint: no page holds {word!r}" + (f"; the nearest indexed words: {', '.join(near)}" if near else "")
+                     + f" (query {text!r})")
+    if not miss.unknown and lexical.parse(text).phrases:
+        lines.append(f"hint: every word of {text!r} is indexed, but no page holds its phrase as quoted")
+    return lines
+

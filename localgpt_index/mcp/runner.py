@@ -31,11 +31,35 @@ def _lifespan(tools: IndexTools, companions: Sequence[Companion]):
     @asynccontextmanager
     async def lifespan(server):
         tools.start_loading()
-        for companion in companions:
+        for companion in (*companions, _warm_socket(tools)):
             threading.Thread(target=companion, name=f"lgpt-{getattr(companion, '__name__', 'companion')}", daemon=True).start()
         yield {}
 
     return lifespan
+
+
+def _warm_socket(tools: IndexTools) -> Companion:
+    """The companion that answers `query` on the index's Unix socket (serve/warm.py), as `serve` does, with
+    the MCP server's model and encoder thread."""
+
+    def warm_socket() -> None:
+        import atexit
+
+        from fastapi import FastAPI
+
+        from ..serve.runner import uvicorn_server
+        from ..serve.warm import release
+        from ..serve.warmapp import listen_warm
+
+        app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+        app.state.service, app.state.batcher = tools.service, tools.batcher
+        listened = listen_warm(app, tools.service)
+        if listened is None:
+            return  # another service of the index answers there, or no folder holds a socket
+        atexit.register(release, listened[1], listened[0])
+        uvicorn_server(app, ConnectionLimits(max_connections=16)).run(sockets=[listened[0]])
+
+    return warm_socket
 
 
 def run_stdio(tools: IndexTools, companions: Sequence[Companion] = ()) -> None:

@@ -14,7 +14,7 @@ from ..core.errors import EnvironmentMissing, IndexProblem, MissingIndexFile
 from ..core.types import Mode, SearchHit
 from ..index.scoring.device import DeviceScorer, DeviceScoring
 from ..index.local.store import LocalStore
-from ..index.local.store import index_path
+from ..index.local.paths import index_path
 from ..index.text.engine import LexicalIndex
 from ..index.format.manifest import Document, Manifest
 from ..index.protocols import ExactScoring, Store, View

@@ -10,5 +10,7 @@
     httpguard   the HTTP policies (who may ask, what an answer may reveal), no FastAPI in them
     httpconn    uvicorn's httptools protocol with read deadlines and a connection cap
     client      `query --server`: the same documents over HTTP, checked
+    warm        the Unix socket `query` finds by itself: where it is, who may use it, the cheap client
+    warmapp     the socket's routes (the command line's own answer), its status, the idle time
 
 Nothing is imported here, so that `query --server` (serve.client) does not load FastAPI."""

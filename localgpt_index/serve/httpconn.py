@@ -15,6 +15,7 @@ except ImportError as exc:  # an install without lgpt-index's dependencies (http
     raise EnvironmentMissing(f"serve's HTTP parser does not load: {exc}.",
                              hint="pip install 'httptools>=0.6.3' (a dependency of lgpt-index: reinstall it)") from None
 
+from .warm import expected_uid, peer_uid
 from .httpguard import MAX_HEADER_BYTES, ConnectionLimits, headers_too_large_response, is_loopback, over_capacity_response
 
 SPARE_CONNECTIONS = 8  # past the cap: loopback connections given the chance to ask for /healthz
@@ -44,6 +45,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._pending = b""
         self._one_request = False
         super().connection_made(transport)
+        if not _same_user(transport):
+            transport.abort()  # a Unix socket's peer of another user: not one request (the socket is 0600 too)
+            return
         if self._over_cap:
             if not is_loopback((self.client or ("",))[0]):
                 self._refuse()  # only a loopback /healthz may pass the cap
@@ -144,6 +148,19 @@ class GuardedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(answer or over_capacity_response())
             self.transport.close()
+
+
+def _same_user(transport) -> bool:
+    """Whether the peer of a Unix socket's connection runs as this user (SO_PEERCRED); TCP's peers pass."""
+    import socket
+
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        return True
+    try:
+        return peer_uid(sock) == expected_uid()
+    except OSError:
+        return False
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import EnvironmentMissing, LgptError, UsageError
@@ -11,6 +15,8 @@ from .httpconn import guarded_protocol
 from .httpguard import ConnectionLimits, PathPolicy, default_max_connections
 from .middleware import RequestLog
 from .service import IndexService
+from .warm import release
+from .warmapp import Activity, listen_warm
 
 if TYPE_CHECKING:
     import uvicorn
@@ -82,8 +88,13 @@ def run_server(service: IndexService, host: str, port: int, token: str | None, l
     manifest = service.index().manifest
     log.message(f"lgpt-index serve: http://{shown}:{bound_port} ({service.store.location}, generation {manifest.generation}, "
                 f"{manifest.page_count} pages); loading {manifest.model.id}", "notice")
+    warm = listen_warm(app, service)  # the Unix socket `query` finds by itself (serve/warm.py)
     on_listening()
-    run_until_stopped(server, sock)
+    try:
+        run_until_stopped(server, sock, *([warm[0]] if warm else []))
+    finally:
+        if warm:
+            release(warm[1], warm[0])
     log.message("lgpt-index serve: stopped")
     return failures[0] if failures else None
 
@@ -98,8 +109,8 @@ def uvicorn_server(app, limits: ConnectionLimits) -> uvicorn.Server:
                                          timeout_graceful_shutdown=60, server_header=False))
 
 
-def run_until_stopped(server, sock) -> None:
-    """Serve on `sock` until SIGTERM or SIGINT, the requests in flight answered first."""
+def run_until_stopped(server, *sockets) -> None:
+    """Serve on `sockets` until SIGTERM or SIGINT, the requests in flight answered first."""
     # uvicorn answers SIGTERM and SIGINT with a graceful shutdown, then raises the signal again
     # for the handler it found: with that one ignoring it, a graceful stop is a normal exit 0
     import signal
@@ -117,7 +128,54 @@ def run_until_stopped(server, sock) -> None:
     server.handle_exit = stop_processes_then_exit
     before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=list(sockets))
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def run_warm(service: IndexService, idle_s: float, log: RequestLog) -> LgptError | None:
+    """`lgpt-index warm --foreground`: serve the Unix socket until `idle_s` pass without a request, a stop
+    request, SIGTERM or SIGINT, or the socket's file is removed (its index with it). Returns why it
+    stopped early, if it did."""
+    failures: list[LgptError] = []
+    holder: dict = {}
+
+    def stop() -> None:
+        holder["server"].should_exit = True
+
+    def fail(exc: LgptError) -> None:
+        failures.append(exc)
+        stop()
+
+    app = create_app(service, None, log, on_failure=fail, policy=PathPolicy(absolute=True))
+    activity = Activity(app)
+    listened = listen_warm(app, service, activity, stop)
+    if listened is None:
+        raise EnvironmentMissing(f"a warm service of {service.store.location} runs already (or no folder can hold its socket).",
+                                 hint="lgpt-index warm --status shows it; --stop ends it.")
+    sock, path = listened
+    server = holder["server"] = uvicorn_server(activity, ConnectionLimits())
+    done = threading.Event()
+    threading.Thread(target=_exit_when_idle, args=(service, activity, idle_s, path, stop, done), name="lgpt-idle", daemon=True).start()
+    log.message(f"lgpt-index warm: {path} ({service.store.location}); exits after {idle_s:g} s without a request", "notice")
+    try:
+        run_until_stopped(server, sock)
+    finally:
+        done.set()
+        release(path, sock)
+    return failures[0] if failures else None
+
+
+def _exit_when_idle(service: IndexService, activity: Activity, idle_s: float, path: Path, stop: Callable[[], None],
+                    done: threading.Event) -> None:
+    """The idle time is counted from the end of the model's load (or of the last request, if later)."""
+    loaded = False
+    while not done.wait(min(1.0, max(0.05, idle_s / 4))):
+        if not loaded and service.failure is None and not (service.ready and service.warmed):
+            continue
+        if not loaded:
+            loaded, activity.last = True, max(activity.last, time.monotonic())
+        if activity.idle_s() >= idle_s or not os.path.lexists(path):
+            stop()
+            return

@@ -1,6 +1,6 @@
 """The index on disk: immutable, content-named files, and generations that name them.
 
-Layout of one index (`<index-dir>/<name>/`, `index_path`):
+Layout of one index (`<index-dir>/<name>/`, paths.py `index_path`):
 
     HEAD                        {"format", "generation", "manifest": "gen-0000000N.json", "sha256"}
     gen-0000000N.json           the manifest (index/format/manifest.py): model, settings, documents, segments
@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...core.errors import IndexProblem, MissingIndexFile, UsageError
+from ...core.errors import IndexProblem, MissingIndexFile
 from ...core.files import sha256_file
 from ..artifact_registry import check_all
 from ..format.files import read_member, regular_size
@@ -50,23 +49,10 @@ from .txn import LocalParts
 if TYPE_CHECKING:
     from ..view import LocalView
 
-__all__ = ["LocalStore", "index_path"]
+__all__ = ["LocalStore"]
 
-DEFAULT_INDEX_DIR = ".lgpt-index"
-DEFAULT_INDEX_NAME = "default"
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 HEAD_LIMIT = 4096
 MANIFEST_LIMIT = 1 << 30
-
-
-def index_path(index_dir: str | os.PathLike | None, name: str | None) -> Path:
-    """Where an index lives: option, else $LGPT_INDEX_DIR, else ./.lgpt-index; then the name."""
-    base = Path(index_dir or os.environ.get("LGPT_INDEX_DIR") or DEFAULT_INDEX_DIR)
-    name = name or os.environ.get("LGPT_INDEX_NAME") or DEFAULT_INDEX_NAME
-    if not NAME_PATTERN.match(name):
-        shown = name if len(name) <= 40 else name[:40] + "..."
-        raise UsageError(f"index name {shown!r}: use up to 100 letters, digits, '-' and '_', starting with a letter or digit.")
-    return base / name
 
 
 class LocalStore:

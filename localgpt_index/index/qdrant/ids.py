@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import IndexBusy, UsageError
-from ..local.store import NAME_PATTERN
+from ..local.paths import NAME_PATTERN
 
 PENDING = 1 << 40
 VECTOR, POOLED = "page", "pooled"

@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...core.failpoints import failpoint
@@ -38,6 +42,18 @@ def numba_started() -> bool:
     """Whether numba's CPU target has been set up in this process (the costly part of a first load): it
     imports numba.np.arraymath when it loads its registries, at the first compiled call of any function."""
     return "numba.np.arraymath" in sys.modules
+
+
+@dataclass
+class _OneShot:
+    """A fresh process's decisions, kept for one thread (KernelPolicy.as_one_shot)."""
+
+    scored: int = 0
+    due: bool = False  # that process would have loaded the kernel by now
+
+
+# set by as_one_shot for the passes of one request: contexts copied into the part pool carry it along
+_ONE_SHOT: ContextVar[_OneShot | None] = ContextVar("lgpt_one_shot", default=None)
 
 
 class KernelPolicy:
@@ -64,14 +80,42 @@ class KernelPolicy:
         """Whether a load of the kernel began in this process."""
         return self._started
 
+    @contextmanager
+    def as_one_shot(self) -> Iterator[None]:
+        """The passes of this context scored as a fresh one-shot process scores them (bit for bit: a warm
+        service answers the command line exactly as a local query would): torch's path until the work scored
+        from here reaches a cold load's threshold, the kernel after."""
+        token = _ONE_SHOT.set(_OneShot())
+        try:
+            yield
+        finally:
+            _ONE_SHOT.reset(token)
+
+    def _one_shot(self, rows: int, tokens: int, count: bool) -> _OneShot | None:
+        state = _ONE_SHOT.get()
+        if state is None:
+            return None
+        with self._lock:
+            if state.scored + rows * (tokens + ROW_TOKENS) >= PAYS_FROM:
+                state.due = True
+            if count:
+                state.scored += rows * (tokens + ROW_TOKENS)
+        return state
+
     def loaded(self) -> Kernel | None:
         """The kernel if it is loaded; None if not (yet), or where it cannot be had."""
+        state = self._one_shot(0, 0, count=False)
+        if state is not None and not state.due:
+            return None
         return self._kernel if self._ready.is_set() else None
 
     def choose(self, rows: int, tokens: int) -> Kernel | None:
         """The kernel for a call that scores `rows` page rows for `tokens` query tokens: the loaded one;
         None while another thread loads it; else loaded now if this call's work, with the work scored
         without it so far, reaches the threshold; else None (torch's path scores the call)."""
+        state = self._one_shot(rows, tokens, count=True)
+        if state is not None:
+            return self.load() if state.due else None
         if self._ready.is_set():
             return self._kernel
         with self._lock:
@@ -85,7 +129,7 @@ class KernelPolicy:
         """A pass of `rows` page rows for `tokens` query tokens is about to be scored: the kernel is
         loaded now if that, with the work scored so far, pays for the load (choose would find it later,
         after part of the pass had been scored without it)."""
-        if self._ready.is_set():
+        if self._one_shot(rows, tokens, count=False) is not None or self._ready.is_set():
             return
         with self._lock:
             if self._started or self.scored + rows * (tokens + ROW_TOKENS) < threshold():
