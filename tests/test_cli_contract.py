@@ -212,8 +212,7 @@ def fake_server():
 
 def _with_hit(answer: dict, **changes) -> dict:
     document = json.loads(json.dumps(answer))
-    for hits in (document["results"], document["queries"][0]["results"]):
-        hits[0].update(changes)
+    document["queries"][0]["results"][0].update(changes)
     return document
 
 

@@ -33,7 +33,7 @@ def warm_options(func: Callable) -> Callable:
                         metavar="SECONDS",
                         help="Then leave a warm service of this index in the background (`lgpt-index warm`) that the next "
                              "queries find by themselves; it exits after SECONDS without one. [env: LGPT_KEEP_WARM]")(func)
-    return click.option("--no-warm", is_flag=True,
+    return click.option("--no-warm", cls=TuningOption, is_flag=True,
                         help="Answer here, even where a warm service of this index runs (`lgpt-index warm`, `serve`).")(func)
 
 

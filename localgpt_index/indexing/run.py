@@ -92,8 +92,8 @@ def build_index(
         plan = plan_build(found, hashes, base, options.metadata_rules, options.include, options.exclude,
                           options.rebuild, scan_started)
         check_rebuild_keeps(plan, base, model, options, found)
-        report.unchanged, report.reused, report.removed = plan.unchanged, len(plan.reused), len(plan.removed)
-        report.retagged = plan.retagged
+        report.unchanged, report.reused, report.removed, report.retagged = (plan.unchanged, len(plan.reused), len(plan.removed),
+                                                                             plan.retagged)
         report.kept = plan.kept_elsewhere + plan.kept_unlisted + plan.kept_filtered
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
