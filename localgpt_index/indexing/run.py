@@ -68,8 +68,7 @@ def build_index(
     if options.text_only:
         return _text_only(store, options, report, timer, log)
     stage(progress, "scanning")  # until the model's load (or the end, when nothing changed)
-    scan_started = time.time_ns()
-    started = time.perf_counter()
+    scan_started, started = time.time_ns(), time.perf_counter()
     found = discover(docs, options.include, options.exclude, skip_dirs=store.local_folders)
     timer.add("discover", started)
     _discovered(report, found)
