@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -311,6 +312,19 @@ class Outcome:
     ran: bool
     ok: bool = True
     reason: str = ""  # why it was skipped, or how it failed (command, output tail)
+    seconds: float = 0.0
+
+
+def bounded(args: list[str], **options) -> subprocess.CompletedProcess:
+    """`args` run to the end, or for UNIT_TIMEOUT_S (then exit 124, with what it printed until then)."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=UNIT_TIMEOUT_S, **options)
+    except subprocess.TimeoutExpired as late:
+        said = [(part.decode(errors="replace") if isinstance(part, bytes) else part or "") for part in (late.stdout, late.stderr)]
+        return subprocess.CompletedProcess(args, 124, said[0], said[1] + f"\ndoc-test: still running after {UNIT_TIMEOUT_S} s")
+
+
+UNIT_TIMEOUT_S = 300
 
 
 def run_shell(block: Block, place: Workplace) -> list[Outcome]:
@@ -318,18 +332,19 @@ def run_shell(block: Block, place: Workplace) -> list[Outcome]:
     expected = int(block.marker.split()[1]) if block.marker.startswith("exits") else 0
     outcomes = []
     for unit in units:
+        started = time.monotonic()
         place.restore()
         (place.path / PROLOGUE_FILE).write_text(PROLOGUE)
-        done = subprocess.run(["bash", "-c", shell_script(unit, free_port())], cwd=place.path, env=place.env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
+        done = bounded(["bash", "-c", shell_script(unit, free_port())], cwd=place.path, env=place.env, stdin=subprocess.DEVNULL)
         where = f"{block.page}:{unit[0][0]}" if len(units) > 1 else block.where
+        seconds = round(time.monotonic() - started, 1)
         if done.returncode == expected:
-            outcomes.append(Outcome(where, True))
+            outcomes.append(Outcome(where, True, seconds=seconds))
             continue
         failed = re.findall(r"doc-test: line (\d+) failed", done.stderr)
         line = unit[int(failed[-1]) - 2] if failed and 0 <= int(failed[-1]) - 2 < len(unit) else unit[-1]
         output = (done.stdout + done.stderr)[-TAIL:]
-        outcomes.append(Outcome(where, True, False, f"{block.page}:{line[0]}: exit {done.returncode} (expected {expected}) from\n"
+        outcomes.append(Outcome(where, True, False, seconds=seconds, reason=f"{block.page}:{line[0]}: exit {done.returncode} (expected {expected}) from\n"
                                                     f"    {line[1].strip()}\n{textwrap.indent(output, '    | ')}"))
     return outcomes
 
@@ -345,6 +360,7 @@ DRIVER = textwrap.dedent("""\
 
 def run_python(page_blocks: list[Block], place: Workplace, restore: bool) -> Outcome:
     """Python blocks, in order, in one namespace, in a process of their own (a server for those that ask one)."""
+    started = time.monotonic()
     if restore:
         place.restore()
     code = [(str(ROOT / block.page), block.line, block.code) for block in page_blocks]
@@ -357,20 +373,19 @@ def run_python(page_blocks: list[Block], place: Workplace, restore: bool) -> Out
         port = server.url.rsplit(":", 1)[1]
         code = [(path, line, text.replace(f"127.0.0.1:{SERVE_PORT}", f"127.0.0.1:{port}")) for path, line, text in code]
     try:
-        done = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(code), cwd=place.path, env=place.env,
-                              capture_output=True, text=True, timeout=900)
+        done = bounded([sys.executable, "-c", DRIVER], input=json.dumps(code), cwd=place.path, env=place.env)
     finally:
         stopped = server.stop() if server else 0
-    where = ", ".join(block.where for block in page_blocks)
+    where, seconds = ", ".join(block.where for block in page_blocks), round(time.monotonic() - started, 1)
     if done.returncode == 0 and stopped == 0:
-        return Outcome(where, True)
+        return Outcome(where, True, seconds=seconds)
     output = (done.stdout + done.stderr + ("\n".join(server.lines) if server and stopped else ""))[-TAIL:]
-    return Outcome(where, True, False, f"{where}: exit {done.returncode} (server: {stopped})\n{textwrap.indent(output, '    | ')}")
+    return Outcome(where, True, False, seconds=seconds, reason=f"{where}: exit {done.returncode} (server: {stopped})\n{textwrap.indent(output, '    | ')}")
 
 
 def summary(outcomes: list[Outcome]) -> str:
-    lines = [f"{'ran ' if o.ran else 'skip'} {'ok    ' if o.ok else 'FAILED'} {o.where}" + (f"  ({o.reason})" if not o.ran else "")
-             for o in outcomes]
+    lines = [f"{'ran ' if o.ran else 'skip'} {'ok    ' if o.ok else 'FAILED'} {o.where}"
+             + (f"  ({o.reason})" if not o.ran else f"  {o.seconds} s") for o in outcomes]
     return "\n".join(lines)
 
 
@@ -387,22 +402,25 @@ def page_units(page_blocks: list[Block]) -> list[list[Block]]:
     return units
 
 
-@pytest.mark.slow  # LibreOffice, the tiny model in a process per command, servers on real ports: minutes
-def test_every_doc_example_runs(workplace, tmp_path):
-    """Each shell block from the folder as built; Python blocks from where the page's shell block before them left it."""
-    outcomes: list[Outcome] = [Outcome(block.where, False, True, block.skip) for block in all_blocks() if block.skip]
-    for page in pages():
-        fresh = True
-        for unit in page_units(blocks(page)):
-            if unit[0].kind == "shell":
-                outcomes.extend(run_shell(unit[0], workplace))
-            else:
-                outcomes.append(run_python(unit, workplace, restore=fresh))
-            fresh = False
-    print(summary(outcomes))
+@pytest.mark.slow  # LibreOffice, the tiny model in a process per command, servers on real ports: minutes a page
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("page", [str(page.relative_to(ROOT)) for page in pages()])
+def test_every_doc_example_runs(page, workplace, tmp_path):
+    """Each shell block from the folder as built; Python blocks from where the page's shell block before them left it.
+    Prints what ran and what was skipped (and why), writes it to doc-examples.json, and asserts on that."""
+    page_blocks = blocks(ROOT / page)
+    outcomes: list[Outcome] = [Outcome(block.where, False, True, block.skip or "") for block in page_blocks if block.skip]
+    fresh = True
+    for unit in page_units(page_blocks):
+        if unit[0].kind == "shell":
+            outcomes.extend(run_shell(unit[0], workplace))
+        else:
+            outcomes.append(run_python(unit, workplace, restore=fresh))
+        fresh = False
+    print("\n" + summary(outcomes))
     (tmp_path / "doc-examples.json").write_text(json.dumps([o.__dict__ for o in outcomes], indent=1))
     written = json.loads((tmp_path / "doc-examples.json").read_text())
     ran = {where for o in written if o["ran"] for where in o["where"].split(", ")}
-    assert [block.where for block in must_run() if block.where not in ran] == []
+    assert [block.where for block in must_run() if block.page == page and block.where not in ran] == []
     failures = [o["reason"] for o in written if not o["ok"]]
     assert not failures, f"{len(failures)} doc example(s) failed:\n\n" + "\n\n".join(failures) + "\n\n" + summary(outcomes)
