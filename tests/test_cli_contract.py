@@ -149,7 +149,8 @@ def test_doctors_failing_report_carries_the_error_object(fake_model, tmp_path):
 
 def test_a_model_folder_that_is_not_there_is_a_missing_environment_piece(built, tmp_path):
     """The README's exit codes: a missing model is 4, whether a hub id not in the cache or a folder not on disk."""
-    result = run_cli("build", str(built["docs"]), "--model", str(tmp_path / "no-such-model"), "--index-dir", str(tmp_path / "idx"), "--json")
+    missing = str(tmp_path / "no-such-model")
+    result = run_cli("build", str(built["docs"]), "--model", missing, "--index-dir", str(tmp_path / "idx"), "--json")
     error = json.loads(result.stdout)["error"]
     assert result.exit_code == 4 and error["kind"] == "environment" and "no such folder" in error["message"], result.stdout
 

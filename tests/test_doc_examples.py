@@ -230,7 +230,7 @@ def workplace(tiny_model, tmp_path_factory) -> Workplace:
     (path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     (path / "meta.json").write_text(json.dumps({"reports/*": {"team": "finance"}, "slides/*": {"team": "sales"}}))
     bin_dir.mkdir()
-    (bin_dir / "lgpt-index").write_text(f'#!/bin/sh\nexec {sys.executable} -m localgpt_index "$@"\n')
+    (bin_dir / "lgpt-index").write_text(LAUNCHER.format(python=sys.executable))
     (bin_dir / "lgpt-index").chmod(0o755)
     hub_cache_with(base / "hf-home", DEFAULT_MODEL, tiny_model)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(path),
@@ -245,6 +245,13 @@ def workplace(tiny_model, tmp_path_factory) -> Workplace:
         assert done.returncode == 0, done.stderr
     shutil.copytree(path, base / "pristine", symlinks=True)
     return Workplace(path, base / "pristine", env)
+
+
+# `lgpt-index` on the examples' PATH: this interpreter, and its process id noted (stop_background stops those)
+LAUNCHER = """#!/bin/sh
+[ -n "$DOC_TEST_PIDS" ] && echo $$ >>"$DOC_TEST_PIDS"
+exec {python} -m localgpt_index "$@"
+"""
 
 
 def free_port() -> int:
@@ -264,8 +271,10 @@ PROLOGUE = textwrap.dedent("""\
     }
     stop_background() {  # Ctrl-C for what runs until Ctrl-C (SIGTERM: a background job ignores SIGINT); each must exit 0
         local status=$? failed=0
-        for job in $(jobs -p); do kill -TERM -- "-$job" 2>/dev/null || true; done
-        for job in $(jobs -p); do
+        if [ -n "${background[*]}" ] && [ -f "$DOC_TEST_PIDS" ]; then
+            while read -r pid; do kill -TERM "$pid" 2>/dev/null || true; done <"$DOC_TEST_PIDS"
+        fi
+        for job in "${background[@]}"; do
             wait "$job" || { failed=$?; echo "doc-test: a background command exited $failed: $(tail -c 600 .doc-test/bg-*.log)" >&2; }
         done
         [ "$status" -ne 0 ] && exit "$status"; exit "$failed"
@@ -297,9 +306,10 @@ def shell_script(commands: list[tuple[int, str]], port: int) -> str:
                 command += f" --port {port}"
             check = f" {port}" if re.search(r"\blgpt-index\s+serve\b", command) else ""
             log = f".doc-test/bg-{number}.log"
-            command = f"{{ {command}; }} >{log} 2>&1 & started $! {log}{check}"
+            command = f"{{ {command}; }} >{log} 2>&1 & background+=($!); started $! {log}{check}"
         lines.append(command)
-    head = f"mkdir -p .doc-test; source {PROLOGUE_FILE}; set -eo pipefail; set -m; trap stop_background EXIT; "
+    head = (f"mkdir -p .doc-test; export DOC_TEST_PIDS=$PWD/.doc-test/pids; source {PROLOGUE_FILE}; background=(); "
+            "set -eo pipefail; trap stop_background EXIT; ")
     return head + "trap 'echo \"doc-test: line $LINENO failed (exit $?): $BASH_COMMAND\" >&2' ERR\n" + "\n".join(lines) + "\n"
 
 
@@ -344,8 +354,8 @@ def run_shell(block: Block, place: Workplace) -> list[Outcome]:
         failed = re.findall(r"doc-test: line (\d+) failed", done.stderr)
         line = unit[int(failed[-1]) - 2] if failed and 0 <= int(failed[-1]) - 2 < len(unit) else unit[-1]
         output = (done.stdout + done.stderr)[-TAIL:]
-        outcomes.append(Outcome(where, True, False, seconds=seconds, reason=f"{block.page}:{line[0]}: exit {done.returncode} (expected {expected}) from\n"
-                                                    f"    {line[1].strip()}\n{textwrap.indent(output, '    | ')}"))
+        said = f"{block.page}:{line[0]}: exit {done.returncode} (expected {expected}) from\n    {line[1].strip()}\n"
+        outcomes.append(Outcome(where, True, False, seconds=seconds, reason=said + textwrap.indent(output, "    | ")))
     return outcomes
 
 
@@ -380,13 +390,27 @@ def run_python(page_blocks: list[Block], place: Workplace, restore: bool) -> Out
     if done.returncode == 0 and stopped == 0:
         return Outcome(where, True, seconds=seconds)
     output = (done.stdout + done.stderr + ("\n".join(server.lines) if server and stopped else ""))[-TAIL:]
-    return Outcome(where, True, False, seconds=seconds, reason=f"{where}: exit {done.returncode} (server: {stopped})\n{textwrap.indent(output, '    | ')}")
+    said = f"{where}: exit {done.returncode} (the server it asked: {stopped})\n"
+    return Outcome(where, True, False, seconds=seconds, reason=said + textwrap.indent(output, "    | "))
 
 
 def summary(outcomes: list[Outcome]) -> str:
     lines = [f"{'ran ' if o.ran else 'skip'} {'ok    ' if o.ok else 'FAILED'} {o.where}"
              + (f"  ({o.reason})" if not o.ran else f"  {o.seconds} s") for o in outcomes]
     return "\n".join(lines)
+
+
+def test_a_failing_block_is_named_by_its_page_line_command_and_output(tmp_path):
+    """The runner itself, on a block of its own: the failing line, its command and its output."""
+    (tmp_path / "pristine").mkdir()
+    place = Workplace(tmp_path / "work", tmp_path / "pristine", {**os.environ})
+    place.path.mkdir()
+    code = "echo first   # fine\ntrue\nls no-such-file   # fails\necho never\n"
+    [outcome] = run_shell(Block("docs/x.md", 10, "bash", code, ""), place)
+    assert not outcome.ok and outcome.where == "docs/x.md:10"
+    assert outcome.reason.startswith("docs/x.md:13: exit 2 (expected 0) from\n    ls no-such-file   # fails\n"), outcome.reason
+    assert "    | first" in outcome.reason and "no-such-file" in outcome.reason.split("\n", 2)[2]
+    assert [o.ok for o in run_shell(Block("docs/x.md", 10, "console", "$ echo hi\nhi\n$ true\n", ""), place)] == [True]
 
 
 def page_units(page_blocks: list[Block]) -> list[list[Block]]:

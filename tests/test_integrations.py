@@ -143,7 +143,8 @@ def test_text_mode_finds_the_page_by_its_text_and_hands_it_on(backend, report_in
     documents = langchain_retriever(backend, report_index, server, k=2, mode="text").invoke("report 2 page 1")
     assert documents[0].metadata["path"].endswith("report-2.pdf") and documents[0].metadata["page"] == 2
     assert documents[0].page_content.startswith("report 2 page 1\n") and "report 2 page 1 details" in documents[0].page_content
-    nodes = llamaindex_retriever(backend, report_index, server, similarity_top_k=2, mode="text", with_text=False).retrieve("report 2 page 1")
+    nodes = llamaindex_retriever(backend, report_index, server, similarity_top_k=2, mode="text", with_text=False).retrieve(
+        "report 2 page 1")
     assert nodes[0].node.metadata["page"] == 2 and nodes[0].node.text == "" and nodes[0].node.metadata["has_text"] is False
 
 
@@ -254,7 +255,8 @@ def connect(self, address, *args):
     return _connect(self, address, *args)
 socket.socket.connect = connect
 from localgpt_index.integrations.llamaindex import LgptRetriever
-retrievers = [LgptRetriever.from_index(index_dir={index!r}, similarity_top_k=2)] + ([LgptRetriever.from_server({url!r}, similarity_top_k=2)] if {url!r} else [])
+retrievers = [LgptRetriever.from_index(index_dir={index!r}, similarity_top_k=2)]
+retrievers += [LgptRetriever.from_server({url!r}, similarity_top_k=2)] if {url!r} else []
 for retriever in retrievers:
     nodes = retriever.retrieve("report 1")
     assert len(nodes) == 2 and nodes[0].node.get_content(metadata_mode="all")
