@@ -8,9 +8,9 @@ PATH. Each block starts from that folder as it was built (restored in place: an 
 by absolute path). ```python blocks run page by page, in order, in one namespace, in the same folder.
 
 What the runner does besides running a block as written:
-- a command that runs until Ctrl-C (`serve`, `watch`, `mcp`, `--watch`) runs in the background, the next line
-  once it has printed its first line (serve: once it answers /healthz), and it is stopped with SIGTERM when the
-  block ends (it must then exit 0);
+- a command that runs until Ctrl-C (`serve`, `watch`, `mcp --http`) runs in the background, the next line once it
+  answers HTTP on its port (a watch: once its first build ended), and it is stopped with SIGTERM when the block ends
+  (it must then exit 0); `mcp` on stdio gets no input, and ends;
 - a server a block starts, or that a Python block asks (`127.0.0.1:8765`), is on a free port: the block's 8765
   (serve's default) and 8766 (`mcp --http`'s) are rewritten to it, since tests run side by side;
 - a marker comment on the line before a block changes how it runs: `<!-- doc-test: skip REASON: why -->` does
@@ -56,7 +56,8 @@ SKIP_REASONS = {
 }
 # A block with no language whose first line reads like one of these is a command that must be tagged
 COMMAND_LIKE = re.compile(r"^\s*(\$ |lgpt-index |pip |python |curl |export |hf |ray )")
-LONG_RUNNING = re.compile(r"^\s*lgpt-index\s+(serve|watch|mcp)\b|\s--watch\b")
+# What runs until Ctrl-C; `mcp` on stdio is not among them: it ends when its input does (the runner gives it none)
+LONG_RUNNING = re.compile(r"^\s*lgpt-index\s+(serve|watch)\b|^\s*lgpt-index\s+mcp\b.*\s--http\b")
 SERVE_PORT, MCP_PORT = "8765", "8766"
 # The examples issue 42 found failing when pasted, (page, what the block says): each must run, none may be skipped
 MUST_RUN = (("docs/integrations.md", "LgptRetriever.from_server("), ("docs/hybrid.md", "open_index("),
@@ -261,10 +262,14 @@ def free_port() -> int:
 
 
 PROLOGUE = textwrap.dedent("""\
-    started() {  # started PID LOG [PORT]: the background command has printed a line (and answers on PORT)
-        for _ in $(seq 1200); do
+    started() {  # started PID LOG [PORT|watch]: it has printed a line (and answers on PORT, or a watch's first build ended)
+        for _ in $(seq 3000); do
             if ! kill -0 "$1" 2>/dev/null; then return 0; fi
-            if [ -s "$2" ] && { [ -z "${3:-}" ] || curl -sf "http://127.0.0.1:$3/healthz" >/dev/null; }; then return 0; fi
+            case "${3:-}" in
+                "") [ -s "$2" ] && return 0 ;;
+                watch) grep -Eq 'up to date|[0-9]+ indexed|build-committed|build-failed' "$2" && return 0 ;;
+                *) [ -s "$2" ] && curl -s -o /dev/null "http://127.0.0.1:$3/" && return 0 ;;
+            esac
             sleep 0.1
         done
         echo "doc-test: the background command did not start: $(tail -c 600 "$2")" >&2; return 1
@@ -304,7 +309,7 @@ def shell_script(commands: list[tuple[int, str]], port: int) -> str:
         if LONG_RUNNING.search(command):
             if re.search(r"\blgpt-index\s+serve\b|\s--http\b", command) and "--port" not in command:
                 command += f" --port {port}"
-            check = f" {port}" if re.search(r"\blgpt-index\s+serve\b", command) else ""
+            check = f" {port}" if re.search(r"\blgpt-index\s+serve\b|\s--http\b", command) else " watch"
             log = f".doc-test/bg-{number}.log"
             command = f"{{ {command}; }} >{log} 2>&1 & background+=($!); started $! {log}{check}"
         lines.append(command)
@@ -334,7 +339,7 @@ def bounded(args: list[str], **options) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(args, 124, said[0], said[1] + f"\ndoc-test: still running after {UNIT_TIMEOUT_S} s")
 
 
-UNIT_TIMEOUT_S = 300
+UNIT_TIMEOUT_S = 600
 
 
 def run_shell(block: Block, place: Workplace) -> list[Outcome]:
