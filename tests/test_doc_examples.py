@@ -1,11 +1,13 @@
 """The documentation's examples run: every code block of README.md and docs/*.md that a user would paste.
 
-Shell blocks (```bash, ```sh, ```shell; ```console runs its `$ ` lines) run with bash in a working folder:
-`docs/` (the bundled examples/docs, plus a copy of one report, as team folders have), `examples/`, a few
-files the examples name (questions.txt, questions.jsonl, meta.json), and an index of `docs/` (plus one
-named `eval` of examples/eval/docs) built once per session with the tiny test checkpoint. `lgpt-index` is on
-PATH. Each block starts from that folder as it was built (restored in place: an index names its documents
-by absolute path). ```python blocks run page by page, in order, in one namespace, in the same folder.
+Shell blocks (```bash, ```sh, ```shell; ```console runs its `$ ` lines) run with bash in a working folder (also
+$HOME): `docs/` (the bundled examples/docs, plus a copy of one report, an old.pdf and an archive/, as team folders
+have), `examples/`, the files the examples name (questions.txt, questions.jsonl, meta.json, a byaldi index in
+.byaldi/old-index), and an index of `docs/` (plus one named `eval` of examples/eval/docs) built once per session.
+The default model (what a command without --model loads) is the tiny test checkpoint under its hub id, in an
+offline Hugging Face cache of the test's own. `lgpt-index` is on PATH. Each shell block starts from that folder as
+it was built (restored in place: an index names its documents by absolute path). ```python blocks run in order, in
+one namespace, where the page's shell block before them left the folder.
 
 What the runner does besides running a block as written:
 - a command that runs until Ctrl-C (`serve`, `watch`, `mcp --http`) runs in the background, the next line once it
