@@ -264,13 +264,14 @@ def free_port() -> int:
 
 
 PROLOGUE = textwrap.dedent("""\
-    started() {  # started PID LOG [PORT|watch]: it has printed a line (and answers on PORT, or a watch's first build ended)
+    started() {  # started PID LOG [watch|PORT [PATH]]: it printed a line, and a watch's first build ended, or PORT answers
+        # (PATH with 200: serve's /healthz, once its model is loaded)
         for _ in $(seq 3000); do
             if ! kill -0 "$1" 2>/dev/null; then return 0; fi
             case "${3:-}" in
                 "") [ -s "$2" ] && return 0 ;;
                 watch) grep -Eq 'up to date|[0-9]+ indexed|build-committed|build-failed' "$2" && return 0 ;;
-                *) [ -s "$2" ] && curl -s -o /dev/null "http://127.0.0.1:$3/" && return 0 ;;
+                *) [ -s "$2" ] && curl -s -o /dev/null ${4:+-f} "http://127.0.0.1:$3/${4:-}" && return 0 ;;
             esac
             sleep 0.1
         done
@@ -311,7 +312,8 @@ def shell_script(commands: list[tuple[int, str]], port: int) -> str:
         if LONG_RUNNING.search(command):
             if re.search(r"\blgpt-index\s+serve\b|\s--http\b", command) and "--port" not in command:
                 command += f" --port {port}"
-            check = f" {port}" if re.search(r"\blgpt-index\s+serve\b|\s--http\b", command) else " watch"
+            check = " watch" if "--http" not in command else f" {port}"
+            check = f" {port} healthz" if re.search(r"\blgpt-index\s+serve\b", command) else check
             log = f".doc-test/bg-{number}.log"
             command = f"{{ {command}; }} >{log} 2>&1 & background+=($!); started $! {log}{check}"
         lines.append(command)
