@@ -149,6 +149,14 @@ def test_doctors_failing_report_carries_the_error_object(fake_model, tmp_path):
     assert not report["ok"] and report["error"]["exit_code"] == 4 and report["error"]["kind"] == "environment"
     assert all(m in report["error"]["message"] for m in report["missing"])
 
+def test_a_model_folder_that_is_not_there_is_a_missing_environment_piece(built, tmp_path):
+    """The README's exit codes: a missing model is 4, whether a hub id not in the cache or a folder not on disk."""
+    missing = str(tmp_path / "no-such-model")
+    result = run_cli("build", str(built["docs"]), "--model", missing, "--index-dir", str(tmp_path / "idx"), "--json")
+    error = json.loads(result.stdout)["error"]
+    assert result.exit_code == 4 and error["kind"] == "environment" and "no such folder" in error["message"], result.stdout
+
+
 def test_a_successful_build_document_has_no_error_object(built, fake_model, tmp_path):
     result = run_cli("build", str(built["docs"]), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"), "--json")
     report = json.loads(result.stdout)

@@ -20,6 +20,7 @@ from helpers import report_index as build_report_index
 from served import Server
 
 from langchain_core.documents import Document  # the test environment has both frameworks
+from langchain_tests.integration_tests import RetrieversIntegrationTests
 from llama_index.core.schema import ImageNode, NodeWithScore, TextNode
 
 from localgpt_index import LgptError, open_index
@@ -101,7 +102,7 @@ def test_langchain_retriever_invoke(backend, report_index, request):
 @pytest.mark.parametrize("backend", ["api", "server"])
 def test_llamaindex_retriever_retrieve(backend, report_index, request):
     server = request.getfixturevalue("server") if backend == "server" else None
-    retriever = llamaindex_retriever(backend, report_index, server, k=3)
+    retriever = llamaindex_retriever(backend, report_index, server, similarity_top_k=3)
     nodes = retriever.retrieve(QUERY)
     assert [n.node.node_id for n in asyncio.run(retriever.aretrieve(QUERY))] == [n.node.node_id for n in nodes]
     assert all(isinstance(found, NodeWithScore) and type(found.node) is TextNode for found in nodes)
@@ -114,7 +115,7 @@ def test_llamaindex_retriever_retrieve(backend, report_index, request):
     assert retriever.page_image(nodes[0], dpi=40).size == png_size(_page_png(report_index, first.metadata, 40))
     assert ("image_url" in first.metadata) == (backend == "server")
 
-    with_images = llamaindex_retriever(backend, report_index, server, k=2, with_images=True, dpi=40).retrieve(QUERY)
+    with_images = llamaindex_retriever(backend, report_index, server, similarity_top_k=2, with_images=True, dpi=40).retrieve(QUERY)
     assert all(type(found.node) is ImageNode and found.node.image_mimetype == "image/png" for found in with_images)
     assert [png_size(base64.b64decode(n.node.image)) for n in with_images] == [retriever.page_image(n, dpi=40).size for n in with_images]
 
@@ -142,7 +143,8 @@ def test_text_mode_finds_the_page_by_its_text_and_hands_it_on(backend, report_in
     documents = langchain_retriever(backend, report_index, server, k=2, mode="text").invoke("report 2 page 1")
     assert documents[0].metadata["path"].endswith("report-2.pdf") and documents[0].metadata["page"] == 2
     assert documents[0].page_content.startswith("report 2 page 1\n") and "report 2 page 1 details" in documents[0].page_content
-    nodes = llamaindex_retriever(backend, report_index, server, k=2, mode="text", with_text=False).retrieve("report 2 page 1")
+    nodes = llamaindex_retriever(backend, report_index, server, similarity_top_k=2, mode="text", with_text=False).retrieve(
+        "report 2 page 1")
     assert nodes[0].node.metadata["page"] == 2 and nodes[0].node.text == "" and nodes[0].node.metadata["has_text"] is False
 
 
@@ -152,6 +154,10 @@ def test_bad_options_and_an_unreachable_server(report_index):
             lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **bad)
         with pytest.raises(UsageError, match="bad retriever option"):
             li.LgptRetriever.from_server("http://127.0.0.1:9", **bad)
+        with pytest.raises(UsageError, match="bad retriever option"):  # per call too
+            lc.LgptRetriever.from_index(index_dir=str(report_index["index"])).invoke(QUERY, **bad)
+    with pytest.raises(UsageError, match="names it similarity_top_k"):  # LlamaIndex's name for it
+        li.LgptRetriever.from_server("http://127.0.0.1:9", k=3)
     with pytest.raises(UsageError, match="either a server or an index"):
         open_source(open_index(report_index["index"]), server="http://127.0.0.1:9")
     with pytest.raises(UsageError, match="http:// or https://"):
@@ -249,7 +255,8 @@ def connect(self, address, *args):
     return _connect(self, address, *args)
 socket.socket.connect = connect
 from localgpt_index.integrations.llamaindex import LgptRetriever
-retrievers = [LgptRetriever.from_index(index_dir={index!r}, k=2)] + ([LgptRetriever.from_server({url!r}, k=2)] if {url!r} else [])
+retrievers = [LgptRetriever.from_index(index_dir={index!r}, similarity_top_k=2)]
+retrievers += [LgptRetriever.from_server({url!r}, similarity_top_k=2)] if {url!r} else []
 for retriever in retrievers:
     nodes = retriever.retrieve("report 1")
     assert len(nodes) == 2 and nodes[0].node.get_content(metadata_mode="all")
@@ -291,6 +298,64 @@ def test_llamaindex_retriever_works_offline_with_a_real_model(tiny_model, tmp_pa
     """The same, with the model libraries a real checkpoint loads (torch, transformers' tokenizer) on the path."""
     index = build_report_index(tmp_path, tiny_model, reports=2, pages=1)["index"]
     _run_python(OFFLINE.format(index=str(index), url=None), tmp_path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+@pytest.mark.parametrize("backend", ["api", "server"])
+def test_options_per_call_and_llamaindex_names(backend, report_index, request):
+    """LangChain's `invoke(query, k=1)` (and `ainvoke`, `batch`) overrides the retriever's own options for that
+    call only; a LlamaIndex retriever's `similarity_top_k` is read and set as on LlamaIndex's own retrievers."""
+    server = request.getfixturevalue("server") if backend == "server" else None
+    retriever = langchain_retriever(backend, report_index, server, k=4)
+    assert len(retriever.invoke(QUERY, k=1)) == 1 and len(retriever.invoke(QUERY)) == 4
+    assert len(asyncio.run(retriever.ainvoke(QUERY, k=2))) == 2
+    assert [len(found) for found in retriever.batch([QUERY, QUERY], k=3)] == [3, 3]
+    text = retriever.invoke("report 2 page 1", k=1, mode="text")
+    assert [(d.metadata["path"].endswith("report-2.pdf"), d.metadata["page"]) for d in text] == [(True, 2)]
+    nodes = llamaindex_retriever(backend, report_index, server, similarity_top_k=4)
+    assert nodes.similarity_top_k == 4 and len(nodes.retrieve(QUERY)) == 4
+    nodes.similarity_top_k = 2
+    assert [(n.node.metadata["path"], n.node.metadata["page"], n.score) for n in nodes.retrieve(QUERY)] == expected(report_index, 2)
+
+
+class TestLangChainStandardSuiteOverTheApi(RetrieversIntegrationTests):
+    """LangChain's own retriever suite (langchain-tests), over an open index and the fake encoder."""
+
+    @pytest.fixture(autouse=True)
+    def _index(self, report_index):
+        self.index = open_index(report_index["index"])
+
+    @property
+    def retriever_constructor(self):
+        return lc.LgptRetriever.from_index  # the constructor users call, taking k as the suite expects
+
+    @property
+    def retriever_constructor_params(self) -> dict:
+        return {"index": self.index}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return QUERY
+
+
+@pytest.mark.slow  # a server on a real port
+class TestLangChainStandardSuiteOverServe(RetrieversIntegrationTests):
+    """LangChain's own retriever suite over a running `lgpt-index serve`."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, server):
+        self.url = server.url
+
+    @property
+    def retriever_constructor(self):
+        return lc.LgptRetriever.from_server
+
+    @property
+    def retriever_constructor_params(self) -> dict:
+        return {"url": self.url}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return QUERY
 
 
 def test_documents_are_json_serialisable(report_index):

@@ -29,6 +29,11 @@ def search_options(**given: Any) -> QuerySettings:
     return validated(QuerySettings, "bad retriever option", **{"with_text": True, **given})
 
 
+def per_call(settings: QuerySettings, given: dict[str, Any]) -> QuerySettings:
+    """`settings` with the options one call gives (`retriever.invoke(query, k=1)`) in place of the retriever's own."""
+    return settings if not given else search_options(**{**settings.model_dump(exclude_unset=True), **given})
+
+
 @dataclass(frozen=True)
 class PageHit:
     """One page that answers a query, as both adapters hand it on."""

@@ -223,7 +223,8 @@ def resolve_model(model: str, allow_download: bool = True, revision: str | None 
         family = model_family(folder, base and base[0])
         ref = ModelRef(model, str(folder), family, None, _folder_fingerprint(folder, _base_identity(base, digests), digests))
     elif model.startswith((".", "/", "~")) or model.count("/") > 1:
-        raise UsageError(f"--model {model}: no such folder.")
+        raise EnvironmentMissing(f"--model {model}: no such folder.",
+                                 hint="Give the folder of a checkpoint on this machine, or a hub id (see `lgpt-index doctor`).")
     else:
         snapshot = _hub_snapshot(model, allow_download, revision)
         base = _adapter_base(snapshot, allow_download)
