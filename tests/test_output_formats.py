@@ -266,6 +266,7 @@ def test_copies_in_the_retrievers(copies, framework):
             return [doc.metadata for doc in LangChain.from_index(open_index(copies["index"]), **options).invoke(QUERY)]
         from localgpt_index.integrations.llamaindex import LgptRetriever as LlamaIndex
 
+        options["similarity_top_k"] = options.pop("k")  # (LlamaIndex's name)
         return [found.node.metadata for found in LlamaIndex.from_index(open_index(copies["index"]), **options).retrieve(QUERY)]
 
     found = retrieve(k=6, mode="visual")
