@@ -22,6 +22,19 @@ both found something weigh the same and neither silences the other; when no list
 all weigh 1. A short list whose scores still fall (a rare query term matched few pages) has no deep
 spacings to measure noise with: it is strong evidence (EVIDENCE_CAP); a list whose scores are all
 equal carries none.
+
+What every query gets. A page can stand out whatever is asked: with a random-weight model one
+picture (another size, another colour) is visual rank 1 for every query, and by the margin alone
+it looks like evidence. A list whose top is the same page for every query carries none. So a
+list can carry a `PagePrior`, learned from the lists of probe queries that ask nothing in
+particular (query/hybrid.py asks them once per generation): each page's usual standing (its score,
+the list's median subtracted and divided by its spread) and how much that varies. The list's scores
+are then each page's standing above its own usual (a hubness correction, as CSLS does for
+cross-lingual retrieval), and its evidence counts only above `null`, the most evidence a probe list
+showed (each probe corrected by the prior of the others): what this model gives on this index when
+nothing is asked. A list above its null weighs clip((e - null) / (STRONG - 1), 0, 1); when no list
+stands above its null, each weighs its evidence over its null, relative to the strongest (the list
+that found more leads), and all weigh 1 only when none has any.
 """
 
 from __future__ import annotations
@@ -82,35 +95,107 @@ def evidence(scores: Sequence[float]) -> float:
     return standing(scores).evidence
 
 
-def evidence_weights(lists: Mapping[str, Sequence[float]]) -> dict[str, float]:
-    """Each list's weight in [0, 1]: clip((e - 1) / (STRONG - 1), 0, 1); all 1 if none has any."""
-    weights = {name: min(max((evidence(scores) - 1.0) / (STRONG - 1.0), 0.0), 1.0) for name, scores in lists.items()}
-    if not any(weights.values()):
+def evidence_weights(lists: Mapping[str, Sequence[float]], nulls: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Each list's weight in [0, 1]: clip((e - null) / (STRONG - 1), 0, 1), null 1 unless `nulls` says;
+    when none is above its null, each its e / null relative to the strongest; all 1 if none has any."""
+    found = {name: evidence(scores) for name, scores in lists.items()}
+    null = {name: max((nulls or {}).get(name, 1.0), 1.0) for name in lists}
+    weights = {name: min(max((found[name] - null[name]) / (STRONG - 1.0), 0.0), 1.0) for name in lists}
+    if any(weights.values()):
+        return weights
+    relative = {name: found[name] / null[name] for name in lists}
+    strongest = max(relative.values(), default=0.0)
+    if strongest <= 0.0:
         return {name: 1.0 for name in lists}
-    return weights
+    return {name: value / strongest for name, value in relative.items()}
 
 
-def fuse(lists: Mapping[str, Sequence[tuple[Key, float]]], method: Fusion = "weighted", k: int = RRF_K) -> list[Fused[Key]]:
-    """All keys of all lists, best first. Ties: the better best rank in any list, then first seen."""
+@dataclass(frozen=True)
+class PagePrior(Generic[Key]):
+    """What a list gives each page whatever the query (see the module's docstring), learned from probe lists."""
+
+    usual: dict[Key, float]  # a page's mean standing over the probes
+    spread: dict[Key, float]  # and its standard deviation (floored)
+    unseen: float  # the usual standing of a page no probe list held
+    null: float  # the most evidence a corrected probe list showed
+
+    @classmethod
+    def learn(cls, probes: Sequence[Sequence[tuple[Key, float]]]) -> PagePrior[Key] | None:
+        """The prior of the probes' lists (each a ranking as fuse takes); None with fewer than 3."""
+        if len(probes) < 3:
+            return None
+        found = cls._fit([_normalised(ranking) for ranking in probes])
+        nulls = []
+        for left_out in range(len(probes)):
+            others = cls._fit([_normalised(ranking) for i, ranking in enumerate(probes) if i != left_out])
+            nulls.append(evidence([score for _, score in others.correct(probes[left_out])]))
+        return cls(found.usual, found.spread, found.unseen, max(nulls))
+
+    @classmethod
+    def _fit(cls, lists: Sequence[dict[Key, float]]) -> PagePrior[Key]:
+        floors = [min(values.values(), default=0.0) for values in lists]  # a page below a list's top stood at most there
+        keys = {key for values in lists for key in values}
+        seen = {key: [values.get(key, floor) for values, floor in zip(lists, floors)] for key in keys}
+        usual = {key: sum(values) / len(values) for key, values in seen.items()}
+        deviation = {key: (sum((v - usual[key]) ** 2 for v in values) / len(values)) ** 0.5 for key, values in seen.items()}
+        typical = sorted(deviation.values())[len(deviation) // 2] if deviation else 1.0
+        floor = max(typical, 1e-6)
+        spread = {key: max(value, floor) for key, value in deviation.items()}
+        return cls(usual, spread, sum(floors) / len(floors) if floors else 0.0, 1.0)
+
+    def correct(self, ranking: Sequence[tuple[Key, float]]) -> list[tuple[Key, float]]:
+        """The ranking rescored: each page's standing above its usual, in its own spreads, best first."""
+        typical = sorted(self.spread.values())[len(self.spread) // 2] if self.spread else 1.0
+        rescored = [(key, (value - self.usual.get(key, self.unseen)) / self.spread.get(key, typical))
+                    for key, value in _normalised(ranking).items()]
+        return sorted(rescored, key=lambda item: -item[1])
+
+
+def _normalised(ranking: Sequence[tuple[Key, float]]) -> dict[Key, float]:
+    """A list's scores as standings: the median subtracted, divided by the standard deviation (which its
+    own outliers widen, so that no page of a tight list stands a hundred spreads out)."""
+    values = sorted(float(score) for _, score in ranking)
+    if not values:
+        return {}
+    median = values[len(values) // 2]
+    mean = sum(values) / len(values)
+    spread = (sum((value - mean) ** 2 for value in values) / len(values)) ** 0.5 or 1.0
+    found: dict[Key, float] = {}
+    for key, score in ranking:
+        found.setdefault(key, (float(score) - median) / spread)
+    return found
+
+
+def fuse(lists: Mapping[str, Sequence[tuple[Key, float]]], method: Fusion = "weighted", k: int = RRF_K,
+         priors: Mapping[str, PagePrior[Key]] | None = None) -> list[Fused[Key]]:
+    """All keys of all lists, best first. Ties: the better best rank in any list, then first seen.
+    `priors` (weighted): a list's PagePrior, by which its scores are corrected and its evidence judged."""
     if method not in FUSIONS:
         raise ValueError(f"unknown fusion {method!r}: one of {', '.join(FUSIONS)}")
     if k < 0:
         raise ValueError(f"the RRF k must be >= 0, not {k}")
-    contributions: dict[str, list[float]] = {}
-    weights = evidence_weights({name: [score for _, score in ranking] for name, ranking in lists.items()})
-    for name, ranking in lists.items():
+    priors = priors or {}
+    scored = {name: priors[name].correct(ranking) if name in priors and method == "weighted" else ranking
+              for name, ranking in lists.items()}
+    contributions: dict[str, dict[Key, float]] = {}
+    weights = evidence_weights({name: [score for _, score in ranking] for name, ranking in scored.items()},
+                               {name: prior.null for name, prior in priors.items()})
+    for name, ranking in scored.items():
         if method == "rrf":
-            contributions[name] = [1.0 / (k + rank) for rank in range(1, len(ranking) + 1)]
+            values = [1.0 / (k + rank) for rank in range(1, len(ranking) + 1)]
         else:
-            contributions[name] = [weights[name] * value for value in standing([score for _, score in ranking]).standings]
+            values = [weights[name] * value for value in standing([score for _, score in ranking]).standings]
+        contributions[name] = {}
+        for (key, _), value in zip(ranking, values):
+            contributions[name].setdefault(key, value)
     scores: dict[Key, float] = {}
     ranks: dict[Key, dict[str, int | None]] = {}
     first_seen: dict[Key, int] = {}
     for name, ranking in lists.items():
-        for rank, ((key, _), value) in enumerate(zip(ranking, contributions[name]), 1):
+        for rank, (key, _) in enumerate(ranking, 1):
             if key in ranks and ranks[key].get(name) is not None:
                 continue  # a key twice in one list: its best rank counts
-            scores[key] = scores.get(key, 0.0) + value
+            scores[key] = scores.get(key, 0.0) + contributions[name][key]
             ranks.setdefault(key, {other: None for other in lists})[name] = rank
             first_seen.setdefault(key, len(first_seen))
 
