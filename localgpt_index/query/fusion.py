@@ -120,22 +120,26 @@ class PagePrior(Generic[Key]):
     null: float  # the most evidence a corrected probe list showed
 
     @classmethod
-    def learn(cls, probes: Sequence[Sequence[tuple[Key, float]]]) -> PagePrior[Key] | None:
-        """The prior of the probes' lists (each a ranking as fuse takes); None with fewer than 3."""
+    def learn(cls, probes: Sequence[tuple[Sequence[tuple[Key, float]], Key | None]]) -> PagePrior[Key] | None:
+        """The prior of the probes' lists (each a ranking as fuse takes, and the page its question was
+        drawn from, set aside: what the list rightly finds is no page's usual and no part of the null);
+        None with fewer than 3."""
         if len(probes) < 3:
             return None
-        found = cls._fit([_normalised(ranking) for ranking in probes])
+        lists = [(_normalised(ranking), source) for ranking, source in probes]
+        found = cls._fit(lists)
         nulls = []
-        for left_out in range(len(probes)):
-            others = cls._fit([_normalised(ranking) for i, ranking in enumerate(probes) if i != left_out])
-            nulls.append(evidence([score for _, score in others.correct(probes[left_out])]))
+        for left_out, (ranking, source) in enumerate(probes):
+            others = cls._fit([item for i, item in enumerate(lists) if i != left_out])
+            nulls.append(evidence([score for key, score in others.correct(ranking) if key != source]))
         return cls(found.usual, found.spread, found.unseen, max(nulls))
 
     @classmethod
-    def _fit(cls, lists: Sequence[dict[Key, float]]) -> PagePrior[Key]:
-        floors = [min(values.values(), default=0.0) for values in lists]  # a page below a list's top stood at most there
-        keys = {key for values in lists for key in values}
-        seen = {key: [values.get(key, floor) for values, floor in zip(lists, floors)] for key in keys}
+    def _fit(cls, lists: Sequence[tuple[dict[Key, float], Key | None]]) -> PagePrior[Key]:
+        floors = [min(values.values(), default=0.0) for values, _ in lists]  # a page below a list's top stood at most there
+        keys = {key for values, _ in lists for key in values}
+        seen = {key: [values.get(key, floor) for (values, source), floor in zip(lists, floors) if key != source] for key in keys}
+        seen = {key: values for key, values in seen.items() if values}
         usual = {key: sum(values) / len(values) for key, values in seen.items()}
         deviation = {key: (sum((v - usual[key]) ** 2 for v in values) / len(values)) ** 0.5 for key, values in seen.items()}
         typical = sorted(deviation.values())[len(deviation) // 2] if deviation else 1.0

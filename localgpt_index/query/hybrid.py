@@ -28,23 +28,36 @@ from .fusion import PagePrior, fuse
 from .request import QueryRequest
 
 DEPTH: Final = 100  # candidates taken from each list before fusion
-# Questions that ask nothing in particular: what the visual list gives each page whatever is asked (fusion.PagePrior)
-PROBES: Final = (
-    "What does this document say?", "Who is responsible for this?", "When is it due?", "How much does it cost?",
-    "Where is the office?", "What is the total amount?", "Which date is shown on the page?", "What are the rules?",
-    "Show the table with the numbers", "What is written at the top of the page?", "Which company is named here?",
-    "What happened after the meeting?", "How many items are listed?", "What is the policy about?", "Who signed it?",
-    "What is the address?",
-)
+PROBES: Final = 16  # questions drawn from the index's own pages to learn the visual list's prior (fusion.PagePrior)
+PROBE_WORDS: Final = 8
 
 Key = tuple[str, int]  # a page: its document's path and its page number
 
 
-def visual_prior(encode: Callable[[Sequence[str]], Sequence[np.ndarray]],
+def probe_questions(view: View, lexical: LexicalIndex, count: int = PROBES) -> list[tuple[str, Key]]:
+    """Up to `count` questions, each PROBE_WORDS words from the middle of a page's text, from pages
+    spread evenly over the index (deterministic), with the page each was drawn from."""
+    pages = [(doc.path, page) for doc in view.documents for page in range(1, doc.pages + 1)]
+    found: list[tuple[str, Key]] = []
+    step = max(1, len(pages) // (count * 2))
+    for key in pages[::step]:
+        words = (lexical.page_text(*key) or "").split()
+        if len(words) >= PROBE_WORDS:
+            middle = (len(words) - PROBE_WORDS) // 2
+            found.append((" ".join(words[middle : middle + PROBE_WORDS]), key))
+        if len(found) == count:
+            break
+    return found
+
+
+def visual_prior(questions: Sequence[tuple[str, Key]], encode: Callable[[Sequence[str]], Sequence[np.ndarray]],
                  search: Callable[[Sequence[np.ndarray], int], Sequence[list[SearchHit]]]) -> PagePrior[Key] | None:
-    """The visual list's PagePrior on this generation: the PROBES encoded and ranked (DEPTH pages each)."""
-    lists = search(encode(list(PROBES)), DEPTH)
-    return PagePrior.learn([[((hit.path, hit.page), hit.score) for hit in hits] for hits in lists])
+    """The visual list's PagePrior on this generation: the probe questions encoded and ranked (DEPTH pages each)."""
+    if len(questions) < 3:
+        return None
+    lists = search(encode([text for text, _ in questions]), DEPTH)
+    return PagePrior.learn([([((hit.path, hit.page), hit.score) for hit in hits], source)
+                            for hits, (_, source) in zip(lists, questions)])
 
 
 def choose_mode(asked: Mode | None, lexical: LexicalIndex | None, location: str) -> Mode:

@@ -24,7 +24,7 @@ from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .copies import Copies
 from .fusion import PagePrior
-from .hybrid import Key, answer, choose_mode, visual_depth, visual_prior
+from .hybrid import Key, answer, choose_mode, probe_questions, visual_depth, visual_prior
 from .request import QueryRequest, QuerySettings, validated
 
 __all__ = ["DeviceScoring", "SearchHit", "Searcher", "load_query_encoder", "open_index"]
@@ -149,12 +149,12 @@ class Searcher:
     def visual_prior(self) -> PagePrior[Key] | None:
         """What the visual list gives each page whatever is asked (hybrid.visual_prior), learned once per
         generation with the loaded encoder; None before an encoder is loaded."""
-        encoder = self._encoder
-        if encoder is None:
+        encoder, lexical = self._encoder, self.lexical
+        if encoder is None or lexical is None:
             return None
         with self._prior_lock:
             if self._prior is None:
-                self._prior = visual_prior(encoder.encode_queries,
+                self._prior = visual_prior(probe_questions(self.view, lexical), encoder.encode_queries,
                                            lambda vectors, k: self.search_vectors(vectors, k, encoder.precision.device))
         return self._prior
 
