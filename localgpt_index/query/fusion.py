@@ -14,8 +14,8 @@ Noise units. The top order statistics of a sample from a distribution with an ex
 (normal, Gumbel, exponential: what MaxSim and BM25 scores look like away from a match) have
 spacings with i * (s_i - s_{i+1}) ~ Exp(scale), independent (Rényi's representation). The scale is
 estimated from the list's deeper spacings (ranks m = 10 to N); then the lead s_1 - s_m that noise
-gives is about scale * H, H = 1 + 1/2 + ... + 1/(m-1). A page's standing is (s - s_N) / (scale * H),
-at most EVIDENCE_CAP; a list's evidence is its best page's lead over the m-th in those units: about 1
+gives is about scale * H, H = 1 + 1/2 + ... + 1/(m-1). A page's standing is (s - s_b) / (scale * H),
+between 0 and EVIDENCE_CAP, s_b the list's median (its last score when the list is short); a list's evidence is its best page's lead over the m-th in those units: about 1
 when its top is only the tail of noise, well above when something stands out. A list's weight grows
 with its evidence above noise and saturates: clip((e - 1) / (STRONG - 1), 0, 1), so two lists that
 both found something weigh the same and neither silences the other; when no list has any evidence
@@ -32,13 +32,14 @@ the list's median subtracted and divided by its spread) and how much that varies
 are then each page's standing above its own usual (a hubness correction, as CSLS does for
 cross-lingual retrieval), and its evidence counts only above `null`, the most evidence a probe list
 showed (each probe corrected by the prior of the others): what this model gives on this index when
-nothing is asked. A list above its null weighs clip((e - null) / (STRONG - 1), 0, 1); when no list
-stands above its null, each weighs its evidence over its null, relative to the strongest (the list
+nothing is asked. A list above its null weighs clip((e - null) / room, 0, 1); when no list stands above
+its null, a list with a prior weighs 0 and each other its evidence relative to the strongest (the list
 that found more leads), and all weigh 1 only when none has any.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
@@ -70,10 +71,11 @@ class Standing:
     standings: list[float]
 
 
-def standing(scores: Sequence[float], lead_rank: int = LEAD_RANK) -> Standing:
-    """The list's evidence and each score's standing, in the list's order."""
+def standing(scores: Sequence[float], lead_rank: int = LEAD_RANK, unranked: int = 0) -> Standing:
+    """The list's evidence and each score's standing, in the list's order; `unranked`: candidates the list
+    does not hold, each scoring 0 (a text list that holds every page that matched a word of the query)."""
     values = [float(score) for score in scores]
-    ranked = sorted(values, reverse=True)
+    ranked = sorted(values, reverse=True) + [0.0] * (unranked if values else 0)
     if not ranked:
         return Standing(0.0, [])
     if len(ranked) == 1:
@@ -82,28 +84,35 @@ def standing(scores: Sequence[float], lead_rank: int = LEAD_RANK) -> Standing:
         return Standing(0.0, [0.0] * len(values))
     m = min(lead_rank, max(2, len(ranked) // 2))
     deep = [i * (ranked[i - 1] - ranked[i]) for i in range(m, len(ranked))]
-    scale = sum(deep) / len(deep) if deep else 0.0
+    scale = sorted(deep)[len(deep) // 2] / math.log(2) if deep else 0.0  # the median: an outlier moves no unit
+    if scale <= 0.0 and deep:  # tied scores: the mean of the spacings
+        scale = sum(deep) / len(deep)
     unit = scale * sum(1.0 / i for i in range(1, m))
     if unit <= 0.0:  # no fall past the top: all of the fall is the lead
         unit = (ranked[0] - ranked[-1]) / EVIDENCE_CAP
     evidence = min((ranked[0] - ranked[m - 1]) / unit, EVIDENCE_CAP)
-    return Standing(evidence, [min((value - ranked[-1]) / unit, EVIDENCE_CAP) for value in values])
+    bulk = ranked[len(ranked) // 2] if len(ranked) > 2 * m else ranked[-1]  # a full list's bottom is no yardstick
+    return Standing(evidence, [min(max(value - bulk, 0.0) / unit, EVIDENCE_CAP) for value in values])
 
 
-def evidence(scores: Sequence[float]) -> float:
+def evidence(scores: Sequence[float], unranked: int = 0) -> float:
     """How far a list's best score stands from the rest, in noise units (about 1: noise)."""
-    return standing(scores).evidence
+    return standing(scores, unranked=unranked).evidence
 
 
-def evidence_weights(lists: Mapping[str, Sequence[float]], nulls: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Each list's weight in [0, 1]: clip((e - null) / (STRONG - 1), 0, 1), null 1 unless `nulls` says;
-    when none is above its null, each its e / null relative to the strongest; all 1 if none has any."""
-    found = {name: evidence(scores) for name, scores in lists.items()}
-    null = {name: max((nulls or {}).get(name, 1.0), 1.0) for name in lists}
-    weights = {name: min(max((found[name] - null[name]) / (STRONG - 1.0), 0.0), 1.0) for name in lists}
+def evidence_weights(lists: Mapping[str, Sequence[float]], priors: Mapping[str, PagePrior] | None = None,
+                     unranked: Mapping[str, int] | None = None) -> dict[str, float]:
+    """Each list's weight in [0, 1]: clip((e - null) / room, 0, 1), where e is its evidence, null 1 and
+    room STRONG - 1; for a list with a prior (its scores corrected by it), null and room are the prior's. When none is above its null, a list with a prior weighs 0 (it showed no more than
+    the probes did) and each other its e relative to the strongest; all 1 if none has any."""
+    priors = priors or {}
+    found = {name: evidence(scores, (unranked or {}).get(name, 0)) for name, scores in lists.items()}
+    null = {name: priors[name].null if name in priors else 1.0 for name in lists}
+    room = {name: priors[name].room if name in priors else STRONG - 1.0 for name in lists}
+    weights = {name: min(max((found[name] - null[name]) / room[name], 0.0), 1.0) for name in lists}
     if any(weights.values()):
         return weights
-    relative = {name: found[name] / null[name] for name in lists}
+    relative = {name: 0.0 if name in priors else found[name] for name in lists}  # under a measured null: noise
     strongest = max(relative.values(), default=0.0)
     if strongest <= 0.0:
         return {name: 1.0 for name in lists}
@@ -117,7 +126,8 @@ class PagePrior(Generic[Key]):
     usual: dict[Key, float]  # a page's mean standing over the probes
     spread: dict[Key, float]  # and its standard deviation (floored)
     unseen: float  # the usual standing of a page no probe list held
-    null: float  # the most evidence a corrected probe list showed
+    null: float  # the most evidence a corrected probe list showed (its own page set aside)
+    room: float  # how far above null a list weighs 1: the probes' max over their median, at least STRONG - 1
 
     @classmethod
     def learn(cls, probes: Sequence[tuple[Sequence[tuple[Key, float]], Key | None]]) -> PagePrior[Key] | None:
@@ -128,11 +138,13 @@ class PagePrior(Generic[Key]):
             return None
         lists = [(_normalised(ranking), source) for ranking, source in probes]
         found = cls._fit(lists)
-        nulls = []
+        tops = []
         for left_out, (ranking, source) in enumerate(probes):
             others = cls._fit([item for i, item in enumerate(lists) if i != left_out])
-            nulls.append(evidence([score for key, score in others.correct(ranking) if key != source]))
-        return cls(found.usual, found.spread, found.unseen, max(nulls))
+            tops.append(evidence([score for key, score in others.correct(ranking) if key != source]))
+        tops.sort()
+        null = tops[-1]
+        return cls(found.usual, found.spread, found.unseen, null, max(null - tops[len(tops) // 2], STRONG - 1.0))
 
     @classmethod
     def _fit(cls, lists: Sequence[tuple[dict[Key, float], Key | None]]) -> PagePrior[Key]:
@@ -145,7 +157,7 @@ class PagePrior(Generic[Key]):
         typical = sorted(deviation.values())[len(deviation) // 2] if deviation else 1.0
         floor = max(typical, 1e-6)
         spread = {key: max(value, floor) for key, value in deviation.items()}
-        return cls(usual, spread, sum(floors) / len(floors) if floors else 0.0, 1.0)
+        return cls(usual, spread, sum(floors) / len(floors) if floors else 0.0, 0.0, 1.0)
 
     def correct(self, ranking: Sequence[tuple[Key, float]]) -> list[tuple[Key, float]]:
         """The ranking rescored: each page's standing above its usual, in its own spreads, best first."""
@@ -171,9 +183,10 @@ def _normalised(ranking: Sequence[tuple[Key, float]]) -> dict[Key, float]:
 
 
 def fuse(lists: Mapping[str, Sequence[tuple[Key, float]]], method: Fusion = "weighted", k: int = RRF_K,
-         priors: Mapping[str, PagePrior[Key]] | None = None) -> list[Fused[Key]]:
+         priors: Mapping[str, PagePrior[Key]] | None = None, unranked: Mapping[str, int] | None = None) -> list[Fused[Key]]:
     """All keys of all lists, best first. Ties: the better best rank in any list, then first seen.
-    `priors` (weighted): a list's PagePrior, by which its scores are corrected and its evidence judged."""
+    `priors` (weighted): a list's PagePrior, by which its scores are corrected and its evidence judged;
+    `unranked` (weighted): a list's candidates that it does not hold, each scoring 0 (see standing)."""
     if method not in FUSIONS:
         raise ValueError(f"unknown fusion {method!r}: one of {', '.join(FUSIONS)}")
     if k < 0:
@@ -183,12 +196,13 @@ def fuse(lists: Mapping[str, Sequence[tuple[Key, float]]], method: Fusion = "wei
               for name, ranking in lists.items()}
     contributions: dict[str, dict[Key, float]] = {}
     weights = evidence_weights({name: [score for _, score in ranking] for name, ranking in scored.items()},
-                               {name: prior.null for name, prior in priors.items()})
+                               {name: prior for name, prior in priors.items() if method == "weighted"}, unranked)
     for name, ranking in scored.items():
         if method == "rrf":
             values = [1.0 / (k + rank) for rank in range(1, len(ranking) + 1)]
         else:
-            values = [weights[name] * value for value in standing([score for _, score in ranking]).standings]
+            found = standing([score for _, score in ranking], unranked=(unranked or {}).get(name, 0))
+            values = [weights[name] * value for value in found.standings[: len(ranking)]]
         contributions[name] = {}
         for (key, _), value in zip(ranking, values):
             contributions[name].setdefault(key, value)

@@ -104,7 +104,9 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
             hits = [_text_hit(view, rank, hit) for rank, hit in enumerate(lexical_hits, 1)]
         else:
             assert visual is not None
-            hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0), prior)
+            unmatched = max(0, min(depth, view.page_count) - len(lexical_hits))  # pages no word of the query is on
+            hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0), prior,
+                          unmatched)
         kept = top([hit for hit in hits if hit is not None])
         results.append([_with_text(replace(hit, rank=rank), lexical, text, request.with_text) for rank, hit in enumerate(kept, 1)])
     return results
@@ -118,14 +120,14 @@ def _text_hit(view: View, rank: int, hit: TextHit) -> SearchHit | None:
 
 
 def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit], request: QueryRequest,
-           limit: int, prior: PagePrior[Key] | None) -> list[SearchHit | None]:
+           limit: int, prior: PagePrior[Key] | None, unmatched: int) -> list[SearchHit | None]:
     by_key = {(hit.path, hit.page): hit for hit in visual_hits}
     text_scores = {(hit.path, hit.page): hit.score for hit in lexical_hits}
     lists = {"text": [((hit.path, hit.page), hit.score) for hit in lexical_hits],
              "visual": [((hit.path, hit.page), hit.score) for hit in visual_hits]}
     hits: list[SearchHit | None] = []
     priors = {"visual": prior} if prior is not None else None
-    for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k, priors)[:limit], 1):
+    for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k, priors, {"text": unmatched})[:limit], 1):
         path, page = item.key
         base = by_key.get(item.key) or _text_hit(view, rank, TextHit(path, page, 0.0))
         if base is None:
