@@ -113,6 +113,10 @@ class Searcher:
         self._encoder = load_query_encoder(ref, spec)
         return self._encoder
 
+    def use_encoder(self, encoder: QueryEncoder) -> None:
+        """Answer with `encoder`, loaded for another generation of this index (serve, when it follows HEAD)."""
+        self._encoder = encoder
+
     def search(self, request: QueryRequest | str | Sequence[str], **fields: Any) -> list[list[SearchHit]]:
         """Top-k pages for each query of `request` (all encoded in one batch): a QueryRequest, or the
         queries and the request's other fields as keywords (k, filters, first_pass, mode, fusion,
