@@ -44,9 +44,9 @@ def test_query_answers_exactly_what_the_cli_prints(server, report_index):
     cli = json.loads(run_cli("query", *queries, "-k", "4", "--json", "--index-dir", str(report_index["index"])).stdout)
     # the same document; scores within float32 rounding: with torch installed, the warm server scores with
     # the compiled kernel and a one-shot CLI with torch's path (the fast tier, without torch: NumPy both); a fused
-    # score also passes through the visual list's calibration, whose probe scores carry the same rounding
+    # score also passes through the visual list's calibration, which divides by spreads of scores with that rounding
     assert _scoreless(served) == _scoreless(cli)
-    assert len(_scores(cli)) >= 8 and _scores(served) == [pytest.approx(v, rel=1e-5) if isinstance(v, float) else v for v in _scores(cli)]
+    assert len(_scores(cli)) >= 8 and _scores(served) == [pytest.approx(v, rel=1e-4) if isinstance(v, float) else v for v in _scores(cli)]
     validate(served, "query")
     assert {Path(h["path"]).name for h in filtered["queries"][0]["results"]} == {"report-0.pdf"}
     assert len(first_pass["queries"][0]["results"]) == 3
