@@ -60,7 +60,8 @@ def main() -> None:
         values = [run[name] for run in runs]
         print(f"{name:40} median {statistics.median(values):7.2f}   runs {' '.join(f'{v:.2f}' for v in values)}")
     clis = [cli_text(args.index_dir, args.query) for _ in range(args.runs)]
-    print(f"{'query --mode text (CLI, whole process)':40} median {statistics.median(clis):7.2f}   runs {' '.join(f'{v:.2f}' for v in clis)}")
+    label = "query --mode text (CLI, whole process)"
+    print(f"{label:40} median {statistics.median(clis):7.2f}   runs {' '.join(f'{v:.2f}' for v in clis)}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @click.option("--synthesize", type=click.IntRange(1), metavar="N", default=None,
               help="Instead of QUERIES: N known-item questions drawn from the index's own page text (a phrase found on one "
                    "page only, asked exact, unaccented, inflected or with words dropped; docs/eval.md says what they measure).")
-@click.option("--seed", type=int, default=0, show_default=True, help="--synthesize: which questions are drawn (the same seed, the same questions).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="--synthesize: which questions are drawn (the same seed, the same questions).")
 @click.option("--modes", default=None, metavar="MODE[,MODE...]",
               help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each). "
                    "[default: query's: hybrid where the index has page text, else visual]")

@@ -13,14 +13,17 @@ Two methods:
 Noise units. The top order statistics of a sample from a distribution with an exponential-like tail
 (normal, Gumbel, exponential: what MaxSim and BM25 scores look like away from a match) have
 spacings with i * (s_i - s_{i+1}) ~ Exp(scale), independent (Rényi's representation). The scale is
-estimated from the list's deeper spacings (ranks m = 10 to N); then the lead s_1 - s_m that noise
-gives is about scale * H, H = 1 + 1/2 + ... + 1/(m-1). A page's standing is (s - s_b) / (scale * H),
-between 0 and EVIDENCE_CAP, s_b the list's median (its last score when the list is short); a list's evidence is its best page's lead over the m-th in those units: about 1
-when its top is only the tail of noise, well above when something stands out. A list's weight grows
-with its evidence above noise and saturates: clip((e - 1) / (STRONG - 1), 0, 1), so two lists that
-both found something weigh the same and neither silences the other; when no list has any evidence
-all weigh 1. A short list whose scores still fall (a rare query term matched few pages) has no deep
-spacings to measure noise with: it is strong evidence (EVIDENCE_CAP); a list whose scores are all
+estimated from the list's deeper spacings (ranks m = 10 to N: their median over ln 2, which an outlier
+does not move); then the lead s_1 - s_m that noise gives is about scale * H, H = 1 + 1/2 + ... +
+1/(m-1). A page's standing is (s - s_b) / (scale * H), between 0 and EVIDENCE_CAP, s_b the list's
+median (its last score when the list is short); a text list that holds every page that matched counts
+the other pages as scores of 0. A list's evidence is its best page's lead over the m-th in those
+units: about 1 when its top is only the tail of noise, well above when something stands out. A list's
+weight grows with its evidence above noise and saturates: clip((e - 1) / (STRONG - 1), 0, 1), so two
+lists that both found something weigh the same and neither silences the other; when no list is above
+noise, each weighs its evidence relative to the strongest's (all 1 when none has any). A short list
+whose scores still fall (a rare query term matched few pages) has no deep spacings to measure noise
+with: it is strong evidence (EVIDENCE_CAP); a list whose scores are all
 equal carries none.
 
 What every query gets. A page can stand out whatever is asked: with a random-weight model one
@@ -103,8 +106,9 @@ def evidence(scores: Sequence[float], unranked: int = 0) -> float:
 def evidence_weights(lists: Mapping[str, Sequence[float]], priors: Mapping[str, PagePrior] | None = None,
                      unranked: Mapping[str, int] | None = None) -> dict[str, float]:
     """Each list's weight in [0, 1]: clip((e - null) / room, 0, 1), where e is its evidence, null 1 and
-    room STRONG - 1; for a list with a prior (its scores corrected by it), null and room are the prior's. When none is above its null, a list with a prior weighs 0 (it showed no more than
-    the probes did) and each other its e relative to the strongest; all 1 if none has any."""
+    room STRONG - 1; for a list with a prior (its scores corrected by it), null and room are the prior's.
+    When none is above its null, a list with a prior weighs 0 (it showed no more than the probes did)
+    and each other its e relative to the strongest; all 1 if none has any."""
     priors = priors or {}
     found = {name: evidence(scores, (unranked or {}).get(name, 0)) for name, scores in lists.items()}
     null = {name: priors[name].null if name in priors else 1.0 for name in lists}
