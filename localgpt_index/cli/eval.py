@@ -61,18 +61,14 @@ def eval_(app: Application, queries, synthesize, seed, modes, first_passes, fusi
     fused = parse_list(fusions, "--fusions") if fusions is not None else []
     if asked is not None:
         variants(asked, list(first_passes), fused)  # a combination that cannot be: a usage error before any work
-    index = open_index(store=app.store())
-    if synthesize is not None:
-        from ..evaluate.synthesize import ABOUT, synthesize as draw
-
-        query_set = draw(index, synthesize, seed)
-        app.terminal.info(ABOUT)
-        if not query_set.queries:
-            raise UsageError("--synthesize: the index holds no page text to draw questions from.")
-    else:
-        query_set = load_query_set(queries, split)
-    if group_by:
+    query_set = load_query_set(queries, split) if queries is not None else None  # a malformed set: refused before the index is read
+    if group_by and query_set is not None:
         check_group_key(query_set, group_by)
+    index = open_index(store=app.store())
+    if query_set is None:
+        query_set = _synthesized(app, index, synthesize, seed)
+        if group_by:
+            check_group_key(query_set, group_by)
     for note in query_set.notes:
         app.terminal.info(note)
     chosen = variants(asked if asked is not None else default_modes(index), list(first_passes), fused)
@@ -88,6 +84,18 @@ def eval_(app: Application, queries, synthesize, seed, modes, first_passes, fusi
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
     document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()
     write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
+
+
+def _synthesized(app: Application, index, count: int, seed: int):
+    """--synthesize: the questions drawn from the index's text, and what they measure said."""
+    from ..core.errors import UsageError
+    from ..evaluate.synthesize import ABOUT, synthesize
+
+    query_set = synthesize(index, count, seed)
+    app.terminal.info(ABOUT)
+    if not query_set.queries:
+        raise UsageError("--synthesize: the index holds no page text to draw questions from.")
+    return query_set
 
 
 def _listing(document: dict):
