@@ -42,3 +42,13 @@ def test_synthesize_or_a_query_set_one_of_them(tmp_path, fake_model):
     both = run_cli("eval", "queries.jsonl", "--synthesize", "3")
     assert both.exit_code != 0 and "one of them" in both.stderr
     assert run_cli("eval").exit_code != 0
+
+
+def test_against_exact_reports_how_much_of_the_exact_top_a_first_pass_keeps(tmp_path, fake_model):
+    for number in range(8):
+        make_pdf(tmp_path / "docs" / f"doc-{number}.pdf", [PAGES[number % len(PAGES)] + f" part {number}", "Notes and figures"])
+    build_ok(str(tmp_path / "docs"), "--model", str(fake_model))
+    result = run_cli("eval", "--synthesize", "10", "--against", "exact", "--first-pass", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    runs = {run["first_pass"]: run["measures"]["recall@10"] for run in json.loads(result.stdout)["runs"]}
+    assert runs[None] == 1.0 and runs[2] < 0.5, runs  # exact keeps all of itself; a first pass of 2 pages, at most 2 of 10

@@ -19,6 +19,9 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @click.option("--synthesize", type=click.IntRange(1), metavar="N", default=None,
               help="Instead of QUERIES: N known-item questions drawn from the index's own page text (a phrase found on one "
                    "page only, asked exact, unaccented, inflected or with words dropped; docs/eval.md says what they measure).")
+@click.option("--against", type=click.Choice(["exact"]), default=None,
+              help="Judge by exact search itself, no answers needed: each question's relevant pages are the exact visual "
+                   "top 10, so recall@10 is how much of it a lossy setting (--first-pass N, the index's pool factor) keeps.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="--synthesize: which questions are drawn (the same seed, the same questions).")
 @click.option("--modes", default=None, metavar="MODE[,MODE...]",
@@ -37,7 +40,7 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @output_options
 @format_option
 @click.pass_obj
-def eval_(app: Application, queries, synthesize, seed, modes, first_passes, fusions, split, per_query, group_by, model_spec) -> None:
+def eval_(app: Application, queries, synthesize, against, seed, modes, first_passes, fusions, split, per_query, group_by, model_spec) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/); or, with --synthesize N, questions drawn from
     the index's own text. Prints nDCG@1/5/10, recall@1/5/10/100 and MRR@10 for each mode and variant
@@ -55,8 +58,8 @@ def eval_(app: Application, queries, synthesize, seed, modes, first_passes, fusi
         raise UsageError("--format paths: eval lists measures, not documents (jsonl, tsv and lines list its runs).")
     if (queries is None) == (synthesize is None):
         raise UsageError("eval: give QUERIES (a query set) or --synthesize N (questions drawn from the index), one of them.")
-    if modes is None and synthesize is not None:
-        modes = "visual,text,hybrid"  # what synthesized questions are for: the modes side by side
+    if modes is None:  # synthesized questions: the modes side by side; against exact: the visual list is what is cut
+        modes = "visual" if against else "visual,text,hybrid" if synthesize is not None else None
     asked = parse_modes(modes) if modes is not None else None
     fused = parse_list(fusions, "--fusions") if fusions is not None else []
     if asked is not None:
@@ -69,6 +72,10 @@ def eval_(app: Application, queries, synthesize, seed, modes, first_passes, fusi
         query_set = _synthesized(app, index, synthesize, seed)
         if group_by:
             check_group_key(query_set, group_by)
+    if against:
+        from ..evaluate.synthesize import against_exact
+
+        query_set = against_exact(index, query_set)
     for note in query_set.notes:
         app.terminal.info(note)
     chosen = variants(asked if asked is not None else default_modes(index), list(first_passes), fused)
