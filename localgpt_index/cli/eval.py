@@ -40,7 +40,8 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @output_options
 @format_option
 @click.pass_obj
-def eval_(app: Application, queries, synthesize, against, seed, modes, first_passes, fusions, split, per_query, group_by, model_spec) -> None:
+def eval_(app: Application, queries, synthesize, against, seed, modes, first_passes, fusions, split, per_query, group_by,
+          model_spec) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/); or, with --synthesize N, questions drawn from
     the index's own text. Prints nDCG@1/5/10, recall@1/5/10/100 and MRR@10 for each mode and variant
