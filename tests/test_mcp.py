@@ -317,6 +317,31 @@ def test_a_slow_search_holds_no_other_call(noisy_index, tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_a_text_search_answers_while_the_model_loads(noisy_index, tmp_path):
+    """The model's load held (failpoint serve.model_load): index_status says it loads and that text is ready,
+    a text search answers; released, a hybrid search answers and every mode is ready."""
+    release = tmp_path / "release"
+    env = {"LGPT_FAILPOINT": "serve.model_load:1:hold", "LGPT_FAILPOINT_HOLD": str(release)}
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(noisy_index["index"]), env=env) as (session, faults):
+            await asyncio.to_thread(wait_until, Path(f"{release}.reached").exists, 60, "the model load held")
+            status = structured(await asyncio.wait_for(session.call_tool("index_status", {}), 60))
+            assert status["model_state"] == "loading" and status["ready_modes"] == ["text"], status
+            text = structured(await asyncio.wait_for(session.call_tool("search", {"query": "report 1", "mode": "text", "k": 2}), 60))
+            assert text["mode"] == "text" and len(text["hits"]) == 2
+            hybrid = asyncio.create_task(session.call_tool("search", {"query": "report 2 page 1", "k": 2}))
+            assert not hybrid.done()
+            release.touch()
+            assert structured(await asyncio.wait_for(hybrid, 60))["mode"] == "hybrid"
+            status = structured(await asyncio.wait_for(session.call_tool("index_status", {}), 60))
+            assert status["model_state"] == "ready" and set(status["ready_modes"]) == {"visual", "text", "hybrid"}, status
+            assert faults == []
+
+    asyncio.run(scenario())
+
+
 class RawStdio:
     """`lgpt-index mcp` over stdio, spoken to line by line (as a client that sends what the SDK's parser
     refuses, or that leaves mid-call, does); its stdout lines read on a thread of their own."""

@@ -43,9 +43,10 @@ def test_query_answers_exactly_what_the_cli_prints(server, report_index):
         first_pass = client.post("/query", json={"queries": queries[:1], "k": 3, "first_pass": 5}).json()
     cli = json.loads(run_cli("query", *queries, "-k", "4", "--json", "--index-dir", str(report_index["index"])).stdout)
     # the same document; scores within float32 rounding: with torch installed, the warm server scores with
-    # the compiled kernel and a one-shot CLI with torch's path (the fast tier, without torch: NumPy both)
+    # the compiled kernel and a one-shot CLI with torch's path (the fast tier, without torch: NumPy both); a fused
+    # score also passes through the visual list's calibration, which divides by spreads of scores with that rounding
     assert _scoreless(served) == _scoreless(cli)
-    assert len(_scores(cli)) >= 8 and _scores(served) == [pytest.approx(v, rel=1e-6) if isinstance(v, float) else v for v in _scores(cli)]
+    assert len(_scores(cli)) >= 8 and _scores(served) == [pytest.approx(v, rel=1e-4) if isinstance(v, float) else v for v in _scores(cli)]
     validate(served, "query")
     assert {Path(h["path"]).name for h in filtered["queries"][0]["results"]} == {"report-0.pdf"}
     assert len(first_pass["queries"][0]["results"]) == 3
@@ -331,7 +332,7 @@ def test_healthz_is_ready_only_once_the_model_is_loaded(report_index, tmp_path):
     try:
         with running.client() as client:
             loading = client.get("/healthz")
-            assert loading.status_code == 503 and loading.json() == {"status": "loading"}
+            assert loading.status_code == 503 and loading.json() == {"status": "loading", "ready_modes": ["text"]}
             early = client.post("/query", json={"queries": ["q"]})
             assert early.status_code == 503 and "still loading" in early.json()["error"]["message"]
         running.wait_ready()

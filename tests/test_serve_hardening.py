@@ -144,11 +144,35 @@ def test_healthz_is_not_ready_until_the_warm_up_has_run(hardening_index, tmp_pat
         with running.client() as client:
             for _ in range(3):
                 held = client.get("/healthz")
-                assert held.status_code == 503 and held.json() == {"status": "loading"}
+                assert held.status_code == 503 and held.json() == {"status": "loading", "ready_modes": ["text"]}
             hold.release()
             running.wait_ready()
             assert client.get("/healthz").json()["status"] == "ready"
         assert not any("Traceback" in line for line in running.lines)
+    finally:
+        hold.release()
+        assert running.stop() == 0
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_text_queries_answer_while_the_model_loads(hardening_index, tmp_path):
+    """The model's load held (failpoint serve.model_load): /healthz says text is ready, a text query answers,
+    a hybrid one is refused as still loading; released, every mode is ready."""
+    hold = Hold(tmp_path, "serve.model_load")
+    running = Server("--index-dir", str(hardening_index["index"]), env=hold.env)
+    try:
+        hold.wait_reached(running)
+        with running.client() as client:
+            held = client.get("/healthz")
+            assert held.status_code == 503 and held.json() == {"status": "loading", "ready_modes": ["text"]}
+            text = client.post("/query", json={"queries": ["report"], "mode": "text", "k": 2})
+            assert text.status_code == 200 and len(text.json()["queries"][0]["results"]) == 2, text.text
+            hybrid = client.post("/query", json={"queries": ["report"], "k": 2})
+            assert hybrid.status_code == 503 and "still loading" in hybrid.text
+            hold.release()
+            running.wait_ready()
+            assert set(client.get("/healthz").json()["ready_modes"]) == {"visual", "text", "hybrid"}
+            assert client.post("/query", json={"queries": ["report"], "k": 2}).status_code == 200
     finally:
         hold.release()
         assert running.stop() == 0
@@ -169,7 +193,7 @@ def test_healthz_follows_the_index_itself_after_a_swap_and_a_restore(fake_model,
             assert refused.status_code == 503 and "rebuilt with another model" in refused.text
             for folder in (tmp_path, other, fake_model):  # the models named by their folders' names only
                 assert str(folder) not in refused.text, refused.text
-            assert client.get("/healthz").json() == {"status": "stale"}
+            assert client.get("/healthz").json() == {"status": "stale", "ready_modes": ["text"]}
             assert run_cli("build", str(docs), "--rebuild", "--model", str(fake_model), "--index-dir", str(index)).exit_code == 0
             healthz = client.get("/healthz")  # no other endpoint asked in between
             assert healthz.status_code == 200 and healthz.json()["status"] == "ready", healthz.text

@@ -15,7 +15,15 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 
 
 @click.command("eval", cls=AppCommand, epilog=EXIT_CODES)
-@click.argument("queries", metavar="QUERIES", type=click.Path(dir_okay=True))
+@click.argument("queries", metavar="[QUERIES]", type=click.Path(dir_okay=True), required=False)
+@click.option("--synthesize", type=click.IntRange(1), metavar="N", default=None,
+              help="Instead of QUERIES: N known-item questions drawn from the index's own page text (a phrase found on one "
+                   "page only, asked exact, unaccented, inflected or with words dropped; docs/eval.md says what they measure).")
+@click.option("--against", type=click.Choice(["exact"]), default=None,
+              help="Judge by exact search itself, no answers needed: each question's relevant pages are the exact visual "
+                   "top 10, so recall@10 is how much of it a lossy setting (--first-pass N, the index's pool factor) keeps.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="--synthesize: which questions are drawn (the same seed, the same questions).")
 @click.option("--modes", default=None, metavar="MODE[,MODE...]",
               help="How to answer, each evaluated: visual, text, hybrid (comma-separated; the index must answer each). "
                    "[default: query's: hybrid where the index has page text, else visual]")
@@ -32,10 +40,12 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @output_options
 @format_option
 @click.pass_obj
-def eval_(app: Application, queries, modes, first_passes, fusions, split, per_query, group_by, model_spec) -> None:
+def eval_(app: Application, queries, synthesize, against, seed, modes, first_passes, fusions, split, per_query, group_by,
+          model_spec) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
-    or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Prints nDCG@1/5/10, recall@1/5/10/100 and
-    MRR@10 for each mode and variant (trec_eval's definitions, docs/eval.md). The index is only read."""
+    or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/); or, with --synthesize N, questions drawn from
+    the index's own text. Prints nDCG@1/5/10, recall@1/5/10/100 and MRR@10 for each mode and variant
+    (trec_eval's definitions, docs/eval.md). The index is only read."""
     from ..core.errors import UsageError
     from ..evaluate.queryset import load_query_set
     from ..evaluate.modes import default_modes, parse_list, parse_modes, variants
@@ -47,16 +57,28 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
     fmt = chosen_format(app.output_format, app.as_json)
     if fmt == "paths":
         raise UsageError("--format paths: eval lists measures, not documents (jsonl, tsv and lines list its runs).")
+    if (queries is None) == (synthesize is None):
+        raise UsageError("eval: give QUERIES (a query set) or --synthesize N (questions drawn from the index), one of them.")
+    if modes is None:  # synthesized questions: the modes side by side; against exact: the visual list is what is cut
+        modes = "visual" if against else "visual,text,hybrid" if synthesize is not None else None
     asked = parse_modes(modes) if modes is not None else None
     fused = parse_list(fusions, "--fusions") if fusions is not None else []
     if asked is not None:
         variants(asked, list(first_passes), fused)  # a combination that cannot be: a usage error before any work
-    query_set = load_query_set(queries, split)
-    if group_by:
+    query_set = load_query_set(queries, split) if queries is not None else None  # a malformed set: refused before the index is read
+    if group_by and query_set is not None:
         check_group_key(query_set, group_by)
+    index = open_index(store=app.store())
+    if query_set is None:
+        query_set = _synthesized(app, index, synthesize, seed)
+        if group_by:
+            check_group_key(query_set, group_by)
+    if against:
+        from ..evaluate.synthesize import against_exact
+
+        query_set = against_exact(index, query_set)
     for note in query_set.notes:
         app.terminal.info(note)
-    index = open_index(store=app.store())
     chosen = variants(asked if asked is not None else default_modes(index), list(first_passes), fused)
     judged = prepare(index, query_set, chosen)
     if judged.unanswerable:
@@ -70,6 +92,18 @@ def eval_(app: Application, queries, modes, first_passes, fusions, split, per_qu
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
     document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()
     write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
+
+
+def _synthesized(app: Application, index, count: int, seed: int):
+    """--synthesize: the questions drawn from the index's text, and what they measure said."""
+    from ..core.errors import UsageError
+    from ..evaluate.synthesize import ABOUT, synthesize
+
+    query_set = synthesize(index, count, seed)
+    app.terminal.info(ABOUT)
+    if not query_set.queries:
+        raise UsageError("--synthesize: the index holds no page text to draw questions from.")
+    return query_set
 
 
 def _listing(document: dict):

@@ -163,6 +163,7 @@ class IndexTools:
         return IndexStatus(index=status["index"], generation=status["generation"], documents=status["documents"],
                            pages=status["pages"], model=status["model"]["id"], model_state=self.model_state(),
                            model_problem=self.policy.message(problem) if problem else None, modes=search_modes(index),
+                           ready_modes=list(self.service.ready_modes(index)),
                            page_text=has_text(index), last_build=status["last_build"],
                            failures=[FailedDocument(document=f["path"], stage=f["stage"], reason=self.policy.message(f["reason"]))
                                      for f in status["failures"]],

@@ -149,6 +149,7 @@ class IndexStatus(BaseModel):
     model_state: str = Field(description="loading, ready, failed or stale")
     model_problem: str | None = None
     modes: list[str] = Field(description="the search modes this index answers")
+    ready_modes: list[str] = Field(description="the modes that answer now: text at once, visual and hybrid once the model is loaded")
     page_text: bool = Field(description="whether hits carry the page's text")
     last_build: str
     failures: list[FailedDocument] = Field(default_factory=list)

@@ -10,9 +10,11 @@ model at all. Every hit of an index with text carries a snippet; `with_text`, th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Final
+
+import numpy as np
 
 from ..core.errors import IndexProblem
 from ..core.failpoints import failpoint
@@ -22,10 +24,40 @@ from ..index.protocols import View
 from ..index.text.engine import LexicalIndex, TextHit
 from ..index.text.snippet import snippet
 from .copies import Copies
-from .fusion import fuse
+from .fusion import PagePrior, fuse
 from .request import QueryRequest
 
 DEPTH: Final = 100  # candidates taken from each list before fusion
+PROBES: Final = 16  # questions drawn from the index's own pages to learn the visual list's prior (fusion.PagePrior)
+PROBE_WORDS: Final = 8
+
+Key = tuple[str, int]  # a page: its document's path and its page number
+
+
+def probe_questions(view: View, lexical: LexicalIndex, count: int = PROBES) -> list[tuple[str, Key]]:
+    """Up to `count` questions, each PROBE_WORDS words from the middle of a page's text, from pages
+    spread evenly over the index (deterministic), with the page each was drawn from."""
+    pages = [(doc.path, page) for doc in view.documents for page in range(1, doc.pages + 1)]
+    found: list[tuple[str, Key]] = []
+    step = max(1, len(pages) // (count * 2))
+    for key in pages[::step]:
+        words = (lexical.page_text(*key) or "").split()
+        if len(words) >= PROBE_WORDS:
+            middle = (len(words) - PROBE_WORDS) // 2
+            found.append((" ".join(words[middle : middle + PROBE_WORDS]), key))
+        if len(found) == count:
+            break
+    return found
+
+
+def visual_prior(questions: Sequence[tuple[str, Key]], encode: Callable[[Sequence[str]], Sequence[np.ndarray]],
+                 search: Callable[[Sequence[np.ndarray], int], Sequence[list[SearchHit]]]) -> PagePrior[Key] | None:
+    """The visual list's PagePrior on this generation: the probe questions encoded and ranked (DEPTH pages each)."""
+    if len(questions) < 3:
+        return None
+    lists = search(encode([text for text, _ in questions]), DEPTH)
+    return PagePrior.learn([([((hit.path, hit.page), hit.score) for hit in hits], source)
+                            for hits, (_, source) in zip(lists, questions)])
 
 
 def choose_mode(asked: Mode | None, lexical: LexicalIndex | None, location: str) -> Mode:
@@ -46,9 +78,10 @@ def visual_depth(mode: Mode, k: int, copies: Copies | None = None) -> int:
 
 
 def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visual: Sequence[list[SearchHit]] | None,
-           mode: Mode, copies: Copies | None = None) -> list[list[SearchHit]]:
+           mode: Mode, copies: Copies | None = None, prior: PagePrior[Key] | None = None) -> list[list[SearchHit]]:
     """The top-k of each query in `mode`, from its visual list (already ranked; None in text mode)
-    and the text list asked here; with `copies`, the pages of byte-identical documents as one hit each."""
+    and the text list asked here; with `copies`, the pages of byte-identical documents as one hit each;
+    `prior`: the visual list's (visual_prior), for the weighted fusion."""
     failpoint(f"query.{mode}")  # query.text, query.hybrid, query.visual: tests hold a query of one mode here
     texts, k, filters = request.queries, request.k, request.filtered
 
@@ -71,7 +104,9 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
             hits = [_text_hit(view, rank, hit) for rank, hit in enumerate(lexical_hits, 1)]
         else:
             assert visual is not None
-            hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0))
+            unmatched = max(0, min(depth, view.page_count) - len(lexical_hits))  # pages no word of the query is on
+            hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0), prior,
+                          unmatched)
         kept = top([hit for hit in hits if hit is not None])
         results.append([_with_text(replace(hit, rank=rank), lexical, text, request.with_text) for rank, hit in enumerate(kept, 1)])
     return results
@@ -85,13 +120,14 @@ def _text_hit(view: View, rank: int, hit: TextHit) -> SearchHit | None:
 
 
 def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit], request: QueryRequest,
-           limit: int) -> list[SearchHit | None]:
+           limit: int, prior: PagePrior[Key] | None, unmatched: int) -> list[SearchHit | None]:
     by_key = {(hit.path, hit.page): hit for hit in visual_hits}
     text_scores = {(hit.path, hit.page): hit.score for hit in lexical_hits}
     lists = {"text": [((hit.path, hit.page), hit.score) for hit in lexical_hits],
              "visual": [((hit.path, hit.page), hit.score) for hit in visual_hits]}
     hits: list[SearchHit | None] = []
-    for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k)[:limit], 1):
+    priors = {"visual": prior} if prior is not None else None
+    for rank, item in enumerate(fuse(lists, request.fusion, request.rrf_k, priors, {"text": unmatched})[:limit], 1):
         path, page = item.key
         base = by_key.get(item.key) or _text_hit(view, rank, TextHit(path, page, 0.0))
         if base is None:

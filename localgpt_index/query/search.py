@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import threading
+
 import numpy as np
 
 from ..core.errors import EnvironmentMissing, IndexProblem, MissingIndexFile
@@ -21,7 +23,8 @@ from ..index.protocols import ExactScoring, Store, View
 from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .copies import Copies
-from .hybrid import answer, choose_mode, visual_depth
+from .fusion import PagePrior
+from .hybrid import Key, answer, choose_mode, probe_questions, visual_depth, visual_prior
 from .request import QueryRequest, QuerySettings, validated
 
 __all__ = ["DeviceScoring", "SearchHit", "Searcher", "load_query_encoder", "open_index"]
@@ -53,6 +56,8 @@ class Searcher:
         self._device_scorer: DeviceScorer | None = None  # this generation's (its resident vectors), made on first use
         self._scored_on: DeviceScorer | None = None  # the device scorer of the last pass; None: the CPU scorer's
         self._copies_found: Copies | None = None
+        self._prior: PagePrior[Key] | None = None  # the visual list's, learned on the first weighted hybrid query
+        self._prior_lock = threading.Lock()
 
     @property
     def store(self) -> Store:
@@ -108,6 +113,10 @@ class Searcher:
         self._encoder = load_query_encoder(ref, spec)
         return self._encoder
 
+    def use_encoder(self, encoder: QueryEncoder) -> None:
+        """Answer with `encoder`, loaded for another generation of this index (serve, when it follows HEAD)."""
+        self._encoder = encoder
+
     def search(self, request: QueryRequest | str | Sequence[str], **fields: Any) -> list[list[SearchHit]]:
         """Top-k pages for each query of `request` (all encoded in one batch): a QueryRequest, or the
         queries and the request's other fields as keywords (k, filters, first_pass, mode, fusion,
@@ -137,7 +146,21 @@ class Searcher:
     def finish(self, request: QueryRequest, visual: Sequence[list[SearchHit]] | None) -> list[list[SearchHit]]:
         """The top-k of each query from its visual list (search_vectors with visual_depth; None in
         text mode): the text list asked and fused here, and copies collapsed, as `request` says."""
-        return answer(self.view, self.lexical, request, visual, self.mode(request), self._copies(request))
+        mode = self.mode(request)
+        prior = self.visual_prior() if mode == "hybrid" and request.fusion == "weighted" else None
+        return answer(self.view, self.lexical, request, visual, mode, self._copies(request), prior)
+
+    def visual_prior(self) -> PagePrior[Key] | None:
+        """What the visual list gives each page whatever is asked (hybrid.visual_prior), learned once per
+        generation with the loaded encoder; None before an encoder is loaded."""
+        encoder, lexical = self._encoder, self.lexical
+        if encoder is None or lexical is None:
+            return None
+        with self._prior_lock:
+            if self._prior is None:
+                self._prior = visual_prior(probe_questions(self.view, lexical), encoder.encode_queries,
+                                           lambda vectors, k: self.search_vectors(vectors, k, encoder.precision.device))
+        return self._prior
 
     def _copies(self, request: QueryRequest) -> Copies | None:
         """This generation's byte-identical documents, to collapse (None: `all_copies` lists them apart)."""

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
@@ -24,7 +25,7 @@ from ..interop.pages import CANNOT_RENDER
 from .images import PageImages
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .batcher import QueryBatcher
-from .service import IndexService, NotReady
+from .service import BatchAnswer, IndexService, NotReady
 
 
 def _status_of(exc: LgptError) -> int:
@@ -65,9 +66,12 @@ def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, p
 
 def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy, images: PageImages) -> None:
     async def answer(body: QueryBody, http_request: Request) -> Response:
-        service.require_ready()
-        service.index().mode(body)  # text or hybrid of an index without text: refused here, before the batch
-        found = await batcher.submit(body)
+        index = service.index()
+        if index.mode(body) == "text":  # no model: answered at once, while the model loads too
+            found = BatchAnswer(index, await run_in_threadpool(index.finish, body, None), 1)
+        else:  # text or hybrid of an index without text is refused by mode(), before the batch
+            service.require_ready()
+            found = await batcher.submit(body)
         document = query_document(found.index.view, body.queries, found.results, body.k, mode=found.index.mode(body),
                                   fusion=body.fusion)
         rendered = 0
@@ -166,14 +170,15 @@ def _index_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, po
 
 
 def _health(service: IndexService, batcher: QueryBatcher) -> tuple[dict, int]:
-    if service.failure is not None:
-        return {"status": "failed"}, 503
-    if not (service.ready and service.warmed):
-        return {"status": "loading"}, 503
     index = service.index()  # follows HEAD here, not only when another endpoint did
+    ready = {"ready_modes": service.ready_modes(index)}
+    if service.failure is not None:
+        return {"status": "failed", **ready}, 503
+    if not (service.ready and service.warmed):
+        return {"status": "loading", **ready}, 503
     if service.stale:
-        return {"status": "stale"}, 503
-    return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued}, 200
+        return {"status": "stale", **ready}, 503
+    return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued, **ready}, 200
 
 
 def _page_route(app: FastAPI, service: IndexService, images: PageImages) -> None:

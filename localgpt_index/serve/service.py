@@ -19,6 +19,7 @@ from pathlib import Path
 from ..core.cpus import short_openmp_spin
 from ..core.errors import EnvironmentMissing, IndexProblem, LgptError, MissingIndexFile
 from ..core.failpoints import failpoint
+from ..core.types import MODES, Mode
 from ..index.local.store import LocalStore
 from ..index.scoring import maxsim as score
 from ..models.protocols import QueryEncoder
@@ -90,6 +91,8 @@ class IndexService:
         if self._index is not None:
             self.switches += 1
             self._index.release_device()  # the old generation's resident vectors (a batch in flight keeps what it holds)
+        if self.encoder is not None:
+            index.use_encoder(self.encoder)  # its hybrid queries calibrate the visual list with it (query.hybrid.visual_prior)
         self._index, self._head_key = index, key
         try:
             self.on_switch(index)  # before _check_model: its message names the new generation's model
@@ -115,6 +118,7 @@ class IndexService:
         try:
             index = self.index()
             score.warm_up()  # a long-lived process: the CPU scorer's compiled kernel loads beside the model
+            failpoint("serve.model_load")  # tests: text queries answer while the model loads
             encoder = index.load_encoder(self.model)
             self.encoder = encoder
             with self._lock:
@@ -143,6 +147,12 @@ class IndexService:
     @property
     def ready(self) -> bool:
         return self.encoder is not None and self.failure is None
+
+    def ready_modes(self, index: Searcher) -> list[Mode]:
+        """The modes `index` answers now: text at once (it needs no model), visual and hybrid once the model is
+        loaded, warmed up, and matches the generation."""
+        answered = MODES if index.lexical is not None else ("visual",)
+        return [mode for mode in answered if mode == "text" or (self.ready and self.warmed and not self.stale)]
 
     def require_ready(self) -> QueryEncoder:
         if self.failure is not None:

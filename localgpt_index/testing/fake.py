@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Sequence
@@ -33,8 +34,13 @@ MODEL_TYPE = "lgpt-fake"
 
 
 def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, render_size: tuple[int, int] = (64, 64),
+                          colours: dict[str, tuple[int, int, int]] | None = None, hubs: Sequence[tuple[int, int, int]] = (),
                           **faults: object) -> Path:
-    """Write a fake checkpoint. `faults`: oom_above_batch, device_lost_after_pages,
+    """Write a fake checkpoint. `colours` (word -> RGB) gives its vectors some sight: a page whose mean
+    colour is near one holds that word's vector, and a query that names the word holds it three times, so the visual
+    list finds such a page and ranks it first (otherwise it carries no signal). `hubs` (RGBs) plays a
+    random-weight model's bias: a page of such a colour holds a vector every query holds too, so it is
+    visual rank 1 whatever is asked. `faults`: oom_above_batch, device_lost_after_pages,
     page_error_color ([r, g, b]: a page whose centre pixel has it fails in the forward pass, raising
     page_error_type: RuntimeError by default, TypeError to play a bug of ours), prepare_error_color and
     prepare_error_type (the same in prepare_page: ValueError by default, as a processor rejecting a page), seconds_per_page,
@@ -45,6 +51,10 @@ def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, r
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {"model_type": MODEL_TYPE, "dim": dim, "page_tokens": page_tokens, "render_size": list(render_size), "faults": faults}
+    if colours:
+        config["colours"] = {word: list(rgb) for word, rgb in colours.items()}
+    if hubs:
+        config["hubs"] = [list(rgb) for rgb in hubs]
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
 
@@ -59,6 +69,8 @@ class FakeEncoder(PageEncoder):
         self.page_tokens = int(config.get("page_tokens", 16))
         self._render_size = tuple(config.get("render_size", (64, 64)))
         self.faults: dict = config.get("faults") or {}
+        self.colours: dict[str, list[int]] = config.get("colours") or {}
+        self.hubs: list[list[int]] = config.get("hubs") or []
         late = Path(model.path) / "faults.json"  # faults added after a build: not part of the fingerprint
         if late.exists():
             self.faults = {**self.faults, **json.loads(late.read_text())}
@@ -99,7 +111,13 @@ class FakeEncoder(PageEncoder):
             data = page if isinstance(page, bytes) else self.prepare_page(page)
             if self._is_poison(data, "page_error_color"):
                 raise _fault_type(self.faults.get("page_error_type", "RuntimeError"))("fake: this page makes the forward pass fail")
-            vectors.append(_unit_vectors(data, self.page_tokens, self.dim).astype(np.float16))
+            found = _unit_vectors(data, self.page_tokens, self.dim)
+            seen = self._colour_of(data)
+            if seen is not None:
+                found[0] = _unit_vectors(seen.encode(), 1, self.dim)[0]
+            if any(_near(data, rgb) for rgb in self.hubs):
+                found[1] = _unit_vectors(HUB, 1, self.dim)[0]
+            vectors.append(found.astype(np.float16))
         time.sleep(float(self.faults.get("seconds_per_page", 0)) * len(pages))
         self.forward_calls += 1
         self.pages_encoded += len(pages)
@@ -113,10 +131,30 @@ class FakeEncoder(PageEncoder):
         centre = ((height // 2) * width + width // 2) * 3
         return list(data[centre : centre + 3]) == list(color)
 
+    def _colour_of(self, data: bytes) -> str | None:
+        """The colour word whose RGB is within 40 of the page's mean colour, if any."""
+        return next((word for word, rgb in self.colours.items() if _near(data, rgb)), None)
+
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         time.sleep(float(self.faults.get("seconds_per_query", 0)))
         self.forward_calls += 1
-        return [_unit_vectors(text.encode("utf-8", "surrogateescape"), min(4 + len(text.split()), 32), self.dim) for text in texts]
+        found = []
+        for text in texts:
+            vectors = _unit_vectors(text.encode("utf-8", "surrogateescape"), min(4 + len(text.split()), 32), self.dim)
+            named = [word for word in self.colours if word in re.findall(r"\w+", text.lower())]
+            hub = [_unit_vectors(HUB, 1, self.dim)] if self.hubs else []
+            seeing = [np.repeat(_unit_vectors(word.encode(), 1, self.dim), 3, axis=0) for word in named]  # what it mostly asks
+            found.append(np.concatenate([vectors, *seeing, *hub]))
+        return found
+
+
+HUB = b"hub"  # the seed of the vector hub pages and every query share
+
+
+def _near(data: bytes, rgb: Sequence[int]) -> bool:
+    """The page's mean colour is within 40 of `rgb`."""
+    mean = np.frombuffer(data, dtype=np.uint8).reshape(-1, 3).mean(axis=0)
+    return float(np.linalg.norm(mean - np.array(rgb))) < 40
 
 
 def _fault_type(name: str) -> type[Exception]:
