@@ -858,3 +858,21 @@ def test_a_watchers_backoff_always_waits(monkeypatch, given, expected):
 
     monkeypatch.setenv("LGPT_WATCH_RETRY_S", given)
     assert retry_delays() == expected
+
+
+def test_a_watcher_stopped_before_its_background_thread_starts_never_starts_it(tmp_path, fake_model):
+    """mcp --watch starts the watcher from a companion thread: stdin closing at once stops it first
+    (it said "internal error: RuntimeError: cannot join thread before it is started", exit 1)."""
+    from localgpt_index.indexing.options import BuildOptions
+    from localgpt_index.index.open import open_store
+    from localgpt_index.models.resolve import ModelSpec
+    from localgpt_index.watch.watcher import Watcher
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    seen: list = []
+    watcher = Watcher(docs, open_store(index_dir=str(tmp_path / "idx")), BuildOptions(model=ModelSpec(str(fake_model))), seen.append)
+    assert watcher.stop(wait_s=1)
+    watcher.start_background()
+    assert watcher.stop(wait_s=1) and not (tmp_path / "idx").exists() and seen == []
+    assert not any(thread.name == "lgpt-watch" for thread in threading.enumerate())

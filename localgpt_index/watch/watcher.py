@@ -98,6 +98,8 @@ class Watcher:
         self._building = self._stopped = False
         self.source = EventSource(root, self._changes, self._armed, self._failed, polling)
         self._background: threading.Thread | None = None
+        self._lifecycle = threading.Lock()  # start_background (often on a thread of its own) against stop
+        self._stopped = False
         self.scope: ProcessScope | None = None
 
     # the events of the folder (the source's thread)
@@ -124,7 +126,7 @@ class Watcher:
         reason = "stopped"
         try:
             self.source.start()
-            if catch_up and self.failure is None:
+            if catch_up and self.failure is None and not self._stopped:
                 self.build(())
             while self.exit_code == 0:
                 if not self._backoff():
@@ -224,25 +226,32 @@ class Watcher:
     # in the background (serve --watch)
 
     def start_background(self, catch_up: bool = True) -> None:
-        """Run in a thread of its own (its conversions in a process scope of their own)."""
-        scope = self.scope = ProcessScope()
+        """Run in a thread of its own (its conversions in a process scope of their own); nothing once stopped."""
+        scope = ProcessScope()
 
         def target() -> None:
             scope.enter_thread()
             self.run(catch_up)
 
-        self._background = threading.Thread(target=target, name="lgpt-watch", daemon=True)
-        self._background.start()
+        with self._lifecycle:
+            if self._stopped:
+                return
+            self.scope = scope
+            self._background = threading.Thread(target=target, name="lgpt-watch", daemon=True)
+            self._background.start()
 
     def stop(self, wait_s: float | None = None) -> bool:
         """Stop watching; with a thread in the background, wait up to `wait_s` for a build in progress
         to end (None: as long as it takes). False if one was still running (its processes are ended)."""
-        self.pending.close()
-        self.source.stop_event.set()
-        if self._background is None or self._background is threading.current_thread():
+        with self._lifecycle:
+            self._stopped = True
+            self.pending.close()
+            self.source.stop_event.set()
+            background = self._background
+        if background is None or background is threading.current_thread():
             return True
-        self._background.join(wait_s)
-        if self._background.is_alive():
+        background.join(wait_s)
+        if background.is_alive():
             if self.scope is not None:
                 self.scope.stop()
             return False
