@@ -140,3 +140,22 @@ def test_on_the_shipped_set_with_the_random_weight_checkpoint_hybrid_is_as_good_
     for group in ("all", "text-layer", "scanned", "office", "image"):
         best = max(found[("text", group)]["ndcg@10"], found[("visual", group)]["ndcg@10"])
         assert found[("hybrid", group)]["ndcg@10"] >= best - 0.02, table(found)
+
+
+def test_the_visual_prior_is_learned_once_a_generation_and_kept_for_the_next_process(tmp_path, seeing_model, monkeypatch):
+    """A one-shot hybrid query pays the probe questions' encodings once per generation, not once a process:
+    the next Searcher of the generation (another process alike) reads the prior from the user's cache."""
+    from localgpt_index import open_index
+    from localgpt_index.testing.fake import FakeEncoder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    planted_corpus(tmp_path)
+    build_ok(str(tmp_path / "docs"), "--model", str(seeing_model), "--ocr", "never")
+    encoded: list[int] = []
+    original = FakeEncoder.encode_queries
+    monkeypatch.setattr(FakeEncoder, "encode_queries", lambda self, texts: encoded.append(len(texts)) or original(self, texts))
+    first = open_index().search("the red poster", k=3, mode="hybrid")
+    assert len(encoded) == 2 and encoded[1] > 1 and list((tmp_path / "cache" / "lgpt-index" / "visual-priors").glob("*.json"))
+    encoded.clear()
+    again = open_index().search("the red poster", k=3, mode="hybrid")
+    assert encoded == [1] and again == first

@@ -10,8 +10,12 @@ model at all. Every hit of an index with text carries a snippet; `with_text`, th
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Final
 
 import numpy as np
@@ -58,6 +62,29 @@ def visual_prior(questions: Sequence[tuple[str, Key]], encode: Callable[[Sequenc
     lists = search(encode([text for text, _ in questions]), DEPTH)
     return PagePrior.learn([([((hit.path, hit.page), hit.score) for hit in hits], source)
                             for hits, (_, source) in zip(lists, questions)])
+
+
+def load_prior(path: Path) -> PagePrior[Key] | None:
+    """A visual prior saved by save_prior; None where there is none, or it cannot be read."""
+    try:
+        saved = json.loads(path.read_text())
+        pages = {(str(doc), int(page)): (float(usual), float(spread)) for doc, page, usual, spread in saved["pages"]}
+        return PagePrior({key: usual for key, (usual, _) in pages.items()}, {key: spread for key, (_, spread) in pages.items()},
+                         float(saved["unseen"]), float(saved["null"]), float(saved["room"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_prior(path: Path, prior: PagePrior[Key]) -> None:
+    """Keep `prior` for the next process (written whole or not at all; a cache: a failure is no error)."""
+    pages = [[doc, page, usual, prior.spread[(doc, page)]] for (doc, page), usual in prior.usual.items()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as out:
+            json.dump({"pages": pages, "unseen": prior.unseen, "null": prior.null, "room": prior.room}, out)
+        os.replace(out.name, path)
+    except OSError:
+        pass
 
 
 def choose_mode(asked: Mode | None, lexical: LexicalIndex | None, location: str) -> Mode:

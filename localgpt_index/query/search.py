@@ -24,7 +24,7 @@ from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .copies import Copies
 from .fusion import PagePrior
-from .hybrid import Key, answer, choose_mode, probe_questions, visual_depth, visual_prior
+from .hybrid import Key, answer, choose_mode, load_prior, probe_questions, save_prior, visual_depth, visual_prior
 from .request import QueryRequest, QuerySettings, validated
 
 __all__ = ["DeviceScoring", "SearchHit", "Searcher", "load_query_encoder", "open_index"]
@@ -158,9 +158,26 @@ class Searcher:
             return None
         with self._prior_lock:
             if self._prior is None:
-                self._prior = visual_prior(probe_questions(self.view, lexical), encoder.encode_queries,
-                                           lambda vectors, k: self.search_vectors(vectors, k, encoder.precision.device))
+                cached = self._prior_path(encoder)
+                self._prior = load_prior(cached)
+                if self._prior is None:
+                    self._prior = visual_prior(probe_questions(self.view, lexical), encoder.encode_queries,
+                                               lambda vectors, k: self.search_vectors(vectors, k, encoder.precision.device))
+                    if self._prior is not None:
+                        save_prior(cached, self._prior)
         return self._prior
+
+    def _prior_path(self, encoder: QueryEncoder) -> Path:
+        """Where this generation's visual prior is kept between processes (a one-shot query pays the probes'
+        encodings once per generation, model and precision, not once a process): the user's cache folder."""
+        import hashlib
+
+        import platformdirs
+
+        precision = encoder.precision
+        key = hashlib.sha256(self.view.manifest.model_dump_json().encode() + f"|{encoder.model.path}|{precision.device}|"
+                             f"{precision.dtype}".encode()).hexdigest()[:32]
+        return Path(platformdirs.user_cache_dir("lgpt-index")) / "visual-priors" / f"{key}.json"
 
     def _copies(self, request: QueryRequest) -> Copies | None:
         """This generation's byte-identical documents, to collapse (None: `all_copies` lists them apart)."""
