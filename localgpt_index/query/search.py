@@ -174,9 +174,10 @@ class Searcher:
 
         import platformdirs
 
-        precision = encoder.precision
-        key = hashlib.sha256(self.view.manifest.model_dump_json().encode() + f"|{encoder.model.path}|{precision.device}|"
-                             f"{precision.dtype}".encode()).hexdigest()[:32]
+        manifest, precision = self.view.manifest, encoder.precision
+        generation = f"{manifest.generation}|{manifest.created!r}|{sorted(manifest.segments)}|{manifest.model!r}"  # (its commit's)
+        key = f"{generation}|{encoder.model.path}|{precision.device}|{precision.dtype}"
+        key = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]  # (paths that are not UTF-8 too)
         return Path(platformdirs.user_cache_dir("lgpt-index")) / "visual-priors" / f"{key}.json"
 
     def _copies(self, request: QueryRequest) -> Copies | None:
