@@ -183,13 +183,10 @@ def _stop(app: Application, root: Path, running: tuple[int, dict] | None) -> Non
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return os.path.exists(f"/proc/{pid}") and "zombie" not in _state(pid)
+    """Whether `pid` runs (and is not a zombie: a service just stopped, not yet reaped)."""
+    from ..index.holder import pid_alive
+
+    return pid_alive(pid) and os.path.exists(f"/proc/{pid}") and "zombie" not in _state(pid)
 
 
 def _state(pid: int) -> str:

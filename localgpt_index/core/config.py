@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .files import read_user_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,16 +87,10 @@ def find_config(start: Path | None = None) -> ProjectConfig:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    text = read_user_text(path, limit=CONFIG_LIMIT, label=str(path))
     try:
-        with path.open("rb") as file:
-            raw = file.read(CONFIG_LIMIT + 1)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
-    if len(raw) > CONFIG_LIMIT:
-        raise UsageError(f"{path}: over {CONFIG_LIMIT >> 20} MiB; not a config file.")
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}.") from None
 
 
