@@ -42,6 +42,25 @@ class PageRef:
     metadata: dict
 
 
+RegionSource = Literal["text", "visual"]  # from the page's words, or from the query tokens' best patches
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where on a page a hit matched: a box in page fractions (x0, y0, x1, y1; 0,0 the top left of the page
+    as rendered), from the words holding the query's terms ("text") or the patches its tokens matched best
+    ("visual"), with its score and what matched there (the terms, or the query tokens)."""
+
+    bbox: tuple[float, float, float, float]
+    source: RegionSource
+    score: float
+    matched: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        key = "terms" if self.source == "text" else "tokens"
+        return {"bbox": [round(value, 4) for value in self.bbox], "source": self.source, "score": self.score, key: list(self.matched)}
+
+
 @dataclass(frozen=True)
 class SearchHit:
     rank: int
@@ -60,6 +79,7 @@ class SearchHit:
     snippet: str | None = None  # the page's text where the query's words are, matched words marked
     text: str | None = None  # the page's whole text, when asked for
     copies: tuple[str, ...] = ()  # the other paths of a byte-identical document (query/copies.py)
+    regions: tuple[Region, ...] | None = None  # where on the page it matched, when asked for (query/regions.py)
 
     def to_dict(self) -> dict:
         # by hand, not dataclasses.asdict: its recursive deep copy was most of a query answer's cost
@@ -75,4 +95,6 @@ class SearchHit:
             document["text"] = self.text
         if self.copies:
             document["copies"] = list(self.copies)
+        if self.regions is not None:
+            document["regions"] = [region.to_dict() for region in self.regions]
         return document

@@ -45,6 +45,18 @@ class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class HitRegion(_Document):
+    """Where on the page a hit matched (core.types.Region): a box in page fractions, from the words or the patches."""
+
+    bbox: list[float] = Field(min_length=4, max_length=4, description="x0, y0, x1, y1 in fractions of the page's width and "
+                                                                     "height, from its top left, as the page is rendered")
+    source: Literal["text", "visual"] = Field(description="text: the words holding the query's terms; visual: the patches "
+                                                          "the query's tokens matched best")
+    score: float = Field(description="text: the matched terms it holds, weighted; visual: the MaxSim share of its tokens")
+    terms: list[str] = _absent("text: the query's terms found there (as analysed)")
+    tokens: list[str] = _absent("visual: the query's tokens whose best patches it covers")
+
+
 class Hit(_Document):
     """One page that answers a query."""
 
@@ -66,6 +78,7 @@ class Hit(_Document):
     text: str = _absent("the page's whole text (--with-text)")
     copies: list[str] = _absent("the other paths of byte-identical documents: this page is theirs too (absent: none, "
                                 "or --all-copies, which lists them apart)")
+    regions: list[HitRegion] = _absent("where on the page it matched, best first (--regions)")
 
 
 class QueryAnswer(_Document):

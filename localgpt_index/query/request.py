@@ -108,6 +108,8 @@ class QuerySettings(BaseModel):
     with_text: bool = Field(default=False, description="each result carries its page's text")
     with_images: bool = Field(default=False, description="each result carries its page as an image (PNG)")
     dpi: int = Field(default=DPI[1], ge=DPI[0], le=DPI[2], description="resolution of those images")
+    regions: bool = Field(default=False, description="each result carries where on its page it matched: boxes in page fractions, "
+                                                      "from the words holding the query's terms and the patches its tokens matched")
     all_copies: bool = Field(default=False, description="byte-identical documents listed apart, a hit per path (by default "
                                                          "their pages are one hit, the other paths in its `copies`)")
 

@@ -23,6 +23,7 @@ from ..index.protocols import ExactScoring, Store, View
 from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .copies import Copies
+from .regions import attach_regions
 from .fusion import PagePrior
 from .hybrid import Key, answer, choose_mode, load_prior, probe_questions, save_prior, visual_depth, visual_prior
 from .request import QueryRequest, QuerySettings, validated
@@ -137,18 +138,21 @@ class Searcher:
             if query_vectors is None:
                 raise ValueError(f"a {mode} query needs its query vectors")
             visual = self.search_vectors(query_vectors, self.visual_depth(request), device, request.filtered, request.first_pass)
-        return self.finish(request, visual)
+        return self.finish(request, visual, query_vectors)
 
     def visual_depth(self, request: QueryRequest) -> int:
         """How many pages each query's visual list must hold for `request` (search_vectors' k)."""
         return visual_depth(self.mode(request), request.k, self._copies(request))
 
-    def finish(self, request: QueryRequest, visual: Sequence[list[SearchHit]] | None) -> list[list[SearchHit]]:
+    def finish(self, request: QueryRequest, visual: Sequence[list[SearchHit]] | None,
+               query_vectors: Sequence[np.ndarray] | None = None) -> list[list[SearchHit]]:
         """The top-k of each query from its visual list (search_vectors with visual_depth; None in
-        text mode): the text list asked and fused here, and copies collapsed, as `request` says."""
+        text mode): the text list asked and fused here, copies collapsed, and regions found (visual ones
+        from `query_vectors`), as `request` says."""
         mode = self.mode(request)
         prior = self.visual_prior() if mode == "hybrid" and request.fusion == "weighted" else None
-        return answer(self.view, self.lexical, request, visual, mode, self._copies(request), prior)
+        results = answer(self.view, self.lexical, request, visual, mode, self._copies(request), prior)
+        return attach_regions(self.view, self.lexical, request, query_vectors, results)
 
     def visual_prior(self) -> PagePrior[Key] | None:
         """What the visual list gives each page whatever is asked (hybrid.visual_prior), learned once per

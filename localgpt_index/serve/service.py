@@ -194,7 +194,7 @@ class IndexService:
             for number in members:
                 request, answer = requests[number], answers[number]
                 assert isinstance(answer, BatchAnswer)
-                answer.results = index.finish(request, hits[at : at + len(request.queries)])
+                answer.results = index.finish(request, hits[at : at + len(request.queries)], per_request[number])
                 answer.scored_with = len(stacked)
                 at += len(request.queries)
         return answers

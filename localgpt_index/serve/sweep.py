@@ -189,7 +189,7 @@ class Sweep:
             if self.units:
                 scores = np.concatenate([member.scores[u] for u in range(len(self.units))], axis=1)
                 hits = self.exact.rank_scores(scores, index.documents, index.visual_depth(request), self.exact.all_pages())
-            results = index.finish(request, hits)
+            results = index.finish(request, hits, member.vectors)
         except Exception as exc:  # noqa: BLE001 - it fails this request only
             member.deliver(exc)
             return False
