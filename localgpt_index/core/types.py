@@ -49,16 +49,20 @@ RegionSource = Literal["text", "visual"]  # from the page's words, or from the q
 class Region:
     """Where on a page a hit matched: a box in page fractions (x0, y0, x1, y1; 0,0 the top left of the page
     as rendered), from the words holding the query's terms ("text") or the patches its tokens matched best
-    ("visual"), with its score and what matched there (the terms, or the query tokens)."""
+    ("visual"), with its score and what matched there (the terms, or the query tokens; a text region's words too)."""
 
     bbox: tuple[float, float, float, float]
     source: RegionSource
     score: float
     matched: tuple[str, ...] = ()
+    text: str | None = None  # text regions: the words in the box, in reading order
 
     def to_dict(self) -> dict:
         key = "terms" if self.source == "text" else "tokens"
-        return {"bbox": [round(value, 4) for value in self.bbox], "source": self.source, "score": self.score, key: list(self.matched)}
+        document = {"bbox": [round(value, 4) for value in self.bbox], "source": self.source, "score": self.score, key: list(self.matched)}
+        if self.text is not None:
+            document["text"] = self.text
+        return document
 
 
 @dataclass(frozen=True)

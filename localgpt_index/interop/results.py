@@ -55,6 +55,7 @@ class HitRegion(_Document):
     score: float = Field(description="text: the matched terms it holds, weighted; visual: the MaxSim share of its tokens")
     terms: list[str] = _absent("text: the query's terms found there (as analysed)")
     tokens: list[str] = _absent("visual: the query's tokens whose best patches it covers")
+    text: str = _absent("text: the words in the box, in reading order")
 
 
 class Hit(_Document):
