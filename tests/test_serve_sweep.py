@@ -60,7 +60,7 @@ class Generation:
     def visual_depth(self, request) -> int:
         return request.k
 
-    def finish(self, request, hits):
+    def finish(self, request, hits, query_vectors=None):
         return hits
 
 
