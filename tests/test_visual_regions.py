@@ -115,3 +115,20 @@ def test_grids_are_row_by_row():
     assert rendered_size(PixelBudget(64 * 28 * 28, 4 * 28 * 28, 28), (1700, 2200)) == PixelBudget(
         64 * 28 * 28, 4 * 28 * 28, 28).fit(1700, 2200)
     assert rendered_size(112, (300, 600)) == (56, 112) and rendered_size((448, 448), (10, 10)) == (448, 448)
+
+
+def test_local_and_qdrant_stores_give_the_same_regions(seeing_model, planted_index, tmp_path):
+    from localgpt_index.index.open import open_store
+
+    docs, index = planted_index
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    result = run_cli("build", str(docs), "--model", str(seeing_model), "--store", url)
+    assert result.exit_code == 0, result.stderr
+    store = open_store(url)
+    try:
+        answers = [open_index(index).search("red", k=len(SHAPES), mode="visual", regions=True)[0],
+                   open_index(store=store).search("red", k=len(SHAPES), mode="visual", regions=True)[0]]
+    finally:
+        store.close()
+    local, qdrant = ({hit.path: hit.regions for hit in hits} for hits in answers)
+    assert local == qdrant and all(regions for regions in local.values())
