@@ -11,6 +11,7 @@ from PIL import Image, ImageDraw
 from conftest import run_cli
 from localgpt_index.models.geometry import PatchLayout, grid_boxes, rendered_size, square_grid, tiled_grid
 from localgpt_index.core.sizes import PixelBudget
+from localgpt_index.index.format.manifest import Document
 from localgpt_index.query.regions import clustered, no_visual_regions
 from localgpt_index.query.search import open_index
 from localgpt_index.testing.fake import write_fake_checkpoint
@@ -51,11 +52,30 @@ def seeing_model(tmp_path_factory):
 PLANTED = {"portrait": (0, 3), "landscape": (2, 1), "tall": (1, 3), "wide": (3, 2)}
 
 
+PDF_PAGE = 2  # pages.pdf: three pages, the red patch on the second alone, at PLANTED["pages"]
+PLANTED["pages"] = (1, 2)
+
+
+def planted_pdf(path, box: tuple[float, float, float, float]) -> None:
+    from reportlab.pdfgen import canvas
+
+    width, height = 612, 792
+    pdf = canvas.Canvas(str(path), pagesize=(width, height), invariant=1)
+    for number in range(1, 4):
+        pdf.drawString(72, 72, f"page {number}")
+        if number == PDF_PAGE:
+            pdf.setFillColorRGB(*(c / 255 for c in RED))
+            pdf.rect(box[0] * width, (1 - box[3]) * height, (box[2] - box[0]) * width, (box[3] - box[1]) * height, fill=1, stroke=0)
+        pdf.showPage()
+    pdf.save()
+
+
 @pytest.fixture(scope="module")
 def planted_index(seeing_model, tmp_path_factory):
     docs = tmp_path_factory.mktemp("docs")
     for name, size in SHAPES.items():
         planted_page(docs / f"{name}.png", size, cell_box(*PLANTED[name]))
+    planted_pdf(docs / "pages.pdf", cell_box(*PLANTED["pages"]))
     index = tmp_path_factory.mktemp("index")
     result = run_cli("build", str(docs), "--model", str(seeing_model), "--index-dir", str(index))
     assert result.exit_code == 0, result.stderr
@@ -64,10 +84,10 @@ def planted_index(seeing_model, tmp_path_factory):
 
 def test_the_top_visual_region_covers_the_planted_patch_on_every_shape(planted_index):
     docs, index = planted_index
-    hits = open_index(index).search("red", k=len(SHAPES), mode="visual", regions=True)[0]
-    assert len(hits) == len(SHAPES)
+    hits = open_index(index).search("red", k=len(PLANTED), mode="visual", regions=True)[0]
+    assert {(hit.path.rsplit("/", 1)[-1], hit.page) for hit in hits} == {*((f"{n}.png", 1) for n in SHAPES), ("pages.pdf", PDF_PAGE)}
     for hit in hits:
-        name = hit.path.rsplit("/", 1)[-1].removesuffix(".png")
+        name = hit.path.rsplit("/", 1)[-1].rpartition(".")[0]
         box = cell_box(*PLANTED[name])
         visual = [region for region in hit.regions or () if region.source == "visual"]
         assert visual, f"{name}: no visual region"
@@ -107,6 +127,17 @@ def test_adjacent_patches_merge_and_distant_ones_do_not():
     assert clustered(layout, page, query, [None] * 4) == []  # the prompt's and padding tokens are nobody's
 
 
+def test_one_page_of_a_document_in_two_spans():
+    from localgpt_index.index.format.manifest import Span
+    from localgpt_index.query.regions import one_page
+
+    spans = [Span(segment="seg-1", first=7, pages=2), Span(segment="seg-2", first=0, pages=3)]
+    doc = Document.model_construct(path="/a.pdf", pages=5, spans=spans)
+    assert [(one_page(doc, n).spans[0].segment, one_page(doc, n).spans[0].first) for n in range(1, 6)] == [
+        ("seg-1", 7), ("seg-1", 8), ("seg-2", 0), ("seg-2", 1), ("seg-2", 2)]
+    assert one_page(doc, 4).pages == 1
+
+
 def test_grids_are_row_by_row():
     assert grid_boxes(2, 3)[1].tolist() == [1 / 3, 0.0, 2 / 3, 0.5]
     assert grid_boxes(2, 3)[3].tolist() == [0.0, 0.5, 1 / 3, 1.0]
@@ -117,6 +148,7 @@ def test_grids_are_row_by_row():
     assert rendered_size(112, (300, 600)) == (56, 112) and rendered_size((448, 448), (10, 10)) == (448, 448)
 
 
+@pytest.mark.slow  # Qdrant's in-process store: over a second
 def test_local_and_qdrant_stores_give_the_same_regions(seeing_model, planted_index, tmp_path):
     from localgpt_index.index.open import open_store
 
@@ -126,9 +158,9 @@ def test_local_and_qdrant_stores_give_the_same_regions(seeing_model, planted_ind
     assert result.exit_code == 0, result.stderr
     store = open_store(url)
     try:
-        answers = [open_index(index).search("red", k=len(SHAPES), mode="visual", regions=True)[0],
-                   open_index(store=store).search("red", k=len(SHAPES), mode="visual", regions=True)[0]]
+        answers = [open_index(index).search("red", k=len(PLANTED), mode="visual", regions=True)[0],
+                   open_index(store=store).search("red", k=len(PLANTED), mode="visual", regions=True)[0]]
     finally:
         store.close()
-    local, qdrant = ({hit.path: hit.regions for hit in hits} for hits in answers)
+    local, qdrant = ({(hit.path, hit.page): hit.regions for hit in hits} for hits in answers)
     assert local == qdrant and all(regions for regions in local.values())

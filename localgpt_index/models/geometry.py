@@ -149,11 +149,14 @@ class ProcessorPatches:
         self.folder, self.processor_class, self.render_size = Path(folder), processor, render_size
         self.arrangement = arrangement
         self.needs_page_size = not isinstance(render_size, tuple)
+        # the network's image token (Gemma3's processor names its placeholder, <start_of_image>, instead); an
+        # adapter's folder has no config of the network: the processor's then
         config = _config(self.folder)
         token = config.get("image_token_id", config.get("image_token_index"))
         self.image_token = int(token) if isinstance(token, int) else None
         self._processor: Any = None
         self._probes: dict[tuple[int, int], Probe] = {}
+        self._queries: dict[tuple[str, int], list[str | None]] = {}  # a query's tokens, asked once per hit
         self._lock = threading.Lock()
 
     def processor(self) -> Any:
@@ -177,7 +180,8 @@ class ProcessorPatches:
         processor = self.processor()
         batch = processor.process_images([Image.new("RGB", size, "white")])
         ids = batch["input_ids"][0].numpy()
-        positions = np.flatnonzero(ids == self.image_token)
+        image_token = self.image_token if self.image_token is not None else getattr(processor, "image_token_id", None)
+        positions = np.flatnonzero(ids == image_token)
         grid = None
         if "image_grid_thw" in batch:  # Qwen: patches, merged merge x merge into one token
             merge = int(processor.image_processor.merge_size)
@@ -191,26 +195,36 @@ class ProcessorPatches:
         return Probe(len(ids), positions, grid)
 
     def layout(self, count: int, page_size: tuple[int, int] | None) -> PatchLayout | None:
-        if self.image_token is None:
-            return None
         if isinstance(self.render_size, tuple):
-            size = self.render_size
+            sizes = [self.render_size]
         elif page_size is None:
             return None
-        else:
-            size = rendered_size(self.render_size, page_size)
-        probe = self.probe(size)
-        if probe.tokens != count or not len(probe.positions):
-            return None  # not this processor's layout (pooled vectors, another render size)
-        try:
-            boxes = self.arrangement(probe)
-        except ValueError:
-            return None
-        return PatchLayout(probe.positions, boxes) if len(boxes) == len(probe.positions) else None
+        else:  # a pixel either way on a side: poppler's -scale-to rounds the short side its own way
+            width, height = rendered_size(self.render_size, page_size)
+            sizes = [(width, height), (width, height - 1), (width, height + 1), (width - 1, height), (width + 1, height)]
+        for size in sizes:
+            probe = self.probe(size)
+            if probe.tokens == count and len(probe.positions):
+                try:
+                    boxes = self.arrangement(probe)
+                except ValueError:
+                    return None
+                return PatchLayout(probe.positions, boxes) if len(boxes) == len(probe.positions) else None
+            if isinstance(self.render_size, PixelBudget):
+                break  # smart_resize's grid is exact: no pixel either way
+        return None  # not this processor's layout (pooled vectors, another render size)
 
     def query_tokens(self, text: str, rows: int) -> list[str | None]:
         """The asker's tokens: what the query's prompt adds around them (its prefix, the augmentation
         tokens) is what it adds to an empty query too, and special tokens are never the asker's."""
+        known = self._queries.get((text, rows))
+        if known is None:
+            if len(self._queries) >= 64:
+                self._queries.clear()
+            known = self._queries[(text, rows)] = self._query_tokens(text, rows)
+        return known
+
+    def _query_tokens(self, text: str, rows: int) -> list[str | None]:
         with self._lock:
             processor = self.processor()
             ids = [int(i) for i in processor.process_queries([text])["input_ids"][0]]

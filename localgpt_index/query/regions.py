@@ -21,7 +21,7 @@ from PIL import Image
 from ..core.errors import DocumentError, LgptError
 from ..core.sizes import RenderSize
 from ..core.types import Region, SearchHit
-from ..index.format.manifest import Document
+from ..index.format.manifest import Document, Span
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
 from ..ingest.discover import IMAGE, PDF
@@ -75,11 +75,22 @@ def visual_regions(view: View, query_vectors: np.ndarray, query: str, path: str,
     size = page_pixels(view, doc, page) if geometry.needs_page_size else None
     if geometry.needs_page_size and size is None:
         return []
-    vectors = view.page_vectors(doc)[page - 1]
+    vectors = view.page_vectors(one_page(doc, page))[0]
     layout = geometry.layout(len(vectors), size)
     if layout is None:
         return []
     return clustered(layout, vectors, query_vectors, geometry.query_tokens(query, len(query_vectors)))
+
+
+def one_page(doc: Document, page: int) -> Document:
+    """`doc` narrowed to its page `page` (1-based), so that page_vectors reads (and checks) that page alone."""
+    before = 0
+    for span in doc.spans:
+        if page <= before + span.pages:
+            return doc.model_copy(update={"pages": 1, "spans": [Span(segment=span.segment, first=span.first + page - 1 - before,
+                                                                     pages=1)]})
+        before += span.pages
+    raise ValueError(f"{doc.path} has no page {page}")
 
 
 def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.ndarray,
