@@ -22,6 +22,8 @@ RED = (230, 20, 20)
 PLANTED = (0.5, 0.0, 1.0, 0.5)  # the top right quadrant: a transpose puts it bottom left
 SHAPES = {"portrait": (300, 420), "landscape": (480, 270), "tall": (90, 900), "wide": (1000, 80)}
 FAMILIES = ["colpali", "colqwen2", "colqwen2_5", "colqwen3", "colqwen3_5", "colidefics3", "colmodernvbert", "colgemma3"]
+# and the real grids: ColPali's 32 x 32 at 448 px, ColQwen2.5's budget of 768 merged patches
+CHECKPOINTS = [(family, "tiny") for family in FAMILIES] + [("colpali", "bench"), ("colqwen2_5", "bench")]
 PATCH = {"colqwen3": 16, "colqwen3_5": 16}  # pixels a side of a vision patch (14 elsewhere)
 
 
@@ -114,10 +116,12 @@ def planted_docs(tmp_path_factory):
     return docs
 
 
-def _checkpoint(family: str, folder):
+def _checkpoint(family: str, geometry: str, folder):
     from localgpt_index.testing.checkpoints import make_checkpoint, make_family_checkpoint
 
-    return make_checkpoint(folder / "tiny-colpali") if family == "colpali" else make_family_checkpoint(folder / family, family)
+    if family == "colpali":
+        return make_checkpoint(folder / f"{geometry}-colpali", geometry)
+    return make_family_checkpoint(folder / family, family, geometry=geometry)
 
 
 def _centre_in(bbox, box, slack: float = 0.01) -> bool:
@@ -125,15 +129,15 @@ def _centre_in(bbox, box, slack: float = 0.01) -> bool:
     return box[0] - slack <= x <= box[2] + slack and box[1] - slack <= y <= box[3] + slack
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_the_top_visual_region_lies_in_the_planted_patch(family, planted_docs, tmp_path, monkeypatch):
-    from localgpt_index.models.geometry import rendered_size
+@pytest.mark.parametrize(("family", "geometry"), CHECKPOINTS)
+def test_the_top_visual_region_lies_in_the_planted_patch(family, geometry, planted_docs, tmp_path, monkeypatch):
+    from localgpt_index.models.geometry import ProcessorPatches, rendered_size
     from localgpt_index.query.regions import page_pixels, patch_geometry
     from localgpt_index.query.search import open_index
 
     recorded: list = []
     monkeypatch.setattr(NetRunner, "__call__", _hook(recorded, PATCH.get(family, 14)))
-    model = _checkpoint(family, tmp_path)
+    model = _checkpoint(family, geometry, tmp_path)
     index = tmp_path / "index"
     result = run_cli("build", str(planted_docs), "--model", str(model), "--index-dir", str(index), "--text", "never",
                      "--device", "cpu")
@@ -141,8 +145,8 @@ def test_the_top_visual_region_lies_in_the_planted_patch(family, planted_docs, t
     searcher = open_index(index)
     hits = searcher.search("red red red", k=len(SHAPES) + 1, mode="visual", regions=True)[0]
     assert len(hits) == len(SHAPES) + 1
-    geometry = patch_geometry(searcher.view)
-    assert geometry is not None
+    patches = patch_geometry(searcher.view)
+    assert isinstance(patches, ProcessorPatches)
     for hit in hits:
         visual = [region for region in hit.regions or () if region.source == "visual"]
         assert visual, f"{family} {hit.path}: no visual region"
@@ -151,8 +155,8 @@ def test_the_top_visual_region_lies_in_the_planted_patch(family, planted_docs, t
         assert top.matched and top.score > 0.5
         # the rows the query side calls image tokens are those the build's processor made for this page
         doc = searcher.view.document(hit.path)
-        size = page_pixels(searcher.view, doc, hit.page) if geometry.needs_page_size else None
-        layout = geometry.layout(len(searcher.view.page_vectors(doc)[hit.page - 1]), size)
+        size = page_pixels(searcher.view, doc, hit.page) if patches.needs_page_size else None
+        layout = patches.layout(len(searcher.view.page_vectors(doc)[hit.page - 1]), size)
         assert layout is not None
-        grid = geometry.probe(rendered_size(geometry.render_size, size) if size else geometry.render_size).grid
+        grid = patches.probe(rendered_size(patches.render_size, size) if size else patches.render_size).grid
         assert (tuple(layout.rows), grid if family.startswith("colqwen") else None) in recorded, (family, hit.path)
