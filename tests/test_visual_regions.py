@@ -12,7 +12,7 @@ from conftest import run_cli
 from localgpt_index.models.geometry import PatchLayout, grid_boxes, rendered_size, square_grid, tiled_grid
 from localgpt_index.core.sizes import PixelBudget
 from localgpt_index.index.format.manifest import Document
-from localgpt_index.query.regions import clustered, no_visual_regions
+from localgpt_index.query.patches import clustered, no_visual_regions
 from localgpt_index.query.search import open_index
 from localgpt_index.testing.fake import write_fake_checkpoint
 
@@ -129,7 +129,7 @@ def test_adjacent_patches_merge_and_distant_ones_do_not():
 
 def test_one_page_of_a_document_in_two_spans():
     from localgpt_index.index.format.manifest import Span
-    from localgpt_index.query.regions import one_page
+    from localgpt_index.query.patches import one_page
 
     spans = [Span(segment="seg-1", first=7, pages=2), Span(segment="seg-2", first=0, pages=3)]
     doc = Document.model_construct(path="/a.pdf", pages=5, spans=spans)

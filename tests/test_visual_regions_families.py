@@ -132,7 +132,7 @@ def _centre_in(bbox, box, slack: float = 0.01) -> bool:
 @pytest.mark.parametrize(("family", "geometry"), CHECKPOINTS)
 def test_the_top_visual_region_lies_in_the_planted_patch(family, geometry, planted_docs, tmp_path, monkeypatch):
     from localgpt_index.models.geometry import ProcessorPatches, rendered_size
-    from localgpt_index.query.regions import page_pixels, patch_geometry
+    from localgpt_index.query.patches import page_pixels, patch_geometry
     from localgpt_index.query.search import open_index
 
     recorded: list = []
