@@ -21,7 +21,7 @@ from ..core.types import Region
 from ..index.format.manifest import Document, Span
 from ..index.protocols import View
 from ..ingest.discover import IMAGE, PDF
-from ..ingest.render import PDF_DPI, read_pdf_pages
+from ..ingest.render import PDF_DPI, PagePoints, read_pdf_pages
 from ..models.families import find_family
 from ..models.geometry import PatchGeometry, PatchLayout
 from ..models.render_size import expected_render_size
@@ -132,7 +132,7 @@ def page_pixels(view: View, doc: Document, page: int) -> tuple[int, int] | None:
     try:
         if doc.pdf or doc.kind == PDF:
             pdf = view.store.pdf_file(doc.pdf) if doc.pdf else Path(doc.path)
-            width, height, _ = read_pdf_pages(pdf, points=True).points[page - 1]
+            width, height, _ = _pdf_points(str(pdf), doc.pdf_sha256 or doc.sha256)[page - 1]
             return math.ceil(width * PDF_DPI / 72.0), math.ceil(height * PDF_DPI / 72.0)
         if doc.kind == IMAGE:
             with Image.open(doc.path) as image:
@@ -141,3 +141,10 @@ def page_pixels(view: View, doc: Document, page: int) -> tuple[int, int] | None:
     except (DocumentError, LgptError, OSError, ValueError, EOFError, IndexError):
         return None
     return None
+
+
+@lru_cache(maxsize=1024)
+def _pdf_points(pdf: str, sha256: str) -> tuple[PagePoints, ...]:
+    """Every page's size of a PDF (one pdfinfo a document, kept by its content's hash: about 30 ms a call
+    from a process that holds a model)."""
+    return read_pdf_pages(Path(pdf), points=True).points
