@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.plugins import collected, hookimpl, plugin_manager
+from .geometry import PatchGeometry, merged_arrangement, processor_patches, square_arrangement, tiled_arrangement
 from .loaders import BYALDI, COLPALI_ENGINE, Loader
 
 
@@ -47,6 +48,13 @@ class Family:
     logits_to_keep: bool = False  # the network takes logits_to_keep (it reads the last hidden states only)
     use_cache: bool = False  # the network takes use_cache (passed False: it builds no key-value cache per pass)
     compile_parts: tuple[str, ...] = ()  # the parts torch.compile compiles apart (dotted paths; none: the whole)
+    # where its pages' vectors lie on the page, (family, ModelRef, render size) -> PatchGeometry (models/geometry.py);
+    # None: it has no visual regions
+    patches: Callable[[Any, Any, Any], PatchGeometry | None] | None = None
+
+    def patch_geometry(self, model: Any, render_size: Any) -> PatchGeometry | None:
+        """Its patch geometry for `model` (a ModelRef of this family) rendered at `render_size`; None: it declares none."""
+        return None if self.patches is None else self.patches(self, model, render_size)
 
     def __post_init__(self) -> None:
         """Its name and its loader's are lowercase words (NAME_PATTERN, LOADER_PATTERN: what the published schemas allow)."""
@@ -58,22 +66,28 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # a family's name, as an index records
 LOADER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
 
 
+SQUARE = processor_patches(square_arrangement)  # a square grid over the page resized to a square
+MERGED = processor_patches(merged_arrangement)  # Qwen: the page's own grid of merged patches
+TILED = processor_patches(tiled_arrangement)  # Idefics3: tiles of the split page, then the global view
+
 # Published checkpoints, scores and the hardware each suits: the README's Models table.
 FAMILIES: tuple[Family, ...] = (
     Family("colpali", "ColPali", ("paligemma",), "ColPali", "ColPaliProcessor", BYALDI, False, shared_prompt=True,
-           logits_to_keep=True, use_cache=True, compile_parts=("model.model.vision_tower", "model.model.language_model")),
-    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", BYALDI, True, pixel_grid=True),
+           logits_to_keep=True, use_cache=True, compile_parts=("model.model.vision_tower", "model.model.language_model"), patches=SQUARE),
+    Family("colqwen2", "ColQwen2", ("qwen2_vl",), "ColQwen2", "ColQwen2Processor", BYALDI, True, pixel_grid=True,
+           patches=MERGED),
     Family("colqwen2_5", "ColQwen2.5", ("qwen2_5_vl",), "ColQwen2_5", "ColQwen2_5_Processor", COLPALI_ENGINE, True,
-           pixel_grid=True),
+           pixel_grid=True, patches=MERGED),
     Family("colqwen3", "ColQwen3", ("qwen3_vl",), "ColQwen3", "ColQwen3Processor", COLPALI_ENGINE, True, dim=320,
-           pixel_grid=True),
+           pixel_grid=True, patches=MERGED),
     Family("colqwen3_5", "ColQwen3.5", ("qwen3_5",), "ColQwen3_5", "ColQwen3_5Processor", COLPALI_ENGINE, True,
-           config_dim=True, pixel_grid=True),
+           config_dim=True, pixel_grid=True, patches=MERGED),
     Family("colidefics3", "ColIdefics3 (ColSmol)", ("idefics3",), "ColIdefics3", "ColIdefics3Processor",
-           COLPALI_ENGINE, True, use_cache=True),
+           COLPALI_ENGINE, True, use_cache=True, patches=TILED),
     Family("colmodernvbert", "ColModernVBert", ("modernvbert",), "ColModernVBert", "ColModernVBertProcessor",
-           COLPALI_ENGINE, True),
-    Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", COLPALI_ENGINE, False),
+           COLPALI_ENGINE, True, patches=TILED),
+    Family("colgemma3", "ColGemma3", ("gemma3",), "ColGemma3", "ColGemmaProcessor3", COLPALI_ENGINE, False,
+           patches=SQUARE),
 )
 QWEN_GRID = tuple(family.name for family in FAMILIES if family.pixel_grid)  # the built-ins --max-visual-tokens applies to
 

@@ -17,6 +17,7 @@ import numpy as np
 from ..core.types import Region, SearchHit
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
+from .patches import clustered, one_page, page_pixels, patch_geometry
 from .request import QueryRequest
 
 MAX_REGIONS = 8  # regions per hit: the text ones first, then the visual ones
@@ -41,7 +42,7 @@ def page_regions(view: View, lexical: LexicalIndex | None, query: str, query_vec
     then its visual regions when the query's vectors are given (None: a text query, no model)."""
     found = list(text_regions(view, lexical, query, path, page))
     if query_vectors is not None:
-        found += visual_regions(view, query_vectors, path, page)
+        found += visual_regions(view, query_vectors, query, path, page)
     return tuple(found[:MAX_REGIONS])
 
 
@@ -50,6 +51,18 @@ def text_regions(view: View, lexical: LexicalIndex | None, query: str, path: str
     return []  # issue 44: the word positions stored with the page text (helper "text regions")
 
 
-def visual_regions(view: View, query_vectors: np.ndarray, path: str, page: int) -> list[Region]:
-    """The query tokens' best patches on the page, clustered into boxes, best first (models/geometry.py)."""
-    return []  # issue 44: the family's patch geometry (helper "visual regions")
+def visual_regions(view: View, query_vectors: np.ndarray, query: str, path: str, page: int) -> list[Region]:
+    """The query tokens' best patches on the page, clustered into boxes, best first (models/geometry.py):
+    none where the index's family declares no patch geometry (query/patches.no_visual_regions says why)."""
+    doc = view.document(path)
+    geometry = patch_geometry(view)
+    if doc is None or geometry is None or not 1 <= page <= doc.pages:
+        return []
+    size = page_pixels(view, doc, page) if geometry.needs_page_size else None
+    if geometry.needs_page_size and size is None:
+        return []
+    vectors = view.page_vectors(one_page(doc, page))[0]
+    layout = geometry.layout(len(vectors), size)
+    if layout is None:
+        return []
+    return clustered(layout, vectors, query_vectors, geometry.query_tokens(query, len(query_vectors)))

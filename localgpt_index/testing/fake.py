@@ -14,6 +14,7 @@ code never imports it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -26,6 +27,7 @@ from ..models.device import Precision
 from ..core.plugins import hookimpl
 from ..models.families import Family
 from ..models.failures import DeviceLost, DeviceOutOfMemory
+from ..models.geometry import PatchLayout, square_grid
 from ..models.loaders import Loader
 from ..models.protocols import PageEncoder
 from ..models.resolve import ModelRef
@@ -35,12 +37,14 @@ MODEL_TYPE = "lgpt-fake"
 
 def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, render_size: tuple[int, int] = (64, 64),
                           colours: dict[str, tuple[int, int, int]] | None = None, hubs: Sequence[tuple[int, int, int]] = (),
-                          **faults: object) -> Path:
+                          seeing_patches: bool = False, **faults: object) -> Path:
     """Write a fake checkpoint. `colours` (word -> RGB) gives its vectors some sight: a page whose mean
     colour is near one holds that word's vector, and a query that names the word holds it three times, so the visual
     list finds such a page and ranks it first (otherwise it carries no signal). `hubs` (RGBs) plays a
     random-weight model's bias: a page of such a colour holds a vector every query holds too, so it is
-    visual rank 1 whatever is asked. `faults`: oom_above_batch, device_lost_after_pages,
+    visual rank 1 whatever is asked. `seeing_patches`: its vectors are patches too (FakePatches: a square
+    grid of `page_tokens` over the page, row by row), and each patch whose mean colour is near a colour
+    word's holds that word's vector, so a query naming it matches there alone. `faults`: oom_above_batch, device_lost_after_pages,
     page_error_color ([r, g, b]: a page whose centre pixel has it fails in the forward pass, raising
     page_error_type: RuntimeError by default, TypeError to play a bug of ours), prepare_error_color and
     prepare_error_type (the same in prepare_page: ValueError by default, as a processor rejecting a page), seconds_per_page,
@@ -55,6 +59,8 @@ def write_fake_checkpoint(folder: Path, dim: int = 128, page_tokens: int = 16, r
         config["colours"] = {word: list(rgb) for word, rgb in colours.items()}
     if hubs:
         config["hubs"] = [list(rgb) for rgb in hubs]
+    if seeing_patches:
+        config["seeing_patches"] = True
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
 
@@ -71,6 +77,7 @@ class FakeEncoder(PageEncoder):
         self.faults: dict = config.get("faults") or {}
         self.colours: dict[str, list[int]] = config.get("colours") or {}
         self.hubs: list[list[int]] = config.get("hubs") or []
+        self.seeing_patches = bool(config.get("seeing_patches"))
         late = Path(model.path) / "faults.json"  # faults added after a build: not part of the fingerprint
         if late.exists():
             self.faults = {**self.faults, **json.loads(late.read_text())}
@@ -117,11 +124,25 @@ class FakeEncoder(PageEncoder):
                 found[0] = _unit_vectors(seen.encode(), 1, self.dim)[0]
             if any(_near(data, rgb) for rgb in self.hubs):
                 found[1] = _unit_vectors(HUB, 1, self.dim)[0]
+            if self.seeing_patches:
+                self._see_patches(data, found)
             vectors.append(found.astype(np.float16))
         time.sleep(float(self.faults.get("seconds_per_page", 0)) * len(pages))
         self.forward_calls += 1
         self.pages_encoded += len(pages)
         return vectors
+
+    def _see_patches(self, data: bytes, found: np.ndarray) -> None:
+        """Each patch (FakePatches' grid) near a colour word's RGB holds that word's vector."""
+        width, height = self.render_size
+        pixels = np.frombuffer(data, dtype=np.uint8).reshape(height, width, 3)
+        side = math.isqrt(self.page_tokens)
+        for row in range(side * side):
+            y, x = divmod(row, side)
+            cell = pixels[y * height // side : (y + 1) * height // side, x * width // side : (x + 1) * width // side]
+            word = next((word for word, rgb in self.colours.items() if _near(cell.tobytes(), rgb)), None)
+            if word is not None:
+                found[row] = _unit_vectors(word.encode(), 1, self.dim)[0]
 
     def _is_poison(self, data: bytes, fault: str) -> bool:
         color = self.faults.get(fault)
@@ -141,7 +162,7 @@ class FakeEncoder(PageEncoder):
         found = []
         for text in texts:
             vectors = _unit_vectors(text.encode("utf-8", "surrogateescape"), min(4 + len(text.split()), 32), self.dim)
-            named = [word for word in self.colours if word in re.findall(r"\w+", text.lower())]
+            named = _named_colours(self.colours, text)
             hub = [_unit_vectors(HUB, 1, self.dim)] if self.hubs else []
             seeing = [np.repeat(_unit_vectors(word.encode(), 1, self.dim), 3, axis=0) for word in named]  # what it mostly asks
             found.append(np.concatenate([vectors, *seeing, *hub]))
@@ -149,6 +170,44 @@ class FakeEncoder(PageEncoder):
 
 
 HUB = b"hub"  # the seed of the vector hub pages and every query share
+
+
+def _named_colours(colours: dict, text: str) -> list[str]:
+    """The colour words a query names, in the order of the checkpoint's colours (one vector each, three times)."""
+    return [word for word in colours if word in re.findall(r"\w+", text.lower())]
+
+
+class FakePatches:
+    """The fake family's patch geometry: its `page_tokens` vectors a square grid over the page, row by
+    row (none where page_tokens is not a square); a query's tokens are its words, then its colour words'."""
+
+    needs_page_size = False
+
+    def __init__(self, folder: Path) -> None:
+        config = json.loads((Path(folder) / "config.json").read_text())
+        self.page_tokens = int(config.get("page_tokens", 16))
+        self.colours: dict = config.get("colours") or {}
+        self.boxes = square_grid(self.page_tokens)
+
+    def layout(self, count: int, page_size: tuple[int, int] | None) -> PatchLayout | None:
+        return PatchLayout(np.arange(count), self.boxes) if count == self.page_tokens else None
+
+    def query_tokens(self, text: str, rows: int) -> list[str | None]:
+        words = text.split()
+        rows_of_text = min(4 + len(words), 32)  # as encode_queries makes them: its words, then padding
+        names: list[str | None] = [*words[:rows_of_text], *[None] * (rows_of_text - min(len(words), rows_of_text))]
+        for word in _named_colours(self.colours, text):
+            names += [word] * 3
+        names += [None] * (rows - len(names))  # the hub's vector: every query's, nobody's word
+        return names[:rows]
+
+
+def fake_patches(family: Family, model: ModelRef, render_size: object) -> FakePatches | None:
+    """The fake family's `patches`: FakePatches, for a checkpoint whose page_tokens make a square grid."""
+    try:
+        return FakePatches(Path(model.path))
+    except ValueError:
+        return None
 
 
 def _near(data: bytes, rgb: Sequence[int]) -> bool:
@@ -182,7 +241,7 @@ def fake_render_size(folder: Path) -> tuple[int, int] | None:
 
 
 FAMILY = Family("fake", "fake (tests)", (MODEL_TYPE,), "", "", Loader("fake"), False, config_dim=True, torch=False,
-                encoder=FakeEncoder, render_size=fake_render_size)
+                encoder=FakeEncoder, render_size=fake_render_size, patches=fake_patches)
 
 
 @hookimpl

@@ -1,0 +1,150 @@
+"""Visual regions' parts: the index's patch geometry, a page's size and vectors, and the best patches clustered.
+
+query/regions.visual_regions puts them together for each returned hit: the page's vectors (one page read,
+from either store), where its image tokens lie (models/geometry.py, at the size the build rendered the page,
+re-derived from its source), and each query token's best patch, weighted by its score, merged into boxes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from ..core.errors import DocumentError, LgptError
+from ..core.sizes import RenderSize
+from ..core.types import Region
+from ..index.format.manifest import Document, Span
+from ..index.protocols import View
+from ..ingest.discover import IMAGE, PDF
+from ..ingest.render import PDF_DPI, PagePoints, read_pdf_pages
+from ..models.families import find_family
+from ..models.geometry import PatchGeometry, PatchLayout
+from ..models.render_size import expected_render_size
+from ..models.resolve import resolve_recorded
+
+VISUAL_REGIONS = 3  # visual regions per hit at most
+HOT = 0.25  # a patch is part of a visual region with at least this share of the hottest patch's weight
+
+
+def one_page(doc: Document, page: int) -> Document:
+    """`doc` narrowed to its page `page` (1-based), so that page_vectors reads (and checks) that page alone."""
+    before = 0
+    for span in doc.spans:
+        if page <= before + span.pages:
+            return doc.model_copy(update={"pages": 1, "spans": [Span(segment=span.segment, first=span.first + page - 1 - before,
+                                                                     pages=1)]})
+        before += span.pages
+    raise ValueError(f"{doc.path} has no page {page}")
+
+
+def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.ndarray,
+              tokens: Sequence[str | None]) -> list[Region]:
+    """Each asker's token's best patch (the MaxSim argmax over the image tokens), weighted by its score;
+    the patches holding at least HOT of the hottest one's weight, adjacent ones merged into a box; each
+    box scored by its share of all the weight, best first."""
+    asked = [row for row, token in enumerate(tokens) if token is not None]
+    if not asked or not len(layout.rows):
+        return []
+    scores = np.asarray(query_vectors, dtype=np.float32)[asked] @ np.asarray(page_vectors, dtype=np.float32)[layout.rows].T
+    best = scores.argmax(axis=1)
+    weight = np.maximum(scores[np.arange(len(asked)), best], 0.0)
+    heat = np.bincount(best, weights=weight, minlength=len(layout.rows))
+    total = float(heat.sum())
+    if total <= 0:
+        return []
+    hot = np.flatnonzero(heat >= HOT * heat.max())
+    regions = []
+    for group in _touching(layout.boxes[hot]):
+        members = hot[group]
+        boxes = layout.boxes[members]
+        bbox = (float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()), float(boxes[:, 3].max()))
+        matched = tuple(dict.fromkeys(str(tokens[asked[t]]) for t in np.flatnonzero(np.isin(best, members) & (weight > 0))))
+        regions.append(Region(bbox, "visual", round(float(heat[members].sum()) / total, 4), matched))
+    return sorted(regions, key=lambda region: -region.score)[:VISUAL_REGIONS]
+
+
+def _touching(boxes: np.ndarray) -> list[list[int]]:
+    """The groups of boxes that touch or overlap, directly or through others (a union-find)."""
+    parent = list(range(len(boxes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    near = 1e-6
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            a, b = boxes[i], boxes[j]
+            if a[0] <= b[2] + near and b[0] <= a[2] + near and a[1] <= b[3] + near and b[1] <= a[3] + near:
+                parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(boxes)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def patch_geometry(view: View) -> PatchGeometry | None:
+    """The patch geometry of the index's model at its render size; None: no visual regions (no_visual_regions)."""
+    model, settings = view.manifest.model, view.manifest.settings
+    if settings.pool_factor > 1:
+        return None
+    size = tuple(settings.render_size) if settings.render_size else None
+    return _geometry(model.family, model.id, model.path, model.revision, size, settings.max_visual_tokens)
+
+
+def no_visual_regions(view: View) -> str | None:
+    """Why this index's hits have no visual regions whatever is asked (None: they may have some)."""
+    family = find_family(view.manifest.model.family)
+    if view.manifest.settings.pool_factor > 1:
+        return "its pages' vectors are pooled (--pool-factor): no vector is a patch of the page any more"
+    if family is None or family.patches is None:
+        return f"its model family ({view.manifest.model.family}) declares no patch geometry"
+    if patch_geometry(view) is None:
+        return "its model's patches cannot be placed on the page (its checkpoint is not here, or its settings say none)"
+    return None
+
+
+@lru_cache(maxsize=8)
+def _geometry(family_name: str, model_id: str, path: str | None, revision: str | None, size: tuple[int, ...] | None,
+              max_visual_tokens: int | None) -> PatchGeometry | None:
+    """A family's geometry, once per model and render size (a real family's keeps its processor's probes)."""
+    family = find_family(family_name)
+    if family is None or family.patches is None:
+        return None
+    try:
+        model = resolve_recorded(model_id, path, revision, allow_download=False)
+    except (LgptError, OSError, ValueError):
+        return None
+    render: RenderSize = (size if len(size) == 2 else size[0]) if size else expected_render_size(model, max_visual_tokens)
+    return family.patch_geometry(model, render)
+
+
+def page_pixels(view: View, doc: Document, page: int) -> tuple[int, int] | None:
+    """A page's size in pixels as the build rendered it before fitting it to the model (a PDF page at
+    PDF_DPI, an image's frame as it is); None where its source cannot be read."""
+    try:
+        if doc.pdf or doc.kind == PDF:
+            pdf = view.store.pdf_file(doc.pdf) if doc.pdf else Path(doc.path)
+            width, height, _ = _pdf_points(str(pdf), doc.pdf_sha256 or doc.sha256)[page - 1]
+            return math.ceil(width * PDF_DPI / 72.0), math.ceil(height * PDF_DPI / 72.0)
+        if doc.kind == IMAGE:
+            with Image.open(doc.path) as image:
+                image.seek(page - 1)
+                return image.size
+    except (DocumentError, LgptError, OSError, ValueError, EOFError, IndexError):
+        return None
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _pdf_points(pdf: str, sha256: str) -> tuple[PagePoints, ...]:
+    """Every page's size of a PDF (one pdfinfo a document, kept by its content's hash: about 30 ms a call
+    from a process that holds a model)."""
+    return read_pdf_pages(Path(pdf), points=True).points

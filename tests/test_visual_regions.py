@@ -1,0 +1,166 @@
+"""Visual regions (issue 44): each query token's best patch, through the family's patch geometry, clustered
+into boxes on the page. A test encoder whose page vectors match the query only at a planted patch: the fake
+family here (fast), each real family's layout through a hook on its vectors in test_visual_regions_families.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from conftest import run_cli
+from localgpt_index.models.geometry import PatchLayout, grid_boxes, rendered_size, square_grid, tiled_grid
+from localgpt_index.core.sizes import PixelBudget
+from localgpt_index.index.format.manifest import Document
+from localgpt_index.query.patches import clustered, no_visual_regions
+from localgpt_index.query.search import open_index
+from localgpt_index.testing.fake import write_fake_checkpoint
+
+RED = (230, 20, 20)
+SIDE = 4  # the fake checkpoint's 16 page vectors: a 4 x 4 grid
+# page sizes: portrait, landscape, and extreme both ways
+SHAPES = {"portrait": (300, 420), "landscape": (480, 270), "tall": (90, 900), "wide": (1000, 80)}
+
+
+def cell_box(row: int, col: int, side: int = SIDE) -> tuple[float, float, float, float]:
+    return (col / side, row / side, (col + 1) / side, (row + 1) / side)
+
+
+def planted_page(path, size: tuple[int, int], box: tuple[float, float, float, float]) -> None:
+    """A white page with a red rectangle at `box` (page fractions)."""
+    image = Image.new("RGB", size, "white")
+    width, height = size
+    ImageDraw.Draw(image).rectangle([box[0] * width, box[1] * height, box[2] * width - 1, box[3] * height - 1], fill=RED)
+    image.save(path)
+
+
+def covers(bbox, box, slack: float = 0.02) -> bool:
+    return bbox[0] <= box[0] + slack and bbox[1] <= box[1] + slack and bbox[2] >= box[2] - slack and bbox[3] >= box[3] - slack
+
+
+def area(box) -> float:
+    return (box[2] - box[0]) * (box[3] - box[1])
+
+
+@pytest.fixture(scope="module")
+def seeing_model(tmp_path_factory):
+    return write_fake_checkpoint(tmp_path_factory.mktemp("models") / "seeing", render_size=(128, 128),
+                                 colours={"red": RED}, seeing_patches=True)
+
+
+# (row, col) of the planted patch: off the diagonal, so a transposed grid puts it elsewhere
+PLANTED = {"portrait": (0, 3), "landscape": (2, 1), "tall": (1, 3), "wide": (3, 2)}
+
+
+PDF_PAGE = 2  # pages.pdf: three pages, the red patch on the second alone, at PLANTED["pages"]
+PLANTED["pages"] = (1, 2)
+
+
+def planted_pdf(path, box: tuple[float, float, float, float]) -> None:
+    from reportlab.pdfgen import canvas
+
+    width, height = 612, 792
+    pdf = canvas.Canvas(str(path), pagesize=(width, height), invariant=1)
+    for number in range(1, 4):
+        pdf.drawString(72, 72, f"page {number}")
+        if number == PDF_PAGE:
+            pdf.setFillColorRGB(*(c / 255 for c in RED))
+            pdf.rect(box[0] * width, (1 - box[3]) * height, (box[2] - box[0]) * width, (box[3] - box[1]) * height, fill=1, stroke=0)
+        pdf.showPage()
+    pdf.save()
+
+
+@pytest.fixture(scope="module")
+def planted_index(seeing_model, tmp_path_factory):
+    docs = tmp_path_factory.mktemp("docs")
+    for name, size in SHAPES.items():
+        planted_page(docs / f"{name}.png", size, cell_box(*PLANTED[name]))
+    planted_pdf(docs / "pages.pdf", cell_box(*PLANTED["pages"]))
+    index = tmp_path_factory.mktemp("index")
+    result = run_cli("build", str(docs), "--model", str(seeing_model), "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    return docs, index
+
+
+def test_the_top_visual_region_covers_the_planted_patch_on_every_shape(planted_index):
+    docs, index = planted_index
+    hits = open_index(index).search("red", k=len(PLANTED), mode="visual", regions=True)[0]
+    assert {(hit.path.rsplit("/", 1)[-1], hit.page) for hit in hits} == {*((f"{n}.png", 1) for n in SHAPES), ("pages.pdf", PDF_PAGE)}
+    for hit in hits:
+        name = hit.path.rsplit("/", 1)[-1].rpartition(".")[0]
+        box = cell_box(*PLANTED[name])
+        visual = [region for region in hit.regions or () if region.source == "visual"]
+        assert visual, f"{name}: no visual region"
+        top = visual[0]
+        assert covers(top.bbox, box) and area(top.bbox) <= 2 * area(box), (name, top.bbox, box)
+        assert "red" in top.matched and top.score > 0.5
+        assert [region.score for region in visual] == sorted((region.score for region in visual), reverse=True)
+
+
+def test_regions_are_asked_for(planted_index):
+    docs, index = planted_index
+    hits = open_index(index).search("red", k=2, mode="visual")[0]
+    assert all(hit.regions is None for hit in hits)
+    assert no_visual_regions(open_index(index).view) is None
+
+
+def test_a_family_without_a_geometry_gives_no_visual_regions(tmp_path):
+    """page_tokens that make no square grid: the fake declares no geometry for it; an empty list and why."""
+    model = write_fake_checkpoint(tmp_path / "odd", page_tokens=15)
+    (tmp_path / "docs").mkdir()
+    planted_page(tmp_path / "docs" / "a.png", (200, 200), cell_box(0, 0))
+    result = run_cli("build", str(tmp_path / "docs"), "--model", str(model), "--index-dir", str(tmp_path / "idx"))
+    assert result.exit_code == 0, result.stderr
+    searcher = open_index(tmp_path / "idx")
+    hits = searcher.search("red", k=1, mode="visual", regions=True)[0]
+    assert hits and [region for region in hits[0].regions or () if region.source == "visual"] == []
+    assert "cannot be placed on the page" in (no_visual_regions(searcher.view) or "")
+
+
+def test_adjacent_patches_merge_and_distant_ones_do_not():
+    layout = PatchLayout(np.arange(16), square_grid(16))
+    page = np.eye(16, dtype=np.float32)
+    query = page[[1, 2, 2, 14]]  # patches 1 and 2 touch (top row); 14 is far (bottom row)
+    regions = clustered(layout, page, query, ["a", "b", "c", "d"])
+    assert [r.bbox for r in regions] == [(0.25, 0.0, 0.75, 0.25), (0.5, 0.75, 0.75, 1.0)]
+    assert regions[0].matched == ("a", "b", "c") and regions[0].score == 0.75
+    assert clustered(layout, page, query, [None] * 4) == []  # the prompt's and padding tokens are nobody's
+
+
+def test_one_page_of_a_document_in_two_spans():
+    from localgpt_index.index.format.manifest import Span
+    from localgpt_index.query.patches import one_page
+
+    spans = [Span(segment="seg-1", first=7, pages=2), Span(segment="seg-2", first=0, pages=3)]
+    doc = Document.model_construct(path="/a.pdf", pages=5, spans=spans)
+    assert [(one_page(doc, n).spans[0].segment, one_page(doc, n).spans[0].first) for n in range(1, 6)] == [
+        ("seg-1", 7), ("seg-1", 8), ("seg-2", 0), ("seg-2", 1), ("seg-2", 2)]
+    assert one_page(doc, 4).pages == 1
+
+
+def test_grids_are_row_by_row():
+    assert grid_boxes(2, 3)[1].tolist() == [1 / 3, 0.0, 2 / 3, 0.5]
+    assert grid_boxes(2, 3)[3].tolist() == [0.0, 0.5, 1 / 3, 1.0]
+    tiles = tiled_grid(2, 1, 12)  # two tiles (top, bottom) of 4 tokens, then the global view
+    assert tiles[5].tolist() == [0.5, 0.5, 1.0, 0.75] and tiles[8].tolist() == [0.0, 0.0, 0.5, 0.5]
+    assert rendered_size(PixelBudget(64 * 28 * 28, 4 * 28 * 28, 28), (1700, 2200)) == PixelBudget(
+        64 * 28 * 28, 4 * 28 * 28, 28).fit(1700, 2200)
+    assert rendered_size(112, (300, 600)) == (56, 112) and rendered_size((448, 448), (10, 10)) == (448, 448)
+
+
+@pytest.mark.slow  # Qdrant's in-process store: over a second
+def test_local_and_qdrant_stores_give_the_same_regions(seeing_model, planted_index, tmp_path):
+    from localgpt_index.index.open import open_store
+
+    docs, index = planted_index
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    result = run_cli("build", str(docs), "--model", str(seeing_model), "--store", url)
+    assert result.exit_code == 0, result.stderr
+    store = open_store(url)
+    try:
+        answers = [open_index(index).search("red", k=len(PLANTED), mode="visual", regions=True)[0],
+                   open_index(store=store).search("red", k=len(PLANTED), mode="visual", regions=True)[0]]
+    finally:
+        store.close()
+    local, qdrant = ({(hit.path, hit.page): hit.regions for hit in hits} for hits in answers)
+    assert local == qdrant and all(regions for regions in local.values())
