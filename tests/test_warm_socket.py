@@ -15,11 +15,14 @@ from localgpt_index.serve import httpconn, warm
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    folder = tmp_path / "idx" / "default"
+def root(monkeypatch):
+    """An index folder with a short path (a socket's path holds 107 bytes; pytest's tmp_path can be longer)."""
+    base = Path(tempfile.mkdtemp(prefix="w"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base / "run"))
+    folder = base / "idx" / "default"
     folder.mkdir(parents=True)
-    return folder
+    yield folder
+    shutil.rmtree(base)
 
 
 def test_the_socket_is_owner_only_in_an_owner_only_folder(root):
