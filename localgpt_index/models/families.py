@@ -15,11 +15,13 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.plugins import collected, hookimpl, plugin_manager
-from .geometry import PatchGeometry, merged_arrangement, processor_patches, square_arrangement, tiled_arrangement
 from .loaders import BYALDI, COLPALI_ENGINE, Loader
+
+if TYPE_CHECKING:
+    from .geometry import PatchGeometry
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,22 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # a family's name, as an index records
 LOADER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
 
 
-SQUARE = processor_patches(square_arrangement)  # a square grid over the page resized to a square
-MERGED = processor_patches(merged_arrangement)  # Qwen: the page's own grid of merged patches
-TILED = processor_patches(tiled_arrangement)  # Idefics3: tiles of the split page, then the global view
+def _processor_patches(arrangement: str) -> Callable[[Any, Any, Any], PatchGeometry]:
+    """A built-in family's `patches`: its processor's image tokens, arranged by models/geometry.py's
+    `<arrangement>_arrangement` (imported when a geometry is asked: it needs numpy, which the warm
+    command line never imports)."""
+
+    def patches(family: Any, model: Any, render_size: Any) -> PatchGeometry:
+        from . import geometry
+
+        return geometry.processor_patches(getattr(geometry, f"{arrangement}_arrangement"))(family, model, render_size)
+
+    return patches
+
+
+SQUARE = _processor_patches("square")  # a square grid over the page resized to a square
+MERGED = _processor_patches("merged")  # Qwen: the page's own grid of merged patches
+TILED = _processor_patches("tiled")  # Idefics3: tiles of the split page, then the global view
 
 # Published checkpoints, scores and the hardware each suits: the README's Models table.
 FAMILIES: tuple[Family, ...] = (
