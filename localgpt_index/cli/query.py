@@ -67,8 +67,8 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
 @output_options
 @format_option
 @click.pass_obj
-def query(app: Application, text, queries_file, filters, export_dir, highlight, regions, dpi, with_images, first_pass, mode, fusion, rrf_k, with_text,
-          all_copies, top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
+def query(app: Application, text, queries_file, filters, export_dir, highlight, regions, dpi, with_images, first_pass, mode, fusion,
+          rrf_k, with_text, all_copies, top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..core.errors import UsageError
     from .formats import chosen_format, write

@@ -78,9 +78,9 @@ def highlighted_png(png: bytes, regions: Iterable[Region]) -> bytes:
 def region_of(document: dict[str, Any]) -> Region:
     """A Region from its JSON form (Region.to_dict; interop.results.HitRegion)."""
     source = document["source"]
+    x0, y0, x1, y1 = (float(value) for value in document["bbox"])
     matched = document.get("terms" if source == "text" else "tokens") or ()
-    return Region(tuple(float(value) for value in document["bbox"]), source, float(document["score"]),  # type: ignore[arg-type]
-                  tuple(matched), document.get("text"))
+    return Region((x0, y0, x1, y1), source, float(document["score"]), tuple(matched), document.get("text"))
 
 
 def where(bbox: Sequence[float]) -> str:
