@@ -62,7 +62,8 @@ def draw(index_dir: Path, args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     picture.save(args.out, optimize=True)
     for region in hit.regions:
-        print(f"{region.source:6} {[round(value, 3) for value in region.bbox]} {region.score:.3f} {region.text or ' '.join(region.matched)}")
+        words = region.text or " ".join(region.matched)
+        print(f"{region.source:6} {[round(value, 3) for value in region.bbox]} {region.score:.3f} {words}")
     print(f"{args.out}: {Path(hit.path).name} page {hit.page}, {len(hit.regions)} region(s) drawn")
     return 0
 

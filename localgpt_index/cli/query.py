@@ -32,10 +32,10 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="Only documents whose metadata has KEY=VALUE (repeatable: all must match).")
 @click.option("--export-pages", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
-@click.option("--highlight", is_flag=True,
+@click.option("--highlight", cls=TuningOption, is_flag=True,
               help="With --export-pages: each page with its regions drawn (text matches outlined, the model's as a heat map); "
                    "implies --regions.")
-@click.option("--regions", is_flag=True,
+@click.option("--regions", cls=TuningOption, is_flag=True,
               help="Each hit carries where on its page it matched: boxes from the words holding the query's terms and "
                    "from the patches its tokens matched (JSON: `regions`; the table and lines: the best text match's place).")
 @click.option("--dpi", cls=TuningOption, type=click.IntRange(DPI[0], DPI[2]), default=DPI[1], show_default=True,
