@@ -60,7 +60,7 @@ class Generation:
     def visual_depth(self, request) -> int:
         return request.k
 
-    def finish(self, request, hits, query_vectors=None):
+    def finish(self, request, hits, vectors=None):
         return hits
 
 
@@ -77,7 +77,7 @@ def member(answers: dict, name: str) -> Member:
 def sweep_of(units: int) -> tuple[Sweep, Parts, threading.Event]:
     wake = threading.Event()
     index = Generation(units)
-    return Sweep(index, "cpu", lambda index, results, batch, stacked: (results, stacked), wake), index.view, wake
+    return Sweep(index, "cpu", lambda index, results, batch, stacked, vectors: (results, stacked), wake), index.view, wake
 
 
 def started(units: int = 3) -> tuple[Sweep, Parts, threading.Event, dict, Member]:

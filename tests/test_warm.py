@@ -68,7 +68,7 @@ def query(index: Path, *args: str) -> subprocess.CompletedProcess:
 def test_warm_and_local_answers_are_byte_identical(service, report_index, mode):
     index = report_index["index"]
     for output in ([], ["--json"], ["--json", "--with-text", "-k", "3"], ["--first-pass", "2", "--json"],
-                   ["--filter", "team=finance"]):
+                   ["--filter", "team=finance"], ["--json", "--regions", "-k", "2"]):
         args = ["report page 1", "a scan", "--mode", mode, *output]
         local, warmed = query(index, *args, "--no-warm", "-v"), query(index, *args, "-v")
         assert local.returncode == warmed.returncode == 0, local.stderr + warmed.stderr

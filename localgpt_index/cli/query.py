@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 # the request's fields, as the command line names them (in its messages)
 FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--first-pass", "mode": "--mode",
-         "fusion": "--fusion", "rrf_k": "--rrf-k", "dpi": "--dpi", "all_copies": "--all-copies"}
+         "fusion": "--fusion", "rrf_k": "--rrf-k", "dpi": "--dpi", "all_copies": "--all-copies",
+         "regions": "--regions"}
 
 
 @click.command(cls=AppCommand, epilog=EXIT_CODES)
@@ -31,6 +32,12 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
               help="Only documents whose metadata has KEY=VALUE (repeatable: all must match).")
 @click.option("--export-pages", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write the pages found as PNG files into this folder, with a manifest.json.")
+@click.option("--highlight", cls=TuningOption, is_flag=True,
+              help="With --export-pages: each page with its regions drawn (text matches outlined, the model's as a heat map); "
+                   "implies --regions.")
+@click.option("--regions", cls=TuningOption, is_flag=True,
+              help="Each hit carries where on its page it matched: boxes from the words holding the query's terms and "
+                   "from the patches its tokens matched (JSON: `regions`; the table and lines: the best text match's place).")
 @click.option("--dpi", cls=TuningOption, type=click.IntRange(DPI[0], DPI[2]), default=DPI[1], show_default=True,
               help="Resolution of page images.")
 @click.option("--with-images", is_flag=True, help="With --json or --format jsonl: each result carries its page as base64 PNG.")
@@ -60,8 +67,8 @@ FLAGS = {"queries": "query", "k": "-k", "filters": "--filter", "first_pass": "--
 @output_options
 @format_option
 @click.pass_obj
-def query(app: Application, text, queries_file, filters, export_dir, dpi, with_images, first_pass, mode, fusion, rrf_k, with_text,
-          all_copies, top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
+def query(app: Application, text, queries_file, filters, export_dir, highlight, regions, dpi, with_images, first_pass, mode, fusion,
+          rrf_k, with_text, all_copies, top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..core.errors import UsageError
     from .formats import chosen_format, write
@@ -70,10 +77,12 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
     texts = list(text) + (read_queries_file(queries_file) if queries_file else [])
     if not texts:
         raise UsageError("no query: give TEXT or --queries-file.")
+    if highlight and not export_dir:
+        raise UsageError("--highlight draws on the pages --export-pages DIR writes: give --export-pages too.")
     structured = fmt in ("json", "jsonl")  # the formats that carry a page's text and image
     request = _request(queries=texts, k=top_k, filters=list(filters), first_pass=first_pass, mode=mode, fusion=fusion,
                        rrf_k=rrf_k, with_text=with_text and structured, with_images=with_images and structured, dpi=dpi,
-                       all_copies=all_copies)
+                       all_copies=all_copies, regions=regions or highlight)
     if server:
         _refuse_local_options(click.get_current_context(), server)
         if request.first_pass == "auto":
@@ -96,9 +105,18 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
 
         from ..interop.pages import export_pages
 
+        if highlight:  # drawn here, from the hit's regions, whoever rendered the page (this index or a server)
+            fetch = _highlighted(fetch)
         manifest = export_pages(document, Path(export_dir), dpi, fetch)  # (never warm: fetch is the local one)
         app.terminal.info(f"page images and {manifest.name} written to {export_dir}")
     write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
+
+
+def _highlighted(fetch):
+    """`fetch` (a hit's page as PNG) with the hit's regions drawn on the page."""
+    from ..interop.highlight import highlighted_png, region_of
+
+    return lambda hit: highlighted_png(fetch(hit), [region_of(region) for region in hit.get("regions", ())])
 
 
 def _request(**fields):
@@ -174,6 +192,7 @@ def read_queries_file(path: str) -> list[str]:
 
 def _listing(document: dict):
     """The hits of every query, one record each (jsonl: the document's hit with its `query`)."""
+    from ..interop.highlight import best_region_line
     from .formats import Listing, cell, clean, plain
 
     several = len(document["queries"]) > 1
@@ -182,12 +201,16 @@ def _listing(document: dict):
         fields = [f"{clean(hit['path'])}:{hit['page']}", cell(hit["score"]), clean(plain(hit.get("snippet", "")))]
         if hit.get("copies"):
             fields.append("copies: " + cell(hit["copies"]))
+        if hit.get("regions"):
+            fields.append("at: " + clean(best_region_line(hit) or ""))
         return "\t".join(([clean(hit["query"])] if several else []) + fields)
 
     rows = [{"query": answer["query"], **hit} for answer in document["queries"] for hit in answer["results"]]
     columns = {"query": lambda hit: hit["query"], "rank": lambda hit: hit["rank"], "score": lambda hit: hit["score"],
                "path": lambda hit: hit["path"], "page": lambda hit: hit["page"], "copies": lambda hit: hit.get("copies"),
                "snippet": lambda hit: plain(hit.get("snippet", ""))}
+    if any("regions" in hit for hit in rows):  # (--regions)
+        columns["where"] = best_region_line
     return Listing(rows, columns, line, paths=lambda hit: [hit["path"]])
 
 
@@ -196,6 +219,7 @@ def _print_tables(document: dict) -> None:
     from rich.text import Text
 
     from ..core.terminal import results_console
+    from ..interop.highlight import best_region_line
     from .formats import styled_snippet
 
     console = results_console(highlight=False)
@@ -208,10 +232,15 @@ def _print_tables(document: dict) -> None:
         snippets = any("snippet" in hit for hit in answer["results"])
         if snippets:
             table.add_column("text", overflow="fold", max_width=60)
+        regions = any("regions" in hit for hit in answer["results"])
+        if regions:
+            table.add_column("where", overflow="fold", max_width=50)
         for hit in answer["results"]:
             where = Text(display_path(hit["path"]))
             for copy in hit.get("copies", ()):
                 where.append(f"\n= {display_path(copy)}", style="dim")
             row: list[str | Text] = [str(hit["rank"]), f"{hit['score']:.3f}", str(hit["page"]), where]
-            table.add_row(*row, *([styled_snippet(hit.get("snippet", ""))] if snippets else []))
+            row += [styled_snippet(hit.get("snippet", ""))] if snippets else []
+            row += [display_path(best_region_line(hit) or "")] if regions else []
+            table.add_row(*row)
         console.print(table)

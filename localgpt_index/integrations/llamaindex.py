@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["LgptRetriever", "to_node"]
 
 # Metadata an LLM or an embedding need not read (LlamaIndex puts a node's metadata into its content)
-HIDDEN_METADATA = ["sha256", "rank", "kind", "has_text", "image_url", "image_error", "document_metadata"]
+HIDDEN_METADATA = ["sha256", "rank", "kind", "has_text", "image_url", "image_error", "document_metadata", "regions"]
 
 
 class LgptRetriever(BaseRetriever):

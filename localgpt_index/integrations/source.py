@@ -51,6 +51,7 @@ class PageHit:
     image_error: str | None = None  # why a page asked for carries no image
     image_url: str | None = None  # where a server hands out the page as PNG
     copies: tuple[str, ...] = ()  # the other paths of a byte-identical document (this page is theirs too)
+    regions: list[dict[str, Any]] | None = None  # where on the page it matched (interop.results.HitRegion), when asked
 
     @classmethod
     def from_hit(cls, query: str, hit: dict[str, Any], image_url: str | None = None) -> PageHit:
@@ -58,7 +59,7 @@ class PageHit:
         return cls(query=query, rank=hit["rank"], score=hit["score"], path=hit["path"], page=hit["page"], sha256=hit["sha256"],
                    kind=hit["kind"], document_metadata=dict(hit.get("metadata") or {}), text=hit.get("text"),
                    image_base64=hit.get("image_base64"), image_error=hit.get("image_error"), image_url=image_url,
-                   copies=tuple(hit.get("copies", ())))
+                   copies=tuple(hit.get("copies", ())), regions=hit.get("regions"))
 
     @property
     def id(self) -> str:
@@ -67,8 +68,8 @@ class PageHit:
 
     def metadata(self) -> dict[str, Any]:
         """The metadata both adapters attach: where the page is (and `copies`: the other paths of the same
-        bytes, where there are), its score, and how to get its image (`sha256` and `page`, which `page_image`
-        resolves on either source; `image_url` on a server)."""
+        bytes, where there are), its score, how to get its image (`sha256` and `page`, which `page_image`
+        resolves on either source; `image_url` on a server), and with `regions=True` where on it it matched."""
         found: dict[str, Any] = {"path": self.path, "page": self.page, "score": self.score, "rank": self.rank,
                                  "sha256": self.sha256, "kind": self.kind, "document_metadata": dict(self.document_metadata),
                                  "has_text": self.text is not None}
@@ -76,6 +77,8 @@ class PageHit:
         found.update({key: value for key, value in optional.items() if value is not None})
         if self.copies:
             found["copies"] = list(self.copies)
+        if self.regions is not None:
+            found["regions"] = self.regions
         return found
 
 

@@ -19,11 +19,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from ..core.errors import IndexProblem, UsageError
-from ..core.types import MODES, Mode, SearchHit
+from ..core.types import MODES, Mode, Region, SearchHit
 from ..interop.reports import documents_document, status_document
+from ..interop.results import HitRegion
 from ..query.request import QueryRequest
 from ..serve.httpguard import PathPolicy
 from ..serve.batcher import QueryBatcher
+from ..serve.images import highlight_regions
 from ..serve.service import IndexService
 from .images import FittedImage, McpPageImages
 from .schemas import (DocumentEntry, DocumentList, FailedDocument, FoundPage, ImageCaps, IndexStatus, PageAnswer, PageImage,
@@ -114,12 +116,12 @@ class IndexTools:
         used = index.mode(request)  # the query layer's choice: a mode the index cannot answer is refused
         if index.page_count == 0:
             raise IndexProblem(f"the index at {index.store.location} holds no pages yet.", hint=BUILD_HINT)
-        generation, visual = (index, None) if used == "text" else await self._visual_list(index, request)  # text: no model
-        return await self.run(self._answer, generation, request, used, visual)
+        generation, visual, vectors = (index, None, None) if used == "text" else await self._visual_list(index, request)  # text: no model
+        return await self.run(self._answer, generation, request, used, visual, vectors)
 
-    async def _visual_list(self, index, request: QueryRequest) -> tuple[Any, list[SearchHit]]:
+    async def _visual_list(self, index, request: QueryRequest) -> tuple[Any, list[SearchHit], Any]:
         """The model's part of `request`: its visual list, deep enough for the fusion, from the batcher
-        (with the queries of the other calls); the generation that answered."""
+        (with the queries of the other calls); the generation that answered, and the query's vectors."""
         loading = self.start_loading()
         if loading is not None:
             await asyncio.wrap_future(loading)
@@ -129,13 +131,14 @@ class IndexTools:
             self._batching = True
         # the text side is the worker's (_answer); the depth is the fusion's, past the tool's own limit on k
         visual = request.model_copy(update={"k": index.visual_depth(request), "mode": "visual", "with_text": False,
-                                            "all_copies": True})  # the raw list: _answer collapses the copies
+                                            "all_copies": True, "regions": False})  # the raw list: _answer collapses the copies
         answer = await self.batcher.submit(visual)
-        return answer.index, answer.results[0]
+        return answer.index, answer.results[0], answer.vectors[0]
 
-    def _answer(self, index, request: QueryRequest, used: Mode, visual: list[SearchHit] | None) -> tuple[SearchAnswer, list[FittedImage]]:
-        """On a worker: the rest of a search (the text list, fusion, snippets, page text, images), capped."""
-        hits = index.finish(request, None if visual is None else [visual])[0]
+    def _answer(self, index, request: QueryRequest, used: Mode, visual: list[SearchHit] | None,
+                vectors: Any) -> tuple[SearchAnswer, list[FittedImage]]:
+        """On a worker: the rest of a search (the text list, fusion, snippets, page text, regions, images), capped."""
+        hits = index.finish(request, None if visual is None else [visual], None if vectors is None else [vectors])[0]
         entries = [self._hit(index, hit) for hit in hits]
         self._cap_texts(entries)
         images: list[FittedImage] = []
@@ -177,21 +180,34 @@ class IndexTools:
         state = self.service.watch_status()
         return WatchStatus(**{**state, "problem": self.policy.message(state["problem"]) if state["problem"] else None})
 
-    def get_page(self, document: str, page: int, with_image: bool) -> tuple[PageAnswer, list[FittedImage]]:
+    async def page(self, document: str, page: int, with_image: bool, highlight: str | None) -> tuple[PageAnswer, list[FittedImage]]:
+        """The get_page tool's answer; with `highlight`, its regions found (serve.images.highlight_regions) and drawn."""
+        index, hit = await self.run(self._page_hit, document, page)
+        regions = None
+        if highlight is not None:
+            regions = await highlight_regions(self.service, self.batcher, index, highlight, hit.path, hit.page)
+        return await self.run(self.get_page, index, hit, with_image, regions)
+
+    def _page_hit(self, document: str, page: int) -> tuple[Any, SearchHit]:
         index = self.current()
         doc = next((d for d in index.documents if document in (self._name(d.path, index), d.sha256)), None)
         if doc is None:
             raise UsageError(f"document {document!r}: not in the index; list_documents names the documents it holds.")
-        name = self._name(doc.path, index)
         if not 1 <= page <= doc.pages:
-            raise UsageError(f"page {page} out of range: {name} has {doc.pages} page(s).")
-        hit = SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind)
-        answer = PageAnswer(document=name, page=page, pages=doc.pages, sha256=doc.sha256, kind=doc.kind,
-                            text=page_text(index, hit))
+            raise UsageError(f"page {page} out of range: {self._name(doc.path, index)} has {doc.pages} page(s).")
+        return index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind)
+
+    def get_page(self, index, hit: SearchHit, with_image: bool,
+                 regions: Sequence[Region] | None = None) -> tuple[PageAnswer, list[FittedImage]]:
+        """A page's answer: its text and image (capped), and `regions` (None: not asked) listed and drawn on the image."""
+        doc = index.document(hit.path)
+        answer = PageAnswer(document=self._name(hit.path, index), page=hit.page, pages=doc.pages, sha256=hit.sha256,
+                            kind=hit.kind, text=page_text(index, hit),
+                            regions=None if regions is None else [HitRegion(**region.to_dict()) for region in regions])
         self._cap_texts([answer])
         images: list[FittedImage] = []
         if with_image:
-            self._attach(answer, self.images.fitted(index, [hit])[0], images)
+            self._attach(answer, self.images.fitted(index, [hit], regions)[0], images)
         return answer, images
 
     # naming
@@ -202,7 +218,8 @@ class IndexTools:
     def _hit(self, index, hit: SearchHit) -> FoundPage:
         return FoundPage(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
                          kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=hit.snippet,
-                         text=page_text(index, hit), copies=[self._name(path, index) for path in hit.copies])
+                         text=page_text(index, hit), copies=[self._name(path, index) for path in hit.copies],
+                         regions=None if hit.regions is None else [HitRegion(**region.to_dict()) for region in hit.regions])
 
     def _cap_texts(self, entries: Sequence[FoundPage | PageAnswer]) -> None:
         """The page texts of one answer cut to fit the text caps, each cut one saying so."""

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PIL import Image
 
 from ..core.errors import LgptError
-from ..core.types import SearchHit
+from ..core.types import Region, SearchHit
+from ..interop.highlight import highlighted_png
 from ..interop.pages import page_or_error, png_bytes
 from ..ingest.processes import Stopped
 from ..serve.images import STOPPING, PageImages
@@ -55,18 +57,21 @@ class McpPageImages:
         self.caps = caps
         self.pages = pages or PageImages()
 
-    def fitted(self, index, hits: list[SearchHit]) -> list[FittedImage | str]:
-        """An image for each hit, or why it has none; together within the answer's cap."""
+    def fitted(self, index, hits: list[SearchHit], regions: Sequence[Region] | None = None) -> list[FittedImage | str]:
+        """An image for each hit, or why it has none; together within the answer's cap; `regions` (get_page's
+        highlight, one page): drawn on it before it is fitted."""
         share = self.caps.share(len(hits))
-        return [self._one(index, hit, share) for hit in hits]
+        return [self._one(index, hit, share, regions) for hit in hits]
 
-    def _one(self, index, hit: SearchHit, limit: int) -> FittedImage | str:
+    def _one(self, index, hit: SearchHit, limit: int, regions: Sequence[Region] | None) -> FittedImage | str:
         try:
             png = page_or_error(lambda: self.pages.png(index, hit, RENDER_DPI)[0])
         except Stopped:  # the server is stopping (SIGTERM, Ctrl-C): its renders were ended
             return STOPPING
         if isinstance(png, str):
             return png
+        if regions is not None:
+            png = highlighted_png(png, regions)
         try:
             return fit_png(png, limit)
         except LgptError as exc:

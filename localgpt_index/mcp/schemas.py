@@ -6,11 +6,17 @@ they were indexed from, unless the server runs with --absolute-paths."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PlainSerializer
 
 from ..core.errors import UsageError
+from ..interop.results import HitRegion
 from ..query.request import Limits, QueryRequest
+
+# a hit's regions as the query document has them: a field that does not apply left out, never null
+Regions = Annotated[list[HitRegion], PlainSerializer(lambda regions: [region.model_dump(mode="json", exclude_none=True)
+                                                                     for region in regions])]
 
 MAX_K = 50  # hits per search: an answerer reads them all
 MAX_LIST = 500  # documents per list_documents page
@@ -97,6 +103,8 @@ class FoundPage(BaseModel):
     image_error: str | None = Field(None, description="why the page has no image")
     copies: list[str] = Field(default_factory=list, description="the other documents with the same bytes (this page is theirs "
                                                                 "too), named as list_documents names them")
+    regions: Regions | None = Field(None, description="where on the page it matched, best first (when `regions` asked): "
+                                                              "boxes in page fractions from its top left")
 
 
 class SearchAnswer(BaseModel):
@@ -168,3 +176,5 @@ class PageAnswer(BaseModel):
     text_truncated: bool = Field(False, description="the page's text was cut to fit the text caps")
     image: PageImage | None = None
     image_error: str | None = None
+    regions: Regions | None = Field(None, description="with `highlight`: where on the page it matched, best first, "
+                                                              "as drawn on the image (boxes in page fractions)")

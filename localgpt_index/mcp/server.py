@@ -33,7 +33,7 @@ INSTRUCTIONS = """lgpt-index: visual retrieval over an indexed folder of documen
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
-SEARCH_FIELDS = ("k", "filters", "mode", "first_pass", "with_images", "all_copies")  # the request's fields the search tool takes
+SEARCH_FIELDS = ("k", "filters", "mode", "first_pass", "with_images", "all_copies", "regions")  # the request's fields the search tool takes
 QUERY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "the question, in words"}
 Document = Annotated[str, Field(min_length=1, max_length=4096, description="a document as search or list_documents name it "
                                                                             "(or its sha256)")]
@@ -79,9 +79,14 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
     @_tool_errors(tools)
     async def get_page(document: Document, page: Page,
                        with_image: Annotated[bool, Field(description="the page as an image (PNG)")] = True,
+                       highlight: Annotated[str | None, Field(min_length=1, max_length=MAX_QUERY_CHARS,
+                                                              description="a question: the page's regions that answer it drawn "
+                                                                          "on its image (the words outlined, the model's "
+                                                                          "matches as a heat map) and listed in `regions`")] = None,
                        ) -> Annotated[CallToolResult, PageAnswer]:
-        """One page of an indexed document: its image (size-capped) and its text when the index has it (capped)."""
-        answer, images = await tools.run(tools.get_page, document, page, with_image)
+        """One page of an indexed document: its image (size-capped) and its text when the index has it (capped);
+        with `highlight`, where on it that question matched."""
+        answer, images = await tools.page(document, page, with_image, highlight)
         return _result(answer, images)
 
     return server

@@ -13,8 +13,11 @@ from fastapi import Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..core.failpoints import failpoint
+from ..core.types import Region
 from ..ingest.processes import Stopped
 from ..interop.pages import page_or_error
+from ..query.regions import page_regions
+from ..query.request import check_query_text
 from .httpguard import PathPolicy
 
 MAX_IMAGE_BUDGET = 32  # with_images: page images per answer, counted at 150 dpi (one at 300 dpi counts 4)
@@ -109,3 +112,15 @@ class PageImages:
             return None, policy.message(found), 0
         data, new = found
         return base64.b64encode(data).decode("ascii"), None, int(new)
+
+
+async def highlight_regions(service, batcher, index, query: str, path: str, page: int) -> tuple[Region, ...]:
+    """The regions of `query` on one page, to draw (`/pages?highlight=`, MCP get_page): its visual ones too
+    where the model is loaded (the query encoded on the encoder thread, between two forward passes), its
+    text ones only while it is not. A query that is no query is a UsageError naming `highlight`."""
+    check_query_text(query, "highlight")
+    vectors = None
+    encoder = service.encoder
+    if service.ready and not service.stale and encoder is not None:
+        vectors = (await asyncio.wrap_future(batcher.run_on_encoder_thread(encoder.encode_queries, [query])))[0]
+    return await asyncio.to_thread(page_regions, index.view, index.lexical, query, vectors, path, page)

@@ -21,8 +21,10 @@ from ..core.types import SearchHit
 from ..interop.reports import documents_document, query_document, status_document
 from ..interop.results import QueryDocument
 from .httpguard import PathPolicy
+from ..interop.highlight import highlighted_png
 from ..interop.pages import CANNOT_RENDER
-from .images import PageImages
+from ..query.request import MAX_QUERY_CHARS
+from .images import PageImages, highlight_regions
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .batcher import QueryBatcher
 from .service import BatchAnswer, IndexService, NotReady
@@ -61,7 +63,7 @@ def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, p
     images = PageImages()
     _query_route(app, service, batcher, policy, images)
     _index_routes(app, service, batcher, policy)
-    _page_route(app, service, images)
+    _page_route(app, service, batcher, images)
 
 
 def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy, images: PageImages) -> None:
@@ -181,21 +183,36 @@ def _health(service: IndexService, batcher: QueryBatcher) -> tuple[dict, int]:
     return {"status": "ready", "generation": index.manifest.generation, "queued": batcher.queued, **ready}, 200
 
 
-def _page_route(app: FastAPI, service: IndexService, images: PageImages) -> None:
+def _page_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, images: PageImages) -> None:
     @app.get("/pages/{sha256}/{page}.png", response_class=Response,
              responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorDocument}})
-    async def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600)):
-        """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document."""
-        return Response(await _page_png(service.index(), images, sha256, page, dpi), media_type="image/png")
+    async def page_png(sha256: str, page: int, dpi: int = Query(150, ge=20, le=600),
+                       highlight: str | None = Query(None, min_length=1, max_length=MAX_QUERY_CHARS,
+                                                     description="a query: the page with its regions drawn (text matches "
+                                                                 "outlined, the model's as a heat map)")):
+        """A page as PNG, rendered as `--export-pages` does, by the sha256 of its document; with `highlight`,
+        as `--export-pages --highlight` draws it (X-Lgpt-Regions: the regions drawn)."""
+        index = service.index()
+        hit = _page_hit(index, sha256, page)
+        png = await _page_png(index, images, hit, dpi)
+        if highlight is None:
+            return Response(png, media_type="image/png")
+        regions = await highlight_regions(service, batcher, index, highlight, hit.path, hit.page)
+        drawn = await run_in_threadpool(highlighted_png, png, regions)
+        return Response(drawn, media_type="image/png", headers={"X-Lgpt-Regions": str(len(regions))})
 
 
-async def _page_png(index, images: PageImages, sha256: str, page: int, dpi: int) -> bytes:
+def _page_hit(index, sha256: str, page: int) -> SearchHit:
     doc = next((d for d in index.documents if d.sha256 == sha256), None)  # never a path: only what the index holds
     if doc is None:
         raise StarletteHTTPException(404, f"no document with sha256 {sha256[:64]} in the index")
     if not 1 <= page <= doc.pages:
         raise StarletteHTTPException(404, f"page {page} out of range: that document has {doc.pages} page(s)")
+    return SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind)
+
+
+async def _page_png(index, images: PageImages, hit: SearchHit, dpi: int) -> bytes:
     try:
-        return await images.render(index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind), dpi)
+        return await images.render(index, hit, dpi)
     except LgptError:
         raise StarletteHTTPException(409, CANNOT_RENDER) from None

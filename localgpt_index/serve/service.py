@@ -47,6 +47,7 @@ class BatchAnswer:
     results: list[list[SearchHit]] = field(default_factory=list)
     batch_queries: int = 0  # how many queries shared its forward pass
     scored_with: int = 0  # the most queries scored together with its own (one stacked pass, or one part of a sweep)
+    vectors: list = field(default_factory=list)  # its queries' vectors (what their visual regions are found from)
 
 
 class IndexService:
@@ -195,7 +196,7 @@ class IndexService:
                 request, answer = requests[number], answers[number]
                 assert isinstance(answer, BatchAnswer)
                 answer.results = index.finish(request, hits[at : at + len(request.queries)], per_request[number])
-                answer.scored_with = len(stacked)
+                answer.scored_with, answer.vectors = len(stacked), per_request[number]
                 at += len(request.queries)
         return answers
 

@@ -62,7 +62,7 @@ class Sweep:
 
     def __init__(self, index: Any, device: str, answer: Callable[..., Any], wake: threading.Event | None = None) -> None:
         self.index, self.device = index, device
-        self.make_answer = answer  # (index, results, batch_queries, scored_with) -> a BatchAnswer
+        self.make_answer = answer  # (index, results, batch_queries, scored_with, vectors) -> a BatchAnswer
         exact = index.prepare_scoring(device)  # a device scorer, when the service scores on one: a segment a part
         if exact is None:
             raise ValueError("a sweep goes over a generation whose pages are scored here (sweepable)")
@@ -193,7 +193,7 @@ class Sweep:
         except Exception as exc:  # noqa: BLE001 - it fails this request only
             member.deliver(exc)
             return False
-        member.deliver(self.make_answer(index, results, member.batch_queries, member.stacked))
+        member.deliver(self.make_answer(index, results, member.batch_queries, member.stacked, member.vectors))
         return True
 
 
