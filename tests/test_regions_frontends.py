@@ -51,7 +51,7 @@ def planted(monkeypatch) -> list[tuple]:
         calls.append(("text", query, Path(path).name, page))
         return [TEXT]
 
-    def visual_regions(view, query_vectors, path, page):
+    def visual_regions(view, query_vectors, query, path, page):
         calls.append(("visual", Path(path).name, page, query_vectors.shape))
         return [VISUAL]
 
