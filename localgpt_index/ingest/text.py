@@ -1,22 +1,27 @@
 """A page's text from the PDF's own text layer: poppler's pdftotext, one process per document.
 
-pdftotext's default mode, not -layout: it gives the text in reading order (a two-column page
+pdftotext's reading order, not -layout: it gives the text in reading order (a two-column page
 column after column), which is what a lexical index and an answerer want; -layout keeps the
 physical layout, so the lines of two columns are interleaved (a sentence is cut by the other
-column's words) and pages are padded with runs of spaces. Its output is UTF-8 (-enc UTF-8),
-every page followed by a form feed (also an empty page): one process for a document's pages,
-split on \\f. Like the renderer's poppler calls it runs with a timeout, in its own process group,
-in the run's ProcessScope (ingest/processes.py).
+column's words) and pages are padded with runs of spaces. It runs with -bbox-layout: each page's
+flows, blocks, lines and words with their boxes (UTF-8 XHTML), from which the page's text is
+written as its default mode writes it (a line's words joined by spaces, a line ended by a newline
+unless it ends with a hyphen that joins it to the next in its flow, a blank line after each flow), and each
+word's box kept (core/words.py): one process for a document's text and word positions. Like the
+renderer's poppler calls it runs with a timeout, in its own process group, in the run's
+ProcessScope (ingest/processes.py).
 """
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..core.words import FoundWord, PageWords, align
 from .render import DEFAULT_RENDER_TIMEOUT_S, _run_poppler
 
 TextSource = Literal["layer", "ocr", "none", "pending"]  # pending: its OCR is not read yet (a later commit brings it)
@@ -29,6 +34,10 @@ OCR_MIN_CHARS = 32
 MAX_PAGE_CHARS = 200_000  # a page's text is cut here (a hostile PDF can hold megabytes on one page)
 TEXT_CHUNK = 500  # pages per pdftotext call: one call for all but the longest documents
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t and \n
+_TAG = re.compile(rb'<(/?)(page|flow|block|line|word)\b([^>]*)>')  # pdftotext -bbox-layout's elements we read
+_NUMBER = re.compile(rb'(\w+)="([-0-9.e+]+)"')
+TOUCHING = 0.1  # a gap under this much of a word's height is no space between two words
+_HYPHENS = ("-", "\u00ad", "\u2010", "\u2011")  # poppler joins a line ending with one to the next (TextLine.hyphenated)
 
 
 @dataclass(frozen=True)
@@ -38,10 +47,11 @@ class PageText:
 
     text: str = ""
     source: TextSource = "none"
+    words: PageWords | None = None  # each token's box (None: not known)
 
-    def extra(self) -> dict[str, str]:
+    def extra(self) -> dict[str, object]:
         """What the store writer records beside the page's vectors."""
-        return {"text": self.text, "text_source": self.source}
+        return {"text": self.text, "text_source": self.source, "words": self.words}
 
 
 NO_TEXT = PageText()
@@ -63,18 +73,75 @@ def clean_page_text(text: str) -> str:
     return text[:MAX_PAGE_CHARS]
 
 
-def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> list[str]:
-    """The text layer of pages first..last (1-based, inclusive): one pdftotext process (one per
-    TEXT_CHUNK pages), each with `timeout_s`. A DocumentError if pdftotext is missing, too slow, or
-    refuses the file; a page pdftotext gives nothing for is ""."""
-    texts: list[str] = []
+def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> list[tuple[str, PageWords]]:
+    """The text layer of pages first..last (1-based, inclusive), each with its words' boxes: one pdftotext
+    process (one per TEXT_CHUNK pages), each with `timeout_s`. A DocumentError if pdftotext is missing, too
+    slow, or refuses the file; a page pdftotext gives nothing for is ""."""
+    texts: list[tuple[str, PageWords]] = []
     for start in range(first, last + 1, TEXT_CHUNK):
         end = min(last, start + TEXT_CHUNK - 1)
-        out, _ = _run_poppler(["pdftotext", "-enc", "UTF-8", "-f", str(start), "-l", str(end), os.path.abspath(pdf), "-"],
+        out, _ = _run_poppler(["pdftotext", "-bbox-layout", "-enc", "UTF-8", "-f", str(start), "-l", str(end), os.path.abspath(pdf), "-"],
                               timeout_s, "its text layer" if (start, end) == (first, last) else f"the text layer of pages {start}-{end}")
-        pages = out.decode("utf-8", "replace").split("\f")
+        pages = [page_layer(page) for page in out.split(b"<page ")[1:]]
         wanted = end - start + 1
-        # every page ends with \f: wanted + 1 parts, the last empty; a damaged file may give fewer
-        texts += [clean_page_text(page) for page in pages[:wanted]] + [""] * max(0, wanted - len(pages))
+        texts += pages[:wanted] + [page_layer(b"")] * max(0, wanted - len(pages))  # a damaged file may give fewer
     return texts
 
+
+Box = tuple[float, float, float, float]
+
+
+def page_layer(xml: bytes) -> tuple[str, PageWords]:
+    """One page of pdftotext -bbox-layout (from after its `<page `): its text as pdftotext's default mode
+    writes it, cleaned as stored, and each token's box."""
+    size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
+    width, height = size.get("width", 0.0), size.get("height", 0.0)
+    blocks: list[tuple[int, list[list[tuple[str, Box]]]]] = []  # (its flow, its lines of words)
+    flow = 0
+    for match in _TAG.finditer(xml):
+        closing, tag, attributes = match.groups()
+        if closing:
+            continue
+        if tag == b"flow":
+            flow += 1
+        elif tag == b"block" or (tag == b"line" and not blocks):
+            blocks.append((flow, []))
+        if tag == b"line":
+            blocks[-1][1].append([])
+        elif tag == b"word" and blocks and blocks[-1][1] and width > 0 and height > 0:
+            text = html.unescape(xml[match.end(): xml.find(b"</word>", match.end())].decode("utf-8", "replace"))
+            box = {key.decode(): float(value) for key, value in _NUMBER.findall(attributes)}
+            blocks[-1][1][-1].append((text, (box.get("xMin", 0) / width, box.get("yMin", 0) / height,
+                                             box.get("xMax", 0) / width, box.get("yMax", 0) / height)))
+    return _written(blocks)
+
+
+def _joined(line: list[tuple[str, Box]]) -> str:
+    """A line's words as pdftotext writes them: a space between two, unless they touch (one word in two
+    fonts: "(" and "const" -> "(const"; pdftotext's word spacing, which -bbox-layout does not write)."""
+    out = line[0][0] if line else ""
+    for (_, before), (text, box) in zip(line, line[1:]):
+        gap = max(box[0] - before[2], before[0] - box[2], box[1] - before[3], before[1] - box[3])
+        size = max(min(b[2] - b[0], b[3] - b[1]) for b in (before, box))
+        out += (text if gap < TOUCHING * size else " " + text)
+    return out
+
+
+def _written(blocks: list[tuple[int, list[list[tuple[str, Box]]]]]) -> tuple[str, PageWords]:
+    """A page's blocks of lines of words as pdftotext's default mode writes them (TextPage::dump: a blank
+    line after each flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
+    out: list[str] = []
+    found: list[FoundWord] = []
+    lines = [(flow, number, line) for number, (flow, block) in enumerate(blocks) for line in block]
+    for position, (flow, block, line) in enumerate(lines):
+        out.append(_joined(line))
+        found += [FoundWord(part, box, position, block) for text, box in line for part in text.split()]
+        flow_goes_on = position + 1 < len(lines) and lines[position + 1][0] == flow
+        if out[-1].endswith(_HYPHENS) and flow_goes_on:
+            out[-1] = out[-1][:-1]  # joined to the next line, as pdftotext does
+        else:
+            out.append("\n")
+        if not flow_goes_on:
+            out.append("\n")
+    text = clean_page_text("".join(out))
+    return text, align(text.split(), found)
