@@ -59,7 +59,8 @@ class Region:
 
     def to_dict(self) -> dict:
         key = "terms" if self.source == "text" else "tokens"
-        document = {"bbox": [round(value, 4) for value in self.bbox], "source": self.source, "score": self.score, key: list(self.matched)}
+        document: dict[str, object] = {"bbox": [round(value, 4) for value in self.bbox], "source": self.source,
+                                       "score": self.score, key: list(self.matched)}
         if self.text is not None:
             document["text"] = self.text
         return document

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...core.errors import IndexProblem
 from ...core.types import PageRef
-from ...core.words import PageWords
+from ...core.words import NO_LINE, PageWords
 from ..artifacts import BlobSink, BlobSource, CommitContext
 from ..format.manifest import ArtifactRef, Document, PartRef, Segment
 
@@ -133,6 +133,13 @@ def page_words(segments: Mapping[str, Segment], doc: Document, page: int, source
     return None
 
 
+def document_words(segments: Mapping[str, Segment], doc: Document, source: BlobSource,
+                   cache: dict[str, list[PageWords | None]] | None = None) -> list[PageWords | None]:
+    """Each page's word positions of `doc`, in page order (None where a page has none)."""
+    cache = {} if cache is None else cache
+    return [page_words(segments, doc, page, source, cache) for page in range(1, doc.pages + 1)]
+
+
 class WordsArtifact:
     """The per-segment word positions (parts only)."""
 
@@ -155,12 +162,15 @@ class WordsArtifact:
             rows = read_words_part(ref, source)
         except IndexProblem as exc:
             return [exc.message]
-        problems = [] if len(rows) == ref.meta.get("rows") else [f"{len(rows)} rows of word positions, its record says {ref.meta.get('rows')}"]
+        if len(rows) != ref.meta.get("rows"):
+            return [f"{len(rows)} rows of word positions, its record says {ref.meta.get('rows')}"]
         for number, words in enumerate(rows):
-            if words is not None and len(words.lines) and int(words.lines[words.lines != 0xFFFF].max(initial=0)) >= max(1, len(words.blocks)):
-                problems.append(f"row {number}: a word names a line the page does not have")
-                break
-        return problems
+            if words is None:
+                continue
+            known = words.lines[words.lines != NO_LINE]
+            if len(known) and int(known.max()) >= len(words.blocks):
+                return [f"row {number}: a word names a line the page does not have"]
+        return []
 
     def open(self, ref: ArtifactRef | None, parts: Mapping[str, PartRef], source: BlobSource) -> object:
         return dict(parts)
