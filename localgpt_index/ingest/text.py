@@ -7,7 +7,9 @@ column's words) and pages are padded with runs of spaces. It runs with -bbox-lay
 flows, blocks, lines and words with their boxes (UTF-8 XHTML), from which the page's text is
 written as its default mode writes it (a line's words joined by spaces, a line ended by a newline
 unless it ends with a hyphen that joins it to the next in its flow, a blank line after each flow), and each
-word's box kept (core/words.py): one process for a document's text and word positions. Like the
+word's box kept (core/words.py): one process for a document's text and word positions. Its words are
+placed on the page as rendered (after /Rotate) but its `<page>` gives the unrotated media box, so one
+pdfinfo says which pages are turned a quarter (their width and height swap). Like the
 renderer's poppler calls it runs with a timeout, in its own process group, in the run's
 ProcessScope (ingest/processes.py).
 """
@@ -22,7 +24,8 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.words import FoundWord, PageWords, align
-from .render import DEFAULT_RENDER_TIMEOUT_S, _run_poppler
+from ..core.errors import DocumentError
+from .render import DEFAULT_RENDER_TIMEOUT_S, _page_points, _run_poppler
 
 TextSource = Literal["layer", "ocr", "none", "pending"]  # pending: its OCR is not read yet (a later commit brings it)
 
@@ -73,29 +76,43 @@ def clean_page_text(text: str) -> str:
     return text[:MAX_PAGE_CHARS]
 
 
-def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S) -> list[tuple[str, PageWords]]:
-    """The text layer of pages first..last (1-based, inclusive), each with its words' boxes: one pdftotext
-    process (one per TEXT_CHUNK pages), each with `timeout_s`. A DocumentError if pdftotext is missing, too
-    slow, or refuses the file; a page pdftotext gives nothing for is ""."""
-    texts: list[tuple[str, PageWords]] = []
+def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
+                   ) -> list[tuple[str, PageWords | None]]:
+    """The text layer of pages first..last (1-based, inclusive), each with its words' boxes (None: not known):
+    one pdftotext process (one per TEXT_CHUNK pages), each with `timeout_s`. A DocumentError if pdftotext is
+    missing, too slow, or refuses the file; a page pdftotext gives nothing for is ""."""
+    texts: list[tuple[str, PageWords | None]] = []
     for start in range(first, last + 1, TEXT_CHUNK):
         end = min(last, start + TEXT_CHUNK - 1)
         out, _ = _run_poppler(["pdftotext", "-bbox-layout", "-enc", "UTF-8", "-f", str(start), "-l", str(end), os.path.abspath(pdf), "-"],
                               timeout_s, "its text layer" if (start, end) == (first, last) else f"the text layer of pages {start}-{end}")
-        pages = [page_layer(page) for page in out.split(b"<page ")[1:]]
         wanted = end - start + 1
-        texts += pages[:wanted] + [page_layer(b"")] * max(0, wanted - len(pages))  # a damaged file may give fewer
+        pages = out.split(b"<page ")[1:][:wanted]
+        turned = _turned(pdf, start, end, timeout_s) if any(b"<word " in page for page in pages) else None
+        texts += [page_layer(page, turned[number] if turned else None) for number, page in enumerate(pages)]
+        texts += [page_layer(b"", None)] * (wanted - len(pages))  # a damaged file may give fewer
     return texts
+
+
+def _turned(pdf: Path, first: int, last: int, timeout_s: float) -> list[bool] | None:
+    """Whether each of pages first..last is turned a quarter (/Rotate 90 or 270); None: pdfinfo cannot say."""
+    try:
+        return [turned for _, _, turned in _page_points(pdf, first, last, timeout_s)]
+    except DocumentError:
+        return None
 
 
 Box = tuple[float, float, float, float]
 
 
-def page_layer(xml: bytes) -> tuple[str, PageWords]:
+def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
     """One page of pdftotext -bbox-layout (from after its `<page `): its text as pdftotext's default mode
-    writes it, cleaned as stored, and each token's box."""
+    writes it, cleaned as stored, and each token's box (`turned`: the page has /Rotate 90 or 270, so its
+    rendered width is the media box's height; None: not known, no boxes)."""
     size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
     width, height = size.get("width", 0.0), size.get("height", 0.0)
+    if turned:
+        width, height = height, width
     blocks: list[tuple[int, list[list[tuple[str, Box]]]]] = []  # (its flow, its lines of words)
     flow = 0
     for match in _TAG.finditer(xml):
@@ -113,7 +130,8 @@ def page_layer(xml: bytes) -> tuple[str, PageWords]:
             box = {key.decode(): float(value) for key, value in _NUMBER.findall(attributes)}
             blocks[-1][1][-1].append((text, (box.get("xMin", 0) / width, box.get("yMin", 0) / height,
                                              box.get("xMax", 0) / width, box.get("yMax", 0) / height)))
-    return _written(blocks)
+    text, words = _written(blocks)
+    return text, words if turned is not None else None
 
 
 def _joined(line: list[tuple[str, Box]]) -> str:
