@@ -201,7 +201,7 @@ def test_the_top_text_region_is_the_planted_facts_line(fake_model, tmp_path):
     docs, index = tmp_path / "docs", tmp_path / "idx"
     facts = make_region_set(docs)
     assert {fact.scanned for fact in facts} == {True, False}
-    _build(docs, index, fake_model)
+    _build(docs, index, fake_model, "--ocr", "auto")
     results = open_index(index).search([fact.query for fact in facts], regions=True, mode="text", k=3)
     found = {True: [], False: []}
     for fact, hits in zip(facts, results):
@@ -211,3 +211,21 @@ def test_the_top_text_region_is_the_planted_facts_line(fake_model, tmp_path):
     layer, scanned = sum(found[False]) / len(found[False]), sum(found[True]) / len(found[True])
     assert layer >= 0.95, f"text-layer facts found: {sum(found[False])} of {len(found[False])}"
     assert scanned >= 0.85, f"scanned facts found: {sum(found[True])} of {len(found[True])}"
+
+
+@pytest.mark.slow  # Tesseract on a few scanned pages, in a later generation: several seconds
+def test_text_read_later_lands_its_word_positions_with_it(fake_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("LGPT_OCR", "auto")  # (the suite's default is never)
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    facts = [fact for fact in make_region_set(docs) if fact.file == "photo.png"]
+    for other in docs.iterdir():
+        if other.name != "photo.png":
+            other.unlink()
+    _build(docs, index, fake_model, "--ocr", "later")
+    queries = [fact.query for fact in facts]
+    assert all(not hits for hits in open_index(index).search(queries, regions=True, mode="text", k=1))  # pending: no text yet
+    result = run_cli("build", "--text-only", "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    results = open_index(index).search(queries, regions=True, mode="text", k=1)
+    tops = [hits[0].regions[0].bbox if hits and hits[0].regions else None for hits in results]
+    assert sum(top is not None and iou(top, fact.box) >= 0.5 for top, fact in zip(tops, facts)) >= len(facts) - 1
