@@ -229,3 +229,20 @@ def test_text_read_later_lands_its_word_positions_with_it(fake_model, tmp_path, 
     results = open_index(index).search(queries, regions=True, mode="text", k=1)
     tops = [hits[0].regions[0].bbox if hits and hits[0].regions else None for hits in results]
     assert sum(top is not None and iou(top, fact.box) >= 0.5 for top, fact in zip(tops, facts)) >= len(facts) - 1
+
+
+def test_upgrade_reads_the_positions_an_older_index_lacks(fake_model, tmp_path):
+    from localgpt_index.index.text import artifact as text_module
+    from localgpt_index.index.text.artifact import LexicalArtifact, TextArtifact
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _fact_pdf(docs / "report.pdf")
+    with artifacts_plugged(TextArtifact(), LexicalArtifact(), unplugged=(text_module,)):  # as before word positions
+        _build(docs, index, fake_model)
+    result = run_cli("upgrade", "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    assert "word positions read for 2 pages in 1 segments" in result.stderr
+    [hits] = open_index(index).search("revenue grew", regions=True, mode="text", k=1)
+    assert hits[0].regions[0].text == "Net revenue grew twelve percent"
+    assert "nothing to upgrade" in run_cli("upgrade", "--index-dir", str(index)).stderr
+    assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
