@@ -29,8 +29,8 @@ from ..index.format.manifest import Document, Manifest, PartRef, Segment
 from ..index.local.store import LocalStore
 from ..index.protocols import Store
 from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
-from ..index.text.artifact import LEXICAL, TEXT, current, read_text_part
-from ..index.text.words import WORDS, WordsArtifact, words_part
+from ..index.text.artifact import LEXICAL, TEXT, current, needs_words, read_text_part
+from ..index.text.words import WORDS, words_part
 from ..index.transaction import Transaction
 from ..ingest.ignore import add_ignored
 from ..ingest.text import pdf_page_texts
@@ -173,12 +173,6 @@ def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None =
         new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
         report.generation, report.upgraded, report.text_reindexed = new.generation, True, text
     return report
-
-
-def needs_words(segment: Segment) -> bool:
-    """A segment with page text but no word positions of the current version (written before they were kept)."""
-    part = segment.parts.get(WORDS)
-    return TEXT in segment.parts and (part is None or part.version != WordsArtifact.version)
 
 
 def _positioned(txn: Transaction, manifest: Manifest, segment: Segment) -> tuple[PartRef, int]:

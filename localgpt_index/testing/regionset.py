@@ -91,7 +91,7 @@ def _layout(spec: PageSpec, width: float, height: float, leading: float, rng: ra
     rows = int((height - 2 * MARGIN * height / PAGE_POINTS[1]) // leading) - 1
     slots = [(column, row) for column in range(spec.columns) for row in range(rows)]
     facts = set(rng.sample([slot for slot in slots if slot[1] % 3 == 1], spec.facts))  # a filler line between two facts
-    placed = []
+    placed: list[tuple[float, float, str, str | None]] = []
     for column, row in slots:
         left = MARGIN * width / PAGE_POINTS[0] + column * column_width
         top = MARGIN * height / PAGE_POINTS[1] + row * leading

@@ -38,10 +38,10 @@ from ...core.errors import IndexProblem
 from ...core.plugins import hookimpl
 from ...core.types import PageRef
 from ..artifacts import Artifact, BlobSink, BlobSource, CommitContext
-from ..format.manifest import ArtifactRef, Document, PartRef, Segment
+from ..format.manifest import ArtifactRef, Document, Manifest, PartRef, Segment
 from .engine import LexicalError, LexicalIndex, LexicalPage
 from .tokenize import TOKENIZER_VERSION
-from .words import WordsArtifact
+from .words import WORDS, WordsArtifact
 
 TEXT = "text"
 LEXICAL = "lexical"
@@ -237,6 +237,17 @@ def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: Blob
                 page += 1
                 if rows is not None and row < len(rows) and rows[row][0]:
                     yield LexicalPage(doc.path, page, rows[row][0])
+
+
+def needs_words(segment: Segment) -> bool:
+    """Whether a segment has page text but no word positions of this version (written before they were kept)."""
+    part = segment.parts.get(WORDS)
+    return TEXT in segment.parts and (part is None or part.version != WordsArtifact.version)
+
+
+def positions_missing(manifest: Manifest) -> bool:
+    """Whether some segment of a generation lacks the word positions of its page text (`lgpt-index upgrade` adds them)."""
+    return any(needs_words(segment) for segment in manifest.segments.values())
 
 
 ARTIFACTS: tuple[Artifact, ...] = (TextArtifact(), LexicalArtifact(), WordsArtifact())
