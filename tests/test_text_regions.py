@@ -24,6 +24,8 @@ from localgpt_index.index.text.regions import page_text_regions
 from localgpt_index.index.text.words import decode_words, encode_words
 from localgpt_index.ingest.ocr import Tesseract
 from localgpt_index.ingest.text import page_layer
+from localgpt_index.interop.reports import query_answer
+from localgpt_index.query.request import QueryRequest
 from localgpt_index.testing.regionset import iou, make_region_set
 
 
@@ -169,8 +171,12 @@ def test_an_index_without_positions_answers_without_text_regions(fake_model, tmp
     with artifacts_plugged(TextArtifact(), LexicalArtifact(), unplugged=(text_module,)):  # as before word positions
         _build(docs, index, fake_model)
     assert not list((index / "default" / "artifacts").glob("*.wordsz"))
-    [hits] = open_index(index).search("revenue grew", regions=True, mode="text", k=2)
+    searcher = open_index(index)
+    request = QueryRequest(queries=["revenue grew"], regions=True, mode="text", k=2)
+    [hits] = searcher.search(request)
     assert hits and all(not hit.regions for hit in hits)
+    _, notes = query_answer(searcher, request, [hits])  # what `query` prints beside its answer
+    assert any("`lgpt-index upgrade` adds them" in text for _, text in notes)
 
 
 @pytest.mark.slow  # two builds, one into an in-process Qdrant: several seconds

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""What text regions cost (issue 44): the word positions' size, their build cost, and a query with regions.
+
+    python scripts/bench_regions.py                            # 20 PDFs x 5 pages of prose, 3 rounds
+    python scripts/bench_regions.py --pdfs 40 --rounds 5 --baseline 4f43e61
+
+1. Size: the "words" parts (artifacts/*.wordsz) against the "text" parts (artifacts/*.jsonz) of one index of
+   text-layer PDFs (target: within +20 %).
+2. Build: this tree's `lgpt-index build` (pdftotext -bbox-layout, a pdfinfo a document, the words part) against the
+   baseline commit's (plain pdftotext, no positions), each a process of its own with the fake model (so that text
+   extraction weighs the most it can), alternating, median of the rounds (target: within +5 %). The baseline is
+   `git archive`d into a temporary folder and run from there.
+3. Query: `search(..., regions=True)` against the same without, k=10, text and hybrid mode, one process, alternating
+   query by query, median time a query (target: within +15 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from localgpt_index.testing.scanset import WORDS  # noqa: E402
+
+
+def make_corpus(folder: Path, pdfs: int, pages: int, seed: int = 5) -> None:
+    """Text-layer PDFs of prose: 50 lines of 10 to 14 words a page, a paragraph's break now and then."""
+    from reportlab.pdfgen import canvas
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for number in range(pdfs):
+        pdf = canvas.Canvas(str(folder / f"doc-{number:03d}.pdf"), invariant=1)
+        for _ in range(pages):
+            pdf.setFont("Helvetica", 10)
+            y = 740.0
+            while y > 60:
+                pdf.drawString(72, y, " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 14))))
+                y -= 26 if rng.random() < 0.1 else 13
+            pdf.showPage()
+        pdf.save()
+
+
+def build(tree: Path, docs: Path, index: Path, model: Path) -> float:
+    """Seconds of one `lgpt-index build` run from `tree` (a process of its own, start to exit)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "LGPT_PLUGINS": "localgpt_index.testing.fake", "LGPT_OCR": "never",
+           "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "localgpt_index", "build", str(docs), "--index-dir", str(index), "--model", str(model),
+                    "--quiet", "--rebuild"], check=True, env=env, cwd=tree)
+    return time.perf_counter() - started
+
+
+def sizes(index: Path) -> tuple[int, int]:
+    folder = index / "default" / "artifacts"
+    return sum(p.stat().st_size for p in folder.glob("*.wordsz")), sum(p.stat().st_size for p in folder.glob("*.jsonz"))
+
+
+def queries_timed(index: Path, model: Path, count: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Median seconds a query, without and with regions, by mode."""
+    os.environ["LGPT_PLUGINS"] = "localgpt_index.testing.fake"
+    from localgpt_index import open_index
+
+    searcher = open_index(index)
+    rng = random.Random(9)
+    asked = [" ".join(rng.sample(WORDS, 3)) for _ in range(count)]
+    found: dict[str, tuple[float, float]] = {}
+    for mode in ("text", "hybrid"):
+        searcher.search(asked[0], k=10, mode=mode, regions=True)  # warm: the text index, the model
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for query in asked:
+                for regions in (False, True):
+                    started = time.perf_counter()
+                    searcher.search(query, k=10, mode=mode, regions=regions)
+                    times[regions].append(time.perf_counter() - started)
+        found[mode] = (statistics.median(times[False]), statistics.median(times[True]))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pdfs", type=int, default=20)
+    parser.add_argument("--pages", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--baseline", default="4f43e61", help="the commit to build without word positions")
+    args = parser.parse_args()
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="bench-regions-") as scratch:
+        work = Path(scratch)
+        docs, model, baseline = work / "docs", write_fake_checkpoint(work / "fake"), work / "baseline"
+        make_corpus(docs, args.pdfs, args.pages)
+        baseline.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        times: dict[str, list[float]] = {"this tree": [], "baseline": []}
+        for _ in range(args.rounds):
+            for name, tree in (("this tree", ROOT), ("baseline", baseline)):
+                times[name].append(build(tree, docs, work / name.replace(" ", "-"), model))
+        words, text = sizes(work / "this-tree")
+        print(f"corpus: {args.pdfs} PDFs x {args.pages} pages of prose (text layers)")
+        print(f"size: words parts {words:,} B, text parts {text:,} B: words / text = {words / text:.2f} (+{(words / text - 1) * 100:.0f} %"
+              " if over 1; target <= 1.20)")
+        ours, theirs = statistics.median(times["this tree"]), statistics.median(times["baseline"])
+        print(f"build (whole process, median of {args.rounds}): this tree {ours:.2f} s, baseline {args.baseline} {theirs:.2f} s: "
+              f"{(ours / theirs - 1) * 100:+.1f} % (target <= +5 %); rounds: {[round(t, 2) for t in times['this tree']]} "
+              f"against {[round(t, 2) for t in times['baseline']]}")
+        for mode, (plain, with_regions) in queries_timed(work / "this-tree", model, args.queries, args.rounds).items():
+            print(f"query k=10 {mode}: without regions {plain * 1000:.2f} ms, with {with_regions * 1000:.2f} ms: "
+                  f"{(with_regions / plain - 1) * 100:+.1f} % (target <= +15 %)")
+
+
+if __name__ == "__main__":
+    main()
