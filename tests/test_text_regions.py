@@ -87,12 +87,16 @@ def test_align_maps_the_tokens_a_tool_split_or_joined():
     assert words.boxes[0].tolist() == quantize((0, 0, 0.2, 0.1))
 
 
-def test_packed_rows_read_back_the_same_and_damage_is_said():
-    rng = np.random.default_rng(7)
-    page = PageWords(rng.integers(0, 65535, (40, 4)).astype(np.uint16), np.repeat(np.arange(8), 5).astype(np.uint16),
-                     np.array([0, 0, 1, 1, 1, 2, 2, 3], np.uint16))
-    rows = [page, None, PageWords(page.boxes[:0], page.lines[:0], page.blocks[:0]), page]
-    assert decode_words(encode_words(rows)) == rows
+def test_packed_rows_read_back_their_lines_exactly_their_words_within_a_step_and_damage_is_said():
+    text, page = _words([["alpha", "beta", "gamma"], ["delta"], ["eps", "zeta"], ["eta", "theta", "iota"]], columns=2)
+    turned = PageWords(page.boxes[:, [1, 0, 3, 2]], page.lines, page.blocks)  # lines running down the page
+    rows = [page, None, PageWords(page.boxes[:0], page.lines[:0], page.blocks[:0]), turned]
+    read = decode_words(encode_words(rows))
+    assert read[1] is None and len(read[2]) == 0
+    for before, after in ((page, read[0]), (turned, read[3])):
+        assert np.array_equal(before.lines, after.lines) and np.array_equal(before.blocks, after.blocks)
+        assert np.abs(before.fractions() - after.fractions()).max() < 1 / 255
+        assert page_text_regions(text, after, parse("beta eta"), None) == page_text_regions(text, before, parse("beta eta"), None)
     with pytest.raises(IndexProblem, match="words part is damaged"):
         decode_words(encode_words(rows)[:-3])
 

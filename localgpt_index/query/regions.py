@@ -18,7 +18,7 @@ from ..core.types import Region, SearchHit
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
 from ..index.text.regions import page_text_regions
-from ..index.text.words import page_words
+from ..index.text.words import WORDS, WordPositions
 from .request import QueryRequest
 
 MAX_REGIONS = 8  # regions per hit: the text ones first, then the visual ones
@@ -50,12 +50,12 @@ def page_regions(view: View, lexical: LexicalIndex | None, query: str, query_vec
 def text_regions(view: View, lexical: LexicalIndex | None, query: str, path: str, page: int) -> list[Region]:
     """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py); none where
     the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`)."""
-    document = view.document(path)
-    text = lexical.page_text(path, page) if lexical is not None else None
-    if lexical is None or document is None or not text:
+    document, positions = view.document(path), view.artifact(WORDS)
+    if lexical is None or document is None or not isinstance(positions, WordPositions):
         return []
-    words = page_words(view.manifest.segments, document, page, view.blobs())
-    if words is None:
+    words = positions.page(document, page)
+    text = lexical.page_text(path, page) if words is not None else None
+    if words is None or not text:
         return []
     return page_text_regions(text, words, lexical.parse(query), lexical.language(path))
 

@@ -19,7 +19,7 @@ import numpy as np
 from ...core.types import Region
 from ...core.words import NO_LINE, PageWords
 from .query import TextQuery
-from .tokenize import exact_tokens, stems
+from .tokenize import exact_tokens, fold, stems
 
 MAX_TEXT_REGIONS = 5
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
@@ -40,10 +40,15 @@ class _Lines:
 
 
 def matched_terms(tokens: list[str], query: TextQuery, language: str | None) -> list[list[str]]:
-    """Each token's query terms (the query word, stem or prefix* it matches; [] for none)."""
+    """Each token's query terms (the query word, stem or prefix* it matches; [] for none). Only the tokens whose
+    folded text holds a term's start are analysed (a stem keeps its word's start but for its last letter)."""
     exact, stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
+    starts = tuple({term[:-1] if len(term) > 3 else term for term in stemmed} | set(query.prefixes))
     found: list[list[str]] = []
     for token in tokens:
+        if not starts or not any(start in fold(token) for start in starts):
+            found.append([])
+            continue
         parts = exact_tokens(token)
         terms = [part for part in parts if part in exact]
         terms += [stem for stem in stems([p for p in parts if p not in exact], language) if stem in stemmed]
