@@ -18,7 +18,7 @@ from helpers import artifacts_plugged, flip_byte
 
 from localgpt_index import open_index
 from localgpt_index.core.errors import IndexProblem
-from localgpt_index.core.words import NO_LINE, FoundWord, PageWords, align, quantize
+from localgpt_index.core.words import NO_LINE, WORD_SCALE, FoundWord, PageWords, align
 from localgpt_index.index.text.query import parse
 from localgpt_index.index.text.regions import page_text_regions
 from localgpt_index.index.text.words import decode_words, encode_words
@@ -84,7 +84,7 @@ def test_align_maps_the_tokens_a_tool_split_or_joined():
     found = [FoundWord(text, (i / 10, 0, (i + 1) / 10, 0.1), 0, 0) for i, text in enumerate(["end-", "ing", "here", "x"])]
     words = align(["ending", "here", "extra", "x"], found)
     assert words.lines.tolist() == [0, 0, NO_LINE, 0]  # "extra" is nowhere in the tool's words: no box
-    assert words.boxes[0].tolist() == quantize((0, 0, 0.2, 0.1))
+    assert words.boxes[0].tolist() == [0, 0, round(0.2 * WORD_SCALE), round(0.1 * WORD_SCALE)]
 
 
 def test_packed_rows_read_back_their_lines_exactly_their_words_within_a_step_and_damage_is_said():

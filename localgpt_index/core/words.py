@@ -18,6 +18,7 @@ import numpy as np
 
 WORD_SCALE = 65535  # a coordinate's steps across the page (uint16)
 NO_LINE = 0xFFFF  # a token whose box is not known (the tool's words and its text disagree there)
+MAX_ALIGNED = 5000  # tokens after the first difference between a text and a tool's words that are aligned (difflib: quadratic at worst)
 
 
 @dataclass(frozen=True)
@@ -57,45 +58,51 @@ def empty_words() -> PageWords:
     return PageWords(np.zeros((0, 4), np.uint16), np.zeros(0, np.uint16), np.zeros(0, np.uint16))
 
 
-def quantize(box: Sequence[float]) -> list[int]:
-    return [int(round(min(1.0, max(0.0, value)) * WORD_SCALE)) for value in box]
-
-
 def align(tokens: Sequence[str], found: Sequence[FoundWord]) -> PageWords:
     """The tokens of a page's text given the words a tool found: the same sequence (the usual case) maps one
     to one; where they differ (a hyphenated word joined, a ligature), the tokens take the words they stand for."""
-    texts = [word.text for word in found]
-    owners: list[list[int]] = [[] for _ in tokens]  # each token's words
-    if texts == list(tokens):
-        owners = [[index] for index in range(len(tokens))]
-    else:
-        matcher = difflib.SequenceMatcher(None, list(tokens), texts, autojunk=False)
+    owners = _owners(tokens, [word.text for word in found])
+    boxes = np.array([word.box for word in found], np.float64).reshape(-1, 4)
+    keys = np.array([(word.block << 32) | word.line for word in found], np.int64)
+    first = np.array([words[0] if words else -1 for words in owners], np.int64)
+    placed = np.zeros((len(tokens), 4), np.float64)
+    has = first >= 0
+    placed[has] = boxes[first[has]]
+    for index, words in enumerate(owners):
+        if len(words) > 1:  # a token of several words: the union of those on its first word's line
+            same = boxes[[w for w in words if keys[w] == keys[words[0]]]]
+            placed[index] = (*same[:, :2].min(axis=0), *same[:, 2:].max(axis=0))
+    lines = np.full(len(tokens), NO_LINE, np.uint16)
+    if not has.any():
+        return PageWords(np.zeros((len(tokens), 4), np.uint16), lines, np.zeros(0, np.uint16))
+    unique, where, inverse = np.unique(keys[first[has]], return_index=True, return_inverse=True)
+    rank = np.empty(len(unique), np.int64)
+    rank[np.argsort(where, kind="stable")] = np.arange(len(unique))  # lines numbered in reading order
+    numbered = rank[inverse]
+    kept = numbered < NO_LINE  # a hostile page's 65,535th line on: its words stay without a box
+    lines[np.flatnonzero(has)[kept]] = numbered[kept]
+    line_blocks = (unique[np.argsort(rank)] >> 32)[: NO_LINE]
+    _, block_first, block_of = np.unique(line_blocks, return_index=True, return_inverse=True)
+    block_rank = np.empty(len(block_first), np.int64)
+    block_rank[np.argsort(block_first, kind="stable")] = np.arange(len(block_first))
+    quantized = np.rint(np.clip(placed, 0.0, 1.0) * WORD_SCALE).astype(np.uint16)
+    quantized[lines == NO_LINE] = 0
+    return PageWords(quantized, lines, block_rank[block_of].astype(np.uint16))
+
+
+def _owners(tokens: Sequence[str], texts: list[str]) -> list[list[int]]:
+    """Each token's words (indexes into `texts`): one each while they agree, then difflib's alignment."""
+    same = next((index for index, (a, b) in enumerate(zip(tokens, texts)) if a != b), min(len(tokens), len(texts)))
+    owners: list[list[int]] = [[index] for index in range(same)] + [[] for _ in range(len(tokens) - same)]
+    if same < len(tokens) and max(len(tokens), len(texts)) - same <= MAX_ALIGNED:  # (past it, a hostile page's rest: no boxes)
+        matcher = difflib.SequenceMatcher(None, list(tokens[same:]), texts[same:], autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
                 for offset in range(i2 - i1):
-                    owners[i1 + offset] = [j1 + offset]
+                    owners[same + i1 + offset] = [same + j1 + offset]
             elif tag == "replace":
                 for offset in range(i2 - i1):
                     first = j1 + offset * (j2 - j1) // (i2 - i1)
                     last = j1 + (offset + 1) * (j2 - j1) // (i2 - i1)
-                    owners[i1 + offset] = list(range(first, max(first + 1, last)))
-    boxes = np.zeros((len(tokens), 4), np.uint16)
-    lines = np.full(len(tokens), NO_LINE, np.uint16)
-    line_ids: dict[tuple[int, int], int] = {}  # (block, line) as the tool numbers them -> this page's line
-    blocks: list[int] = []
-    for index, words in enumerate(owners):
-        if not words:
-            continue
-        head = found[words[0]]
-        same = [found[w] for w in words if found[w].line == head.line and found[w].block == head.block]
-        key = (head.block, head.line)
-        if key not in line_ids and len(blocks) >= NO_LINE:
-            continue  # a hostile page's 65,535th line: its words stay without a box
-        if key not in line_ids:
-            line_ids[key] = len(blocks)
-            blocks.append(head.block)
-        boxes[index] = quantize((min(w.box[0] for w in same), min(w.box[1] for w in same),
-                                 max(w.box[2] for w in same), max(w.box[3] for w in same)))
-        lines[index] = line_ids[key]
-    block_ids = {block: number for number, block in enumerate(dict.fromkeys(blocks))}
-    return PageWords(boxes, lines, np.array([block_ids[b] for b in blocks], np.uint16))
+                    owners[same + i1 + offset] = list(range(same + first, same + max(first + 1, last)))
+    return owners

@@ -37,7 +37,8 @@ OCR_MIN_CHARS = 32
 MAX_PAGE_CHARS = 200_000  # a page's text is cut here (a hostile PDF can hold megabytes on one page)
 TEXT_CHUNK = 500  # pages per pdftotext call: one call for all but the longest documents
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t and \n
-_TAG = re.compile(rb'<(/?)(page|flow|block|line|word)\b([^>]*)>')  # pdftotext -bbox-layout's elements we read
+# pdftotext -bbox-layout's elements read: a flow, block or line starting, or a word with its box and text
+_ELEMENT = re.compile(rb'<(flow|block|line)\b|<word xMin="([^"]*)" yMin="([^"]*)" xMax="([^"]*)" yMax="([^"]*)">([^<]*)</word>')
 _NUMBER = re.compile(rb'(\w+)="([-0-9.e+]+)"')
 TOUCHING = 0.1  # a gap under this much of a word's height is no space between two words
 _HYPHENS = ("-", "\u00ad", "\u2010", "\u2011")  # poppler joins a line ending with one to the next (TextLine.hyphenated)
@@ -115,21 +116,22 @@ def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
         width, height = height, width
     blocks: list[tuple[int, list[list[tuple[str, Box]]]]] = []  # (its flow, its lines of words)
     flow = 0
-    for match in _TAG.finditer(xml):
-        closing, tag, attributes = match.groups()
-        if closing:
-            continue
+    for match in _ELEMENT.finditer(xml):
+        tag = match.group(1)
         if tag == b"flow":
             flow += 1
         elif tag == b"block" or (tag == b"line" and not blocks):
             blocks.append((flow, []))
         if tag == b"line":
             blocks[-1][1].append([])
-        elif tag == b"word" and blocks and blocks[-1][1] and width > 0 and height > 0:
-            text = html.unescape(xml[match.end(): xml.find(b"</word>", match.end())].decode("utf-8", "replace"))
-            box = {key.decode(): float(value) for key, value in _NUMBER.findall(attributes)}
-            blocks[-1][1][-1].append((text, (box.get("xMin", 0) / width, box.get("yMin", 0) / height,
-                                             box.get("xMax", 0) / width, box.get("yMax", 0) / height)))
+        elif tag is None and blocks and blocks[-1][1] and width > 0 and height > 0:
+            text = match.group(6).decode("utf-8", "replace")
+            try:
+                box = (float(match.group(2)) / width, float(match.group(3)) / height, float(match.group(4)) / width,
+                       float(match.group(5)) / height)
+            except ValueError:
+                continue  # not a number: not a word we can place
+            blocks[-1][1][-1].append((html.unescape(text) if "&" in text else text, box))
     text, words = _written(blocks)
     return text, words if turned is not None else None
 
