@@ -9,8 +9,9 @@ in 1/255 of the line's length: its words share the line's top and bottom). Each 
 (wrapping) so that zlib finds a page's steady steps. A word's box comes back within 1/255 of its line's
 length along it (under 2 pt on a letter page's full line), and its line's box exactly. The part is
 written, sealed, checksummed, verified and collected by the transaction core as the text part is
-(index/text/artifact.py); text read late (indexing/textfollow.py) replaces the rows it brings. A segment without the part (an index from before word positions) gives no text regions
-until `lgpt-index upgrade` adds it from the documents' text layers.
+(index/text/artifact.py); text read late (indexing/textfollow.py) replaces the rows it brings. A segment
+without the part (an index from before word positions) gives no text regions until `lgpt-index upgrade`
+adds it from the documents' text layers.
 """
 
 from __future__ import annotations
