@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What text regions cost (issue 44): the word positions' size, their build cost, and a query with regions.
 
-    python scripts/bench_regions.py                            # 20 PDFs x 5 pages of prose, 3 rounds
+    python scripts/bench_regions.py                            # 20 PDFs x 5 pages of prose, 3 rounds, 30 queries
     python scripts/bench_regions.py --pdfs 40 --rounds 5 --baseline 4f43e61
 
 1. Size: the "words" parts (artifacts/*.wordsz) against the "text" parts (artifacts/*.jsonz) of one index of
@@ -33,22 +33,41 @@ sys.path.insert(0, str(ROOT))
 from localgpt_index.testing.scanset import WORDS  # noqa: E402
 
 
-def make_corpus(folder: Path, pdfs: int, pages: int, seed: int = 5) -> None:
-    """Text-layer PDFs of prose: 50 lines of 10 to 14 words a page, a paragraph's break now and then."""
+SYLLABLES = ("ka", "lo", "mi", "ren", "tas", "vo", "dru", "pel", "sin", "gor", "ba", "lum", "tre", "nos", "fi", "xa")
+
+
+def vocabulary(rng: random.Random, size: int = 4000) -> tuple[list[str], list[float]]:
+    """Made-up words of 1 to 4 syllables and their Zipf weights (rank^-1), as prose's words are distributed."""
+    words: dict[str, None] = dict.fromkeys(WORDS)
+    while len(words) < size:
+        words["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4)))] = None
+    ordered = list(words)
+    rng.shuffle(ordered)
+    return ordered, [1 / rank for rank in range(1, len(ordered) + 1)]
+
+
+def make_corpus(folder: Path, pdfs: int, pages: int, seed: int = 5) -> list[str]:
+    """Text-layer PDFs of prose: 50 lines of 10 to 14 Zipf-distributed words a page, a paragraph's break now and
+    then. Returns every page's text (for queries)."""
     from reportlab.pdfgen import canvas
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
+    words, weights = vocabulary(rng)
+    texts: list[str] = []
     for number in range(pdfs):
         pdf = canvas.Canvas(str(folder / f"doc-{number:03d}.pdf"), invariant=1)
         for _ in range(pages):
             pdf.setFont("Helvetica", 10)
-            y = 740.0
+            y, page = 740.0, []
             while y > 60:
-                pdf.drawString(72, y, " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 14))))
+                page.append(" ".join(rng.choices(words, weights, k=rng.randint(10, 14))))
+                pdf.drawString(72, y, page[-1])
                 y -= 26 if rng.random() < 0.1 else 13
             pdf.showPage()
+            texts.append(" ".join(page))
         pdf.save()
+    return texts
 
 
 def children_cpu() -> float:
@@ -95,14 +114,14 @@ def sizes(index: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in folder.glob("*.wordsz")), sum(p.stat().st_size for p in folder.glob("*.jsonz"))
 
 
-def queries_timed(index: Path, model: Path, count: int, rounds: int) -> dict[str, tuple[float, float]]:
-    """Median CPU seconds a query, without and with regions, by mode."""
+def queries_timed(index: Path, texts: list[str], count: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Median CPU seconds a query (three words of a page), without and with regions, by mode."""
     os.environ["LGPT_PLUGINS"] = "localgpt_index.testing.fake"
     from localgpt_index import open_index
 
     searcher = open_index(index)
     rng = random.Random(9)
-    asked = [" ".join(rng.sample(WORDS, 3)) for _ in range(count)]
+    asked = [" ".join(rng.sample(rng.choice(texts).split(), 3)) for _ in range(count)]
     found: dict[str, tuple[float, float]] = {}
     for mode in ("text", "hybrid"):
         searcher.search(asked[0], k=10, mode=mode, regions=True)  # warm: the text index, the model
@@ -130,7 +149,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-regions-") as scratch:
         work = Path(scratch)
         docs, model, baseline = work / "docs", write_fake_checkpoint(work / "fake"), work / "baseline"
-        make_corpus(docs, args.pdfs, args.pages)
+        texts = make_corpus(docs, args.pdfs, args.pages)
         baseline.mkdir()
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
@@ -139,7 +158,7 @@ def main() -> None:
             for name, tree in (("this tree", ROOT), ("baseline", baseline)):
                 times[name].append(build(tree, docs, work / name.replace(" ", "-"), model))
         words, text = sizes(work / "this-tree")
-        print(f"corpus: {args.pdfs} PDFs x {args.pages} pages of prose (text layers)")
+        print(f"corpus: {args.pdfs} PDFs x {args.pages} pages of prose (text layers; Zipf words of a 4,000-word vocabulary)")
         print(f"size: words parts {words:,} B, text parts {text:,} B: words / text = {words / text:.2f} (+{(words / text - 1) * 100:.0f} %"
               " if over 1; target <= 1.20)")
         for kind, at in (("wall", 0), ("CPU", 1)):
@@ -150,7 +169,7 @@ def main() -> None:
         plain, positioned = text_layers_cpu(docs, args.pages, args.rounds)
         print(f"text layers alone, CPU seconds: plain pdftotext {plain:.3f} s, with word positions {positioned:.3f} s "
               f"({(positioned - plain) / args.pdfs * 1000:+.1f} ms a document)")
-        for mode, (without, with_regions) in queries_timed(work / "this-tree", model, args.queries, args.rounds).items():
+        for mode, (without, with_regions) in queries_timed(work / "this-tree", texts, args.queries, args.rounds).items():
             print(f"query k=10 {mode}, CPU a query (median): without regions {without * 1000:.2f} ms, with {with_regions * 1000:.2f} ms: "
                   f"{(with_regions / without - 1) * 100:+.1f} % (target <= +15 %)")
 

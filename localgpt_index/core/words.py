@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,8 +22,7 @@ NO_LINE = 0xFFFF  # a token whose box is not known (the tool's words and its tex
 MAX_ALIGNED = 5000  # tokens after the first difference between a text and a tool's words that are aligned (difflib: quadratic at worst)
 
 
-@dataclass(frozen=True)
-class FoundWord:
+class FoundWord(NamedTuple):
     """A word as a tool gives it: its text, its box (x0, y0, x1, y1 in page fractions), its line and block on the page."""
 
     text: str

@@ -8,8 +8,9 @@ flows, blocks, lines and words with their boxes (UTF-8 XHTML), from which the pa
 written as its default mode writes it (a line's words joined by spaces, a line ended by a newline
 unless it ends with a hyphen that joins it to the next in its flow, a blank line after each flow), and each
 word's box kept (core/words.py): one process for a document's text and word positions. Its words are
-placed on the page as rendered (after /Rotate) but its `<page>` gives the unrotated media box, so one
-pdfinfo says which pages are turned a quarter (their width and height swap). Like the
+placed on the page as rendered (after /Rotate) but its `<page>` gives the unturned media box: a page's
+words show which way it is turned (poppler keeps only the words on the rendered page), and where they fit
+both ways (a little text in a corner), one pdfinfo for the chunk says. Like the
 renderer's poppler calls it runs with a timeout, in its own process group, in the run's
 ProcessScope (ingest/processes.py).
 """
@@ -88,10 +89,13 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
         out, _ = _run_poppler(["pdftotext", "-bbox-layout", "-enc", "UTF-8", "-f", str(start), "-l", str(end), os.path.abspath(pdf), "-"],
                               timeout_s, "its text layer" if (start, end) == (first, last) else f"the text layer of pages {start}-{end}")
         wanted = end - start + 1
-        pages = out.split(b"<page ")[1:][:wanted]
-        turned = _turned(pdf, start, end, timeout_s) if any(b"<word " in page for page in pages) else None
-        texts += [page_layer(page, turned[number] if turned else None) for number, page in enumerate(pages)]
-        texts += [page_layer(b"", None)] * (wanted - len(pages))  # a damaged file may give fewer
+        pages = [_parsed(page) for page in out.split(b"<page ")[1:][:wanted]]
+        sides = [page.turned() for page in pages]
+        if any(side is None for side in sides):  # words that fit the page either way: pdfinfo says
+            told = _turned(pdf, start, start + len(pages) - 1, timeout_s)
+            sides = [told[number] if side is None and told else side for number, side in enumerate(sides)]
+        texts += [_layer(page, side) for page, side in zip(pages, sides)]
+        texts += [_layer(_parsed(b""), None)] * (wanted - len(pages))  # a damaged file may give fewer
     return texts
 
 
@@ -106,14 +110,30 @@ def _turned(pdf: Path, first: int, last: int, timeout_s: float) -> list[bool] | 
 Box = tuple[float, float, float, float]
 
 
-def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
-    """One page of pdftotext -bbox-layout (from after its `<page `): its text as pdftotext's default mode
-    writes it, cleaned as stored, and each token's box (`turned`: the page has /Rotate 90 or 270, so its
-    rendered width is the media box's height; None: not known, no boxes)."""
+@dataclass(frozen=True)
+class _Page:
+    """One page as pdftotext -bbox-layout gives it: its media box's size, and its blocks (each with its flow) of
+    lines of words, with their boxes in points on the page as rendered (after /Rotate)."""
+
+    width: float
+    height: float
+    blocks: list[tuple[int, list[list[tuple[str, Box]]]]]
+
+    def turned(self) -> bool | None:
+        """Whether the page is turned a quarter, where its words tell (poppler keeps only the words on the
+        rendered page: words past the media box's width or height show which way it is); None: they fit both."""
+        boxes = [box for _, block in self.blocks for line in block for _, box in line]
+        if not boxes or self.width == self.height:
+            return False
+        right, bottom = max(box[2] for box in boxes), max(box[3] for box in boxes)
+        upright = right <= self.width + 1 and bottom <= self.height + 1
+        quarter = right <= self.height + 1 and bottom <= self.width + 1
+        return None if upright == quarter else quarter
+
+
+def _parsed(xml: bytes) -> _Page:
+    """One page of pdftotext -bbox-layout's output (from after its `<page `)."""
     size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
-    width, height = size.get("width", 0.0), size.get("height", 0.0)
-    if turned:
-        width, height = height, width
     blocks: list[tuple[int, list[list[tuple[str, Box]]]]] = []  # (its flow, its lines of words)
     flow = 0
     for match in _ELEMENT.finditer(xml):
@@ -124,16 +144,27 @@ def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
             blocks.append((flow, []))
         if tag == b"line":
             blocks[-1][1].append([])
-        elif tag is None and blocks and blocks[-1][1] and width > 0 and height > 0:
+        elif tag is None and blocks and blocks[-1][1]:
             text = match.group(6).decode("utf-8", "replace")
             try:
-                box = (float(match.group(2)) / width, float(match.group(3)) / height, float(match.group(4)) / width,
-                       float(match.group(5)) / height)
+                box = (float(match.group(2)), float(match.group(3)), float(match.group(4)), float(match.group(5)))
             except ValueError:
                 continue  # not a number: not a word we can place
             blocks[-1][1][-1].append((html.unescape(text) if "&" in text else text, box))
-    text, words = _written(blocks)
-    return text, words if turned is not None else None
+    return _Page(size.get("width", 0.0), size.get("height", 0.0), blocks)
+
+
+def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
+    """One page of pdftotext -bbox-layout (from after its `<page `): its text as pdftotext's default mode
+    writes it, cleaned as stored, and each token's box (`turned`: the page has /Rotate 90 or 270, so its
+    rendered width is the media box's height; None: not known, no boxes)."""
+    return _layer(_parsed(xml), turned)
+
+
+def _layer(page: _Page, turned: bool | None) -> tuple[str, PageWords | None]:
+    width, height = (page.height, page.width) if turned else (page.width, page.height)
+    text, words = _written(page.blocks, width, height)
+    return text, words if turned is not None and width > 0 and height > 0 else None
 
 
 def _joined(line: list[tuple[str, Box]]) -> str:
@@ -147,7 +178,7 @@ def _joined(line: list[tuple[str, Box]]) -> str:
     return out
 
 
-def _written(blocks: list[tuple[int, list[list[tuple[str, Box]]]]]) -> tuple[str, PageWords]:
+def _written(blocks: list[tuple[int, list[list[tuple[str, Box]]]]], width: float, height: float) -> tuple[str, PageWords]:
     """A page's blocks of lines of words as pdftotext's default mode writes them (TextPage::dump: a blank
     line after each flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
     out: list[str] = []
@@ -155,7 +186,8 @@ def _written(blocks: list[tuple[int, list[list[tuple[str, Box]]]]]) -> tuple[str
     lines = [(flow, number, line) for number, (flow, block) in enumerate(blocks) for line in block]
     for position, (flow, block, line) in enumerate(lines):
         out.append(_joined(line))
-        found += [FoundWord(part, box, position, block) for text, box in line for part in text.split()]
+        found += [FoundWord(part, (box[0] / width, box[1] / height, box[2] / width, box[3] / height) if width > 0 and height > 0
+                            else (0.0, 0.0, 0.0, 0.0), position, block) for text, box in line for part in text.split()]
         flow_goes_on = position + 1 < len(lines) and lines[position + 1][0] == flow
         if out[-1].endswith(_HYPHENS) and flow_goes_on:
             out[-1] = out[-1][:-1]  # joined to the next line, as pdftotext does
