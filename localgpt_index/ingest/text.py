@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from ..core.words import FoundWord, PageWords, align
 from ..core.errors import DocumentError
 from .render import DEFAULT_RENDER_TIMEOUT_S, _page_points, _run_poppler
@@ -41,6 +43,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t 
 # pdftotext -bbox-layout's elements read: a flow, block or line starting, or a word with its box and text
 _ELEMENT = re.compile(rb'<(flow|block|line)\b|<word xMin="([^"]*)" yMin="([^"]*)" xMax="([^"]*)" yMax="([^"]*)">([^<]*)</word>')
 _NUMBER = re.compile(rb'(\w+)="([-0-9.e+]+)"')
+_FLOAT = re.compile(rb"[0-9.e+]+")  # a word's four coordinates, joined, their minus signs dropped: numbers only
 TOUCHING = 0.1  # a gap under this much of a word's height is no space between two words
 _HYPHENS = ("-", "\u00ad", "\u2010", "\u2011")  # poppler joins a line ending with one to the next (TextLine.hyphenated)
 
@@ -107,51 +110,53 @@ def _turned(pdf: Path, first: int, last: int, timeout_s: float) -> list[bool] | 
         return None
 
 
-Box = tuple[float, float, float, float]
-
-
 @dataclass(frozen=True)
 class _Page:
-    """One page as pdftotext -bbox-layout gives it: its media box's size, and its blocks (each with its flow) of
-    lines of words, with their boxes in points on the page as rendered (after /Rotate)."""
+    """One page as pdftotext -bbox-layout gives it: its media box's size; its words, each with its box in points
+    on the page as rendered (after /Rotate) and its line; and each line's flow and block."""
 
     width: float
     height: float
-    blocks: list[tuple[int, list[list[tuple[str, Box]]]]]
+    words: list[str]
+    boxes: np.ndarray  # (words, 4) float64: xMin, yMin, xMax, yMax
+    word_lines: list[int]
+    lines: list[tuple[int, int]]  # (flow, block) of each line
 
     def turned(self) -> bool | None:
-        """Whether the page is turned a quarter, where its words tell (poppler keeps only the words on the
-        rendered page: words past the media box's width or height show which way it is); None: they fit both."""
-        boxes = [box for _, block in self.blocks for line in block for _, box in line]
-        if not boxes or self.width == self.height:
+        """Whether the page is turned a quarter, where its words tell (poppler keeps only the words that start on
+        the rendered page: one starting past the media box's width or height shows which way it is); None: they
+        fit both ways (or neither)."""
+        if not self.words or self.width == self.height:
             return False
-        right, bottom = max(box[2] for box in boxes), max(box[3] for box in boxes)
+        right, bottom = self.boxes[:, 0].max(), self.boxes[:, 1].max()
         upright = right <= self.width + 1 and bottom <= self.height + 1
         quarter = right <= self.height + 1 and bottom <= self.width + 1
-        return None if upright == quarter else quarter
+        return None if upright == quarter else bool(quarter)
 
 
 def _parsed(xml: bytes) -> _Page:
     """One page of pdftotext -bbox-layout's output (from after its `<page `)."""
     size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
-    blocks: list[tuple[int, list[list[tuple[str, Box]]]]] = []  # (its flow, its lines of words)
-    flow = 0
+    words: list[str] = []
+    numbers: list[bytes] = []
+    word_lines: list[int] = []
+    lines: list[tuple[int, int]] = []
+    flow = block = 0
     for match in _ELEMENT.finditer(xml):
         tag = match.group(1)
         if tag == b"flow":
             flow += 1
-        elif tag == b"block" or (tag == b"line" and not blocks):
-            blocks.append((flow, []))
-        if tag == b"line":
-            blocks[-1][1].append([])
-        elif tag is None and blocks and blocks[-1][1]:
+        elif tag == b"block":
+            block += 1
+        elif tag == b"line":
+            lines.append((flow, block))
+        elif lines and _FLOAT.fullmatch(b"".join(match.group(2, 3, 4, 5)).replace(b"-", b"")):
             text = match.group(6).decode("utf-8", "replace")
-            try:
-                box = (float(match.group(2)), float(match.group(3)), float(match.group(4)), float(match.group(5)))
-            except ValueError:
-                continue  # not a number: not a word we can place
-            blocks[-1][1][-1].append((html.unescape(text) if "&" in text else text, box))
-    return _Page(size.get("width", 0.0), size.get("height", 0.0), blocks)
+            words.append(html.unescape(text) if "&" in text else text)
+            numbers += match.group(2, 3, 4, 5)
+            word_lines.append(len(lines) - 1)
+    boxes = np.array(numbers or [b"0"] * 0, dtype=np.bytes_).astype(np.float64).reshape(-1, 4)
+    return _Page(size.get("width", 0.0), size.get("height", 0.0), words, boxes, word_lines, lines)
 
 
 def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
@@ -163,37 +168,45 @@ def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
 
 def _layer(page: _Page, turned: bool | None) -> tuple[str, PageWords | None]:
     width, height = (page.height, page.width) if turned else (page.width, page.height)
-    text, words = _written(page.blocks, width, height)
+    text, words = _written(page, width, height)
     return text, words if turned is not None and width > 0 and height > 0 else None
 
 
-def _joined(line: list[tuple[str, Box]]) -> str:
-    """A line's words as pdftotext writes them: a space between two, unless they touch (one word in two
-    fonts: "(" and "const" -> "(const"; pdftotext's word spacing, which -bbox-layout does not write)."""
-    out = line[0][0] if line else ""
-    for (_, before), (text, box) in zip(line, line[1:]):
-        gap = max(box[0] - before[2], before[0] - box[2], box[1] - before[3], before[1] - box[3])
-        size = max(min(b[2] - b[0], b[3] - b[1]) for b in (before, box))
-        out += (text if gap < TOUCHING * size else " " + text)
-    return out
+def _spaced(page: _Page) -> list[str]:
+    """What goes before each word: "" for a line's first, else a space, unless the two touch (one word in two
+    fonts: "(" and "const" -> "(const", as pdftotext writes them; -bbox-layout does not say its word spacing)."""
+    boxes = page.boxes
+    if len(boxes) < 2:
+        return [""] * len(boxes)
+    before, after = boxes[:-1], boxes[1:]
+    gap = np.max(np.stack([after[:, 0] - before[:, 2], before[:, 0] - after[:, 2], after[:, 1] - before[:, 3],
+                           before[:, 1] - after[:, 3]]), axis=0)
+    sides = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+    touching = (gap < TOUCHING * np.maximum(sides[:-1], sides[1:])).tolist()
+    lines = page.word_lines
+    return [""] + ["" if lines[i] != lines[i - 1] or touching[i - 1] else " " for i in range(1, len(lines))]
 
 
-def _written(blocks: list[tuple[int, list[list[tuple[str, Box]]]]], width: float, height: float) -> tuple[str, PageWords]:
-    """A page's blocks of lines of words as pdftotext's default mode writes them (TextPage::dump: a blank
-    line after each flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
+def _written(page: _Page, width: float, height: float) -> tuple[str, PageWords]:
+    """A page's lines of words as pdftotext's default mode writes them (TextPage::dump: a blank line after each
+    flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
+    texts: list[list[str]] = [[] for _ in page.lines]
+    for word, number, space in zip(page.words, page.word_lines, _spaced(page)):
+        texts[number].append(space + word)
+    lines = [(flow, "".join(parts)) for (flow, _), parts in zip(page.lines, texts) if parts]
     out: list[str] = []
-    found: list[FoundWord] = []
-    lines = [(flow, number, line) for number, (flow, block) in enumerate(blocks) for line in block]
-    for position, (flow, block, line) in enumerate(lines):
-        out.append(_joined(line))
-        found += [FoundWord(part, (box[0] / width, box[1] / height, box[2] / width, box[3] / height) if width > 0 and height > 0
-                            else (0.0, 0.0, 0.0, 0.0), position, block) for text, box in line for part in text.split()]
+    for position, (flow, line) in enumerate(lines):
         flow_goes_on = position + 1 < len(lines) and lines[position + 1][0] == flow
-        if out[-1].endswith(_HYPHENS) and flow_goes_on:
-            out[-1] = out[-1][:-1]  # joined to the next line, as pdftotext does
+        if line.endswith(_HYPHENS) and flow_goes_on:
+            out.append(line[:-1])  # joined to the next line, as pdftotext does
         else:
-            out.append("\n")
+            out += [line, "\n"]
         if not flow_goes_on:
             out.append("\n")
     text = clean_page_text("".join(out))
+    scale = np.array([width, height, width, height]) if width > 0 and height > 0 else np.array([np.inf] * 4)
+    fractions = (page.boxes / scale).tolist()
+    blocks = [block for _, block in page.lines]
+    found = [FoundWord(part, (box[0], box[1], box[2], box[3]), number, blocks[number])
+             for word, box, number in zip(page.words, fractions, page.word_lines) for part in word.split()]
     return text, align(text.split(), found)
