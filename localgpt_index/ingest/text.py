@@ -41,9 +41,10 @@ MAX_PAGE_CHARS = 200_000  # a page's text is cut here (a hostile PDF can hold me
 TEXT_CHUNK = 500  # pages per pdftotext call: one call for all but the longest documents
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t and \n
 # pdftotext -bbox-layout's elements read: a flow, block or line starting, or a word with its box and text
-_ELEMENT = re.compile(rb'<(flow|block|line)\b|<word xMin="([^"]*)" yMin="([^"]*)" xMax="([^"]*)" yMax="([^"]*)">([^<]*)</word>')
+_COORDINATE = rb'"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"'
+_ELEMENT = re.compile(rb'<(flow|block|line)\b|<word xMin=' + _COORDINATE + rb' yMin=' + _COORDINATE + rb' xMax=' + _COORDINATE
+                      + rb' yMax=' + _COORDINATE + rb'>([^<]*)</word>')
 _NUMBER = re.compile(rb'(\w+)="([-0-9.e+]+)"')
-_FLOAT = re.compile(rb"[0-9.e+]+")  # a word's four coordinates, joined, their minus signs dropped: numbers only
 TOUCHING = 0.1  # a gap under this much of a word's height is no space between two words
 _HYPHENS = ("-", "\u00ad", "\u2010", "\u2011")  # poppler joins a line ending with one to the next (TextLine.hyphenated)
 
@@ -142,18 +143,17 @@ def _parsed(xml: bytes) -> _Page:
     word_lines: list[int] = []
     lines: list[tuple[int, int]] = []
     flow = block = 0
-    for match in _ELEMENT.finditer(xml):
-        tag = match.group(1)
+    for tag, x0, y0, x1, y1, raw in _ELEMENT.findall(xml):
         if tag == b"flow":
             flow += 1
         elif tag == b"block":
             block += 1
         elif tag == b"line":
             lines.append((flow, block))
-        elif lines and _FLOAT.fullmatch(b"".join(match.group(2, 3, 4, 5)).replace(b"-", b"")):
-            text = match.group(6).decode("utf-8", "replace")
+        elif lines:
+            text = raw.decode("utf-8", "replace")
             words.append(html.unescape(text) if "&" in text else text)
-            numbers += match.group(2, 3, 4, 5)
+            numbers += (x0, y0, x1, y1)
             word_lines.append(len(lines) - 1)
     boxes = np.array(numbers or [b"0"] * 0, dtype=np.bytes_).astype(np.float64).reshape(-1, 4)
     return _Page(size.get("width", 0.0), size.get("height", 0.0), words, boxes, word_lines, lines)
