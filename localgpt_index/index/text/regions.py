@@ -12,6 +12,7 @@ in a region are its text.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -130,4 +131,4 @@ def _region(group: _Lines, tokens: list[str], boxes: np.ndarray, pieces: np.ndar
     bbox = (low[0] / WORD_SCALE, low[1] / WORD_SCALE, high[0] / WORD_SCALE, high[1] / WORD_SCALE)
     distinct, density = group.score
     return Region(bbox=bbox, source="text", score=round(distinct + density / (density + 1), 4), matched=tuple(group.terms),
-                  text=" ".join(tokens[index] for index in np.flatnonzero(inside).tolist()))
+                  text=" ".join(itertools.compress(tokens, inside.tolist())))
