@@ -33,14 +33,17 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from ..core.errors import EnvironmentMissing
-from ..core.words import FoundWord, PageWords, align
 from . import processes
 from .text import PageText, clean_page_text
 from .textsize import TextSize, measure
+
+if TYPE_CHECKING:  # (imported where a TSV is read: see ingest/text.py)
+    from ..core.words import PageWords
 
 OCR_DPI = 300  # the finest a page is read at (and every page, with a fixed resolution: scripts/bench_ocr.py's baseline)
 PROBE_DPI = 150  # the first render of a page, that shows its text's size (and is read as it is, or reduced, mostly)
@@ -155,6 +158,8 @@ class Tesseract:
 
 def tsv_words(text: str, tsv: str) -> PageWords:
     """The tokens of `text` with the boxes Tesseract's TSV gives its words (fractions of the picture it read)."""
+    from ..core.words import FoundWord, align
+
     found: list[FoundWord] = []
     width = height = 0.0
     for row in tsv.splitlines():

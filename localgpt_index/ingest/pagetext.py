@@ -28,10 +28,10 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.cpus import available_cpus
 from ..core.errors import DocumentError, EnvironmentMissing, UsageError
-from ..core.words import PageWords
 from . import processes
 from .discover import IMAGE, PDF
 from .events import DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument, PagesEncoded
@@ -40,6 +40,9 @@ from .ocrbatch import OcrQueue, QueuedPage
 from .opening import FeedSource
 from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
+
+if TYPE_CHECKING:
+    from ..core.words import PageWords
 
 OCR_MODES = ("auto", "always", "never")
 TEXT_MODES = ("auto", "never")

@@ -22,13 +22,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
-from ..core.words import FoundWord, PageWords, align
 from ..core.errors import DocumentError
 from .render import DEFAULT_RENDER_TIMEOUT_S, _page_points, _run_poppler
+
+if TYPE_CHECKING:  # numpy (and core/words, which needs it) are imported where words are read: importing ingest
+    import numpy as np  # leaves the process as it was (numpy's import adds warning filters; tests/test_ingest_scope.py)
+
+    from ..core.words import PageWords
 
 TextSource = Literal["layer", "ocr", "none", "pending"]  # pending: its OCR is not read yet (a later commit brings it)
 
@@ -137,6 +139,8 @@ class _Page:
 
 def _parsed(xml: bytes) -> _Page:
     """One page of pdftotext -bbox-layout's output (from after its `<page `)."""
+    import numpy as np
+
     size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
     words: list[str] = []
     numbers: list[bytes] = []
@@ -175,6 +179,8 @@ def _layer(page: _Page, turned: bool | None) -> tuple[str, PageWords | None]:
 def _spaced(page: _Page) -> list[str]:
     """What goes before each word: "" for a line's first, else a space, unless the two touch (one word in two
     fonts: "(" and "const" -> "(const", as pdftotext writes them; -bbox-layout does not say its word spacing)."""
+    import numpy as np
+
     boxes = page.boxes
     if len(boxes) < 2:
         return [""] * len(boxes)
@@ -190,6 +196,10 @@ def _spaced(page: _Page) -> list[str]:
 def _written(page: _Page, width: float, height: float) -> tuple[str, PageWords]:
     """A page's lines of words as pdftotext's default mode writes them (TextPage::dump: a blank line after each
     flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
+    import numpy as np
+
+    from ..core.words import FoundWord, align
+
     texts: list[list[str]] = [[] for _ in page.lines]
     for word, number, space in zip(page.words, page.word_lines, _spaced(page)):
         texts[number].append(space + word)
