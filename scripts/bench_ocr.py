@@ -42,6 +42,7 @@ from rapidfuzz.distance import Levenshtein  # noqa: E402
 from localgpt_index.ingest.ocr import DEFAULT_OCR_LANG, OCR_MEMORY_MIB, OcrFailed, Tesseract  # noqa: E402
 from localgpt_index.ingest import textsize  # noqa: E402
 from localgpt_index.ingest.ocrbatch import ocr_pdf_pages  # noqa: E402
+from localgpt_index.ingest.text import PageText  # noqa: E402
 from localgpt_index.testing.scanset import ScanSet, make_scan_set  # noqa: E402
 
 Reader = Callable[[ScanSet], dict[tuple[str, int], str]]
@@ -62,12 +63,12 @@ def process_reader(tesseract: Tesseract, fixed_dpi: int | None, measured: bool, 
             if name.endswith(".pdf"):
                 pages = [(path, number) for number in range(1, len(truth) + 1)]
 
-                def done(index: int, result: str | OcrFailed, name: str = name) -> None:
-                    texts[(name, index + 1)] = result if isinstance(result, str) else f"<failed: {result.reason}>"
+                def done(index: int, result: PageText | OcrFailed, name: str = name) -> None:
+                    texts[(name, index + 1)] = result.text if isinstance(result, PageText) else f"<failed: {result.reason}>"
 
                 ocr_pdf_pages(tesseract, pages, DEFAULT_OCR_LANG, 120.0, OCR_MEMORY_MIB, done, fixed_dpi=fixed_dpi)
             else:
-                texts[(name, 1)] = tesseract.read_image_frame(path, 1, DEFAULT_OCR_LANG, 120.0, measured=measured)
+                texts[(name, 1)] = tesseract.read_image_frame(path, 1, DEFAULT_OCR_LANG, 120.0, measured=measured).text
         return texts
     return read
 

@@ -188,7 +188,7 @@ def text_costs(texts: Path, per_pdf: int, build_cpu: float | None) -> None:
     import numpy as np
 
     pdfs = sorted(texts.glob("*.pdf"))
-    read = [pdf_page_texts(pdf, 1, per_pdf) for pdf in pdfs]
+    read = [[text for text, _ in pdf_page_texts(pdf, 1, per_pdf)] for pdf in pdfs]
     pages = [(pdf.name, number, text) for pdf, found in zip(pdfs, read) for number, text in enumerate(found, 1)]
     row = np.zeros((4, 8), np.float16)
 

@@ -304,7 +304,7 @@ def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, 
     appended.clear()
     result, report = build_json(docs, tmp_path / "idx2", "--model", str(fake_model), "--ocr", "never")
     assert report["text"] == {"layer": 2, "ocr": 0, "none": 1, "unread": 0}
-    assert ("scan.pdf", 1, {"text": "", "text_source": "none"}) in appended
+    assert ("scan.pdf", 1, {"text": "", "text_source": "none", "words": None}) in appended
 
 
 def test_a_failed_documents_pages_are_not_read(tmp_path, monkeypatch):

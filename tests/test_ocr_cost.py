@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw
 from localgpt_index.ingest.ocr import PROBE_DPI, OcrFailed, Tesseract, ocr_dpi
 from localgpt_index.ingest.ocrbatch import ocr_pdf_pages
 from localgpt_index.ingest.render import render_page_at_dpi
+from localgpt_index.ingest.text import PageText
 from localgpt_index.ingest.textsize import measure
 from localgpt_index.testing.scanset import SCAN_DPI, PageSpec, draw_page
 
@@ -117,10 +118,11 @@ def test_measured_pages_read_as_well_as_at_300_dpi(tmp_path):
     command = Tesseract(library.path, library.languages)
 
     def cer(tesseract: Tesseract, fixed_dpi: int | None) -> float:
-        texts: dict[int, str | OcrFailed] = {}
+        texts: dict[int, PageText | OcrFailed] = {}
         ocr_pdf_pages(tesseract, [(pdf, page) for page in (1, 2, 3)], "eng", 120.0, 2048, texts.__setitem__, fixed_dpi=fixed_dpi)
-        assert all(isinstance(text, str) for text in texts.values()), texts
-        return _cer("\n".join(text for _, text in drawn), "\n".join(str(texts[index]) for index in range(3)))
+        read = [texts[index] for index in range(3)]
+        assert all(isinstance(text, PageText) for text in read), texts
+        return _cer("\n".join(text for _, text in drawn), "\n".join(text.text for text in read if isinstance(text, PageText)))
 
     today = cer(command, 300)
     for measured in (cer(library, None), cer(command, None)):
@@ -156,7 +158,7 @@ def test_a_page_past_its_timeout_in_the_library_process_is_stopped(tmp_path):
     image.save(pdf, "PDF", resolution=SCAN_DPI, save_all=True, append_images=[image])
     found = Tesseract.find()
     assert found is not None and found.tessdata
-    results: dict[int, str | OcrFailed] = {}
+    results: dict[int, PageText | OcrFailed] = {}
     started = time.monotonic()
     ocr_pdf_pages(found, [(pdf, 1), (pdf, 2)], "eng", 0.6, 2048, results.__setitem__)
     assert time.monotonic() - started < 10

@@ -44,9 +44,9 @@ def test_every_page_gets_its_own_text_and_a_blank_page_none(tmp_path):
     from localgpt_index.ingest.text import pdf_page_texts
 
     pdf = _blank_page_pdf(tmp_path / "three.pdf")
-    texts = pdf_page_texts(pdf, 1, 3)
+    texts = [text for text, _ in pdf_page_texts(pdf, 1, 3)]
     assert texts == ["alpha bravo charlie", "", "delta echo foxtrot"]
-    assert pdf_page_texts(pdf, 2, 3) == ["", "delta echo foxtrot"]  # a resumed document: its remaining pages
+    assert [text for text, _ in pdf_page_texts(pdf, 2, 3)] == ["", "delta echo foxtrot"]  # a resumed document: its remaining pages
 
 
 def test_a_build_reads_each_document_with_one_pdftotext_and_hands_each_page_its_text(tmp_path, monkeypatch, fake_model, appended):

@@ -18,17 +18,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
-from ..core.errors import IndexProblem
+from ..core.errors import DocumentError, IndexProblem
+from ..core.files import sha256_file
+from ..core.words import PageWords
 from ..core.failpoints import failpoint
-from ..index.format.manifest import Manifest, PartRef, Segment
+from ..index.format.manifest import Document, Manifest, PartRef, Segment
 from ..index.local.store import LocalStore
 from ..index.protocols import Store
 from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_block_hashes
-from ..index.text.artifact import LEXICAL, current
+from ..index.text.artifact import LEXICAL, TEXT, current, needs_words, read_text_part
+from ..index.text.words import WORDS, words_part
 from ..index.transaction import Transaction
 from ..ingest.ignore import add_ignored
+from ..ingest.text import pdf_page_texts
 
 
 @contextmanager
@@ -108,6 +113,8 @@ class UpgradeReport:
     pages_coded: int = 0
     segments_hashed: int = 0  # version 2 codes given their block hashes (not coded again)
     text_reindexed: bool = False  # the text index built again from the stored page text (another analysis's)
+    segments_positioned: int = 0  # given a words part by this run (word positions, read again from the text layers)
+    pages_positioned: int = 0  # pages of them with positions (text-layer pages; OCR pages wait for a --rebuild)
     note: str = ""
 
 
@@ -133,8 +140,10 @@ def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None =
             return report
         stale = [seg for seg in manifest.segments.values() if needs_codes(seg)]
         text = LEXICAL in manifest.artifacts and not current(manifest.artifacts[LEXICAL])  # the commit builds it again
-        if not stale and not text:
-            report.note = "every segment has binary codes of the current version, and the text index the current analysis"
+        wordless = [seg for seg in manifest.segments.values() if needs_words(seg)]
+        if not stale and not text and not wordless:
+            report.note = ("every segment has binary codes of the current version and word positions, and the text index the "
+                           "current analysis")
             return report
         for number, segment in enumerate(stale, 1):
             started = time.monotonic()
@@ -153,9 +162,52 @@ def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None =
             if progress is not None:
                 progress(number, len(stale), segment, done, time.monotonic() - started)
             failpoint("upgrade-segment")
+        for number, segment in enumerate(wordless, 1):
+            started = time.monotonic()
+            part, placed = _positioned(txn, manifest, segment)
+            txn.stage(segment.model_copy(update={"parts": {**segment.parts, WORDS: part}}))
+            report.segments_positioned += 1
+            report.pages_positioned += placed
+            if progress is not None:
+                progress(number, len(wordless), segment, f"word positions of {placed} pages read", time.monotonic() - started)
         new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
         report.generation, report.upgraded, report.text_reindexed = new.generation, True, text
     return report
+
+
+def _positioned(txn: Transaction, manifest: Manifest, segment: Segment) -> tuple[PartRef, int]:
+    """A segment's words part, from its documents' text layers read again (one pdftotext a document): a page
+    whose text layer reads as the text stored gets its words' boxes; OCR text is not read again (another OCR
+    run might read other words), so OCR pages get theirs with `build --rebuild`. (The part, pages with positions.)"""
+    source = txn.backend.base_blobs()
+    texts = read_text_part(segment.parts[TEXT], source)
+    rows: list[PageWords | None] = [None] * len(texts)
+    for doc in [*manifest.documents, *manifest.in_progress]:
+        page = 0
+        for span in doc.spans:
+            wanted = [(page + offset + 1, span.first + offset) for offset in range(span.pages)
+                      if span.segment == segment.id and span.first + offset < len(texts) and texts[span.first + offset][1] == "layer"]
+            page += span.pages
+            layers = _layers(txn, doc, wanted[0][0], wanted[-1][0]) if wanted else None
+            for number, row in wanted:
+                text, words = layers[number - wanted[0][0]] if layers else ("", None)
+                rows[row] = words if text == texts[row][0] else None
+    with txn.writing():
+        return words_part(rows, txn.blobs), sum(1 for words in rows if words is not None)
+
+
+def _layers(txn: Transaction, doc: Document, first: int, last: int) -> list[tuple[str, PageWords | None]] | None:
+    """The text layer of a document's pages first..last, from its stored PDF or its unchanged file (None: neither)."""
+    try:
+        if doc.pdf is not None:
+            pdf = txn.pdf_path(doc.pdf)
+        elif doc.kind == "pdf" and sha256_file(doc.path) == doc.sha256:
+            pdf = Path(doc.path)
+        else:
+            return None
+        return pdf_page_texts(pdf, first, last)
+    except (OSError, DocumentError, IndexProblem):
+        return None
 
 
 def _coded(store: LocalStore, txn: Transaction, segment: Segment) -> PartRef:

@@ -23,6 +23,7 @@ from ..core.files import sha256_file
 from ..index.artifacts import BlobSink, BlobSource
 from ..index.format.manifest import Document, Manifest, PartRef
 from ..index.text.artifact import TEXT, pending_rows, read_text_part, retexted_part
+from ..index.text.words import WORDS, rewritten_words_part
 from ..index.transaction import Transaction
 from ..ingest.pagetext import LaterPage, PageTexts, PendingText, TextSettings, read_later
 from ..ingest.text import PageText
@@ -69,6 +70,8 @@ def retext(txn: Transaction, texts: Mapping[str, Mapping[int, PageText]]) -> boo
     texts = {sid: rows for sid, rows in texts.items() if rows and sid in txn.staging.segments}
     for sid, rows in texts.items():
         txn.replace_part(sid, TEXT, partial(_retexted, {row: (text.text, text.source) for row, text in rows.items()}))
+        if WORDS in txn.staging.segments[sid].parts:  # (a segment from before word positions has none to replace)
+            txn.replace_part(sid, WORDS, partial(rewritten_words_part, {row: text.words for row, text in rows.items()}))
     return bool(texts)
 
 

@@ -33,13 +33,17 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from ..core.errors import EnvironmentMissing
 from . import processes
-from .text import clean_page_text
+from .text import PageText, clean_page_text
 from .textsize import TextSize, measure
+
+if TYPE_CHECKING:  # (imported where a TSV is read: see ingest/text.py)
+    from ..core.words import PageWords
 
 OCR_DPI = 300  # the finest a page is read at (and every page, with a fixed resolution: scripts/bench_ocr.py's baseline)
 PROBE_DPI = 150  # the first render of a page, that shows its text's size (and is read as it is, or reduced, mostly)
@@ -110,15 +114,15 @@ class Tesseract:
                                      f"(it has: {have})", hint=f"apt-get install {package}, or --ocr never")
 
     def read_pdf_page(self, pdf: Path, page: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
-                      memory_mib: int = OCR_MEMORY_MIB, fixed_dpi: int | None = None) -> str:
+                      memory_mib: int = OCR_MEMORY_MIB, fixed_dpi: int | None = None) -> PageText:
         """The text of one PDF page, from its render at the resolution its text needs (or `fixed_dpi`)."""
         deadline = time.monotonic() + timeout_s
         with tempfile.TemporaryDirectory(prefix="lgpt-ocr-") as folder:
             picture = prepare_pdf_page(pdf, page, os.path.join(folder, "page"), deadline, timeout_s, memory_mib, fixed_dpi)
-            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib) if picture else ""
+            return self.read_picture(picture, lang, deadline, timeout_s, memory_mib) if picture else NO_OCR_TEXT
 
     def read_image_frame(self, image: Path, frame: int, lang: str, timeout_s: float = DEFAULT_OCR_TIMEOUT_S,
-                         memory_mib: int = OCR_MEMORY_MIB, measured: bool = True) -> str:
+                         memory_mib: int = OCR_MEMORY_MIB, measured: bool = True) -> PageText:
         """The text of one frame (1-based) of an image file; not `measured`: read at its own size (a small
         or huge one resized), none skipped, as before frames were measured (scripts/bench_ocr.py's baseline)."""
         deadline = time.monotonic() + timeout_s
@@ -129,13 +133,14 @@ class Tesseract:
                     source.seek(frame - 1)
                     sized = _sized_for_ocr(source.convert("L"), measured)
                     if sized is None:
-                        return ""  # blank, or a picture alone
+                        return NO_OCR_TEXT  # blank, or a picture alone
                     sized.save(picture, "PPM")
             except (OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError) as exc:
                 raise OcrFailed(f"cannot decode frame {frame}: {' '.join(str(exc).split())[:200]}") from None
             return self.read_picture(picture, lang, deadline, timeout_s, memory_mib)
 
-    def read_picture(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int, dpi: int | None = None) -> str:
+    def read_picture(self, picture: str, lang: str, deadline: float, timeout_s: float, memory_mib: int,
+                     dpi: int | None = None) -> PageText:
         """The text of a picture on disk, by Tesseract, by `deadline`."""
         args = self.command(picture, lang)
         resolution = ["--dpi", str(dpi)] if dpi and args[0] == self.path else []  # (the library: the picture's own)
@@ -143,9 +148,35 @@ class Tesseract:
         return self.clean(out.decode("utf-8", "replace"))
 
     @staticmethod
-    def clean(text: str) -> str:
-        """Tesseract's text of a page as page text."""
-        return clean_page_text(text)
+    def clean(out: str) -> PageText:
+        """Tesseract's text of a page as page text, with its words' boxes where it gave them (tesslib.py's
+        TSV after a record separator; the `tesseract` command gives the text alone: no word positions)."""
+        text, _, tsv = out.partition("\x1e")
+        cleaned = clean_page_text(text)
+        return PageText(cleaned, "ocr", tsv_words(cleaned, tsv) if tsv else None)
+
+
+def tsv_words(text: str, tsv: str) -> PageWords:
+    """The tokens of `text` with the boxes Tesseract's TSV gives its words (fractions of the picture it read)."""
+    from ..core.words import FoundWord, align
+
+    found: list[FoundWord] = []
+    width = height = 0.0
+    for row in tsv.splitlines():
+        cells = row.split("\t")
+        if len(cells) < 12 or not cells[0].isdigit():
+            continue
+        level, numbers = int(cells[0]), [int(cell) if cell.lstrip("-").isdigit() else 0 for cell in cells[1:10]]
+        _page, block, paragraph, line, _word, left, top, w, h = numbers
+        if level == 1:
+            width, height = float(w), float(h)
+        elif level == 5 and width > 0 and height > 0:
+            box = (left / width, top / height, (left + w) / width, (top + h) / height)
+            found += [FoundWord(part, box, paragraph * 10_000 + line, block) for part in cells[11].split()]
+    return align(text.split(), found)
+
+
+NO_OCR_TEXT = PageText("", "ocr")  # a picture with no line of print: nothing read
 
 
 def prepare_pdf_page(pdf: Path, page: int, root: str, deadline: float, timeout_s: float, memory_mib: int,

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from . import processes
-from .ocr import OcrFailed, Tesseract, bounded_command, failure, prepare_pdf_page
+from .ocr import NO_OCR_TEXT, OcrFailed, Tesseract, bounded_command, failure, prepare_pdf_page
+from .text import PageText
 
 OCR_BATCH = 8  # PDF pages one Tesseract process reads at most
-Done = Callable[[int, "str | OcrFailed"], None]  # a page's index in the batch, and its text (cleaned) or why it has none
+Done = Callable[[int, "PageText | OcrFailed"], None]  # a page's index in the batch, and its text (cleaned) or why it has none
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class QueuedPage:
     pdf: Path
     page: int
     future: Future
-    settle: Callable[[str | OcrFailed], Any]
+    settle: Callable[[PageText | OcrFailed], Any]
 
 
 class OcrQueue:
@@ -98,7 +99,7 @@ class OcrQueue:
             self.timings("ocr", time.perf_counter() - started)
 
 
-def _settle(queued: QueuedPage, result: str | OcrFailed) -> None:
+def _settle(queued: QueuedPage, result: PageText | OcrFailed) -> None:
     """A page's future gets its outcome, unless it has one or was cancelled (its document failed meanwhile)."""
     with suppress(InvalidStateError):
         queued.future.set_result(queued.settle(result))
@@ -127,7 +128,7 @@ def ocr_pdf_pages(tesseract: Tesseract, pages: Sequence[tuple[Path, int]], lang:
                 done(index, exc)
                 continue
             if picture is None:  # no line of print: nothing to read
-                done(index, "")
+                done(index, NO_OCR_TEXT)
                 continue
             ready.append((index, picture, timeout_s - (time.monotonic() - started)))
         while ready:

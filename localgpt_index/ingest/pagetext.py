@@ -28,6 +28,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.cpus import available_cpus
 from ..core.errors import DocumentError, EnvironmentMissing, UsageError
@@ -39,6 +40,9 @@ from .ocrbatch import OcrQueue, QueuedPage
 from .opening import FeedSource
 from .render import DEFAULT_RENDER_TIMEOUT_S
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
+
+if TYPE_CHECKING:
+    from ..core.words import PageWords
 
 OCR_MODES = ("auto", "always", "never")
 TEXT_MODES = ("auto", "never")
@@ -173,12 +177,12 @@ def _cancel_pages(layer: Future[_Layer]) -> None:
             future.cancel()
 
 
-def _settled(found: PageText) -> Callable[[str | OcrFailed], _Outcome]:
+def _settled(found: PageText) -> Callable[[PageText | OcrFailed], _Outcome]:
     """A page's outcome from its OCR's: its text, or why not (it keeps what it `found`)."""
-    def outcome(result: str | OcrFailed) -> _Outcome:
+    def outcome(result: PageText | OcrFailed) -> _Outcome:
         if isinstance(result, OcrFailed):
             return _Outcome(found, f"OCR failed: {result.reason}")
-        return _Outcome(PageText(result, "ocr")) if visible_chars(result) else _Outcome(found)
+        return _Outcome(result) if visible_chars(result.text) else _Outcome(found)
     return outcome
 
 
@@ -200,7 +204,7 @@ def _ocr_frame(settings: TextSettings, image: Path, frame: int, found: PageText,
     started = time.perf_counter()
     assert settings.tesseract is not None
     try:
-        result: str | OcrFailed = settings.tesseract.read_image_frame(image, frame, settings.lang, settings.ocr_timeout_s,
+        result: PageText | OcrFailed = settings.tesseract.read_image_frame(image, frame, settings.lang, settings.ocr_timeout_s,
                                                                       settings.memory_mib)
     except OcrFailed as exc:
         result = exc
@@ -313,7 +317,7 @@ class PageTexts:
         index = claim.page - document.first
         if layer.pages[index].done():
             return self.take(claim)
-        return PendingText(layer.found[index].text, "pending", claim)
+        return PendingText(layer.found[index].text, "pending", layer.found[index].words, claim=claim)
 
     def read_yet(self, text: PendingText) -> PageText | None:
         """A pending page's text if its OCR is done (None: not yet, or its document was given up): no wait."""
@@ -405,25 +409,27 @@ class PageTexts:
     # on the text thread and the OCR pool
 
     def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int) -> _Layer:
-        texts, warning = [""] * (last - first + 1), None
+        layers: list[tuple[str, PageWords | None]] = [("", None)] * (last - first + 1)
+        warning = None
         later = self.settings.later and self.settings.tesseract is not None
         if pdf is not None:
             started = time.perf_counter()
             try:
-                texts = pdf_page_texts(pdf, first, last, self.settings.layer_timeout_s)
+                layers = list(pdf_page_texts(pdf, first, last, self.settings.layer_timeout_s))
             except DocumentError as exc:
                 warning = f"its text layer could not be read ({exc.reason}); its pages are indexed without it"
             self.timings("text", time.perf_counter() - started)
+        texts = [text for text, _ in layers]
         wanted = [page for page, text in zip(range(first, last + 1), texts) if self._wants_ocr(text)]
         pictured = _pictured(self.settings, pdf, wanted, self.timings) if self._ocr_queue is not None or later else None
         pages: list[Future[_Outcome]] = []
         queued: list[QueuedPage] = []
-        founds = [PageText(text, "layer") if text else NO_TEXT for text in texts]
+        founds = [PageText(text, "layer", words) if text else NO_TEXT for text, words in layers]
         for page, text, found in zip(range(first, last + 1), texts, founds):
             if not self._wants_ocr(text) or (pictured is not None and page not in pictured):
                 pages.append(_done(_Outcome(found)))
             elif later:  # read after the build (build --text-only, the next build, a watcher)
-                pages.append(_done(_Outcome(PendingText(found.text, "pending"))))
+                pages.append(_done(_Outcome(PendingText(found.text, "pending", found.words))))
             elif self._ocr_pool is None or self.settings.tesseract is None:
                 pages.append(_done(_Outcome(found, no_ocr=self.settings.ocr != "never")))
             elif pdf is not None:  # several pages a Tesseract process (ocrbatch.py)

@@ -5,6 +5,8 @@ the package: ocr.py starts it where the `tesseract` command would run, under the
 address-space limit, its process group, the page's deadline), and ocrbatch.py follows it the same
 way: with --list, SOURCE names one picture a line, each page is said on stderr as it starts
 ("Page N : FILE") and its text is written to stdout when done, after a form feed but the first's.
+Each page's text is followed by a record separator (\x1e) and the same recognition's words with their
+boxes (Tesseract's TSV: GetTSVText, no second OCR), which ocr.py reads into the page's word positions.
 The library reads a page for about a quarter less CPU than Debian's `tesseract` 5.3 (scripts/
 bench_ocr.py: its build has no OpenMP, and it is a later Tesseract), and the process starts as fast.
 """
@@ -31,7 +33,7 @@ def main(argv: list[str]) -> int:
                 if listing:
                     print(f"Page {number + 1} : {picture}", file=sys.stderr, flush=True)
                 api.SetImageFile(picture)
-                text = api.GetUTF8Text()
+                text = api.GetUTF8Text().replace("\x1e", " ") + "\x1e" + api.GetTSVText(0)
                 sys.stdout.buffer.write(("\f" if number else "").encode() + text.encode("utf-8", "replace"))
                 sys.stdout.buffer.flush()
     except (ImportError, MemoryError, RuntimeError, OSError) as exc:  # out of memory, a picture it cannot read, a language

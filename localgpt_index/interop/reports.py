@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from ..core.types import SearchHit
 from ..index.protocols import View
+from ..index.text.artifact import positions_missing
 from .results import QUERY_SCHEMA_VERSION, QueryDocument
 
 
@@ -167,6 +168,9 @@ def query_answer(index, request, results: Sequence[Sequence[SearchHit]], encoder
                                   "text finds nothing here."))
         for text in (text for text, hits in zip(request.queries, results) if not hits and mode == "text"):
             notes.extend(("info", line) for line in _explain_miss(lexical, text))
+        if getattr(request, "regions", False) and positions_missing(index.view.manifest):
+            notes.append(("info", "hint: pages indexed before word positions were kept have no text regions: "
+                                  "`lgpt-index upgrade` adds them."))
     pending = pending_text(index.view) if mode != "visual" else 0
     if pending:
         found = "ranks them by their pixels alone" if mode == "hybrid" else "cannot find them"

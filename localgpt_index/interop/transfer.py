@@ -10,11 +10,12 @@ import numpy as np
 from ..core.errors import IndexProblem
 from ..index.format.manifest import Document, Span
 from ..core.types import PageRef
+from ..core.words import PageWords
 
 SEGMENT_PAGES = 1000  # pages per segment written
 
 
-PageTexts = Callable[[Document], Sequence[tuple[str, str] | None]]  # a document's (text, source) per page
+PageTexts = Callable[[Document], Sequence[tuple[str, str, PageWords | None] | None]]  # a document's (text, source, words) per page
 
 
 def write_documents(txn, items: Iterable[tuple[Document, Sequence[np.ndarray]]], dim: int,
@@ -29,7 +30,7 @@ def write_documents(txn, items: Iterable[tuple[Document, Sequence[np.ndarray]]],
         known = texts(doc) if texts is not None else []
         for number, vectors in enumerate(pages, 1):
             text = known[number - 1] if number <= len(known) else None
-            extra = {"text": text[0], "text_source": text[1]} if text is not None else None
+            extra = {"text": text[0], "text_source": text[1], "words": text[2]} if text is not None else None
             with txn.writing():
                 row = writer.append(vectors, PageRef(doc.path, number, doc.sha256, doc.kind, dict(doc.metadata)), extra)
             if spans and spans[-1][0] is writer and spans[-1][1] + spans[-1][2] == row:
@@ -59,6 +60,7 @@ def copy_index(index, target, wait_s: float = 0.0) -> CopyReport:
     """The current generation of `index` (any store) into the empty store `target`, stored PDFs and
     page text included (`wait_s`: how long to wait for another writer of `target`)."""
     from ..index.text.artifact import page_texts
+    from ..index.text.words import document_words
 
     manifest = index.manifest
     read: dict = {}
@@ -67,7 +69,9 @@ def copy_index(index, target, wait_s: float = 0.0) -> CopyReport:
         if txn.base is not None and (txn.base.documents or txn.base.in_progress):
             raise IndexProblem(f"{target.location} already holds documents.", hint="Copy into a new, empty index.")
         documents = write_documents(txn, ((doc, index.page_vectors(doc)) for doc in index.documents), dim,
-                                    lambda doc: page_texts(manifest.segments, doc, index.blobs(), read))
+                                    lambda doc: [(*text, words) if text is not None else None for text, words in
+                                                 zip(page_texts(manifest.segments, doc, index.blobs(), read),
+                                                     document_words(manifest.segments, doc, index.blobs()))])
         documents = [_with_pdf(txn, index, doc) for doc in documents]
         committed = txn.commit(documents, manifest.model, manifest.settings, manifest.failures)
     return CopyReport(index.store.location, target.location, len(documents), committed.page_count, committed.generation)

@@ -17,6 +17,8 @@ import numpy as np
 from ..core.types import Region, SearchHit
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
+from ..index.text.regions import page_text_regions
+from ..index.text.words import WORDS, WordPositions
 from .patches import clustered, one_page, page_pixels, patch_geometry
 from .request import QueryRequest
 
@@ -47,8 +49,16 @@ def page_regions(view: View, lexical: LexicalIndex | None, query: str, query_vec
 
 
 def text_regions(view: View, lexical: LexicalIndex | None, query: str, path: str, page: int) -> list[Region]:
-    """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py)."""
-    return []  # issue 44: the word positions stored with the page text (helper "text regions")
+    """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py); none where
+    the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`)."""
+    document, positions = view.document(path), view.artifact(WORDS)
+    if lexical is None or document is None or not isinstance(positions, WordPositions):
+        return []
+    words = positions.page(document, page)
+    text = lexical.page_text(path, page) if words is not None else None
+    if words is None or not text:
+        return []
+    return page_text_regions(text, words, lexical.parse(query), lexical.language(path))
 
 
 def visual_regions(view: View, query_vectors: np.ndarray, query: str, path: str, page: int) -> list[Region]:

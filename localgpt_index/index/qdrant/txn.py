@@ -285,14 +285,17 @@ class QdrantBackend:
         assert segment is not None  # it received every page
         return doc.model_copy(update={"spans": [Span(segment=segment.id, first=0, pages=len(ids))]})
 
-    def _page_extras(self, doc: Document) -> list[dict[str, str] | None]:
-        """Each page's {"text", "text_source"} from the text parts of the segments it is stored in (None: no text part)."""
+    def _page_extras(self, doc: Document) -> list[dict[str, object] | None]:
+        """Each page's {"text", "text_source", "words"} from the text and words parts of the segments it is stored in
+        (None: no text part)."""
         from ..text.artifact import page_texts
+        from ..text.words import document_words
 
         known = {**(self.base.segments if self.base else {}), **(self.current.segments if self.current else {}),
                  **self.txn.staging.segments}
-        return [{"text": found[0], "text_source": found[1]} if found else None
-                for found in page_texts(known, doc, self.base_blobs())]
+        words = document_words(known, doc, self.base_blobs())
+        return [{"text": found[0], "text_source": found[1], "words": placed} if found else None
+                for found, placed in zip(page_texts(known, doc, self.base_blobs()), words)]
 
     def _retag(self, doc: Document) -> None:
         """New metadata for a document already stored: its points' payload follows (in place)."""

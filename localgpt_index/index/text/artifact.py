@@ -14,6 +14,8 @@ See index/artifacts.py and docs/dev/transaction-core.md, "Per-generation artifac
   not touched. With no base image (the first generation, or one from before page text) it is built
   from every live document's text part. A page whose segment has no text part is not in it.
 
+- "words", a part per segment: each page's word positions (index/text/words.py), beside the text part.
+
 A reader opens "lexical" from the generation HEAD names, so it sees the vectors and the text of one
 generation; a kill before HEAD moves leaves the old generation's pair answering.
 
@@ -36,9 +38,10 @@ from ...core.errors import IndexProblem
 from ...core.plugins import hookimpl
 from ...core.types import PageRef
 from ..artifacts import Artifact, BlobSink, BlobSource, CommitContext
-from ..format.manifest import ArtifactRef, Document, PartRef, Segment
+from ..format.manifest import ArtifactRef, Document, Manifest, PartRef, Segment
 from .engine import LexicalError, LexicalIndex, LexicalPage
 from .tokenize import TOKENIZER_VERSION
+from .words import WORDS, WordsArtifact
 
 TEXT = "text"
 LEXICAL = "lexical"
@@ -236,10 +239,21 @@ def _pages(documents: list[Document], parts: Mapping[str, PartRef], source: Blob
                     yield LexicalPage(doc.path, page, rows[row][0])
 
 
-ARTIFACTS: tuple[Artifact, ...] = (TextArtifact(), LexicalArtifact())
+def needs_words(segment: Segment) -> bool:
+    """Whether a segment has page text but no word positions of this version (written before they were kept)."""
+    part = segment.parts.get(WORDS)
+    return TEXT in segment.parts and (part is None or part.version != WordsArtifact.version)
+
+
+def positions_missing(manifest: Manifest) -> bool:
+    """Whether some segment of a generation lacks the word positions of its page text (`lgpt-index upgrade` adds them)."""
+    return any(needs_words(segment) for segment in manifest.segments.values())
+
+
+ARTIFACTS: tuple[Artifact, ...] = (TextArtifact(), LexicalArtifact(), WordsArtifact())
 
 
 @hookimpl(trylast=True)
 def lgpt_artifacts() -> tuple[Artifact, ...]:
-    """The built-in page text and full-text index (index/artifacts.py lists them first)."""
+    """The built-in page text, full-text index and word positions (index/artifacts.py lists them first)."""
     return ARTIFACTS

@@ -1,0 +1,108 @@
+"""Where a page's words are: each token of its text with its box in fractions of the page as rendered.
+
+A page's words are the tokens of its stored text (`text.split()`, whitespace-separated, in order), so
+the words themselves are never stored twice: a token's box, its line and its line's block are. Boxes
+are fractions of the page as it is rendered (pdftoppm's media box, after the page's /Rotate; an OCR
+render's pixels), quantized to WORD_SCALE steps in uint16 (0.01 pt on a letter page). The text
+layer's boxes come from pdftotext -bbox-layout (ingest/text.py), OCR's from Tesseract's TSV
+(ingest/ocr.py); `align` maps what the tool found onto the tokens of the text it gave.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+WORD_SCALE = 65535  # a coordinate's steps across the page (uint16)
+NO_LINE = 0xFFFF  # a token whose box is not known (the tool's words and its text disagree there)
+MAX_ALIGNED = 5000  # tokens after the first difference between a text and a tool's words that are aligned (difflib: quadratic at worst)
+
+
+class FoundWord(NamedTuple):
+    """A word as a tool gives it: its text, its box (x0, y0, x1, y1 in page fractions), its line and block on the page."""
+
+    text: str
+    box: tuple[float, float, float, float]
+    line: int
+    block: int
+
+
+@dataclass(frozen=True, eq=False)
+class PageWords:
+    """Each token of a page's text: its box (uint16 (n, 4): x0, y0, x1, y1 in 1/WORD_SCALE of the page), its
+    line (uint16 (n,); NO_LINE: unknown), and each line's block (uint16 (lines,): a column's paragraph)."""
+
+    boxes: np.ndarray
+    lines: np.ndarray
+    blocks: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PageWords) and all(np.array_equal(a, b) for a, b in
+                                                    ((self.boxes, other.boxes), (self.lines, other.lines), (self.blocks, other.blocks)))
+
+    __hash__ = None  # type: ignore[assignment]  # arrays: not hashable
+
+    def fractions(self) -> np.ndarray:
+        """The boxes as float64 page fractions, (n, 4)."""
+        return self.boxes.astype(np.float64) / WORD_SCALE
+
+
+def empty_words() -> PageWords:
+    return PageWords(np.zeros((0, 4), np.uint16), np.zeros(0, np.uint16), np.zeros(0, np.uint16))
+
+
+def align(tokens: Sequence[str], found: Sequence[FoundWord]) -> PageWords:
+    """The tokens of a page's text given the words a tool found: the same sequence (the usual case) maps one
+    to one; where they differ (a hyphenated word joined, a ligature), the tokens take the words they stand for."""
+    owners = _owners(tokens, [word.text for word in found])
+    boxes = np.array([word.box for word in found], np.float64).reshape(-1, 4)
+    keys = np.array([(word.block << 32) | word.line for word in found], np.int64)
+    first = np.array([words[0] if words else -1 for words in owners], np.int64)
+    placed = np.zeros((len(tokens), 4), np.float64)
+    has = first >= 0
+    placed[has] = boxes[first[has]]
+    for index, words in enumerate(owners):
+        if len(words) > 1:  # a token of several words: the union of those on its first word's line
+            same = boxes[[w for w in words if keys[w] == keys[words[0]]]]
+            placed[index] = (*same[:, :2].min(axis=0), *same[:, 2:].max(axis=0))
+    lines = np.full(len(tokens), NO_LINE, np.uint16)
+    if not has.any():
+        return PageWords(np.zeros((len(tokens), 4), np.uint16), lines, np.zeros(0, np.uint16))
+    unique, where, inverse = np.unique(keys[first[has]], return_index=True, return_inverse=True)
+    rank = np.empty(len(unique), np.int64)
+    rank[np.argsort(where, kind="stable")] = np.arange(len(unique))  # lines numbered in reading order
+    numbered = rank[inverse]
+    kept = numbered < NO_LINE  # a hostile page's 65,535th line on: its words stay without a box
+    lines[np.flatnonzero(has)[kept]] = numbered[kept]
+    line_blocks = (unique[np.argsort(rank)] >> 32)[: NO_LINE]
+    _, block_first, block_of = np.unique(line_blocks, return_index=True, return_inverse=True)
+    block_rank = np.empty(len(block_first), np.int64)
+    block_rank[np.argsort(block_first, kind="stable")] = np.arange(len(block_first))
+    quantized = np.rint(np.clip(placed, 0.0, 1.0) * WORD_SCALE).astype(np.uint16)
+    quantized[lines == NO_LINE] = 0
+    return PageWords(quantized, lines, block_rank[block_of].astype(np.uint16))
+
+
+def _owners(tokens: Sequence[str], texts: list[str]) -> list[list[int]]:
+    """Each token's words (indexes into `texts`): one each while they agree, then difflib's alignment."""
+    same = next((index for index, (a, b) in enumerate(zip(tokens, texts)) if a != b), min(len(tokens), len(texts)))
+    owners: list[list[int]] = [[index] for index in range(same)] + [[] for _ in range(len(tokens) - same)]
+    if same < len(tokens) and max(len(tokens), len(texts)) - same <= MAX_ALIGNED:  # (past it, a hostile page's rest: no boxes)
+        matcher = difflib.SequenceMatcher(None, list(tokens[same:]), texts[same:], autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                for offset in range(i2 - i1):
+                    owners[same + i1 + offset] = [same + j1 + offset]
+            elif tag == "replace":
+                for offset in range(i2 - i1):
+                    first = j1 + offset * (j2 - j1) // (i2 - i1)
+                    last = j1 + (offset + 1) * (j2 - j1) // (i2 - i1)
+                    owners[same + i1 + offset] = list(range(same + first, same + max(first + 1, last)))
+    return owners

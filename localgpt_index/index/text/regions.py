@@ -1,0 +1,134 @@
+"""Text regions: the lines of a page holding a query's matched terms, from the page's word positions.
+
+A page's words are the tokens of its stored text (core/words.py). A token matches the query as the text
+query matches pages (index/text/query.py, tokenize.py): one of its exact (folded) tokens is a query word,
+or its stem in the document's language is one of the query's stems, or it starts with a query prefix
+(phrase words match as words). The lines holding matches become regions: a line's box is the union of
+its words' boxes (a line is cut where a gap between two words is wider than COLUMN_GAP times their
+height: OCR may read two columns' lines as one), adjacent lines of one block that both match are merged,
+and regions are ranked by the distinct query terms they hold, then by their matches a line. The words
+in a region are its text.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...core.types import Region
+from ...core.words import NO_LINE, WORD_SCALE, PageWords
+from .query import TextQuery
+from .tokenize import exact_tokens, fold, stems
+
+MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps room for visual ones)
+COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
+
+
+@dataclass
+class _Lines:
+    """Consecutive matching lines of one block, merged: their numbers, terms and matches."""
+
+    lines: list[int]
+    block: int
+    terms: dict[str, int] = field(default_factory=dict)  # term -> matches
+
+    @property
+    def score(self) -> tuple[int, float]:
+        """Distinct terms, then matches a line (a long merged block does not win by its length)."""
+        return len(self.terms), sum(self.terms.values()) / len(self.lines)
+
+
+def matched_terms(tokens: list[str], query: TextQuery, language: str | None) -> dict[int, list[str]]:
+    """The tokens that match the query, by index, with their query terms (the query word, stem or prefix* each
+    matches). Only the tokens whose folded text holds a term's start are analysed (one regular expression over
+    the page; a stem keeps its word's start but for its last letter)."""
+    exact, stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
+    starts = {term[:-1] if len(term) > 3 else term for term in stemmed} | set(query.prefixes)
+    if not starts:
+        return {}
+    pattern = re.compile("|".join(re.escape(start) for start in sorted(starts, key=len, reverse=True)))
+    joined = "\n".join(tokens)
+    folded = tokens if joined.isascii() else [fold(token) for token in tokens]  # ASCII: lower() folds
+    joined = "\n".join(folded).lower()
+    ends = np.cumsum(np.fromiter(map(len, folded), np.int64, len(folded)) + 1)  # each token's end, its newline included
+    starts_at = np.fromiter((match.start() for match in pattern.finditer(joined)), np.int64)
+    candidates = np.unique(np.searchsorted(ends, starts_at, side="right")).tolist()
+    found: dict[int, list[str]] = {}
+    known: dict[str, list[str]] = {}  # a word's terms, once a page
+    for index in candidates:
+        token = tokens[index]
+        if token not in known:
+            parts = exact_tokens(token)
+            terms = [part for part in parts if part in exact]
+            terms += [stem for stem in stems([p for p in parts if p not in exact], language) if stem in stemmed]
+            terms += [f"{prefix}*" for prefix in query.prefixes if any(part.startswith(prefix) for part in parts)]
+            known[token] = list(dict.fromkeys(terms))
+        if known[token]:
+            found[index] = known[token]
+    return found
+
+
+def page_text_regions(text: str, words: PageWords, query: TextQuery, language: str | None,
+                      limit: int = MAX_TEXT_REGIONS) -> list[Region]:
+    """The regions of `query` on a page whose text is `text` and word positions `words`, best first."""
+    tokens = text.split()
+    if len(tokens) != len(words) or not tokens:
+        return []  # positions of another text (not expected): no regions rather than wrong ones
+    terms = matched_terms(tokens, query, language)
+    if not terms:
+        return []
+    pieces, blocks = line_pieces(words)
+    by_line: dict[int, dict[str, int]] = {}
+    for index, found in terms.items():
+        line = int(pieces[index])
+        if line >= 0:
+            for term in found:
+                by_line.setdefault(line, {}).setdefault(term, 0)
+                by_line[line][term] += 1
+    groups: list[_Lines] = []
+    for line in sorted(by_line):
+        block = int(blocks[line])
+        last = groups[-1] if groups else None
+        if last is not None and last.block == block and last.lines[-1] == line - 1:
+            last.lines.append(line)
+        else:
+            groups.append(last := _Lines([line], block))
+        for term, count in by_line[line].items():
+            last.terms[term] = last.terms.get(term, 0) + count
+    groups.sort(key=lambda group: group.score, reverse=True)
+    return [_region(group, tokens, words.boxes, pieces) for group in groups[:limit]]
+
+
+def line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
+    """Each token's piece of a line (-1: no box), numbered in reading order, and each piece's block: a line
+    is cut where two of its words (one after the other) stand further apart than COLUMN_GAP times their height."""
+    pieces = np.full(len(words), -1, np.int64)
+    known = np.flatnonzero(words.lines != NO_LINE)
+    if not len(known):
+        return pieces, np.zeros(0, np.int64)
+    lines, boxes = words.lines[known].astype(np.int64), words.boxes[known].astype(np.int32)
+    before, after = boxes[:-1], boxes[1:]
+    gap = np.max(np.stack([after[:, 0] - before[:, 2], before[:, 0] - after[:, 2], after[:, 1] - before[:, 3],
+                           before[:, 1] - after[:, 3]]), axis=0)
+    sides = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+    height = np.maximum(sides[:-1], sides[1:])
+    starts = np.concatenate([[True], (lines[1:] != lines[:-1]) | (gap > COLUMN_GAP * height)])
+    pieces[known] = np.cumsum(starts) - 1
+    block_of = words.blocks.astype(np.int64)
+    first_lines = lines[starts]
+    blocks = np.where(first_lines < len(block_of), block_of[np.minimum(first_lines, max(len(block_of) - 1, 0))], -1) \
+        if len(block_of) else np.full(len(first_lines), -1)
+    return pieces, blocks
+
+
+def _region(group: _Lines, tokens: list[str], boxes: np.ndarray, pieces: np.ndarray) -> Region:
+    inside = (pieces >= group.lines[0]) & (pieces <= group.lines[-1])  # a group's lines follow each other
+    held = boxes[inside]
+    low, high = held[:, :2].min(axis=0).tolist(), held[:, 2:].max(axis=0).tolist()
+    bbox = (low[0] / WORD_SCALE, low[1] / WORD_SCALE, high[0] / WORD_SCALE, high[1] / WORD_SCALE)
+    distinct, density = group.score
+    return Region(bbox=bbox, source="text", score=round(distinct + density / (density + 1), 4), matched=tuple(group.terms),
+                  text=" ".join(itertools.compress(tokens, inside.tolist())))

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""What text regions cost (issue 44): the word positions' size, their build cost, and a query with regions.
+
+    python scripts/bench_regions.py                            # 20 PDFs x 5 pages of prose, 3 rounds, 30 queries
+    python scripts/bench_regions.py --pdfs 40 --rounds 5 --baseline 4f43e61
+
+1. Size: the "words" parts (artifacts/*.wordsz) against the "text" parts (artifacts/*.jsonz) of one index of
+   text-layer PDFs (target: within +20 %).
+2. Build: this tree's `lgpt-index build` (pdftotext -bbox-layout, a pdfinfo a document, the words part) against the
+   baseline commit's (plain pdftotext, no positions), each a process of its own with the fake model (so that text
+   extraction weighs the most it can), alternating, median of the rounds (target: within +5 %). The baseline is
+   `git archive`d into a temporary folder and run from there.
+3. Query: `search(..., regions=True)` against the same without, k=10, text and hybrid mode, one process, alternating
+   query by query, median time a query (target: within +15 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from localgpt_index.testing.scanset import WORDS  # noqa: E402
+
+
+SYLLABLES = ("ka", "lo", "mi", "ren", "tas", "vo", "dru", "pel", "sin", "gor", "ba", "lum", "tre", "nos", "fi", "xa")
+
+
+def vocabulary(rng: random.Random, size: int = 4000) -> tuple[list[str], list[float]]:
+    """Made-up words of 1 to 4 syllables and their Zipf weights (rank^-1), as prose's words are distributed."""
+    words: dict[str, None] = dict.fromkeys(WORDS)
+    while len(words) < size:
+        words["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4)))] = None
+    ordered = list(words)
+    rng.shuffle(ordered)
+    return ordered, [1 / rank for rank in range(1, len(ordered) + 1)]
+
+
+def make_corpus(folder: Path, pdfs: int, pages: int, seed: int = 5) -> list[str]:
+    """Text-layer PDFs of prose: 50 lines of 10 to 14 Zipf-distributed words a page, a paragraph's break now and
+    then. Returns every page's text (for queries)."""
+    from reportlab.pdfgen import canvas
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    words, weights = vocabulary(rng)
+    texts: list[str] = []
+    for number in range(pdfs):
+        pdf = canvas.Canvas(str(folder / f"doc-{number:03d}.pdf"), invariant=1)
+        for _ in range(pages):
+            pdf.setFont("Helvetica", 10)
+            y, page = 740.0, []
+            while y > 60:
+                page.append(" ".join(rng.choices(words, weights, k=rng.randint(10, 14))))
+                pdf.drawString(72, y, page[-1])
+                y -= 26 if rng.random() < 0.1 else 13
+            pdf.showPage()
+            texts.append(" ".join(page))
+        pdf.save()
+    return texts
+
+
+def children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def build(tree: Path, docs: Path, index: Path, model: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one `lgpt-index build` run from `tree` (a process of its own, start to exit;
+    its CPU and its children's: pdftotext, pdfinfo, pdftoppm): CPU seconds hold still on a loaded machine."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "LGPT_PLUGINS": "localgpt_index.testing.fake", "LGPT_OCR": "never",
+           "HF_HUB_OFFLINE": "1"}
+    started, cpu = time.perf_counter(), children_cpu()
+    subprocess.run([sys.executable, "-m", "localgpt_index", "build", str(docs), "--index-dir", str(index), "--model", str(model),
+                    "--quiet", "--rebuild"], check=True, env=env, cwd=tree)
+    return time.perf_counter() - started, children_cpu() - cpu
+
+
+def text_layers_cpu(docs: Path, pages: int, rounds: int) -> tuple[float, float]:
+    """CPU seconds (this process's and its children's) to read every PDF's text layer: as the baseline did (plain
+    pdftotext, split on form feeds) and as this tree does (pdftotext -bbox-layout, pdfinfo, the words' boxes)."""
+    from localgpt_index.ingest.text import clean_page_text, pdf_page_texts
+
+    def plain() -> None:
+        for pdf in sorted(docs.glob("*.pdf")):
+            out = subprocess.run(["pdftotext", "-enc", "UTF-8", "-f", "1", "-l", str(pages), str(pdf), "-"], capture_output=True).stdout
+            [clean_page_text(page) for page in out.decode("utf-8", "replace").split("\f")[:pages]]
+
+    def positioned() -> None:
+        for pdf in sorted(docs.glob("*.pdf")):
+            pdf_page_texts(pdf, 1, pages)
+
+    spent: dict[str, list[float]] = {"plain": [], "positioned": []}
+    for _ in range(rounds):
+        for name, read in (("plain", plain), ("positioned", positioned)):
+            started = time.process_time() + children_cpu()
+            read()
+            spent[name].append(time.process_time() + children_cpu() - started)
+    return statistics.median(spent["plain"]), statistics.median(spent["positioned"])
+
+
+def sizes(index: Path) -> tuple[int, int]:
+    folder = index / "default" / "artifacts"
+    return sum(p.stat().st_size for p in folder.glob("*.wordsz")), sum(p.stat().st_size for p in folder.glob("*.jsonz"))
+
+
+def queries_timed(index: Path, texts: list[str], count: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Median CPU seconds a query (three words of a page), without and with regions, by mode."""
+    os.environ["LGPT_PLUGINS"] = "localgpt_index.testing.fake"
+    from localgpt_index import open_index
+
+    searcher = open_index(index)
+    rng = random.Random(9)
+    asked = [" ".join(rng.sample(rng.choice(texts).split(), 3)) for _ in range(count)]
+    found: dict[str, tuple[float, float]] = {}
+    for mode in ("text", "hybrid"):
+        searcher.search(asked[0], k=10, mode=mode, regions=True)  # warm: the text index, the model
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for query in asked:
+                for regions in (False, True):
+                    started = time.process_time()  # one thread answers: its CPU time, steady on a loaded machine
+                    searcher.search(query, k=10, mode=mode, regions=regions)
+                    times[regions].append(time.process_time() - started)
+        found[mode] = (statistics.median(times[False]), statistics.median(times[True]))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pdfs", type=int, default=20)
+    parser.add_argument("--pages", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--baseline", default="4f43e61", help="the commit to build without word positions")
+    args = parser.parse_args()
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="bench-regions-") as scratch:
+        work = Path(scratch)
+        docs, model, baseline = work / "docs", write_fake_checkpoint(work / "fake"), work / "baseline"
+        texts = make_corpus(docs, args.pdfs, args.pages)
+        baseline.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        times: dict[str, list[tuple[float, float]]] = {"this tree": [], "baseline": []}
+        for _ in range(args.rounds):
+            for name, tree in (("this tree", ROOT), ("baseline", baseline)):
+                times[name].append(build(tree, docs, work / name.replace(" ", "-"), model))
+        words, text = sizes(work / "this-tree")
+        print(f"corpus: {args.pdfs} PDFs x {args.pages} pages of prose (text layers; Zipf words of a 4,000-word vocabulary)")
+        print(f"size: words parts {words:,} B, text parts {text:,} B: words / text = {words / text:.2f} (+{(words / text - 1) * 100:.0f} %"
+              " if over 1; target <= 1.20)")
+        for kind, at in (("wall", 0), ("CPU", 1)):
+            ours, theirs = (statistics.median(t[at] for t in times[name]) for name in ("this tree", "baseline"))
+            print(f"build, {kind} seconds (whole process and its children, median of {args.rounds}): this tree {ours:.2f} s, "
+                  f"baseline {args.baseline} {theirs:.2f} s: {(ours / theirs - 1) * 100:+.1f} % (target <= +5 %); rounds: "
+                  f"{[round(t[at], 2) for t in times['this tree']]} against {[round(t[at], 2) for t in times['baseline']]}")
+        plain, positioned = text_layers_cpu(docs, args.pages, args.rounds)
+        print(f"text layers alone, CPU seconds: plain pdftotext {plain:.3f} s, with word positions {positioned:.3f} s "
+              f"({(positioned - plain) / args.pdfs * 1000:+.1f} ms a document)")
+        for mode, (without, with_regions) in queries_timed(work / "this-tree", texts, args.queries, args.rounds).items():
+            print(f"query k=10 {mode}, CPU a query (median): without regions {without * 1000:.2f} ms, with {with_regions * 1000:.2f} ms: "
+                  f"{(with_regions / without - 1) * 100:+.1f} % (target <= +15 %)")
+
+
+if __name__ == "__main__":
+    main()

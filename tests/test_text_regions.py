@@ -1,0 +1,258 @@
+"""Text regions (issue 44): word positions kept with the page text, and the lines holding a query's terms.
+
+Black-box through the Python API (`open_index(...).search(..., regions=True, mode="text")`): this branch
+has no `--regions` flag on `query`. The planted-facts test (testing/regionset.py: text-layer and scanned
+PDFs and PNGs, rotated and two-column pages) runs poppler and Tesseract: the slow tier. The rest is fast:
+the parsers, the packing and the region logic on made-up pages, and small builds with real poppler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from docgen import make_pdf
+from helpers import artifacts_plugged, flip_byte
+
+from localgpt_index import open_index
+from localgpt_index.core.errors import IndexProblem
+from localgpt_index.core.words import NO_LINE, WORD_SCALE, FoundWord, PageWords, align
+from localgpt_index.index.text.query import parse
+from localgpt_index.index.text.regions import page_text_regions
+from localgpt_index.index.text.words import decode_words, encode_words
+from localgpt_index.ingest.ocr import Tesseract
+from localgpt_index.ingest.text import page_layer
+from localgpt_index.interop.reports import query_answer
+from localgpt_index.query.request import QueryRequest
+from localgpt_index.testing.regionset import iou, make_region_set
+
+
+def _page(*blocks: list[list[tuple[str, tuple[float, float, float, float]]]], width: float = 100, height: float = 200) -> bytes:
+    """pdftotext -bbox-layout's XML for one page (from after `<page `): one flow a block."""
+    out = [f'width="{width}" height="{height}">'.encode()]
+    for block in blocks:
+        out.append(b"<flow><block>")
+        for line in block:
+            out.append(b"<line>")
+            for text, (x0, y0, x1, y1) in line:
+                out.append(f'<word xMin="{x0}" yMin="{y0}" xMax="{x1}" yMax="{y1}">{text}</word>'.encode())
+            out.append(b"</line>")
+        out.append(b"</block></flow>")
+    return b"".join(out)
+
+
+def _line(y: float, *words: str, x: float = 10, gap: float = 3) -> list[tuple[str, tuple[float, float, float, float]]]:
+    line = []
+    for word in words:
+        line.append((word, (x, y, x + 5 * len(word), y + 10)))
+        x += 5 * len(word) + gap
+    return line
+
+
+def test_the_text_is_written_as_pdftotext_writes_it_and_every_token_has_its_box():
+    xml = _page([_line(10, "Net", "rev&amp;enue", "is", "up-"), _line(22, "ward", "now")], [_line(50, "(", "const", gap=0)])
+    text, words = page_layer(xml, turned=False)
+    assert text == "Net rev&enue is upward now\n\n(const"  # a hyphen joins a flow's lines; touching words stay one
+    assert len(words) == len(text.split()) == 6
+    first = words.fractions()[0]
+    assert np.allclose(first, [10 / 100, 10 / 200, 25 / 100, 20 / 200], atol=1e-4)
+    assert words.lines.tolist()[:5] == [0, 0, 0, 0, 1] and len(words.blocks) == 3
+    assert words.blocks.tolist() == [0, 0, 1]
+
+
+def test_a_page_turned_a_quarter_swaps_the_media_box():
+    _, words = page_layer(_page([_line(10, "word")], width=100, height=200), turned=True)
+    assert np.allclose(words.fractions()[0], [10 / 200, 10 / 100, 30 / 200, 20 / 100], atol=1e-4)
+    assert page_layer(_page([_line(10, "word")]), turned=None) == ("word", None)  # pdfinfo could not say: no boxes
+
+
+def test_tesseract_tsv_gives_each_token_its_box_and_its_text_is_kept():
+    tsv = ("1\t1\t0\t0\t0\t0\t0\t0\t1000\t500\t-1\t\n"
+           "5\t1\t1\t1\t1\t1\t100\t50\t200\t40\t95\tHello\n"
+           "5\t1\t1\t1\t1\t2\t320\t50\t180\t40\t95\tworld\n"
+           "5\t1\t1\t1\t2\t1\t100\t120\t90\t40\t95\tagain\n")
+    read = Tesseract.clean("Hello world\nagain\n\x1e" + tsv)
+    assert (read.text, read.source) == ("Hello world\nagain", "ocr")
+    assert read.words is not None and read.words.lines.tolist() == [0, 0, 1]
+    assert np.allclose(read.words.fractions()[1], [0.32, 0.1, 0.5, 0.18], atol=1e-4)
+    assert Tesseract.clean("Hello world\n").words is None  # the `tesseract` command: text alone
+
+
+def test_align_maps_the_tokens_a_tool_split_or_joined():
+    found = [FoundWord(text, (i / 10, 0, (i + 1) / 10, 0.1), 0, 0) for i, text in enumerate(["end-", "ing", "here", "x"])]
+    words = align(["ending", "here", "extra", "x"], found)
+    assert words.lines.tolist() == [0, 0, NO_LINE, 0]  # "extra" is nowhere in the tool's words: no box
+    assert words.boxes[0].tolist() == [0, 0, round(0.2 * WORD_SCALE), round(0.1 * WORD_SCALE)]
+
+
+def test_packed_rows_read_back_their_lines_exactly_their_words_within_a_step_and_damage_is_said():
+    text, page = _words([["alpha", "beta", "gamma"], ["delta"], ["eps", "zeta"], ["eta", "theta", "iota"]], columns=2)
+    turned = PageWords(page.boxes[:, [1, 0, 3, 2]], page.lines, page.blocks)  # lines running down the page
+    rows = [page, None, PageWords(page.boxes[:0], page.lines[:0], page.blocks[:0]), turned]
+    read = decode_words(encode_words(rows))
+    assert read[1] is None and len(read[2]) == 0
+    for before, after in ((page, read[0]), (turned, read[3])):
+        assert np.array_equal(before.lines, after.lines) and np.array_equal(before.blocks, after.blocks)
+        assert np.abs(before.fractions() - after.fractions()).max() < 1 / 255
+        assert page_text_regions(text, after, parse("beta eta"), None) == page_text_regions(text, before, parse("beta eta"), None)
+    with pytest.raises(IndexProblem, match="words part is damaged"):
+        decode_words(encode_words(rows)[:-3])
+
+
+def _words(lines: list[list[str]], columns: int = 1) -> tuple[str, PageWords]:
+    """A made-up page: each line's words left to right, lines top to bottom (two columns: the first half left)."""
+    found, tokens = [], []
+    half = (len(lines) + 1) // 2 if columns == 2 else len(lines)
+    for number, line in enumerate(lines):
+        left, top = (0.05 if number < half else 0.55), 0.05 * (number % half) + 0.05
+        for index, word in enumerate(line):
+            found.append(FoundWord(word, (left + 0.08 * index, top, left + 0.08 * index + 0.07, top + 0.02), number,
+                                   0 if number < half else 1))
+            tokens.append(word)
+    text = "\n".join(" ".join(line) for line in lines)
+    return text, align(text.split(), found)
+
+
+def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
+    text, words = _words([["filler", "words", "here"], ["Planning", "the", "Café", "budgets"], ["budget", "only"],
+                          ["more", "filler"], ["turbines", "spin"]])
+    regions = page_text_regions(text, words, parse("cafe plans budget turb*", ["en"]), "en")
+    assert [r.text for r in regions] == ["Planning the Café budgets budget only", "turbines spin"]  # adjacent lines merged
+    assert set(regions[0].matched) == {"cafe", "plan", "budget"} and regions[1].matched == ("turb*",)
+    assert regions[0].source == "text" and regions[0].score > regions[1].score
+    x0, y0, x1, y1 = regions[0].bbox
+    assert (round(y0, 3), round(y1, 3)) == (0.1, 0.17) and x0 == pytest.approx(0.05, abs=1e-4)
+
+
+def test_lines_of_two_columns_are_not_merged_and_a_wide_gap_cuts_a_line():
+    text, words = _words([["alpha", "one"], ["beta", "two"], ["alpha", "three"], ["beta", "four"]], columns=2)
+    regions = page_text_regions(text, words, parse("alpha"), None)
+    assert [r.text for r in regions] == ["alpha one", "alpha three"]
+    # OCR's one line across two columns: cut at the gap
+    found = [FoundWord(w, (x, 0.1, x + 0.05, 0.12), 0, 0) for w, x in (("left", 0.1), ("side", 0.16), ("right", 0.6), ("side", 0.66))]
+    regions = page_text_regions("left side right side", align("left side right side".split(), found), parse("right"), None)
+    assert regions[0].text == "right side" and regions[0].bbox[0] == pytest.approx(0.6, abs=1e-4)
+    assert page_text_regions("other text", words, parse("alpha"), None) == []  # positions of another text: none
+
+
+def _build(docs: Path, index: Path, model: Path, *args: str) -> None:
+    result = run_cli("build", str(docs), "--index-dir", str(index), "--model", str(model), *args)
+    assert result.exit_code == 0, result.stderr
+
+
+def _fact_pdf(path: Path) -> None:
+    make_pdf(path, ["Quarterly summary", "Net revenue grew twelve percent"])
+
+
+def test_a_text_query_gives_the_line_of_its_terms_and_verify_checks_the_positions(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _fact_pdf(docs / "report.pdf")
+    _build(docs, index, fake_model)
+    [hits] = open_index(index).search("revenue grew", regions=True, mode="text", k=2)
+    top = hits[0]
+    assert (Path(top.path).name, top.page) == ("report.pdf", 2)
+    assert top.regions[0].source == "text" and top.regions[0].matched == ("revenue", "grew")
+    assert top.regions[0].text == "Net revenue grew twelve percent"
+    # docgen draws the title at (72, 700) in 28 pt Helvetica-Bold on a letter page
+    x0, y0, x1, y1 = top.regions[0].bbox
+    assert x0 == pytest.approx(72 / 612, abs=0.01) and y0 < (792 - 700) / 792 < y1
+    assert all(not hit.regions for hit in open_index(index).search("revenue grew", mode="text", k=2)[0])  # not asked: none
+    assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
+    blob = next((index / "default" / "artifacts").glob("*.wordsz"))
+    flip_byte(blob, blob.stat().st_size // 2)
+    result = run_cli("verify", "--index-dir", str(index))
+    assert result.exit_code != 0 and "words part" in result.stdout + result.stderr
+
+
+def test_an_index_without_positions_answers_without_text_regions(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _fact_pdf(docs / "report.pdf")
+    from localgpt_index.index.text import artifact as text_module
+    from localgpt_index.index.text.artifact import LexicalArtifact, TextArtifact
+
+    with artifacts_plugged(TextArtifact(), LexicalArtifact(), unplugged=(text_module,)):  # as before word positions
+        _build(docs, index, fake_model)
+    assert not list((index / "default" / "artifacts").glob("*.wordsz"))
+    searcher = open_index(index)
+    request = QueryRequest(queries=["revenue grew"], regions=True, mode="text", k=2)
+    [hits] = searcher.search(request)
+    assert hits and all(not hit.regions for hit in hits)
+    _, notes = query_answer(searcher, request, [hits])  # what `query` prints beside its answer
+    assert any("`lgpt-index upgrade` adds them" in text for _, text in notes)
+
+
+@pytest.mark.slow  # two builds, one into an in-process Qdrant: several seconds
+def test_local_and_qdrant_stores_give_the_same_regions(fake_model, tmp_path):
+    from localgpt_index.index.open import open_store
+
+    docs = tmp_path / "docs"
+    _fact_pdf(docs / "report.pdf")
+    make_pdf(docs / "other.pdf", ["Revenue notes", "Costs grew as well"])
+    _build(docs, tmp_path / "idx", fake_model)
+    qdrant = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    result = run_cli("build", str(docs), "--store", qdrant, "--model", str(fake_model))
+    assert result.exit_code == 0, result.stderr
+    queries = ["revenue grew", "costs", "quarterly summary"]
+    local = open_index(tmp_path / "idx").search(queries, regions=True, mode="text", k=4)
+    store = open_store(qdrant)
+    try:
+        remote = open_index(store=store).search(queries, regions=True, mode="text", k=4)
+    finally:
+        store.close()
+    assert [[(Path(h.path).name, h.page, h.regions) for h in hits] for hits in local] == \
+        [[(Path(h.path).name, h.page, h.regions) for h in hits] for hits in remote]
+    assert any(hit.regions for hits in local for hit in hits)
+
+
+@pytest.mark.slow  # poppler and Tesseract on a dozen pages: several seconds
+def test_the_top_text_region_is_the_planted_facts_line(fake_model, tmp_path):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    facts = make_region_set(docs)
+    assert {fact.scanned for fact in facts} == {True, False}
+    _build(docs, index, fake_model, "--ocr", "auto")
+    results = open_index(index).search([fact.query for fact in facts], regions=True, mode="text", k=3)
+    found = {True: [], False: []}
+    for fact, hits in zip(facts, results):
+        hit = next((h for h in hits if Path(h.path).name == fact.file and h.page == fact.page), None)
+        top = hit.regions[0] if hit is not None and hit.regions and hit.regions[0].source == "text" else None
+        found[fact.scanned].append(top is not None and iou(top.bbox, fact.box) >= 0.5)
+    layer, scanned = sum(found[False]) / len(found[False]), sum(found[True]) / len(found[True])
+    assert layer >= 0.95, f"text-layer facts found: {sum(found[False])} of {len(found[False])}"
+    assert scanned >= 0.85, f"scanned facts found: {sum(found[True])} of {len(found[True])}"
+
+
+@pytest.mark.slow  # Tesseract on a few scanned pages, in a later generation: several seconds
+def test_text_read_later_lands_its_word_positions_with_it(fake_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("LGPT_OCR", "auto")  # (the suite's default is never)
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    facts = [fact for fact in make_region_set(docs) if fact.file == "photo.png"]
+    for other in docs.iterdir():
+        if other.name != "photo.png":
+            other.unlink()
+    _build(docs, index, fake_model, "--ocr", "later")
+    queries = [fact.query for fact in facts]
+    assert all(not hits for hits in open_index(index).search(queries, regions=True, mode="text", k=1))  # pending: no text yet
+    result = run_cli("build", "--text-only", "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    results = open_index(index).search(queries, regions=True, mode="text", k=1)
+    tops = [hits[0].regions[0].bbox if hits and hits[0].regions else None for hits in results]
+    assert sum(top is not None and iou(top, fact.box) >= 0.5 for top, fact in zip(tops, facts)) >= len(facts) - 1
+
+
+def test_upgrade_reads_the_positions_an_older_index_lacks(fake_model, tmp_path):
+    from localgpt_index.index.text import artifact as text_module
+    from localgpt_index.index.text.artifact import LexicalArtifact, TextArtifact
+
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    _fact_pdf(docs / "report.pdf")
+    with artifacts_plugged(TextArtifact(), LexicalArtifact(), unplugged=(text_module,)):  # as before word positions
+        _build(docs, index, fake_model)
+    result = run_cli("upgrade", "--index-dir", str(index))
+    assert result.exit_code == 0, result.stderr
+    assert "word positions read for 2 pages in 1 segments" in result.stderr
+    [hits] = open_index(index).search("revenue grew", regions=True, mode="text", k=1)
+    assert hits[0].regions[0].text == "Net revenue grew twelve percent"
+    assert "nothing to upgrade" in run_cli("upgrade", "--index-dir", str(index)).stderr
+    assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
