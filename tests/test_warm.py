@@ -237,3 +237,37 @@ def test_a_request_the_service_refuses_is_the_local_paths_error(service, report_
         warmed, local = query(index, *args), query(index, *args, "--no-warm")
         assert warmed.returncode == local.returncode == 2
         assert warmed.stdout == local.stdout and warmed.stderr == local.stderr, warmed.stderr
+
+
+@pytest.mark.slow  # a warm service in a process of its own, beside builds
+def test_the_python_api_opt_in_answers_from_a_warm_service_of_its_generation(report_index, tmp_path):
+    """open_warm_index: the same hits as open_index's, from a warm service of the index where one runs
+    with the same model and settings; text mode, another generation and another scorer answer here."""
+    from localgpt_index import open_index, open_warm_index
+    from localgpt_index.index.scoring.device import DeviceScoring
+
+    index = tmp_path / "idx"
+    shutil.copytree(report_index["index"], index, ignore=shutil.ignore_patterns("warm"))
+    running = WarmService(index)
+    try:
+        running.wait_ready()
+        warmed, local = open_warm_index(index), open_index(index)
+        for mode in ("visual", "hybrid", "text"):
+            queries, asked = ["report page 1", "a scan"], {"mode": mode, "k": 3, "with_text": True, "filters": {"team": "finance"}}
+            assert ([[hit.to_dict() for hit in hits] for hits in warmed.search(queries, **asked)]
+                    == [[hit.to_dict() for hit in hits] for hits in local.search(queries, **asked)])
+        assert warmed.answered_warm == 2  # (text mode loads no model: answered here)
+        other = open_warm_index(index, scoring=DeviceScoring("cpu"))
+        other.search("report", mode="visual")
+        assert other.answered_warm == 0  # a service of other settings is not asked
+
+        make_pdf(report_index["docs"].parent / "more" / "new.pdf", ["a new report"])
+        assert run_cli("build", str(report_index["docs"].parent / "more"), "--index-dir", str(index)).exit_code == 0
+        before = warmed.search("a new report", mode="visual", k=10)
+        assert warmed.answered_warm == 2  # its generation is not the service's now: answered here, from its own
+        assert "new.pdf" not in {Path(hit.path).name for hit in before[0]}
+        fresh = open_warm_index(index)
+        assert "new.pdf" in {Path(hit.path).name for hit in fresh.search("a new report", mode="visual", k=10)[0]}
+        assert fresh.answered_warm == 1
+    finally:
+        assert running.stop() == 0
