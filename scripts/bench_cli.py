@@ -15,6 +15,7 @@ PDFs x 10 pages each:
 
     python scripts/bench_cli.py                        # 20 + 20 calls, 20 PDFs, both checkpoints
     python scripts/bench_cli.py --calls 5 --pdfs 5 --spec bench --json
+    python scripts/bench_cli.py --spec bench --baseline ../main   # also the warm calls of another checkout's client
 
 Targets (issue 45): a warm call at most 0.3 s, and at least 10x faster than a cold one. The machine's
 load matters (the load average is printed): run it twice and say how many cores were shared with what.
@@ -46,20 +47,33 @@ def lgpt(*args: str, env: dict | None = None) -> tuple[float, subprocess.Complet
     return time.perf_counter() - started, done
 
 
-def calls(index: Path, count: int, *extra: str) -> tuple[list[float], list[str]]:
-    """`count` query processes, as a script runs them (no -v): their times and their outputs."""
-    seconds, outputs = [], []
+def calls(index: Path, count: int, *extra: str, env: dict | None = None) -> tuple[list[float], list[str], list[int]]:
+    """`count` query processes, as a script runs them (no -v): their times, their outputs, and the calls a
+    warm service of the index did not answer (its count of answers, read after each call)."""
+    seconds, outputs, here = [], [], []
     for i in range(count):
-        took, done = lgpt("query", QUESTIONS[i % len(QUESTIONS)], "--mode", "visual", "--json", "--index-dir", str(index), *extra)
+        answered = warm_answered(index)
+        took, done = lgpt("query", QUESTIONS[i % len(QUESTIONS)], "--mode", "visual", "--json", "--index-dir", str(index), *extra,
+                          env=env)
         if done.returncode != 0:
             raise SystemExit(f"query failed ({done.returncode}): {done.stderr}")
         seconds.append(took)
         outputs.append(done.stdout)
-    return seconds, outputs
+        if warm_answered(index) == answered:
+            here.append(i)
+    return seconds, outputs, here
 
 
 def warm_status(index: Path) -> dict:
     return json.loads(lgpt("warm", "--status", "--json", "--index-dir", str(index))[1].stdout)
+
+
+def warm_answered(index: Path) -> int:
+    """How many queries the warm service of `index` answered so far (0: none runs)."""
+    from localgpt_index.serve.warm import STATUS_PATH, call
+
+    answer = call(index / "default", "GET", STATUS_PATH)
+    return answer[1].get("answered", 0) if answer is not None and answer[0] == 200 else 0
 
 
 def summary(seconds: list[float]) -> dict:
@@ -123,7 +137,7 @@ print(json.dumps(t))
 """
 
 
-def bench(spec: str, calls_n: int, pdfs: int, tmp: Path) -> dict:
+def bench(spec: str, calls_n: int, pdfs: int, tmp: Path, baseline: Path | None = None) -> dict:
     """Cold and warm calls on an index of `pdfs` PDFs built with the `spec` checkpoint."""
     from docgen import make_pdf
 
@@ -136,20 +150,23 @@ def bench(spec: str, calls_n: int, pdfs: int, tmp: Path) -> dict:
     built = lgpt("build", str(docs), "--model", str(model), "--index-dir", str(index), "-q")[1]
     if built.returncode != 0:
         raise SystemExit(f"build failed: {built.stderr}")
-    cold, cold_out = calls(index, calls_n, "--no-warm")
+    cold, cold_out, _ = calls(index, calls_n, "--no-warm")
     lgpt("query", QUESTIONS[0], "--mode", "visual", "--json", "--index-dir", str(index), "--keep-warm", "600")
     lgpt("warm", "--index-dir", str(index), "--json")  # waits for the model
-    before = warm_status(index)
-    warm, warm_out = calls(index, calls_n)
+    warm, warm_out, here = calls(index, calls_n)
     after = warm_status(index)
     identical = all(a == b for a, b in zip(cold_out, warm_out))
+    if baseline is not None:  # the same warm calls from another checkout (its client), of the same service
+        before_client = calls(index, calls_n, env={**ENV, "PYTHONPATH": str(baseline)})[0]  # (its -v is not asked)
     result = {
         "spec": spec, "pages": pdfs * 10, "calls": calls_n, "load_average": [round(x, 2) for x in os.getloadavg()],
         "cold": summary(cold), "warm": summary(warm), "ratio": round(statistics.median(cold) / statistics.median(warm), 1),
-        "identical_output": identical, "answered_warm": after["answered"] - before["answered"],
+        "identical_output": identical, "answered_warm": calls_n - len(here), "answered_here": here,
         "service": {"pid": after["pid"], "rss_mib": round((after["rss_bytes"] or 0) / 2**20), "cpu_s": after["cpu_s"]},
         "warm_call": warm_imports(index), "cold_breakdown": breakdown(index),
     }
+    if baseline is not None:
+        result["warm_baseline"] = {"checkout": str(baseline), **summary(before_client)}
     lgpt("warm", "--stop", "--index-dir", str(index))
     return result
 
@@ -160,8 +177,11 @@ def show(result: dict) -> None:
     for name in ("cold", "warm"):
         s = result[name]
         print(f"  {name:5} median {s['median_s']:.3f} s  (min {s['min_s']:.3f}, max {s['max_s']:.3f})")
+    if "warm_baseline" in result:
+        s = result["warm_baseline"]
+        print(f"  warm, {s['checkout']}'s client: median {s['median_s']:.3f} s  (min {s['min_s']:.3f}, max {s['max_s']:.3f})")
     print(f"  ratio {result['ratio']}x; outputs identical: {result['identical_output']}; {result['answered_warm']} of "
-          f"{result['calls']} answered warm; service {result['service']}")
+          f"{result['calls']} answered warm (here: calls {result['answered_here']}); service {result['service']}")
     print(f"  warm call: {json.dumps(result['warm_call'])}")
     print(f"  cold call: {result['cold_breakdown']['whole_s']} s; stages [wall, CPU] s:")
     for name, (wall, cpu) in result["cold_breakdown"]["stages_wall_cpu_s"].items():
@@ -173,13 +193,14 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--pdfs", type=int, default=20)
     parser.add_argument("--spec", default="bench,cpu", help="checkpoint specs, comma-separated (bench; cpu: model-bound)")
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout whose client's warm calls are timed too")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
         for spec in args.spec.split(","):
-            results.append(bench(spec, args.calls, args.pdfs, Path(tmp_name)))
+            results.append(bench(spec, args.calls, args.pdfs, Path(tmp_name), args.baseline))
             if not args.json:
                 show(results[-1])
     if args.json:
