@@ -153,7 +153,7 @@ class AppGroup(click.Group):
         self._lazy = dict(lazy or {})
         super().__init__(*args, **kwargs)
 
-    @property  # type: ignore[override]
+    @property  # type: ignore[override]  # click.Group.commands, an attribute: read through this property
     def commands(self) -> dict[str, click.Command]:
         """Every command (the lazy ones imported now: --help, the config file's check, `config`)."""
         for name in list(self._lazy):

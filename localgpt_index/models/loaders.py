@@ -74,7 +74,7 @@ def byaldi_model_class() -> Any:
     left as it is: only this import finds it missing (a None in sys.modules, which byaldi's ImportError catches)."""
     hidden = "byaldi.integrations" not in sys.modules
     if hidden:
-        sys.modules["byaldi.integrations"] = None  # type: ignore[assignment]
+        sys.modules["byaldi.integrations"] = None  # type: ignore[assignment]  # None: the import system says ImportError
     try:
         from byaldi import RAGMultiModalModel
     finally:
