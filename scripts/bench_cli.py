@@ -43,7 +43,7 @@ QUESTIONS = ["quarterly revenue growth", "invoice total amount", "market outlook
 def lgpt(*args: str, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "localgpt_index", *args], capture_output=True, text=True,
-                          env=env or ENV, check=False)
+                          env=env or ENV, check=False, cwd=tempfile.gettempdir())  # (not a checkout: `-m` imports from it)
     return time.perf_counter() - started, done
 
 
