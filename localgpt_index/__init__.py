@@ -20,6 +20,7 @@ _EXPORTS = {
     "BuildSettings": "localgpt_index.indexing.options",
     "ModelSpec": "localgpt_index.models.resolve",
     "open_index": "localgpt_index.query.search",
+    "open_warm_index": "localgpt_index.serve.warmsearch",
     "Searcher": "localgpt_index.query.search",
     "SearchHit": "localgpt_index.core.types",
     "QueryRequest": "localgpt_index.query.request",

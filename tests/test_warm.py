@@ -78,21 +78,28 @@ def test_warm_and_local_answers_are_byte_identical(service, report_index, mode):
         assert [line for line in warmed.stderr.splitlines() if WARM not in line] == local.stderr.splitlines()
 
 
-@pytest.mark.slow  # a CLI process of its own, beside a warm service
-def test_the_warm_path_imports_no_numpy_torch_or_server(service, report_index, tmp_path):
+@pytest.mark.slow  # CLI processes of their own, beside a warm service
+@pytest.mark.parametrize("verbosity", [[], ["-v"]])
+def test_the_warm_path_imports_no_numpy_torch_pydantic_or_server(service, report_index, tmp_path, verbosity):
+    """The cheap client path: Click, the socket and JSON; no model code, no pydantic (the service checks the
+    request), no other command's module, and rich only where a message is printed (-v)."""
     dump = tmp_path / "modules.json"
     code = ("import atexit, json, sys; from pathlib import Path; "
             f"atexit.register(lambda: Path({str(dump)!r}).write_text(json.dumps(sorted(sys.modules)))); "
             "from localgpt_index.cli import run; "
-            f"sys.argv = ['lgpt-index', 'query', 'report', '--mode', 'visual', '--json', '-v', "
+            f"sys.argv = ['lgpt-index', 'query', 'report', '--mode', 'visual', '--json', *{verbosity!r}, "
             f"'--index-dir', {str(report_index['index'])!r}]; "
             "run()")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and WARM in done.stderr, done.stderr
+    assert done.returncode == 0 and json.loads(done.stdout)["queries"], done.stderr
+    assert (WARM in done.stderr) == bool(verbosity), done.stderr
     modules = set(json.loads(dump.read_text()))
-    heavy = {"numpy", "torch", "transformers", "fastapi", "uvicorn", "httpx", "PIL", "localgpt_index.query.search",
-             "localgpt_index.index.local.store", "localgpt_index.models.encoder"}
+    heavy = {"numpy", "torch", "transformers", "fastapi", "uvicorn", "httpx", "PIL", "pydantic", "regex", "http.client",
+             "pluggy", "localgpt_index.query.search", "localgpt_index.query.request", "localgpt_index.index.local.store",
+             "localgpt_index.models.families", "localgpt_index.models.encoding", "localgpt_index.interop.results",
+             "localgpt_index.cli.build", "localgpt_index.cli.eval", "localgpt_index.cli.serve"}
     assert not heavy & modules, heavy & modules
+    assert ("rich" in modules) == bool(verbosity)  # (a message printed: rich's console; none, none)
 
 
 @pytest.mark.slow  # a warm service in a process of its own
@@ -218,3 +225,49 @@ def test_the_mcp_server_answers_query_on_the_socket_too(report_index, tmp_path):
         server.stdin.close()
         assert server.wait(timeout=60) == 0
     assert not (index / "default" / "warm" / "socket").exists()
+
+
+@pytest.mark.slow  # CLI processes of their own, beside a warm service
+def test_a_request_the_service_refuses_is_the_local_paths_error(service, report_index):
+    """The warm client sends the request unchecked (no pydantic in its process): where the service refuses
+    it, the local path reports it, as it does without a service (nothing said of the service)."""
+    index = report_index["index"]
+    for bad in (["--first-pass", "many"], ["--filter", "team"]):
+        args = ["report", "--json", "-v", *bad]
+        warmed, local = query(index, *args), query(index, *args, "--no-warm")
+        assert warmed.returncode == local.returncode == 2
+        assert warmed.stdout == local.stdout and warmed.stderr == local.stderr, warmed.stderr
+
+
+@pytest.mark.slow  # a warm service in a process of its own, beside builds
+def test_the_python_api_opt_in_answers_from_a_warm_service_of_its_generation(report_index, tmp_path):
+    """open_warm_index: the same hits as open_index's, from a warm service of the index where one runs
+    with the same model and settings; text mode, another generation and another scorer answer here."""
+    from localgpt_index import open_index, open_warm_index
+    from localgpt_index.index.scoring.device import DeviceScoring
+
+    index = tmp_path / "idx"
+    shutil.copytree(report_index["index"], index, ignore=shutil.ignore_patterns("warm"))
+    running = WarmService(index)
+    try:
+        running.wait_ready()
+        warmed, local = open_warm_index(index), open_index(index)
+        for mode in ("visual", "hybrid", "text"):
+            queries, asked = ["report page 1", "a scan"], {"mode": mode, "k": 3, "with_text": True, "filters": {"team": "finance"}}
+            assert ([[hit.to_dict() for hit in hits] for hits in warmed.search(queries, **asked)]
+                    == [[hit.to_dict() for hit in hits] for hits in local.search(queries, **asked)])
+        assert warmed.answered_warm == 2  # (text mode loads no model: answered here)
+        other = open_warm_index(index, scoring=DeviceScoring("cpu"))
+        other.search("report", mode="visual")
+        assert other.answered_warm == 0  # a service of other settings is not asked
+
+        make_pdf(report_index["docs"].parent / "more" / "new.pdf", ["a new report"])
+        assert run_cli("build", str(report_index["docs"].parent / "more"), "--index-dir", str(index)).exit_code == 0
+        before = warmed.search("a new report", mode="visual", k=10)
+        assert warmed.answered_warm == 2  # its generation is not the service's now: answered here, from its own
+        assert "new.pdf" not in {Path(hit.path).name for hit in before[0]}
+        fresh = open_warm_index(index)
+        assert "new.pdf" in {Path(hit.path).name for hit in fresh.search("a new report", mode="visual", k=10)[0]}
+        assert fresh.answered_warm == 1
+    finally:
+        assert running.stop() == 0

@@ -1,7 +1,8 @@
 """The `lgpt-index` command: a thin Click layer over the library.
 
-Each command lives in its own module and imports heavy things (torch, byaldi)
-inside its body, so `--help` answers at once.
+Each command lives in its own module, imported when it runs (COMMANDS), and imports heavy things
+(torch, byaldi) inside its body, so `--help` answers at once and a query asked of a warm service
+imports little more than Click (serve/warm.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from .app import AppGroup
 from .options import EXIT_CODES, index_options
 
 
-@click.group(cls=AppGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
+# each command's module and name in it: imported when the command runs, or when all are listed
+COMMANDS = {name: f"localgpt_index.cli.{module}:{attribute}" for name, module, attribute in (
+    ("build", "build", "build"), ("query", "query", "query"), ("serve", "serve", "serve"), ("mcp", "mcp", "mcp"),
+    ("status", "status", "status"), ("ls", "ls", "ls"), ("remove", "remove", "remove"), ("verify", "verify", "verify"),
+    ("doctor", "doctor", "doctor"), ("export", "transfer", "export"), ("import", "transfer", "import_"),
+    ("eval", "eval", "eval_"), ("watch", "watch", "watch"), ("upgrade", "upgrade", "upgrade"), ("config", "config", "config"),
+    ("warm", "warm", "warm"))}
+
+
+@click.group(cls=AppGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
 @click.version_option(__version__, prog_name="lgpt-index")
 @index_options
 def main() -> None:
@@ -43,30 +53,6 @@ def main() -> None:
     --index-dir or $LGPT_INDEX_DIR says; the index location options are taken here, before the
     command, or by the command. Defaults for every option: lgpt-index.toml (docs/configuration.md).
     """
-
-
-def _register() -> None:
-    from .build import build
-    from .config import config
-    from .doctor import doctor
-    from .eval import eval_
-    from .ls import ls
-    from .mcp import mcp
-    from .query import query
-    from .remove import remove
-    from .serve import serve
-    from .status import status
-    from .transfer import export, import_
-    from .upgrade import upgrade
-    from .verify import verify
-    from .warm import warm
-    from .watch import watch
-
-    for command in (build, query, serve, mcp, status, ls, remove, verify, doctor, export, import_, eval_, watch, upgrade, config, warm):
-        main.add_command(command)
-
-
-_register()
 
 
 def run() -> None:

@@ -146,7 +146,37 @@ class Application:
 
 
 class AppGroup(click.Group):
-    """A group whose commands share one Application and one error handler."""
+    """A group whose commands share one Application and one error handler; `lazy` names commands by
+    "module:attribute", each imported when it is run or listed (a query imports no other command's module)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        self._lazy = dict(lazy or {})
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]  # click.Group.commands, an attribute: read through this property
+    def commands(self) -> dict[str, click.Command]:
+        """Every command (the lazy ones imported now: --help, the config file's check, `config`)."""
+        for name in list(self._lazy):
+            self._load(name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, commands: dict[str, click.Command]) -> None:
+        self._commands = commands
+
+    def _load(self, name: str) -> None:
+        from importlib import import_module
+
+        module, attribute = self._lazy.pop(name).split(":")
+        self._commands[name] = getattr(import_module(module), attribute)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            self._load(cmd_name)
+        return self._commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self._commands, *self._lazy})
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Click's main; where the reader of stdout went away (click answers a write into it with exit 1,

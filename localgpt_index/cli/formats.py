@@ -7,6 +7,7 @@ once (a `Listing`); `write` prints them in the chosen format."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from ..core.errors import UsageError
-from ..index.text.snippet import MARK
 from .app import Application
 
 if TYPE_CHECKING:
@@ -26,7 +26,15 @@ if TYPE_CHECKING:
 
 FORMATS: Final = ("table", "lines", "tsv", "jsonl", "json", "paths")
 _BREAKS = re.compile(r"[\t\n\r\v\f]")
-_MARKED = re.compile(re.escape(MARK[0]) + "(.+?)" + re.escape(MARK[1]))
+
+
+@functools.cache
+def _marked() -> re.Pattern[str]:
+    """A snippet's marked words (index.text.snippet's MARK), compiled when a snippet is shown: the text
+    analysis that module comes with (regex, the stemmers) stays out of a query that shows none."""
+    from ..index.text.snippet import MARK
+
+    return re.compile(re.escape(MARK[0]) + "(.+?)" + re.escape(MARK[1]))
 
 
 def format_option(func):
@@ -120,7 +128,9 @@ def clean(text: str) -> str:
 def plain(snippet: str) -> str:
     """A snippet as prose on one line: without the marks around its matched words, its tabs and line
     breaks as spaces."""
-    return _BREAKS.sub(" ", _MARKED.sub(r"\1", snippet))
+    if not snippet:  # (a visual hit's: nothing to import the marks for)
+        return snippet
+    return _BREAKS.sub(" ", _marked().sub(r"\1", snippet))
 
 
 def styled_snippet(snippet: str, style: str = "bold yellow") -> Text:
@@ -130,7 +140,7 @@ def styled_snippet(snippet: str, style: str = "bold yellow") -> Text:
     from .options import display_path
 
     text, at = Text(), 0
-    for match in _MARKED.finditer(snippet):
+    for match in _marked().finditer(snippet):
         text.append(display_path(snippet[at:match.start()]))
         text.append(display_path(match.group(1)), style=style)
         at = match.end()

@@ -8,7 +8,7 @@ import click
 
 from ..core.types import FUSIONS, MODES
 from ..query.fusion import RRF_K
-from ..query.request import DPI, MAX_K, MAX_RRF_K
+from ..query.bounds import DPI, MAX_K, MAX_RRF_K
 from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
 from .formats import format_option
@@ -80,25 +80,30 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
     if highlight and not export_dir:
         raise UsageError("--highlight draws on the pages --export-pages DIR writes: give --export-pages too.")
     structured = fmt in ("json", "jsonl")  # the formats that carry a page's text and image
-    request = _request(queries=texts, k=top_k, filters=list(filters), first_pass=first_pass, mode=mode, fusion=fusion,
-                       rrf_k=rrf_k, with_text=with_text and structured, with_images=with_images and structured, dpi=dpi,
-                       all_copies=all_copies, regions=regions or highlight)
+    # the request's fields: a warm service checks them as QueryRequest (pydantic stays out of this process),
+    # and where it refuses them the local path below says why
+    fields = dict(queries=texts, k=top_k, filters=list(filters), first_pass=first_pass, mode=mode, fusion=fusion, rrf_k=rrf_k,
+                  with_text=with_text and structured, with_images=with_images and structured, dpi=dpi, all_copies=all_copies,
+                  regions=regions or highlight)
     if server:
+        request = _request(**fields)
         _refuse_local_options(click.get_current_context(), server)
         if request.first_pass == "auto":
             raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
         document, fetch = _ask_server(server, token, request)
-    elif not (no_warm or export_dir) and (warm := ask_warm(app, request, model_spec, scorer, max_resident)) is not None:
+    elif not (no_warm or export_dir) and (warm := ask_warm(app, fields, model_spec, scorer, max_resident)) is not None:
         document, fetch = warm, None
     else:
         from ..query.search import DeviceScoring
 
-        document, fetch = _ask_index(app, request, model_spec, DeviceScoring(scorer, max_resident))
+        document, fetch = _ask_index(app, _request(**fields), model_spec, DeviceScoring(scorer, max_resident))
         if keep_warm_s is not None:
             keep_warm(app, keep_warm_s, model_spec, scorer, max_resident)
-    if request.filters and not any(answer["results"] for answer in document["queries"]):
-        shown = " ".join(f"--filter {key}={value}" for key, value in request.filters.items())
+    if filters and not any(answer["results"] for answer in document["queries"]):
+        from ..core.metadata import parse_filters
+
+        shown = " ".join(f"--filter {key}={value}" for key, value in parse_filters(list(filters)).items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
     if export_dir:
         from pathlib import Path

@@ -16,7 +16,6 @@ from .options import INDEX_MODEL_HELP, SECONDS, index_options, model_options, sc
 
 if TYPE_CHECKING:
     from ..models.resolve import ModelSpec
-    from ..query.request import QueryRequest
 
 WARM_EXIT = """\b
 Exit codes:
@@ -46,18 +45,24 @@ def local_root(app: Application) -> Path | None:
     return index_path(app.index_dir_found()[0], app.index_name)
 
 
-def ask_warm(app: Application, request: QueryRequest, model_spec: ModelSpec, scorer: str, max_resident: int | None) -> dict | None:
-    """The query document of a warm service of this index, model and settings, its messages told as a local
-    query tells them; None where none answers it (the local path does)."""
-    from ..serve.warm import ask, identity
+def ask_warm(app: Application, fields: dict[str, Any], model_spec: ModelSpec, scorer: str, max_resident: int | None) -> dict | None:
+    """The query document of a warm service of this index, model and settings for a request of `fields`
+    (QueryRequest's, unchecked: the service checks them), its messages told as a local query tells them;
+    None where none answers it, or where the service refuses the request (the local path answers, or says why)."""
+    from ..core.errors import LgptError
+    from ..serve.warm import REFUSED, ask, identity
 
-    root = local_root(app)
-    if root is None or request.with_images or request.first_pass == "auto" or not os.path.lexists(root / "HEAD"):
+    try:
+        root = local_root(app)
+    except LgptError:  # (an index name that cannot be: the local path says so, after the request's own errors)
+        return None
+    if root is None or fields["with_images"] or fields["first_pass"] == "auto" or not os.path.lexists(root / "HEAD"):
         return None
     expect = identity(root, model_spec.id, model_spec.device, model_spec.dtype, scorer, max_resident)
-    answer = ask(root, expect, request.model_dump(mode="json"))
-    if answer is None:
-        app.terminal.detail("no warm service of this index and model answered: answering here")
+    answer = ask(root, expect, fields)
+    if not isinstance(answer, dict):
+        if answer != REFUSED:
+            app.terminal.detail("no warm service of this index and model answered: answering here")
         return None
     app.terminal.say(answer["notes"])
     return answer["document"]

@@ -17,11 +17,6 @@ from typing import Any
 from .errors import UsageError
 from .files import read_user_text
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 INDEX_FOLDER = ".lgpt-index"
 CONFIG_FILE = "lgpt-index.toml"
 PYPROJECT = "pyproject.toml"
@@ -87,6 +82,11 @@ def find_config(start: Path | None = None) -> ProjectConfig:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):  # (imported here: a run without a config file parses none)
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
     text = read_user_text(path, limit=CONFIG_LIMIT, label=str(path))
     try:
         return tomllib.loads(text)

@@ -7,6 +7,7 @@ goes through a `Terminal`.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import sys
 import threading
@@ -57,19 +58,18 @@ class Terminal:
     """Messages and progress bars on stderr, quiet when asked or not a TTY."""
 
     def __init__(self, verbosity: int = 0, stream=None) -> None:
-        from rich.console import Console
-
         self.stream = stream or sys.stderr
         self.verbosity = verbosity  # -1 quiet, 0 normal, 1 verbose
         self.is_tty = self.stream.isatty()
-        no_color = bool(os.environ.get("NO_COLOR"))
-        self.console = Console(
-            file=self.stream,
-            force_terminal=self.is_tty,
-            no_color=no_color or not self.is_tty,
-            highlight=False,
-            soft_wrap=True,
-        )
+        self._no_color = bool(os.environ.get("NO_COLOR"))
+
+    @functools.cached_property
+    def console(self) -> Console:
+        """rich's Console on the stream, made when something is said (a quiet warm query imports no rich)."""
+        from rich.console import Console
+
+        return Console(file=self.stream, force_terminal=self.is_tty, no_color=self._no_color or not self.is_tty, highlight=False,
+                       soft_wrap=True)
 
     def info(self, message: str) -> None:
         if self.verbosity >= 0:

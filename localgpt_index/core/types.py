@@ -1,34 +1,19 @@
-"""Value types shared across the layers: what a file looked like, its kind, a page's owner, a search hit, a mode.
+"""Value types shared across the layers: a file's kind, a page's owner, a search hit, a mode.
 
 How a query is answered (its mode and fusion) is here too: query.request asks them, interop's
-documents report them."""
+documents report them. No pydantic here (what a file looked like is core.filestat's): the command
+line's warm path reads the modes without it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Final, Literal, get_args
+from typing import Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
-
-Count = Annotated[int, Field(ge=0, le=1 << 48)]
 Mode = Literal["hybrid", "visual", "text"]  # hybrid: the text and visual lists fused
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 Fusion = Literal["weighted", "rrf"]  # how hybrid fuses its lists (query/fusion.py)
 FUSIONS: Final[tuple[Fusion, ...]] = get_args(Fusion)
 Kind = Literal["pdf", "image", "office", "markdown"]  # a document's kind, by its suffix (ingest/discover.py)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class FileStat(_Strict):
-    """What a build compares to decide, without reading a byte, that a file did not change (like git's index)."""
-
-    size: Count
-    mtime_ns: int
-    ino: Count
-    ctime_ns: int
 
 
 @dataclass(frozen=True)

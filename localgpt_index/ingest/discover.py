@@ -20,7 +20,8 @@ from typing import Final, Iterable
 
 from ..core.errors import UsageError
 from ..core.files import sha256_file
-from ..core.types import FileStat, Kind
+from ..core.filestat import FileStat
+from ..core.types import Kind
 from .ignore import IGNORE_FILE, Chain, IgnoreRules
 
 PDF: Final = "pdf"

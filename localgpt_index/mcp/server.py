@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, WithJsonSchema
 
 from .._version import __version__
 from ..core.errors import LgptError, UsageError
-from ..query.request import MAX_QUERY_CHARS
+from ..query.bounds import MAX_QUERY_CHARS
 from ..serve.httpguard import printable, redact
 from .backend import IndexTools
 from .images import FittedImage

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from contextlib import suppress
 from dataclasses import asdict, dataclass
@@ -17,7 +16,6 @@ from pathlib import Path
 
 from ..core.errors import EnvironmentMissing, UsageError
 from ..core.files import user_cache_folder
-from .families import detect_family, supported
 
 DEFAULT_MODEL = "vidore/colpali-v1.3"
 # How ModelRef.fingerprint is computed (a manifest records the scheme beside the fingerprint):
@@ -68,6 +66,8 @@ def model_family(folder: Path, base: Path | None = None) -> str:
         config = base / "config.json"
     if not config.exists():
         raise UsageError(f"{folder}: no config.json (nor a base model with one); not a model checkpoint.")
+    from .families import detect_family, supported  # (the plugins with them: not for a query a warm service answers)
+
     data = _read_json(config)
     family = detect_family(data)
     if family is None:
@@ -183,6 +183,8 @@ class WeightDigests:
         temporary = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            import tempfile
+
             handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".digests-", suffix=".json")
             with os.fdopen(handle, "w") as out:
                 json.dump({"version": self.VERSION, "files": kept}, out)

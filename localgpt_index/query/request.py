@@ -21,14 +21,10 @@ from pydantic_core import PydanticCustomError
 from ..core.errors import UsageError
 from ..core.metadata import parse_filters
 from ..core.types import Fusion, Mode
+from .bounds import DPI, MAX_FIRST_PASS, MAX_K, MAX_QUERY_CHARS, MAX_RRF_K
 from .fusion import RRF_K
 
 AUTO: Final = "auto"  # first_pass: the index decides (codes.plan); a local index only
-MAX_QUERY_CHARS: Final = 2048  # longer text is refused before tokenising (a 1 MB query took 600 s)
-MAX_K: Final = 1000
-MAX_FIRST_PASS: Final = 1_000_000
-MAX_RRF_K: Final = 100_000
-DPI: Final = (20, 150, 600)  # the least, the default and the most
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,13 @@ __all__ = ["DeviceScoring", "SearchHit", "Searcher", "load_query_encoder", "open
 _UNSET: Any = object()
 
 
+def as_request(request: QueryRequest | str | Sequence[str], **fields: Any) -> QueryRequest:
+    """`Searcher.search`'s request: a QueryRequest, or the queries and the request's other fields as keywords."""
+    if isinstance(request, QueryRequest):
+        return request
+    return validated(QueryRequest, "bad query", queries=[request] if isinstance(request, str) else list(request), **fields)
+
+
 def load_query_encoder(ref: ModelRef, spec: ModelSpec = ModelSpec()) -> QueryEncoder:
     """The encoder for queries: a plugin family's own encoder, else the probe and the family's loader
     (on the spec's device and dtype)."""
@@ -122,8 +129,7 @@ class Searcher:
         """Top-k pages for each query of `request` (all encoded in one batch): a QueryRequest, or the
         queries and the request's other fields as keywords (k, filters, first_pass, mode, fusion,
         with_text...). Text mode loads no model."""
-        if not isinstance(request, QueryRequest):
-            request = validated(QueryRequest, "bad query", queries=[request] if isinstance(request, str) else list(request), **fields)
+        request = as_request(request, **fields)
         if self.mode(request) == "text":
             return self.search_encoded(request, None)
         encoder = self._encoder or self.load_encoder()

@@ -68,6 +68,7 @@ def install_warm_routes(app: FastAPI, ident: Identity, socket_path: Path, activi
     service: IndexService = app.state.service
     batcher = app.state.batcher
     started = time.monotonic()
+    count = [0]  # queries answered on the socket (its status says how many)
 
     @app.post(QUERY_PATH, include_in_schema=False)
     async def warm_query(http_request: Request) -> Response:
@@ -76,12 +77,17 @@ def install_warm_routes(app: FastAPI, ident: Identity, socket_path: Path, activi
         body = await http_request.json()
         if not isinstance(body, dict) or body.get("expect") != ident.to_json():
             return error_response(409, "another index, model or version")
+        asked = body.get("request")
+        # the Python API's: answered only from its Searcher's generation
+        generation = asked.pop("generation", None) if isinstance(asked, dict) else None
         try:
-            request = QueryRequest.model_validate(body.get("request"))
+            request = QueryRequest.model_validate(asked)
         except ValidationError as exc:
             return error_response(400, str(exc.errors()[:1]))
         service.require_ready()
         index = service.index()
+        if generation is not None and index.manifest.generation != generation:
+            return error_response(409, "another generation")
         if index.mode(request) == "text":  # (refused here: text or hybrid of an index without text)
             results = await run_in_threadpool(index.search, request)
         else:  # not batched with serve's clients: scored as the command line scores, alone (one_shot)
@@ -89,13 +95,14 @@ def install_warm_routes(app: FastAPI, ident: Identity, socket_path: Path, activi
             if isinstance(answered, LgptError):
                 raise answered
             index, results = answered.index, answered.results
+        count[0] += 1
         return json_response(answer_document(service, index, request, results))
 
     @app.get(STATUS_PATH, include_in_schema=False)
     def warm_status(http_request: Request) -> Response:
         if http_request.scope.get("client") is not None:
             return error_response(404, "Not Found")
-        return json_response(_status(service, ident, socket_path, activity, started, stop is not None))
+        return json_response(_status(service, ident, socket_path, activity, started, stop is not None) | {"answered": count[0]})
 
     @app.post(STOP_PATH, include_in_schema=False)
     def warm_stop(http_request: Request) -> Response:

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 
 from ..._version import __version__
 from ...core.errors import IndexProblem, Stage
-from ...core.types import FileStat, Kind
+from ...core.filestat import Count, FileStat
+from ...core.types import Kind
 
 FORMAT: Final = "lgpt-index/5"
 READABLE_FORMATS = ("lgpt-index/1", "lgpt-index/2", "lgpt-index/3", "lgpt-index/4", FORMAT)
@@ -35,7 +36,6 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 SegmentId = Annotated[str, Field(pattern=r"^seg-[0-9A-Za-z-]{1,80}$")]
 PdfName = Annotated[str, Field(pattern=r"^pdf/[0-9a-f]{64}\.pdf$")]
 ManifestName = Annotated[str, Field(pattern=r"^gen-[0-9]{8,12}\.json$")]
-Count = Annotated[int, Field(ge=0, le=1 << 48)]
 Text = Annotated[str, Field(max_length=4096)]
 
 
