@@ -8,7 +8,9 @@ transaction (the writers' lock, staged blobs, one HEAD switch: a kill at any poi
 generation answering; never done by a reader). Today that is the binary codes of the first pass
 (index/scoring/codes): every live segment without a part of the current version gets one, coded from
 its stored vectors (read and checked block by block) exactly as a build would code them, and version 2
-codes get their block hashes (version 3: read lazily; the codes themselves are kept).
+codes get their block hashes (version 3: read lazily; the codes themselves are kept). And a text index of
+another analysis (local or Qdrant: its sparse vectors too, index/qdrant/sparse.py) is built again from the
+stored page text.
 """
 
 from __future__ import annotations
@@ -121,20 +123,17 @@ def needs_codes(segment: Segment) -> bool:
 
 
 def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
-    """Codes for every live segment lacking current ones, committed as one new generation; `progress` is
-    told of each segment as it is done."""
+    """Codes for every live segment of a local index lacking current ones, and the text index of the current
+    analysis, committed as one new generation; `progress` is told of each segment as it is done."""
     with changing_existing(store, wait_s) as (txn, manifest):
         report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
-        if any(seg.storage != "file" for seg in manifest.segments.values()):
-            report.note = "this store ranks the pages itself (Qdrant): it uses no binary codes"
-            return report
-        if not isinstance(store, LocalStore):  # a plugin's store: its vectors are not ours to read for codes
-            report.note = "binary codes are written into local indexes only"
-            return report
-        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)]
         text = LEXICAL in manifest.artifacts and not current(manifest.artifacts[LEXICAL])  # the commit builds it again
+        coded = isinstance(store, LocalStore) and all(seg.storage == "file" for seg in manifest.segments.values())
+        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)] if coded else []
         if not stale and not text:
-            report.note = "every segment has binary codes of the current version, and the text index the current analysis"
+            report.note = ("every segment has binary codes of the current version, and the text index the current analysis" if coded
+                           else "its text index has the current analysis; binary codes are written into local indexes only "
+                                "(a Qdrant store ranks the pages itself)")
             return report
         for number, segment in enumerate(stale, 1):
             started = time.monotonic()
