@@ -65,3 +65,56 @@ def test_language_is_recorded_and_a_change_rebuilds_the_text_index_only(fake_mod
     assert _manifest(location).settings.language == "de" and _found(location, "Lieferung") == ["de.pdf"]
     auto = _build(german, fake_model, "--language", "auto", *location)
     assert auto["committed"] and _found(location, "Lieferung") == ["de.pdf"] and _found(location, "engineer") == ["en.pdf"]
+
+
+def test_ocr_lang_names_the_language_unless_language_is_given(fake_model, german):
+    """--ocr-lang deu (no --language): German stems for every document; --language wins over it."""
+    location = ["--index-dir", str(german / "idx")]
+    _build(german, fake_model, "--ocr", "never", "--ocr-lang", "deu", *location)
+    manifest = _manifest(location)
+    assert manifest.settings.language == "de" and manifest.artifacts["lexical"].meta["languages"] == "de"
+    assert _found(location, "Lieferung") == ["de.pdf"]
+    _build(german, fake_model, "--ocr-lang", "deu", "--language", "en", *location)
+    assert _manifest(location).settings.language == "en" and _found(location, "Lieferung") == []
+
+
+def test_the_config_file_sets_the_language_and_a_bad_one_is_a_usage_error(fake_model, german):
+    (german / "lgpt-index.toml").write_text(f'model = "{fake_model}"\nlanguage = "german"\n')
+    done = run_cli("build", "docs")
+    assert done.exit_code == 0, done.stderr
+    assert _manifest(["--index-dir", str(german / ".lgpt-index")]).settings.language == "de"
+    bad = run_cli("build", "docs", "--language", "klingon")
+    assert bad.exit_code == 2 and "klingon: not a language with a stemmer" in bad.stderr, bad.stderr
+
+
+def test_an_index_without_a_language_writes_no_language_setting(fake_model, german):
+    """Left at auto, the manifest's bytes are those an older lgpt-index reads (no new key)."""
+    location = ["--index-dir", str(german / "idx")]
+    _build(german, fake_model, *location)
+    first = list((german / "idx" / "default").rglob("gen-*.json"))
+    assert first and all(b'"language"' not in path.read_bytes() for path in first)
+    _build(german, fake_model, "--language", "de", *location)
+    assert any(b'"language":"de"' in path.read_bytes() for path in (german / "idx" / "default").rglob("gen-*.json"))
+
+
+def test_upgrade_rebuilds_a_qdrant_stores_sparse_vectors_of_another_analysis(fake_model, german, monkeypatch):
+    """A Qdrant store whose text index (and sparse vectors) another analysis made answers text queries
+    visually; `upgrade` writes its text index and every page's sparse vector again, the pages' points kept."""
+    from localgpt_index.index.qdrant import sparse
+    from localgpt_index.index.text import artifact
+
+    location = ["--store", f"qdrant+path://{german / 'qd'}/pages"]
+    with monkeypatch.context() as patch:
+        patch.setattr(artifact, "TOKENIZER_VERSION", artifact.TOKENIZER_VERSION - 1)  # as an older version recorded it
+        patch.setattr(sparse, "tokenize", lambda text, language=None: text.split())  # and cut its words: no folding, no stems
+        _build(german, fake_model, *location)
+    before = _manifest(location)
+    assert not artifact.current(before.artifacts["lexical"])
+    upgraded = run_cli("upgrade", "--json", *location)
+    assert upgraded.exit_code == 0, upgraded.stderr
+    assert json.loads(upgraded.stdout)["text_reindexed"] is True, upgraded.stdout
+    after = _manifest(location)
+    assert artifact.current(after.artifacts["lexical"]) and after.segments == before.segments
+    assert _found(location, "Lieferung Koln") == ["de.pdf"]  # a stem and a folded accent: the new analysis's vectors
+    again = run_cli("upgrade", "--json", *location)
+    assert again.exit_code == 0 and json.loads(again.stdout)["upgraded"] is False, again.stdout
