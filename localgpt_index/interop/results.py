@@ -87,6 +87,8 @@ class QueryAnswer(_Document):
 
     query: str
     results: list[Hit]
+    hints: list[str] = _absent("text mode, no page found: why (the words no page holds, each with the nearest indexed "
+                               "words; or a quoted phrase no page holds)")
 
 
 class DeviceUse(_Document):
