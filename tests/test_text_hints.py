@@ -81,3 +81,55 @@ def test_query_server_and_the_mcp_search_tool_give_the_same_hints(reports):
             assert faults == []
 
     asyncio.run(scenario())
+
+
+def write_flood(path: Path, word: str = "valve", times: int = 25_000) -> Path:
+    """A text PDF whose one page holds `word` `times` times: a poster-sized page (pdftotext drops text in
+    fonts much below 8 pt), 100 a line."""
+    from reportlab.pdfgen import canvas
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sheet = canvas.Canvas(str(path), pagesize=(3000, 3000), invariant=1)
+    sheet.setFont("Helvetica", 8)
+    for line in range(times // 100):
+        sheet.drawString(10, 2980 - 10 * line, " ".join([word] * 100))
+    sheet.showPage()
+    sheet.save()
+    return path
+
+
+@pytest.mark.slow  # an MCP server, a process of its own
+def test_a_text_search_over_a_flooded_page_holds_no_other_mcp_call(reports, fake_model, tmp_path):
+    """One word 25,000 times on a page: a text search that finds it, held at its snippet (failpoint
+    query.snippet: past the text list's work on that page; every later snippet would hold too), leaves
+    index_status, list_documents and get_page answering; released, it answers with the page and a snippet."""
+    from test_mcp import held_text_search, mcp_session, structured
+
+    import shutil
+
+    docs = shutil.copytree(reports["docs"], tmp_path / "docs")
+    write_flood(docs / "flood.pdf")
+    index = tmp_path / "idx"
+    done = run_cli("build", str(docs), "--model", str(fake_model), "--index-dir", str(index))
+    assert done.exit_code == 0, done.stderr
+    release = tmp_path / "release"
+    env = {**held_text_search(release), "LGPT_FAILPOINT": "query.snippet:1:hold"}
+
+    async def scenario():
+        async with mcp_session("--index-dir", str(index), env=env) as (session, faults):
+            held = asyncio.create_task(session.call_tool("search", {"query": "valve", "mode": "text", "k": 1}))
+            await asyncio.to_thread(wait_until, Path(f"{release}.reached").exists, 60, "the flooded page's search held")
+            status = structured(await asyncio.wait_for(session.call_tool("index_status", {}), 60))
+            assert status["pages"] == 8, status
+            listed = structured(await asyncio.wait_for(session.call_tool("list_documents", {}), 60))
+            assert len(listed["documents"]) == 5, listed
+            page = structured(await asyncio.wait_for(session.call_tool("get_page", {"document": "report-1.pdf", "page": 2,
+                                                                                       "with_image": False}), 60))
+            assert "report 1 page 1" in page["text"] and not held.done(), page
+            release.touch()
+            answer = structured(await asyncio.wait_for(held, 60))
+            assert answer["hits"][0]["document"].endswith("flood.pdf") and "**valve**" in answer["hits"][0]["snippet"], answer
+            assert answer["hits"][0]["text"].count("valve") == 25_000 or answer["hits"][0]["text_truncated"]
+            assert faults == []
+
+    asyncio.run(scenario())

@@ -64,7 +64,6 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
           all_copies, top_k, server, token, no_warm, keep_warm_s, model_spec, scorer, max_resident) -> None:
     """Return the pages that best answer TEXT (several TEXT arguments: one query each)."""
     from ..core.errors import UsageError
-    from ..interop.reports import hint_notes
     from .formats import chosen_format, write
 
     fmt = chosen_format(app.output_format, app.as_json)
@@ -80,6 +79,8 @@ def query(app: Application, text, queries_file, filters, export_dir, dpi, with_i
         if request.first_pass == "auto":
             raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
+        from ..interop.results import hint_notes
+
         document, fetch = _ask_server(server, token, request)
         app.terminal.say(hint_notes(document))
     elif not (no_warm or export_dir) and (warm := ask_warm(app, request, model_spec, scorer, max_resident)) is not None:

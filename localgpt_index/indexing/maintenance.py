@@ -128,33 +128,39 @@ def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None =
     with changing_existing(store, wait_s) as (txn, manifest):
         report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
         text = LEXICAL in manifest.artifacts and not current(manifest.artifacts[LEXICAL])  # the commit builds it again
-        coded = isinstance(store, LocalStore) and all(seg.storage == "file" for seg in manifest.segments.values())
-        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)] if coded else []
+        local = store if isinstance(store, LocalStore) and all(seg.storage == "file" for seg in manifest.segments.values()) else None
+        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)] if local is not None else []
         if not stale and not text:
-            report.note = ("every segment has binary codes of the current version, and the text index the current analysis" if coded
-                           else "its text index has the current analysis; binary codes are written into local indexes only "
-                                "(a Qdrant store ranks the pages itself)")
+            report.note = ("every segment has binary codes of the current version, and the text index the current analysis"
+                           if local is not None else "its text index has the current analysis; binary codes are written into "
+                                                     "local indexes only (a Qdrant store ranks the pages itself)")
             return report
-        for number, segment in enumerate(stale, 1):
-            started = time.monotonic()
-            old = segment.parts.get(NAME)
-            if old is not None and old.version in READABLE:  # the same codes: their block hashes added
-                with txn.writing():
-                    part = with_block_hashes(old, store.blob_source(), txn.blobs)
-                done = "block hashes added to its codes"
-                report.segments_hashed += 1
-            else:
-                part = _coded(store, txn, segment)
-                done = "coded"
-                report.segments_coded += 1
-                report.pages_coded += segment.pages
-            txn.stage(segment.model_copy(update={"parts": {**segment.parts, NAME: part}}))
-            if progress is not None:
-                progress(number, len(stale), segment, done, time.monotonic() - started)
-            failpoint("upgrade-segment")
+        if local is not None:
+            _code_segments(local, txn, stale, report, progress)
         new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
         report.generation, report.upgraded, report.text_reindexed = new.generation, True, text
     return report
+
+
+def _code_segments(store: LocalStore, txn: Transaction, stale: list[Segment], report: UpgradeReport, progress: Progress | None) -> None:
+    """Codes for each of the `stale` segments, staged in `txn` (block hashes added where its codes are of a version still read)."""
+    for number, segment in enumerate(stale, 1):
+        started = time.monotonic()
+        old = segment.parts.get(NAME)
+        if old is not None and old.version in READABLE:  # the same codes: their block hashes added
+            with txn.writing():
+                part = with_block_hashes(old, store.blob_source(), txn.blobs)
+            done = "block hashes added to its codes"
+            report.segments_hashed += 1
+        else:
+            part = _coded(store, txn, segment)
+            done = "coded"
+            report.segments_coded += 1
+            report.pages_coded += segment.pages
+        txn.stage(segment.model_copy(update={"parts": {**segment.parts, NAME: part}}))
+        if progress is not None:
+            progress(number, len(stale), segment, done, time.monotonic() - started)
+        failpoint("upgrade-segment")
 
 
 def _coded(store: LocalStore, txn: Transaction, segment: Segment) -> PartRef:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from ..core.types import SearchHit
 from ..index.protocols import View
-from .results import QUERY_SCHEMA_VERSION, QueryDocument
+from .results import QUERY_SCHEMA_VERSION, QueryDocument, hint_notes
 
 
 def query_document(view: View, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
@@ -205,9 +205,4 @@ def miss_hints(lexical, text: str) -> list[str]:
     if not miss.unknown and lexical.parse(text).phrases:
         lines.append(f"every word of {text!r} is indexed, but no page holds its phrase as quoted")
     return lines
-
-
-def hint_notes(document: dict) -> list[Note]:
-    """The messages printed beside a query document for its queries' hints (text_misses), wherever it was answered."""
-    return [("info", f"hint: {hint} (query {answer['query']!r})") for answer in document["queries"] for hint in answer.get("hints", ())]
 

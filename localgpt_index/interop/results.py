@@ -135,6 +135,12 @@ class QueryDocument(_Document):
         return self.model_dump(exclude_unset=True)
 
 
+def hint_notes(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """The messages (level, text) printed beside a query document for its queries' `hints`, wherever it was
+    answered (here, a warm service, a server)."""
+    return [("info", f"hint: {hint} (query {answer['query']!r})") for answer in document["queries"] for hint in answer.get("hints", ())]
+
+
 def query_json_schema() -> dict[str, Any]:
     """The published JSON schema of the query document (query.schema.json)."""
     schema = QueryDocument.model_json_schema()
