@@ -97,9 +97,7 @@ def build_index(
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
         if not plan.changes_catalog and not txn.needs_upgrade:
-            report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
-            log("Index is up to date: no document changed, no model work done.")
-            _language_after(txn, options, report, log)
+            _up_to_date(txn, options, report, log)
             _text_after(txn, options, tesseract, report, timer, log)
             return report
         build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
@@ -131,10 +129,12 @@ def _text_only(store: Store, options: BuildOptions, report: BuildReport, timer: 
     return report
 
 
-def _language_after(txn: Transaction, options: BuildOptions, report: BuildReport, log: Log) -> None:
-    """Another --language than the index records, no document changed: the text index built again from the
-    stored page text (the commit's lexical artifact), the vectors as they are."""
+def _up_to_date(txn: Transaction, options: BuildOptions, report: BuildReport, log: Log) -> None:
+    """No document changed: nothing encoded. With another --language than the index records, the text index
+    built again from the stored page text (the commit's lexical artifact), the vectors as they are."""
     base = txn.base
+    report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
+    log("Index is up to date: no document changed, no model work done.")
     language = options.settings.recorded()["language"]
     if base is None or not base.documents or base.settings.language == language:
         return
