@@ -68,7 +68,8 @@ def test_language_is_recorded_and_a_change_rebuilds_the_text_index_only(fake_mod
 
 
 def test_ocr_lang_names_the_language_unless_language_is_given(fake_model, german):
-    """--ocr-lang deu (no --language): German stems for every document; --language wins over it."""
+    """--ocr-lang deu (no --language, none recorded): German stems for every document; --language wins over it,
+    and once recorded, stays."""
     location = ["--index-dir", str(german / "idx")]
     _build(german, fake_model, "--ocr", "never", "--ocr-lang", "deu", *location)
     manifest = _manifest(location)
@@ -76,6 +77,8 @@ def test_ocr_lang_names_the_language_unless_language_is_given(fake_model, german
     assert _found(location, "Lieferung") == ["de.pdf"]
     _build(german, fake_model, "--ocr-lang", "deu", "--language", "en", *location)
     assert _manifest(location).settings.language == "en" and _found(location, "Lieferung") == []
+    _build(german, fake_model, "--ocr-lang", "deu", *location)  # --language left out: the index's, not --ocr-lang's
+    assert _manifest(location).settings.language == "en"
 
 
 def test_the_config_file_sets_the_language_and_a_bad_one_is_a_usage_error(fake_model, german):

@@ -52,8 +52,8 @@ class BuildSettings:
         """These settings for a build on `base` (None: a new index): each left out, the value `base` records,
         else the default ($LGPT_OCR, else auto, for --ocr); each given, itself, but where `base` holds pages
         and records another value, an IndexProblem unless `rebuild` (not --language: the next commit builds the
-        text index again). --language left out with --ocr-lang given: Tesseract's languages. --text never (given or recorded) with an
-        explicit --ocr auto or always is a UsageError."""
+        text index again). --language left out with --ocr-lang given, and none recorded: Tesseract's languages.
+        --text never (given or recorded) with an explicit --ocr auto or always is a UsageError."""
         recorded = base.settings if base is not None else None
         holds_pages = base is not None and bool(base.documents or base.in_progress)
         values = {}
@@ -67,8 +67,8 @@ class BuildSettings:
                 raise IndexProblem(f"{where} was built with {option} {held}, not {given}; {setting.metadata['why']}.",
                                    hint=f"Leave out {option} to keep {held}, or use --rebuild to change it.")
             values[setting.name] = given
-        if self.language is None and self.ocr_lang is not None:  # Tesseract's languages name the text's
-            values["language"] = from_ocr_lang(self.ocr_lang)
+        if self.language is None and self.ocr_lang is not None and getattr(recorded, "language", None) is None:
+            values["language"] = from_ocr_lang(self.ocr_lang)  # Tesseract's languages name the text's
         settled = BuildSettings(**values)
         text_mode(settled.text, self.ocr)
         return settled
