@@ -73,7 +73,8 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
             service.require_ready()
             found = await batcher.submit(body)
         mode = found.index.mode(body)
-        hints = await run_in_threadpool(text_misses, found.index, mode, body.queries, found.results) if mode == "text" else ()
+        empty = mode == "text" and not all(found.results)  # (a found page needs no hint: no thread hop for it)
+        hints = await run_in_threadpool(text_misses, found.index, mode, body.queries, found.results) if empty else ()
         document = query_document(found.index.view, body.queries, found.results, body.k, mode=mode, fusion=body.fusion, hints=hints)
         rendered = 0
         if body.with_images:
