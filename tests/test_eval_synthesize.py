@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run_cli
 from docgen import make_pdf
 from helpers import build_ok
@@ -54,6 +56,7 @@ def test_against_exact_reports_how_much_of_the_exact_top_a_first_pass_keeps(tmp_
     assert runs[None] == 1.0 and runs[2] < 0.5, runs  # exact keeps all of itself; a first pass of 2 pages, at most 2 of 10
 
 
+@pytest.mark.slow  # --pool-factor pools with torch: the real-component tier
 def test_against_exact_judges_a_pooled_index_by_the_unpooled_one_beside_it(tmp_path, fake_model):
     for number in range(8):
         make_pdf(tmp_path / "docs" / f"doc-{number}.pdf", [PAGES[number % len(PAGES)] + f" part {number}", "Notes and figures"])
