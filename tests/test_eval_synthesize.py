@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run_cli
 from docgen import make_pdf
 from helpers import build_ok
@@ -52,3 +54,24 @@ def test_against_exact_reports_how_much_of_the_exact_top_a_first_pass_keeps(tmp_
     assert result.exit_code == 0, result.stderr
     runs = {run["first_pass"]: run["measures"]["recall@10"] for run in json.loads(result.stdout)["runs"]}
     assert runs[None] == 1.0 and runs[2] < 0.5, runs  # exact keeps all of itself; a first pass of 2 pages, at most 2 of 10
+
+
+@pytest.mark.slow  # --pool-factor pools with torch: the real-component tier
+def test_against_exact_judges_a_pooled_index_by_the_unpooled_one_beside_it(tmp_path, fake_model):
+    for number in range(8):
+        make_pdf(tmp_path / "docs" / f"doc-{number}.pdf", [PAGES[number % len(PAGES)] + f" part {number}", "Notes and figures"])
+    build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--name", "plain")
+    build_ok(str(tmp_path / "docs"), "--model", str(fake_model), "--name", "pooled", "--pool-factor", "4")
+
+    def recall(*args: str) -> tuple[float, str]:
+        result = run_cli("eval", "--synthesize", "10", "--against", "exact", "--json", *args)
+        assert result.exit_code == 0, result.stderr
+        document = json.loads(result.stdout)
+        return document["runs"][0]["measures"]["recall@10"], document["query_set"]
+
+    itself, _ = recall("--name", "pooled")
+    judged, source = recall("--name", "pooled", "--reference", "plain")
+    plain, _ = recall("--name", "plain", "--reference", "plain")
+    assert itself == plain == 1.0 and judged < 1.0 and source.endswith("judged by the exact top 10 of index plain"), (judged, source)
+    alone = run_cli("eval", "--synthesize", "10", "--reference", "plain")
+    assert alone.exit_code == 2 and "--against exact" in alone.stderr

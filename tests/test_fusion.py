@@ -159,3 +159,62 @@ def test_the_visual_prior_is_learned_once_a_generation_and_kept_for_the_next_pro
     encoded.clear()
     again = open_index().search("the red poster", k=3, mode="hybrid")
     assert encoded == [1] and again == first
+
+
+def multilingual_queries(root: Path) -> Path:
+    """The multilingual planted-fact corpus (tests/multilingual.py) under root/docs, with a gold picture (the hub), and
+    its questions: each fact in each spelling (category LANGUAGE-SPELLING), each code (category codes)."""
+    from PIL import Image
+
+    from multilingual import SPELLINGS, write_corpus
+
+    corpus = write_corpus(root / "docs")
+    Image.new("RGB", (640, 480), GOLD).save(root / "docs" / "poster-gold.png")
+    lines = [{"id": f"{name}:{page}:{spelling}", "category": f"{fact.language}-{spelling}", "query": fact.queries[spelling],
+              "relevant": [{"path": f"docs/{name}", "page": page, "grade": 2}]}
+             for (name, page), fact in corpus.facts.items() for spelling in SPELLINGS]
+    lines += [{"id": code, "category": "codes", "query": code, "relevant": [{"path": f"docs/{name}", "page": page, "grade": 2}]}
+              for (name, page), code in corpus.codes.items()]
+    queries = root / "queries.jsonl"
+    queries.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+    return queries
+
+
+def assert_hybrid_not_buried(found: dict[tuple[str, str], dict[str, float]]) -> None:
+    for group in sorted({group for _, group in found}):
+        best = max(found[("text", group)]["ndcg@10"], found[("visual", group)]["ndcg@10"])
+        assert found[("hybrid", group)]["ndcg@10"] >= best - 0.02, (group, table(found))
+
+
+def test_on_the_multilingual_corpus_without_visual_signal_hybrid_is_as_good_as_text(tmp_path):
+    """Each language and spelling, and the codes: hybrid >= max(text, visual) - 0.02 nDCG@10, as with a random-weight
+    checkpoint (the fake encoder's noise, and one picture its visual rank 1 for every query)."""
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    queries = multilingual_queries(tmp_path)
+    build_ok(str(tmp_path / "docs"), "--model", str(write_fake_checkpoint(tmp_path / "blind", hubs=[GOLD])), "--ocr", "never")
+    result = run_cli("eval", str(queries), "--json", "--modes", "visual,text,hybrid", "--group-by", "category")
+    assert result.exit_code == 0, result.stderr
+    runs = json.loads(result.stdout)["runs"]
+    found = {(run["mode"], group): values["measures"] for run in runs for group, values in run["groups"].items()}
+    found.update({(run["mode"], "all"): run["measures"] for run in runs})
+    print(table(found))
+    assert len({group for _, group in found}) == 14 and found[("visual", "all")]["recall@5"] < 0.5, table(found)
+    assert_hybrid_not_buried(found)
+
+
+@pytest.mark.slow  # the random-weight checkpoint (torch) in a process of its own
+def test_on_the_multilingual_corpus_with_the_random_weight_checkpoint_hybrid_is_as_good_as_text(tmp_path, tiny_model):
+    from conftest import run_process
+
+    multilingual_queries(tmp_path)
+    built = run_process("build", "docs", "--model", str(tiny_model), "--ocr", "never", cwd=tmp_path, timeout=600)
+    assert built.returncode == 0, built.stderr
+    result = run_process("eval", "queries.jsonl", "--json", "--modes", "visual,text,hybrid", "--group-by", "category",
+                         cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)["runs"]
+    found = {(run["mode"], group): values["measures"] for run in runs for group, values in run["groups"].items()}
+    found.update({(run["mode"], "all"): run["measures"] for run in runs})
+    print(table(found))
+    assert_hybrid_not_buried(found)

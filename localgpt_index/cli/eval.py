@@ -22,6 +22,10 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @click.option("--against", type=click.Choice(["exact"]), default=None,
               help="Judge by exact search itself, no answers needed: each question's relevant pages are the exact visual "
                    "top 10, so recall@10 is how much of it a lossy setting (--first-pass N, the index's pool factor) keeps.")
+@click.option("--reference", metavar="NAME", default=None,
+              help="--against exact: judge by the exact search of the index NAME beside this one (in the same index "
+                   "folder, of the same documents, e.g. built without --pool-factor): what this index's pooling keeps of "
+                   "it. [default: this index]")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="--synthesize: which questions are drawn (the same seed, the same questions).")
 @click.option("--modes", default=None, metavar="MODE[,MODE...]",
@@ -40,7 +44,7 @@ HEADERS = {"ndcg@1": "nDCG@1", "ndcg@5": "nDCG@5", "ndcg@10": "nDCG@10", "recall
 @output_options
 @format_option
 @click.pass_obj
-def eval_(app: Application, queries, synthesize, against, seed, modes, first_passes, fusions, split, per_query, group_by,
+def eval_(app: Application, queries, synthesize, against, reference, seed, modes, first_passes, fusions, split, per_query, group_by,
           model_spec) -> None:
     """Measure how well the index answers QUERIES: a JSONL file of queries with graded relevant pages,
     or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/); or, with --synthesize N, questions drawn from
@@ -57,6 +61,8 @@ def eval_(app: Application, queries, synthesize, against, seed, modes, first_pas
     fmt = chosen_format(app.output_format, app.as_json)
     if fmt == "paths":
         raise UsageError("--format paths: eval lists measures, not documents (jsonl, tsv and lines list its runs).")
+    if reference is not None and not against:
+        raise UsageError("--reference names the index whose exact search judges: it goes with --against exact.")
     if (queries is None) == (synthesize is None):
         raise UsageError("eval: give QUERIES (a query set) or --synthesize N (questions drawn from the index), one of them.")
     if modes is None:  # synthesized questions: the modes side by side; against exact: the visual list is what is cut
@@ -76,7 +82,7 @@ def eval_(app: Application, queries, synthesize, against, seed, modes, first_pas
     if against:
         from ..evaluate.synthesize import against_exact
 
-        query_set = against_exact(index, query_set)
+        query_set = against_exact(_reference(app, reference) if reference else index, query_set, reference)
     for note in query_set.notes:
         app.terminal.info(note)
     chosen = variants(asked if asked is not None else default_modes(index), list(first_passes), fused)
@@ -92,6 +98,15 @@ def eval_(app: Application, queries, synthesize, against, seed, modes, first_pas
             app.terminal.warn(f"{encoder.model.id} is a random-weight test checkpoint: these measures are not meaningful.")
     document = evaluate(index, query_set, chosen, judged, per_query=per_query, group_by=group_by).to_json()
     write(fmt, _listing(document), document, lambda: _print_tables(document), app.print_json)
+
+
+def _reference(app: Application, name: str):
+    """The index `name` in the same index folder (or Qdrant server) as the one evaluated, opened to judge it."""
+    from ..index.open import open_store
+    from ..query.search import open_index
+
+    store = app.keep(open_store(app.store_url, app.index_dir_found()[0], name, app.qdrant_api_key, app.pdf_store))
+    return open_index(store=store)
 
 
 def _synthesized(app: Application, index, count: int, seed: int):

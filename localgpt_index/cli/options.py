@@ -109,7 +109,7 @@ def settings_options(when: str = "", only_with: str | None = None, later: bool =
         def command(*args, **kwargs):
             from ..indexing.options import BuildSettings
 
-            names = ("pool_factor", "max_visual_tokens", "text", "ocr", "ocr_lang")
+            names = ("pool_factor", "max_visual_tokens", "text", "ocr", "ocr_lang", "language")
             given = {name: kwargs.pop(name) for name in names}
             if later:
                 kwargs["ocr_later"] = given["ocr"] == "later"
@@ -142,12 +142,26 @@ def settings_options(when: str = "", only_with: str | None = None, later: bool =
             click.option("--ocr-lang", cls=shown, default=None, metavar="LANG",
                          help=f"{when}Tesseract's language(s), e.g. eng or eng+deu (each must be installed: "
                               f"tesseract-ocr-LANG). {RECORDED} [default: the index's, else eng]"),
+            click.option("--language", cls=shown, default=None, metavar="auto|CODE[+CODE]", callback=_language,
+                         help=f"{when}The language(s) text search stems words in, as ISO 639-1 codes (de, or de+en); auto, "
+                              "each document's detected. Recorded in the index: left out, the index's; another value builds "
+                              "the text index again (not the vectors). [default: the index's, else --ocr-lang's languages "
+                              "when given, else auto]"),
         ]
         for option in reversed(options):
             command = option(command)
         return command
 
     return decorate
+
+
+def _language(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from ..index.text.language import language_setting
+
+    try:
+        return None if value is None else language_setting(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def source_options(func: Callable) -> Callable:

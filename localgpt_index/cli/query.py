@@ -91,7 +91,10 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
         if request.first_pass == "auto":
             raise UsageError("--first-pass auto cannot be used with a server: give a number of candidate pages.",
                              hint="The server's index decides nothing for you here; e.g. --first-pass 1000.")
+        from ..interop.results import hint_notes
+
         document, fetch = _ask_server(server, token, request)
+        app.terminal.say(hint_notes(document))
     elif not (no_warm or export_dir) and (warm := ask_warm(app, fields, model_spec, scorer, max_resident)) is not None:
         document, fetch = warm, None
     else:

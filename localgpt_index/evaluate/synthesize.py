@@ -106,14 +106,16 @@ def inflect(word: str) -> str:
 AGAINST_K: Final = 10  # --against exact: the exact top that a lossy setting is asked to keep
 
 
-def against_exact(index: Any, query_set: QuerySet, k: int = AGAINST_K) -> QuerySet:
+def against_exact(index: Any, query_set: QuerySet, name: str | None = None, k: int = AGAINST_K) -> QuerySet:
     """The questions of `query_set` judged by exact search itself: each one's relevant pages are the exact
-    visual list's top `k` (grade 1), so a variant's recall@10 is the share of that top it keeps."""
+    visual list's top `k` of `index` (grade 1), so a variant's recall@10 is the share of that top it keeps;
+    `name`: the index's, where it is another than the one evaluated (an unpooled one beside a pooled one)."""
     from .modes import Variant, search
 
     exact = search(index, [query.text for query in query_set.queries], Variant("visual"), k)
     queries = tuple(EvalQuery(id=query.id, text=query.text, where=query.where, tags=query.tags,
                               relevant=tuple(Judgment(hit.path, hit.page, 1) for hit in hits) or query.relevant)
                     for query, hits in zip(query_set.queries, exact))
-    return QuerySet(source=f"{query_set.source}, judged by the exact top {k}", format=query_set.format, queries=queries,
+    judge = f" of index {name}" if name else ""
+    return QuerySet(source=f"{query_set.source}, judged by the exact top {k}{judge}", format=query_set.format, queries=queries,
                     notes=query_set.notes)

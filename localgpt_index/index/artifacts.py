@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from ..core.types import PageRef
-from .format.manifest import ArtifactRef, BlobRef, Document, Manifest, PartRef, Segment
+from .format.manifest import ArtifactRef, BlobRef, Document, Manifest, PartRef, Segment, Settings
 
 __all__ = ["Artifact", "ArtifactRef", "BlobRef", "BlobSink", "BlobSource", "CommitContext", "PartRef", "PartWriter"]
 
@@ -60,7 +60,8 @@ class PartWriter(Protocol):
 class CommitContext:
     """What a commit gives `Artifact.build`: the generation it follows (its manifest and this
     artifact's ref in it), the documents added, removed and kept since, the live segments (with
-    their parts), and the base's blobs, so an incremental artifact touches only changed rows."""
+    their parts), the base's blobs, so an incremental artifact touches only changed rows, and the
+    settings the new generation records."""
 
     generation: int
     base: Manifest | None
@@ -72,6 +73,7 @@ class CommitContext:
     kept: list[Document]
     segments: dict[str, Segment]
     source: BlobSource
+    settings: Settings | None = None
 
     def parts(self, name: str) -> dict[str, PartRef]:
         """The parts of artifact `name` of the live segments that have one."""
@@ -149,13 +151,14 @@ def with_derived_parts(artifacts: Iterable[Artifact], segments: dict[str, Segmen
 
 def build_artifacts(artifacts: Iterable[Artifact], generation: int, base: Manifest | None, documents: list[Document],
                     in_progress: list[Document], segments: dict[str, Segment], source: BlobSource,
-                    sink: BlobSink) -> dict[str, ArtifactRef]:
+                    sink: BlobSink, settings: Settings | None = None) -> dict[str, ArtifactRef]:
     """Each artifact's per-generation build, given what changed since `base` (the generation the commit follows)."""
     added, removed, kept = changes(base, documents)
     refs: dict[str, ArtifactRef] = {}
     for artifact in artifacts:
         base_ref = base.artifacts.get(artifact.name) if base else None
-        ctx = CommitContext(generation, base, base_ref, documents, in_progress, added, removed, kept, segments, source)
+        ctx = CommitContext(generation, base, base_ref, documents, in_progress, added, removed, kept, segments, source,
+                            settings)
         ref = artifact.build(ctx, sink)
         if ref is not None:
             refs[artifact.name] = ref

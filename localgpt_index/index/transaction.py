@@ -330,7 +330,7 @@ class Transaction:
             live = live_segments(documents, in_progress)
             segments = self._live(live)
             refs = build_artifacts(self.artifacts, following, self.current, documents, in_progress, segments,
-                                   self.backend.base_blobs(), self.blobs) if self.artifacts else {}
+                                   self.backend.base_blobs(), self.blobs, settings) if self.artifacts else {}
             manifest = assemble_manifest(following, model, settings, segments, documents, in_progress, failures, refs)
             self.fence()
             receipt = self.backend.write_catalog(manifest)

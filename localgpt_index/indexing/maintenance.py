@@ -8,7 +8,9 @@ transaction (the writers' lock, staged blobs, one HEAD switch: a kill at any poi
 generation answering; never done by a reader). Today that is the binary codes of the first pass
 (index/scoring/codes): every live segment without a part of the current version gets one, coded from
 its stored vectors (read and checked block by block) exactly as a build would code them, and version 2
-codes get their block hashes (version 3: read lazily; the codes themselves are kept).
+codes get their block hashes (version 3: read lazily; the codes themselves are kept). And a text index of
+another analysis (local or Qdrant: its sparse vectors too, index/qdrant/sparse.py) is built again from the
+stored page text.
 """
 
 from __future__ import annotations
@@ -128,51 +130,60 @@ def needs_codes(segment: Segment) -> bool:
 
 
 def upgrade_index(store: Store, wait_s: float = 0.0, progress: Progress | None = None) -> UpgradeReport:
-    """Codes for every live segment lacking current ones, committed as one new generation; `progress` is
-    told of each segment as it is done."""
+    """Codes for every live segment of a local index lacking current ones, and the text index of the current
+    analysis, committed as one new generation; `progress` is told of each segment as it is done."""
     with changing_existing(store, wait_s) as (txn, manifest):
         report = UpgradeReport(store.location, manifest.generation, segments=len(manifest.segments))
-        if any(seg.storage != "file" for seg in manifest.segments.values()):
-            report.note = "this store ranks the pages itself (Qdrant): it uses no binary codes"
-            return report
-        if not isinstance(store, LocalStore):  # a plugin's store: its vectors are not ours to read for codes
-            report.note = "binary codes are written into local indexes only"
-            return report
-        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)]
         text = LEXICAL in manifest.artifacts and not current(manifest.artifacts[LEXICAL])  # the commit builds it again
-        wordless = [seg for seg in manifest.segments.values() if needs_words(seg)]
+        local = store if isinstance(store, LocalStore) and all(seg.storage == "file" for seg in manifest.segments.values()) else None
+        stale = [seg for seg in manifest.segments.values() if needs_codes(seg)] if local is not None else []
+        wordless = [seg for seg in manifest.segments.values() if needs_words(seg)] if local is not None else []
         if not stale and not text and not wordless:
             report.note = ("every segment has binary codes of the current version and word positions, and the text index the "
-                           "current analysis")
+                           "current analysis" if local is not None else
+                           "its text index has the current analysis; binary codes and word positions are written into local "
+                           "indexes only (a Qdrant store ranks the pages itself)")
             return report
-        for number, segment in enumerate(stale, 1):
-            started = time.monotonic()
-            old = segment.parts.get(NAME)
-            if old is not None and old.version in READABLE:  # the same codes: their block hashes added
-                with txn.writing():
-                    part = with_block_hashes(old, store.blob_source(), txn.blobs)
-                done = "block hashes added to its codes"
-                report.segments_hashed += 1
-            else:
-                part = _coded(store, txn, segment)
-                done = "coded"
-                report.segments_coded += 1
-                report.pages_coded += segment.pages
-            txn.stage(segment.model_copy(update={"parts": {**segment.parts, NAME: part}}))
-            if progress is not None:
-                progress(number, len(stale), segment, done, time.monotonic() - started)
-            failpoint("upgrade-segment")
-        for number, segment in enumerate(wordless, 1):
-            started = time.monotonic()
-            part, placed = _positioned(txn, manifest, segment)
-            txn.stage(segment.model_copy(update={"parts": {**segment.parts, WORDS: part}}))
-            report.segments_positioned += 1
-            report.pages_positioned += placed
-            if progress is not None:
-                progress(number, len(wordless), segment, f"word positions of {placed} pages read", time.monotonic() - started)
+        if local is not None:
+            _code_segments(local, txn, stale, report, progress)
+        _position_segments(txn, manifest, wordless, report, progress)
         new = txn.commit(manifest.documents, manifest.model, manifest.settings, manifest.failures, manifest.in_progress)
         report.generation, report.upgraded, report.text_reindexed = new.generation, True, text
     return report
+
+
+def _code_segments(store: LocalStore, txn: Transaction, stale: list[Segment], report: UpgradeReport, progress: Progress | None) -> None:
+    """Codes for each of the `stale` segments, staged in `txn` (block hashes added where its codes are of a version still read)."""
+    for number, segment in enumerate(stale, 1):
+        started = time.monotonic()
+        old = segment.parts.get(NAME)
+        if old is not None and old.version in READABLE:  # the same codes: their block hashes added
+            with txn.writing():
+                part = with_block_hashes(old, store.blob_source(), txn.blobs)
+            done = "block hashes added to its codes"
+            report.segments_hashed += 1
+        else:
+            part = _coded(store, txn, segment)
+            done = "coded"
+            report.segments_coded += 1
+            report.pages_coded += segment.pages
+        txn.stage(segment.model_copy(update={"parts": {**segment.parts, NAME: part}}))
+        if progress is not None:
+            progress(number, len(stale), segment, done, time.monotonic() - started)
+        failpoint("upgrade-segment")
+
+
+def _position_segments(txn: Transaction, manifest: Manifest, wordless: list[Segment], report: UpgradeReport,
+                       progress: Progress | None) -> None:
+    """A words part for each of the `wordless` segments, read again from their documents' text layers, staged in `txn`."""
+    for number, segment in enumerate(wordless, 1):
+        started = time.monotonic()
+        part, placed = _positioned(txn, manifest, segment)
+        txn.stage(segment.model_copy(update={"parts": {**segment.parts, WORDS: part}}))
+        report.segments_positioned += 1
+        report.pages_positioned += placed
+        if progress is not None:
+            progress(number, len(wordless), segment, f"word positions of {placed} pages read", time.monotonic() - started)
 
 
 def _positioned(txn: Transaction, manifest: Manifest, segment: Segment) -> tuple[PartRef, int]:

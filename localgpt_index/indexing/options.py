@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import ExitCode, IndexProblem
 from ..core.metadata import Rules
 from ..index.format.manifest import Failure, Manifest
+from ..index.text.language import AUTO, from_ocr_lang
 from ..ingest.ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, Tesseract
 from ..ingest.pagetext import TextSettings, TextTally, default_ocr_workers, ocr_mode, text_mode
 from ..ingest.render import DEFAULT_RENDER_TIMEOUT_S
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
     from ..models.resolve import ModelSpec
 
 
-def _setting(option: str, default: Callable[[], Any], why: str) -> Any:
-    """A recorded setting: its option, a new index's value, and why another one needs --rebuild."""
+def _setting(option: str, default: Callable[[], Any], why: str | None) -> Any:
+    """A recorded setting: its option, a new index's value, and why another one needs --rebuild (None: it
+    needs none, the next commit makes what depends on it again)."""
     return field(default=None, metadata={"option": option, "default": default, "why": why})
 
 
@@ -43,12 +45,15 @@ class BuildSettings:
         "--ocr", lambda: ocr_mode(None), "its pages would not all have their text read alike")
     ocr_lang: str | None = _setting(  # Tesseract's language(s): eng, or eng+deu
         "--ocr-lang", lambda: DEFAULT_OCR_LANG, "its pages would not all have their text read alike")
+    language: str | None = _setting(  # the text index's stemming: auto (detected per document), or de, de+en
+        "--language", lambda: AUTO, None)
 
     def settled(self, base: Manifest | None, rebuild: bool = False, where: str = "the index") -> BuildSettings:
         """These settings for a build on `base` (None: a new index): each left out, the value `base` records,
         else the default ($LGPT_OCR, else auto, for --ocr); each given, itself, but where `base` holds pages
-        and records another value, an IndexProblem unless `rebuild`. --text never (given or recorded) with an
-        explicit --ocr auto or always is a UsageError."""
+        and records another value, an IndexProblem unless `rebuild` (not --language: the next commit builds the
+        text index again). --language left out with --ocr-lang given, and none recorded: Tesseract's languages.
+        --text never (given or recorded) with an explicit --ocr auto or always is a UsageError."""
         recorded = base.settings if base is not None else None
         holds_pages = base is not None and bool(base.documents or base.in_progress)
         values = {}
@@ -57,21 +62,25 @@ class BuildSettings:
             if given is None:
                 values[setting.name] = held if held is not None else setting.metadata["default"]()
                 continue
-            if held is not None and given != held and holds_pages and not rebuild:
+            if held is not None and given != held and holds_pages and not rebuild and setting.metadata["why"]:
                 option = setting.metadata["option"]
                 raise IndexProblem(f"{where} was built with {option} {held}, not {given}; {setting.metadata['why']}.",
                                    hint=f"Leave out {option} to keep {held}, or use --rebuild to change it.")
             values[setting.name] = given
+        if self.language is None and self.ocr_lang is not None and getattr(recorded, "language", None) is None:
+            values["language"] = from_ocr_lang(self.ocr_lang)  # Tesseract's languages name the text's
         settled = BuildSettings(**values)
         text_mode(settled.text, self.ocr)
         return settled
 
     def recorded(self) -> dict[str, Any]:
         """What the manifest records of settled settings: no OCR mode or language for pages read for no
-        text (--text never), which holds a later build to neither."""
+        text (--text never), which holds a later build to neither; no stemming language for auto."""
         values = asdict(self)
         if self.text == "never":
             values.update(ocr=None, ocr_lang=None)
+        if self.text == "never" or self.language == AUTO:
+            values.update(language=None)
         return values
 
 

@@ -97,8 +97,7 @@ def build_index(
         for path, why in found.unreadable:
             log(f"warning: {path}: {why}; its documents stay in the index")
         if not plan.changes_catalog and not txn.needs_upgrade:
-            report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
-            log("Index is up to date: no document changed, no model work done.")
+            _up_to_date(txn, options, report, log)
             _text_after(txn, options, tesseract, report, timer, log)
             return report
         build = _Build(txn, plan, model, options, report, timer, progress, log, scan_started)
@@ -128,6 +127,21 @@ def _text_only(store: Store, options: BuildOptions, report: BuildReport, timer: 
             options = replace(options, settings=options.settings.settled(base, False, store.location))
             _text_after(txn, options, _text_reader(options.settings), report, timer, log)
     return report
+
+
+def _up_to_date(txn: Transaction, options: BuildOptions, report: BuildReport, log: Log) -> None:
+    """No document changed: nothing encoded. With another --language than the index records, the text index
+    built again from the stored page text (the commit's lexical artifact), the vectors as they are."""
+    base = txn.base
+    report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
+    log("Index is up to date: no document changed, no model work done.")
+    language = options.settings.recorded()["language"]
+    if base is None or not base.documents or base.settings.language == language:
+        return
+    manifest = txn.commit(base.documents, base.model, base.settings.model_copy(update={"language": language}),
+                          base.failures, base.in_progress)
+    report.generation, report.committed = manifest.generation, True
+    log(f"The text index built again, its words stemmed in {language or 'the language detected per document'}.")
 
 
 def _text_after(txn: Transaction, options: BuildOptions, tesseract: Tesseract | None, report: BuildReport,
@@ -200,7 +214,9 @@ class _Build:
         self.text: TextSettings | None = TextSettings(ocr="never")  # None: --text never, no page text read
         base = txn.base
         if base is not None:
-            self.policy.model_info, self.policy.settings = upgraded(base.model, model), base.settings
+            language = options.settings.recorded()["language"]  # another --language: no page encoded, the text index built again
+            self.policy.model_info = upgraded(base.model, model)
+            self.policy.settings = base.settings.model_copy(update={"language": language})
 
     def run(self, encoder_factory: EncoderFactory) -> None:
         # made before the engine: the local one tells it of the documents it opens while the model loads

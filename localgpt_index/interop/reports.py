@@ -12,15 +12,20 @@ from pydantic import ValidationError
 from ..core.types import SearchHit
 from ..index.protocols import View
 from ..index.text.artifact import positions_missing
-from .results import QUERY_SCHEMA_VERSION, QueryDocument
+from .results import QUERY_SCHEMA_VERSION, QueryDocument, hint_notes
 
 
 def query_document(view: View, texts: Sequence[str], results: Sequence[Sequence[SearchHit]], k: int,
-                   mode: str | None = None, fusion: str | None = None, text_pending: int = 0) -> dict:
+                   mode: str | None = None, fusion: str | None = None, text_pending: int = 0,
+                   hints: Sequence[Sequence[str]] = ()) -> dict:
     """`query --json` and `POST /query` (interop.results.QueryDocument, query.schema.json), without page
     images: pages.attach_images (serve: its PageImages) adds them to the hits. `text_pending`: pages the
-    text list could not read yet (pending_text), told where there are some."""
+    text list could not read yet (pending_text), told where there are some; `hints`: per query, why it
+    found nothing (text_misses), told where there are some."""
     queries = [{"query": q, "results": [hit.to_dict() for hit in hits]} for q, hits in zip(texts, results)]
+    for answer, said in zip(queries, hints):
+        if said:
+            answer["hints"] = list(said)
     how: dict = {"mode": mode} if mode else {}
     if mode == "hybrid" and fusion:
         how["fusion"] = fusion
@@ -166,17 +171,17 @@ def query_answer(index, request, results: Sequence[Sequence[SearchHit]], encoder
         if not lexical.has_pages():
             notes.append(("info", "hint: no page of this index has text (pictures read with --ocr never, or no document): "
                                   "text finds nothing here."))
-        for text in (text for text, hits in zip(request.queries, results) if not hits and mode == "text"):
-            notes.extend(("info", line) for line in _explain_miss(lexical, text))
         if getattr(request, "regions", False) and positions_missing(index.view.manifest):
             notes.append(("info", "hint: pages indexed before word positions were kept have no text regions: "
                                   "`lgpt-index upgrade` adds them."))
     pending = pending_text(index.view) if mode != "visual" else 0
+    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion, pending,
+                              text_misses(index, mode, request.queries, results))
+    notes += hint_notes(document)
     if pending:
         found = "ranks them by their pixels alone" if mode == "hybrid" else "cannot find them"
         notes.append(("info", f"note: {pending} page(s) of this index have their text pending (OCR not read yet): {mode} {found} "
                               "until it lands (`lgpt-index build --text-only` reads it)."))
-    document = query_document(index.view, request.queries, results, request.k, mode, request.fusion, pending)
     on_device = index.device_scoring() if mode != "text" else None
     if (request.first_pass is not None or on_device) and mode != "text":  # which path answered (QueryDocument.scoring)
         scoring_path = index.view.scoring_path(request.first_pass)
@@ -188,14 +193,20 @@ def query_answer(index, request, results: Sequence[Sequence[SearchHit]], encoder
     return document, notes
 
 
-def _explain_miss(lexical, text: str) -> list[str]:
-    """Why a text query found nothing: the words no page holds, and the nearest indexed words."""
+def text_misses(index, mode: str, texts: Sequence[str], results: Sequence[Sequence[SearchHit]]) -> list[list[str]]:
+    """Per query, why text mode found nothing (`miss_hints`; [] where it found pages, or in another mode): the
+    hints of `query`, `POST /query` and the MCP search tool alike."""
+    lexical = index.lexical if mode == "text" else None
+    return [miss_hints(lexical, text) if lexical is not None and not hits else [] for text, hits in zip(texts, results)]
+
+
+def miss_hints(lexical, text: str) -> list[str]:
+    """Why a text query found nothing: the words no page holds, and the nearest indexed words; or its phrase."""
     miss, lines = lexical.explain(text), []
     for word in miss.unknown:
         near = miss.suggestions.get(word) or []
-        lines.append(f"hint: no page holds {word!r}" + (f"; the nearest indexed words: {', '.join(near)}" if near else "")
-                     + f" (query {text!r})")
+        lines.append(f"no page holds {word!r}" + (f"; the nearest indexed words: {', '.join(near)}" if near else ""))
     if not miss.unknown and lexical.parse(text).phrases:
-        lines.append(f"hint: every word of {text!r} is indexed, but no page holds its phrase as quoted")
+        lines.append(f"every word of {text!r} is indexed, but no page holds its phrase as quoted")
     return lines
 

@@ -87,6 +87,8 @@ class QueryAnswer(_Document):
 
     query: str
     results: list[Hit]
+    hints: list[str] = _absent("text mode, no page found: why (the words no page holds, each with the nearest indexed "
+                               "words; or a quoted phrase no page holds)")
 
 
 class DeviceUse(_Document):
@@ -131,6 +133,12 @@ class QueryDocument(_Document):
     def to_json(self) -> dict[str, Any]:
         """The document as the CLI prints it: fields that do not apply are left out, not null."""
         return self.model_dump(exclude_unset=True)
+
+
+def hint_notes(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """The messages (level, text) printed beside a query document for its queries' `hints`, wherever it was
+    answered (here, a warm service, a server)."""
+    return [("info", f"hint: {hint} (query {answer['query']!r})") for answer in document["queries"] for hint in answer.get("hints", ())]
 
 
 def query_json_schema() -> dict[str, Any]:

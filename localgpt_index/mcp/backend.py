@@ -20,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 from ..core.errors import IndexProblem, UsageError
 from ..core.types import MODES, Mode, Region, SearchHit
-from ..interop.reports import documents_document, status_document
+from ..interop.reports import documents_document, status_document, text_misses
 from ..interop.results import HitRegion
 from ..query.request import QueryRequest
 from ..serve.httpguard import PathPolicy
@@ -146,7 +146,7 @@ class IndexTools:
             for entry, image in zip(entries, self.images.fitted(index, hits)):
                 self._attach(entry, image, images)
         return SearchAnswer(query=request.queries[0], mode=used, k=request.k, generation=index.manifest.generation,
-                            hits=entries), images
+                            hits=entries, hints=text_misses(index, used, request.queries, [hits])[0]), images
 
     def list_documents(self, prefix: str, offset: int, limit: int) -> DocumentList:
         index = self.current()

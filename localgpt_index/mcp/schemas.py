@@ -113,6 +113,8 @@ class SearchAnswer(BaseModel):
     k: int
     generation: int = Field(description="the index generation that answered")
     hits: list[FoundPage]
+    hints: list[str] = Field(default_factory=list, description="text mode, no page found: why (the words no page holds, "
+                                                               "each with the nearest indexed words; or a quoted phrase no page holds)")
 
 
 class DocumentEntry(BaseModel):

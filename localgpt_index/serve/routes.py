@@ -18,7 +18,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ..core.errors import IndexProblem, LgptError, UsageError
 from ..core.types import SearchHit
-from ..interop.reports import documents_document, query_document, status_document
+from ..interop.reports import documents_document, query_document, status_document, text_misses
 from ..interop.results import QueryDocument
 from .httpguard import PathPolicy
 from ..interop.highlight import highlighted_png
@@ -74,8 +74,10 @@ def _query_route(app: FastAPI, service: IndexService, batcher: QueryBatcher, pol
         else:  # text or hybrid of an index without text is refused by mode(), before the batch
             service.require_ready()
             found = await batcher.submit(body)
-        document = query_document(found.index.view, body.queries, found.results, body.k, mode=found.index.mode(body),
-                                  fusion=body.fusion)
+        mode = found.index.mode(body)
+        empty = mode == "text" and not all(found.results)  # (a found page needs no hint: no thread hop for it)
+        hints = await run_in_threadpool(text_misses, found.index, mode, body.queries, found.results) if empty else ()
+        document = query_document(found.index.view, body.queries, found.results, body.k, mode=mode, fusion=body.fusion, hints=hints)
         rendered = 0
         if body.with_images:
             rendered = await images.fill(document, found, body.dpi, http_request, policy)

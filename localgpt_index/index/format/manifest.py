@@ -182,6 +182,9 @@ class Settings(_Strict):
     text: Literal["auto", "never"] | None = None
     ocr: Literal["auto", "always", "never"] | None = None
     ocr_lang: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    # the languages the text index stems in (--language: ISO 639-1 codes joined by +); None: each document's detected.
+    # Written only when set, so an index without it reads as before; another value rebuilds the text index only
+    language: Annotated[str, Field(min_length=2, max_length=256)] | None = None
     imported_from: Text | None = None
 
 
@@ -249,6 +252,8 @@ class Manifest(_Strict):
         data = self.model_dump(mode="python")
         if not data["artifacts"]:  # no artifact: the bytes of a manifest from before artifacts existed
             del data["artifacts"]
+        if data["settings"]["language"] is None:  # none told: the bytes of a manifest from before --language
+            del data["settings"]["language"]
         for segment in data["segments"].values():
             if not segment["parts"]:
                 del segment["parts"]

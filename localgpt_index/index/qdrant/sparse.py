@@ -28,6 +28,9 @@ ones scores a page exactly as the FTS5 engine does, when N, n and avgdl are the 
   and a --rebuild write every page with the exact mean. The rewrite is one pass over the page text;
   the tolerance bounds how often a growing or shrinking collection pays it.
 
+A commit whose analysis differs from its base's (a text index of another tokenizer version, which `upgrade`
+builds again; another --language) writes every page's vector, as a first commit does.
+
 Vectors are written at commit, after the points are shown and before HEAD moves: a kill before HEAD
 leaves the old generation answering, and the points it wrote are discarded as any staged point.
 """
@@ -41,9 +44,9 @@ from typing import Any
 
 from ..artifacts import BlobSource
 from ..format.manifest import Document, Manifest
-from ..text.artifact import LEXICAL, TEXT, read_text_part
+from ..text.artifact import LEXICAL, TEXT, current, read_text_part
 from ..text.engine import WEIGHTING
-from ..text.language import detect
+from ..text.language import detect, told
 from ..text.query import TextQuery
 from ..text.tokenize import tokenize
 from .catalog import read_head
@@ -161,11 +164,17 @@ def write_vectors(txn: QdrantWriting, manifest: Manifest, previous: Manifest | N
     exact = avgdl_of(manifest)
     if exact is None or not has_sparse(txn.client, txn.physical):
         return None
-    if rebuilt or previous is None:
+    if rebuilt or previous is None or not same_analysis(previous, manifest):
         return SparseCommit(manifest, _write_pages(txn, manifest, None, exact), exact)
     avgdl, due = reference_avgdl(exact, recorded_reference(txn, previous))
     written = _write_pages(txn, manifest, previous, avgdl)
     return SparseCommit(manifest, written, None, exact) if due else SparseCommit(manifest, written, avgdl)
+
+
+def same_analysis(previous: Manifest, manifest: Manifest) -> bool:
+    """Whether `previous`'s vectors were cut by the analysis `manifest`'s are (else every page's is written
+    again: `upgrade` after a new analysis, another --language)."""
+    return current(previous.artifacts.get(LEXICAL)) and previous.settings.language == manifest.settings.language
 
 
 def renormalise(txn: QdrantWriting, manifest: Manifest, avgdl: float) -> int:
@@ -194,7 +203,7 @@ def _write_pages(txn: QdrantWriting, manifest: Manifest, previous: Manifest | No
         pages = _document_pages(doc, manifest, previous, shown, source, texts)
         if not any(due for *_, due in pages):
             continue  # no text, or its vectors (of the same reference) were written by an earlier commit
-        language = detect(text for _, _, text, _ in pages)  # as the text index tells a document's language
+        language = detect((text for _, _, text, _ in pages), told(manifest.settings.language))  # as the text index does
         for segment, row, text, due in pages:
             if not due:
                 continue

@@ -20,7 +20,8 @@ A reader opens "lexical" from the generation HEAD names, so it sees the vectors 
 generation; a kill before HEAD moves leaves the old generation's pair answering.
 
 The manifest records the analysis in the artifact's meta ("tokenizer": the analysis version,
-"languages": those its pages were stemmed in). A text index of another analysis is not opened (the
+"languages": those its pages were stemmed in; the SQLite image, those it was told: the manifest's
+`settings.language`, which rebuilds it when changed). A text index of another analysis is not opened (the
 generation answers visually); `lgpt-index upgrade`, or the next commit, builds it again from the
 stored page text: the vectors are not touched.
 """
@@ -40,6 +41,7 @@ from ...core.types import PageRef
 from ..artifacts import Artifact, BlobSink, BlobSource, CommitContext
 from ..format.manifest import ArtifactRef, Document, Manifest, PartRef, Segment
 from .engine import LexicalError, LexicalIndex, LexicalPage
+from .language import told
 from .tokenize import TOKENIZER_VERSION
 from .words import WORDS, WordsArtifact
 
@@ -160,12 +162,16 @@ class LexicalArtifact:
         parts = ctx.parts(TEXT)
         if not parts:
             return None  # no page text in this generation: queries stay visual
+        languages = told(ctx.settings.language if ctx.settings is not None else None)
         base = self._base(ctx)
+        if base is not None and base.told != languages:  # told another language (--language): built afresh
+            base.close()
+            base = None
         retexted = _retexted(ctx)
         if base is not None and not ctx.added and not ctx.removed and not retexted:
             return ctx.base_ref
         if base is None:
-            index, removed, added = LexicalIndex.create(), [], ctx.documents
+            index, removed, added = LexicalIndex.create(languages=languages), [], ctx.documents
         else:
             index, removed, added = base, [doc.path for doc in ctx.removed + retexted], ctx.added + retexted
         index.update(removed=removed, added=_pages(added, parts, ctx.source))

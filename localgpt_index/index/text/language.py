@@ -6,6 +6,10 @@ Snowball stemmer are candidates (index/text/tokenize.py SNOWBALL), or those an i
 (`languages`): fewer candidates, fewer mistakes on short pages. A document with too few letters to
 tell gets None (its words are kept exact, unstemmed). The model (about 3 MB) loads once per process,
 on the first document that needs it; an index told one language never loads it.
+
+What an index is told is its `language` setting (build --language, recorded in the manifest: `told`),
+"auto" (None recorded) leaving each document to the detector; a build given --ocr-lang and no --language
+takes the Snowball languages of Tesseract's (`from_ocr_lang`: deu+eng -> de+en).
 """
 
 from __future__ import annotations
@@ -16,11 +20,47 @@ from typing import Final
 
 from .tokenize import SNOWBALL
 
+AUTO: Final = "auto"
+# Tesseract's language names (ISO 639-2 and a few of its own) -> ISO 639-1, for those with a Snowball stemmer
+TESSERACT: Final = {
+    "ara": "ar", "cat": "ca", "ces": "cs", "dan": "da", "deu": "de", "frk": "de", "deu_latf": "de", "ell": "el", "eng": "en",
+    "epo": "eo", "spa": "es", "spa_old": "es", "est": "et", "eus": "eu", "fas": "fa", "fin": "fi", "fra": "fr", "frm": "fr",
+    "gle": "ga", "hin": "hi", "hun": "hu", "hye": "hy", "ind": "id", "ita": "it", "ita_old": "it", "lit": "lt", "nep": "ne",
+    "nld": "nl", "nor": "no", "pol": "pl", "por": "pt", "ron": "ro", "rus": "ru", "srp": "sr", "srp_latn": "sr", "swe": "sv",
+    "tam": "ta", "tur": "tr",
+}
 SAMPLE_CHARS: Final = 1000  # the document's start: a language shows in its first paragraphs, and detection stays O(1) per document
 MIN_LETTERS: Final = 20
 
 _lock = threading.Lock()
 _identifiers: dict[tuple[str, ...], object] = {}
+
+
+def language_setting(value: str) -> str:
+    """A --language value as an index records it: "auto", or ISO 639-1 codes joined by "+" (sorted, each
+    with a Snowball stemmer; a Snowball name such as "german" is taken for its code); ValueError otherwise."""
+    names = {name: code for code, name in SNOWBALL.items()}
+    parts = [part.strip().lower() for part in value.replace(",", "+").split("+") if part.strip()]
+    if parts == [AUTO]:
+        return AUTO
+    unknown = [part for part in parts if part not in SNOWBALL and part not in names]
+    if not parts or unknown:
+        raise ValueError(f"{', '.join(unknown) or repr(value)}: not a language with a stemmer; "
+                         f"give auto, or ISO 639-1 codes joined by + ({', '.join(sorted(SNOWBALL))})")
+    return "+".join(sorted({names.get(part, part) for part in parts}))
+
+
+def from_ocr_lang(ocr_lang: str) -> str:
+    """The language setting Tesseract's languages (eng+deu) stand for: their codes with a stemmer, else auto."""
+    codes = sorted({TESSERACT[part] for part in ocr_lang.split("+") if part in TESSERACT})
+    return "+".join(codes) or AUTO
+
+
+def told(language: str | None) -> tuple[str, ...]:
+    """The languages an index's `language` setting tells its documents' detection (none: auto, all of SNOWBALL)."""
+    if language is None or language == AUTO:
+        return ()
+    return tuple(sorted(language.split("+")))
 
 
 def detect(texts: Iterable[str], languages: Collection[str] = ()) -> str | None:
