@@ -96,7 +96,12 @@ def test_import_an_index_byaldi_built(tiny_model, tmp_path):
     index = open_index(tmp_path / "idx")
     by_name = {Path(d.path).name: d for d in index.documents}
     assert by_name["a-report.pdf"].pages == 2 and by_name["b-scan.png"].kind == "image"
-    assert by_name["a-report.pdf"].metadata == {"src": "pdf"}
+    # byaldi gives the metadata list in the order it walks the folder (the file system's order): each document
+    # keeps what byaldi gave it
+    doc_ids = {Path(name).name: doc_id for doc_id, name in rag.model.doc_ids_to_file_names.items()}
+    assert {name: by_name[name].metadata for name in doc_ids} == {name: rag.model.doc_id_to_metadata[doc_id]
+                                                                  for name, doc_id in doc_ids.items()}
+    assert sorted(d.metadata["src"] for d in index.documents) == ["pdf", "scan"]
     theirs = [t.to(torch.float32).numpy() for t in rag.model.indexed_embeddings]
     vectors, offsets = index.store.segment_arrays(next(iter(index.manifest.segments.values())))
     ours = [np.asarray(vectors[offsets[p] : offsets[p + 1]], dtype=np.float32) for p in range(3)]

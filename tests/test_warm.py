@@ -239,6 +239,11 @@ def test_a_request_the_service_refuses_is_the_local_paths_error(service, report_
         assert warmed.stdout == local.stdout and warmed.stderr == local.stderr, warmed.stderr
 
 
+def scoreless(hit) -> dict:
+    """A hit's document but for its scores (a float32 sum's last digits depend on its order)."""
+    return {key: value for key, value in hit.to_dict().items() if not key.endswith("score")}
+
+
 @pytest.mark.slow  # a warm service in a process of its own, beside builds
 def test_the_python_api_opt_in_answers_from_a_warm_service_of_its_generation(report_index, tmp_path):
     """open_warm_index: the same hits as open_index's, from a warm service of the index where one runs
@@ -254,8 +259,10 @@ def test_the_python_api_opt_in_answers_from_a_warm_service_of_its_generation(rep
         warmed, local = open_warm_index(index), open_index(index)
         for mode in ("visual", "hybrid", "text"):
             queries, asked = ["report page 1", "a scan"], {"mode": mode, "k": 3, "with_text": True, "filters": {"team": "finance"}}
-            assert ([[hit.to_dict() for hit in hits] for hits in warmed.search(queries, **asked)]
-                    == [[hit.to_dict() for hit in hits] for hits in local.search(queries, **asked)])
+            # the same hits; scores alike to float32's precision (the service's scorer may sum in another order)
+            theirs, ours = warmed.search(queries, **asked), local.search(queries, **asked)
+            assert [[scoreless(hit) for hit in hits] for hits in theirs] == [[scoreless(hit) for hit in hits] for hits in ours]
+            assert [hit.score for hits in theirs for hit in hits] == pytest.approx([hit.score for hits in ours for hit in hits], rel=1e-5)
         assert warmed.answered_warm == 2  # (text mode loads no model: answered here)
         other = open_warm_index(index, scoring=DeviceScoring("cpu"))
         other.search("report", mode="visual")
