@@ -16,4 +16,4 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 .venv/bin/python -m pytest -m "not slow" -n 2
-exec .venv/bin/python -m pytest -m slow -n 2
+exec .venv/bin/python -m pytest -m slow -n 2 --durations=40  # (the slowest named: what CI's time goes to)
