@@ -33,13 +33,8 @@ HOT = 0.25  # a patch is part of a visual region with at least this share of the
 
 def one_page(doc: Document, page: int) -> Document:
     """`doc` narrowed to its page `page` (1-based), so that page_vectors reads (and checks) that page alone."""
-    before = 0
-    for span in doc.spans:
-        if page <= before + span.pages:
-            return doc.model_copy(update={"pages": 1, "spans": [Span(segment=span.segment, first=span.first + page - 1 - before,
-                                                                     pages=1)]})
-        before += span.pages
-    raise ValueError(f"{doc.path} has no page {page}")
+    segment, row = doc.locate(page)
+    return doc.model_copy(update={"pages": 1, "spans": [Span(segment=segment, first=row, pages=1)]})
 
 
 def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.ndarray,

@@ -86,6 +86,15 @@ class Document(_Strict):
             raise ValueError("pdf and pdf_sha256 go together")
         return self
 
+    def locate(self, page: int) -> tuple[str, int]:
+        """Where its page `page` (1-based) is stored: (segment id, row of that segment); ValueError: no such page."""
+        before = 0
+        for span in self.spans:
+            if 1 <= page <= before + span.pages:
+                return span.segment, span.first + page - 1 - before
+            before += span.pages
+        raise ValueError(f"{self.path} has no page {page}")
+
 
 class Checksum(_Strict):
     """One hash per block of the vectors file, each checked when the block is first read."""

@@ -63,15 +63,21 @@ def _along(lines: np.ndarray) -> np.ndarray:
     return (lines[:, 2].astype(np.int64) - lines[:, 0]) >= (lines[:, 3].astype(np.int64) - lines[:, 1])
 
 
+def _along_lines(lines: np.ndarray, token_lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For words on the lines `token_lines` (known ones): their line's box (float64), whether it runs across the
+    page, and where it starts and ends along its axis."""
+    own = lines[token_lines.astype(np.int64)].astype(np.float64)
+    across = _along(lines)[token_lines.astype(np.int64)]
+    return own, across, np.where(across, own[:, 0], own[:, 1]), np.where(across, own[:, 2], own[:, 3])
+
+
 def _relative(words: PageWords, lines: np.ndarray) -> np.ndarray:
     """Each word's ends along its line, in RELATIVE steps of the line's length (uint8 (n, 2))."""
     found = np.zeros((len(words), 2), np.uint8)
     known = words.lines != NO_LINE
     if not known.any():
         return found
-    own = lines[words.lines[known].astype(np.int64)].astype(np.float64)
-    across = _along(lines)[words.lines[known].astype(np.int64)]
-    start, end = np.where(across, own[:, 0], own[:, 1]), np.where(across, own[:, 2], own[:, 3])
+    _, across, start, end = _along_lines(lines, words.lines[known])
     boxes = words.boxes[known].astype(np.float64)
     low, high = np.where(across, boxes[:, 0], boxes[:, 1]), np.where(across, boxes[:, 2], boxes[:, 3])
     length = np.maximum(end - start, 1.0)
@@ -85,9 +91,7 @@ def _placed(lines: np.ndarray, token_lines: np.ndarray, relative: np.ndarray, bl
     boxes = np.zeros((len(token_lines), 4), np.uint16)
     known = token_lines != NO_LINE
     if known.any():
-        own = lines[token_lines[known].astype(np.int64)].astype(np.float64)
-        across = _along(lines)[token_lines[known].astype(np.int64)]
-        start, end = np.where(across, own[:, 0], own[:, 1]), np.where(across, own[:, 2], own[:, 3])
+        own, across, start, end = _along_lines(lines, token_lines[known])
         low = np.rint(start + (end - start) * relative[known, 0] / RELATIVE)
         high = np.rint(start + (end - start) * relative[known, 1] / RELATIVE)
         placed = own.copy()
@@ -192,19 +196,17 @@ def page_words(parts: Mapping[str, PartRef], doc: Document, page: int, source: B
     """Page `page` (1-based) of `doc`'s word positions, from the words `parts` of its segments (None: its segment
     has no words part of this version, or the page has none). `cache`: parts already read, by segment id."""
     cache = {} if cache is None else cache
-    before = 0
-    for span in doc.spans:
-        if page <= before + span.pages:
-            part = parts.get(span.segment)
-            if part is None or part.version != WordsArtifact.version:
-                return None
-            if span.segment not in cache:
-                cache[span.segment] = read_words_part(part, source)
-            rows = cache[span.segment]
-            row = span.first + page - before - 1
-            return rows[row] if row < len(rows) else None
-        before += span.pages
-    return None
+    try:
+        segment, row = doc.locate(page)
+    except ValueError:
+        return None
+    part = parts.get(segment)
+    if part is None or part.version != WordsArtifact.version:
+        return None
+    if segment not in cache:
+        cache[segment] = read_words_part(part, source)
+    rows = cache[segment]
+    return rows[row] if row < len(rows) else None
 
 
 def document_words(segments: Mapping[str, Segment], doc: Document, source: BlobSource) -> list[PageWords | None]:
