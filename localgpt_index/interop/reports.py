@@ -171,7 +171,7 @@ def query_answer(index, request, results: Sequence[Sequence[SearchHit]], encoder
         if not lexical.has_pages():
             notes.append(("info", "hint: no page of this index has text (pictures read with --ocr never, or no document): "
                                   "text finds nothing here."))
-        if getattr(request, "regions", False) and positions_missing(index.view.manifest):
+        if request.regions and positions_missing(index.view.manifest):
             notes.append(("info", "hint: pages indexed before word positions were kept have no text regions: "
                                   "`lgpt-index upgrade` adds them."))
     pending = pending_text(index.view) if mode != "visual" else 0

@@ -203,7 +203,7 @@ class IndexTools:
         doc = index.document(hit.path)
         answer = PageAnswer(document=self._name(hit.path, index), page=hit.page, pages=doc.pages, sha256=hit.sha256,
                             kind=hit.kind, text=page_text(index, hit),
-                            regions=None if regions is None else [HitRegion(**region.to_dict()) for region in regions])
+                            regions=_listed(regions))
         self._cap_texts([answer])
         images: list[FittedImage] = []
         if with_image:
@@ -219,7 +219,7 @@ class IndexTools:
         return FoundPage(rank=hit.rank, score=hit.score, document=self._name(hit.path, index), page=hit.page, sha256=hit.sha256,
                          kind=hit.kind, metadata={str(k): str(v) for k, v in hit.metadata.items()}, snippet=hit.snippet,
                          text=page_text(index, hit), copies=[self._name(path, index) for path in hit.copies],
-                         regions=None if hit.regions is None else [HitRegion(**region.to_dict()) for region in hit.regions])
+                         regions=_listed(hit.regions))
 
     def _cap_texts(self, entries: Sequence[FoundPage | PageAnswer]) -> None:
         """The page texts of one answer cut to fit the text caps, each cut one saying so."""
@@ -262,3 +262,8 @@ def page_text(index, hit: SearchHit) -> str | None:
         return text
     lexical = index.lexical
     return lexical.page_text(hit.path, hit.page) if lexical is not None else None
+
+
+def _listed(regions: Sequence[Region] | None) -> list[HitRegion] | None:
+    """Regions as the MCP answers list them (the query document's form); None: not asked."""
+    return None if regions is None else [HitRegion(**region.to_dict()) for region in regions]
