@@ -54,6 +54,17 @@ class PageWords:
         return self.boxes.astype(np.float64) / WORD_SCALE
 
 
+def neighbour_gaps(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each two boxes one after the other ((n, 4): x0, y0, x1, y1): the gap between them along whichever axis
+    parts them most (negative where they overlap), and the larger of their heights (a box's shorter side: a
+    word's height whichever way its line runs). Both (n - 1,)."""
+    before, after = boxes[:-1], boxes[1:]
+    gap = np.max(np.stack([after[:, 0] - before[:, 2], before[:, 0] - after[:, 2], after[:, 1] - before[:, 3],
+                           before[:, 1] - after[:, 3]]), axis=0)
+    sides = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+    return gap, np.maximum(sides[:-1], sides[1:])
+
+
 def empty_words() -> PageWords:
     return PageWords(np.zeros((0, 4), np.uint16), np.zeros(0, np.uint16), np.zeros(0, np.uint16))
 

@@ -179,16 +179,13 @@ def _layer(page: _Page, turned: bool | None) -> tuple[str, PageWords | None]:
 def _spaced(page: _Page) -> list[str]:
     """What goes before each word: "" for a line's first, else a space, unless the two touch (one word in two
     fonts: "(" and "const" -> "(const", as pdftotext writes them; -bbox-layout does not say its word spacing)."""
-    import numpy as np
+    from ..core.words import neighbour_gaps
 
     boxes = page.boxes
     if len(boxes) < 2:
         return [""] * len(boxes)
-    before, after = boxes[:-1], boxes[1:]
-    gap = np.max(np.stack([after[:, 0] - before[:, 2], before[:, 0] - after[:, 2], after[:, 1] - before[:, 3],
-                           before[:, 1] - after[:, 3]]), axis=0)
-    sides = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
-    touching = (gap < TOUCHING * np.maximum(sides[:-1], sides[1:])).tolist()
+    gap, height = neighbour_gaps(boxes)
+    touching = (gap < TOUCHING * height).tolist()
     lines = page.word_lines
     return [""] + ["" if lines[i] != lines[i - 1] or touching[i - 1] else " " for i in range(1, len(lines))]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...core.types import Region
-from ...core.words import NO_LINE, WORD_SCALE, PageWords
+from ...core.words import NO_LINE, WORD_SCALE, PageWords, neighbour_gaps
 from .query import TextQuery
 from .tokenize import exact_tokens, fold, stems
 
@@ -109,12 +109,8 @@ def line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
     known = np.flatnonzero(words.lines != NO_LINE)
     if not len(known):
         return pieces, np.zeros(0, np.int64)
-    lines, boxes = words.lines[known].astype(np.int64), words.boxes[known].astype(np.int32)
-    before, after = boxes[:-1], boxes[1:]
-    gap = np.max(np.stack([after[:, 0] - before[:, 2], before[:, 0] - after[:, 2], after[:, 1] - before[:, 3],
-                           before[:, 1] - after[:, 3]]), axis=0)
-    sides = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
-    height = np.maximum(sides[:-1], sides[1:])
+    lines = words.lines[known].astype(np.int64)
+    gap, height = neighbour_gaps(words.boxes[known].astype(np.int32))
     starts = np.concatenate([[True], (lines[1:] != lines[:-1]) | (gap > COLUMN_GAP * height)])
     pieces[known] = np.cumsum(starts) - 1
     block_of = words.blocks.astype(np.int64)
