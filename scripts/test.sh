@@ -12,6 +12,9 @@ export HF_HUB_OFFLINE=1
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -ge $((6 * 1024 * 1024)) ]; then
     export TMPDIR=/dev/shm
 fi
+# The project's own modules compiled once (with PYTHONDONTWRITEBYTECODE set, every process the tests start
+# would compile them again; bytecode of an edited module is out of date, and Python then reads the source)
+.venv/bin/python -m compileall -q -j 0 localgpt_index tests >/dev/null
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
