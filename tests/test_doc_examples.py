@@ -42,6 +42,7 @@ from pathlib import Path
 import pytest
 
 from docgen import make_pdf
+from forkserver import SOCKET_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -219,9 +220,11 @@ def hub_cache_with(folder: Path, model_id: str, checkpoint: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def workplace(tiny_model, tmp_path_factory) -> Workplace:
+def workplace(tiny_model, tmp_path_factory):
     """The working folder (also $HOME: `~/docs` is its docs/) and the environment; the default model, which a
-    command without --model loads, is the tiny checkpoint under its hub id in a private offline cache."""
+    command without --model loads, is the tiny checkpoint under its hub id in a private offline cache. `lgpt-index`
+    runs through a fork server (tests/forkserver.py) started in that environment: each command a process forked
+    from one that imported torch and transformers once, instead of 5 s of imports a command."""
     base = tmp_path_factory.mktemp("doc-examples")
     path, bin_dir = base / "work", base / "bin"
     shutil.copytree(ROOT / "examples" / "docs", path / "docs")
@@ -233,7 +236,7 @@ def workplace(tiny_model, tmp_path_factory) -> Workplace:
     (path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     (path / "meta.json").write_text(json.dumps({"reports/*": {"team": "finance"}, "slides/*": {"team": "sales"}}))
     bin_dir.mkdir()
-    (bin_dir / "lgpt-index").write_text(LAUNCHER.format(python=sys.executable))
+    (bin_dir / "lgpt-index").write_text(LAUNCHER.format(python=sys.executable, client=ROOT / "tests" / "forkserver.py"))
     (bin_dir / "lgpt-index").chmod(0o755)
     hub_cache_with(base / "hf-home", DEFAULT_MODEL, tiny_model)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(path),
@@ -242,18 +245,25 @@ def workplace(tiny_model, tmp_path_factory) -> Workplace:
     for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "LGPT_STORE", "LGPT_SERVER", "LGPT_EXAMPLE_MODEL", "LGPT_EXAMPLE_DOCS",
                  "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         env.pop(name, None)
+    env[SOCKET_ENV] = str(base / "forkserver.sock")
+    forks = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkserver.py"), "--fork-server", env[SOCKET_ENV]], env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=(base / "forkserver.log").open("w"), text=True)
+    assert forks.stdout.readline() == "ready\n", (base / "forkserver.log").read_text()
     for args in (["build", "docs"], ["build", "examples/eval/docs", "--name", "eval"],
                  ["export", "--format", "byaldi", ".byaldi/old-index"]):  # a byaldi index to import
         done = subprocess.run(["lgpt-index", *args], cwd=path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
     shutil.copytree(path, base / "pristine", symlinks=True)
-    return Workplace(path, base / "pristine", env)
+    yield Workplace(path, base / "pristine", env)
+    forks.kill()
+    forks.wait()
 
 
-# `lgpt-index` on the examples' PATH: this interpreter, and its process id noted (stop_background stops those)
+# `lgpt-index` on the examples' PATH: the fork server's client in this interpreter (where it cannot fork the
+# command, the client runs `python -m localgpt_index` itself), its process id noted (stop_background stops those)
 LAUNCHER = """#!/bin/sh
 [ -n "$DOC_TEST_PIDS" ] && echo $$ >>"$DOC_TEST_PIDS"
-exec {python} -m localgpt_index "$@"
+exec {python} {client} "$@"
 """
 
 
