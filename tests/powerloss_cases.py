@@ -412,16 +412,18 @@ def explore_twice(scenario: Scenario, work: Path, model: Path, *, every: int = 1
 
 
 def faults(scenario: Scenario, work: Path, model: Path, *, every: int = 1,
-           kinds: tuple[str, ...] = FAULT_KINDS) -> Exploration:
+           kinds: tuple[str, ...] = FAULT_KINDS, rotate: bool = False) -> Exploration:
     """A full disk, an I/O error or a short write at every `every`-th operation (short writes: at writes only):
     the command's message and exit code, the index it leaves, and the next run. A fault the run did not
-    reach (the order of its operations can vary) is counted in `unreached`, not as a case."""
+    reach (the order of its operations can vary) is counted in `unreached`, not as a case. `rotate`: one fault
+    an operation, its kind taken in turn among those that apply there (every operation faulted, a third of the runs)."""
     started = time.monotonic()
     harness = Harness(scenario, work, model)
     found = Exploration(scenario.name, harness.operations)
     for kind in kinds:
         for at in range(1, harness.operations + 1, every):
-            if kind == "short" and not harness.labels[at - 1].startswith("write "):
+            applies = [k for k in kinds if k != "short" or harness.labels[at - 1].startswith("write ")]
+            if kind not in applies or (rotate and kind != applies[at % len(applies)]):
                 continue
             disk = harness.recorded(None, Fault(at, kind))
             if disk.faulted is None:
