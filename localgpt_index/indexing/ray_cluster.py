@@ -187,7 +187,7 @@ def _loopback_only(ray) -> Iterator[None]:
     try:
         from ray._private import ray_constants
     except ImportError:  # another layout (a Ray this was not written against): its own defaults
-        ray_constants = None  # type: ignore[assignment]  # no constants module: the getattr below finds nothing
+        ray_constants = None  # no constants module: the getattr below finds nothing
     before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
     if before is not None:
         ray_constants.ENABLE_RAY_CLUSTER = False

@@ -99,7 +99,7 @@ def _paligemma_config(spec: CheckpointSpec, tokenizer, image_token_id: int):
     """PaliGemma's config (SigLIP vision tower, Gemma text model) at the widths of `spec`."""
     from transformers import PaliGemmaConfig, PreTrainedConfig
 
-    config = PaliGemmaConfig(  # type: ignore[call-arg]  # the token ids: kwargs the config takes, its signature does not list
+    config = PaliGemmaConfig(  # the token ids: kwargs the config takes, beyond its signature
         vision_config={
             "model_type": "siglip_vision_model",
             "hidden_size": spec.vision_hidden,
@@ -312,7 +312,7 @@ def _idefics_parts(family: str):
             "eos_token_id": ids["<end_of_utterance>"], "tie_word_embeddings": False}
     config: Idefics3Config | ModernVBertConfig
     if family == "colidefics3":
-        config = Idefics3Config(  # type: ignore[call-arg]  # pad_token_id: a kwarg the config takes, its signature does not list
+        config = Idefics3Config(  # pad_token_id: a kwarg the config takes, beyond its signature
             vision_config=vision, text_config={**text, "model_type": "llama", "num_key_value_heads": 1},
             scale_factor=2, image_token_id=ids["<image>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=False)
     else:
