@@ -47,8 +47,8 @@ def planted(monkeypatch) -> list[tuple]:
 
     calls: list[tuple] = []
 
-    def text_regions(view, lexical, query, path, page):
-        calls.append(("text", query, Path(path).name, page))
+    def text_regions(view, terms, path, page, text):
+        calls.append(("text", terms.query, Path(path).name, page))
         return [TEXT]
 
     def visual_regions(view, query_vectors, query, path, page):

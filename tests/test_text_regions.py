@@ -20,7 +20,7 @@ from localgpt_index import open_index
 from localgpt_index.core.errors import IndexProblem
 from localgpt_index.core.words import NO_LINE, WORD_SCALE, FoundWord, PageWords, align
 from localgpt_index.index.text.query import parse
-from localgpt_index.index.text.regions import page_text_regions
+from localgpt_index.index.text.regions import QueryTerms, page_text_regions
 from localgpt_index.index.text.words import decode_words, encode_words
 from localgpt_index.ingest.ocr import Tesseract
 from localgpt_index.ingest.text import page_layer
@@ -96,7 +96,8 @@ def test_packed_rows_read_back_their_lines_exactly_their_words_within_a_step_and
     for before, after in ((page, read[0]), (turned, read[3])):
         assert np.array_equal(before.lines, after.lines) and np.array_equal(before.blocks, after.blocks)
         assert np.abs(before.fractions() - after.fractions()).max() < 1 / 255
-        assert page_text_regions(text, after, parse("beta eta"), None) == page_text_regions(text, before, parse("beta eta"), None)
+        terms = QueryTerms(parse("beta eta"), None)
+        assert page_text_regions(text, after, terms) == page_text_regions(text, before, terms)
     with pytest.raises(IndexProblem, match="words part is damaged"):
         decode_words(encode_words(rows)[:-3])
 
@@ -118,7 +119,7 @@ def _words(lines: list[list[str]], columns: int = 1) -> tuple[str, PageWords]:
 def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
     text, words = _words([["filler", "words", "here"], ["Planning", "the", "Café", "budgets"], ["budget", "only"],
                           ["more", "filler"], ["turbines", "spin"]])
-    regions = page_text_regions(text, words, parse("cafe plans budget turb*", ["en"]), "en")
+    regions = page_text_regions(text, words, QueryTerms(parse("cafe plans budget turb*", ["en"]), "en"))
     assert [r.text for r in regions] == ["Planning the Café budgets budget only", "turbines spin"]  # adjacent lines merged
     assert set(regions[0].matched) == {"cafe", "plan", "budget"} and regions[1].matched == ("turb*",)
     assert regions[0].source == "text" and regions[0].score > regions[1].score
@@ -128,13 +129,13 @@ def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
 
 def test_lines_of_two_columns_are_not_merged_and_a_wide_gap_cuts_a_line():
     text, words = _words([["alpha", "one"], ["beta", "two"], ["alpha", "three"], ["beta", "four"]], columns=2)
-    regions = page_text_regions(text, words, parse("alpha"), None)
+    regions = page_text_regions(text, words, QueryTerms(parse("alpha"), None))
     assert [r.text for r in regions] == ["alpha one", "alpha three"]
     # OCR's one line across two columns: cut at the gap
     found = [FoundWord(w, (x, 0.1, x + 0.05, 0.12), 0, 0) for w, x in (("left", 0.1), ("side", 0.16), ("right", 0.6), ("side", 0.66))]
-    regions = page_text_regions("left side right side", align("left side right side".split(), found), parse("right"), None)
+    regions = page_text_regions("left side right side", align("left side right side".split(), found), QueryTerms(parse("right"), None))
     assert regions[0].text == "right side" and regions[0].bbox[0] == pytest.approx(0.6, abs=1e-4)
-    assert page_text_regions("other text", words, parse("alpha"), None) == []  # positions of another text: none
+    assert page_text_regions("other text", words, QueryTerms(parse("alpha"), None)) == []  # positions of another text: none
 
 
 def _build(docs: Path, index: Path, model: Path, *args: str) -> None:

@@ -135,7 +135,9 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
             hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0), prior,
                           unmatched)
         kept = top([hit for hit in hits if hit is not None])
-        results.append([_with_text(replace(hit, rank=rank), lexical, text, request.with_text) for rank, hit in enumerate(kept, 1)])
+        # (the page text kept for regions too: query/regions.py reads it from the hit, then drops it unless asked for)
+        keep = request.with_text or request.regions
+        results.append([_with_text(replace(hit, rank=rank), lexical, text, keep) for rank, hit in enumerate(kept, 1)])
     return results
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from ..core.types import Region, SearchHit
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
-from ..index.text.regions import page_text_regions
+from ..index.text.query import TextQuery
+from ..index.text.regions import QueryTerms, page_text_regions
 from ..index.text.words import WORDS, WordPositions
 from .patches import clustered, one_page, page_pixels, patch_geometry
 from .request import QueryRequest
@@ -27,14 +28,17 @@ MAX_REGIONS = 8  # regions per hit: the text ones first, then the visual ones
 
 def attach_regions(view: View, lexical: LexicalIndex | None, request: QueryRequest,
                    query_vectors: Sequence[np.ndarray] | None, results: list[list[SearchHit]]) -> list[list[SearchHit]]:
-    """`results` with each hit's regions, when `request.regions` asks for them (unchanged otherwise)."""
+    """`results` with each hit's regions, when `request.regions` asks for them (unchanged otherwise). A query's
+    terms are analysed once for all its hits; a hit's page text, where the answer read it for the snippet, is
+    taken from the hit (and kept there only if asked for)."""
     if not request.regions:
         return results
     answered = []
     for number, hits in enumerate(results):
         vectors = query_vectors[number] if query_vectors else None  # (none in text mode)
-        answered.append([replace(hit, regions=page_regions(view, lexical, request.queries[number], vectors, hit.path, hit.page))
-                         for hit in hits])
+        terms = QueryAnalysis(lexical, request.queries[number])
+        answered.append([replace(hit, regions=_regions(view, terms, vectors, hit.path, hit.page, hit.text),
+                                 text=hit.text if request.with_text else None) for hit in hits])
     return answered
 
 
@@ -42,23 +46,46 @@ def page_regions(view: View, lexical: LexicalIndex | None, query: str, query_vec
                  path: str, page: int) -> tuple[Region, ...]:
     """The regions of `query` on one page (`page` 1-based of the document at `path`): its text regions,
     then its visual regions when the query's vectors are given (None: a text query, no model)."""
-    found = list(text_regions(view, lexical, query, path, page))
+    return _regions(view, QueryAnalysis(lexical, query), query_vectors, path, page, None)
+
+
+class QueryAnalysis:
+    """One query's terms under each language its pages' documents were stemmed in (made as they are met)."""
+
+    def __init__(self, lexical: LexicalIndex | None, query: str) -> None:
+        self.lexical, self.query = lexical, query
+        self._parsed: TextQuery | None = None
+        self._terms: dict[str | None, QueryTerms] = {}
+
+    def of(self, path: str) -> QueryTerms:
+        assert self.lexical is not None
+        language = self.lexical.language(path)
+        if language not in self._terms:
+            self._parsed = self._parsed or self.lexical.parse(self.query)
+            self._terms[language] = QueryTerms(self._parsed, language)
+        return self._terms[language]
+
+
+def _regions(view: View, terms: QueryAnalysis, query_vectors: np.ndarray | None, path: str, page: int,
+             text: str | None) -> tuple[Region, ...]:
+    found = list(text_regions(view, terms, path, page, text))
     if query_vectors is not None:
-        found += visual_regions(view, query_vectors, query, path, page)
+        found += visual_regions(view, query_vectors, terms.query, path, page)
     return tuple(found[:MAX_REGIONS])
 
 
-def text_regions(view: View, lexical: LexicalIndex | None, query: str, path: str, page: int) -> list[Region]:
+def text_regions(view: View, terms: QueryAnalysis, path: str, page: int, text: str | None) -> list[Region]:
     """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py); none where
-    the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`)."""
+    the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`).
+    `text`: the page's text where the caller has read it (None: read here)."""
     document, positions = view.document(path), view.artifact(WORDS)
-    if lexical is None or document is None or not isinstance(positions, WordPositions):
+    if terms.lexical is None or document is None or not isinstance(positions, WordPositions):
         return []
     words = positions.page(document, page)
-    text = lexical.page_text(path, page) if words is not None else None
-    if words is None or not text:
+    if words is None:
         return []
-    return page_text_regions(text, words, lexical.parse(query), lexical.language(path))
+    text = text if text is not None else terms.lexical.page_text(path, page)
+    return page_text_regions(text, words, terms.of(path)) if text else []
 
 
 def visual_regions(view: View, query_vectors: np.ndarray, query: str, path: str, page: int) -> list[Region]:

@@ -41,43 +41,53 @@ class _Lines:
         return len(self.terms), sum(self.terms.values()) / len(self.lines)
 
 
-def matched_terms(tokens: list[str], query: TextQuery, language: str | None) -> dict[int, list[str]]:
-    """The tokens that match the query, by index, with their query terms (the query word, stem or prefix* each
-    matches). Only the tokens whose folded text holds a term's start are analysed (one regular expression over
-    the page; a stem keeps its word's start but for its last letter)."""
-    exact, stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
-    starts = {term[:-1] if len(term) > 3 else term for term in stemmed} | set(query.prefixes)
-    if not starts:
-        return {}
-    pattern = re.compile("|".join(re.escape(start) for start in sorted(starts, key=len, reverse=True)))
-    joined = "\n".join(tokens)
-    folded = tokens if joined.isascii() else [fold(token) for token in tokens]  # ASCII: lower() folds
-    joined = "\n".join(folded).lower()
-    ends = np.cumsum(np.fromiter(map(len, folded), np.int64, len(folded)) + 1)  # each token's end, its newline included
-    starts_at = np.fromiter((match.start() for match in pattern.finditer(joined)), np.int64)
-    candidates = np.unique(np.searchsorted(ends, starts_at, side="right")).tolist()
-    found: dict[int, list[str]] = {}
-    known: dict[str, list[str]] = {}  # a word's terms, once a page
-    for index in candidates:
-        token = tokens[index]
-        if token not in known:
-            parts = exact_tokens(token)
-            terms = [part for part in parts if part in exact]
-            terms += [stem for stem in stems([p for p in parts if p not in exact], language) if stem in stemmed]
-            terms += [f"{prefix}*" for prefix in query.prefixes if any(part.startswith(prefix) for part in parts)]
-            known[token] = list(dict.fromkeys(terms))
-        if known[token]:
-            found[index] = known[token]
-    return found
+class QueryTerms:
+    """A query's terms under one language's analysis, and what each token seen so far matches: made once for a
+    query and shared by its hits (a word met on one page is not analysed again on the next)."""
+
+    def __init__(self, query: TextQuery, language: str | None) -> None:
+        self.query, self.language = query, language
+        self.exact, self.stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
+        starts = {term[:-1] if len(term) > 3 else term for term in self.stemmed} | set(query.prefixes)
+        # a stem keeps its word's start but for its last letter
+        self.pattern = re.compile("|".join(re.escape(start) for start in sorted(starts, key=len, reverse=True))) if starts else None
+        self.known: dict[str, list[str]] = {}
+
+    def matched(self, tokens: list[str]) -> dict[int, list[str]]:
+        """The tokens that match the query, by index, with their query terms (the query word, stem or prefix* each
+        matches). Only the tokens whose folded text holds a term's start are analysed (one regular expression
+        over the page)."""
+        if self.pattern is None:
+            return {}
+        joined = "\n".join(tokens)
+        folded = tokens if joined.isascii() else [fold(token) for token in tokens]  # ASCII: lower() folds
+        joined = "\n".join(folded).lower()
+        ends = np.cumsum(np.fromiter(map(len, folded), np.int64, len(folded)) + 1)  # each token's end, its newline included
+        starts_at = np.fromiter((match.start() for match in self.pattern.finditer(joined)), np.int64)
+        found: dict[int, list[str]] = {}
+        for index in np.unique(np.searchsorted(ends, starts_at, side="right")).tolist():
+            token = tokens[index]
+            terms = self.known.get(token)
+            if terms is None:
+                terms = self.known[token] = self._terms(token)
+            if terms:
+                found[index] = terms
+        return found
+
+    def _terms(self, token: str) -> list[str]:
+        parts = exact_tokens(token)
+        terms = [part for part in parts if part in self.exact]
+        terms += [stem for stem in stems([p for p in parts if p not in self.exact], self.language) if stem in self.stemmed]
+        terms += [f"{prefix}*" for prefix in self.query.prefixes if any(part.startswith(prefix) for part in parts)]
+        return list(dict.fromkeys(terms))
 
 
-def page_text_regions(text: str, words: PageWords, query: TextQuery, language: str | None,
-                      limit: int = MAX_TEXT_REGIONS) -> list[Region]:
+def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
     """The regions of `query` on a page whose text is `text` and word positions `words`, best first."""
     tokens = text.split()
     if len(tokens) != len(words) or not tokens:
         return []  # positions of another text (not expected): no regions rather than wrong ones
-    terms = matched_terms(tokens, query, language)
+    terms = query.matched(tokens)
     if not terms:
         return []
     pieces, blocks = line_pieces(words)
