@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -39,6 +39,9 @@ class PageWords:
     boxes: np.ndarray
     lines: np.ndarray
     blocks: np.ndarray
+    # what readers derive from these words, kept with them (a page read again from the positions' cache is not
+    # worked out again): index/text/regions.line_pieces
+    derived: dict[str, object] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.lines)

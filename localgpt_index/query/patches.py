@@ -45,7 +45,8 @@ def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.n
     asked = [row for row, token in enumerate(tokens) if token is not None]
     if not asked or not len(layout.rows):
         return []
-    scores = np.asarray(query_vectors, dtype=np.float32)[asked] @ np.asarray(page_vectors, dtype=np.float32)[layout.rows].T
+    # (rows taken before the conversion: a page's text tokens and padding are not converted)
+    scores = np.asarray(query_vectors[asked], dtype=np.float32) @ np.asarray(page_vectors[layout.rows], dtype=np.float32).T
     best = scores.argmax(axis=1)
     weight = np.maximum(scores[np.arange(len(asked)), best], 0.0)
     heat = np.bincount(best, weights=weight, minlength=len(layout.rows))
@@ -54,17 +55,21 @@ def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.n
         return []
     hot = np.flatnonzero(heat >= HOT * heat.max())
     regions = []
+    bests, weighed = best.tolist(), (weight > 0).tolist()
     for group in _touching(layout.boxes[hot]):
         members = hot[group]
         boxes = layout.boxes[members]
         bbox = (float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()), float(boxes[:, 3].max()))
-        matched = tuple(dict.fromkeys(str(tokens[asked[t]]) for t in np.flatnonzero(np.isin(best, members) & (weight > 0))))
+        held = set(members.tolist())
+        matched = tuple(dict.fromkeys(str(tokens[row]) for row, at, counts in zip(asked, bests, weighed) if counts and at in held))
         regions.append(Region(bbox, "visual", round(float(heat[members].sum()) / total, 4), matched))
     return sorted(regions, key=lambda region: -region.score)[:VISUAL_REGIONS]
 
 
 def _touching(boxes: np.ndarray) -> list[list[int]]:
     """The groups of boxes that touch or overlap, directly or through others (a union-find)."""
+    if len(boxes) < 2:
+        return [list(range(len(boxes)))] if len(boxes) else []
     parent = list(range(len(boxes)))
 
     def root(i: int) -> int:
@@ -74,11 +79,11 @@ def _touching(boxes: np.ndarray) -> list[list[int]]:
         return i
 
     near = 1e-6
-    for i in range(len(boxes)):
-        for j in range(i + 1, len(boxes)):
-            a, b = boxes[i], boxes[j]
-            if a[0] <= b[2] + near and b[0] <= a[2] + near and a[1] <= b[3] + near and b[1] <= a[3] + near:
-                parent[root(i)] = root(j)
+    a, b = boxes[:, None, :], boxes[None, :, :]
+    touch = (a[..., 0] <= b[..., 2] + near) & (b[..., 0] <= a[..., 2] + near) & (a[..., 1] <= b[..., 3] + near) & \
+        (b[..., 1] <= a[..., 3] + near)
+    for i, j in np.argwhere(np.triu(touch, 1)).tolist():  # each pair that touches, once
+        parent[root(i)] = root(j)
     groups: dict[int, list[int]] = {}
     for i in range(len(boxes)):
         groups.setdefault(root(i), []).append(i)

@@ -114,7 +114,15 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
 
 def line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
     """Each token's piece of a line (-1: no box), numbered in reading order, and each piece's block: a line
-    is cut where two of its words (one after the other) stand further apart than COLUMN_GAP times their height."""
+    is cut where two of its words (one after the other) stand further apart than COLUMN_GAP times their height.
+    Worked out once for a page's words (kept in `words.derived`)."""
+    found = words.derived.get("line_pieces")
+    if found is None:
+        found = words.derived["line_pieces"] = _line_pieces(words)
+    return found  # type: ignore[return-value]  # (what _line_pieces returned)
+
+
+def _line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
     pieces = np.full(len(words), -1, np.int64)
     known = np.flatnonzero(words.lines != NO_LINE)
     if not len(known):
