@@ -56,10 +56,13 @@ class QueryAnalysis:
         self.lexical, self.query = lexical, query
         self._parsed: TextQuery | None = None
         self._terms: dict[str | None, QueryTerms] = {}
+        self._languages: dict[str, str | None] = {}  # a document's, asked of the text index once
 
     def of(self, path: str) -> QueryTerms:
         assert self.lexical is not None
-        language = self.lexical.language(path)
+        if path not in self._languages:
+            self._languages[path] = self.lexical.language(path)
+        language = self._languages[path]
         if language not in self._terms:
             self._parsed = self._parsed or self.lexical.parse(self.query)
             self._terms[language] = QueryTerms(self._parsed, language)

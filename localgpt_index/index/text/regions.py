@@ -12,7 +12,6 @@ in a region are its text.
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -60,8 +59,12 @@ class QueryTerms:
         if self.pattern is None:
             return {}
         joined = "\n".join(tokens)
-        folded = tokens if joined.isascii() else [fold(token) for token in tokens]  # ASCII: lower() folds
-        joined = "\n".join(folded).lower()
+        folded = tokens
+        if joined.isascii():  # ASCII: lower() folds
+            joined = joined.lower()
+        else:
+            folded = [fold(token) for token in tokens]
+            joined = "\n".join(folded)
         ends = np.cumsum(np.fromiter(map(len, folded), np.int64, len(folded)) + 1)  # each token's end, its newline included
         starts_at = np.fromiter((match.start() for match in self.pattern.finditer(joined)), np.int64)
         found: dict[int, list[str]] = {}
@@ -90,17 +93,17 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
     terms = query.matched(tokens)
     if not terms:
         return []
-    pieces, blocks = line_pieces(words)
+    pieces = line_pieces(words)
     by_line: dict[int, dict[str, int]] = {}
     for index, found in terms.items():
-        line = int(pieces[index])
+        line = int(pieces.of_token[index])
         if line >= 0:
             for term in found:
                 by_line.setdefault(line, {}).setdefault(term, 0)
                 by_line[line][term] += 1
     groups: list[_Lines] = []
     for line in sorted(by_line):
-        block = int(blocks[line])
+        block = int(pieces.blocks[line])
         last = groups[-1] if groups else None
         if last is not None and last.block == block and last.lines[-1] == line - 1:
             last.lines.append(line)
@@ -112,21 +115,36 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
     return [_region(group, tokens, words.boxes, pieces) for group in groups[:limit]]
 
 
-def line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
-    """Each token's piece of a line (-1: no box), numbered in reading order, and each piece's block: a line
-    is cut where two of its words (one after the other) stand further apart than COLUMN_GAP times their height.
-    Worked out once for a page's words (kept in `words.derived`)."""
+@dataclass(frozen=True)
+class LinePieces:
+    """A page's lines cut into pieces: each token's piece (`of_token`, -1: no box), numbered in reading order,
+    each piece's block, and the tokens with a box (`placed`) with their pieces (`placed_pieces`, ascending)."""
+
+    of_token: np.ndarray
+    blocks: np.ndarray
+    placed: np.ndarray
+    placed_pieces: np.ndarray
+
+    def tokens(self, first: int, last: int) -> np.ndarray:
+        """The tokens (with a box) of pieces `first` to `last`, in order."""
+        low, high = np.searchsorted(self.placed_pieces, [first, last + 1])
+        return self.placed[low:high]
+
+
+def line_pieces(words: PageWords) -> LinePieces:
+    """A page's line pieces: a line is cut where two of its words (one after the other) stand further apart than
+    COLUMN_GAP times their height. Worked out once for a page's words (kept in `words.derived`)."""
     found = words.derived.get("line_pieces")
-    if found is None:
+    if not isinstance(found, LinePieces):
         found = words.derived["line_pieces"] = _line_pieces(words)
-    return found  # type: ignore[return-value]  # (what _line_pieces returned)
+    return found
 
 
-def _line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
+def _line_pieces(words: PageWords) -> LinePieces:
     pieces = np.full(len(words), -1, np.int64)
     known = np.flatnonzero(words.lines != NO_LINE)
     if not len(known):
-        return pieces, np.zeros(0, np.int64)
+        return LinePieces(pieces, np.zeros(0, np.int64), known, np.zeros(0, np.int64))
     lines = words.lines[known].astype(np.int64)
     gap, height = neighbour_gaps(words.boxes[known].astype(np.int32))
     starts = np.concatenate([[True], (lines[1:] != lines[:-1]) | (gap > COLUMN_GAP * height)])
@@ -135,14 +153,14 @@ def _line_pieces(words: PageWords) -> tuple[np.ndarray, np.ndarray]:
     first_lines = lines[starts]
     blocks = np.where(first_lines < len(block_of), block_of[np.minimum(first_lines, max(len(block_of) - 1, 0))], -1) \
         if len(block_of) else np.full(len(first_lines), -1)
-    return pieces, blocks
+    return LinePieces(pieces, blocks, known, pieces[known])
 
 
-def _region(group: _Lines, tokens: list[str], boxes: np.ndarray, pieces: np.ndarray) -> Region:
-    inside = (pieces >= group.lines[0]) & (pieces <= group.lines[-1])  # a group's lines follow each other
+def _region(group: _Lines, tokens: list[str], boxes: np.ndarray, pieces: LinePieces) -> Region:
+    inside = pieces.tokens(group.lines[0], group.lines[-1])  # a group's lines follow each other
     held = boxes[inside]
     low, high = held[:, :2].min(axis=0).tolist(), held[:, 2:].max(axis=0).tolist()
     bbox = (low[0] / WORD_SCALE, low[1] / WORD_SCALE, high[0] / WORD_SCALE, high[1] / WORD_SCALE)
     distinct, density = group.score
     return Region(bbox=bbox, source="text", score=round(distinct + density / (density + 1), 4), matched=tuple(group.terms),
-                  text=" ".join(itertools.compress(tokens, inside.tolist())))
+                  text=" ".join([tokens[index] for index in inside.tolist()]))
