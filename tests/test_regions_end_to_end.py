@@ -79,3 +79,21 @@ def test_the_sentences_box_is_the_top_text_region_and_is_drawn_where_it_is(fake_
     ys, xs = np.nonzero(np.all(np.asarray(page) == TEXT_OUTLINE, axis=2))
     assert len(xs) > 2 * (near[2] - near[0])  # an outline around the sentence: its two long sides at least
     assert near[0] <= xs.min() and xs.max() <= near[2] and near[1] <= ys.min() and ys.max() <= near[3]  # and nowhere else
+
+
+@pytest.mark.slow  # pooling runs on torch
+def test_an_index_whose_hits_cannot_have_visual_regions_says_why(fake_model, tmp_path):
+    """Pooled vectors are no patches of the page: `query --regions` says so (and a plain index says nothing)."""
+    from conftest import run_cli
+
+    _pdf(tmp_path / "docs" / "report.pdf")
+    said = {}
+    for name, options in (("pooled", ["--pool-factor", "2"]), ("plain", [])):
+        index = str(tmp_path / name)
+        built = run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), "--index-dir", index, *options)
+        assert built.exit_code == 0, built.stderr
+        done = run_cli("query", "net revenue", "--mode", "visual", "--regions", "--index-dir", index)
+        assert done.exit_code == 0, done.stderr
+        said[name] = done.stderr
+    assert "hint: no visual regions: this index's hits have none, its pages' vectors are pooled (--pool-factor)" in said["pooled"]
+    assert "no visual regions" not in said["plain"]

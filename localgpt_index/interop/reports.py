@@ -174,6 +174,8 @@ def query_answer(index, request, results: Sequence[Sequence[SearchHit]], encoder
         if request.regions and positions_missing(index.view.manifest):
             notes.append(("info", "hint: pages indexed before word positions were kept have no text regions: "
                                   "`lgpt-index upgrade` adds them."))
+    if request.regions and mode != "text" and (why := index.no_visual_regions()) is not None:
+        notes.append(("info", f"hint: no visual regions: this index's hits have none, {why}."))
     pending = pending_text(index.view) if mode != "visual" else 0
     document = query_document(index.view, request.queries, results, request.k, mode, request.fusion, pending,
                               text_misses(index, mode, request.queries, results))

@@ -23,6 +23,7 @@ from ..index.protocols import ExactScoring, Store, View
 from ..models.protocols import QueryEncoder
 from ..models.resolve import ModelRef, ModelSpec, fingerprint_in, resolve_model, resolve_recorded, same_model
 from .copies import Copies
+from .patches import no_visual_regions
 from .regions import attach_regions
 from .fusion import PagePrior
 from .hybrid import Key, answer, choose_mode, load_prior, probe_questions, save_prior, visual_depth, visual_prior
@@ -228,6 +229,10 @@ class Searcher:
         if self._scored_on is not None:
             self._scored_on.stats.begin()
         return exact
+
+    def no_visual_regions(self) -> str | None:
+        """Why this index's hits have no visual regions whatever is asked (None: they may have some)."""
+        return no_visual_regions(self.view)
 
     def device_scoring(self) -> dict[str, Any] | None:
         """What the device scorer did for the last query (query --json "scoring"."device"); None: the CPU scorer answered."""
