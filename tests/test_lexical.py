@@ -368,3 +368,26 @@ def test_the_densest_window_is_the_one_every_window_would_find():
         assert _densest(hits, width) == every_window(hits, width)
 
     same()
+
+
+def test_spans_on_an_ascii_page_finds_what_looking_at_every_word_finds():
+    """On an ASCII page `spans` looks only at the words one regular expression over the page says a wanted token
+    (its characters perhaps joined: a code's glued form) or a start may be in: it finds what looking at every
+    word finds (a page with one non-ASCII character, outside any word, takes that path)."""
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as st
+
+    from localgpt_index.index.text.tokenize import spans
+
+    words = st.lists(st.tuples(st.text(alphabet="ab1A", min_size=1, max_size=3), st.sampled_from(["-", "_", ".", ":", ",", " ", "/",
+                                                                                                  "  ", "--", ", "])), max_size=12)
+    tokens = st.sets(st.text(alphabet="ab1", min_size=1, max_size=4), max_size=4)
+
+    @settings(max_examples=600, deadline=None)
+    @given(words, tokens, st.lists(st.text(alphabet="ab1", min_size=1, max_size=3), max_size=3), st.sampled_from([None, 2, 5]))
+    @example([("a", "-"), ("1", " ")], {"a1"}, [], None)  # a code's glued form: its characters joined on the page
+    def same(words, wanted, starts, limit):
+        page = "".join(word + joiner for word, joiner in words)
+        assert spans(page, wanted, tuple(starts), limit) == spans(page + " \u2014", wanted, tuple(starts), limit)
+
+    same()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Final
@@ -126,7 +126,8 @@ def tokenize(text: str, language: str | None = None) -> list[str]:
     return analyse(text, language).tokens
 
 
-_JOINERS = str.maketrans("", "", "-_./:,")
+_JOINER_CHARS = "-_./:,"
+_JOINERS = str.maketrans("", "", _JOINER_CHARS)
 
 
 def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (),
@@ -137,7 +138,7 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
     given as the start); a compound that holds none of them, even glued, is not tokenized. With
     `limit`, the first `limit` found: the work on a page that floods a query with matches is bounded."""
     found: list[tuple[int, int, str]] = []
-    for match in _COMPOUND.finditer(text):
+    for match in _compounds(text, wanted, starts):
         if wanted is not None:
             folded = fold(match.group())
             if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
@@ -150,3 +151,34 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
         if limit is not None and len(found) >= limit:
             break
     return found
+
+
+def _compounds(text: str, wanted: set[str] | None, starts: tuple[str, ...]) -> Iterator[re.Match[str] | regex.Match[str]]:
+    """The compounds of `text` that `spans` looks at, in order: on an ASCII page with `wanted`, only those a
+    wanted token or a start may be in, found by one pass of a regular expression over the lowered page (a
+    token's characters may have joiners between them: a code's glued form) instead of a fold and a search
+    in every word of the page; otherwise every compound."""
+    if wanted is None or not text.isascii():
+        yield from _COMPOUND.finditer(text)
+        return
+    pattern = _candidates_pattern(frozenset(wanted), starts)
+    done = 0  # where the last compound given ended
+    for found in pattern.finditer(text.lower()) if pattern is not None else ():
+        at = found.start()
+        if at < done:
+            continue
+        while at > done and (text[at - 1].isalnum() or (text[at - 1] in _JOINER_CHARS and at >= 2 and text[at - 2].isalnum())):
+            at -= 1  # back to the compound's start (a joiner belongs to it between two word characters only)
+        compound = _ASCII_COMPOUND.match(text, at)
+        if compound is not None:
+            done = compound.end()
+            yield compound
+
+
+@cache
+def _candidates_pattern(wanted: frozenset[str], starts: tuple[str, ...]) -> re.Pattern[str] | None:
+    joiners = f"[{re.escape(_JOINER_CHARS)}]*"
+    alternatives = {joiners.join(map(re.escape, token)) for token in wanted if token} | {re.escape(start) for start in starts if start}
+    if not alternatives:
+        return None
+    return re.compile("(?=" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")")  # a lookahead: overlapping starts too
