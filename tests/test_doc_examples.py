@@ -248,15 +248,17 @@ def workplace(tiny_model, tmp_path_factory):
     env[SOCKET_ENV] = str(base / "forkserver.sock")
     forks = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkserver.py"), "--fork-server", env[SOCKET_ENV]], env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=(base / "forkserver.log").open("w"), text=True)
-    assert forks.stdout.readline() == "ready\n", (base / "forkserver.log").read_text()
-    for args in (["build", "docs"], ["build", "examples/eval/docs", "--name", "eval"],
-                 ["export", "--format", "byaldi", ".byaldi/old-index"]):  # a byaldi index to import
-        done = subprocess.run(["lgpt-index", *args], cwd=path, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr
-    shutil.copytree(path, base / "pristine", symlinks=True)
-    yield Workplace(path, base / "pristine", env)
-    forks.kill()
-    forks.wait()
+    try:  # (the server stopped whatever happens, a failed set-up too)
+        assert forks.stdout.readline() == "ready\n", (base / "forkserver.log").read_text()
+        for args in (["build", "docs"], ["build", "examples/eval/docs", "--name", "eval"],
+                     ["export", "--format", "byaldi", ".byaldi/old-index"]):  # a byaldi index to import
+            done = subprocess.run(["lgpt-index", *args], cwd=path, env=env, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr
+        shutil.copytree(path, base / "pristine", symlinks=True)
+        yield Workplace(path, base / "pristine", env)
+    finally:
+        forks.kill()
+        forks.wait()
 
 
 # `lgpt-index` on the examples' PATH: the fork server's client in this interpreter (where it cannot fork the

@@ -26,10 +26,12 @@ def server(tmp_path):
     with log.open("w") as said:
         process = subprocess.Popen([sys.executable, str(SERVER), "--fork-server", str(socket_path), "localgpt_index.cli"], env=env,
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=said, text=True)
-    assert process.stdout.readline() == "ready\n", log.read_text()
-    yield env, log
-    process.kill()
-    process.wait()
+    try:
+        assert process.stdout.readline() == "ready\n", log.read_text()
+        yield env, log
+    finally:
+        process.kill()
+        process.wait()
 
 
 def lgpt(env: dict, *args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
