@@ -25,7 +25,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Final
 
 import regex
@@ -175,7 +175,7 @@ def _compounds(text: str, wanted: set[str] | None, starts: tuple[str, ...]) -> I
             yield compound
 
 
-@cache
+@lru_cache(maxsize=256)  # (a server meets many queries: bounded, as snippet's _wanted is)
 def _candidates_pattern(wanted: frozenset[str], starts: tuple[str, ...]) -> re.Pattern[str] | None:
     joiners = f"[{re.escape(_JOINER_CHARS)}]*"
     alternatives = {joiners.join(map(re.escape, token)) for token in wanted if token} | {re.escape(start) for start in starts if start}
