@@ -9,7 +9,7 @@ CLI in its own process (exec, same pid): no server, a command that runs until st
 or an environment that differs from the server's in what the preloaded libraries read at import (HF_*, TORCH*...).
 
     python tests/forkserver.py --fork-server SOCKET [MODULE...]   # "ready" once imported; runs until killed
-    FORKSERVER=SOCKET python tests/forkserver.py ARGS...   # `lgpt-index ARGS...`
+    LGPT_TEST_FORKSERVER=SOCKET python tests/forkserver.py ARGS...   # `lgpt-index ARGS...`
 """
 
 from __future__ import annotations
