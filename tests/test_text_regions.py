@@ -257,3 +257,41 @@ def test_upgrade_reads_the_positions_an_older_index_lacks(fake_model, tmp_path):
     assert hits[0].regions[0].text == "Net revenue grew twelve percent"
     assert "nothing to upgrade" in run_cli("upgrade", "--index-dir", str(index)).stderr
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
+
+
+def test_the_page_lexicon_finds_every_token_that_analysing_each_token_finds():
+    """Matching looks only at the tokens holding a part that begins with a term's start (a range of the page's
+    sorted parts): it finds what analysing every token of the page finds, inflections whose stem changes the
+    word's last letter, codes typed glued and prefixes among them."""
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as st
+
+    from localgpt_index.index.text.regions import page_lexicon
+
+    vocabulary = ["happy", "happiness", "happier", "plans", "planning", "Café", "cafe", "INV-2024-0042", "inv20240042",
+                  "(budget,", "budgets.", "turbine/turbo", "v1.3", "Müller", "muller", "run", "runs", "a", "x"]
+    words = st.lists(st.one_of(st.sampled_from(vocabulary), st.text(alphabet="abcpy1-.", min_size=1, max_size=6)), max_size=30)
+    queries = st.lists(st.sampled_from(["happiness", "happy", "plan", "cafe", "inv20240042", "2024", "budget", "turb*", "v1.3",
+                                        "muller", "running", "pa*", "b1"]), min_size=1, max_size=3)
+
+    @settings(max_examples=300, deadline=None)
+    @given(words, queries, st.sampled_from([None, "en"]))
+    @example(["happy", "happiness"], ["happiness"], "en")  # "happi": a stem that is no start of "happy"
+    def same(tokens, query, language):
+        text = " ".join(tokens)
+        terms = QueryTerms(parse(" ".join(query), ["en"]), language)
+        every = {index: found for index, token in enumerate(text.split()) if (found := terms._terms(token))}
+        words = align(text.split(), [FoundWord(token, (0.0, 0.0, 0.1, 0.1), 0, 0) for token in text.split()])
+        assert terms.matched(page_lexicon(text, words)) == every
+
+    same()
+
+
+def test_a_page_lexicon_is_made_again_for_another_text():
+    text, words = _words([["alpha", "one"], ["beta", "two"]])
+    terms = QueryTerms(parse("beta"), None)
+    first = page_text_regions(text, words, terms)
+    assert [r.text for r in first] == ["beta two"]
+    other = text.replace("beta", "gamma")  # same token count: positions that would fit it
+    assert page_text_regions(other, words, terms) == []
+    assert page_text_regions(text, words, terms) == first

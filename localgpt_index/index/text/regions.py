@@ -12,15 +12,16 @@ in a region are its text.
 
 from __future__ import annotations
 
-import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from ...core.types import Region
 from ...core.words import NO_LINE, WORD_SCALE, PageWords, neighbour_gaps
 from .query import TextQuery
-from .tokenize import exact_tokens, fold, stems
+from .tokenize import MAX_TOKEN_CHARS, exact_tokens, stems
 
 MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps room for visual ones)
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
@@ -47,29 +48,21 @@ class QueryTerms:
     def __init__(self, query: TextQuery, language: str | None) -> None:
         self.query, self.language = query, language
         self.exact, self.stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
-        starts = {term[:-1] if len(term) > 3 else term for term in self.stemmed} | set(query.prefixes)
-        # a stem keeps its word's start but for its last letter
-        self.pattern = re.compile("|".join(re.escape(start) for start in sorted(starts, key=len, reverse=True))) if starts else None
+        # where a matching token's part begins: a stem keeps its word's start but for its last letter; a glued
+        # code's is its own (exact) form; a prefix
+        self.starts = sorted({term[:-1] if len(term) > 3 else term for term in self.stemmed} | set(query.prefixes))
         self.known: dict[str, list[str]] = {}
 
-    def matched(self, tokens: list[str]) -> dict[int, list[str]]:
-        """The tokens that match the query, by index, with their query terms (the query word, stem or prefix* each
-        matches). Only the tokens whose folded text holds a term's start are analysed (one regular expression
-        over the page)."""
-        if self.pattern is None:
-            return {}
-        joined = "\n".join(tokens)
-        folded = tokens
-        if joined.isascii():  # ASCII: lower() folds
-            joined = joined.lower()
-        else:
-            folded = [fold(token) for token in tokens]
-            joined = "\n".join(folded)
-        ends = np.cumsum(np.fromiter(map(len, folded), np.int64, len(folded)) + 1)  # each token's end, its newline included
-        starts_at = np.fromiter((match.start() for match in self.pattern.finditer(joined)), np.int64)
+    def matched(self, lexicon: PageLexicon) -> dict[int, list[str]]:
+        """The tokens of a page that match the query, by index, with their query terms (the query word, stem or
+        prefix* each matches). Only the tokens holding a part that begins with a term's start are analysed
+        (looked up in the page's sorted parts: a range each)."""
+        candidates: set[int] = set()
+        for start in self.starts:
+            candidates.update(lexicon.beginning(start))
         found: dict[int, list[str]] = {}
-        for index in np.unique(np.searchsorted(ends, starts_at, side="right")).tolist():
-            token = tokens[index]
+        for index in sorted(candidates):
+            token = lexicon.tokens[index]
             terms = self.known.get(token)
             if terms is None:
                 terms = self.known[token] = self._terms(token)
@@ -78,32 +71,78 @@ class QueryTerms:
         return found
 
     def _terms(self, token: str) -> list[str]:
-        parts = exact_tokens(token)
+        parts = token_parts(token)
         terms = [part for part in parts if part in self.exact]
         terms += [stem for stem in stems([p for p in parts if p not in self.exact], self.language) if stem in self.stemmed]
         terms += [f"{prefix}*" for prefix in self.query.prefixes if any(part.startswith(prefix) for part in parts)]
         return list(dict.fromkeys(terms))
 
 
+@lru_cache(maxsize=1 << 16)  # (pages share most of their words: a page's lexicon is mostly lookups)
+def token_parts(token: str) -> tuple[str, ...]:
+    """The exact tokens of one whitespace-separated token of page text (tokenize.exact_tokens)."""
+    return tuple(exact_tokens(token))
+
+
+@dataclass(frozen=True)
+class PageLexicon:
+    """A page's text as its text regions read it: its tokens (`text.split()`: the words' order) and each of their
+    exact (folded) parts, sorted, with the tokens holding it (a prefix's parts are a range). Made once for a
+    page's text (kept in its `words.derived`, for the text it was made of)."""
+
+    of: tuple[int, int]  # the text's length and hash
+    tokens: list[str]
+    parts: list[str]
+    holders: list[list[int]]
+
+    def beginning(self, start: str) -> list[int]:
+        """The tokens holding a part that begins with `start`."""
+        at, found = bisect_left(self.parts, start), []
+        while at < len(self.parts) and self.parts[at].startswith(start):
+            found += self.holders[at]
+            at += 1
+        return found
+
+
+def page_lexicon(text: str, words: PageWords) -> PageLexicon:
+    """`text`'s lexicon, kept with the page's words (made again if they were another text's)."""
+    key = (len(text), hash(text))
+    found = words.derived.get("lexicon")
+    if not isinstance(found, PageLexicon) or found.of != key:
+        tokens = text.split()
+        lowered = text.lower().split() if text.isascii() else None  # (ASCII: lower() folds, a word of letters and digits is its part)
+        holding: dict[str, list[int]] = {}
+        for index, token in enumerate(lowered or tokens):
+            for part in (token,) if lowered is not None and token.isalnum() and len(token) <= MAX_TOKEN_CHARS else token_parts(token):
+                if part in holding:
+                    holding[part].append(index)
+                else:
+                    holding[part] = [index]
+        parts = sorted(holding)
+        found = words.derived["lexicon"] = PageLexicon(key, tokens, parts, [holding[part] for part in parts])
+    return found
+
+
 def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
     """The regions of `query` on a page whose text is `text` and word positions `words`, best first."""
-    tokens = text.split()
+    lexicon = page_lexicon(text, words)
+    tokens = lexicon.tokens
     if len(tokens) != len(words) or not tokens:
         return []  # positions of another text (not expected): no regions rather than wrong ones
-    terms = query.matched(tokens)
+    terms = query.matched(lexicon)
     if not terms:
         return []
     pieces = line_pieces(words)
     by_line: dict[int, dict[str, int]] = {}
     for index, found in terms.items():
-        line = int(pieces.of_token[index])
+        line = pieces.of_token[index]
         if line >= 0:
+            counts = by_line.setdefault(line, {})
             for term in found:
-                by_line.setdefault(line, {}).setdefault(term, 0)
-                by_line[line][term] += 1
+                counts[term] = counts.get(term, 0) + 1
     groups: list[_Lines] = []
     for line in sorted(by_line):
-        block = int(pieces.blocks[line])
+        block = pieces.blocks[line]
         last = groups[-1] if groups else None
         if last is not None and last.block == block and last.lines[-1] == line - 1:
             last.lines.append(line)
@@ -112,23 +151,19 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
         for term, count in by_line[line].items():
             last.terms[term] = last.terms.get(term, 0) + count
     groups.sort(key=lambda group: group.score, reverse=True)
-    return [_region(group, tokens, words.boxes, pieces) for group in groups[:limit]]
+    return [_region(group, tokens, pieces) for group in groups[:limit]]
 
 
 @dataclass(frozen=True)
 class LinePieces:
-    """A page's lines cut into pieces: each token's piece (`of_token`, -1: no box), numbered in reading order,
-    each piece's block, and the tokens with a box (`placed`) with their pieces (`placed_pieces`, ascending)."""
+    """A page's lines cut into pieces, numbered in reading order: each token's piece (`of_token`, -1: no box), and
+    each piece's block, box (the union of its tokens', in WORD_SCALE steps) and tokens. Plain lists: a query reads
+    a few items of each."""
 
-    of_token: np.ndarray
-    blocks: np.ndarray
-    placed: np.ndarray
-    placed_pieces: np.ndarray
-
-    def tokens(self, first: int, last: int) -> np.ndarray:
-        """The tokens (with a box) of pieces `first` to `last`, in order."""
-        low, high = np.searchsorted(self.placed_pieces, [first, last + 1])
-        return self.placed[low:high]
+    of_token: list[int]
+    blocks: list[int]
+    boxes: list[tuple[int, int, int, int]]
+    members: list[list[int]]
 
 
 def line_pieces(words: PageWords) -> LinePieces:
@@ -144,23 +179,28 @@ def _line_pieces(words: PageWords) -> LinePieces:
     pieces = np.full(len(words), -1, np.int64)
     known = np.flatnonzero(words.lines != NO_LINE)
     if not len(known):
-        return LinePieces(pieces, np.zeros(0, np.int64), known, np.zeros(0, np.int64))
+        return LinePieces(pieces.tolist(), [], [], [])
     lines = words.lines[known].astype(np.int64)
-    gap, height = neighbour_gaps(words.boxes[known].astype(np.int32))
+    held = words.boxes[known].astype(np.int32)
+    gap, height = neighbour_gaps(held)
     starts = np.concatenate([[True], (lines[1:] != lines[:-1]) | (gap > COLUMN_GAP * height)])
     pieces[known] = np.cumsum(starts) - 1
     block_of = words.blocks.astype(np.int64)
     first_lines = lines[starts]
     blocks = np.where(first_lines < len(block_of), block_of[np.minimum(first_lines, max(len(block_of) - 1, 0))], -1) \
         if len(block_of) else np.full(len(first_lines), -1)
-    return LinePieces(pieces, blocks, known, pieces[known])
+    at = np.flatnonzero(starts)  # each piece's first placed token: its tokens follow it until the next one's
+    boxes = np.concatenate([np.minimum.reduceat(held[:, :2], at), np.maximum.reduceat(held[:, 2:], at)], axis=1)
+    return LinePieces(pieces.tolist(), blocks.tolist(), [tuple(box) for box in boxes.tolist()],
+                      [members.tolist() for members in np.split(known, at[1:])])
 
 
-def _region(group: _Lines, tokens: list[str], boxes: np.ndarray, pieces: LinePieces) -> Region:
-    inside = pieces.tokens(group.lines[0], group.lines[-1])  # a group's lines follow each other
-    held = boxes[inside]
-    low, high = held[:, :2].min(axis=0).tolist(), held[:, 2:].max(axis=0).tolist()
-    bbox = (low[0] / WORD_SCALE, low[1] / WORD_SCALE, high[0] / WORD_SCALE, high[1] / WORD_SCALE)
+def _region(group: _Lines, tokens: list[str], pieces: LinePieces) -> Region:
+    first, last = group.lines[0], group.lines[-1]  # a group's lines follow each other
+    held = pieces.boxes[first: last + 1]
+    x0, y0, x1, y1 = zip(*held)
+    box = (min(x0), min(y0), max(x1), max(y1))
     distinct, density = group.score
-    return Region(bbox=bbox, source="text", score=round(distinct + density / (density + 1), 4), matched=tuple(group.terms),
-                  text=" ".join([tokens[index] for index in inside.tolist()]))
+    return Region(bbox=(box[0] / WORD_SCALE, box[1] / WORD_SCALE, box[2] / WORD_SCALE, box[3] / WORD_SCALE), source="text",
+                  score=round(distinct + density / (density + 1), 4), matched=tuple(group.terms),
+                  text=" ".join([tokens[index] for piece in range(first, last + 1) for index in pieces.members[piece]]))
