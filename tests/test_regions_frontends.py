@@ -51,9 +51,9 @@ def planted(monkeypatch) -> list[tuple]:
         calls.append(("text", terms.query, Path(path).name, page))
         return [TEXT]
 
-    def visual_regions(view, query_vectors, query, path, page):
-        calls.append(("visual", Path(path).name, page, query_vectors.shape))
-        return [VISUAL]
+    def visual_regions(view, query_vectors, query, pages):
+        calls.extend(("visual", Path(path).name, page, query_vectors.shape) for path, page in pages)
+        return [[VISUAL] for _ in pages]
 
     monkeypatch.setattr(regions, "text_regions", text_regions)
     monkeypatch.setattr(regions, "visual_regions", visual_regions)

@@ -127,15 +127,18 @@ def test_adjacent_patches_merge_and_distant_ones_do_not():
     assert clustered(layout, page, query, [None] * 4) == []  # the prompt's and padding tokens are nobody's
 
 
-def test_one_page_of_a_document_in_two_spans():
+def test_pages_of_documents_in_several_spans():
     from localgpt_index.index.format.manifest import Span
-    from localgpt_index.query.patches import one_page
+    from localgpt_index.query.patches import pages_of
 
     spans = [Span(segment="seg-1", first=7, pages=2), Span(segment="seg-2", first=0, pages=3)]
     doc = Document.model_construct(path="/a.pdf", pages=5, spans=spans)
-    assert [(one_page(doc, n).spans[0].segment, one_page(doc, n).spans[0].first) for n in range(1, 6)] == [
-        ("seg-1", 7), ("seg-1", 8), ("seg-2", 0), ("seg-2", 1), ("seg-2", 2)]
-    assert one_page(doc, 4).pages == 1
+    other = Document.model_construct(path="/b.pdf", pages=1, spans=[Span(segment="seg-3", first=4, pages=1)])
+    asked = [(doc, n) for n in range(1, 6)] + [(other, 1), (doc, 4)]
+    read = pages_of(asked)
+    assert [(span.segment, span.first, span.pages) for span in read.spans] == [
+        ("seg-1", 7, 1), ("seg-1", 8, 1), ("seg-2", 0, 1), ("seg-2", 1, 1), ("seg-2", 2, 1), ("seg-3", 4, 1), ("seg-2", 1, 1)]
+    assert read.pages == 7
 
 
 def test_grids_are_row_by_row():

@@ -113,13 +113,14 @@ class LocalView(GenerationView):
 
     def page_vectors(self, doc: Document) -> list[np.ndarray]:
         """Every page's vectors of a document, in page order (exports)."""
-        pages = []
+        rows: dict[str, list[int]] = {}  # each segment's rows, checked at once (a query's hits: one-page spans)
         for span in doc.spans:
-            files = self.store.segment_files(self.manifest.segments[span.segment])
-            files.check_pages(np.arange(span.first, span.first + span.pages))
-            vectors, offsets = files.vectors, files.offsets
-            pages += [np.asarray(vectors[offsets[r] : offsets[r + 1]]) for r in range(span.first, span.first + span.pages)]
-        return pages
+            rows.setdefault(span.segment, []).extend(range(span.first, span.first + span.pages))
+        files = {segment: self.store.segment_files(self.manifest.segments[segment]) for segment in rows}
+        for segment, wanted in rows.items():
+            files[segment].check_pages(np.unique(wanted))
+        return [np.asarray(files[span.segment].vectors[files[span.segment].offsets[r]: files[span.segment].offsets[r + 1]])
+                for span in doc.spans for r in range(span.first, span.first + span.pages)]
 
     def search_vectors(
         self,

@@ -157,6 +157,7 @@ class ProcessorPatches:
         self._processor: Any = None
         self._probes: dict[tuple[int, int], Probe] = {}
         self._queries: dict[tuple[str, int], list[str | None]] = {}  # a query's tokens, asked once per hit
+        self._layouts: dict[tuple[int, tuple[int, int] | None], PatchLayout | None] = {}  # pages of one size share theirs
         self._lock = threading.Lock()
 
     def processor(self) -> Any:
@@ -195,6 +196,14 @@ class ProcessorPatches:
         return Probe(len(ids), positions, grid)
 
     def layout(self, count: int, page_size: tuple[int, int] | None) -> PatchLayout | None:
+        key = (count, page_size)
+        if key not in self._layouts:
+            if len(self._layouts) >= 256:
+                self._layouts.clear()
+            self._layouts[key] = self._layout(count, page_size)
+        return self._layouts[key]
+
+    def _layout(self, count: int, page_size: tuple[int, int] | None) -> PatchLayout | None:
         if isinstance(self.render_size, tuple):
             sizes = [self.render_size]
         elif page_size is None:

@@ -31,45 +31,46 @@ VISUAL_REGIONS = 3  # visual regions per hit at most
 HOT = 0.25  # a patch is part of a visual region with at least this share of the hottest patch's weight
 
 
-def one_page(doc: Document, page: int) -> Document:
-    """`doc` narrowed to its page `page` (1-based), so that page_vectors reads (and checks) that page alone."""
-    segment, row = doc.locate(page)
-    return doc.model_copy(update={"pages": 1, "spans": [Span(segment=segment, first=row, pages=1)]})
+def pages_of(pages: Sequence[tuple[Document, int]]) -> Document:
+    """Pages of documents (each 1-based) as one document of one-page spans, in order, so that page_vectors reads
+    (and checks) those pages alone, in one call (one request to a Qdrant store for a query's hits)."""
+    spans = [Span(segment=segment, first=row, pages=1) for segment, row in (doc.locate(page) for doc, page in pages)]
+    return pages[0][0].model_copy(update={"pages": len(spans), "spans": spans})
 
 
 def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.ndarray,
               tokens: Sequence[str | None]) -> list[Region]:
     """Each asker's token's best patch (the MaxSim argmax over the image tokens), weighted by its score;
     the patches holding at least HOT of the hottest one's weight, adjacent ones merged into a box; each
-    box scored by its share of all the weight, best first."""
+    box scored by its share of all the weight, best first. (A few hot patches a page: past the scores, plain
+    Python lists.)"""
     asked = [row for row, token in enumerate(tokens) if token is not None]
     if not asked or not len(layout.rows):
         return []
     # (rows taken before the conversion: a page's text tokens and padding are not converted)
     scores = np.asarray(query_vectors[asked], dtype=np.float32) @ np.asarray(page_vectors[layout.rows], dtype=np.float32).T
     best = scores.argmax(axis=1)
-    weight = np.maximum(scores[np.arange(len(asked)), best], 0.0)
+    weight = np.maximum(scores.max(axis=1), 0.0)
     heat = np.bincount(best, weights=weight, minlength=len(layout.rows))
     total = float(heat.sum())
     if total <= 0:
         return []
     hot = np.flatnonzero(heat >= HOT * heat.max())
+    hot_heat, boxes = heat[hot].tolist(), layout.boxes[hot].tolist()
+    hot_rows = hot.tolist()
+    matching = [(str(tokens[row]), at) for row, at, counts in zip(asked, best.tolist(), (weight > 0).tolist()) if counts]
     regions = []
-    bests, weighed = best.tolist(), (weight > 0).tolist()
-    for group in _touching(layout.boxes[hot]):
-        members = hot[group]
-        boxes = layout.boxes[members]
-        bbox = (float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()), float(boxes[:, 3].max()))
-        held = set(members.tolist())
-        matched = tuple(dict.fromkeys(str(tokens[row]) for row, at, counts in zip(asked, bests, weighed) if counts and at in held))
-        regions.append(Region(bbox, "visual", round(float(heat[members].sum()) / total, 4), matched))
+    for group in _touching(boxes):
+        held = {hot_rows[i] for i in group}
+        members = [boxes[i] for i in group]
+        bbox = (min(b[0] for b in members), min(b[1] for b in members), max(b[2] for b in members), max(b[3] for b in members))
+        matched = tuple(dict.fromkeys(token for token, at in matching if at in held))
+        regions.append(Region(bbox, "visual", round(sum(hot_heat[i] for i in group) / total, 4), matched))
     return sorted(regions, key=lambda region: -region.score)[:VISUAL_REGIONS]
 
 
-def _touching(boxes: np.ndarray) -> list[list[int]]:
-    """The groups of boxes that touch or overlap, directly or through others (a union-find)."""
-    if len(boxes) < 2:
-        return [list(range(len(boxes)))] if len(boxes) else []
+def _touching(boxes: list[list[float]]) -> list[list[int]]:
+    """The groups of boxes that touch or overlap, directly or through others (a union-find), each in order."""
     parent = list(range(len(boxes)))
 
     def root(i: int) -> int:
@@ -78,16 +79,24 @@ def _touching(boxes: np.ndarray) -> list[list[int]]:
             i = parent[i]
         return i
 
-    near = 1e-6
-    a, b = boxes[:, None, :], boxes[None, :, :]
-    touch = (a[..., 0] <= b[..., 2] + near) & (b[..., 0] <= a[..., 2] + near) & (a[..., 1] <= b[..., 3] + near) & \
-        (b[..., 1] <= a[..., 3] + near)
-    for i, j in np.argwhere(np.triu(touch, 1)).tolist():  # each pair that touches, once
+    for i, j in _touching_pairs(boxes):
         parent[root(i)] = root(j)
     groups: dict[int, list[int]] = {}
     for i in range(len(boxes)):
         groups.setdefault(root(i), []).append(i)
     return list(groups.values())
+
+
+def _touching_pairs(boxes: list[list[float]], near: float = 1e-6) -> list[tuple[int, int]]:
+    """Each pair of boxes (i < j) that touch or overlap: one comparison each (a long query's many hot patches:
+    all at once in NumPy)."""
+    if len(boxes) > 16:
+        found, other = np.asarray(boxes)[:, None, :], np.asarray(boxes)[None, :, :]
+        touch = (found[..., 0] <= other[..., 2] + near) & (other[..., 0] <= found[..., 2] + near) & \
+            (found[..., 1] <= other[..., 3] + near) & (other[..., 1] <= found[..., 3] + near)
+        return [(i, j) for i, j in np.argwhere(np.triu(touch, 1)).tolist()]
+    return [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[i + 1:], i + 1)
+            if a[0] <= b[2] + near and b[0] <= a[2] + near and a[1] <= b[3] + near and b[1] <= a[3] + near]
 
 
 def patch_geometry(view: View) -> PatchGeometry | None:

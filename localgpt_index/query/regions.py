@@ -15,12 +15,13 @@ from dataclasses import replace
 import numpy as np
 
 from ..core.types import Region, SearchHit
+from ..index.format.manifest import Document
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
 from ..index.text.query import TextQuery
 from ..index.text.regions import QueryTerms, page_text_regions
 from ..index.text.words import WORDS, WordPositions
-from .patches import clustered, one_page, page_pixels, patch_geometry
+from .patches import clustered, page_pixels, pages_of, patch_geometry
 from .request import QueryRequest
 
 MAX_REGIONS = 8  # regions per hit: the text ones first, then the visual ones
@@ -37,8 +38,10 @@ def attach_regions(view: View, lexical: LexicalIndex | None, request: QueryReque
     for number, hits in enumerate(results):
         vectors = query_vectors[number] if query_vectors else None  # (none in text mode)
         terms = QueryAnalysis(lexical, request.queries[number])
-        answered.append([replace(hit, regions=_regions(view, terms, vectors, hit.path, hit.page, hit.text),
-                                 text=hit.text if request.with_text else None) for hit in hits])
+        pages = [(hit.path, hit.page) for hit in hits]
+        visual = visual_regions(view, vectors, terms.query, pages) if vectors is not None else [[] for _ in hits]
+        answered.append([replace(hit, regions=tuple((text_regions(view, terms, hit.path, hit.page, hit.text) + found)[:MAX_REGIONS]),
+                                 text=hit.text if request.with_text else None) for hit, found in zip(hits, visual)])
     return answered
 
 
@@ -46,7 +49,10 @@ def page_regions(view: View, lexical: LexicalIndex | None, query: str, query_vec
                  path: str, page: int) -> tuple[Region, ...]:
     """The regions of `query` on one page (`page` 1-based of the document at `path`): its text regions,
     then its visual regions when the query's vectors are given (None: a text query, no model)."""
-    return _regions(view, QueryAnalysis(lexical, query), query_vectors, path, page, None)
+    found = text_regions(view, QueryAnalysis(lexical, query), path, page, None)
+    if query_vectors is not None:
+        found += visual_regions(view, query_vectors, query, [(path, page)])[0]
+    return tuple(found[:MAX_REGIONS])
 
 
 class QueryAnalysis:
@@ -69,14 +75,6 @@ class QueryAnalysis:
         return self._terms[language]
 
 
-def _regions(view: View, terms: QueryAnalysis, query_vectors: np.ndarray | None, path: str, page: int,
-             text: str | None) -> tuple[Region, ...]:
-    found = list(text_regions(view, terms, path, page, text))
-    if query_vectors is not None:
-        found += visual_regions(view, query_vectors, terms.query, path, page)
-    return tuple(found[:MAX_REGIONS])
-
-
 def text_regions(view: View, terms: QueryAnalysis, path: str, page: int, text: str | None) -> list[Region]:
     """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py); none where
     the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`).
@@ -91,18 +89,28 @@ def text_regions(view: View, terms: QueryAnalysis, path: str, page: int, text: s
     return page_text_regions(text, words, terms.of(path)) if text else []
 
 
-def visual_regions(view: View, query_vectors: np.ndarray, query: str, path: str, page: int) -> list[Region]:
-    """The query tokens' best patches on the page, clustered into boxes, best first (models/geometry.py):
-    none where the index's family declares no patch geometry (query/patches.no_visual_regions says why)."""
-    doc = view.document(path)
+def visual_regions(view: View, query_vectors: np.ndarray, query: str, pages: Sequence[tuple[str, int]]) -> list[list[Region]]:
+    """For each page (a document's path, a 1-based page), the query tokens' best patches on it, clustered into
+    boxes, best first (models/geometry.py): none where the index's family declares no patch geometry
+    (query/patches.no_visual_regions says why). The pages' vectors are read in one call."""
+    found: list[list[Region]] = [[] for _ in pages]
     geometry = patch_geometry(view)
-    if doc is None or geometry is None or not 1 <= page <= doc.pages:
-        return []
-    size = page_pixels(view, doc, page) if geometry.needs_page_size else None
-    if geometry.needs_page_size and size is None:
-        return []
-    vectors = view.page_vectors(one_page(doc, page))[0]
-    layout = geometry.layout(len(vectors), size)
-    if layout is None:
-        return []
-    return clustered(layout, vectors, query_vectors, geometry.query_tokens(query, len(query_vectors)))
+    if geometry is None or not pages:
+        return found
+    wanted: list[tuple[int, Document, int, tuple[int, int] | None]] = []
+    for number, (path, page) in enumerate(pages):
+        doc = view.document(path)
+        if doc is None or not 1 <= page <= doc.pages:
+            continue
+        size = page_pixels(view, doc, page) if geometry.needs_page_size else None
+        if size is not None or not geometry.needs_page_size:
+            wanted.append((number, doc, page, size))
+    if not wanted:
+        return found
+    tokens = geometry.query_tokens(query, len(query_vectors))
+    read = view.page_vectors(pages_of([(doc, page) for _, doc, page, _ in wanted]))
+    for (number, _, _, size), vectors in zip(wanted, read):
+        layout = geometry.layout(len(vectors), size)
+        if layout is not None:
+            found[number] = clustered(layout, vectors, query_vectors, tokens)
+    return found

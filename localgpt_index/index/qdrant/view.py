@@ -160,8 +160,8 @@ class QdrantView(GenerationView):
             for start in range(0, len(ids), 64):
                 for record in self.store.client.retrieve(self.physical, ids[start : start + 64], with_vectors=[VECTOR]):
                     found[str(record.id)] = np.asarray(record.vector[VECTOR], dtype=np.float16)
-        if len(found) != len(ids):
-            raise IndexProblem(f"{doc.path}: {len(ids) - len(found)} of its pages are missing from {self.store.location}.",
+        if len(found) != len(set(ids)):  # (a page asked twice is read once)
+            raise IndexProblem(f"{doc.path}: {len(set(ids)) - len(found)} of its pages are missing from {self.store.location}.",
                                hint=REBUILD_HINT)
         return [found[i] for i in ids]
 
