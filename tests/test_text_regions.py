@@ -62,6 +62,16 @@ def test_the_text_is_written_as_pdftotext_writes_it_and_every_token_has_its_box(
     assert words.blocks.tolist() == [0, 0, 1]
 
 
+def test_a_word_holding_a_space_an_empty_word_and_a_nul_keep_the_boxes_in_step():
+    xml = _page([_line(10, "New York", "", "c\x00d", "end")])
+    text, words = page_layer(xml, turned=False)
+    assert text.split() == ["New", "York", "c", "d", "end"] and len(words) == 5  # (a control character is a space)
+    fractions = words.fractions()
+    assert np.allclose(fractions[0], fractions[1]) and fractions[0][0] == pytest.approx(0.1, abs=1e-4)  # "New York"'s box, both
+    assert np.allclose(fractions[2], fractions[3])
+    assert fractions[4][0] > fractions[3][2] > fractions[1][2]  # the words after them keep their own
+
+
 def test_a_page_turned_a_quarter_swaps_the_media_box():
     _, words = page_layer(_page([_line(10, "word")], width=100, height=200), turned=True)
     assert np.allclose(words.fractions()[0], [10 / 200, 10 / 100, 30 / 200, 20 / 100], atol=1e-4)

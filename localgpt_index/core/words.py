@@ -75,48 +75,57 @@ def empty_words() -> PageWords:
 def align(tokens: Sequence[str], found: Sequence[FoundWord]) -> PageWords:
     """The tokens of a page's text given the words a tool found: the same sequence (the usual case) maps one
     to one; where they differ (a hyphenated word joined, a ligature), the tokens take the words they stand for."""
-    owners = _owners(tokens, [word.text for word in found])
     boxes = np.array([word.box for word in found], np.float64).reshape(-1, 4)
-    keys = np.array([(word.block << 32) | word.line for word in found], np.int64)
-    first = np.array([words[0] if words else -1 for words in owners], np.int64)
+    return aligned(tokens, [word.text for word in found], boxes, np.array([word.line for word in found], np.int64),
+                   np.array([word.block for word in found], np.int64))
+
+
+def aligned(tokens: Sequence[str], texts: list[str], boxes: np.ndarray, lines: np.ndarray, blocks: np.ndarray) -> PageWords:
+    """`align` of words given as arrays: their texts, boxes ((n, 4) page fractions), lines and blocks ((n,) ints)."""
+    keys = (blocks.astype(np.int64) << 32) | lines.astype(np.int64)
+    first, several = _owners(tokens, texts)
     placed = np.zeros((len(tokens), 4), np.float64)
     has = first >= 0
     placed[has] = boxes[first[has]]
-    for index, words in enumerate(owners):
-        if len(words) > 1:  # a token of several words: the union of those on its first word's line
-            same = boxes[[w for w in words if keys[w] == keys[words[0]]]]
-            placed[index] = (*same[:, :2].min(axis=0), *same[:, 2:].max(axis=0))
-    lines = np.full(len(tokens), NO_LINE, np.uint16)
+    for index, words in several.items():  # a token of several words: the union of those on its first word's line
+        same = boxes[[w for w in words if keys[w] == keys[words[0]]]]
+        placed[index] = (*same[:, :2].min(axis=0), *same[:, 2:].max(axis=0))
+    numbered_lines = np.full(len(tokens), NO_LINE, np.uint16)
     if not has.any():
-        return PageWords(np.zeros((len(tokens), 4), np.uint16), lines, np.zeros(0, np.uint16))
+        return PageWords(np.zeros((len(tokens), 4), np.uint16), numbered_lines, np.zeros(0, np.uint16))
     unique, where, inverse = np.unique(keys[first[has]], return_index=True, return_inverse=True)
     rank = np.empty(len(unique), np.int64)
     rank[np.argsort(where, kind="stable")] = np.arange(len(unique))  # lines numbered in reading order
     numbered = rank[inverse]
     kept = numbered < NO_LINE  # a hostile page's 65,535th line on: its words stay without a box
-    lines[np.flatnonzero(has)[kept]] = numbered[kept]
+    numbered_lines[np.flatnonzero(has)[kept]] = numbered[kept]
     line_blocks = (unique[np.argsort(rank)] >> 32)[: NO_LINE]
     _, block_first, block_of = np.unique(line_blocks, return_index=True, return_inverse=True)
     block_rank = np.empty(len(block_first), np.int64)
     block_rank[np.argsort(block_first, kind="stable")] = np.arange(len(block_first))
     quantized = np.rint(np.clip(placed, 0.0, 1.0) * WORD_SCALE).astype(np.uint16)
-    quantized[lines == NO_LINE] = 0
-    return PageWords(quantized, lines, block_rank[block_of].astype(np.uint16))
+    quantized[numbered_lines == NO_LINE] = 0
+    return PageWords(quantized, numbered_lines, block_rank[block_of].astype(np.uint16))
 
 
-def _owners(tokens: Sequence[str], texts: list[str]) -> list[list[int]]:
-    """Each token's words (indexes into `texts`): one each while they agree, then difflib's alignment."""
-    same = next((index for index, (a, b) in enumerate(zip(tokens, texts)) if a != b), min(len(tokens), len(texts)))
-    owners: list[list[int]] = [[index] for index in range(same)] + [[] for _ in range(len(tokens) - same)]
+def _owners(tokens: Sequence[str], texts: list[str]) -> tuple[np.ndarray, dict[int, list[int]]]:
+    """Each token's first word (an index into `texts`, -1: none) and the tokens of several words with all of theirs:
+    one each while they agree, then difflib's alignment."""
+    same = len(tokens) if len(tokens) == len(texts) and tokens == texts else \
+        next((index for index, (a, b) in enumerate(zip(tokens, texts)) if a != b), min(len(tokens), len(texts)))
+    first = np.full(len(tokens), -1, np.int64)
+    first[:same] = np.arange(same)
+    several: dict[int, list[int]] = {}
     if same < len(tokens) and max(len(tokens), len(texts)) - same <= MAX_ALIGNED:  # (past it, a hostile page's rest: no boxes)
         matcher = difflib.SequenceMatcher(None, list(tokens[same:]), texts[same:], autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
-                for offset in range(i2 - i1):
-                    owners[same + i1 + offset] = [same + j1 + offset]
+                first[same + i1: same + i2] = np.arange(same + j1, same + j2)
             elif tag == "replace":
                 for offset in range(i2 - i1):
-                    first = j1 + offset * (j2 - j1) // (i2 - i1)
-                    last = j1 + (offset + 1) * (j2 - j1) // (i2 - i1)
-                    owners[same + i1 + offset] = list(range(same + first, same + max(first + 1, last)))
-    return owners
+                    low = j1 + offset * (j2 - j1) // (i2 - i1)
+                    high = max(low + 1, j1 + (offset + 1) * (j2 - j1) // (i2 - i1))
+                    first[same + i1 + offset] = same + low
+                    if high - low > 1:
+                        several[same + i1 + offset] = list(range(same + low, same + high))
+    return first, several

@@ -42,10 +42,11 @@ OCR_MIN_CHARS = 32
 MAX_PAGE_CHARS = 200_000  # a page's text is cut here (a hostile PDF can hold megabytes on one page)
 TEXT_CHUNK = 500  # pages per pdftotext call: one call for all but the longest documents
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t and \n
-# pdftotext -bbox-layout's elements read: a flow, block or line starting, or a word with its box and text
+# pdftotext -bbox-layout's words: each with its box and text
 _COORDINATE = rb'"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"'
-_ELEMENT = re.compile(rb'<(flow|block|line)\b|<word xMin=' + _COORDINATE + rb' yMin=' + _COORDINATE + rb' xMax=' + _COORDINATE
-                      + rb' yMax=' + _COORDINATE + rb'>([^<]*)</word>')
+_WORD = re.compile(rb'<word xMin=' + _COORDINATE + rb' yMin=' + _COORDINATE + rb' xMax=' + _COORDINATE + rb' yMax=' + _COORDINATE
+                   + rb'>([^<]*)</word>')
+_NOT_ONE_WORD = re.compile(r"\s|\0\0")  # in the words joined by NULs, between two NULs: a word that is no one token
 _NUMBER = re.compile(rb'(\w+)="([-0-9.e+]+)"')
 TOUCHING = 0.1  # a gap under this much of a word's height is no space between two words
 _HYPHENS = ("-", "\u00ad", "\u2010", "\u2011")  # poppler joins a line ending with one to the next (TextLine.hyphenated)
@@ -138,27 +139,30 @@ class _Page:
 
 
 def _parsed(xml: bytes) -> _Page:
-    """One page of pdftotext -bbox-layout's output (from after its `<page `)."""
+    """One page of pdftotext -bbox-layout's output (from after its `<page `): cut at its lines, each line's words
+    found at once, the flows and blocks opened before each line counted."""
     import numpy as np
 
     size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
-    words: list[str] = []
+    raw: list[bytes] = []
     numbers: list[bytes] = []
     word_lines: list[int] = []
     lines: list[tuple[int, int]] = []
     flow = block = 0
-    for tag, x0, y0, x1, y1, raw in _ELEMENT.findall(xml):
-        if tag == b"flow":
-            flow += 1
-        elif tag == b"block":
-            block += 1
-        elif tag == b"line":
-            lines.append((flow, block))
-        elif lines:
-            text = raw.decode("utf-8", "replace")
-            words.append(html.unescape(text) if "&" in text else text)
-            numbers += (x0, y0, x1, y1)
-            word_lines.append(len(lines) - 1)
+    for number, chunk in enumerate(xml.split(b"<line")):
+        if number:  # line number - 1: its words (and what opens before the next line)
+            found = _WORD.findall(chunk)
+            for x0, y0, x1, y1, text in found:
+                numbers += (x0, y0, x1, y1)
+                raw.append(text)
+            word_lines += [number - 1] * len(found)
+        flow, block = flow + chunk.count(b"<flow"), block + chunk.count(b"<block")
+        lines.append((flow, block))
+    lines.pop()  # (what the last chunk opens: no line follows)
+    text = b"\0".join(raw).decode("utf-8", "replace")
+    words = (html.unescape(text) if "&" in text else text).split("\0") if raw else []
+    if len(words) != len(raw):  # (a NUL in a word's text)
+        words = [html.unescape(word.decode("utf-8", "replace")) for word in raw]
     boxes = np.array(numbers or [b"0"] * 0, dtype=np.bytes_).astype(np.float64).reshape(-1, 4)
     return _Page(size.get("width", 0.0), size.get("height", 0.0), words, boxes, word_lines, lines)
 
@@ -195,7 +199,7 @@ def _written(page: _Page, width: float, height: float) -> tuple[str, PageWords]:
     flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
     import numpy as np
 
-    from ..core.words import FoundWord, align
+    from ..core.words import aligned
 
     texts: list[list[str]] = [[] for _ in page.lines]
     for word, number, space in zip(page.words, page.word_lines, _spaced(page)):
@@ -212,8 +216,10 @@ def _written(page: _Page, width: float, height: float) -> tuple[str, PageWords]:
             out.append("\n")
     text = clean_page_text("".join(out))
     scale = np.array([width, height, width, height]) if width > 0 and height > 0 else np.array([np.inf] * 4)
-    fractions = (page.boxes / scale).tolist()
-    blocks = [block for _, block in page.lines]
-    found = [FoundWord(part, (box[0], box[1], box[2], box[3]), number, blocks[number])
-             for word, box, number in zip(page.words, fractions, page.word_lines) for part in word.split()]
-    return text, align(text.split(), found)
+    word_lines = np.array(page.word_lines, np.int64)
+    blocks = np.array([block for _, block in page.lines] or [0], np.int64)[word_lines]
+    words, of = page.words, np.arange(len(page.words))
+    if _NOT_ONE_WORD.search("\0".join(["", *words, ""])):  # (rare: a word holding a space, or none) each part takes its word's box
+        parts = [word.split() for word in words]
+        words, of = [part for split in parts for part in split], np.repeat(of, [len(split) for split in parts])
+    return text, aligned(text.split(), words, page.boxes[of] / scale, word_lines[of], blocks[of])
