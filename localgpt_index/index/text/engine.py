@@ -51,6 +51,7 @@ from .tokenize import TOKENIZER_VERSION, Analysed, analyse
 
 ENGINE_VERSION: Final = 2
 VOCABULARY: Final = 200_000  # the indexed words a miss's suggestions are looked for among (bounded work)
+LANGUAGES_KEPT: Final = 65_536  # documents' languages a reader keeps (a bounded cache)
 PREFIX_TERMS: Final = 64  # a prefix (turb*) stands for at most this many indexed words, the most frequent
 
 _SCHEMA = """
@@ -144,6 +145,7 @@ class LexicalIndex:
         # the languages it was told (none: each page's detected among every Snowball language)
         self.told: tuple[str, ...] = tuple(filter(None, meta.get("languages", "").split(",")))
         self._rows: _Table | None = None
+        self._languages: dict[str, str | None] = {}  # a document's, once asked (regions ask it for every hit)
         self._lock = threading.Lock()
 
     @classmethod
@@ -227,6 +229,7 @@ class LexicalIndex:
             db.execute("ROLLBACK")
             raise
         self._rows = None
+        self._languages = {}
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -242,8 +245,12 @@ class LexicalIndex:
     def language(self, path: str) -> str | None:
         """The language a document's pages were stemmed in (None: none, or not in this index)."""
         with self._lock:
-            row = self._db.execute("SELECT language FROM pages WHERE path = ? LIMIT 1", (_key(path),)).fetchone()
-        return row[0] if row else None
+            if path not in self._languages:
+                if len(self._languages) >= LANGUAGES_KEPT:
+                    self._languages.clear()
+                row = self._db.execute("SELECT language FROM pages WHERE path = ? LIMIT 1", (_key(path),)).fetchone()
+                self._languages[path] = row[0] if row else None
+            return self._languages[path]
 
     def page_count(self) -> int:
         with self._lock:
