@@ -158,6 +158,7 @@ class ProcessorPatches:
         self._probes: dict[tuple[int, int], Probe] = {}
         self._queries: dict[tuple[str, int], list[str | None]] = {}  # a query's tokens, asked once per hit
         self._layouts: dict[tuple[int, tuple[int, int] | None], PatchLayout | None] = {}  # pages of one size share theirs
+        self._empty_query: list[int] | None = None
         self._lock = threading.Lock()
 
     def processor(self) -> Any:
@@ -237,7 +238,9 @@ class ProcessorPatches:
         with self._lock:
             processor = self.processor()
             ids = [int(i) for i in processor.process_queries([text])["input_ids"][0]]
-            empty = [int(i) for i in processor.process_queries([""])["input_ids"][0]]
+            if self._empty_query is None:  # what the prompt alone gives: the same for every query
+                self._empty_query = [int(i) for i in processor.process_queries([""])["input_ids"][0]]
+            empty = self._empty_query
         if len(ids) != rows:
             return [None] * rows
         tokenizer = processor.tokenizer
