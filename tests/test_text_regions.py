@@ -277,6 +277,7 @@ def test_the_page_lexicon_finds_every_token_that_analysing_each_token_finds():
     from hypothesis import strategies as st
 
     from localgpt_index.index.text.regions import page_lexicon
+    from localgpt_index.index.text.tokenize import exact_tokens, stems
 
     vocabulary = ["happy", "happiness", "happier", "plans", "planning", "Café", "cafe", "INV-2024-0042", "inv20240042",
                   "(budget,", "budgets.", "turbine/turbo", "v1.3", "Müller", "muller", "run", "runs", "a", "x"]
@@ -289,10 +290,18 @@ def test_the_page_lexicon_finds_every_token_that_analysing_each_token_finds():
     @example(["happy", "happiness"], ["happiness"], "en")  # "happi": a stem that is no start of "happy"
     def same(tokens, query, language):
         text = " ".join(tokens)
-        terms = QueryTerms(parse(" ".join(query), ["en"]), language)
-        every = {index: found for index, token in enumerate(text.split()) if (found := terms._terms(token))}
+        parsed = parse(" ".join(query), ["en"])
+        every: dict[str, set[int]] = {}
+        for index, token in enumerate(text.split()):  # each token analysed: its exact parts, their stems, the prefixes
+            parts = exact_tokens(token)
+            found = {part for part in parts if part in parsed.exact}
+            found |= {stem for stem in stems([p for p in parts if p not in parsed.exact], language)
+                      if stem in {*parsed.stemmed, *parsed.exact}}
+            found |= {f"{prefix}*" for prefix in parsed.prefixes if any(part.startswith(prefix) for part in parts)}
+            for term in found:
+                every.setdefault(term, set()).add(index)
         words = align(text.split(), [FoundWord(token, (0.0, 0.0, 0.1, 0.1), 0, 0) for token in text.split()])
-        assert terms.matched(page_lexicon(text, words)) == every
+        assert QueryTerms(parsed, language).matching(page_lexicon(text, words)) == every
 
     same()
 

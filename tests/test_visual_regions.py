@@ -121,10 +121,14 @@ def test_adjacent_patches_merge_and_distant_ones_do_not():
     layout = PatchLayout(np.arange(16), square_grid(16))
     page = np.eye(16, dtype=np.float32)
     query = page[[1, 2, 2, 14]]  # patches 1 and 2 touch (top row); 14 is far (bottom row)
-    regions = clustered(layout, page, query, ["a", "b", "c", "d"])
+    regions, same, elsewhere, cold = clustered([layout] * 4, [page, page, np.roll(page, 4, axis=0), -page], query, ["a", "b", "c", "d"])
     assert [r.bbox for r in regions] == [(0.25, 0.0, 0.75, 0.25), (0.5, 0.75, 0.75, 1.0)]
     assert regions[0].matched == ("a", "b", "c") and regions[0].score == 0.75
-    assert clustered(layout, page, query, [None] * 4) == []  # the prompt's and padding tokens are nobody's
+    assert same == regions  # pages scored together: each its own
+    # a page whose patches lie a row lower (the last row's wraps to the top, beside them): one box
+    assert [(r.bbox, r.matched, r.score) for r in elsewhere] == [((0.25, 0.0, 0.75, 0.5), ("a", "b", "c", "d"), 1.0)]
+    assert cold == []  # no patch scores above zero
+    assert clustered([layout], [page], query, [None] * 4) == [[]]  # the prompt's and padding tokens are nobody's
 
 
 def test_pages_of_documents_in_several_spans():

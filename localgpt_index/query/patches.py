@@ -34,38 +34,57 @@ HOT = 0.25  # a patch is part of a visual region with at least this share of the
 def pages_of(pages: Sequence[tuple[Document, int]]) -> Document:
     """Pages of documents (each 1-based) as one document of one-page spans, in order, so that page_vectors reads
     (and checks) those pages alone, in one call (one request to a Qdrant store for a query's hits)."""
-    spans = [Span(segment=segment, first=row, pages=1) for segment, row in (doc.locate(page) for doc, page in pages)]
+    spans = [Span.model_construct(segment=segment, first=row, pages=1) for segment, row in (doc.locate(page) for doc, page in pages)]
     return pages[0][0].model_copy(update={"pages": len(spans), "spans": spans})
 
 
-def clustered(layout: PatchLayout, page_vectors: np.ndarray, query_vectors: np.ndarray,
-              tokens: Sequence[str | None]) -> list[Region]:
-    """Each asker's token's best patch (the MaxSim argmax over the image tokens), weighted by its score;
-    the patches holding at least HOT of the hottest one's weight, adjacent ones merged into a box; each
-    box scored by its share of all the weight, best first. (A few hot patches a page: past the scores, plain
-    Python lists.)"""
+def clustered(layouts: Sequence[PatchLayout], pages: Sequence[np.ndarray], query_vectors: np.ndarray,
+              tokens: Sequence[str | None]) -> list[list[Region]]:
+    """For each page (its layout, its vectors): each asker's token's best patch (the MaxSim argmax over the image
+    tokens), weighted by its score; the patches holding at least HOT of the hottest one's weight, adjacent ones
+    merged into a box; each box scored by its share of all the weight, best first. The pages of one layout are
+    scored together (a query's hits: one product, one argmax); past the scores, a page's few hot patches are
+    plain Python lists."""
+    found: list[list[Region]] = [[] for _ in pages]
     asked = [row for row, token in enumerate(tokens) if token is not None]
-    if not asked or not len(layout.rows):
-        return []
-    # (rows taken before the conversion: a page's text tokens and padding are not converted)
-    scores = np.asarray(query_vectors[asked], dtype=np.float32) @ np.asarray(page_vectors[layout.rows], dtype=np.float32).T
-    best = scores.argmax(axis=1)
-    weight = np.maximum(scores.max(axis=1), 0.0)
-    heat = np.bincount(best, weights=weight, minlength=len(layout.rows))
-    total = float(heat.sum())
-    if total <= 0:
-        return []
-    hot = np.flatnonzero(heat >= HOT * heat.max())
-    hot_heat, boxes = heat[hot].tolist(), layout.boxes[hot].tolist()
-    hot_rows = hot.tolist()
-    matching = [(str(tokens[row]), at) for row, at, counts in zip(asked, best.tolist(), (weight > 0).tolist()) if counts]
+    if not asked:
+        return found
+    query, names = np.asarray(query_vectors[asked], dtype=np.float32), [str(tokens[row]) for row in asked]
+    alike: dict[int, list[int]] = {}  # pages by layout (a family's layouts are kept per page size: one object each)
+    for number, layout in enumerate(layouts):
+        if len(layout.rows):
+            alike.setdefault(id(layout), []).append(number)
+    for numbers in alike.values():
+        layout = layouts[numbers[0]]
+        # (rows taken before the conversion: a page's text tokens and padding are not converted)
+        scores = np.stack([np.asarray(pages[n][layout.rows], dtype=np.float32) for n in numbers]) @ query.T  # (pages, patches, asked)
+        best, weight = scores.argmax(axis=1), np.maximum(scores.max(axis=1), 0.0)  # (pages, asked)
+        patches = len(layout.rows)
+        heat = np.bincount((best + patches * np.arange(len(numbers))[:, None]).ravel(), weights=weight.ravel(),
+                           minlength=patches * len(numbers)).reshape(len(numbers), patches)
+        totals = heat.sum(axis=1).tolist()
+        at_page, at_patch = np.nonzero(heat >= HOT * heat.max(axis=1, keepdims=True))  # the hot patches, page by page
+        ends = np.searchsorted(at_page, np.arange(1, len(numbers) + 1)).tolist()
+        hot_heat, hot_boxes, hot_patches = heat[at_page, at_patch].tolist(), layout.boxes[at_patch].tolist(), at_patch.tolist()
+        bests, weighed = best.tolist(), (weight > 0).tolist()
+        for at, (number, total) in enumerate(zip(numbers, totals)):
+            if total > 0:
+                hot = slice(ends[at - 1] if at else 0, ends[at])
+                matching = [(name, patch) for name, patch, counts in zip(names, bests[at], weighed[at]) if counts]
+                found[number] = _boxes(hot_boxes[hot], hot_heat[hot], hot_patches[hot], matching, total)
+    return found
+
+
+def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], matching: list[tuple[str, int]], total: float) -> list[Region]:
+    """A page's hot patches (their boxes, heat and numbers) merged into boxes where they touch, best first;
+    `matching`: each asker's token with its best patch."""
     regions = []
     for group in _touching(boxes):
-        held = {hot_rows[i] for i in group}
+        held = {patches[i] for i in group}
         members = [boxes[i] for i in group]
         bbox = (min(b[0] for b in members), min(b[1] for b in members), max(b[2] for b in members), max(b[3] for b in members))
-        matched = tuple(dict.fromkeys(token for token, at in matching if at in held))
-        regions.append(Region(bbox, "visual", round(sum(hot_heat[i] for i in group) / total, 4), matched))
+        matched = tuple(dict.fromkeys(name for name, patch in matching if patch in held))
+        regions.append(Region(bbox, "visual", round(sum(heat[i] for i in group) / total, 4), matched))
     return sorted(regions, key=lambda region: -region.score)[:VISUAL_REGIONS]
 
 

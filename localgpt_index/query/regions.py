@@ -107,10 +107,11 @@ def visual_regions(view: View, query_vectors: np.ndarray, query: str, pages: Seq
             wanted.append((number, doc, page, size))
     if not wanted:
         return found
-    tokens = geometry.query_tokens(query, len(query_vectors))
     read = view.page_vectors(pages_of([(doc, page) for _, doc, page, _ in wanted]))
-    for (number, _, _, size), vectors in zip(wanted, read):
-        layout = geometry.layout(len(vectors), size)
-        if layout is not None:
-            found[number] = clustered(layout, vectors, query_vectors, tokens)
+    placed = [(number, layout, vectors) for (number, _, _, size), vectors in zip(wanted, read)
+              if (layout := geometry.layout(len(vectors), size)) is not None]
+    regions = clustered([layout for _, layout, _ in placed], [vectors for _, _, vectors in placed], query_vectors,
+                        geometry.query_tokens(query, len(query_vectors)))
+    for (number, _, _), page_regions in zip(placed, regions):
+        found[number] = page_regions
     return found

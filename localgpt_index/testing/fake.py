@@ -187,10 +187,10 @@ class FakePatches:
         config = json.loads((Path(folder) / "config.json").read_text())
         self.page_tokens = int(config.get("page_tokens", 16))
         self.colours: dict = config.get("colours") or {}
-        self.boxes = square_grid(self.page_tokens)
+        self.grid = PatchLayout(np.arange(self.page_tokens), square_grid(self.page_tokens))
 
     def layout(self, count: int, page_size: tuple[int, int] | None) -> PatchLayout | None:
-        return PatchLayout(np.arange(count), self.boxes) if count == self.page_tokens else None
+        return self.grid if count == self.page_tokens else None
 
     def query_tokens(self, text: str, rows: int) -> list[str | None]:
         words = text.split()

@@ -42,40 +42,38 @@ class _Lines:
 
 
 class QueryTerms:
-    """A query's terms under one language's analysis, and what each token seen so far matches: made once for a
-    query and shared by its hits (a word met on one page is not analysed again on the next)."""
+    """A query's terms under one language's analysis, and what each part of a page's tokens seen so far matches:
+    made once for a query and shared by its hits (a word met on one page is not analysed again on the next)."""
 
     def __init__(self, query: TextQuery, language: str | None) -> None:
         self.query, self.language = query, language
         self.exact, self.stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
-        # where a matching token's part begins: a stem keeps its word's start but for its last letter; a glued
-        # code's is its own (exact) form; a prefix
+        # where a matching part begins: a stem keeps its word's start but for its last letter; a glued code's is
+        # its own (exact) form; a prefix
         self.starts = sorted({term[:-1] if len(term) > 3 else term for term in self.stemmed} | set(query.prefixes))
-        self.known: dict[str, list[str]] = {}
+        terms = [*query.exact, *query.stemmed, *(f"{prefix}*" for prefix in query.prefixes)]
+        self.order = {term: rank for rank, term in enumerate(dict.fromkeys(terms))}  # a region's terms in the query's order
+        self.known: dict[str, tuple[str, ...]] = {}
 
-    def matched(self, lexicon: PageLexicon) -> dict[int, list[str]]:
-        """The tokens of a page that match the query, by index, with their query terms (the query word, stem or
-        prefix* each matches). Only the tokens holding a part that begins with a term's start are analysed
-        (looked up in the page's sorted parts: a range each)."""
-        candidates: set[int] = set()
+    def matching(self, lexicon: PageLexicon) -> dict[str, set[int]]:
+        """Each query term the page holds (the query word, stem or prefix* a token matches), with the tokens that
+        match it. Only the parts that begin with a term's start are analysed (a range each of the page's sorted parts)."""
+        found: dict[str, set[int]] = {}
+        parts, holders = lexicon.parts, lexicon.holders
         for start in self.starts:
-            candidates.update(lexicon.beginning(start))
-        found: dict[int, list[str]] = {}
-        for index in sorted(candidates):
-            token = lexicon.tokens[index]
-            terms = self.known.get(token)
-            if terms is None:
-                terms = self.known[token] = self._terms(token)
-            if terms:
-                found[index] = terms
+            at = bisect_left(parts, start)
+            while at < len(parts) and parts[at].startswith(start):
+                terms = self.known.get(parts[at])
+                if terms is None:
+                    terms = self.known[parts[at]] = self._terms(parts[at])
+                for term in terms:
+                    found.setdefault(term, set()).update(holders[at])
+                at += 1
         return found
 
-    def _terms(self, token: str) -> list[str]:
-        parts = token_parts(token)
-        terms = [part for part in parts if part in self.exact]
-        terms += [stem for stem in stems([p for p in parts if p not in self.exact], self.language) if stem in self.stemmed]
-        terms += [f"{prefix}*" for prefix in self.query.prefixes if any(part.startswith(prefix) for part in parts)]
-        return list(dict.fromkeys(terms))
+    def _terms(self, part: str) -> tuple[str, ...]:
+        terms = [part] if part in self.exact else [stem for stem in stems([part], self.language) if stem in self.stemmed]
+        return (*terms, *(f"{prefix}*" for prefix in self.query.prefixes if part.startswith(prefix)))
 
 
 @lru_cache(maxsize=1 << 16)  # (pages share most of their words: a page's lexicon is mostly lookups)
@@ -94,14 +92,6 @@ class PageLexicon:
     tokens: list[str]
     parts: list[str]
     holders: list[list[int]]
-
-    def beginning(self, start: str) -> list[int]:
-        """The tokens holding a part that begins with `start`."""
-        at, found = bisect_left(self.parts, start), []
-        while at < len(self.parts) and self.parts[at].startswith(start):
-            found += self.holders[at]
-            at += 1
-        return found
 
 
 def page_lexicon(text: str, words: PageWords) -> PageLexicon:
@@ -129,16 +119,18 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
     tokens = lexicon.tokens
     if len(tokens) != len(words) or not tokens:
         return []  # positions of another text (not expected): no regions rather than wrong ones
-    terms = query.matched(lexicon)
-    if not terms:
+    found = query.matching(lexicon)
+    if not found:
         return []
     pieces = line_pieces(words)
     by_line: dict[int, dict[str, int]] = {}
-    for index, found in terms.items():
-        line = pieces.of_token[index]
-        if line >= 0:
-            counts = by_line.setdefault(line, {})
-            for term in found:
+    for term, indices in found.items():
+        for index in indices:
+            line = pieces.of_token[index]
+            if line >= 0:
+                counts = by_line.get(line)
+                if counts is None:
+                    counts = by_line[line] = {}
                 counts[term] = counts.get(term, 0) + 1
     groups: list[_Lines] = []
     for line in sorted(by_line):
@@ -151,7 +143,7 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
         for term, count in by_line[line].items():
             last.terms[term] = last.terms.get(term, 0) + count
     groups.sort(key=lambda group: group.score, reverse=True)
-    return [_region(group, tokens, pieces) for group in groups[:limit]]
+    return [_region(group, tokens, pieces, query.order) for group in groups[:limit]]
 
 
 @dataclass(frozen=True)
@@ -195,12 +187,12 @@ def _line_pieces(words: PageWords) -> LinePieces:
                       [members.tolist() for members in np.split(known, at[1:])])
 
 
-def _region(group: _Lines, tokens: list[str], pieces: LinePieces) -> Region:
+def _region(group: _Lines, tokens: list[str], pieces: LinePieces, order: dict[str, int]) -> Region:
     first, last = group.lines[0], group.lines[-1]  # a group's lines follow each other
     held = pieces.boxes[first: last + 1]
     x0, y0, x1, y1 = zip(*held)
     box = (min(x0), min(y0), max(x1), max(y1))
     distinct, density = group.score
     return Region(bbox=(box[0] / WORD_SCALE, box[1] / WORD_SCALE, box[2] / WORD_SCALE, box[3] / WORD_SCALE), source="text",
-                  score=round(distinct + density / (density + 1), 4), matched=tuple(group.terms),
+                  score=round(distinct + density / (density + 1), 4), matched=tuple(sorted(group.terms, key=order.__getitem__)),
                   text=" ".join([tokens[index] for piece in range(first, last + 1) for index in pieces.members[piece]]))
