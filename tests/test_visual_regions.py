@@ -9,9 +9,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from conftest import run_cli
-from localgpt_index.models.geometry import PatchLayout, grid_boxes, rendered_size, square_grid, tiled_grid
-from localgpt_index.core.sizes import PixelBudget
+from localgpt_index.core.sizes import PixelBudget, fitted_size
 from localgpt_index.index.format.manifest import Document
+from localgpt_index.models.geometry import PatchLayout, grid_boxes, square_grid, tiled_grid
 from localgpt_index.query.patches import clustered, no_visual_regions
 from localgpt_index.query.search import open_index
 from localgpt_index.testing.fake import write_fake_checkpoint
@@ -150,9 +150,13 @@ def test_grids_are_row_by_row():
     assert grid_boxes(2, 3)[3].tolist() == [0.0, 0.5, 1 / 3, 1.0]
     tiles = tiled_grid(2, 1, 12)  # two tiles (top, bottom) of 4 tokens, then the global view
     assert tiles[5].tolist() == [0.5, 0.5, 1.0, 0.75] and tiles[8].tolist() == [0.0, 0.0, 0.5, 0.5]
-    assert rendered_size(PixelBudget(64 * 28 * 28, 4 * 28 * 28, 28), (1700, 2200)) == PixelBudget(
+    assert fitted_size(PixelBudget(64 * 28 * 28, 4 * 28 * 28, 28), 1700, 2200) == PixelBudget(
         64 * 28 * 28, 4 * 28 * 28, 28).fit(1700, 2200)
-    assert rendered_size(112, (300, 600)) == (56, 112) and rendered_size((448, 448), (10, 10)) == (448, 448)
+    assert fitted_size(112, 300, 600) == (56, 112) and fitted_size((448, 448), 10, 10) == (448, 448)
+    assert fitted_size(2000, 300, 600) == (1000, 2000)  # a long side: scaled up too
+    # no size named: shrunk to the default long side, never enlarged (as the build renders an image)
+    assert fitted_size(None, 3000, 1500) == (1024, 512) and fitted_size(None, 300, 200) == (300, 200)
+    assert fitted_size(64, 1, 5000) == (1, 64)  # an extreme strip keeps a pixel
 
 
 @pytest.mark.slow  # Qdrant's in-process store: over a second

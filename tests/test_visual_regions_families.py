@@ -131,7 +131,8 @@ def _centre_in(bbox, box, slack: float = 0.01) -> bool:
 
 @pytest.mark.parametrize(("family", "geometry"), CHECKPOINTS)
 def test_the_top_visual_region_lies_in_the_planted_patch(family, geometry, planted_docs, tmp_path, monkeypatch):
-    from localgpt_index.models.geometry import ProcessorPatches, rendered_size
+    from localgpt_index.core.sizes import fitted_size
+    from localgpt_index.models.geometry import ProcessorPatches
     from localgpt_index.query.patches import page_pixels, patch_geometry
     from localgpt_index.query.search import open_index
 
@@ -158,5 +159,5 @@ def test_the_top_visual_region_lies_in_the_planted_patch(family, geometry, plant
         size = page_pixels(searcher.view, doc, hit.page) if patches.needs_page_size else None
         layout = patches.layout(len(searcher.view.page_vectors(doc)[hit.page - 1]), size)
         assert layout is not None
-        grid = patches.probe(rendered_size(patches.render_size, size) if size else patches.render_size).grid
+        grid = patches.probe(fitted_size(patches.render_size, *size) if size else patches.render_size).grid
         assert (tuple(layout.rows), grid if family.startswith("colqwen") else None) in recorded, (family, hit.path)

@@ -34,6 +34,22 @@ class PixelBudget:
 # its grid by area (then every page gets its own size); None: DEFAULT_LONG_SIDE.
 RenderSize = tuple[int, int] | int | PixelBudget | None
 
+DEFAULT_LONG_SIDE = 1024  # a page's long side where the processor names no size
+
+
+def fitted_size(size: RenderSize, width: float, height: float) -> tuple[int, int]:
+    """(width, height) a picture of width x height pixels is given to a model of render size `size`: a pixel
+    budget's fit, a fixed size, the long side scaled to `size` (up or down); None: shrunk to DEFAULT_LONG_SIDE
+    where it is longer (a PDF page is rendered at DEFAULT_LONG_SIDE whatever its size: ingest/render.py)."""
+    if isinstance(size, PixelBudget):
+        return size.fit(width, height)
+    if isinstance(size, tuple):
+        return size
+    scale = (size or DEFAULT_LONG_SIDE) / max(width, height)
+    if size is None and scale >= 1:
+        return round(width), round(height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
 
 def render_size_for(size: dict, patch_size: int | None = None, merge_size: int | None = None) -> RenderSize:
     """What pages are rendered at for an image processor with this `size` (and patch and merge

@@ -23,9 +23,8 @@ from PIL import Image
 
 from . import processes
 from ..core.errors import DocumentError
-from ..core.sizes import PixelBudget, RenderSize, grid_cell, render_size_for  # noqa: F401 (re-exported)
+from ..core.sizes import DEFAULT_LONG_SIDE, PixelBudget, RenderSize, fitted_size, grid_cell, render_size_for  # noqa: F401 (re-exported)
 
-DEFAULT_LONG_SIDE = 1024
 PDF_DPI = 200  # what pdf2image renders at by default: the size a plain pipeline hands the processor
 
 
@@ -240,14 +239,8 @@ def _decoding(path: Path) -> Iterator[Image.Image]:
 
 
 def _fit(image: Image.Image, size: RenderSize) -> Image.Image:
-    if isinstance(size, PixelBudget):
-        size = size.fit(image.width, image.height)
-    if isinstance(size, tuple):
-        return image if image.size == size else image.resize(size, Image.Resampling.BICUBIC)
-    scale = (size or DEFAULT_LONG_SIDE) / max(image.size)
-    if scale < 1 or size is not None:
-        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BICUBIC)
-    return image
+    target = fitted_size(size, image.width, image.height)
+    return image if image.size == target else image.resize(target, Image.Resampling.BICUBIC)
 
 
 def _short(exc: Exception) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from ..core.sizes import PixelBudget, RenderSize
+from ..core.sizes import PixelBudget, RenderSize, fitted_size
 
 Box = tuple[float, float, float, float]
 WHOLE: Box = (0.0, 0.0, 1.0, 1.0)
@@ -86,20 +86,6 @@ def tiled_grid(tile_rows: int, tile_cols: int, tokens: int) -> np.ndarray:
              for r in range(tile_rows) for c in range(tile_cols)]
     cells = square_grid(per_view)
     return np.concatenate([cells * np.array([x1 - x0, y1 - y0] * 2) + np.array([x0, y0] * 2) for x0, y0, x1, y1 in [*tiles, WHOLE]])
-
-
-def rendered_size(size: RenderSize, natural: tuple[float, float]) -> tuple[int, int]:
-    """The (width, height) a page of `natural` pixels is rendered at for a model of render size `size`
-    (ingest/render.py: a pixel budget's fit, a long side, or a fixed size)."""
-    if isinstance(size, PixelBudget):
-        return size.fit(*natural)
-    if isinstance(size, tuple):
-        return size
-    width, height = natural
-    if size is None:
-        return round(width), round(height)
-    scale = size / max(width, height)
-    return max(1, round(width * scale)), max(1, round(height * scale))
 
 
 def _config(folder: Path) -> dict:
@@ -210,7 +196,7 @@ class ProcessorPatches:
         elif page_size is None:
             return None
         else:  # a pixel either way on a side: poppler's -scale-to rounds the short side its own way
-            width, height = rendered_size(self.render_size, page_size)
+            width, height = fitted_size(self.render_size, *page_size)
             sizes = [(width, height), (width, height - 1), (width, height + 1), (width - 1, height), (width + 1, height)]
         for size in sizes:
             probe = self.probe(size)
