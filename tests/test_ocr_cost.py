@@ -98,6 +98,23 @@ def test_the_library_reads_where_it_has_the_language_and_the_command_elsewhere()
     assert Tesseract(found.path, found.languages).command("page.tif", "eng")[0] == found.path
 
 
+def test_the_commands_rows_go_to_the_page_they_name_and_its_text_between_form_feeds():
+    """`tesseract LIST stdout txt tsv` writes a page's TSV rows, then a form feed (but the first page's), then
+    its text: the second page's rows come before the form feed that opens its text."""
+    from localgpt_index.ingest.ocr import command_pages
+
+    header = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext\n"
+    rows = ["1\t{p}\t0\t0\t0\t0\t0\t0\t100\t200\t-1\t", "5\t{p}\t1\t1\t1\t1\t10\t20\t30\t10\t96.5\t{word}"]
+    page = "\n".join(rows) + "\n"
+    out = (header + page.format(p=1, word="Net") + "Net revenue\n\nup\n" + page.format(p=2, word="Other") + "\fOther page\n")
+    first, second = command_pages(out)
+    assert first.split("\x1e")[0].split() == ["Net", "revenue", "up"] and "\tNet" in first.split("\x1e")[1]
+    assert second.split("\x1e")[0].split() == ["Other", "page"] and "\tOther" in second.split("\x1e")[1]
+    assert "\tNet" not in second and "level" not in first
+    read = Tesseract.clean(first)
+    assert read.text == "Net revenue\n\nup" and read.words is not None and len(read.words) == 3
+
+
 def _cer(true: str, read: str) -> float:
     from rapidfuzz.distance import Levenshtein
 
@@ -117,16 +134,22 @@ def test_measured_pages_read_as_well_as_at_300_dpi(tmp_path):
     assert library is not None and library.tessdata
     command = Tesseract(library.path, library.languages)
 
-    def cer(tesseract: Tesseract, fixed_dpi: int | None) -> float:
+    def cer(tesseract: Tesseract, fixed_dpi: int | None) -> tuple[float, list[PageText]]:
         texts: dict[int, PageText | OcrFailed] = {}
         ocr_pdf_pages(tesseract, [(pdf, page) for page in (1, 2, 3)], "eng", 120.0, 2048, texts.__setitem__, fixed_dpi=fixed_dpi)
         read = [texts[index] for index in range(3)]
         assert all(isinstance(text, PageText) for text in read), texts
-        return _cer("\n".join(text for _, text in drawn), "\n".join(text.text for text in read if isinstance(text, PageText)))
+        pages = [text for text in read if isinstance(text, PageText)]
+        return _cer("\n".join(text for _, text in drawn), "\n".join(text.text for text in pages)), pages
 
-    today = cer(command, 300)
-    for measured in (cer(library, None), cer(command, None)):
+    today, _ = cer(command, 300)
+    (by_library, library_pages), (by_command, command_pages) = cer(library, None), cer(command, None)
+    for measured in (by_library, by_command):
         assert measured <= today + 0.01 and measured < 0.03, (measured, today)
+    # the command's word positions too (its TSV beside its text), each page its own: a page's first word where the library has it
+    for ours, theirs in zip(command_pages, library_pages):
+        assert ours.words is not None and theirs.words is not None and len(ours.words) == len(ours.text.split())
+        assert abs(ours.words.fractions()[0] - theirs.words.fractions()[0]).max() < 0.01
 
 
 @pytest.mark.slow  # real Tesseract's library in its process (seconds)

@@ -101,7 +101,7 @@ class Tesseract:
         folder = self.tessdata
         if folder and all(os.path.isfile(os.path.join(folder, f"{part}.traineddata")) for part in lang.split("+") if part):
             return [sys.executable, "-I", TESSLIB, folder, lang, PSM, *(["--list"] if listing else []), source]
-        return [self.path, source, "stdout", "-l", lang, "--psm", PSM]
+        return [self.path, source, "stdout", "-l", lang, "--psm", PSM, "txt", "tsv"]  # (command_pages: both renderers' output)
 
     def check_language(self, lang: str) -> None:
         """Refuse a --ocr-lang this Tesseract cannot read (eng, or several: eng+deu)."""
@@ -145,15 +145,39 @@ class Tesseract:
         args = self.command(picture, lang)
         resolution = ["--dpi", str(dpi)] if dpi and args[0] == self.path else []  # (the library: the picture's own)
         out = run_bounded([*args, *resolution], deadline, timeout_s, memory_mib, "Tesseract", tool="tesseract")
-        return self.clean(out.decode("utf-8", "replace"))
+        return self.clean(self.pages(args, out.decode("utf-8", "replace"))[0])
+
+    def pages(self, args: list[str], out: str) -> list[str]:
+        """What the process `args` (`command`) wrote, a page's text after a form feed but the first's, as each
+        page's text, a record separator and its TSV (as tesslib.py writes them; command_pages for `tesseract`)."""
+        return command_pages(out) if args[0] == self.path else out.split("\f")
 
     @staticmethod
     def clean(out: str) -> PageText:
-        """Tesseract's text of a page as page text, with its words' boxes where it gave them (tesslib.py's
-        TSV after a record separator; the `tesseract` command gives the text alone: no word positions)."""
+        """Tesseract's text of a page as page text, with its words' boxes where it gave them (its TSV after a
+        record separator: `pages`)."""
         text, _, tsv = out.partition("\x1e")
         cleaned = clean_page_text(text)
         return PageText(cleaned, "ocr", tsv_words(cleaned, tsv) if tsv else None)
+
+
+def command_pages(out: str) -> list[str]:
+    """The `tesseract` command's stdout with its txt and tsv renderers (`Tesseract.command`) as tesslib.py's: each
+    page's text, a record separator, its TSV rows. The command writes a page's rows, then a form feed (but
+    the first page's), then its text: a row goes to the page its page_num names, the other lines to the text
+    between form feeds (Tesseract's text holds no tab; the TSV's header is dropped)."""
+    texts: list[list[str]] = []
+    rows: dict[int, list[str]] = {}
+    for part in out.split("\f"):
+        texts.append([])
+        for line in part.split("\n"):
+            cells = line.split("\t")
+            if len(cells) == 12:
+                if cells[1].isdigit():
+                    rows.setdefault(int(cells[1]), []).append(line)
+            else:
+                texts[-1].append(line)
+    return ["\n".join(lines).replace("\x1e", " ") + "\x1e" + "\n".join(rows.get(number, [])) for number, lines in enumerate(texts, 1)]
 
 
 def tsv_words(text: str, tsv: str) -> PageWords:

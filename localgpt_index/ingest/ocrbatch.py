@@ -174,7 +174,8 @@ def _run_list(tesseract: Tesseract, ready: list[tuple[int, str, float]], folder:
                                  env={**os.environ, "OMP_THREAD_LIMIT": "1"})
     except FileNotFoundError:
         raise OcrFailed("/bin/sh is missing: cannot run Tesseract") from None
-    stream = _Stream(proc, [budget for _, _, budget in ready], lambda number, text: done(ready[number][0], tesseract.clean(text)))
+    stream = _Stream(proc, [budget for _, _, budget in ready], lambda number, text: done(ready[number][0], tesseract.clean(text)),
+                     lambda out: tesseract.pages(args, out))
     timed_out = stream.follow()
     code = proc.returncode
     if proc.interrupted:
@@ -196,8 +197,9 @@ class _Stream:
     """A list-reading Tesseract's stdout (the pages' texts) and stderr (the pages it starts), followed
     up to the deadline of the page it is on; each page's text handed to `read` once surely whole."""
 
-    def __init__(self, proc: processes.Tracked, budgets: list[float], read: Callable[[int, str], None]) -> None:
-        self.proc, self.budgets, self.read = proc, budgets, read
+    def __init__(self, proc: processes.Tracked, budgets: list[float], read: Callable[[int, str], None],
+                 pages: Callable[[str], list[str]]) -> None:
+        self.proc, self.budgets, self.read, self.pages = proc, budgets, read, pages
         self.out, self.err = bytearray(), bytearray()
         self.started = 0  # pages Tesseract said it started
         self.delivered = 0  # pages handed to `read`
@@ -211,10 +213,12 @@ class _Stream:
         return min(len(self.budgets), max(written, self.started - 1))
 
     def texts(self) -> list[str]:
-        return [part.decode("utf-8", "replace") for part in bytes(self.out).split(b"\f")]
+        return self.pages(bytes(self.out).decode("utf-8", "replace"))
 
     def deliver(self, upto: int) -> None:
         """Hand on the texts of pages up to `upto` not handed on yet."""
+        if upto <= self.delivered:
+            return
         texts = self.texts()
         for number in range(self.delivered, min(upto, len(texts))):
             self.read(number, texts[number])

@@ -1,7 +1,7 @@
 """Word positions as a per-segment part beside the page text: each token's box, line and block, packed.
 
 The "words" part of a segment holds, row by row, what core/words.PageWords holds for a page (None for a
-page without positions: no text, read before positions were kept, or the `tesseract` command's OCR). One
+page without positions: no text, or read before positions were kept). One
 zlib blob a segment: a header (a little-endian uint32 length, then JSON: each row's token and line counts,
 -1 for none), then the arrays of every row one after the other: each line's box (4 x uint16, the union of
 its words'), each word's line and each line's block (uint16), each word's ends along its line (2 x uint8,
