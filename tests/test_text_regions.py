@@ -137,6 +137,18 @@ def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
     assert (round(y0, 3), round(y1, 3)) == (0.1, 0.17) and x0 == pytest.approx(0.05, abs=1e-4)
 
 
+def test_a_phrase_is_a_term_where_its_words_follow_each_other():
+    text, words = _words([["late", "fees", "and", "payment", "terms"], ["filler"], ["the", "late", "payment", "notice"],
+                          ["filler"], ["a", "late-payment", "fee"]])
+    regions = page_text_regions(text, words, QueryTerms(parse('"late payment"'), None))
+    assert [r.text for r in regions] == ["the late payment notice", "a late-payment fee", "late fees and payment terms"]
+    assert regions[0].matched == ('"late payment"', "late", "payment") and regions[2].matched == ("late", "payment")
+    assert regions[0].score > regions[2].score
+    # the words apart, or the other way round: no phrase
+    assert all('"late payment"' not in r.matched for r in page_text_regions("payment late", _words([["payment", "late"]])[1],
+                                                                          QueryTerms(parse('"late payment"'), None)))
+
+
 def test_lines_of_two_columns_are_not_merged_and_a_wide_gap_cuts_a_line():
     text, words = _words([["alpha", "one"], ["beta", "two"], ["alpha", "three"], ["beta", "four"]], columns=2)
     regions = page_text_regions(text, words, QueryTerms(parse("alpha"), None))

@@ -2,12 +2,13 @@
 
 A page's words are the tokens of its stored text (core/words.py). A token matches the query as the text
 query matches pages (index/text/query.py, tokenize.py): one of its exact (folded) tokens is a query word,
-or its stem in the document's language is one of the query's stems, or it starts with a query prefix
-(phrase words match as words). The lines holding matches become regions: a line's box is the union of
-its words' boxes (a line is cut where a gap between two words is wider than COLUMN_GAP times their
-height: OCR may read two columns' lines as one), adjacent lines of one block that both match are merged,
-and regions are ranked by the distinct query terms they hold, then by their matches a line. The words
-in a region are its text.
+or its stem in the document's language is one of the query's stems, or it starts with a query prefix.
+Phrase words match as words, and where a phrase's words follow each other the phrase is a term of its
+own (so the line holding it ranks first). The lines holding matches become regions: a line's box is the
+union of its words' boxes (a line is cut where a gap between two words is wider than COLUMN_GAP times
+their height: OCR may read two columns' lines as one), adjacent lines of one block that both match are
+merged, and regions are ranked by the distinct query terms they hold, then by their matches a line. The
+words in a region are its text.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class QueryTerms:
         # where a matching part begins: a stem keeps its word's start but for its last letter; a glued code's is
         # its own (exact) form; a prefix
         self.starts = sorted({term[:-1] if len(term) > 3 else term for term in self.stemmed} | set(query.prefixes))
-        terms = [*query.exact, *query.stemmed, *(f"{prefix}*" for prefix in query.prefixes)]
+        self.phrases = {_quoted(phrase): phrase for phrase in query.phrases if len(phrase) > 1}
+        terms = [*self.phrases, *query.exact, *query.stemmed, *(f"{prefix}*" for prefix in query.prefixes)]
         self.order = {term: rank for rank, term in enumerate(dict.fromkeys(terms))}  # a region's terms in the query's order
         self.known: dict[str, tuple[str, ...]] = {}
 
@@ -69,11 +71,30 @@ class QueryTerms:
                 for term in terms:
                     found.setdefault(term, set()).update(holders[at])
                 at += 1
+        for name, phrase in self.phrases.items():  # a phrase's words in order (a hyphenated pair: one token)
+            held = _phrase_tokens(phrase, found)
+            if held:
+                found[name] = held
         return found
 
     def _terms(self, part: str) -> tuple[str, ...]:
         terms = [part] if part in self.exact else [stem for stem in stems([part], self.language) if stem in self.stemmed]
         return (*terms, *(f"{prefix}*" for prefix in self.query.prefixes if part.startswith(prefix)))
+
+
+def _quoted(phrase: list[str]) -> str:
+    return '"' + " ".join(phrase) + '"'
+
+
+def _phrase_tokens(phrase: list[str], found: dict[str, set[int]]) -> set[int]:
+    """The tokens of each place the phrase's words (exact) follow each other: each word in the token after the
+    previous word's, or in the same one (late-payment)."""
+    chains = {token: token for token in found.get(phrase[0], ())}  # each start -> the token its last word is in
+    for word in phrase[1:]:
+        holding = found.get(word, set())
+        chains = {start: last + 1 if last + 1 in holding else last for start, last in chains.items()
+                  if last + 1 in holding or last in holding}
+    return {token for start, last in chains.items() for token in range(start, last + 1)}
 
 
 @lru_cache(maxsize=1 << 16)  # (pages share most of their words: a page's lexicon is mostly lookups)
