@@ -10,8 +10,12 @@
    baseline commit's (plain pdftotext, no positions), each a process of its own with the fake model (so that text
    extraction weighs the most it can), alternating, median of the rounds (target: within +5 %). The baseline is
    `git archive`d into a temporary folder and run from there.
-3. Query: `search(..., regions=True)` against the same without, k=10, text and hybrid mode, one process, alternating
-   query by query, median time a query (target: within +15 %).
+3. Query: `search(..., regions=True)` against the same without, k=10, text, hybrid and visual mode, one process,
+   alternating query by query, median time a query (target: within +15 %). `--model tiny` asks an index built with
+   the tiny ColPali test checkpoint instead of the fake model (a real family's patch geometry and query encoder;
+   random weights), `--model PATH` one built with that checkpoint.
+
+    python scripts/bench_regions.py --model tiny --rounds 7 --queries 40
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ def queries_timed(index: Path, texts: list[str], count: int, rounds: int) -> dic
     rng = random.Random(9)
     asked = [" ".join(rng.sample(rng.choice(texts).split(), 3)) for _ in range(count)]
     found: dict[str, tuple[float, float]] = {}
-    for mode in ("text", "hybrid"):
+    for mode in ("text", "hybrid", "visual"):
         searcher.search(asked[0], k=10, mode=mode, regions=True)  # warm: the text index, the model
         times: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(rounds):
@@ -143,6 +147,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--baseline", default="4f43e61", help="the commit to build without word positions")
+    parser.add_argument("--model", default="fake", help="the queries' index model: fake, tiny (ColPali test checkpoint) or a path")
     args = parser.parse_args()
     from localgpt_index.testing.fake import write_fake_checkpoint
 
@@ -169,7 +174,17 @@ def main() -> None:
         plain, positioned = text_layers_cpu(docs, args.pages, args.rounds)
         print(f"text layers alone, CPU seconds: plain pdftotext {plain:.3f} s, with word positions {positioned:.3f} s "
               f"({(positioned - plain) / args.pdfs * 1000:+.1f} ms a document)")
-        for mode, (without, with_regions) in queries_timed(work / "this-tree", texts, args.queries, args.rounds).items():
+        asked = work / "this-tree"
+        if args.model != "fake":
+            if args.model == "tiny":
+                from localgpt_index.testing.checkpoints import make_checkpoint
+
+                queried = str(make_checkpoint(work / "tiny-colpali", "tiny"))
+            else:
+                queried = args.model
+            build(ROOT, docs, asked := work / "queried", Path(queried))
+        print(f"queries: the index of the {args.model} model")
+        for mode, (without, with_regions) in queries_timed(asked, texts, args.queries, args.rounds).items():
             print(f"query k=10 {mode}, CPU a query (median): without regions {without * 1000:.2f} ms, with {with_regions * 1000:.2f} ms: "
                   f"{(with_regions / without - 1) * 100:+.1f} % (target <= +15 %)")
 

@@ -182,6 +182,14 @@ def test_a_text_query_gives_the_line_of_its_terms_and_verify_checks_the_position
     x0, y0, x1, y1 = top.regions[0].bbox
     assert x0 == pytest.approx(72 / 612, abs=0.01) and y0 < (792 - 700) / 792 < y1
     assert all(not hit.regions for hit in open_index(index).search("revenue grew", mode="text", k=2)[0])  # not asked: none
+    # what a query derives from a page's words is kept for the last DERIVED pages handed out only
+    searcher = open_index(index)
+    searcher.search("revenue grew", regions=True, mode="text", k=2)
+    positions, doc = searcher.view.artifact("words"), searcher.view.documents[0]
+    positions.DERIVED = 1
+    first = positions.page(doc, 2)  # the top hit's
+    assert set(first.derived) == {"lexicon", "line_pieces"}  # from the query
+    assert positions.page(doc, 1) is not first and not first.derived
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
     blob = next((index / "default" / "artifacts").glob("*.wordsz"))
     flip_byte(blob, blob.stat().st_size // 2)

@@ -20,6 +20,7 @@ import json
 import struct
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -218,20 +219,29 @@ def document_words(segments: Mapping[str, Segment], doc: Document, source: BlobS
 
 class WordPositions:
     """A generation's word positions as a reader has them (`View.artifact("words")`): each segment's part read
-    (checked) and decoded at its first use, the last CACHED segments kept."""
+    (checked) and decoded at its first use, the last CACHED segments kept; what readers derive from a page's
+    words (`PageWords.derived`: a query's lexicon, line pieces) kept for the last DERIVED pages handed out."""
 
     CACHED = 64
+    DERIVED = 1024  # (about 0.1 MB each, a page of prose)
 
     def __init__(self, parts: Mapping[str, PartRef], source: BlobSource) -> None:
         self.parts, self.source = dict(parts), source
         self._read: dict[str, list[PageWords | None]] = {}
+        self._handed: OrderedDict[int, PageWords] = OrderedDict()  # by id: each held here while it is in
         self._lock = threading.Lock()
 
     def page(self, doc: Document, page: int) -> PageWords | None:
         with self._lock:
             if len(self._read) > self.CACHED:
                 self._read.clear()
-            return page_words(self.parts, doc, page, self.source, self._read)
+            words = page_words(self.parts, doc, page, self.source, self._read)
+            if words is not None:
+                self._handed[id(words)] = words
+                self._handed.move_to_end(id(words))
+                if len(self._handed) > self.DERIVED:
+                    self._handed.popitem(last=False)[1].derived.clear()
+            return words
 
 
 class WordsArtifact:
