@@ -310,6 +310,51 @@ def test_damaged_files_are_detected(request, tmp_path, kind, damage):
         assert "Traceback" not in queried.stderr
 
 
+def test_npy_headers_are_read_as_numpy_writes_them():
+    import io
+    import struct
+
+    import numpy as np
+
+    from localgpt_index.index.local.segments import _npy_header, read_npy_header
+
+    arrays = [(np.zeros((3, 128), "<f2"), (1, 0)), (np.arange(5, dtype="<i8"), (1, 0)), (np.zeros(0, "<i8"), (2, 0)),
+              (np.zeros((2, 3), "<f2", order="F"), (1, 0)), (np.zeros((), "<f4"), (3, 0))]
+    for array, version in arrays:
+        written = io.BytesIO()
+        np.lib.format.write_array(written, array, version=version)
+        raw = written.getvalue()
+        shape, fortran, dtype, start = read_npy_header(raw)
+        assert (shape, fortran, dtype) == (array.shape, bool(np.isfortran(array)), array.dtype), version
+        assert raw[start:] == array.tobytes(order="A")
+    assert read_npy_header(_npy_header(7, 64))[:3] == ((7, 64), False, np.dtype("<f2"))  # the segments' own
+    for damaged in (raw[:9], b"\x93NUMPY\x01\x00" + struct.pack("<H", 21) + b"{'descr': __import__}", b"\x93NUMPY\x09\x00" + raw[8:]):
+        with pytest.raises(ValueError):
+            read_npy_header(damaged)
+
+
+def test_a_query_parses_no_python(plain_index, monkeypatch):
+    """CPython 3.11.7's AST conversion is not thread-safe (gh-106905): a query beside a build's thread raised
+    SystemError where both parsed Python (numpy's .npy reader parsed each header with ast.literal_eval)."""
+    import ast
+    import builtins
+
+    from localgpt_index import open_index
+
+    open_index(plain_index).search("revenue", k=2)  # (the first loads modules, which compiles their classes' code)
+    parsed: list[str] = []
+    compiled = builtins.compile
+
+    def spy(source, filename, mode, flags=0, *args, **kwargs):
+        if flags & ast.PyCF_ONLY_AST:
+            parsed.append(str(filename))
+        return compiled(source, filename, mode, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "compile", spy)
+    assert open_index(plain_index).search("revenue", k=2)[0]
+    assert parsed == []
+
+
 @pytest.fixture(scope="module")
 def plain_index(scenario, tmp_path_factory) -> Path:
     return scenario["base_index"]

@@ -6,7 +6,7 @@ vectors block by block when first read."""
 from __future__ import annotations
 
 import hashlib
-import io
+import re
 import struct
 import uuid
 from pathlib import Path
@@ -23,6 +23,25 @@ from ..format.files import read_member, regular_size
 from ..format.manifest import REBUILD_HINT, Checksum, Segment
 
 NPY_HEADER = 128  # bytes: numpy's format 1.0 header, padded to a fixed size so it can be written last
+
+
+# an .npy header's dictionary as numpy writes it (np.save, any version since 1.0; _npy_header): read without numpy's
+# ast.literal_eval, whose AST conversion is not thread-safe in CPython 3.11.7 (gh-106905: a query opening segments beside
+# a build's thread raised "SystemError: AST constructor recursion depth mismatch")
+_NPY_DICT = re.compile(rb"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': (True|False), 'shape': \(((?:\d+, )*\d*,?)\), \}[ ]*\n?")
+
+
+def read_npy_header(raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """The shape, Fortran order and dtype an .npy file's first bytes say, and where its data begins; ValueError
+    for a header that is not one numpy writes."""
+    if raw[:6] != b"\x93NUMPY" or len(raw) < 12 or raw[6] not in (1, 2, 3):
+        raise ValueError("not an .npy header")
+    (length,), start = (struct.unpack_from("<H", raw, 8), 10) if raw[6] == 1 else (struct.unpack_from("<I", raw, 8), 12)
+    found = _NPY_DICT.fullmatch(raw[start: start + length])
+    if found is None:
+        raise ValueError("an .npy header of another form")
+    shape = tuple(int(number) for number in found.group(3).split(b",") if number.strip())
+    return shape, found.group(2) == b"True", np.dtype(found.group(1).decode()), start + length
 
 
 def _npy_header(rows: int, dim: int) -> bytes:
@@ -154,7 +173,7 @@ def load_segment(root: Path, segment: Segment) -> SegmentFiles:
         raise IndexProblem(f"segment {segment.id}: the manifest gives its vectors no checksum.", hint=REBUILD_HINT)
     header = size - segment.rows * segment.dim * 2
     try:
-        offsets = np.load(io.BytesIO(offsets_raw), allow_pickle=False)
+        offsets = _offsets(offsets_raw)
         _check_header(root / vec_rel, header, segment)
         guard = BlockGuard(root / vec_rel, check)
     except (OSError, ValueError, EOFError) as exc:
@@ -167,16 +186,20 @@ def load_segment(root: Path, segment: Segment) -> SegmentFiles:
     return SegmentFiles(vectors, offsets, guard, header)
 
 
+def _offsets(raw: bytes) -> np.ndarray:
+    shape, fortran, dtype, start = read_npy_header(raw)
+    if len(shape) != 1 or fortran or dtype != np.dtype("<i8"):
+        raise ValueError(f"the offsets' header says {dtype} {shape}, not int64 (pages + 1,)")
+    return np.frombuffer(raw, "<i8", count=shape[0], offset=start).copy()
+
+
 def _check_header(path: Path, length: int, segment: Segment) -> None:
     """The npy header says what the manifest says (float16, C order, its shape) and ends where the
     vectors begin: the vectors are then mapped at that offset, whatever the header's own bytes are
     (they are checked with block 0)."""
     with open(path, "rb") as handle:
         raw = handle.read(length)
-    stream = io.BytesIO(raw)
-    version = np.lib.format.read_magic(stream)
-    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = reader(stream)
-    if shape != (segment.rows, segment.dim) or fortran or dtype != np.dtype("<f2") or stream.tell() != length:
+    shape, fortran, dtype, start = read_npy_header(raw)
+    if shape != (segment.rows, segment.dim) or fortran or dtype != np.dtype("<f2") or start != length:
         order = " in Fortran order" if fortran else ""
         raise ValueError(f"the header says {dtype} {shape}{order}, not float16 ({segment.rows}, {segment.dim})")
