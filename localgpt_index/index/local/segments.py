@@ -28,7 +28,8 @@ NPY_HEADER = 128  # bytes: numpy's format 1.0 header, padded to a fixed size so 
 # an .npy header's dictionary as numpy writes it (np.save, any version since 1.0; _npy_header): read without numpy's
 # ast.literal_eval, whose AST conversion is not thread-safe in CPython 3.11.7 (gh-106905: a query opening segments beside
 # a build's thread raised "SystemError: AST constructor recursion depth mismatch")
-_NPY_DICT = re.compile(rb"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': (True|False), 'shape': \(((?:\d+, )*\d*,?)\), \}[ ]*\n?")
+_NPY_DICT = re.compile(rb"\{\s*'descr':\s*'([<>|=][a-z]\d+)'\s*,\s*'fortran_order':\s*(True|False)\s*,\s*'shape':\s*"
+                       rb"\(((?:\s*\d+\s*,)*\s*(?:\d+\s*)?)\)\s*,?\s*\}\s*")
 
 
 def read_npy_header(raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
