@@ -1,9 +1,12 @@
 """External processes (LibreOffice, pdftoppm, pdfinfo), all of a run's ended when that run is interrupted.
 
-Each runs in its own process group, with a timeout.
+Each runs in its own process group, with a timeout. Not in a session of its own: where the kernel groups
+CPU time by session (autogroup, on by default in most distributions), a new session is a new group that
+gets as much CPU as the whole build, whatever its niceness (two OCR processes took two thirds of 2 cores
+from the encoder at nice 10); in the build's session a lower niceness is a lower share of the build's.
 
 A `ProcessScope` is owned by a run (the CLI's command, a page feed): `Tracked` is a Popen that
-starts a new session and registers itself in a scope; `scope.stop()` kills every process of
+starts a new process group and registers itself in a scope; `scope.stop()` kills every process of
 the scope and of its children and makes later starts in them fail, so an interrupted build
 neither leaves a LibreOffice behind nor retries anything. A stopped scope stops nothing else:
 the next run has a scope of its own.
@@ -11,7 +14,7 @@ the next run has a scope of its own.
 Which scope a process joins: the one given, else the current one (a context variable: a scope
 is current in a `with scope.entered():` block, and in a thread that called `scope.enter_thread()`
 first, such as a pool's initializer). A process started outside any scope still runs in its
-own session, with its timeout, but no interrupt ends it.
+own process group, with its timeout, but no interrupt ends it.
 """
 
 from __future__ import annotations
@@ -117,13 +120,14 @@ def current() -> ProcessScope | None:
 
 
 class Tracked(subprocess.Popen):
-    """A Popen in its own session (so its whole group can be killed), in a ProcessScope."""
+    """A Popen in its own process group (so the whole group can be killed, and a terminal's Ctrl-C is the build's
+    to handle), in the build's session, in a ProcessScope."""
 
     def __init__(self, args: Any, scope: ProcessScope | None = None, **kwargs: Any) -> None:
         self.scope = scope if scope is not None else _current.get()
         if self.scope is not None:
             self.scope.check()
-        kwargs["start_new_session"] = True
+        kwargs["process_group"] = 0
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         super().__init__(args, **kwargs)
         with _alive_lock:
