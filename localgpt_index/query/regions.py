@@ -112,6 +112,6 @@ def visual_regions(view: View, query_vectors: np.ndarray, query: str, pages: Seq
               if (layout := geometry.layout(len(vectors), size)) is not None]
     regions = clustered([layout for _, layout, _ in placed], [vectors for _, _, vectors in placed], query_vectors,
                         geometry.query_tokens(query, len(query_vectors)))
-    for (number, _, _), page_regions in zip(placed, regions):
-        found[number] = page_regions
+    for (number, _, _), own in zip(placed, regions):
+        found[number] = own
     return found
