@@ -288,6 +288,36 @@ def test_lgpt_ocr_nice_runs_each_ocr_process_at_a_lower_priority(monkeypatch):
     assert niceness() == os.nice(0)
 
 
+def test_a_build_lowers_its_own_ocr_while_the_encoder_runs_and_nothing_else(monkeypatch):
+    """While the encoder runs, the build's text readers' process scope starts OCR 10 lower (the scopes under it
+    too); the process's environment and other runs' scopes are untouched; $LGPT_OCR_NICE, where set, wins."""
+    import time
+    from types import SimpleNamespace
+
+    from localgpt_index.indexing.run import OCR_NICE_BESIDE_ENCODER, ocr_below_encoder
+    from localgpt_index.ingest.ocr import run_bounded
+    from localgpt_index.ingest.processes import ProcessScope
+
+    def niceness() -> int:
+        return int(run_bounded(["nice"], time.monotonic() + 60, 60, 256, "nice"))
+
+    monkeypatch.delenv("LGPT_OCR_NICE", raising=False)
+    build, other = SimpleNamespace(scope=ProcessScope()), ProcessScope()
+    pool = ProcessScope(build.scope)  # an OCR pool's scope, under the text readers'
+    with ocr_below_encoder(SimpleNamespace(tesseract=object()), build):
+        assert "LGPT_OCR_NICE" not in os.environ
+        with pool.entered():
+            assert niceness() == min(19, os.nice(0) + OCR_NICE_BESIDE_ENCODER)
+        with other.entered():
+            assert niceness() == os.nice(0)
+        monkeypatch.setenv("LGPT_OCR_NICE", "3")
+        with pool.entered():
+            assert niceness() == min(19, os.nice(0) + 3)
+        monkeypatch.delenv("LGPT_OCR_NICE")
+    with pool.entered():  # the encoder done: the build's own priority
+        assert niceness() == os.nice(0)
+
+
 @pytest.mark.slow
 def test_ocr_always_reads_every_page_and_never_reads_none(tmp_path, fake_model, appended):
     docs = tmp_path / "docs"

@@ -47,7 +47,7 @@ CONVERTED = (OFFICE, MARKDOWN)  # the kinds a converter turns into PDF ("convert
 
 __all__ = ["COMMIT_SHARE", "DEFAULT_COMMIT_PAGES", "BuildOptions", "BuildReport", "EncoderFactory", "build_index"]
 
-OCR_NICE_BESIDE_ENCODER = 10  # $LGPT_OCR_NICE while the encoder runs, unless set: OCR takes the cores it leaves
+OCR_NICE_BESIDE_ENCODER = 10  # the build's OCR this much lower while the encoder runs ($LGPT_OCR_NICE wins): it takes the cores left
 
 
 def build_index(
@@ -162,17 +162,18 @@ def _text_after(txn: Transaction, options: BuildOptions, tesseract: Tesseract | 
 
 
 @contextmanager
-def ocr_below_encoder(text: TextSettings | None) -> Iterator[None]:
-    """While the encoder runs, OCR starts its processes at a lower priority ($LGPT_OCR_NICE, unless set):
-    it takes the cores the encoder leaves and never slows it (pixels first: nothing waits for OCR)."""
-    if text is None or text.tesseract is None or "LGPT_OCR_NICE" in os.environ:
+def ocr_below_encoder(text: TextSettings | None, texts: PageTexts | None) -> Iterator[None]:
+    """While the encoder runs, the build's OCR starts its processes OCR_NICE_BESIDE_ENCODER lower in priority (its
+    text readers' process scope says so; $LGPT_OCR_NICE, where set, wins): it takes the cores the encoder leaves
+    and never slows it (pixels first: nothing waits for OCR)."""
+    if text is None or text.tesseract is None or texts is None:
         yield
         return
-    os.environ["LGPT_OCR_NICE"] = str(OCR_NICE_BESIDE_ENCODER)
+    texts.scope.niceness = OCR_NICE_BESIDE_ENCODER
     try:
         yield
     finally:
-        os.environ.pop("LGPT_OCR_NICE", None)
+        texts.scope.niceness = None
 
 
 def _text_reader(settings: BuildSettings) -> Tesseract | None:
@@ -228,7 +229,7 @@ class _Build:
                 stage(self.progress, "loading the model")
                 if self.progress and converted:
                     self.progress.add_task("converting", converted)
-                with ocr_below_encoder(self.text), self._engine(encoder_factory, texts) as engine:
+                with ocr_below_encoder(self.text, texts), self._engine(encoder_factory, texts) as engine:
                     stage(self.progress, "loading the model", ended=True)
                     self._adopt(engine.encoder)
                     if (description := engine.describe()) is not None:

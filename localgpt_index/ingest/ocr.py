@@ -285,10 +285,15 @@ def pages_with_images(pdf: Path, first: int, last: int, timeout_s: float = DEFAU
 
 
 def ocr_niceness() -> int:
-    """How much lower than the build OCR runs: $LGPT_OCR_NICE (0 to 19; a machine's setting, or a
-    benchmark's variant), else OCR_NICE. A value that is not one is ignored."""
+    """How much lower than the build OCR runs: $LGPT_OCR_NICE (0 to 19; a machine's setting, or a benchmark's
+    variant), else what the current process scope says (a build lowers its text scope's while its encoder runs:
+    indexing/run.ocr_below_encoder), else OCR_NICE. A value that is not one is ignored."""
     value = os.environ.get("LGPT_OCR_NICE", "")
-    return int(value) if value.isdigit() and int(value) <= 19 else OCR_NICE
+    if value.isdigit() and int(value) <= 19:
+        return int(value)
+    scope = processes.current()
+    lowered = scope.lowered() if scope is not None else None
+    return OCR_NICE if lowered is None else lowered
 
 
 @lru_cache(maxsize=1)

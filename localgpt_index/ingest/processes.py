@@ -47,6 +47,7 @@ class ProcessScope:
         self._running: set[Tracked] = set()
         self._children: "weakref.WeakSet[ProcessScope]" = weakref.WeakSet()
         self._stopped = threading.Event()
+        self.niceness: int | None = None  # how much lower than the run its processes start (None: as its parent's say)
         if parent is not None:
             with parent._lock:
                 parent._children.add(self)
@@ -64,6 +65,15 @@ class ProcessScope:
                 return True
             scope = scope.parent
         return False
+
+    def lowered(self) -> int | None:
+        """How much lower than the run this scope's processes start: its own niceness, else its parent's."""
+        scope: ProcessScope | None = self
+        while scope is not None:
+            if scope.niceness is not None:
+                return scope.niceness
+            scope = scope.parent
+        return None
 
     def check(self) -> None:
         """Raise Stopped if this scope (or one above it) was stopped."""
