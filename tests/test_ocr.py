@@ -302,9 +302,9 @@ def test_a_build_lowers_its_own_ocr_while_the_encoder_runs_and_nothing_else(monk
         return int(run_bounded(["nice"], time.monotonic() + 60, 60, 256, "nice"))
 
     monkeypatch.delenv("LGPT_OCR_NICE", raising=False)
-    build, other = SimpleNamespace(scope=ProcessScope()), ProcessScope()
+    build, other = SimpleNamespace(scope=ProcessScope(), settings=SimpleNamespace(tesseract=object())), ProcessScope()
     pool = ProcessScope(build.scope)  # an OCR pool's scope, under the text readers'
-    with ocr_below_encoder(SimpleNamespace(tesseract=object()), build):
+    with ocr_below_encoder(build):
         assert "LGPT_OCR_NICE" not in os.environ
         with pool.entered():
             assert niceness() == min(19, os.nice(0) + OCR_NICE_BESIDE_ENCODER)

@@ -162,11 +162,11 @@ def _text_after(txn: Transaction, options: BuildOptions, tesseract: Tesseract | 
 
 
 @contextmanager
-def ocr_below_encoder(text: TextSettings | None, texts: PageTexts | None) -> Iterator[None]:
+def ocr_below_encoder(texts: PageTexts | None) -> Iterator[None]:
     """While the encoder runs, the build's OCR starts its processes OCR_NICE_BESIDE_ENCODER lower in priority (its
     text readers' process scope says so; $LGPT_OCR_NICE, where set, wins): it takes the cores the encoder leaves
     and never slows it (pixels first: nothing waits for OCR)."""
-    if text is None or text.tesseract is None or texts is None:
+    if texts is None or texts.settings.tesseract is None:
         yield
         return
     texts.scope.niceness = OCR_NICE_BESIDE_ENCODER
@@ -229,7 +229,7 @@ class _Build:
                 stage(self.progress, "loading the model")
                 if self.progress and converted:
                     self.progress.add_task("converting", converted)
-                with ocr_below_encoder(self.text, texts), self._engine(encoder_factory, texts) as engine:
+                with ocr_below_encoder(texts), self._engine(encoder_factory, texts) as engine:
                     stage(self.progress, "loading the model", ended=True)
                     self._adopt(engine.encoder)
                     if (description := engine.describe()) is not None:
