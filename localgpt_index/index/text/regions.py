@@ -28,20 +28,6 @@ MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps roo
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
 
 
-@dataclass
-class _Lines:
-    """Consecutive matching lines of one block, merged: their numbers, terms and matches."""
-
-    lines: list[int]
-    block: int
-    terms: dict[str, int] = field(default_factory=dict)  # term -> matches
-
-    @property
-    def score(self) -> tuple[int, float]:
-        """Distinct terms, then matches a line (a long merged block does not win by its length)."""
-        return len(self.terms), sum(self.terms.values()) / len(self.lines)
-
-
 class QueryTerms:
     """A query's terms under one language's analysis, and what each part of a page's tokens seen so far matches:
     made once for a query and shared by its hits (a word met on one page is not analysed again on the next)."""
@@ -113,6 +99,14 @@ class PageLexicon:
     tokens: list[str]
     parts: list[str]
     holders: list[list[int]]
+    pieces: dict[int, str] = field(default_factory=dict, compare=False)  # a line piece's words, joined (as met)
+
+    def piece_text(self, piece: int, pieces: LinePieces) -> str:
+        """The words of a line piece of this page (`pieces`: its words' line pieces), in reading order."""
+        found = self.pieces.get(piece)
+        if found is None:
+            found = self.pieces[piece] = " ".join([self.tokens[index] for index in pieces.members[piece]])
+        return found
 
 
 def page_lexicon(text: str, words: PageWords) -> PageLexicon:
@@ -137,34 +131,45 @@ def page_lexicon(text: str, words: PageWords) -> PageLexicon:
 def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
     """The regions of `query` on a page whose text is `text` and word positions `words`, best first."""
     lexicon = page_lexicon(text, words)
-    tokens = lexicon.tokens
-    if len(tokens) != len(words) or not tokens:
+    if len(lexicon.tokens) != len(words) or not lexicon.tokens:
         return []  # positions of another text (not expected): no regions rather than wrong ones
     found = query.matching(lexicon)
     if not found:
         return []
     pieces = line_pieces(words)
-    by_line: dict[int, dict[str, int]] = {}
-    for term, indices in found.items():
-        for index in indices:
-            line = pieces.of_token[index]
-            if line >= 0:
-                counts = by_line.get(line)
-                if counts is None:
-                    counts = by_line[line] = {}
-                counts[term] = counts.get(term, 0) + 1
-    groups: list[_Lines] = []
-    for line in sorted(by_line):
-        block = pieces.blocks[line]
-        last = groups[-1] if groups else None
-        if last is not None and last.block == block and last.lines[-1] == line - 1:
-            last.lines.append(line)
-        else:
-            groups.append(last := _Lines([line], block))
-        for term, count in by_line[line].items():
-            last.terms[term] = last.terms.get(term, 0) + count
-    groups.sort(key=lambda group: group.score, reverse=True)
-    return [_region(group, tokens, pieces, query.order) for group in groups[:limit]]
+    terms = list(found)
+    ranked = sorted(_groups(found, terms, pieces), key=_score, reverse=True)  # (stable: equal ones in reading order)
+    return [_region(group, terms, lexicon, pieces, query.order) for group in ranked[:limit]]
+
+
+_Group = tuple[int, int, int, float, list[int]]  # lines first..last of one block: distinct terms, matches a line, each term's matches
+
+
+def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) -> list[_Group]:
+    """The lines holding matched tokens (`terms`: `found`'s, in an order), consecutive ones of one block merged, each
+    scored: distinct terms, then matches a line (a long merged block does not win by its length)."""
+    of_token, blocks = pieces.of_token, pieces.blocks
+    width = len(terms)
+    held = sorted([line * width + term for term, name in enumerate(terms) for index in found[name] if (line := of_token[index]) >= 0])
+    groups: list[_Group] = []
+    first = last = -2
+    counts: list[int] = []
+    for code in held:
+        line, term = divmod(code, width)
+        if line != last:
+            if line != last + 1 or blocks[line] != blocks[last]:
+                if counts:
+                    groups.append((first, last, width - counts.count(0), sum(counts) / (last - first + 1), counts))
+                first, counts = line, [0] * width
+            last = line
+        counts[term] += 1
+    if counts:
+        groups.append((first, last, width - counts.count(0), sum(counts) / (last - first + 1), counts))
+    return groups
+
+
+def _score(group: _Group) -> tuple[int, float]:
+    return group[2], group[3]
 
 
 @dataclass(frozen=True)
@@ -208,12 +213,15 @@ def _line_pieces(words: PageWords) -> LinePieces:
                       [members.tolist() for members in np.split(known, at[1:])])
 
 
-def _region(group: _Lines, tokens: list[str], pieces: LinePieces, order: dict[str, int]) -> Region:
-    first, last = group.lines[0], group.lines[-1]  # a group's lines follow each other
+def _region(group: _Group, terms: list[str], lexicon: PageLexicon, pieces: LinePieces, order: dict[str, int]) -> Region:
+    first, last, distinct, density, counts = group
     held = pieces.boxes[first: last + 1]
-    x0, y0, x1, y1 = zip(*held)
-    box = (min(x0), min(y0), max(x1), max(y1))
-    distinct, density = group.score
-    return Region(bbox=(box[0] / WORD_SCALE, box[1] / WORD_SCALE, box[2] / WORD_SCALE, box[3] / WORD_SCALE), source="text",
-                  score=round(distinct + density / (density + 1), 4), matched=tuple(sorted(group.terms, key=order.__getitem__)),
-                  text=" ".join([tokens[index] for piece in range(first, last + 1) for index in pieces.members[piece]]))
+    if len(held) == 1:
+        x0, y0, x1, y1 = held[0]
+    else:
+        x0, y0 = min(box[0] for box in held), min(box[1] for box in held)
+        x1, y1 = max(box[2] for box in held), max(box[3] for box in held)
+    return Region(bbox=(x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), source="text",
+                  score=round(distinct + density / (density + 1), 4),
+                  matched=tuple(sorted([term for term, count in zip(terms, counts) if count], key=order.__getitem__)),
+                  text=" ".join([lexicon.piece_text(piece, pieces) for piece in range(first, last + 1)]))
