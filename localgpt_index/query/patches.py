@@ -80,16 +80,22 @@ def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], matc
     `matching`: each asker's token with its best patch."""
     regions = []
     for group in _touching(boxes):
-        held = {patches[i] for i in group}
-        members = [boxes[i] for i in group]
-        bbox = (min(b[0] for b in members), min(b[1] for b in members), max(b[2] for b in members), max(b[3] for b in members))
-        matched = tuple(dict.fromkeys(name for name, patch in matching if patch in held))
-        regions.append(Region(bbox, "visual", round(sum(heat[i] for i in group) / total, 4), matched))
+        if len(group) == 1:  # (most: a hot patch alone)
+            x0, y0, x1, y1 = boxes[group[0]]
+            held, bbox, weight = {patches[group[0]]}, (x0, y0, x1, y1), heat[group[0]]
+        else:
+            held, members = {patches[i] for i in group}, [boxes[i] for i in group]
+            bbox = (min(b[0] for b in members), min(b[1] for b in members), max(b[2] for b in members), max(b[3] for b in members))
+            weight = sum(heat[i] for i in group)
+        matched = tuple(dict.fromkeys([name for name, patch in matching if patch in held]))
+        regions.append(Region(bbox, "visual", round(weight / total, 4), matched))
     return sorted(regions, key=lambda region: -region.score)[:VISUAL_REGIONS]
 
 
 def _touching(boxes: list[list[float]]) -> list[list[int]]:
     """The groups of boxes that touch or overlap, directly or through others (a union-find), each in order."""
+    if len(boxes) < 2:
+        return [[0]] if boxes else []
     parent = list(range(len(boxes)))
 
     def root(i: int) -> int:
