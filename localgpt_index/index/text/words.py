@@ -219,26 +219,42 @@ def document_words(segments: Mapping[str, Segment], doc: Document, source: BlobS
 
 class WordPositions:
     """A generation's word positions as a reader has them (`View.artifact("words")`): each segment's part read
-    (checked) and decoded at its first use, the last CACHED segments kept; what readers derive from a page's
-    words (`PageWords.derived`: a query's lexicon, line pieces) kept for the last DERIVED pages handed out."""
+    (checked) and decoded at its first use, the last CACHED segments used kept; the last DERIVED pages handed
+    out kept by their place, with what readers derive from them (`PageWords.derived`: a query's lexicon, line
+    pieces), so that a page asked again is the same object even after its segment was let go."""
 
     CACHED = 64
     DERIVED = 1024  # (about 0.1 MB each, a page of prose)
 
     def __init__(self, parts: Mapping[str, PartRef], source: BlobSource) -> None:
         self.parts, self.source = dict(parts), source
-        self._read: dict[str, list[PageWords | None]] = {}
-        self._handed: OrderedDict[int, PageWords] = OrderedDict()  # by id: each held here while it is in
+        self._read: OrderedDict[str, list[PageWords | None]] = OrderedDict()  # by segment id, least recently used first
+        self._handed: OrderedDict[tuple[str, int], PageWords] = OrderedDict()  # by (segment id, row), likewise
         self._lock = threading.Lock()
 
     def page(self, doc: Document, page: int) -> PageWords | None:
+        try:
+            segment, row = doc.locate(page)
+        except ValueError:
+            return None
+        part = self.parts.get(segment)
+        if part is None or part.version != WordsArtifact.version:
+            return None
         with self._lock:
-            if len(self._read) > self.CACHED:
-                self._read.clear()
-            words = page_words(self.parts, doc, page, self.source, self._read)
+            words = self._handed.get((segment, row))
             if words is not None:
-                self._handed[id(words)] = words
-                self._handed.move_to_end(id(words))
+                self._handed.move_to_end((segment, row))
+                return words
+            rows = self._read.get(segment)
+            if rows is None:
+                rows = self._read[segment] = read_words_part(part, self.source)
+                if len(self._read) > self.CACHED:
+                    self._read.popitem(last=False)
+            else:
+                self._read.move_to_end(segment)
+            words = rows[row] if row < len(rows) else None
+            if words is not None:
+                self._handed[(segment, row)] = words
                 if len(self._handed) > self.DERIVED:
                     self._handed.popitem(last=False)[1].derived.clear()
             return words
