@@ -64,7 +64,7 @@ class QueryTerms:
         return found
 
     def _terms(self, part: str) -> tuple[str, ...]:
-        terms = [part] if part in self.exact else [stem for stem in stems([part], self.language) if stem in self.stemmed]
+        terms = [part] if part in self.exact else [stem for stem in part_stems(part, self.language) if stem in self.stemmed]
         return (*terms, *(f"{prefix}*" for prefix in self.query.prefixes if part.startswith(prefix)))
 
 
@@ -81,6 +81,12 @@ def _phrase_tokens(phrase: list[str], found: dict[str, set[int]]) -> set[int]:
         chains = {start: last + 1 if last + 1 in holding else last for start, last in chains.items()
                   if last + 1 in holding or last in holding}
     return {token for start, last in chains.items() for token in range(start, last + 1)}
+
+
+@lru_cache(maxsize=1 << 16)  # (queries meet the same words again)
+def part_stems(part: str, language: str | None) -> tuple[str, ...]:
+    """The stem of one exact token in `language`, where it differs from the token."""
+    return tuple(stems([part], language))
 
 
 @lru_cache(maxsize=1 << 16)  # (pages share most of their words: a page's lexicon is mostly lookups)
