@@ -13,10 +13,10 @@ like the renderer's poppler calls, in time (one deadline for the page's render a
 (`ulimit -v`, OCR_MEMORY_MIB), so a page that would take the machine's memory fails alone. Every
 process runs in its own process group, in the current ProcessScope (an interrupt ends them).
 Tesseract runs one thread a page (OMP_THREAD_LIMIT=1): pages run side by side instead (pagetext.py).
-$LGPT_OCR_NICE (0 to 19; default 0) runs every OCR process that much lower in CPU priority: beside
-the encoder it then takes the cores the model leaves idle without preempting its threads, and on a
-machine busy with other work it yields to that work too. Measured on a loaded 2-core machine it did
-not pay (docs/performance.md, "OCR scheduling"), so it is off unless asked for.
+OCR processes start lower in CPU priority while a build's encoder runs (indexing/run.ocr_below_encoder:
+nice 10, in the build's session, so that the kernel's autogroup leaves the niceness in force): they take
+the cores the model leaves idle without preempting its threads. $LGPT_OCR_NICE (0 to 19) sets it for
+every OCR process instead (docs/performance.md, "OCR scheduling").
 """
 
 from __future__ import annotations
