@@ -171,11 +171,17 @@ class BlockGuard:
 
     def check_spans(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Byte ranges [starts[i], ends[i]) are about to be read (ranges of pages, vectorised)."""
+        self.check_blocks(self._blocks(starts, ends))
+
+    def all_checked(self, starts: np.ndarray, ends: np.ndarray) -> bool:
+        """Whether every block of byte ranges [starts[i], ends[i]) was checked already (read by this process)."""
+        return self._all or bool(self._done[self._blocks(starts, ends)].all())
+
+    def _blocks(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         size = self.checksum.block_size
         first, last = starts // size, (ends - 1) // size
         counts = last - first + 1
-        at = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        self.check_blocks(at)
+        return np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
 
     def check_all(self) -> list[int]:
         """Check every block (verify); the damaged ones, never raising."""

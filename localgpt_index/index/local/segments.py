@@ -127,6 +127,8 @@ class SegmentFiles:
         if len(pages):
             starts = self.header + self.offsets[pages] * self.row_bytes
             ends = self.header + self.offsets[pages + 1] * self.row_bytes
+            if self.guard.all_checked(starts, ends):  # read already (a query's hits, just scored): no advice, no check
+                return
             self.guard.advise(starts, ends)
             self.guard.check_spans(starts, ends)
 
