@@ -56,8 +56,8 @@ def clustered(layouts: Sequence[PatchLayout], pages: Sequence[np.ndarray], query
             alike.setdefault(id(layout), []).append(number)
     for numbers in alike.values():
         layout = layouts[numbers[0]]
-        # (rows taken before the conversion: a page's text tokens and padding are not converted)
-        scores = np.stack([np.asarray(pages[n][layout.rows], dtype=np.float32) for n in numbers]) @ query.T  # (pages, patches, asked)
+        # (one layout: as many vectors a page; rows taken before the conversion: text tokens and padding are not converted)
+        scores = np.stack([pages[n] for n in numbers])[:, layout.rows].astype(np.float32) @ query.T  # (pages, patches, asked)
         best, weight = scores.argmax(axis=1), np.maximum(scores.max(axis=1), 0.0)  # (pages, asked)
         patches = len(layout.rows)
         heat = np.bincount((best + patches * np.arange(len(numbers))[:, None]).ravel(), weights=weight.ravel(),
