@@ -111,7 +111,8 @@ class PageLexicon:
         """The words of a line piece of this page (`pieces`: its words' line pieces), in reading order."""
         found = self.pieces.get(piece)
         if found is None:
-            found = self.pieces[piece] = " ".join([self.tokens[index] for index in pieces.members[piece]])
+            placed = pieces.placed[pieces.starts[piece]: pieces.starts[piece + 1]]
+            found = self.pieces[piece] = " ".join([self.tokens[index] for index in placed])
         return found
 
 
@@ -182,12 +183,13 @@ def _score(group: _Group) -> tuple[int, float]:
 class LinePieces:
     """A page's lines cut into pieces, numbered in reading order: each token's piece (`of_token`, -1: no box), and
     each piece's block, box (the union of its tokens', in WORD_SCALE steps) and tokens. Plain lists: a query reads
-    a few items of each."""
+    a few items of each (and a page's pieces are worked out with no object a piece)."""
 
     of_token: list[int]
     blocks: list[int]
     boxes: list[tuple[int, int, int, int]]
-    members: list[list[int]]
+    placed: list[int]  # the tokens with a box, in order: a piece's tokens are placed[starts[piece]: starts[piece + 1]]
+    starts: list[int]
 
 
 def line_pieces(words: PageWords) -> LinePieces:
@@ -203,7 +205,7 @@ def _line_pieces(words: PageWords) -> LinePieces:
     pieces = np.full(len(words), -1, np.int64)
     known = np.flatnonzero(words.lines != NO_LINE)
     if not len(known):
-        return LinePieces(pieces.tolist(), [], [], [])
+        return LinePieces(pieces.tolist(), [], [], [], [0])
     lines = words.lines[known].astype(np.int64)
     held = words.boxes[known].astype(np.int32)
     gap, height = neighbour_gaps(held)
@@ -216,7 +218,7 @@ def _line_pieces(words: PageWords) -> LinePieces:
     at = np.flatnonzero(starts)  # each piece's first placed token: its tokens follow it until the next one's
     boxes = np.concatenate([np.minimum.reduceat(held[:, :2], at), np.maximum.reduceat(held[:, 2:], at)], axis=1)
     return LinePieces(pieces.tolist(), blocks.tolist(), [tuple(box) for box in boxes.tolist()],
-                      [members.tolist() for members in np.split(known, at[1:])])
+                      known.tolist(), [*at.tolist(), len(known)])
 
 
 def _region(group: _Group, terms: list[str], lexicon: PageLexicon, pieces: LinePieces, order: dict[str, int]) -> Region:
