@@ -127,10 +127,11 @@ class SegmentFiles:
         if len(pages):
             starts = self.header + self.offsets[pages] * self.row_bytes
             ends = self.header + self.offsets[pages + 1] * self.row_bytes
-            if self.guard.all_checked(starts, ends):  # read already (a query's hits, just scored): no advice, no check
-                return
-            self.guard.advise(starts, ends)
-            self.guard.check_spans(starts, ends)
+            if not self.guard.all_checked(starts, ends):
+                self.guard.advise(starts, ends)
+                self.guard.check_spans(starts, ends)
+            else:  # checked once already in this process: a long range is still streamed, short ones (a query's
+                self.guard.advise(starts, ends, short=False)  # hits, just scored) are read as they are
 
     def scattered_reads(self, pages: np.ndarray) -> list[tuple[BlockGuard, int, int]]:
         """The short byte ranges (whole blocks) that scoring `pages` (in row order) reads: for checksums.prefetch."""

@@ -99,7 +99,7 @@ def _placed(lines: np.ndarray, token_lines: np.ndarray, relative: np.ndarray, bl
         placed[:, 0], placed[:, 2] = np.where(across, low, own[:, 0]), np.where(across, high, own[:, 2])
         placed[:, 1], placed[:, 3] = np.where(across, own[:, 1], low), np.where(across, own[:, 3], high)
         boxes[known] = placed.astype(np.uint16)
-    return PageWords(boxes, token_lines, blocks)
+    return PageWords(boxes, token_lines.copy(), blocks.copy())  # (copies: a page kept must not hold its segment's arrays)
 
 
 def encode_words(rows: Sequence[PageWords | None]) -> bytes:
@@ -196,18 +196,25 @@ def page_words(parts: Mapping[str, PartRef], doc: Document, page: int, source: B
                cache: dict[str, list[PageWords | None]] | None = None) -> PageWords | None:
     """Page `page` (1-based) of `doc`'s word positions, from the words `parts` of its segments (None: its segment
     has no words part of this version, or the page has none). `cache`: parts already read, by segment id."""
+    placed = _part_of(parts, doc, page)
+    if placed is None:
+        return None
+    segment, row, part = placed
     cache = {} if cache is None else cache
+    if segment not in cache:
+        cache[segment] = read_words_part(part, source)
+    rows = cache[segment]
+    return rows[row] if row < len(rows) else None
+
+
+def _part_of(parts: Mapping[str, PartRef], doc: Document, page: int) -> tuple[str, int, PartRef] | None:
+    """Where a page's words are: its segment, its row there and the segment's words part (None: none of this version)."""
     try:
         segment, row = doc.locate(page)
     except ValueError:
         return None
     part = parts.get(segment)
-    if part is None or part.version != WordsArtifact.version:
-        return None
-    if segment not in cache:
-        cache[segment] = read_words_part(part, source)
-    rows = cache[segment]
-    return rows[row] if row < len(rows) else None
+    return (segment, row, part) if part is not None and part.version == WordsArtifact.version else None
 
 
 def document_words(segments: Mapping[str, Segment], doc: Document, source: BlobSource) -> list[PageWords | None]:
@@ -233,28 +240,31 @@ class WordPositions:
         self._lock = threading.Lock()
 
     def page(self, doc: Document, page: int) -> PageWords | None:
-        try:
-            segment, row = doc.locate(page)
-        except ValueError:
+        placed = _part_of(self.parts, doc, page)
+        if placed is None:
             return None
-        part = self.parts.get(segment)
-        if part is None or part.version != WordsArtifact.version:
-            return None
+        segment, row, part = placed
         with self._lock:
             words = self._handed.get((segment, row))
             if words is not None:
                 self._handed.move_to_end((segment, row))
                 return words
             rows = self._read.get(segment)
-            if rows is None:
-                rows = self._read[segment] = read_words_part(part, self.source)
+            if rows is not None:
+                self._read.move_to_end(segment)
+        if rows is None:  # read and decoded outside the lock: a thread asking for a page kept does not wait on it
+            rows = read_words_part(part, self.source)
+        with self._lock:
+            if segment not in self._read:
+                self._read[segment] = rows
                 if len(self._read) > self.CACHED:
                     self._read.popitem(last=False)
-            else:
-                self._read.move_to_end(segment)
-            words = rows[row] if row < len(rows) else None
+            words = self._handed.get((segment, row))  # (another thread's, handed while this one read)
+            if words is None and row < len(rows):
+                words = rows[row]
             if words is not None:
                 self._handed[(segment, row)] = words
+                self._handed.move_to_end((segment, row))
                 if len(self._handed) > self.DERIVED:
                     self._handed.popitem(last=False)[1].derived.clear()
             return words
