@@ -51,7 +51,8 @@ class PatchGeometry(Protocol):
 
     def layout(self, count: int, page_size: tuple[int, int] | None) -> PatchLayout | None:
         """The image tokens of a page of `count` vectors whose source is `page_size` pixels (w, h) as
-        rendered for the model before its own resizing; None where the vectors do not have that layout."""
+        rendered for the model before its own resizing; None where the vectors do not have that layout.
+        One layout object is one count of vectors (query/patches.clustered stacks the pages of one)."""
         ...
 
     def query_tokens(self, text: str, rows: int) -> list[str | None]:

@@ -105,14 +105,15 @@ class PageLexicon:
     tokens: list[str]
     parts: list[str]
     holders: list[list[int]]
-    pieces: dict[int, str] = field(default_factory=dict, compare=False)  # a line piece's words, joined (as met)
+    piece_texts: dict[int, str] = field(default_factory=dict, compare=False)  # a line piece's words, joined (as met)
 
     def piece_text(self, piece: int, pieces: LinePieces) -> str:
-        """The words of a line piece of this page (`pieces`: its words' line pieces), in reading order."""
-        found = self.pieces.get(piece)
+        """The words of a line piece of this page, in reading order. `pieces`: line_pieces() of the words this
+        lexicon is kept with (the texts are kept by piece number)."""
+        found = self.piece_texts.get(piece)
         if found is None:
             placed = pieces.placed[pieces.starts[piece]: pieces.starts[piece + 1]]
-            found = self.pieces[piece] = " ".join([self.tokens[index] for index in placed])
+            found = self.piece_texts[piece] = " ".join([self.tokens[index] for index in placed])
         return found
 
 
@@ -149,7 +150,9 @@ def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int
     return [_region(group, terms, lexicon, pieces, query.order) for group in ranked[:limit]]
 
 
-_Group = tuple[int, int, int, float, list[int]]  # lines first..last of one block: distinct terms, matches a line, each term's matches
+# matching lines first..last of one block, merged: (first, last, distinct terms, matches a line, each term's matches);
+# a plain tuple (one is made for every group of matching lines of every hit)
+_Group = tuple[int, int, int, float, list[int]]
 
 
 def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) -> list[_Group]:
@@ -176,6 +179,7 @@ def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) ->
 
 
 def _score(group: _Group) -> tuple[int, float]:
+    """A group's rank: its distinct terms, then its matches a line."""
     return group[2], group[3]
 
 
@@ -222,6 +226,7 @@ def _line_pieces(words: PageWords) -> LinePieces:
 
 
 def _region(group: _Group, terms: list[str], lexicon: PageLexicon, pieces: LinePieces, order: dict[str, int]) -> Region:
+    """A group's box (its lines' union), score, terms (in the query's order) and words."""
     first, last, distinct, density, counts = group
     held = pieces.boxes[first: last + 1]
     if len(held) == 1:
