@@ -151,7 +151,8 @@ class BlockGuard:
         breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
         los, his = starts[np.concatenate(([0], breaks))], ends[np.append(breaks - 1, len(ends) - 1)]
         if not short:
-            los, his = los[his - los >= STREAM_BYTES], his[his - los >= STREAM_BYTES]
+            long = his - los >= STREAM_BYTES
+            los, his = los[long], his[long]
         for lo, hi in zip(los.tolist(), his.tolist()):
             lo &= ~(mmap.PAGESIZE - 1)
             self._map.madvise(mmap.MADV_NORMAL if hi - lo >= STREAM_BYTES else mmap.MADV_WILLNEED, lo, hi - lo)
