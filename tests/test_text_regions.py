@@ -198,9 +198,9 @@ def test_a_text_query_gives_the_line_of_its_terms_and_verify_checks_the_position
     assert result.exit_code != 0 and "words part" in result.stdout + result.stderr
 
 
-def test_word_positions_let_go_of_the_least_recently_used_segment_and_keep_pages_handed_out(fake_model, tmp_path, monkeypatch):
+def test_word_positions_let_go_of_the_least_recently_used_segment_and_place_only_pages_asked_for(fake_model, tmp_path, monkeypatch):
     """Three segments (a build each), two kept: a segment used again stays, the one used least long ago goes
-    (not every segment at once), and a page asked again is not decoded again."""
+    (not every segment at once), a page asked again is not decoded again, and only the pages asked for are placed."""
     import localgpt_index.index.text.words as words_module
 
     docs, index = tmp_path / "docs", tmp_path / "idx"
@@ -211,8 +211,9 @@ def test_word_positions_let_go_of_the_least_recently_used_segment_and_keep_pages
     positions, docs_by_name = view.artifact("words"), {Path(doc.path).stem: doc for doc in view.documents}
     assert len({doc.spans[0].segment for doc in docs_by_name.values()}) == 3
     read: list[str] = []
-    real = words_module.read_words_part
+    real, real_placed, placed = words_module.read_words_part, words_module._placed, []
     monkeypatch.setattr(words_module, "read_words_part", lambda ref, source: (read.append(ref.blobs[0]), real(ref, source))[1])
+    monkeypatch.setattr(words_module, "_placed", lambda *args: (placed.append(1), real_placed(*args))[1])
     positions.CACHED = 2
     asked = [positions.page(docs_by_name[name], page) for name, page in (("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 1))]
     assert len(read) == 3  # a, b, c: a was used after b, so c let b go, and a's second page was in a's part
@@ -220,6 +221,7 @@ def test_word_positions_let_go_of_the_least_recently_used_segment_and_keep_pages
     assert all(page.lines.base is None and page.blocks.base is None for page in asked)  # a page kept holds no segment's arrays
     positions.page(docs_by_name["b"], 2)
     assert len(read) == 4  # b was let go
+    assert len(placed) == 5  # a page's words are placed when it is asked for, not with the rest of its segment's
 
 
 def test_an_index_without_positions_answers_without_text_regions(fake_model, tmp_path):

@@ -121,37 +121,52 @@ def encode_words(rows: Sequence[PageWords | None]) -> bytes:
 
 
 def decode_words(data: bytes) -> list[PageWords | None]:
-    """The rows of a words blob; IndexProblem if it is damaged."""
-    try:
-        raw = zlib.decompress(data)
-        (length,) = struct.unpack_from("<I", raw)
-        counts = json.loads(raw[4: 4 + length])["rows"]
-        tokens = sum(t for t, _ in counts if t >= 0)
-        lines = sum(n for _, n in counts if n >= 0)
-        if len(raw) != 4 + length + 2 * (5 * lines + tokens) + 2 * tokens:
-            raise ValueError(f"{len(raw) - 4 - length} bytes for {tokens} words and {lines} lines")
-        wide = np.frombuffer(raw, dtype="<u2", offset=4 + length, count=5 * lines + tokens)
-        narrow = np.frombuffer(raw, dtype=np.uint8, offset=4 + length + 2 * (5 * lines + tokens))
-        line_boxes = np.stack([_undelta(wide[i * lines:(i + 1) * lines]) for i in range(4)], axis=1)
-        token_lines = _undelta(wide[4 * lines: 4 * lines + tokens])
-        blocks = _undelta(wide[4 * lines + tokens:])
-        low = _undelta(narrow[:tokens], np.uint8)
-        ends = np.stack([low, (low + narrow[tokens:]).astype(np.uint8)], axis=1)
-    except (zlib.error, ValueError, KeyError, TypeError, struct.error) as exc:
-        raise IndexProblem(f"a words part is damaged ({exc}).") from None
-    rows: list[PageWords | None] = []
-    at = line_at = 0
-    for count, line_count in counts:
+    """The rows of a words blob, every one placed and checked; IndexProblem if it is damaged."""
+    rows = WordRows(data)
+    return [rows[row] for row in range(len(rows))]
+
+
+class WordRows:
+    """A words blob's rows, each placed (and checked) when asked for: the blob is read and its arrays decoded at
+    once (IndexProblem if they are damaged), but a query that reads a few pages of a segment of thousands places
+    those few (decode_words places every one)."""
+
+    def __init__(self, data: bytes) -> None:
+        try:
+            raw = zlib.decompress(data)
+            (length,) = struct.unpack_from("<I", raw)
+            counts = json.loads(raw[4: 4 + length])["rows"]
+            tokens = sum(t for t, _ in counts if t >= 0)
+            lines = sum(n for _, n in counts if n >= 0)
+            if len(raw) != 4 + length + 2 * (5 * lines + tokens) + 2 * tokens:
+                raise ValueError(f"{len(raw) - 4 - length} bytes for {tokens} words and {lines} lines")
+            wide = np.frombuffer(raw, dtype="<u2", offset=4 + length, count=5 * lines + tokens)
+            narrow = np.frombuffer(raw, dtype=np.uint8, offset=4 + length + 2 * (5 * lines + tokens))
+            self.line_boxes = np.stack([_undelta(wide[i * lines:(i + 1) * lines]) for i in range(4)], axis=1)
+            self.token_lines = _undelta(wide[4 * lines: 4 * lines + tokens])
+            self.blocks = _undelta(wide[4 * lines + tokens:])
+            low = _undelta(narrow[:tokens], np.uint8)
+            self.ends = np.stack([low, (low + narrow[tokens:]).astype(np.uint8)], axis=1)
+            # each row's (tokens, lines) and where they begin
+            self.counts = [(int(t), int(n)) for t, n in counts]
+        except (zlib.error, ValueError, KeyError, TypeError, struct.error) as exc:
+            raise IndexProblem(f"a words part is damaged ({exc}).") from None
+        sizes = np.array([[max(t, 0), max(n, 0)] for t, n in self.counts], np.int64).reshape(-1, 2)
+        self.starts = (np.cumsum(sizes, axis=0) - sizes).tolist()
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __getitem__(self, row: int) -> PageWords | None:
+        count, line_count = self.counts[row]
         if count < 0:
-            rows.append(None)
-            continue
-        page_lines, known = line_boxes[line_at: line_at + line_count], token_lines[at: at + count]
-        known = known[known != NO_LINE]
+            return None
+        at, line_at = self.starts[row]
+        page_lines, token_lines = self.line_boxes[line_at: line_at + line_count], self.token_lines[at: at + count]
+        known = token_lines[token_lines != NO_LINE]
         if len(known) and int(known.max()) >= line_count:
             raise IndexProblem("a words part is damaged (a word names a line its page does not have).")
-        rows.append(_placed(page_lines, token_lines[at: at + count], ends[at: at + count], blocks[line_at: line_at + line_count]))
-        at, line_at = at + count, line_at + line_count
-    return rows
+        return _placed(page_lines, token_lines, self.ends[at: at + count], self.blocks[line_at: line_at + line_count])
 
 
 class WordsPartWriter:
@@ -178,13 +193,14 @@ def words_part(rows: Sequence[PageWords | None], sink: BlobSink) -> PartRef:
                    meta={"rows": len(rows), "with_words": sum(1 for w in rows if w is not None)})
 
 
-def read_words_part(ref: PartRef, source: BlobSource) -> list[PageWords | None]:
-    return decode_words(source.read(ref.blobs[0]))
+def read_words_part(ref: PartRef, source: BlobSource) -> WordRows:
+    """A segment's words part, its rows placed as they are asked for."""
+    return WordRows(source.read(ref.blobs[0]))
 
 
 def rewritten_words_part(rows: Mapping[int, PageWords | None], ref: PartRef, source: BlobSource, sink: BlobSink) -> PartRef:
     """A segment's words part with `rows` (row -> words) read since: the others as they were."""
-    current = read_words_part(ref, source)
+    current = decode_words(source.read(ref.blobs[0]))
     for row, words in rows.items():
         if not 0 <= row < len(current):
             raise ValueError(f"words part: row {row} of {len(current)}")
@@ -193,7 +209,7 @@ def rewritten_words_part(rows: Mapping[int, PageWords | None], ref: PartRef, sou
 
 
 def page_words(parts: Mapping[str, PartRef], doc: Document, page: int, source: BlobSource,
-               cache: dict[str, list[PageWords | None]] | None = None) -> PageWords | None:
+               cache: dict[str, WordRows] | None = None) -> PageWords | None:
     """Page `page` (1-based) of `doc`'s word positions, from the words `parts` of its segments (None: its segment
     has no words part of this version, or the page has none). `cache`: parts already read, by segment id."""
     placed = _part_of(parts, doc, page)
@@ -220,13 +236,14 @@ def _part_of(parts: Mapping[str, PartRef], doc: Document, page: int) -> tuple[st
 def document_words(segments: Mapping[str, Segment], doc: Document, source: BlobSource) -> list[PageWords | None]:
     """Each page's word positions of `doc`, in page order (None where a page has none)."""
     parts = {sid: segment.parts[WORDS] for sid, segment in segments.items() if WORDS in segment.parts}
-    cache: dict[str, list[PageWords | None]] = {}
+    cache: dict[str, WordRows] = {}
     return [page_words(parts, doc, page, source, cache) for page in range(1, doc.pages + 1)]
 
 
 class WordPositions:
     """A generation's word positions as a reader has them (`View.artifact("words")`): each segment's part read
-    (checked) and decoded at its first use, the last CACHED segments used kept; the last DERIVED pages handed
+    (checked) and decoded at its first use, a page's words placed when it is asked for (WordRows), the last CACHED
+    segments used kept; the last DERIVED pages handed
     out kept by their place, with what readers derive from them (`PageWords.derived`: a query's lexicon, line
     pieces), so that a page asked again is the same object even after its segment was let go."""
 
@@ -235,7 +252,7 @@ class WordPositions:
 
     def __init__(self, parts: Mapping[str, PartRef], source: BlobSource) -> None:
         self.parts, self.source = dict(parts), source
-        self._read: OrderedDict[str, list[PageWords | None]] = OrderedDict()  # by segment id, least recently used first
+        self._read: OrderedDict[str, WordRows] = OrderedDict()  # by segment id, least recently used first
         self._handed: OrderedDict[tuple[str, int], PageWords] = OrderedDict()  # by (segment id, row), likewise
         self._lock = threading.Lock()
 
@@ -289,7 +306,7 @@ class WordsArtifact:
         if ref.version != self.version:
             return []  # another version's: readers here treat it as absent
         try:
-            rows = read_words_part(ref, source)
+            rows = decode_words(source.read(ref.blobs[0]))  # (every row placed: each checked)
         except IndexProblem as exc:
             return [exc.message]
         return [] if len(rows) == ref.meta.get("rows") else [f"{len(rows)} rows of word positions, its record says {ref.meta.get('rows')}"]
