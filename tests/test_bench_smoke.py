@@ -34,7 +34,7 @@ def test_bench_query_quick_prints_the_scorer_against_the_machine_s_limit():
 
 @pytest.mark.slow  # the bench checkpoint on torch, a real server
 def test_bench_serve_quick_prints_serve_against_the_scorer_s_batched_ceiling():
-    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_serve.py"), "--quick", "--json"], capture_output=True,
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_serve.py"), "--quick", "--pdfs", "3", "--json"], capture_output=True,
                           text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
