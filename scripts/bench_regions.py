@@ -8,7 +8,8 @@
    text-layer PDFs (target: within +20 %).
 2. Build: this tree's `lgpt-index build` (pdftotext -bbox-layout, a pdfinfo a document, the words part) against the
    baseline commit's (plain pdftotext, no positions), each a process of its own with the fake model (so that text
-   extraction weighs the most it can), alternating, median of the rounds (target: within +5 %). The baseline is
+   extraction weighs the most it can; `--build-model bench` or `cpu`: a test checkpoint of a real family's geometry,
+   pipeline-bound or model-bound as a real model is on a CPU), alternating, median of the rounds (target: within +5 %). The baseline is
    `git archive`d into a temporary folder and run from there. Whole builds move by 10-40 % from round to round on a
    shared 2-core machine, so the text layers are also read alone, both ways, in this process: their difference is
    printed in ms a document and as a share of the baseline's build CPU.
@@ -18,6 +19,7 @@
    random weights), `--model PATH` one built with that checkpoint.
 
     python scripts/bench_regions.py --model tiny --rounds 7 --queries 40
+    python scripts/bench_regions.py --build-model bench --rounds 3 --queries 2   # the build cost beside a real geometry's
 """
 
 from __future__ import annotations
@@ -171,6 +173,20 @@ def torch_threads(count: int) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
+def checkpoint(name: str, work: Path) -> Path:
+    """The model called `name`: fake, a ColPali test checkpoint (tiny, bench, cpu: localgpt_index/testing/checkpoints.py)
+    written under `work` once, or a path."""
+    from localgpt_index.testing.checkpoints import SPECS, make_checkpoint
+    from localgpt_index.testing.fake import write_fake_checkpoint
+
+    folder = work / f"model-{name}"
+    if name == "fake":
+        return folder if folder.exists() else write_fake_checkpoint(folder)
+    if name in SPECS:
+        return folder if folder.exists() else make_checkpoint(folder, name)
+    return Path(name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pdfs", type=int, default=20)
@@ -180,12 +196,11 @@ def main() -> None:
     parser.add_argument("--baseline", default="4f43e61", help="the commit to build without word positions")
     parser.add_argument("--build-rounds", type=int, help="rounds of the build cost (default: --rounds; 0: no build cost, queries only)")
     parser.add_argument("--model", default="fake", help="the queries' index model: fake, tiny (ColPali test checkpoint) or a path")
+    parser.add_argument("--build-model", default="fake", help="the builds' model: fake, tiny, bench, cpu (test checkpoints) or a path")
     args = parser.parse_args()
-    from localgpt_index.testing.fake import write_fake_checkpoint
-
     with tempfile.TemporaryDirectory(prefix="bench-regions-") as scratch:
         work = Path(scratch)
-        docs, model, baseline = work / "docs", write_fake_checkpoint(work / "fake"), work / "baseline"
+        docs, model, baseline = work / "docs", checkpoint(args.build_model, work), work / "baseline"
         texts = make_corpus(docs, args.pdfs, args.pages)
         baseline.mkdir()
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline], check=True, capture_output=True).stdout
@@ -196,7 +211,8 @@ def main() -> None:
             for name, tree in (("this tree", ROOT), ("baseline", baseline))[:1 if rounds == 0 else 2]:
                 times[name].append(build(tree, docs, work / name.replace(" ", "-"), model))
         words, text = sizes(work / "this-tree")
-        print(f"corpus: {args.pdfs} PDFs x {args.pages} pages of prose (text layers; Zipf words of a 4,000-word vocabulary)")
+        print(f"corpus: {args.pdfs} PDFs x {args.pages} pages of prose (text layers; Zipf words of a 4,000-word vocabulary); "
+              f"the builds' model: {args.build_model}")
         print(f"size: words parts {words:,} B, text parts {text:,} B: words / text = {words / text:.2f} (+{(words / text - 1) * 100:.0f} %"
               " if over 1; target <= 1.20)")
         for kind, at in (("wall", 0), ("CPU", 1)) if rounds else ():
@@ -212,14 +228,8 @@ def main() -> None:
                   f"{(positioned - plain) / baseline_cpu * 100:+.1f} % of the baseline's build CPU: the positions' own cost, "
                   "steadier than the builds' difference)")
         asked = work / "this-tree"
-        if args.model != "fake":
-            if args.model == "tiny":
-                from localgpt_index.testing.checkpoints import make_checkpoint
-
-                queried = str(make_checkpoint(work / "tiny-colpali", "tiny"))
-            else:
-                queried = args.model
-            build(ROOT, docs, asked := work / "queried", Path(queried))
+        if args.model != args.build_model:
+            build(ROOT, docs, asked := work / "queried", checkpoint(args.model, work))
         print(f"queries: the index of the {args.model} model, {args.pdfs * args.pages} pages, one thread")
         for mode, (without, with_regions, first) in queries_timed(asked, texts, args.queries, args.rounds).items():
             print(f"query k=10 {mode}, CPU a query (median): without regions {without * 1000:.2f} ms, with {with_regions * 1000:.2f} ms: "

@@ -5,6 +5,7 @@ batched ceiling). No timing is asserted: this machine's speed says nothing here.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,18 @@ def test_bench_encode_compares_a_baseline_s_query_pass_bit_for_bit():
     report = json.loads(done.stdout)
     assert report["bitwise_equal"] and report["ratio_1"] > 0 and report["ratio_8"] > 0
     assert "a single-query pass" in done.stderr
+
+
+@pytest.mark.slow  # two builds in processes of their own, a baseline from git
+def test_bench_regions_prints_the_positions_size_build_cost_and_query_cost():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_regions.py"), "--pdfs", "2", "--pages", "2", "--rounds", "1",
+                           "--queries", "3", "--baseline", "HEAD"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    ratio = re.search(r"words / text = ([0-9.]+)", out)
+    assert ratio and 0 < float(ratio.group(1)) < 1.2, out
+    assert re.search(r"build, CPU seconds .* this tree [0-9.]+ s, baseline HEAD [0-9.]+ s", out), out
+    assert re.search(r"text layers alone, CPU seconds: plain pdftotext [0-9.]+ s, with word positions [0-9.]+ s", out), out
+    for mode in ("text", "hybrid", "visual"):
+        timed = re.search(rf"query k=10 {mode}, CPU a query \(median\): without regions ([0-9.]+) ms, with ([0-9.]+) ms", out)
+        assert timed and float(timed.group(1)) > 0 and float(timed.group(2)) > 0, out
