@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import shutil
 
 import numpy as np
@@ -372,12 +373,28 @@ def test_the_densest_window_is_the_one_every_window_would_find():
 
 def test_spans_on_an_ascii_page_finds_what_looking_at_every_word_finds():
     """On an ASCII page `spans` looks only at the words one regular expression over the page says a wanted token
-    (its characters perhaps joined: a code's glued form) or a start may be in: it finds what looking at every
-    word finds (a page with one non-ASCII character, outside any word, takes that path)."""
+    (its characters perhaps joined: a code's glued form) or a start may be in, and takes a plain word as its own
+    token: it finds what tokenizing every word finds (on the page, and on the page with one non-ASCII character
+    outside any word, which takes the path of every compound)."""
     from hypothesis import example, given, settings
     from hypothesis import strategies as st
 
-    from localgpt_index.index.text.tokenize import spans
+    from localgpt_index.index.text.tokenize import _COMPOUND, exact_tokens, spans
+
+    def every_word(page: str, wanted: set[str], starts: tuple[str, ...], limit: int | None) -> list[tuple[int, int, str]]:
+        found = []
+        for match in _COMPOUND.finditer(page):
+            folded = match.group().lower()  # a compound holding no wanted token (even glued) and no start is not looked at
+            if not any(token in folded or token in re.sub("[-_./:,]", "", folded) for token in wanted) and \
+                    not any(start in folded for start in starts):
+                continue
+            for token in dict.fromkeys(exact_tokens(match.group())):
+                key = token if token in wanted else next((start for start in starts if token.startswith(start)), None)
+                if key is not None:
+                    found.append((match.start(), match.end(), key))
+            if limit is not None and len(found) >= limit:
+                break
+        return found
 
     words = st.lists(st.tuples(st.text(alphabet="ab1A", min_size=1, max_size=3), st.sampled_from(["-", "_", ".", ":", ",", " ", "/",
                                                                                                   "  ", "--", ", "])), max_size=12)
@@ -388,6 +405,8 @@ def test_spans_on_an_ascii_page_finds_what_looking_at_every_word_finds():
     @example([("a", "-"), ("1", " ")], {"a1"}, [], None)  # a code's glued form: its characters joined on the page
     def same(words, wanted, starts, limit):
         page = "".join(word + joiner for word, joiner in words)
-        assert spans(page, wanted, tuple(starts), limit) == spans(page + " \u2014", wanted, tuple(starts), limit)
+        expected = every_word(page, wanted, tuple(starts), limit)
+        assert spans(page, wanted, tuple(starts), limit) == expected
+        assert spans(page + " \u2014", wanted, tuple(starts), limit) == expected
 
     same()

@@ -139,15 +139,22 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
     `limit`, the first `limit` found: the work on a page that floods a query with matches is bounded."""
     found: list[tuple[int, int, str]] = []
     for match in _compounds(text, wanted, starts):
-        if wanted is not None:
-            folded = fold(match.group())
-            if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
-                    not any(start in folded for start in starts):
-                continue
-        for token in dict.fromkeys(exact_tokens(match.group())):
+        compound = match.group()
+        if compound.isascii() and compound.isalnum():  # one ASCII word, most compounds: its own token, lowered
+            token = compound.lower()
             key = token if wanted is None or token in wanted else next((start for start in starts if token.startswith(start)), None)
-            if key is not None:
+            if key is not None and len(token) <= MAX_TOKEN_CHARS:
                 found.append((match.start(), match.end(), key))
+        else:
+            if wanted is not None:
+                folded = fold(compound)
+                if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
+                        not any(start in folded for start in starts):
+                    continue
+            for token in dict.fromkeys(exact_tokens(compound)):
+                key = token if wanted is None or token in wanted else next((start for start in starts if token.startswith(start)), None)
+                if key is not None:
+                    found.append((match.start(), match.end(), key))
         if limit is not None and len(found) >= limit:
             break
     return found
@@ -155,30 +162,37 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
 
 def _compounds(text: str, wanted: set[str] | None, starts: tuple[str, ...]) -> Iterator[re.Match[str] | regex.Match[str]]:
     """The compounds of `text` that `spans` looks at, in order: on an ASCII page with `wanted`, only those a
-    wanted token or a start may be in, found by one pass of a regular expression over the lowered page (a
-    token's characters may have joiners between them: a code's glued form) instead of a fold and a search
-    in every word of the page; otherwise every compound."""
+    wanted token or a start may be in, found by a regular expression over the lowered page (searched again
+    from the end of each compound found; a code's glued form may have joiners between its characters)
+    instead of a fold and a search in every word of the page; otherwise every compound."""
     if wanted is None or not text.isascii():
         yield from _COMPOUND.finditer(text)
         return
     pattern = _candidates_pattern(frozenset(wanted), starts)
+    if pattern is None:
+        return
+    lowered = text.lower()
     done = 0  # where the last compound given ended
-    for found in pattern.finditer(text.lower()) if pattern is not None else ():
+    while (found := pattern.search(lowered, done)) is not None:
         at = found.start()
-        if at < done:
-            continue
         while at > done and (text[at - 1].isalnum() or (text[at - 1] in _JOINER_CHARS and at >= 2 and text[at - 2].isalnum())):
             at -= 1  # back to the compound's start (a joiner belongs to it between two word characters only)
         compound = _ASCII_COMPOUND.match(text, at)
-        if compound is not None:
-            done = compound.end()
-            yield compound
+        if compound is None:  # (not expected: a candidate begins with a word character)
+            done = found.start() + 1
+            continue
+        done = compound.end()
+        yield compound
 
 
 @lru_cache(maxsize=256)  # (a server meets many queries: bounded, as snippet's _wanted is)
 def _candidates_pattern(wanted: frozenset[str], starts: tuple[str, ...]) -> re.Pattern[str] | None:
+    """Where a wanted token or a start may begin. Only a token with a digit can be a code's glued form, whose
+    characters the page may part with joiners; the rest are searched as they are (a plain alternation of words,
+    which the regular expression engine scans for far faster)."""
     joiners = f"[{re.escape(_JOINER_CHARS)}]*"
-    alternatives = {joiners.join(map(re.escape, token)) for token in wanted if token} | {re.escape(start) for start in starts if start}
+    alternatives = {joiners.join(map(re.escape, token)) if any(char.isdigit() for char in token) else re.escape(token)
+                    for token in wanted if token} | {re.escape(start) for start in starts if start}
     if not alternatives:
         return None
-    return re.compile("(?=" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")")  # a lookahead: overlapping starts too
+    return re.compile("|".join(sorted(alternatives, key=len, reverse=True)))
