@@ -182,8 +182,10 @@ def checkpoint(name: str, work: Path) -> Path:
     folder = work / f"model-{name}"
     if name == "fake":
         return folder if folder.exists() else write_fake_checkpoint(folder)
-    if name in SPECS:
+    if name in SPECS and name != "full":  # ("full": the 3B model's size, for GPUs)
         return folder if folder.exists() else make_checkpoint(folder, name)
+    if not Path(name).is_dir():
+        sys.exit(f"bench_regions: {name}: not a model (fake, tiny, bench, cpu) nor a checkpoint's folder")
     return Path(name)
 
 

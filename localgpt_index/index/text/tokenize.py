@@ -135,7 +135,8 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
     """(start, end, token) of each token of `text` in its own characters (for snippets): a compound's
     tokens all span the compound; a word whose folded form changes length (ß, ligatures) is found.
     With `wanted`, only those tokens and the words that begin with one of `starts` (a stem, a prefix:
-    given as the start); a compound that holds none of them, even glued, is not tokenized. With
+    given as the start; a word of a code, not its glued form); a compound that holds none of them, even
+    glued, is not tokenized. With
     `limit`, the first `limit` found: the work on a page that floods a query with matches is bounded."""
     found: list[tuple[int, int, str]] = []
     for match in _compounds(text, wanted, starts):
@@ -145,14 +146,17 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
             key = token if wanted is None or token in wanted else next((start for start in starts if token.startswith(start)), None)
             if key is not None and len(token) <= MAX_TOKEN_CHARS:
                 found.append((match.start(), match.end(), key))
+        elif wanted is None:
+            found += [(match.start(), match.end(), token) for token in dict.fromkeys(exact_tokens(compound))]
         else:
-            if wanted is not None:
-                folded = fold(compound)
-                if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
-                        not any(start in folded for start in starts):
-                    continue
+            folded = fold(compound)
+            if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
+                    not any(start in folded for start in starts):
+                continue
             for token in dict.fromkeys(exact_tokens(compound)):
-                key = token if wanted is None or token in wanted else next((start for start in starts if token.startswith(start)), None)
+                # a start begins a word: one of the compound's parts, as written (a code's glued form never is)
+                key = token if token in wanted else \
+                    next((start for start in starts if token.startswith(start)), None) if token in folded else None
                 if key is not None:
                     found.append((match.start(), match.end(), key))
         if limit is not None and len(found) >= limit:
