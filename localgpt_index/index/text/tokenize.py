@@ -136,14 +136,14 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
     tokens all span the compound; a word whose folded form changes length (ß, ligatures) is found.
     With `wanted`, only those tokens and the words that begin with one of `starts` (a stem, a prefix:
     given as the start; a word of a code, not its glued form); a compound that holds none of them, even
-    glued, is not tokenized. With
-    `limit`, the first `limit` found: the work on a page that floods a query with matches is bounded."""
+    glued, is not tokenized. With `limit`, the first `limit` found: the work on a page that floods a
+    query with matches is bounded."""
     found: list[tuple[int, int, str]] = []
     for match in _compounds(text, wanted, starts):
         compound = match.group()
         if compound.isascii() and compound.isalnum():  # one ASCII word, most compounds: its own token, lowered
             token = compound.lower()
-            key = token if wanted is None or token in wanted else next((start for start in starts if token.startswith(start)), None)
+            key = token if wanted is None or token in wanted else _begun(token, starts)
             if key is not None and len(token) <= MAX_TOKEN_CHARS:
                 found.append((match.start(), match.end(), key))
         elif wanted is None:
@@ -155,13 +155,17 @@ def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (
                 continue
             for token in dict.fromkeys(exact_tokens(compound)):
                 # a start begins a word: one of the compound's parts, as written (a code's glued form never is)
-                key = token if token in wanted else \
-                    next((start for start in starts if token.startswith(start)), None) if token in folded else None
+                key = token if token in wanted else _begun(token, starts) if token in folded else None
                 if key is not None:
                     found.append((match.start(), match.end(), key))
         if limit is not None and len(found) >= limit:
             break
     return found
+
+
+def _begun(token: str, starts: tuple[str, ...]) -> str | None:
+    """The first of `starts` that `token` begins with (None: none)."""
+    return next((start for start in starts if token.startswith(start)), None)
 
 
 def _compounds(text: str, wanted: set[str] | None, starts: tuple[str, ...]) -> Iterator[re.Match[str] | regex.Match[str]]:
