@@ -147,12 +147,11 @@ class WordRows:
             self.blocks = _undelta(wide[4 * lines + tokens:])
             low = _undelta(narrow[:tokens], np.uint8)
             self.ends = np.stack([low, (low + narrow[tokens:]).astype(np.uint8)], axis=1)
-            # each row's (tokens, lines) and where they begin
-            self.counts = [(int(t), int(n)) for t, n in counts]
+            self.counts = [(int(t), int(n)) for t, n in counts]  # each row's tokens and lines (-1: a row without words)
         except (zlib.error, ValueError, KeyError, TypeError, struct.error) as exc:
             raise IndexProblem(f"a words part is damaged ({exc}).") from None
         sizes = np.array([[max(t, 0), max(n, 0)] for t, n in self.counts], np.int64).reshape(-1, 2)
-        self.starts = (np.cumsum(sizes, axis=0) - sizes).tolist()
+        self.starts = (np.cumsum(sizes, axis=0) - sizes).tolist()  # where each row's tokens and lines begin
 
     def __len__(self) -> int:
         return len(self.counts)
