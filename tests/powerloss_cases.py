@@ -21,6 +21,7 @@ index is a generation as above, and the next run completes it.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -28,7 +29,8 @@ import random
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,11 +87,50 @@ class Workspace:
 
         from localgpt_index.cli import main
 
-        result = CliRunner().invoke(main, list(args), env=self.env, catch_exceptions=False)
+        with poppler_reused():
+            result = CliRunner().invoke(main, list(args), env=self.env, catch_exceptions=False)
         return Result(result.exit_code, result.stdout, result.stderr)
 
     def build(self, *args: str) -> Result:
         return self.cli("build", str(self.docs), "--index-dir", str(self.index_dir), "--model", str(self.model), *args)
+
+
+_POPPLER: dict[tuple[str, ...], tuple[tuple[bytes, str], dict[str, bytes]]] = {}  # poppler_reused's answers
+
+
+@contextmanager
+def poppler_reused() -> Iterator[None]:
+    """For the block, each poppler call the ingest layer makes (render._run_poppler) answered as it was the first
+    time for the same arguments and PDF content: its output, and pdftoppm's page files written again."""
+    from localgpt_index.ingest import render, text
+
+    real = render._run_poppler
+
+    def reused(args: list[str], timeout_s: float, what: str, check: bool = True) -> tuple[bytes, str]:
+        pages_root = args[-1] if args[0] == "pdftoppm" else None  # pdftoppm's last argument: its files' root
+        key = tuple(_content_key(arg) for arg in (args[:-1] if pages_root else args))
+        if key not in _POPPLER:
+            answer = real(args, timeout_s, what, check)
+            files = {path[len(pages_root):]: Path(path).read_bytes() for path in glob.glob(glob.escape(pages_root) + "-*.ppm")} \
+                if pages_root else {}
+            _POPPLER[key] = answer, files
+        answer, files = _POPPLER[key]
+        for suffix, data in files.items():
+            Path(pages_root + suffix).write_bytes(data)  # (pages_root is set where files is not empty)
+        return answer
+
+    render._run_poppler = text._run_poppler = reused
+    try:
+        yield
+    finally:
+        render._run_poppler = text._run_poppler = real
+
+
+def _content_key(arg: str) -> str:
+    """A PDF's path as its content's hash (the same path holds other bytes after an edit); other arguments as given."""
+    if arg.endswith(".pdf") and os.path.isfile(arg):
+        return "sha256:" + hashlib.sha256(Path(arg).read_bytes()).hexdigest()
+    return arg
 
 
 def documents_v1(ws: Workspace) -> None:
@@ -166,7 +207,8 @@ def _watcher_commit(ws: Workspace) -> Result:
     store = open_store(None, ws.index_dir, None)
     options = BuildOptions(model=ModelSpec(str(ws.model)), commit_every_pages=2, settings=BuildSettings(ocr="never"))
     watcher = Watcher(ws.docs, store, options)
-    watcher.build(("a.pdf", "e.pdf", "sub/b.pdf"))
+    with poppler_reused():
+        watcher.build(("a.pdf", "e.pdf", "sub/b.pdf"))
     said = watcher.failure or (watcher.retrying.message if watcher.retrying is not None else "")
     return Result(watcher.exit_code, "", said, retrying=watcher.retrying is not None)
 
