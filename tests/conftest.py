@@ -63,6 +63,26 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture(scope="module")
+def torchless_processes():
+    """The processes a module's tests start (servers, CLI runs) import no torch, as on a machine without it: for
+    modules whose processes serve the fake model, where torch's import (about 3 s of CPU a process on CI's
+    2 cores: most of such a process's cost) would be all they do with it. `pytestmark = torchless` in the module:
+    module-scoped, so its servers started by module fixtures are torch-less too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")])))
+        yield
+
+
+torchless = pytest.mark.usefixtures("torchless_processes")
+
+
+def with_torch() -> dict[str, str]:
+    """The environment a process of a `torchless` module's test is given where it loads a real model."""
+    return {"PYTHONPATH": os.pathsep.join(part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                          if part and part != str(WITHOUT_TORCH))}
+
+
 @pytest.fixture(scope="session")
 def fake_model(tmp_path_factory) -> Path:
     """A fake checkpoint: deterministic vectors from page bytes, no torch (the fast tier)."""

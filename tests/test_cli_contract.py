@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_schema, run_cli, run_process, validate
+from conftest import load_schema, run_cli, run_process, torchless, validate
 from docgen import make_pdf
+
+pytestmark = torchless  # its processes serve the fake model
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, torchless
 from helpers import counted_failpoint, flip_byte
+
+pytestmark = torchless  # its processes serve the fake model
 
 DIM, ROWS, DOCS, PAGES = 128, 256, 6, 4  # 24 pages of 64 KiB after a 128-byte header: 25 blocks of 64 KiB
 

@@ -21,8 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import copy_tree, run_cli
+from conftest import copy_tree, run_cli, torchless, with_torch
 from helpers import report_index as build_report_index, wait_until
+
+pytestmark = torchless  # its processes serve the fake model (but where a test gives them with_torch())
 
 TOOLS = {"search", "list_documents", "index_status", "get_page"}
 
@@ -568,7 +570,8 @@ def test_stdio_with_the_real_tiny_checkpoint(tiny_model, tmp_path):
     built = build_report_index(tmp_path, tiny_model, reports=2, pages=2)
 
     async def scenario():
-        async with mcp_session("--index-dir", str(built["index"]), "--max-image-bytes", str(PER_IMAGE)) as (session, faults):
+        async with mcp_session("--index-dir", str(built["index"]), "--max-image-bytes", str(PER_IMAGE),
+                               env=with_torch()) as (session, faults):
             assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
             found = await session.call_tool("search", {"query": "report 1 page 1", "k": 3, "with_images": True})
             assert len(structured(found)["hits"]) == 3

@@ -14,11 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import faulty_model, run_cli, validate
+from conftest import faulty_model, run_cli, torchless, validate
 from docgen import make_pdf
 from helpers import report_index as build_report_index
 from helpers import wait_until
 from served import Server
+
+pytestmark = torchless  # its processes serve the fake model
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import faulty_model, run_cli
+from conftest import faulty_model, run_cli, torchless
 from docgen import make_pdf
 from helpers import report_index as build_report_index
 from served import Server
+
+pytestmark = torchless  # its processes serve the fake model
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,12 @@ import time
 
 import pytest
 
-from conftest import run_process
+from conftest import run_process, torchless
 from helpers import report_index as build_report_index
 from served import Server
 from test_serve_hardening import Hold, _closed_within, _connect, wait_for
+
+pytestmark = torchless  # its processes serve the fake model
 
 HOST = b"Host: 127.0.0.1\r\n"
 

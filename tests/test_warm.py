@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, run_process
+from conftest import run_cli, run_process, torchless
 from docgen import make_pdf
 from helpers import report_index as build_report_index
 from helpers import pid_alive, wait_until
 from localgpt_index.serve import warm
 from served import Server
+
+pytestmark = torchless  # its processes serve the fake model
 
 WARM = "answered by the warm service"
 

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, validate
+from conftest import run_cli, torchless, validate, with_torch
 from docgen import make_pdf
 from helpers import build_ok, held_build, make_pdfs, verify_ok, wait_until
 from served import Server
+
+pytestmark = torchless  # its processes serve the fake model (but where a test gives them with_torch())
 
 BUILD_ENDS = ("build-committed", "build-up-to-date", "build-failed")
 GUARD_S = 180  # an event that has not come by then never will: the test fails
@@ -368,7 +370,7 @@ def test_the_second_build_reuses_what_the_first_builds_cpu_tuner_found(tiny_mode
     next build, with the model kept, runs none and keeps the size and threads found."""
     docs = tmp_path / "docs"
     make_pdfs(docs, 6, 10)
-    watch = WatchProcess(str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "idx"), "--settle", "0.3")
+    watch = WatchProcess(str(docs), "--model", str(tiny_model), "--index-dir", str(tmp_path / "idx"), "--settle", "0.3", env=with_torch())
     try:
         first = watch.events.next("build-committed")["report"]["cpu_tuning"]
         assert first["decided"] and first["trial_batches"] > 0 and first["pages_per_second_by_batch"], first
