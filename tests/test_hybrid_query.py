@@ -351,3 +351,22 @@ def test_a_page_of_one_word_repeated_is_queried_in_linear_work(fake_model, tmp_p
     assert lines <= budget, f"over {budget:,} lines of code run for one query: {answered.output[-300:]}"
     hit = json.loads(answered.stdout)["queries"][0]["results"][0]
     assert hit["text"].split() == ["ab"] * words and hit["snippet"].startswith("**ab** **ab**")
+
+
+def test_a_changed_hit_equals_dataclasses_replace_and_leaves_the_hit_as_it_was():
+    """SearchHit.changed, which the query paths use for rank, snippet and regions, is dataclasses.replace without
+    __init__: the same hit, a new object, and an unknown field refused as replace refuses it."""
+    from dataclasses import replace
+
+    from localgpt_index.core.types import Region, SearchHit
+
+    hit = SearchHit(1, 0.5, "/docs/a.pdf", 2, "0" * 64, "pdf", {"team": "finance"}, snippet="a **b**", text="a b")
+    regions = (Region((0.1, 0.2, 0.3, 0.4), "text", 1.5, ("b",), "a b"),)
+    changed = hit.changed(rank=3, regions=regions, text=None)
+    assert changed == replace(hit, rank=3, regions=regions, text=None) and changed is not hit
+    assert (hit.rank, hit.regions, hit.text) == (1, None, "a b")
+    expected = {**hit.to_dict(), "rank": 3, "regions": [regions[0].to_dict()]}
+    del expected["text"]
+    assert changed.to_dict() == expected
+    with pytest.raises(TypeError, match="no field 'rnak'"):
+        hit.changed(rnak=3)

@@ -14,7 +14,6 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
@@ -137,7 +136,7 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
         kept = top([hit for hit in hits if hit is not None])
         # (the page text kept for regions too: query/regions.py reads it from the hit, then drops it unless asked for)
         keep = request.with_text or request.regions
-        results.append([_with_text(replace(hit, rank=rank), lexical, text, keep) for rank, hit in enumerate(kept, 1)])
+        results.append([_with_text(hit.changed(rank=rank), lexical, text, keep) for rank, hit in enumerate(kept, 1)])
     return results
 
 
@@ -163,9 +162,9 @@ def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit]
             hits.append(None)
             continue
         visual = by_key.get(item.key)
-        hits.append(replace(base, rank=rank, score=item.score, fused=True, visual_rank=item.ranks["visual"],
-                            text_rank=item.ranks["text"], visual_score=visual.score if visual else None,
-                            text_score=text_scores.get(item.key)))
+        hits.append(base.changed(rank=rank, score=item.score, fused=True, visual_rank=item.ranks["visual"],
+                                 text_rank=item.ranks["text"], visual_score=visual.score if visual else None,
+                                 text_score=text_scores.get(item.key)))
     return hits
 
 
@@ -176,4 +175,4 @@ def _with_text(hit: SearchHit, lexical: LexicalIndex | None, query: str, with_te
     if page_text is None:
         return hit
     failpoint("query.snippet")  # tests hold a query here, past its text list (a page that floods it with matches)
-    return replace(hit, snippet=snippet(page_text, query), text=page_text if with_text else None)
+    return hit.changed(snippet=snippet(page_text, query), text=page_text if with_text else None)

@@ -10,7 +10,6 @@ for them alone, so a query that does not ask for regions pays nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -40,7 +39,7 @@ def attach_regions(view: View, lexical: LexicalIndex | None, request: QueryReque
         terms = QueryAnalysis(lexical, request.queries[number])
         pages = [(hit.path, hit.page) for hit in hits]
         visual = visual_regions(view, vectors, terms.query, pages) if vectors is not None else [[] for _ in hits]
-        answered.append([replace(hit, regions=tuple((text_regions(view, terms, hit.path, hit.page, hit.text) + found)[:MAX_REGIONS]),
+        answered.append([hit.changed(regions=tuple((text_regions(view, terms, hit.path, hit.page, hit.text) + found)[:MAX_REGIONS]),
                                  text=hit.text if request.with_text else None) for hit, found in zip(hits, visual)])
     return answered
 
