@@ -78,7 +78,9 @@ torchless = pytest.mark.usefixtures("torchless_processes")
 
 
 def with_torch() -> dict[str, str]:
-    """The environment a process of a `torchless` module's test is given where it loads a real model."""
+    """The environment a process of a `torchless` module's slow test is given where it loads a real model or must
+    score as a real model's process does (torch's path, the compiled kernel). Not for the fast tier: it would lift
+    the tier's own block on torch."""
     return {"PYTHONPATH": os.pathsep.join(part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                           if part and part != str(WITHOUT_TORCH))}
 

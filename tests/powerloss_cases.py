@@ -95,7 +95,9 @@ class Workspace:
         return self.cli("build", str(self.docs), "--index-dir", str(self.index_dir), "--model", str(self.model), *args)
 
 
-_POPPLER: dict[tuple[str, ...], tuple[tuple[bytes, str], dict[str, bytes]]] = {}  # poppler_reused's answers
+# poppler_reused's answers, filled from the writer's threads (setting an item is atomic; two threads asking the same
+# at once both run poppler); the functions are swapped by the harness's thread, one writer at a time
+_POPPLER: dict[tuple[str, ...], tuple[tuple[bytes, str], dict[str, bytes]]] = {}
 
 
 @contextmanager
@@ -108,10 +110,10 @@ def poppler_reused() -> Iterator[None]:
 
     def reused(args: list[str], timeout_s: float, what: str, check: bool = True) -> tuple[bytes, str]:
         pages_root = args[-1] if args[0] == "pdftoppm" else None  # pdftoppm's last argument: its files' root
-        key = tuple(_content_key(arg) for arg in (args[:-1] if pages_root else args))
+        key = (str(check), *(_content_key(arg) for arg in (args[:-1] if pages_root else args)))
         if key not in _POPPLER:
             answer = real(args, timeout_s, what, check)
-            files = {path[len(pages_root):]: Path(path).read_bytes() for path in glob.glob(glob.escape(pages_root) + "-*.ppm")} \
+            files = {path[len(pages_root):]: Path(path).read_bytes() for path in glob.glob(glob.escape(pages_root) + "-*")} \
                 if pages_root else {}
             _POPPLER[key] = answer, files
         answer, files = _POPPLER[key]
@@ -127,8 +129,8 @@ def poppler_reused() -> Iterator[None]:
 
 
 def _content_key(arg: str) -> str:
-    """A PDF's path as its content's hash (the same path holds other bytes after an edit); other arguments as given."""
-    if arg.endswith(".pdf") and os.path.isfile(arg):
+    """A file's path as its content's hash (the same path holds other bytes after an edit); other arguments as given."""
+    if os.path.isfile(arg):
         return "sha256:" + hashlib.sha256(Path(arg).read_bytes()).hexdigest()
     return arg
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import faulty_model, run_cli, torchless, validate
+from conftest import faulty_model, run_cli, torchless, validate, with_torch
 from docgen import make_pdf
 from helpers import report_index as build_report_index
 from helpers import wait_until
 from served import Server
 
-pytestmark = torchless  # its processes serve the fake model
+pytestmark = torchless  # its processes serve the fake model (but the module's server: with_torch())
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,9 @@ def report_index(fake_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(report_index):
-    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths")  # answers compared with the CLI's
+    # answers compared with the CLI's; with torch (unlike this module's other processes): the warm server's scorer
+    # is the compiled kernel, loaded at start, which this module's answers then hold against the CLI's torch path
+    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths", env=with_torch())
     running.wait_ready()
     yield running
     assert running.stop() == 0
