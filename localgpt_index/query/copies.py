@@ -9,7 +9,6 @@ still come back."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ..core.metadata import matches
 from ..core.types import SearchHit
@@ -36,7 +35,7 @@ class Copies:
         """The first `k` distinct pages of `hits` (ranked), ranked again from 1, each naming its copies
         (those the filters keep, in path order) in `copies`."""
         if not self._groups:
-            return [hit if hit.rank == rank else replace(hit, rank=rank) for rank, hit in enumerate(hits[:k], 1)]
+            return [hit if hit.rank == rank else hit.changed(rank=rank) for rank, hit in enumerate(hits[:k], 1)]
         kept: list[SearchHit] = []
         seen: set[tuple[str, int]] = set()
         for hit in hits:
@@ -47,5 +46,5 @@ class Copies:
             seen.add((hit.sha256, hit.page))
             others = tuple(doc.path for doc in self._groups.get(hit.sha256, ())
                            if doc.path != hit.path and hit.page <= doc.pages and (not filters or matches(doc.metadata, filters)))
-            kept.append(replace(hit, rank=len(kept) + 1, copies=others))
+            kept.append(hit.changed(rank=len(kept) + 1, copies=others))
         return kept

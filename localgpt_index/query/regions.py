@@ -40,7 +40,7 @@ def attach_regions(view: View, lexical: LexicalIndex | None, request: QueryReque
         pages = [(hit.path, hit.page) for hit in hits]
         visual = visual_regions(view, vectors, terms.query, pages) if vectors is not None else [[] for _ in hits]
         answered.append([hit.changed(regions=tuple((text_regions(view, terms, hit.path, hit.page, hit.text) + found)[:MAX_REGIONS]),
-                                 text=hit.text if request.with_text else None) for hit, found in zip(hits, visual)])
+                                     text=hit.text if request.with_text else None) for hit, found in zip(hits, visual)])
     return answered
 
 
