@@ -43,7 +43,7 @@ def pytest_configure(config) -> None:
     process it starts: whatever it would import torch for fails the test."""
     if config.getoption("markexpr").replace(" ", "") != "notslow":
         return
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = torchless_path()
     if "torch" in sys.modules:
         raise pytest.UsageError("torch was imported before the fast tier started")
     sys.path.insert(0, str(WITHOUT_TORCH))
@@ -70,11 +70,16 @@ def torchless_processes():
     2 cores: most of such a process's cost) would be all they do with it. `pytestmark = torchless` in the module:
     module-scoped, so its servers started by module fixtures are torch-less too."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")])))
+        patch.setenv("PYTHONPATH", torchless_path())
         yield
 
 
 torchless = pytest.mark.usefixtures("torchless_processes")
+
+
+def torchless_path() -> str:
+    """PYTHONPATH with tests/without_torch first: a process started with it cannot import torch."""
+    return os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")]))
 
 
 def with_torch() -> dict[str, str]:

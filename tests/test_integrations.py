@@ -280,12 +280,9 @@ def _run_python(source: str, tmp_path, **env) -> None:
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_the_package_and_the_api_import_no_framework(report_index, tmp_path):
     """In a process where torch cannot be imported (as in the fast tier), in either tier."""
-    import os
+    from conftest import torchless_path
 
-    from conftest import WITHOUT_TORCH
-
-    path = os.pathsep.join(filter(None, [str(WITHOUT_TORCH), os.environ.get("PYTHONPATH")]))
-    _run_python(LIGHT_IMPORTS.format(index=str(report_index["index"])), tmp_path, PYTHONPATH=path)
+    _run_python(LIGHT_IMPORTS.format(index=str(report_index["index"])), tmp_path, PYTHONPATH=torchless_path())
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
