@@ -4,9 +4,10 @@ A process of the real CLI pays about 5 s of CPU importing torch, transformers an
 anything; a doc page runs tens of them. The server imports those once, then forks one process a command: the
 child takes the client's stdin, stdout and stderr (passed over a Unix socket), folder, environment and umask, runs
 `localgpt_index.cli.run()` as `python -m localgpt_index` does, and the client exits as the child did (its code,
-or its signal), passing on the signals it gets. Where the server cannot be the real thing the client runs the real
-CLI in its own process (exec, same pid): no server, a command that runs until stopped (serve, watch, mcp, warm),
-or an environment that differs from the server's in what the preloaded libraries read at import (HF_*, TORCH*...).
+or its signal), passing on the signals it gets: a command that runs until stopped (serve, watch, mcp) ends on the
+SIGTERM its client is sent, as the real one does. Where the server cannot be the real thing the client runs the real
+CLI in its own process (exec, same pid): no server, `warm` (it starts a detached service), or an environment that
+differs from the server's in what the preloaded libraries read at import (HF_*, TORCH*...).
 
     python tests/forkserver.py --fork-server SOCKET [MODULE...]   # "ready" once imported; runs until killed
     LGPT_TEST_FORKSERVER=SOCKET python tests/forkserver.py ARGS...   # `lgpt-index ARGS...`
@@ -25,7 +26,7 @@ import sys
 SOCKET_ENV = "LGPT_TEST_FORKSERVER"
 # What the preloaded libraries read from the environment when imported: a request must agree with the server
 IMPORT_TIME_ENV = re.compile(r"^(HF_|HUGGINGFACE|TRANSFORMERS|TORCH|PYTORCH|OMP_|MKL_|CUDA|TOKENIZERS|PYTHON|LD_|XDG_CACHE_HOME$)")
-RUN_ALONE = {"serve", "watch", "mcp", "warm"}  # run until stopped: a process of their own, as users start them
+RUN_ALONE = {"warm"}  # starts a service of its own, detached from the command: a process of its own, as users start it
 PRELOAD = ("torch", "transformers", "colpali_engine.models", "byaldi", "pdf2image", "localgpt_index.cli",
            "localgpt_index.models.loading", "localgpt_index.indexing.run", "localgpt_index.indexing.local_engine",
            "localgpt_index.query.search", "localgpt_index.query.hybrid")

@@ -69,3 +69,38 @@ def test_an_environment_the_imports_read_differently_runs_the_real_cli(server, t
     done = lgpt({**env, "HF_HOME": str(tmp_path / "elsewhere")}, "nosuch", cwd=tmp_path)
     assert done.returncode == 2 and "No such command" in done.stderr
     assert "refused ['nosuch']: HF_HOME" in log.read_text() and "forked" not in log.read_text()
+
+
+@pytest.mark.slow  # a server on a real port
+def test_a_forked_server_answers_and_ends_with_exit_0_on_the_sigterm_its_client_gets(server, tmp_path, fake_model):
+    """serve, watch and mcp are forked too: the SIGTERM a shell sends the client reaches the command, which ends as
+    the real one does (exit 0), and the client with it."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    env, log = server
+    make_pdf(tmp_path / "docs" / "a.pdf", ["Q3 revenue grew"])
+    assert lgpt(env, "build", "docs", "--model", str(fake_model), cwd=tmp_path).returncode == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = subprocess.Popen([sys.executable, str(SERVER), "serve", "--port", str(port)], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until /healthz answers 200 (the model loaded)
+            assert client.poll() is None and time.monotonic() < deadline, "serve ended or never answered"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        client.send_signal(signal.SIGTERM)
+        _, err = client.communicate(timeout=60)
+    finally:
+        client.kill()
+    assert client.returncode == 0, err[-2000:]
+    assert "forked" in log.read_text() and "['serve', '--port'" in log.read_text()
