@@ -19,5 +19,4 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 .venv/bin/python -m pytest -m "not slow" -n 2
-# (loadgroup: a group's tests on one worker, which makes their session's fixtures once; the slowest named: what CI's time goes to)
-exec .venv/bin/python -m pytest -m slow -n 2 --dist loadgroup --durations=40
+exec .venv/bin/python -m pytest -m slow -n 2 --durations=40  # (the slowest named: what CI's time goes to)

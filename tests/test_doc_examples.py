@@ -450,7 +450,6 @@ def page_units(page_blocks: list[Block]) -> list[list[Block]]:
 
 
 @pytest.mark.slow  # LibreOffice, the tiny model in a process per command, servers on real ports: minutes a page
-@pytest.mark.xdist_group("doc-examples")  # one worker builds the working folder (3 builds), not each (--dist loadgroup)
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("page", [str(page.relative_to(ROOT)) for page in pages()])
 def test_every_doc_example_runs(page, workplace, tmp_path):
