@@ -102,7 +102,8 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
             told = _turned(pdf, start, start + len(pages) - 1, timeout_s)
             sides = [told[number] if side is None and told else side for number, side in enumerate(sides)]
         texts += [_layer(page, side) for page, side in zip(pages, sides)]
-        texts += [_layer(_parsed(b""), None)] * (wanted - len(pages))  # a damaged file may give fewer
+        if len(pages) < wanted:  # a damaged file may give fewer
+            texts += [_layer(_parsed(b""), None)] * (wanted - len(pages))
     return texts
 
 
