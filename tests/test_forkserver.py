@@ -1,6 +1,7 @@
 """The fork server the doc examples run `lgpt-index` through (tests/forkserver.py): a forked command behaves as the
 real one run by the shell (output, input, folder, environment, exit code), and where it cannot be forked faithfully
-the client runs the real CLI itself. Preloading the CLI only (no torch): the fast tier."""
+the client runs the real CLI itself. Preloading the CLI only (no torch): the fast tier, but for a forked server on a
+real port."""
 
 from __future__ import annotations
 
