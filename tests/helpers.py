@@ -60,6 +60,15 @@ def make_pdfs(folder: Path, count: int, pages: int, stem: str = "report") -> lis
     return [make_pdf(folder / f"{stem}-{n}.pdf", [f"{stem} {n} page {p}" for p in range(pages)]) for n in range(count)]
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on once this returns (the kernel's pick, released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "the condition",
                proc=None, interval: float = 0.05) -> object:
     """Poll `condition` until it is true (returned) or `timeout` passes (the test fails); if `proc`

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import faulty_model, run_cli, run_process, validate
 from docgen import make_pdf, make_png
-from helpers import build_json, build_ok, held_build
+from helpers import build_json, build_ok, free_port, held_build
 
 
 def _bmp(path: Path, color: tuple[int, int, int]) -> Path:
@@ -272,11 +272,7 @@ def test_a_local_ray_cluster_listens_on_loopback_only(fake_model, tmp_path):
 
 @pytest.mark.slow
 def test_a_ray_address_where_nothing_listens_fails_at_once(fake_model, tmp_path):
-    import socket
-
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    port = free_port()
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "a.pdf", ["a"])
     # a process of its own, ended after 60 s: the old code waited for ever

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -43,6 +42,7 @@ import pytest
 
 from docgen import make_pdf
 from forkserver import SOCKET_ENV
+from helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -267,12 +267,6 @@ LAUNCHER = """#!/bin/sh
 [ -n "$DOC_TEST_PIDS" ] && echo $$ >>"$DOC_TEST_PIDS"
 exec {python} {client} "$@"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 PROLOGUE = textwrap.dedent("""\

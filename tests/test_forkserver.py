@@ -15,6 +15,7 @@ import pytest
 
 from docgen import make_pdf
 from forkserver import SOCKET_ENV
+from helpers import free_port, wait_until
 
 SERVER = Path(__file__).with_name("forkserver.py")
 
@@ -77,28 +78,23 @@ def test_a_forked_server_answers_and_ends_with_exit_0_on_the_sigterm_its_client_
     """serve, watch and mcp are forked too: the SIGTERM a shell sends the client reaches the command, which ends as
     the real one does (exit 0), and the client with it."""
     import signal
-    import socket
-    import time
     import urllib.request
+
+    def answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status == 200
+        except OSError:  # not listening yet, or 503 while its model loads
+            return False
 
     env, log = server
     make_pdf(tmp_path / "docs" / "a.pdf", ["Q3 revenue grew"])
     assert lgpt(env, "build", "docs", "--model", str(fake_model), cwd=tmp_path).returncode == 0
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     client = subprocess.Popen([sys.executable, str(SERVER), "serve", "--port", str(port)], env=env, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:  # until /healthz answers 200 (the model loaded)
-            assert client.poll() is None and time.monotonic() < deadline, "serve ended or never answered"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/healthz"), what="serve answering /healthz", proc=client)
         client.send_signal(signal.SIGTERM)
         _, err = client.communicate(timeout=60)
     finally:

@@ -17,7 +17,7 @@ import pytest
 from conftest import faulty_model, run_cli, torchless, validate, with_torch
 from docgen import make_pdf
 from helpers import report_index as build_report_index
-from helpers import wait_until
+from helpers import free_port, wait_until
 from served import Server
 
 pytestmark = torchless  # its processes serve the fake model (but the module's server: with_torch())
@@ -310,9 +310,7 @@ def test_connections_to_the_listening_socket_get_tcp_nodelay():
 
 
 def test_query_server_unreachable_is_exit_4_and_no_fallback(report_index):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens there once closed
+    port = free_port()
     result = run_cli("query", "q", env={"LGPT_SERVER": f"http://127.0.0.1:{port}", "LGPT_INDEX_DIR": str(report_index["index"])})
     assert result.exit_code == 4 and "cannot reach the lgpt-index server" in result.stderr and result.stdout == ""
 
