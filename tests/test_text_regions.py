@@ -29,15 +29,17 @@ from localgpt_index.query.request import QueryRequest
 from localgpt_index.testing.regionset import iou, make_region_set
 
 
-def _page(*blocks: list[list[tuple[str, tuple[float, float, float, float]]]], width: float = 100, height: float = 200) -> bytes:
-    """pdftotext -bbox-layout's XML for one page (from after `<page `): one flow a block."""
+def _page(*blocks: list[list[tuple[str, tuple[float, float, float, float]]]], width: float = 100, height: float = 200,
+          form: str = "") -> bytes:
+    """pdftotext -bbox-layout's XML for one page (from after `<page `): one flow a block; each coordinate written in
+    `form` (".6f": as poppler writes them)."""
     out = [f'width="{width}" height="{height}">'.encode()]
     for block in blocks:
         out.append(b"<flow><block>")
         for line in block:
             out.append(b"<line>")
             for text, (x0, y0, x1, y1) in line:
-                out.append(f'<word xMin="{x0}" yMin="{y0}" xMax="{x1}" yMax="{y1}">{text}</word>'.encode())
+                out.append(f'<word xMin="{x0:{form}}" yMin="{y0:{form}}" xMax="{x1:{form}}" yMax="{y1:{form}}">{text}</word>'.encode())
             out.append(b"</line>")
         out.append(b"</block></flow>")
     return b"".join(out)
@@ -60,6 +62,26 @@ def test_the_text_is_written_as_pdftotext_writes_it_and_every_token_has_its_box(
     assert np.allclose(first, [10 / 100, 10 / 200, 25 / 100, 20 / 200], atol=1e-4)
     assert words.lines.tolist()[:5] == [0, 0, 0, 0, 1] and len(words.blocks) == 3
     assert words.blocks.tolist() == [0, 0, 1]
+
+
+def test_poppler_s_six_decimals_and_any_other_form_of_a_box_read_the_same():
+    lines = ([_line(10.25, "Net", "rev&amp;enue", "is", "up-"), _line(22.5, "ward", "now", x=-3.5)], [_line(50, "(", "const", gap=0)])
+    exact = page_layer(_page(*lines, form=".6f"), turned=False)  # (read as integers of millionths)
+    assert exact[0] == "Net rev&enue is upward now\n\n(const"
+    for form in ("", ".2f", ".3e"):  # (each word's box by the pattern)
+        text, words = page_layer(_page(*lines, form=form), turned=False)
+        assert text == exact[0] and words == exact[1]
+    assert exact[1].fractions()[4][0] == pytest.approx(0.195, abs=1e-4)  # "now": after "ward", which begins left of the page
+
+
+def test_a_word_outside_a_line_or_with_no_box_is_left_out_and_the_others_keep_their_lines():
+    page = _page([_line(10, "one", "two"), _line(30, "three")], form=".6f")
+    word = b'<word xMin="1.000000" yMin="2.000000" xMax="3.000000" yMax="4.000000">stray</word>'
+    stray = page.replace(b"<flow><block>", b"<flow><block>" + word)
+    boxless = page.replace(b'<word xMin="10.000000" yMin="30.000000"', b'<word yMin="30.000000"')
+    assert page_layer(stray, turned=False) == page_layer(page, turned=False)
+    text, words = page_layer(boxless, turned=False)
+    assert text == "one two" and words.lines.tolist() == [0, 0]
 
 
 def test_a_word_holding_a_space_an_empty_word_and_a_nul_keep_the_boxes_in_step():

@@ -93,6 +93,16 @@ def aligned(tokens: Sequence[str], texts: list[str], boxes: np.ndarray, lines: n
     numbered_lines = np.full(len(tokens), NO_LINE, np.uint16)
     if not has.any():
         return PageWords(np.zeros((len(tokens), 4), np.uint16), numbered_lines, np.zeros(0, np.uint16))
+    quantized = np.rint(np.clip(placed, 0.0, 1.0) * WORD_SCALE).astype(np.uint16)
+    ordered = keys[first[has]]
+    if has.all() and len(ordered) < NO_LINE and (ordered[1:] >= ordered[:-1]).all():  # (the usual page: its lines and blocks in order)
+        changed = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        line_blocks = ordered[np.concatenate([[0], changed])] >> 32
+        numbered = np.zeros(len(ordered), np.int64)
+        numbered[changed] = 1
+        block_starts = np.zeros(len(line_blocks), np.int64)
+        block_starts[1:] = line_blocks[1:] != line_blocks[:-1]
+        return PageWords(quantized, np.cumsum(numbered).astype(np.uint16), np.cumsum(block_starts).astype(np.uint16))
     unique, where, inverse = np.unique(keys[first[has]], return_index=True, return_inverse=True)
     rank = np.empty(len(unique), np.int64)
     rank[np.argsort(where, kind="stable")] = np.arange(len(unique))  # lines numbered in reading order
@@ -103,7 +113,6 @@ def aligned(tokens: Sequence[str], texts: list[str], boxes: np.ndarray, lines: n
     _, block_first, block_of = np.unique(line_blocks, return_index=True, return_inverse=True)
     block_rank = np.empty(len(block_first), np.int64)
     block_rank[np.argsort(block_first, kind="stable")] = np.arange(len(block_first))
-    quantized = np.rint(np.clip(placed, 0.0, 1.0) * WORD_SCALE).astype(np.uint16)
     quantized[numbered_lines == NO_LINE] = 0
     return PageWords(quantized, numbered_lines, block_rank[block_of].astype(np.uint16))
 

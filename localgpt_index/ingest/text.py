@@ -21,6 +21,7 @@ import html
 import os
 import re
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -42,13 +43,15 @@ OCR_MIN_CHARS = 32
 MAX_PAGE_CHARS = 200_000  # a page's text is cut here (a hostile PDF can hold megabytes on one page)
 TEXT_CHUNK = 500  # pages per pdftotext call: one call for all but the longest documents
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters but \t and \n
-# pdftotext -bbox-layout's words: each with its box and text
+# pdftotext -bbox-layout's words: each with its attributes (its box) and its text
+_WORD = re.compile(rb'<word ([^>]*)>([^<]*)</word>')
 _COORDINATE = rb'"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"'
-_WORD = re.compile(rb'<word xMin=' + _COORDINATE + rb' yMin=' + _COORDINATE + rb' xMax=' + _COORDINATE + rb' yMax=' + _COORDINATE
-                   + rb'>([^<]*)</word>')
+_BOX = re.compile(rb'xMin=' + _COORDINATE + rb' yMin=' + _COORDINATE + rb' xMax=' + _COORDINATE + rb' yMax=' + _COORDINATE)
+_BOX_FORM = b'xMin="" yMin="" xMax="" yMax=""'  # a word's attributes but their numbers, as poppler writes them
 _NOT_ONE_WORD = re.compile(r"\s|\0\0")  # in the words joined by NULs, between two NULs: a word that is no one token
 _NUMBER = re.compile(rb'(\w+)="([-0-9.e+]+)"')
 TOUCHING = 0.1  # a gap under this much of a word's height is no space between two words
+_BEFORE = ("", " ", "\n", "\n\n")  # what goes before a word (_written): nothing, a space, a line's end, a flow's end
 _HYPHENS = ("-", "\u00ad", "\u2010", "\u2011")  # poppler joins a line ending with one to the next (TextLine.hyphenated)
 
 
@@ -124,7 +127,7 @@ class _Page:
     height: float
     words: list[str]
     boxes: np.ndarray  # (words, 4) float64: xMin, yMin, xMax, yMax
-    word_lines: list[int]
+    word_lines: np.ndarray  # (words,) int64
     lines: list[tuple[int, int]]  # (flow, block) of each line
 
     def turned(self) -> bool | None:
@@ -140,32 +143,69 @@ class _Page:
 
 
 def _parsed(xml: bytes) -> _Page:
-    """One page of pdftotext -bbox-layout's output (from after its `<page `): cut at its lines, each line's words
-    found at once, the flows and blocks opened before each line counted."""
+    """One page of pdftotext -bbox-layout's output (from after its `<page `): its words found at once, and each
+    word's line and each line's flow and block told by the tags opened before it (`<line`, `<flow`, `<block`)."""
     import numpy as np
 
     size = {key.decode(): float(value) for key, value in _NUMBER.findall(xml[: max(0, xml.find(b">"))])}
-    raw: list[bytes] = []
-    numbers: list[bytes] = []
-    word_lines: list[int] = []
-    lines: list[tuple[int, int]] = []
-    flow = block = 0
-    for number, chunk in enumerate(xml.split(b"<line")):
-        if number:  # line number - 1: its words (and what opens before the next line)
-            found = _WORD.findall(chunk)
-            for x0, y0, x1, y1, text in found:
-                numbers += (x0, y0, x1, y1)
-                raw.append(text)
-            word_lines += [number - 1] * len(found)
-        flow, block = flow + chunk.count(b"<flow"), block + chunk.count(b"<block")
-        lines.append((flow, block))
-    lines.pop()  # (what the last chunk opens: no line follows)
+    found: list[tuple[bytes, bytes]] = _WORD.findall(xml)
+    marks = np.frombuffer(xml, np.uint8)
+    opened = marks[np.flatnonzero(marks[:-1] == ord("<")) + 1]  # each tag's first letter (a page's tags: flow, block, line, word)
+    line_opened = opened == ord("l")
+    word_lines = np.cumsum(line_opened)[opened == ord("w")] - 1
+    if len(word_lines) == len(found) and (not len(found) or word_lines[0] >= 0):
+        lines = list(zip(np.cumsum(opened == ord("f"))[line_opened].tolist(), np.cumsum(opened == ord("b"))[line_opened].tolist()))
+    else:  # (a word outside a line, or a tag the pattern does not take: line by line)
+        found, word_lines, lines = _parsed_by_line(xml)
+    attributes, texts = zip(*found) if found else ((), ())
+    boxes, kept = _boxes(attributes)
+    raw = list(texts) if kept is None else [text for text, keep in zip(texts, kept) if keep]
+    if kept is not None:  # (a word whose box is not in poppler's form: left out, as a word without a box)
+        word_lines = word_lines[kept]
     text = b"\0".join(raw).decode("utf-8", "replace")
     words = (html.unescape(text) if "&" in text else text).split("\0") if raw else []
     if len(words) != len(raw):  # (a NUL in a word's text)
         words = [html.unescape(word.decode("utf-8", "replace")) for word in raw]
-    boxes = np.array(numbers or [b"0"] * 0, dtype=np.bytes_).astype(np.float64).reshape(-1, 4)
     return _Page(size.get("width", 0.0), size.get("height", 0.0), words, boxes, word_lines, lines)
+
+
+def _parsed_by_line(xml: bytes) -> tuple[list[tuple[bytes, bytes]], np.ndarray, list[tuple[int, int]]]:
+    """_parsed's words (attributes and text), their lines, and each line's flow and block, the page cut at its lines."""
+    import numpy as np
+
+    found: list[tuple[bytes, bytes]] = []
+    counts: list[int] = []
+    lines: list[tuple[int, int]] = []
+    flow = block = 0
+    for number, chunk in enumerate(xml.split(b"<line")):
+        if number:  # line number - 1: its words (and what opens before the next line)
+            own = _WORD.findall(chunk)
+            found += own
+            counts.append(len(own))
+        flow, block = flow + chunk.count(b"<flow"), block + chunk.count(b"<block")
+        lines.append((flow, block))
+    lines.pop()  # (what the last chunk opens: no line follows)
+    return found, np.repeat(np.arange(len(counts)), counts), lines
+
+
+def _boxes(attributes: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each word's box ((n, 4) float64 points: xMin, yMin, xMax, yMax) from its attributes, and which words have one
+    (None: all). poppler writes each coordinate with six decimals: where every one is so written, they are read
+    as integers of millionths (numpy reads those six times faster than floats), else each word's by the pattern."""
+    import numpy as np
+
+    joined = b" ".join(attributes)
+    digits = joined.translate(None, b'xyMinMa=".')
+    if joined.translate(None, b"0123456789-.") == b" ".join([_BOX_FORM] * len(attributes)) and joined.count(b"-") == joined.count(b'"-') \
+            and not digits.translate(None, b"0123456789- "):
+        places = np.frombuffer(joined, np.uint8)
+        dots = np.flatnonzero(places == ord("."))
+        if len(dots) == 4 * len(attributes) and (not len(dots) or (dots[-1] + 7 < len(places) and (places[dots + 7] == ord('"')).all())):
+            return np.fromstring(digits, np.int64, sep=" ").reshape(-1, 4) / 1e6, None
+    matched = [_BOX.fullmatch(item) for item in attributes]
+    kept = np.array([match is not None for match in matched], bool)
+    boxes = np.array([match.groups() for match in matched if match is not None], dtype=np.bytes_).astype(np.float64)
+    return boxes.reshape(-1, 4), None if kept.all() else kept
 
 
 def page_layer(xml: bytes, turned: bool | None) -> tuple[str, PageWords | None]:
@@ -181,46 +221,47 @@ def _layer(page: _Page, turned: bool | None) -> tuple[str, PageWords | None]:
     return text, words if turned is not None and width > 0 and height > 0 else None
 
 
-def _spaced(page: _Page) -> list[str]:
-    """What goes before each word: "" for a line's first, else a space, unless the two touch (one word in two
-    fonts: "(" and "const" -> "(const", as pdftotext writes them; -bbox-layout does not say its word spacing)."""
-    from ..core.words import neighbour_gaps
-
-    boxes = page.boxes
-    if len(boxes) < 2:
-        return [""] * len(boxes)
-    gap, height = neighbour_gaps(boxes)
-    touching = (gap < TOUCHING * height).tolist()
-    lines = page.word_lines
-    return [""] + ["" if lines[i] != lines[i - 1] or touching[i - 1] else " " for i in range(1, len(lines))]
-
-
 def _written(page: _Page, width: float, height: float) -> tuple[str, PageWords]:
-    """A page's lines of words as pdftotext's default mode writes them (TextPage::dump: a blank line after each
-    flow, a hyphen at a line's end joining it to the next line of its flow), and the boxes."""
+    """A page's lines of words as pdftotext's default mode writes them (TextPage::dump: a line's words joined by a
+    space unless they touch, a blank line after each flow, a hyphen at a line's end joining it to the next line of
+    its flow), and the boxes. What goes before each word is worked out for all at once."""
     import numpy as np
 
-    from ..core.words import aligned
+    from ..core.words import aligned, neighbour_gaps
 
-    texts: list[list[str]] = [[] for _ in page.lines]
-    for word, number, space in zip(page.words, page.word_lines, _spaced(page)):
-        texts[number].append(space + word)
-    lines = [(flow, "".join(parts)) for (flow, _), parts in zip(page.lines, texts) if parts]
-    out: list[str] = []
-    for position, (flow, line) in enumerate(lines):
-        flow_goes_on = position + 1 < len(lines) and lines[position + 1][0] == flow
-        if line.endswith(_HYPHENS) and flow_goes_on:
-            out.append(line[:-1])  # joined to the next line, as pdftotext does
-        else:
-            out += [line, "\n"]
-        if not flow_goes_on:
-            out.append("\n")
-    text = clean_page_text("".join(out))
+    words, lines = page.words, page.word_lines
+    flows, blocks = (np.array([line[at] for line in page.lines] or [0], np.int64)[lines] for at in (0, 1))
+    before = np.zeros(len(words), np.int64)  # an index into _BEFORE
+    if len(words) > 1:
+        gap, tallest = neighbour_gaps(page.boxes)
+        before[1:] = np.where(lines[1:] != lines[:-1], np.where(flows[1:] != flows[:-1], 3, 2),
+                              np.where(gap < TOUCHING * tallest, 0, 1))  # (touching: one word in two fonts, "(" "const")
+    written = list(words)
+    for at in np.flatnonzero(before == 2).tolist():  # a line that ends with a hyphen is joined to the next of its flow
+        last = at - 1 if written[at - 1] else _last_written(written, lines, before, at)
+        if last is not None and written[last].endswith(_HYPHENS):
+            written[last], before[at] = written[last][:-1], 0
+    parts: list[str | None] = [None] * (2 * len(words))
+    parts[0::2], parts[1::2] = [_BEFORE[code] for code in before.tolist()], written
+    text = clean_page_text("".join(parts))  # type: ignore[arg-type]
     scale = np.array([width, height, width, height]) if width > 0 and height > 0 else np.array([np.inf] * 4)
-    word_lines = np.array(page.word_lines, np.int64)
-    blocks = np.array([block for _, block in page.lines] or [0], np.int64)[word_lines]
-    words, of = page.words, np.arange(len(page.words))
-    if _NOT_ONE_WORD.search("\0".join(["", *words, ""])):  # (rare: a word holding a space, or none) each part takes its word's box
-        parts = [word.split() for word in words]
-        words, of = [part for split in parts for part in split], np.repeat(of, [len(split) for split in parts])
-    return text, aligned(text.split(), words, page.boxes[of] / scale, word_lines[of], blocks[of])
+    tokens, of = text.split(), np.arange(len(words))
+    if tokens != words and _NOT_ONE_WORD.search("\0".join(["", *words, ""])):  # (rare: a word holding a space, or none)
+        # each part takes its word's box
+        parts_of = [word.split() for word in words]
+        words, of = [part for split in parts_of for part in split], np.repeat(of, [len(split) for split in parts_of])
+    return text, aligned(tokens, words, page.boxes[of] / scale, lines[of], blocks[of])
+
+
+def _last_written(written: list[str], lines: np.ndarray, before: np.ndarray, at: int) -> int | None:
+    """The word whose last character ends the line before word `at` (an empty word writes nothing); None: the line
+    ends with a space, or writes nothing."""
+    line = lines[at - 1]
+    for index in range(at - 1, -1, -1):
+        if lines[index] != line:
+            return None
+        if written[index]:
+            return index
+        if before[index] == 1:  # (a space before an empty word ends its line)
+            return None
+    return None
