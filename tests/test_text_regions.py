@@ -383,3 +383,17 @@ def test_a_page_lexicon_is_made_again_for_another_text():
     other = text.replace("beta", "gamma")  # same token count: positions that would fit it
     assert page_text_regions(other, words, terms) == []
     assert page_text_regions(text, words, terms) == first
+
+
+def test_a_page_met_before_is_not_read_again_and_one_never_met_is_read_once():
+    text, words = _words([["alpha", "beta"], ["gamma"]])
+    terms, reads = QueryTerms(parse("gamma"), None), []
+
+    def read() -> str:
+        reads.append(1)
+        return text
+
+    first = page_text_regions(read, words, terms)  # never met: read
+    assert first and first == page_text_regions(text, words, terms) and len(reads) == 1
+    assert page_text_regions(read, words, terms) == first and len(reads) == 1  # its lexicon kept with its words: not read
+    assert page_text_regions(lambda: None, _words([["alpha"]])[1], terms) == []  # no text: no regions

@@ -241,9 +241,9 @@ def _written(page: _Page, width: float, height: float) -> tuple[str, PageWords]:
         last = at - 1 if written[at - 1] else _last_written(written, lines, before, at)
         if last is not None and written[last].endswith(_HYPHENS):
             written[last], before[at] = written[last][:-1], 0
-    parts: list[str | None] = [None] * (2 * len(words))
+    parts = [""] * (2 * len(words))
     parts[0::2], parts[1::2] = [_BEFORE[code] for code in before.tolist()], written
-    text = clean_page_text("".join(parts))  # type: ignore[arg-type]
+    text = clean_page_text("".join(parts))
     scale = np.array([width, height, width, height]) if width > 0 and height > 0 else np.array([np.inf] * 4)
     tokens, of = text.split(), np.arange(len(words))
     if tokens != words and _NOT_ONE_WORD.search("\0".join(["", *words, ""])):  # (rare: a word holding a space, or none)

@@ -10,6 +10,7 @@ for them alone, so a query that does not ask for regions pays nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -77,15 +78,15 @@ class QueryAnalysis:
 def text_regions(view: View, terms: QueryAnalysis, path: str, page: int, text: str | None) -> list[Region]:
     """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py); none where
     the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`).
-    `text`: the page's text where the caller has read it (None: read here)."""
+    `text`: the page's text where the caller has read it (None: read here, unless the page's lexicon is kept with
+    its words: a page of this generation met before)."""
     document, positions = view.document(path), view.artifact(WORDS)
     if terms.lexical is None or document is None or not isinstance(positions, WordPositions):
         return []
     words = positions.page(document, page)
     if words is None:
         return []
-    text = text if text is not None else terms.lexical.page_text(path, page)
-    return page_text_regions(text, words, terms.of(path)) if text else []
+    return page_text_regions(text if text is not None else partial(terms.lexical.page_text, path, page), words, terms.of(path))
 
 
 def visual_regions(view: View, query_vectors: np.ndarray, query: str, pages: Sequence[tuple[str, int]]) -> list[list[Region]]:

@@ -14,8 +14,10 @@ words in a region are its text.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Optional, Union
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from ...core.words import NO_LINE, WORD_SCALE, PageWords, neighbour_gaps
 from .query import TextQuery
 from .tokenize import MAX_TOKEN_CHARS, exact_tokens, stems
 
+PageTextSource = Union[str, Callable[[], Optional[str]]]  # a page's text, or how to read it where it is needed
 MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps room for visual ones)
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
 
@@ -117,10 +120,18 @@ class PageLexicon:
         return found
 
 
-def page_lexicon(text: str, words: PageWords) -> PageLexicon:
-    """`text`'s lexicon, kept with the page's words (made again if they were another text's)."""
-    key = (len(text), hash(text))
+def page_lexicon(text: PageTextSource, words: PageWords) -> PageLexicon | None:
+    """`text`'s lexicon, kept with the page's words (made again if they were another text's). `text`: the page's text,
+    or how to read it, called only where no lexicon is kept with the words (None where the page has no text)."""
     found = words.derived.get("lexicon")
+    if callable(text):
+        if isinstance(found, PageLexicon):
+            return found
+        read = text()
+        if not read:
+            return None
+        text = read
+    key = (len(text), hash(text))
     if not isinstance(found, PageLexicon) or found.of != key:
         tokens = text.split()
         lowered = text.lower().split() if text.isascii() else None  # (ASCII: lower() folds, a word of letters and digits is its part)
@@ -136,10 +147,11 @@ def page_lexicon(text: str, words: PageWords) -> PageLexicon:
     return found
 
 
-def page_text_regions(text: str, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
-    """The regions of `query` on a page whose text is `text` and word positions `words`, best first."""
+def page_text_regions(text: PageTextSource, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
+    """The regions of `query` on a page whose text is `text` (or is read by it: page_lexicon) and word positions
+    `words`, best first."""
     lexicon = page_lexicon(text, words)
-    if len(lexicon.tokens) != len(words) or not lexicon.tokens:
+    if lexicon is None or len(lexicon.tokens) != len(words) or not lexicon.tokens:
         return []  # positions of another text (not expected): no regions rather than wrong ones
     found = query.matching(lexicon)
     if not found:
@@ -228,13 +240,15 @@ def _line_pieces(words: PageWords) -> LinePieces:
 def _region(group: _Group, terms: list[str], lexicon: PageLexicon, pieces: LinePieces, order: dict[str, int]) -> Region:
     """A group's box (its lines' union), score, terms (in the query's order) and words."""
     first, last, distinct, density, counts = group
-    held = pieces.boxes[first: last + 1]
-    if len(held) == 1:
-        x0, y0, x1, y1 = held[0]
+    if first == last:
+        x0, y0, x1, y1 = pieces.boxes[first]
+        text = lexicon.piece_text(first, pieces)
     else:
-        x0, y0 = min(box[0] for box in held), min(box[1] for box in held)
-        x1, y1 = max(box[2] for box in held), max(box[3] for box in held)
-    return Region(bbox=(x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), source="text",
-                  score=round(distinct + density / (density + 1), 4),
-                  matched=tuple(sorted([term for term, count in zip(terms, counts) if count], key=order.__getitem__)),
-                  text=" ".join([lexicon.piece_text(piece, pieces) for piece in range(first, last + 1)]))
+        left, top, right, bottom = zip(*pieces.boxes[first: last + 1])
+        x0, y0, x1, y1 = min(left), min(top), max(right), max(bottom)
+        text = " ".join([lexicon.piece_text(piece, pieces) for piece in range(first, last + 1)])
+    matched = [term for term, count in zip(terms, counts) if count]
+    if len(matched) > 1:
+        matched.sort(key=order.__getitem__)
+    return Region((x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), "text",
+                  round(distinct + density / (density + 1), 4), tuple(matched), text)
