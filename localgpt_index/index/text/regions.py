@@ -135,13 +135,20 @@ def page_lexicon(text: PageTextSource, words: PageWords) -> PageLexicon | None:
     if not isinstance(found, PageLexicon) or found.of != key:
         tokens = text.split()
         lowered = text.lower().split() if text.isascii() else None  # (ASCII: lower() folds, a word of letters and digits is its part)
-        holding: dict[str, list[int]] = {}
+        by_token: dict[str, list[int]] = {}  # each distinct token's places: a page's tokens are analysed once each
         for index, token in enumerate(lowered or tokens):
+            held = by_token.get(token)
+            if held is None:
+                by_token[token] = [index]
+            else:
+                held.append(index)
+        holding: dict[str, list[int]] = {}  # each part's tokens (in no order: matching makes them sets)
+        for token, held in by_token.items():
             for part in (token,) if lowered is not None and token.isalnum() and len(token) <= MAX_TOKEN_CHARS else token_parts(token):
                 if part in holding:
-                    holding[part].append(index)
+                    holding[part] = holding[part] + held
                 else:
-                    holding[part] = [index]
+                    holding[part] = held
         parts = sorted(holding)
         found = words.derived["lexicon"] = PageLexicon(key, tokens, parts, [holding[part] for part in parts])
     return found
