@@ -20,7 +20,7 @@ from helpers import report_index as build_report_index
 from helpers import free_port, wait_until
 from served import Server
 
-pytestmark = torchless  # its processes serve the fake model (but the module's server: with_torch())
+pytestmark = torchless  # its processes serve the fake model (but torch_server: with_torch())
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +30,27 @@ def report_index(fake_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(report_index):
-    # answers compared with the CLI's; with torch (unlike this module's other processes): the warm server's scorer
-    # is the compiled kernel, loaded at start, which this module's answers then hold against the CLI's torch path
-    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths", env=with_torch())
+    """The module's server, without torch as the fast tier's processes are (NumPy scoring)."""
+    yield from _serving(report_index)
+
+
+@pytest.fixture(scope="module")
+def torch_server(report_index):
+    """A server with torch (unlike this module's other processes): its scorer is the compiled kernel, loaded at
+    start, whose answers are held against the CLI's torch path."""
+    yield from _serving(report_index, with_torch())
+
+
+def _serving(report_index, env: dict | None = None):
+    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths", env=env)
     running.wait_ready()
     yield running
     assert running.stop() == 0
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
-def test_query_answers_exactly_what_the_cli_prints(server, report_index):
+def test_query_answers_exactly_what_the_cli_prints(torch_server, report_index):
+    server = torch_server
     queries = ["quarterly report", "a scan of a receipt"]
     with server.client() as client:
         served = client.post("/query", json={"queries": queries, "k": 4}).json()
