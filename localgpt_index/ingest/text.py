@@ -20,8 +20,8 @@ from __future__ import annotations
 import html
 import os
 import re
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -159,9 +159,9 @@ def _parsed(xml: bytes) -> _Page:
         found, word_lines, lines = _parsed_by_line(xml)
     attributes, texts = zip(*found) if found else ((), ())
     boxes, kept = _boxes(attributes)
-    raw = list(texts) if kept is None else [text for text, keep in zip(texts, kept) if keep]
+    raw = list(texts)
     if kept is not None:  # (a word whose box is not in poppler's form: left out, as a word without a box)
-        word_lines = word_lines[kept]
+        raw, word_lines = [text for text, keep in zip(texts, kept) if keep], word_lines[kept]
     text = b"\0".join(raw).decode("utf-8", "replace")
     words = (html.unescape(text) if "&" in text else text).split("\0") if raw else []
     if len(words) != len(raw):  # (a NUL in a word's text)
