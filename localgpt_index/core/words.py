@@ -103,7 +103,7 @@ def aligned(tokens: Sequence[str], texts: list[str], boxes: np.ndarray, lines: n
         block_starts = np.zeros(len(line_blocks), np.int64)
         block_starts[1:] = line_blocks[1:] != line_blocks[:-1]
         return PageWords(quantized, np.cumsum(numbered).astype(np.uint16), np.cumsum(block_starts).astype(np.uint16))
-    unique, where, inverse = np.unique(keys[first[has]], return_index=True, return_inverse=True)
+    unique, where, inverse = np.unique(ordered, return_index=True, return_inverse=True)
     rank = np.empty(len(unique), np.int64)
     rank[np.argsort(where, kind="stable")] = np.arange(len(unique))  # lines numbered in reading order
     numbered = rank[inverse]
