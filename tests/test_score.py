@@ -8,7 +8,7 @@ import pytest
 
 import localgpt_index.index.scoring.maxsim as score_module
 from localgpt_index.index.scoring.kernel_policy import KernelPolicy
-from localgpt_index.index.scoring.maxsim import maxsim
+from localgpt_index.index.scoring.maxsim import best_rows, maxsim
 
 
 
@@ -64,6 +64,40 @@ def test_the_numpy_the_torch_and_the_compiled_paths_agree(monkeypatch):
     np.testing.assert_allclose(compiled, with_torch, rtol=1e-5)
     monkeypatch.setattr(score_module, "torch_available", lambda: False)
     np.testing.assert_allclose(maxsim(queries, vectors, offsets), with_torch, rtol=1e-5)
+
+
+def _best_rows_reference(query, pages, rows):
+    sims = np.stack([page[rows].astype(np.float32) @ query.T for page in pages])  # (pages, rows, tokens)
+    return sims.argmax(axis=1), sims.max(axis=1)
+
+
+@pytest.mark.parametrize("rows", [np.arange(3, 67), np.array([0, 5, 6, 7, 40, 41, 70])], ids=["one-run", "scattered"])
+def test_best_rows_are_where_each_tokens_maximum_is(rows):
+    rng = np.random.default_rng(5)
+    pages = [_unit(rng, 72).astype(np.float16) for _ in range(6)]
+    query = _unit(rng, 9)
+    at, top = best_rows(query, pages, rows)
+    expected_at, expected_top = _best_rows_reference(query, pages, rows)
+    assert at.shape == top.shape == (6, 9)
+    np.testing.assert_array_equal(at, expected_at)
+    np.testing.assert_allclose(top, expected_top, rtol=1e-5)
+    assert best_rows(query, [], rows)[0].shape == (0, 9)
+
+
+@pytest.mark.slow  # imports torch
+@pytest.mark.parametrize("rows", [np.arange(13, 1037), np.concatenate([np.arange(2, 500), np.arange(520, 1030)])],
+                         ids=["one-run", "two-runs"])
+def test_best_rows_by_torch_and_by_numpy_agree(rows, monkeypatch):
+    rng = np.random.default_rng(6)
+    pages = [_unit(rng, 1037).astype(np.float16) for _ in range(10)]
+    query = _unit(rng, 19)
+    assert len(pages) * len(rows) * len(query) >= score_module.TORCH_SIMILARITIES  # (torch's product)
+    at, top = best_rows(query, pages, rows)
+    expected_at, expected_top = _best_rows_reference(query, pages, rows)
+    np.testing.assert_array_equal(at, expected_at)
+    np.testing.assert_allclose(top, expected_top, rtol=1e-5)
+    monkeypatch.setattr(score_module, "torch_available", lambda: False)
+    np.testing.assert_array_equal(best_rows(query, pages, rows)[0], at)
 
 
 @pytest.mark.slow  # imports torch (the scorer's threads)

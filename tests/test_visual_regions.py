@@ -131,6 +131,23 @@ def test_adjacent_patches_merge_and_distant_ones_do_not():
     assert clustered([layout], [page], query, [None] * 4) == [[]]  # the prompt's and padding tokens are nobody's
 
 
+def test_each_patch_s_neighbours_are_the_patches_its_box_touches_or_overlaps():
+    from localgpt_index.models.geometry import grid_boxes, touching_boxes
+
+    # ColSmol's way: six tiles of 3 x 3 patches, then the whole page again (the global view, over all of them)
+    boxes = np.concatenate([grid_boxes(3, 3, (c / 3, r / 2, (c + 1) / 3, (r + 1) / 2)) for r in range(2) for c in range(3)]
+                           + [grid_boxes(3, 3)])
+
+    def touch(a, b):
+        return a[0] <= b[2] + 1e-6 and b[0] <= a[2] + 1e-6 and a[1] <= b[3] + 1e-6 and b[1] <= a[3] + 1e-6
+
+    expected = [frozenset(j for j in range(len(boxes)) if j != i and touch(boxes[i], boxes[j])) for i in range(len(boxes))]
+    assert touching_boxes(boxes, chunk=7) == expected == PatchLayout(np.arange(len(boxes)), boxes).touching
+    assert expected[0] == {1, 3, 4, 54}  # its right, lower and diagonal neighbours in its tile, and the global view's cell over it
+    grid = touching_boxes(grid_boxes(4, 4))
+    assert grid[5] == {0, 1, 2, 4, 6, 8, 9, 10} and grid[0] == {1, 4, 5}  # a grid's 8 and 3 neighbours (corners touch)
+
+
 def test_pages_of_documents_in_several_spans():
     from localgpt_index.index.format.manifest import Span
     from localgpt_index.query.patches import pages_of

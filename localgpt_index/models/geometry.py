@@ -25,6 +25,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -42,6 +43,28 @@ class PatchLayout:
 
     rows: np.ndarray  # (n,) int: rows of the page's vectors
     boxes: np.ndarray  # (n, 4) float: x0, y0, x1, y1, from the page's top left
+
+    @cached_property
+    def touching(self) -> list[frozenset[int]]:
+        """Each patch's others that touch or overlap it (a grid's neighbours; a tile's and the global view's
+        patches over the same place): worked out once a layout, for the patches a query's hits cluster."""
+        return touching_boxes(self.boxes)
+
+
+def touching_boxes(boxes: np.ndarray, near: float = 1e-6, chunk: int = 512) -> list[frozenset[int]]:
+    """For each box, the others it touches or overlaps (within `near`): all pairs, `chunk` boxes against all at a time."""
+    found: list[frozenset[int]] = []
+    x0, y0, x1, y1 = (boxes[:, side] for side in range(4))
+    for start in range(0, len(boxes), chunk):
+        part = boxes[start: start + chunk]
+        touch = (part[:, 0, None] <= x1 + near) & (x0 <= part[:, 2, None] + near) & \
+            (part[:, 1, None] <= y1 + near) & (y0 <= part[:, 3, None] + near)
+        touch[np.arange(len(part)), np.arange(start, start + len(part))] = False
+        row, other = np.nonzero(touch)
+        ends = np.searchsorted(row, np.arange(1, len(part) + 1)).tolist()
+        others = other.tolist()
+        found += [frozenset(others[begin:end]) for begin, end in zip([0, *ends[:-1]], ends)]
+    return found
 
 
 class PatchGeometry(Protocol):

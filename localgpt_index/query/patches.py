@@ -20,6 +20,7 @@ from ..core.sizes import RenderSize
 from ..core.types import Region
 from ..index.format.manifest import Document, Span
 from ..index.protocols import View
+from ..index.scoring.maxsim import best_rows
 from ..ingest.discover import IMAGE, PDF
 from ..ingest.render import PDF_DPI, PagePoints, read_pdf_pages
 from ..models.families import find_family
@@ -43,8 +44,8 @@ def clustered(layouts: Sequence[PatchLayout], pages: Sequence[np.ndarray], query
     """For each page (its layout, its vectors): each asker's token's best patch (the MaxSim argmax over the image
     tokens), weighted by its score; the patches holding at least HOT of the hottest one's weight, adjacent ones
     merged into a box; each box scored by its share of all the weight, best first. The pages of one layout are
-    scored together (a query's hits: one product, one argmax); past the scores, a page's few hot patches are
-    plain Python lists."""
+    scored together (a query's hits: one product, one argmax: index/scoring/maxsim.best_rows); past the scores, a
+    page's few hot patches are plain Python lists, grouped by the layout's neighbours (PatchLayout.touching)."""
     found: list[list[Region]] = [[] for _ in pages]
     asked = [row for row, token in enumerate(tokens) if token is not None]
     if not asked:
@@ -56,9 +57,8 @@ def clustered(layouts: Sequence[PatchLayout], pages: Sequence[np.ndarray], query
             alike.setdefault(id(layout), []).append(number)
     for numbers in alike.values():
         layout = layouts[numbers[0]]
-        # (one layout: as many vectors a page; rows taken before the conversion: text tokens and padding are not converted)
-        scores = np.stack([pages[n] for n in numbers])[:, layout.rows].astype(np.float32) @ query.T  # (pages, patches, asked)
-        best, weight = scores.argmax(axis=1), np.maximum(scores.max(axis=1), 0.0)  # (pages, asked)
+        best, top = best_rows(query, [pages[n] for n in numbers], layout.rows)  # (pages, asked): one product for them all
+        weight = np.maximum(top, 0.0)
         patches = len(layout.rows)
         heat = np.bincount((best + patches * np.arange(len(numbers))[:, None]).ravel(), weights=weight.ravel(),
                            minlength=patches * len(numbers)).reshape(len(numbers), patches)
@@ -71,32 +71,40 @@ def clustered(layouts: Sequence[PatchLayout], pages: Sequence[np.ndarray], query
             if total > 0:
                 hot = slice(ends[at - 1] if at else 0, ends[at])
                 matching = [(name, patch) for name, patch, counts in zip(names, bests[at], weighed[at]) if counts]
-                found[number] = _boxes(hot_boxes[hot], hot_heat[hot], hot_patches[hot], matching, total)
+                found[number] = _boxes(hot_boxes[hot], hot_heat[hot], hot_patches[hot], layout.touching, matching, total)
     return found
 
 
-def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], matching: list[tuple[str, int]], total: float) -> list[Region]:
-    """A page's hot patches (their boxes, heat and numbers) merged into boxes where they touch, best first;
-    `matching`: each asker's token with its best patch."""
+def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], touching: Sequence[frozenset[int]],
+           matching: list[tuple[str, int]], total: float) -> list[Region]:
+    """A page's hot patches (their boxes, heat and numbers; `touching`: each patch's neighbours in the layout) merged
+    into boxes where they touch, best first; `matching`: each asker's token with its best patch. Only the best
+    VISUAL_REGIONS groups become regions."""
+    groups = _touching(patches, touching)
+    scores = [round((heat[group[0]] if len(group) == 1 else sum(heat[i] for i in group)) / total, 4) for group in groups]
     regions = []
-    for group in _touching(boxes):
+    for at in sorted(range(len(groups)), key=lambda at: -scores[at])[:VISUAL_REGIONS]:  # (stable: equal ones in order)
+        group = groups[at]
         if len(group) == 1:  # (most: a hot patch alone)
             x0, y0, x1, y1 = boxes[group[0]]
-            held, bbox, weight = {patches[group[0]]}, (x0, y0, x1, y1), heat[group[0]]
+            held, bbox = {patches[group[0]]}, (x0, y0, x1, y1)
         else:
             held, members = {patches[i] for i in group}, [boxes[i] for i in group]
             bbox = (min(b[0] for b in members), min(b[1] for b in members), max(b[2] for b in members), max(b[3] for b in members))
-            weight = sum(heat[i] for i in group)
-        matched = tuple(dict.fromkeys([name for name, patch in matching if patch in held]))
-        regions.append(Region(bbox, "visual", round(weight / total, 4), matched))
-    return sorted(regions, key=lambda region: -region.score)[:VISUAL_REGIONS]
+        regions.append(Region(bbox, "visual", scores[at], tuple(dict.fromkeys([name for name, patch in matching if patch in held]))))
+    return regions
 
 
-def _touching(boxes: list[list[float]]) -> list[list[int]]:
-    """The groups of boxes that touch or overlap, directly or through others (a union-find), each in order."""
-    if len(boxes) < 2:
-        return [[0]] if boxes else []
-    parent = list(range(len(boxes)))
+def _touching(patches: list[int], touching: Sequence[frozenset[int]]) -> list[list[int]]:
+    """The groups of `patches` (their positions in it) that touch, directly or through others (a union-find over
+    the layout's neighbours), each in order, ordered by their first."""
+    if len(patches) < 2:
+        return [[0]] if patches else []
+    at = {patch: i for i, patch in enumerate(patches)}
+    pairs = [(i, at[other]) for i, patch in enumerate(patches) for other in touching[patch].intersection(at)]
+    if not pairs:
+        return [[i] for i in range(len(patches))]
+    parent = list(range(len(patches)))
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -104,24 +112,12 @@ def _touching(boxes: list[list[float]]) -> list[list[int]]:
             i = parent[i]
         return i
 
-    for i, j in _touching_pairs(boxes):
+    for i, j in pairs:
         parent[root(i)] = root(j)
     groups: dict[int, list[int]] = {}
-    for i in range(len(boxes)):
+    for i in range(len(patches)):
         groups.setdefault(root(i), []).append(i)
     return list(groups.values())
-
-
-def _touching_pairs(boxes: list[list[float]], near: float = 1e-6) -> list[tuple[int, int]]:
-    """Each pair of boxes (i < j) that touch or overlap: one comparison each (a long query's many hot patches:
-    all at once in NumPy)."""
-    if len(boxes) > 16:
-        found, other = np.asarray(boxes)[:, None, :], np.asarray(boxes)[None, :, :]
-        touch = (found[..., 0] <= other[..., 2] + near) & (other[..., 0] <= found[..., 2] + near) & \
-            (found[..., 1] <= other[..., 3] + near) & (other[..., 1] <= found[..., 3] + near)
-        return [(i, j) for i, j in np.argwhere(np.triu(touch, 1)).tolist()]
-    return [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[i + 1:], i + 1)
-            if a[0] <= b[2] + near and b[0] <= a[2] + near and a[1] <= b[3] + near and b[1] <= a[3] + near]
 
 
 def patch_geometry(view: View) -> PatchGeometry | None:

@@ -274,6 +274,37 @@ def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: n
     return scores
 
 
+# Similarities (pages x rows x tokens) from which best_rows multiplies with torch: below it, torch's per-call
+# cost and a scorer thread's hand-off are more than NumPy's whole product (a fake model's 16 patches a page).
+TORCH_SIMILARITIES = 1 << 16
+
+
+def best_rows(query: np.ndarray, pages: Sequence[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where MaxSim's maxima are: for each page (float16 vectors, all of one length) and query token (`query`:
+    (tokens, dim) float32), the one of the pages' `rows` it matches best, and that similarity: ((pages, tokens)
+    positions in `rows`, (pages, tokens) float32). For a few pages at a time (a query's hits: query/patches): on a
+    scorer thread with torch where it can be imported (float16 widened by F16C: NumPy's widening alone costs
+    more than torch's whole product), by NumPy otherwise or where the product is small."""
+    if not len(pages) or not len(rows) or not len(query):
+        return np.zeros((len(pages), len(query)), dtype=np.int64), np.zeros((len(pages), len(query)), dtype=np.float32)
+    runs = rows[-1] - rows[0] + 1 == len(rows) and bool(np.all(np.diff(rows) == 1))  # (an image's tokens: one run)
+    taken = np.stack([page[rows[0]: rows[-1] + 1] for page in pages] if runs else [page[rows] for page in pages])
+    if taken.size // taken.shape[-1] * len(query) < TORCH_SIMILARITIES or not torch_available():
+        sims = taken.reshape(-1, taken.shape[-1]).astype(np.float32) @ np.asarray(query, dtype=np.float32).T
+        sims = sims.reshape(len(pages), len(rows), len(query))
+        return sims.argmax(axis=1), sims.max(axis=1)
+    return scoring_pool().submit(_best_rows_torch, query, taken).result()
+
+
+def _best_rows_torch(query: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+
+    block = torch.from_numpy(taken.reshape(-1, taken.shape[-1])).float()
+    sims = torch.mm(torch.from_numpy(np.asarray(query, dtype=np.float32)), block.T)  # tokens first: the faster product here
+    top, at = sims.view(len(query), *taken.shape[:2]).max(dim=2)  # (the first of equal maxima, as NumPy's argmax)
+    return at.T.numpy(), top.T.numpy()
+
+
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
 
 
