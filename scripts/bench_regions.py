@@ -135,7 +135,7 @@ def queries_timed(index: Path, texts: list[str], count: int, rounds: int) -> dic
     from threadpoolctl import threadpool_limits
 
     from localgpt_index import open_index
-    from localgpt_index.index.text.regions import part_stems, token_parts
+    from localgpt_index.index.text.lexicon import part_stems, token_parts
 
     searcher = open_index(index)
     rng = random.Random(9)

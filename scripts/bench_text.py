@@ -432,6 +432,7 @@ def analysis(count: int, rounds: int, baseline: str | None) -> None:
     import subprocess
 
     from localgpt_index.index.text import engine
+    from localgpt_index.index.text.lexicon import QueryAnalysis
     from localgpt_index.index.text.snippet import snippet
 
     pages = analysis_pages(count)
@@ -463,9 +464,13 @@ def analysis(count: int, rounds: int, baseline: str | None) -> None:
     index.update(removed=[], added=[*pages, flood])
 
     def query(text: str) -> float:
+        index.update(removed=[], added=[])  # (no change: the pages' lexicons let go, so each query meets its pages anew)
         started = time.perf_counter()
+        analysis = QueryAnalysis(index, text)
         for hit in index.search(text, 10):
-            snippet(index.page_text(hit.path, hit.page) or "", text)
+            matches = analysis.page(hit.path, hit.page)
+            if matches is not None:
+                snippet(matches)
         return time.perf_counter() - started
 
     ratios = []

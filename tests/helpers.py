@@ -60,6 +60,20 @@ def make_pdfs(folder: Path, count: int, pages: int, stem: str = "report") -> lis
     return [make_pdf(folder / f"{stem}-{n}.pdf", [f"{stem} {n} page {p}" for p in range(pages)]) for n in range(count)]
 
 
+def page_snippet(text: str, query: str, language: str | None = None) -> str:
+    """The snippet a text query's hit on a page of `text` gets: a text index of that one page, the query's matches
+    on it (index/text/lexicon.QueryAnalysis), their snippet."""
+    from localgpt_index.index.text.engine import LexicalIndex, LexicalPage
+    from localgpt_index.index.text.lexicon import QueryAnalysis
+    from localgpt_index.index.text.snippet import snippet
+
+    index = LexicalIndex.create(languages=[language] if language else ())
+    index.update([], [LexicalPage("/page.pdf", 1, text)])
+    matches = QueryAnalysis(index, query).page("/page.pdf", 1)
+    assert matches is not None
+    return snippet(matches)
+
+
 def free_port() -> int:
     """A loopback port nothing listens on once this returns (the kernel's pick, released)."""
     import socket

@@ -12,9 +12,10 @@ import pytest
 import Stemmer
 
 from localgpt_index.index.text.engine import BM25, LexicalError, LexicalIndex, LexicalPage
-from localgpt_index.index.text.snippet import snippet
 from localgpt_index.index.text.tokenize import tokenize
 from localgpt_index.query.fusion import evidence, evidence_weights, fuse
+
+from helpers import page_snippet
 
 
 # -- tokenizer ----------------------------------------------------------------------------------------
@@ -172,11 +173,15 @@ def test_a_damaged_or_foreign_file_is_refused(tmp_path):
 
 def test_snippet_marks_the_matched_words():
     text = "Lorem ipsum dolor. " * 20 + "The invoice INV-2024-0042 was paid by ACME on March 3. " + "Filler words. " * 20
-    shown = snippet(text, "who paid invoice inv-2024-0042?")
+    shown = page_snippet(text, "who paid invoice inv-2024-0042?")
     assert "**INV-2024-0042**" in shown and "**paid**" in shown and "**invoice**" in shown
     assert shown.startswith("… ") and shown.endswith(" …") and len(shown) < 260
-    assert snippet("no match here", "zebra") == "no match here"
-    assert snippet("", "zebra") == ""
+    assert page_snippet("no match here", "zebra") == "no match here"
+    assert page_snippet("", "zebra") == ""
+    # whole words, joined by one space; a word's punctuation outside its mark; another inflection and a prefix marked
+    shown = page_snippet("Engineers\n\nreviewed (turbines), then   the INVOICES.", "engineer turbine* invoice", "en")
+    assert shown == "**Engineers** reviewed (**turbines**), then the **INVOICES**."
+    assert page_snippet("word " * 100, "zebra") == " ".join(["word"] * 40) + " …"  # the page's first words
 
 
 # -- fusion --------------------------------------------------------------------------------------------
@@ -356,55 +361,15 @@ def test_the_densest_window_is_the_one_every_window_would_find():
     from localgpt_index.index.text.snippet import _densest
 
     def every_window(hits, width):
-        counts = [len({token for start, _, token in hits[first:] if start < hits[first][0] + width}) for first in range(len(hits))]
+        counts = [len({term for start, term in hits[first:] if start < hits[first][0] + width}) for first in range(len(hits))]
         return counts.index(max(counts))
 
-    starts = st.lists(st.tuples(st.integers(0, 500), st.sampled_from("abcd")), min_size=1, max_size=40)
+    starts = st.lists(st.tuples(st.integers(0, 500), st.integers(0, 3)), min_size=1, max_size=40)
 
     @settings(max_examples=300, deadline=None)
     @given(starts, st.integers(1, 120))
     def same(raw, width):
-        hits = sorted((start, start + 3, token) for start, token in raw)
-        assert _densest(hits, width) == every_window(hits, width)
-
-    same()
-
-
-def test_spans_on_an_ascii_page_finds_what_looking_at_every_word_finds():
-    """On an ASCII page `spans` looks only at the words one regular expression over the page says a wanted token
-    (its characters perhaps joined: a code's glued form) or a start may be in, and takes a plain word as its own
-    token: it finds what tokenizing every word finds (on the page, and on the page with one non-ASCII character
-    outside any word, which takes the path of every compound)."""
-    from hypothesis import example, given, settings
-    from hypothesis import strategies as st
-
-    from localgpt_index.index.text.tokenize import _COMPOUND, exact_tokens, spans
-
-    def every_word(page: str, wanted: set[str], starts: tuple[str, ...], limit: int | None) -> list[tuple[int, int, str]]:
-        found = []
-        for match in _COMPOUND.finditer(page):
-            for token in dict.fromkeys(exact_tokens(match.group())):  # a start keys a word of a code, not its glued form
-                key = token if token in wanted else \
-                    next((start for start in starts if token.startswith(start)), None) if token in match.group().lower() else None
-                if key is not None:
-                    found.append((match.start(), match.end(), key))
-            if limit is not None and len(found) >= limit:
-                break
-        return found
-
-    words = st.lists(st.tuples(st.text(alphabet="ab1A", min_size=1, max_size=3), st.sampled_from(["-", "_", ".", ":", ",", " ", "/",
-                                                                                                  "  ", "--", ", "])), max_size=12)
-    tokens = st.sets(st.text(alphabet="ab1", min_size=1, max_size=4), max_size=4)
-
-    @settings(max_examples=600, deadline=None)
-    @given(words, tokens, st.lists(st.text(alphabet="ab1", min_size=1, max_size=3), max_size=3), st.sampled_from([None, 2, 5]))
-    @example([("a", "-"), ("1", " ")], {"a1"}, [], None)  # a code's glued form: its characters joined on the page
-    @example([("a", "-"), ("b1", " ")], {"ab"}, ["ab"], None)  # a start keys no glued form ("ab1"): "a-b1" has no match
-    @example([("E", "-"), ("mail2024", " ")], {"email"}, ["ema"], None)  # nor does a letters-only word across a joiner
-    def same(words, wanted, starts, limit):
-        page = "".join(word + joiner for word, joiner in words)
-        expected = every_word(page, wanted, tuple(starts), limit)
-        assert spans(page, wanted, tuple(starts), limit) == expected
-        assert spans(page + " \u2014", wanted, tuple(starts), limit) == expected
+        hits = sorted(raw)
+        assert _densest([start for start, _ in hits], [term for _, term in hits], 4, width) == every_window(hits, width)
 
     same()

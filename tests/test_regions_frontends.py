@@ -47,7 +47,7 @@ def planted(monkeypatch) -> list[tuple]:
 
     calls: list[tuple] = []
 
-    def text_regions(view, terms, path, page, text):
+    def text_regions(view, terms, path, page):
         calls.append(("text", terms.query, Path(path).name, page))
         return [TEXT]
 

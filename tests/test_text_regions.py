@@ -20,7 +20,8 @@ from localgpt_index import open_index
 from localgpt_index.core.errors import IndexProblem
 from localgpt_index.core.words import NO_LINE, WORD_SCALE, FoundWord, PageWords, align
 from localgpt_index.index.text.query import parse
-from localgpt_index.index.text.regions import QueryTerms, page_text_regions
+from localgpt_index.index.text.lexicon import PageMatches, QueryTerms, page_lexicon
+from localgpt_index.index.text.regions import page_text_regions
 from localgpt_index.index.text.words import decode_words, encode_words
 from localgpt_index.ingest.ocr import Tesseract
 from localgpt_index.ingest.text import page_layer
@@ -129,7 +130,7 @@ def test_packed_rows_read_back_their_lines_exactly_their_words_within_a_step_and
         assert np.array_equal(before.lines, after.lines) and np.array_equal(before.blocks, after.blocks)
         assert np.abs(before.fractions() - after.fractions()).max() < 1 / 255
         terms = QueryTerms(parse("beta eta"), None)
-        assert page_text_regions(text, after, terms) == page_text_regions(text, before, terms)
+        assert _regions(text, after, terms) == _regions(text, before, terms)
     with pytest.raises(IndexProblem, match="words part is damaged"):
         decode_words(encode_words(rows)[:-3])
 
@@ -148,10 +149,16 @@ def _words(lines: list[list[str]], columns: int = 1) -> tuple[str, PageWords]:
     return text, align(text.split(), found)
 
 
+def _regions(text: str, words: PageWords, terms: QueryTerms):
+    """A page's text regions for `terms`, its matches found in its lexicon as a query's are (QueryAnalysis.page)."""
+    lexicon = page_lexicon(text)
+    return page_text_regions(PageMatches(lexicon, terms.matching(lexicon)), words, terms)
+
+
 def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
     text, words = _words([["filler", "words", "here"], ["Planning", "the", "Café", "budgets"], ["budget", "only"],
                           ["more", "filler"], ["turbines", "spin"]])
-    regions = page_text_regions(text, words, QueryTerms(parse("cafe plans budget turb*", ["en"]), "en"))
+    regions = _regions(text, words, QueryTerms(parse("cafe plans budget turb*", ["en"]), "en"))
     assert [r.text for r in regions] == ["Planning the Café budgets budget only", "turbines spin"]  # adjacent lines merged
     assert set(regions[0].matched) == {"cafe", "plan", "budget"} and regions[1].matched == ("turb*",)
     assert regions[0].source == "text" and regions[0].score > regions[1].score
@@ -162,24 +169,24 @@ def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
 def test_a_phrase_is_a_term_where_its_words_follow_each_other():
     text, words = _words([["late", "fees", "and", "payment", "terms"], ["filler"], ["the", "late", "payment", "notice"],
                           ["filler"], ["a", "late-payment", "fee"]])
-    regions = page_text_regions(text, words, QueryTerms(parse('"late payment"'), None))
+    regions = _regions(text, words, QueryTerms(parse('"late payment"'), None))
     assert [r.text for r in regions] == ["the late payment notice", "a late-payment fee", "late fees and payment terms"]
     assert regions[0].matched == ('"late payment"', "late", "payment") and regions[2].matched == ("late", "payment")
     assert regions[0].score > regions[2].score
     # the words apart, or the other way round: no phrase
-    assert all('"late payment"' not in r.matched for r in page_text_regions("payment late", _words([["payment", "late"]])[1],
+    assert all('"late payment"' not in r.matched for r in _regions("payment late", _words([["payment", "late"]])[1],
                                                                           QueryTerms(parse('"late payment"'), None)))
 
 
 def test_lines_of_two_columns_are_not_merged_and_a_wide_gap_cuts_a_line():
     text, words = _words([["alpha", "one"], ["beta", "two"], ["alpha", "three"], ["beta", "four"]], columns=2)
-    regions = page_text_regions(text, words, QueryTerms(parse("alpha"), None))
+    regions = _regions(text, words, QueryTerms(parse("alpha"), None))
     assert [r.text for r in regions] == ["alpha one", "alpha three"]
     # OCR's one line across two columns: cut at the gap
     found = [FoundWord(w, (x, 0.1, x + 0.05, 0.12), 0, 0) for w, x in (("left", 0.1), ("side", 0.16), ("right", 0.6), ("side", 0.66))]
-    regions = page_text_regions("left side right side", align("left side right side".split(), found), QueryTerms(parse("right"), None))
+    regions = _regions("left side right side", align("left side right side".split(), found), QueryTerms(parse("right"), None))
     assert regions[0].text == "right side" and regions[0].bbox[0] == pytest.approx(0.6, abs=1e-4)
-    assert page_text_regions("other text", words, QueryTerms(parse("alpha"), None)) == []  # positions of another text: none
+    assert _regions("other text", words, QueryTerms(parse("alpha"), None)) == []  # positions of another text: none
 
 
 def _build(docs: Path, index: Path, model: Path, *args: str) -> None:
@@ -210,7 +217,7 @@ def test_a_text_query_gives_the_line_of_its_terms_and_verify_checks_the_position
     positions, doc = searcher.view.artifact("words"), searcher.view.documents[0]
     positions.CACHED = 0  # no segment kept: a page handed out is still the same object, with what was derived
     first = positions.page(doc, 2)  # the top hit's
-    assert set(first.derived) == {"lexicon", "line_pieces"}  # from the query
+    assert set(first.derived) == {"line_pieces"}  # from the query (its lexicon: the text index keeps it)
     positions.DERIVED = 1
     assert positions.page(doc, 1) is not first and not first.derived
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
@@ -345,7 +352,6 @@ def test_the_page_lexicon_finds_every_token_that_analysing_each_token_finds():
     from hypothesis import example, given, settings
     from hypothesis import strategies as st
 
-    from localgpt_index.index.text.regions import page_lexicon
     from localgpt_index.index.text.tokenize import exact_tokens, stems
 
     vocabulary = ["happy", "happiness", "happier", "plans", "planning", "Café", "cafe", "INV-2024-0042", "inv20240042",
@@ -369,31 +375,26 @@ def test_the_page_lexicon_finds_every_token_that_analysing_each_token_finds():
             found |= {f"{prefix}*" for prefix in parsed.prefixes if any(part.startswith(prefix) for part in parts)}
             for term in found:
                 every.setdefault(term, set()).add(index)
-        words = align(text.split(), [FoundWord(token, (0.0, 0.0, 0.1, 0.1), 0, 0) for token in text.split()])
-        assert QueryTerms(parsed, language).matching(page_lexicon(text, words)) == every
+        assert QueryTerms(parsed, language).matching(page_lexicon(text)) == every
 
     same()
 
 
-def test_a_page_lexicon_is_made_again_for_another_text():
-    text, words = _words([["alpha", "one"], ["beta", "two"]])
-    terms = QueryTerms(parse("beta"), None)
-    first = page_text_regions(text, words, terms)
-    assert [r.text for r in first] == ["beta two"]
-    other = text.replace("beta", "gamma")  # same token count: positions that would fit it
-    assert page_text_regions(other, words, terms) == []
-    assert page_text_regions(text, words, terms) == first
+def test_a_page_met_before_is_not_read_again_and_a_new_generation_s_text_is_read_anew():
+    from localgpt_index.index.text.engine import LexicalIndex, LexicalPage
+    from localgpt_index.index.text.lexicon import QueryAnalysis
 
-
-def test_a_page_met_before_is_not_read_again_and_one_never_met_is_read_once():
-    text, words = _words([["alpha", "beta"], ["gamma"]])
-    terms, reads = QueryTerms(parse("gamma"), None), []
-
-    def read() -> str:
-        reads.append(1)
-        return text
-
-    first = page_text_regions(read, words, terms)  # never met: read
-    assert first and first == page_text_regions(text, words, terms) and len(reads) == 1
-    assert page_text_regions(read, words, terms) == first and len(reads) == 1  # its lexicon kept with its words: not read
-    assert page_text_regions(lambda: None, _words([["alpha"]])[1], terms) == []  # no text: no regions
+    index = LexicalIndex.create()
+    index.update([], [LexicalPage("/a.pdf", 1, "alpha beta gamma"), LexicalPage("/a.pdf", 2, "")])
+    reads = []
+    reading = index.page_text
+    index.page_text = lambda path, page: reads.append((path, page)) or reading(path, page)  # type: ignore[method-assign]  # counted
+    first = index.page_lexicon("/a.pdf", 1)
+    assert first is not None and first.tokens == ["alpha", "beta", "gamma"] and reads == [("/a.pdf", 1)]
+    assert index.page_lexicon("/a.pdf", 1) is first and len(reads) == 1  # kept: not read again
+    analysis = QueryAnalysis(index, "gamma")
+    assert analysis.page("/a.pdf", 1) is analysis.page("/a.pdf", 1)  # a query's matches on a page: worked out once
+    assert analysis.page("/a.pdf", 1).found == {"gamma": {2}} and len(reads) == 1
+    assert index.page_lexicon("/a.pdf", 2).tokens == [] and index.page_lexicon("/a.pdf", 3) is None  # no text; not in the index
+    index.update(["/a.pdf"], [LexicalPage("/a.pdf", 1, "delta")])  # (a writer's copy: its next generation)
+    assert index.page_lexicon("/a.pdf", 1).tokens == ["delta"] and reads[-1] == ("/a.pdf", 1)

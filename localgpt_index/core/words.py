@@ -40,7 +40,7 @@ class PageWords:
     lines: np.ndarray
     blocks: np.ndarray
     # what readers derive from these words, kept with them (a page read again from the positions' cache is not
-    # worked out again): index/text/regions.line_pieces and page_lexicon; index/text/words.WordPositions bounds it
+    # worked out again): index/text/regions.line_pieces; index/text/words.WordPositions bounds it
     derived: dict[str, object] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:

@@ -25,6 +25,7 @@ from ..core.metadata import matches
 from ..core.types import Mode, SearchHit
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex, TextHit
+from ..index.text.lexicon import QueryAnalysis
 from ..index.text.snippet import snippet
 from .copies import Copies
 from .fusion import PagePrior, fuse
@@ -104,9 +105,11 @@ def visual_depth(mode: Mode, k: int, copies: Copies | None = None) -> int:
 
 
 def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visual: Sequence[list[SearchHit]] | None,
-           mode: Mode, copies: Copies | None = None, prior: PagePrior[Key] | None = None) -> list[list[SearchHit]]:
+           mode: Mode, analyses: Sequence[QueryAnalysis] | None, copies: Copies | None = None,
+           prior: PagePrior[Key] | None = None) -> list[list[SearchHit]]:
     """The top-k of each query in `mode`, from its visual list (already ranked; None in text mode)
-    and the text list asked here; with `copies`, the pages of byte-identical documents as one hit each;
+    and the text list asked here; `analyses`: each query's (None: the index has no text), whose matches on a
+    hit's page make its snippet; with `copies`, the pages of byte-identical documents as one hit each;
     `prior`: the visual list's (visual_prior), for the weighted fusion."""
     failpoint(f"query.{mode}")  # query.text, query.hybrid, query.visual: tests hold a query of one mode here
     texts, k, filters = request.queries, request.k, request.filtered
@@ -118,7 +121,7 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
         assert visual is not None
         if not request.with_text:
             return [top(hits) for hits in visual]
-        return [[_with_text(hit, lexical, text, True) for hit in top(hits)] for text, hits in zip(texts, visual)]
+        return [[_with_text(hit, analyses[number] if analyses else None, True) for hit in top(hits)] for number, hits in enumerate(visual)]
     assert lexical is not None
     paths = None if not filters else {doc.path for doc in view.documents if matches(doc.metadata, filters)}
     depth = visual_depth(mode, k, copies)  # the text list as deep as the visual one
@@ -134,9 +137,8 @@ def answer(view: View, lexical: LexicalIndex | None, request: QueryRequest, visu
             hits = _fused(view, lexical_hits, visual[number], request, k + (copies.extra(k) if copies is not None else 0), prior,
                           unmatched)
         kept = top([hit for hit in hits if hit is not None])
-        # (the page text kept for regions too: query/regions.py reads it from the hit, then drops it unless asked for)
-        keep = request.with_text or request.regions
-        results.append([_with_text(hit.changed(rank=rank), lexical, text, keep) for rank, hit in enumerate(kept, 1)])
+        results.append([_with_text(hit.changed(rank=rank), analyses[number] if analyses else None, request.with_text)
+                        for rank, hit in enumerate(kept, 1)])
     return results
 
 
@@ -168,11 +170,10 @@ def _fused(view: View, lexical_hits: list[TextHit], visual_hits: list[SearchHit]
     return hits
 
 
-def _with_text(hit: SearchHit, lexical: LexicalIndex | None, query: str, with_text: bool) -> SearchHit:
-    if lexical is None:
-        return hit
-    page_text = lexical.page_text(hit.path, hit.page)
-    if page_text is None:
+def _with_text(hit: SearchHit, analysis: QueryAnalysis | None, with_text: bool) -> SearchHit:
+    """`hit` with its snippet (and its page's text, `with_text`), from its query's matches on the page."""
+    matches = analysis.page(hit.path, hit.page) if analysis is not None else None
+    if matches is None:
         return hit
     failpoint("query.snippet")  # tests hold a query here, past its text list (a page that floods it with matches)
-    return hit.changed(snippet=snippet(page_text, query), text=page_text if with_text else None)
+    return hit.changed(snippet=snippet(matches), text=matches.lexicon.text if with_text else None)

@@ -10,7 +10,6 @@ for them alone, so a query that does not ask for regions pays nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 
@@ -18,8 +17,8 @@ from ..core.types import Region, SearchHit
 from ..index.format.manifest import Document
 from ..index.protocols import View
 from ..index.text.engine import LexicalIndex
-from ..index.text.query import TextQuery
-from ..index.text.regions import QueryTerms, page_text_regions
+from ..index.text.lexicon import QueryAnalysis
+from ..index.text.regions import page_text_regions
 from ..index.text.words import WORDS, WordPositions
 from .patches import clustered, page_pixels, pages_of, patch_geometry
 from .request import QueryRequest
@@ -27,21 +26,21 @@ from .request import QueryRequest
 MAX_REGIONS = 8  # regions per hit: the text ones first, then the visual ones
 
 
-def attach_regions(view: View, lexical: LexicalIndex | None, request: QueryRequest,
-                   query_vectors: Sequence[np.ndarray] | None, results: list[list[SearchHit]]) -> list[list[SearchHit]]:
-    """`results` with each hit's regions, when `request.regions` asks for them (unchanged otherwise). A query's
-    terms are analysed once for all its hits; a hit's page text, where the answer read it for the snippet, is
-    taken from the hit (and kept there only if asked for)."""
+def attach_regions(view: View, request: QueryRequest, query_vectors: Sequence[np.ndarray] | None, results: list[list[SearchHit]],
+                   analyses: Sequence[QueryAnalysis] | None) -> list[list[SearchHit]]:
+    """`results` with each hit's regions, when `request.regions` asks for them (unchanged otherwise). `analyses`:
+    each query's, as its hits' snippets were made (their matches on each page are read again, not worked out
+    again; None: the index has no text)."""
     if not request.regions:
         return results
     answered = []
     for number, hits in enumerate(results):
         vectors = query_vectors[number] if query_vectors else None  # (none in text mode)
-        terms = QueryAnalysis(lexical, request.queries[number])
+        analysis = analyses[number] if analyses else None
         pages = [(hit.path, hit.page) for hit in hits]
-        visual = visual_regions(view, vectors, terms.query, pages) if vectors is not None else [[] for _ in hits]
-        answered.append([hit.changed(regions=tuple((text_regions(view, terms, hit.path, hit.page, hit.text) + found)[:MAX_REGIONS]),
-                                     text=hit.text if request.with_text else None) for hit, found in zip(hits, visual)])
+        visual = visual_regions(view, vectors, request.queries[number], pages) if vectors is not None else [[] for _ in hits]
+        answered.append([hit.changed(regions=tuple((text_regions(view, analysis, hit.path, hit.page) + found)[:MAX_REGIONS]))
+                         for hit, found in zip(hits, visual)])
     return answered
 
 
@@ -49,44 +48,23 @@ def page_regions(view: View, lexical: LexicalIndex | None, query: str, query_vec
                  path: str, page: int) -> tuple[Region, ...]:
     """The regions of `query` on one page (`page` 1-based of the document at `path`): its text regions,
     then its visual regions when the query's vectors are given (None: a text query, no model)."""
-    found = text_regions(view, QueryAnalysis(lexical, query), path, page, None)
+    found = text_regions(view, QueryAnalysis(lexical, query) if lexical is not None else None, path, page)
     if query_vectors is not None:
         found += visual_regions(view, query_vectors, query, [(path, page)])[0]
     return tuple(found[:MAX_REGIONS])
 
 
-class QueryAnalysis:
-    """One query's terms under each language its pages' documents were stemmed in (made as they are met)."""
-
-    def __init__(self, lexical: LexicalIndex | None, query: str) -> None:
-        self.lexical, self.query = lexical, query
-        self._parsed: TextQuery | None = None
-        self._terms: dict[str | None, QueryTerms] = {}
-        self._languages: dict[str, str | None] = {}  # a document's, asked of the text index once
-
-    def of(self, path: str) -> QueryTerms:
-        assert self.lexical is not None
-        if path not in self._languages:
-            self._languages[path] = self.lexical.language(path)
-        language = self._languages[path]
-        if language not in self._terms:
-            self._parsed = self._parsed or self.lexical.parse(self.query)
-            self._terms[language] = QueryTerms(self._parsed, language)
-        return self._terms[language]
-
-
-def text_regions(view: View, terms: QueryAnalysis, path: str, page: int, text: str | None) -> list[Region]:
+def text_regions(view: View, analysis: QueryAnalysis | None, path: str, page: int) -> list[Region]:
     """The boxes of the lines holding the query's matched terms, best first (index/text/regions.py); none where
-    the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`).
-    `text`: the page's text where the caller has read it (None: read here, unless the page's lexicon is kept with
-    its words: a page of this generation met before)."""
+    the index has no text, or no word positions for the page (an index from before them: `lgpt-index upgrade`)."""
     document, positions = view.document(path), view.artifact(WORDS)
-    if terms.lexical is None or document is None or not isinstance(positions, WordPositions):
+    if analysis is None or document is None or not isinstance(positions, WordPositions):
         return []
     words = positions.page(document, page)
-    if words is None:
+    matches = analysis.page(path, page) if words is not None else None
+    if words is None or matches is None:
         return []
-    return page_text_regions(text if text is not None else partial(terms.lexical.page_text, path, page), words, terms.of(path))
+    return page_text_regions(matches, words, analysis.of(path))
 
 
 def visual_regions(view: View, query_vectors: np.ndarray, query: str, pages: Sequence[tuple[str, int]]) -> list[list[Region]]:

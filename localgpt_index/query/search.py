@@ -18,6 +18,7 @@ from ..index.scoring.device import DeviceScorer, DeviceScoring
 from ..index.local.store import LocalStore
 from ..index.local.paths import index_path
 from ..index.text.engine import LexicalIndex
+from ..index.text.lexicon import QueryAnalysis
 from ..index.format.manifest import Document, Manifest
 from ..index.protocols import ExactScoring, Store, View
 from ..models.protocols import QueryEncoder
@@ -158,8 +159,10 @@ class Searcher:
         from `query_vectors`), as `request` says."""
         mode = self.mode(request)
         prior = self.visual_prior() if mode == "hybrid" and request.fusion == "weighted" else None
-        results = answer(self.view, self.lexical, request, visual, mode, self._copies(request), prior)
-        return attach_regions(self.view, self.lexical, request, query_vectors, results)
+        lexical = self.lexical
+        analyses = [QueryAnalysis(lexical, query) for query in request.queries] if lexical is not None else None
+        results = answer(self.view, lexical, request, visual, mode, analyses, self._copies(request), prior)
+        return attach_regions(self.view, request, query_vectors, results, analyses)
 
     def visual_prior(self) -> PagePrior[Key] | None:
         """What the visual list gives each page whatever is asked (hybrid.visual_prior), learned once per

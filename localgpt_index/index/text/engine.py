@@ -38,6 +38,7 @@ import itertools
 import sqlite3
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,12 +47,14 @@ from typing import Final
 import numpy as np
 
 from .language import detect
+from .lexicon import PageLexicon, page_lexicon
 from .query import TextQuery, parse
 from .tokenize import TOKENIZER_VERSION, Analysed, analyse
 
 ENGINE_VERSION: Final = 2
 VOCABULARY: Final = 200_000  # the indexed words a miss's suggestions are looked for among (bounded work)
 LANGUAGES_KEPT: Final = 65_536  # documents' languages a reader keeps (a bounded cache)
+LEXICONS_KEPT: Final = 1024  # pages' lexicons a reader keeps (about 0.1 MB each for a page of prose)
 PREFIX_TERMS: Final = 64  # a prefix (turb*) stands for at most this many indexed words, the most frequent
 
 _SCHEMA = """
@@ -146,6 +149,7 @@ class LexicalIndex:
         self.told: tuple[str, ...] = tuple(filter(None, meta.get("languages", "").split(",")))
         self._rows: _Table | None = None
         self._languages: dict[str, str | None] = {}  # a document's, once asked (regions ask it for every hit)
+        self._lexicons: OrderedDict[tuple[str, int], PageLexicon] = OrderedDict()  # the pages met last (page_lexicon)
         self._lock = threading.Lock()
 
     @classmethod
@@ -230,6 +234,7 @@ class LexicalIndex:
             raise
         self._rows = None
         self._languages = {}
+        self._lexicons.clear()
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -241,6 +246,26 @@ class LexicalIndex:
         with self._lock:
             row = self._db.execute("SELECT text FROM pages WHERE path = ? AND page = ?", (_key(path), page)).fetchone()
         return row[0] if row else None
+
+    def page_lexicon(self, path: str, page: int) -> PageLexicon | None:
+        """A page's text as snippets and regions read it (lexicon.py): made the first time the page is met and kept
+        for the LEXICONS_KEPT pages met last (a server's hits: their pages are not read nor analysed again);
+        None where the page is not in this index."""
+        key = (path, page)
+        with self._lock:
+            found = self._lexicons.get(key)
+            if found is not None:
+                self._lexicons.move_to_end(key)
+                return found
+        text = self.page_text(path, page)
+        if text is None:
+            return None
+        made = page_lexicon(text)  # (outside the lock: a thread asking for a page kept does not wait on it)
+        with self._lock:
+            self._lexicons[key] = made
+            if len(self._lexicons) > LEXICONS_KEPT:
+                self._lexicons.popitem(last=False)
+        return made
 
     def language(self, path: str) -> str | None:
         """The language a document's pages were stemmed in (None: none, or not in this index)."""

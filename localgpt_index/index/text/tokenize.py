@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from typing import Final
 
 import regex
@@ -124,83 +124,3 @@ def analyse(text: str, language: str | None) -> Analysed:
 def tokenize(text: str, language: str | None = None) -> list[str]:
     """Every token of `text` (exact, then stems in `language`): what BM25 counts."""
     return analyse(text, language).tokens
-
-
-_JOINER_CHARS = "-_./:,"
-_JOINERS = str.maketrans("", "", _JOINER_CHARS)
-
-
-def spans(text: str, wanted: set[str] | None = None, starts: tuple[str, ...] = (),
-          limit: int | None = None) -> list[tuple[int, int, str]]:
-    """(start, end, token) of each token of `text` in its own characters (for snippets): a compound's
-    tokens all span the compound; a word whose folded form changes length (ß, ligatures) is found.
-    With `wanted`, only those tokens and the words that begin with one of `starts` (a stem, a prefix:
-    given as the start; a word of a code, not its glued form); a compound that holds none of them, even
-    glued, is not tokenized. With `limit`, the first `limit` found: the work on a page that floods a
-    query with matches is bounded."""
-    found: list[tuple[int, int, str]] = []
-    for match in _compounds(text, wanted, starts):
-        compound = match.group()
-        if compound.isascii() and compound.isalnum():  # one ASCII word, most compounds: its own token, lowered
-            token = compound.lower()
-            key = token if wanted is None or token in wanted else _begun(token, starts)
-            if key is not None and len(token) <= MAX_TOKEN_CHARS:
-                found.append((match.start(), match.end(), key))
-        elif wanted is None:
-            found += [(match.start(), match.end(), token) for token in dict.fromkeys(exact_tokens(compound))]
-        else:
-            folded = fold(compound)
-            if not any(token in folded or token in folded.translate(_JOINERS) for token in wanted) and \
-                    not any(start in folded for start in starts):
-                continue
-            for token in dict.fromkeys(exact_tokens(compound)):
-                # a start begins a word: one of the compound's parts, as written (a code's glued form never is)
-                key = token if token in wanted else _begun(token, starts) if token in folded else None
-                if key is not None:
-                    found.append((match.start(), match.end(), key))
-        if limit is not None and len(found) >= limit:
-            break
-    return found
-
-
-def _begun(token: str, starts: tuple[str, ...]) -> str | None:
-    """The first of `starts` that `token` begins with (None: none)."""
-    return next((start for start in starts if token.startswith(start)), None)
-
-
-def _compounds(text: str, wanted: set[str] | None, starts: tuple[str, ...]) -> Iterator[re.Match[str] | regex.Match[str]]:
-    """The compounds of `text` that `spans` looks at, in order: on an ASCII page with `wanted`, only those a
-    wanted token or a start may be in, found by a regular expression over the lowered page (searched again
-    from the end of each compound found; a code's glued form may have joiners between its characters)
-    instead of a fold and a search in every word of the page; otherwise every compound."""
-    if wanted is None or not text.isascii():
-        yield from _COMPOUND.finditer(text)
-        return
-    pattern = _candidates_pattern(frozenset(wanted), starts)
-    if pattern is None:
-        return
-    lowered = text.lower()
-    done = 0  # where the last compound given ended
-    while (found := pattern.search(lowered, done)) is not None:
-        at = found.start()
-        while at > done and (text[at - 1].isalnum() or (text[at - 1] in _JOINER_CHARS and at >= 2 and text[at - 2].isalnum())):
-            at -= 1  # back to the compound's start (a joiner belongs to it between two word characters only)
-        compound = _ASCII_COMPOUND.match(text, at)
-        if compound is None:  # (not expected: a candidate begins with a word character)
-            done = found.start() + 1
-            continue
-        done = compound.end()
-        yield compound
-
-
-@lru_cache(maxsize=256)  # (a server meets many queries: bounded, as snippet's _wanted is)
-def _candidates_pattern(wanted: frozenset[str], starts: tuple[str, ...]) -> re.Pattern[str] | None:
-    """Where a wanted token or a start may begin. Only a token with a digit can be a code's glued form, whose
-    characters the page may part with joiners; the rest are searched as they are (a plain alternation of words,
-    which the regular expression engine scans for far faster)."""
-    joiners = f"[{re.escape(_JOINER_CHARS)}]*"
-    alternatives = {joiners.join(map(re.escape, token)) if any(char.isdigit() for char in token) else re.escape(token)
-                    for token in wanted if token} | {re.escape(start) for start in starts if start}
-    if not alternatives:
-        return None
-    return re.compile("|".join(sorted(alternatives, key=len, reverse=True)))

@@ -243,11 +243,11 @@ class WordPositions:
     """A generation's word positions as a reader has them (`View.artifact("words")`): each segment's part read
     (checked) and decoded at its first use, a page's words placed when it is asked for (WordRows), the last CACHED
     segments used kept; the last DERIVED pages handed
-    out kept by their place, with what readers derive from them (`PageWords.derived`: a query's lexicon, line
-    pieces), so that a page asked again is the same object even after its segment was let go."""
+    out kept by their place, with what readers derive from them (`PageWords.derived`: their line pieces and the
+    pieces' texts), so that a page asked again is the same object even after its segment was let go."""
 
     CACHED = 64
-    DERIVED = 1024  # (about 0.1 MB each, a page of prose)
+    DERIVED = 1024
 
     def __init__(self, parts: Mapping[str, PartRef], source: BlobSource) -> None:
         self.parts, self.source = dict(parts), source

@@ -1,0 +1,174 @@
+"""A page's lexicon and a query's matches in it: what snippets and text regions both read.
+
+A page's tokens are its text split on whitespace (the words' order; core/words.py places each on the
+page). Its lexicon lists the exact (folded) parts of those tokens, sorted, each with the tokens holding
+it; a reader keeps the lexicons of the pages it met last (LexicalIndex.page_lexicon), so a page met again
+is not read nor analysed again. A token matches a query as the text query matches pages (query.py,
+tokenize.py): one of its exact tokens is a query word, or its stem in the document's language is one of
+the query's stems, or it starts with a query prefix. Phrase words match as words, and where a phrase's
+words follow each other the phrase is a term of its own. A query's matches on a page are worked out once
+for its snippet and its regions (QueryAnalysis).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import accumulate
+from typing import Protocol
+
+from .query import TextQuery
+from .tokenize import MAX_TOKEN_CHARS, exact_tokens, stems
+
+
+@dataclass(frozen=True)
+class PageLexicon:
+    """A page's text, its tokens (`text.split()`), and each of their exact (folded) parts, sorted, with the tokens
+    holding it (a prefix's parts are a range)."""
+
+    text: str
+    tokens: list[str]
+    parts: list[str]
+    holders: list[list[int]]
+    starts: list[int]  # where each token starts in the tokens joined by single spaces (one more: past the last)
+
+
+def page_lexicon(text: str) -> PageLexicon:
+    """`text`'s lexicon: each distinct token analysed once (a page of ASCII words: its lowered words are its parts)."""
+    tokens = text.split()
+    lowered = text.lower().split() if text.isascii() else None  # (ASCII: lower() folds, a word of letters and digits is its part)
+    by_token: dict[str, list[int]] = {}  # each distinct token's places
+    for index, token in enumerate(lowered or tokens):
+        held = by_token.get(token)
+        if held is None:
+            by_token[token] = [index]
+        else:
+            held.append(index)
+    holding: dict[str, list[int]] = {}  # each part's tokens (in no order: matching makes them sets)
+    for token, held in by_token.items():
+        for part in (token,) if lowered is not None and token.isalnum() and len(token) <= MAX_TOKEN_CHARS else token_parts(token):
+            if part in holding:
+                holding[part] = holding[part] + held
+            else:
+                holding[part] = held
+    parts = sorted(holding)
+    starts = list(accumulate(map((1).__add__, map(len, tokens)), initial=0))  # (each token's length and a space, summed)
+    return PageLexicon(text, tokens, parts, [holding[part] for part in parts], starts)
+
+
+@lru_cache(maxsize=1 << 16)  # (queries meet the same words again)
+def part_stems(part: str, language: str | None) -> tuple[str, ...]:
+    """The stem of one exact token in `language`, where it differs from the token."""
+    return tuple(stems([part], language))
+
+
+@lru_cache(maxsize=1 << 16)  # (pages share most of their words: a page's lexicon is mostly lookups)
+def token_parts(token: str) -> tuple[str, ...]:
+    """The exact tokens of one whitespace-separated token of page text (tokenize.exact_tokens)."""
+    return tuple(exact_tokens(token))
+
+
+class QueryTerms:
+    """A query's terms under one language's analysis, and what each part of a page's tokens seen so far matches:
+    made once for a query and shared by its hits (a word met on one page is not analysed again on the next)."""
+
+    def __init__(self, query: TextQuery, language: str | None) -> None:
+        self.query, self.language = query, language
+        self.exact, self.stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
+        # where a matching part begins: a stem keeps its word's start but for its last letter; a glued code's is
+        # its own (exact) form; a prefix
+        self.starts = sorted({term[:-1] if len(term) > 3 else term for term in self.stemmed} | set(query.prefixes))
+        self.phrases = {quoted(phrase): phrase for phrase in query.phrases if len(phrase) > 1}
+        terms = [*self.phrases, *query.exact, *query.stemmed, *(f"{prefix}*" for prefix in query.prefixes)]
+        self.order = {term: rank for rank, term in enumerate(dict.fromkeys(terms))}  # a region's terms in the query's order
+        self.known: dict[str, tuple[str, ...]] = {}
+
+    def matching(self, lexicon: PageLexicon) -> dict[str, set[int]]:
+        """Each query term the page holds (the query word, stem or prefix* a token matches, or a phrase), with the
+        tokens that match it. Only the parts that begin with a term's start are analysed (a range each of the
+        page's sorted parts)."""
+        found: dict[str, set[int]] = {}
+        parts, holders = lexicon.parts, lexicon.holders
+        for start in self.starts:
+            at = bisect_left(parts, start)
+            while at < len(parts) and parts[at].startswith(start):
+                terms = self.known.get(parts[at])
+                if terms is None:
+                    terms = self.known[parts[at]] = self._terms(parts[at])
+                for term in terms:
+                    found.setdefault(term, set()).update(holders[at])
+                at += 1
+        for name, phrase in self.phrases.items():  # a phrase's words in order (a hyphenated pair: one token)
+            held = _phrase_tokens(phrase, found)
+            if held:
+                found[name] = held
+        return found
+
+    def _terms(self, part: str) -> tuple[str, ...]:
+        terms = [part] if part in self.exact else [stem for stem in part_stems(part, self.language) if stem in self.stemmed]
+        return (*terms, *(f"{prefix}*" for prefix in self.query.prefixes if part.startswith(prefix)))
+
+
+def quoted(phrase: list[str]) -> str:
+    """A phrase's name as a term: its words, quoted."""
+    return '"' + " ".join(phrase) + '"'
+
+
+def _phrase_tokens(phrase: list[str], found: dict[str, set[int]]) -> set[int]:
+    """The tokens of each place the phrase's words (exact) follow each other: each word in the token after the
+    previous word's, or in the same one (late-payment)."""
+    chains = {token: token for token in found.get(phrase[0], ())}  # each start -> the token its last word is in
+    for word in phrase[1:]:
+        holding = found.get(word, set())
+        chains = {start: last + 1 if last + 1 in holding else last for start, last in chains.items()
+                  if last + 1 in holding or last in holding}
+    return {token for start, last in chains.items() for token in range(start, last + 1)}
+
+
+@dataclass(frozen=True)
+class PageMatches:
+    """A query's matches on one page: the page's lexicon and each matched term's tokens (QueryTerms.matching)."""
+
+    lexicon: PageLexicon
+    found: dict[str, set[int]]
+
+
+class TextSource(Protocol):
+    """What a query's analysis reads (the generation's LexicalIndex)."""
+
+    def language(self, path: str) -> str | None: ...
+
+    def parse(self, query: str) -> TextQuery: ...
+
+    def page_lexicon(self, path: str, page: int) -> PageLexicon | None: ...
+
+
+class QueryAnalysis:
+    """One query's terms under each language its pages' documents were stemmed in (made as they are met), and its
+    matches on each page asked for (worked out once: a hit's snippet and its regions share them)."""
+
+    def __init__(self, source: TextSource, query: str) -> None:
+        self.source, self.query = source, query
+        self._parsed: TextQuery | None = None
+        self._terms: dict[str | None, QueryTerms] = {}
+        self._languages: dict[str, str | None] = {}  # a document's, asked of the text index once
+        self._pages: dict[tuple[str, int], PageMatches | None] = {}
+
+    def of(self, path: str) -> QueryTerms:
+        """The query's terms under the language of the document at `path`."""
+        if path not in self._languages:
+            self._languages[path] = self.source.language(path)
+        language = self._languages[path]
+        if language not in self._terms:
+            self._parsed = self._parsed or self.source.parse(self.query)
+            self._terms[language] = QueryTerms(self._parsed, language)
+        return self._terms[language]
+
+    def page(self, path: str, page: int) -> PageMatches | None:
+        """The query's matches on a page (1-based) of the document at `path`; None where the page is not in the text index."""
+        key = (path, page)
+        if key not in self._pages:
+            lexicon = self.source.page_lexicon(path, page)
+            self._pages[key] = PageMatches(lexicon, self.of(path).matching(lexicon)) if lexicon is not None else None
+        return self._pages[key]
