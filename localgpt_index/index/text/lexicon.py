@@ -13,9 +13,9 @@ for its snippet and its regions (QueryAnalysis).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, compress
 from typing import Protocol
 
 from .query import TextQuery
@@ -24,37 +24,47 @@ from .tokenize import MAX_TOKEN_CHARS, exact_tokens, stems
 
 @dataclass(frozen=True)
 class PageLexicon:
-    """A page's text, its tokens (`text.split()`), and each of their exact (folded) parts, sorted, with the tokens
-    holding it (a prefix's parts are a range)."""
+    """A page's text, its tokens (`text.split()`), and each of their exact (folded) parts, sorted (a prefix's parts
+    are a range), with the distinct tokens holding it; where those tokens are on the page is found when a query
+    first matches the part (holders), so the work of making a lexicon is its distinct tokens', not its words'."""
 
     text: str
     tokens: list[str]
+    keys: list[str]  # each token as its parts are found in it (ASCII: lowered)
     parts: list[str]
-    holders: list[list[int]]
-    starts: list[int]  # where each token starts in the tokens joined by single spaces (one more: past the last)
+    holding: list[tuple[str, ...]]  # each part's distinct keys
+    before: list[int]  # the characters of the tokens before each one (one more: all of them)
+    _holders: dict[int, list[int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def start(self, token: int) -> int:
+        """Where token number `token` starts in the tokens joined by single spaces (len(tokens): past the last)."""
+        return self.before[token] + token
+
+    def holders(self, part: int) -> list[int]:
+        """The tokens holding part number `part`, in order (found once: one pass over the page in C; a page that
+        repeats a word 25,000 times costs about a millisecond here)."""
+        found = self._holders.get(part)
+        if found is None:
+            held = self.holding[part]
+            wanted = held[0].__eq__ if len(held) == 1 else set(held).__contains__
+            found = self._holders[part] = list(compress(range(len(self.keys)), map(wanted, self.keys)))
+        return found
 
 
 def page_lexicon(text: str) -> PageLexicon:
     """`text`'s lexicon: each distinct token analysed once (a page of ASCII words: its lowered words are its parts)."""
     tokens = text.split()
     lowered = text.lower().split() if text.isascii() else None  # (ASCII: lower() folds, a word of letters and digits is its part)
-    by_token: dict[str, list[int]] = {}  # each distinct token's places
-    for index, token in enumerate(lowered or tokens):
-        held = by_token.get(token)
-        if held is None:
-            by_token[token] = [index]
-        else:
-            held.append(index)
-    holding: dict[str, list[int]] = {}  # each part's tokens (in no order: matching makes them sets)
-    for token, held in by_token.items():
-        for part in (token,) if lowered is not None and token.isalnum() and len(token) <= MAX_TOKEN_CHARS else token_parts(token):
+    keys = lowered or tokens
+    holding: dict[str, list[str]] = {}  # each part's distinct keys
+    for key in dict.fromkeys(keys):
+        for part in (key,) if lowered is not None and key.isalnum() and len(key) <= MAX_TOKEN_CHARS else token_parts(key):
             if part in holding:
-                holding[part] = holding[part] + held
+                holding[part].append(key)
             else:
-                holding[part] = held
+                holding[part] = [key]
     parts = sorted(holding)
-    starts = list(accumulate(map((1).__add__, map(len, tokens)), initial=0))  # (each token's length and a space, summed)
-    return PageLexicon(text, tokens, parts, [holding[part] for part in parts], starts)
+    return PageLexicon(text, tokens, keys, parts, [tuple(holding[part]) for part in parts], list(accumulate(map(len, tokens), initial=0)))
 
 
 @lru_cache(maxsize=1 << 16)  # (queries meet the same words again)
@@ -89,7 +99,7 @@ class QueryTerms:
         tokens that match it. Only the parts that begin with a term's start are analysed (a range each of the
         page's sorted parts)."""
         found: dict[str, set[int]] = {}
-        parts, holders = lexicon.parts, lexicon.holders
+        parts = lexicon.parts
         for start in self.starts:
             at = bisect_left(parts, start)
             while at < len(parts) and parts[at].startswith(start):
@@ -97,7 +107,7 @@ class QueryTerms:
                 if terms is None:
                     terms = self.known[parts[at]] = self._terms(parts[at])
                 for term in terms:
-                    found.setdefault(term, set()).update(holders[at])
+                    found.setdefault(term, set()).update(lexicon.holders(at))
                 at += 1
         for name, phrase in self.phrases.items():  # a phrase's words in order (a hyphenated pair: one token)
             held = _phrase_tokens(phrase, found)

@@ -23,17 +23,19 @@ _MARKED = re.compile(r"\w(?:.*\w)?", re.DOTALL)  # a matched word's part between
 def snippet(matches: PageMatches, width: int = WIDTH) -> str:
     """About `width` characters of a page's words around the window holding the most distinct query terms,
     each matched word between MARK; the page's first words if nothing matches; "" for no text."""
-    tokens, starts, found = matches.lexicon.tokens, matches.lexicon.starts, matches.found
+    lexicon, found = matches.lexicon, matches.found
+    tokens, start = lexicon.tokens, lexicon.start
     if not tokens:
         return ""
+    places = range(len(tokens) + 1)  # (searched by where each token starts: lexicon.start)
     terms = [(term, held) for term, held in found.items() if not term.startswith('"')]  # (a phrase's words are terms of their own)
     # each term's first MAX_HITS tokens (a set of small ints iterates nearly in order: sorting it is quick), merged
     hits = sorted((index, number) for number, (_, held) in enumerate(terms) for index in sorted(held)[:MAX_HITS])[:MAX_HITS]
     if not hits:
-        return _words(tokens, 0, bisect_left(starts, width) - 1)
-    best = _densest([starts[index] for index, _ in hits], [number for _, number in hits], len(terms), width)
-    first = bisect_right(starts, max(0, starts[hits[best][0]] - width // 4)) - 1  # start on a word
-    last = min(len(tokens) - 1, max(first, bisect_left(starts, starts[first] + width) - 1))
+        return _words(tokens, 0, bisect_left(places, width, key=start) - 1)
+    best = _densest([start(index) for index, _ in hits], [number for _, number in hits], len(terms), width)
+    first = bisect_right(places, max(0, start(hits[best][0]) - width // 4), key=start) - 1  # start on a word
+    last = min(len(tokens) - 1, max(first, bisect_left(places, start(first) + width, key=start) - 1))
     marked = {index for index, _ in hits if first <= index <= last}
     shown = [_marked(tokens[index]) if index in marked else tokens[index] for index in range(first, last + 1)]
     return ("… " if first else "") + " ".join(shown) + (" …" if last < len(tokens) - 1 else "")
