@@ -182,6 +182,16 @@ def test_snippet_marks_the_matched_words():
     shown = page_snippet("Engineers\n\nreviewed (turbines), then   the INVOICES.", "engineer turbine* invoice", "en")
     assert shown == "**Engineers** reviewed (**turbines**), then the **INVOICES**."
     assert page_snippet("word " * 100, "zebra") == " ".join(["word"] * 40) + " …"  # the page's first words
+    # a compound whole, its part apart from what follows it; Chinese characters alone; a word's combining marks in it
+    assert page_snippet("café's late-payment notice", "cafe late") == "**café**'s **late-payment** notice"
+    assert page_snippet("我在東京工作很久了，東京很大。", "東京") == "我在**東京**工作很久了，**東京**很大。"
+    assert page_snippet("मैं हिंदी बोलता हूँ", "हिंदी") == "मैं **हिंदी** बोलता हूँ"
+    # a long token (a URL, base64, a line of Chinese) is cut around its matched word: the snippet stays short
+    shown = page_snippet("see https://example.com/" + "a" * 300 + "/turbine/" + "b" * 3000 + " and more", "turbine")
+    assert "/**turbine**/" in shown and len(shown) < 160, shown
+    shown = page_snippet("start " + "x" * 5000 + " middle turbine end", "turbine")  # the best hit shown past a long token
+    assert "**turbine**" in shown and len(shown) < 160, shown
+    assert len(page_snippet("y" * 5000, "zebra")) < 110
 
 
 # -- fusion --------------------------------------------------------------------------------------------

@@ -91,13 +91,18 @@ def test_best_rows_by_torch_and_by_numpy_agree(rows, monkeypatch):
     rng = np.random.default_rng(6)
     pages = [_unit(rng, 1037).astype(np.float16) for _ in range(10)]
     query = _unit(rng, 19)
-    assert len(pages) * len(rows) * len(query) >= score_module.TORCH_SIMILARITIES  # (torch's product)
+    torch_rows, by_torch = score_module._best_rows_torch, []
+    monkeypatch.setattr(score_module, "_best_rows_torch", lambda *args: by_torch.append(1) or torch_rows(*args))
     at, top = best_rows(query, pages, rows)
+    assert by_torch  # (a product this big goes to torch)
     expected_at, expected_top = _best_rows_reference(query, pages, rows)
     np.testing.assert_array_equal(at, expected_at)
     np.testing.assert_allclose(top, expected_top, rtol=1e-5)
     monkeypatch.setattr(score_module, "torch_available", lambda: False)
-    np.testing.assert_array_equal(best_rows(query, pages, rows)[0], at)
+    by_numpy = best_rows(query, pages, rows)
+    np.testing.assert_array_equal(by_numpy[0], at)
+    np.testing.assert_allclose(by_numpy[1], top, rtol=1e-5)
+    assert len(by_torch) == 1
 
 
 @pytest.mark.slow  # imports torch (the scorer's threads)

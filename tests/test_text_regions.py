@@ -20,7 +20,7 @@ from localgpt_index import open_index
 from localgpt_index.core.errors import IndexProblem
 from localgpt_index.core.words import NO_LINE, WORD_SCALE, FoundWord, PageWords, align
 from localgpt_index.index.text.query import parse
-from localgpt_index.index.text.lexicon import PageMatches, QueryTerms, page_lexicon
+from localgpt_index.index.text.lexicon import QueryTerms, page_lexicon
 from localgpt_index.index.text.regions import page_text_regions
 from localgpt_index.index.text.words import decode_words, encode_words
 from localgpt_index.ingest.ocr import Tesseract
@@ -152,7 +152,7 @@ def _words(lines: list[list[str]], columns: int = 1) -> tuple[str, PageWords]:
 def _regions(text: str, words: PageWords, terms: QueryTerms):
     """A page's text regions for `terms`, its matches found in its lexicon as a query's are (QueryAnalysis.page)."""
     lexicon = page_lexicon(text)
-    return page_text_regions(PageMatches(lexicon, terms.matching(lexicon)), words, terms)
+    return page_text_regions(terms.matches(lexicon), words, terms)
 
 
 def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
@@ -398,3 +398,20 @@ def test_a_page_met_before_is_not_read_again_and_a_new_generation_s_text_is_read
     assert index.page_lexicon("/a.pdf", 2).tokens == [] and index.page_lexicon("/a.pdf", 3) is None  # no text; not in the index
     index.update(["/a.pdf"], [LexicalPage("/a.pdf", 1, "delta")])  # (a writer's copy: its next generation)
     assert index.page_lexicon("/a.pdf", 1).tokens == ["delta"] and reads[-1] == ("/a.pdf", 1)
+
+
+def test_a_reader_keeps_the_lexicons_of_the_pages_it_met_last_within_a_count_and_a_size(monkeypatch):
+    from localgpt_index.index.text import engine
+
+    index = engine.LexicalIndex.create()
+    index.update([], [engine.LexicalPage("/a.pdf", page, f"page {page} " + "word " * 10 * page) for page in range(1, 5)])
+    monkeypatch.setattr(engine, "LEXICONS_KEPT", 2)
+    first = index.page_lexicon("/a.pdf", 1)
+    index.page_lexicon("/a.pdf", 2)
+    assert index.page_lexicon("/a.pdf", 1) is first  # used again: the last met now
+    index.page_lexicon("/a.pdf", 3)  # the page met longest ago (2) goes
+    assert index.page_lexicon("/a.pdf", 1) is first and index.page_lexicon("/a.pdf", 2) is not None
+    assert set(index._lexicons) == {("/a.pdf", 1), ("/a.pdf", 2)}
+    monkeypatch.setattr(engine, "LEXICON_CHARS_KEPT", len(index.page_text("/a.pdf", 4)) + 10)
+    index.page_lexicon("/a.pdf", 4)  # the largest: the others go to make room for it
+    assert set(index._lexicons) == {("/a.pdf", 4)} and index._kept_chars == len(index.page_text("/a.pdf", 4))

@@ -203,6 +203,8 @@ SCORE_WORKERS = min(available_cpus(), 8)
 # (_start_pool). No call of maxsim touches a process-wide setting (overlapping calls used to leave the
 # whole process at one thread).
 scoring_pool = SharedPool(lambda: _start_pool(SCORE_WORKERS))
+# best_rows' thread (one torch thread), started on a process's first query with regions
+rows_pool = SharedPool(lambda: _start_pool(1))
 # Parts of one exact pass scored at once (LocalView.score_units, serve's sweep), each on a thread of this
 # pool that waits for the scorer's threads: a part's chunks queue behind the one before, so a scorer
 # thread with none left of a part goes on to the next instead of waiting for the other's last chunk.
@@ -283,8 +285,9 @@ def best_rows(query: np.ndarray, pages: Sequence[np.ndarray], rows: np.ndarray) 
     """Where MaxSim's maxima are: for each page (float16 vectors, all of one length) and query token (`query`:
     (tokens, dim) float32), the one of the pages' `rows` it matches best, and that similarity: ((pages, tokens)
     positions in `rows`, (pages, tokens) float32). For a few pages at a time (a query's hits: query/patches): on a
-    scorer thread with torch where it can be imported (float16 widened by F16C: NumPy's widening alone costs
-    more than torch's whole product), by NumPy otherwise or where the product is small."""
+    thread with torch where it can be imported (float16 widened by F16C: NumPy's widening alone costs
+    more than torch's whole product; a thread of its own, not the scorer's: a server's next pass may be on those),
+    by NumPy otherwise or where the product is small."""
     if not len(pages) or not len(rows) or not len(query):
         return np.zeros((len(pages), len(query)), dtype=np.int64), np.zeros((len(pages), len(query)), dtype=np.float32)
     runs = rows[-1] - rows[0] + 1 == len(rows) and bool(np.all(np.diff(rows) == 1))  # (an image's tokens: one run)
@@ -293,7 +296,7 @@ def best_rows(query: np.ndarray, pages: Sequence[np.ndarray], rows: np.ndarray) 
         sims = taken.reshape(-1, taken.shape[-1]).astype(np.float32) @ np.asarray(query, dtype=np.float32).T
         sims = sims.reshape(len(pages), len(rows), len(query))
         return sims.argmax(axis=1), sims.max(axis=1)
-    return scoring_pool().submit(_best_rows_torch, query, taken).result()
+    return rows_pool().submit(_best_rows_torch, query, taken).result()
 
 
 def _best_rows_torch(query: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -54,7 +54,8 @@ from .tokenize import TOKENIZER_VERSION, Analysed, analyse
 ENGINE_VERSION: Final = 2
 VOCABULARY: Final = 200_000  # the indexed words a miss's suggestions are looked for among (bounded work)
 LANGUAGES_KEPT: Final = 65_536  # documents' languages a reader keeps (a bounded cache)
-LEXICONS_KEPT: Final = 1024  # pages' lexicons a reader keeps (about 0.1 MB each for a page of prose)
+LEXICONS_KEPT: Final = 1024  # pages' lexicons a reader keeps (about 0.1 MB each for a page of prose: 3,500 characters)
+LEXICON_CHARS_KEPT: Final = 4_000_000  # and their texts' characters at most (a lexicon takes about 25 bytes a character)
 PREFIX_TERMS: Final = 64  # a prefix (turb*) stands for at most this many indexed words, the most frequent
 
 _SCHEMA = """
@@ -150,6 +151,8 @@ class LexicalIndex:
         self._rows: _Table | None = None
         self._languages: dict[str, str | None] = {}  # a document's, once asked (regions ask it for every hit)
         self._lexicons: OrderedDict[tuple[str, int], PageLexicon] = OrderedDict()  # the pages met last (page_lexicon)
+        self._kept_chars = 0  # their texts' characters
+        self._updates = 0  # update() calls (a writer's copy): a lexicon made before the last one is not kept
         self._lock = threading.Lock()
 
     @classmethod
@@ -232,9 +235,12 @@ class LexicalIndex:
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        self._rows = None
-        self._languages = {}
-        self._lexicons.clear()
+        with self._lock:
+            self._rows = None
+            self._languages = {}
+            self._lexicons.clear()
+            self._kept_chars = 0
+            self._updates += 1
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -249,7 +255,8 @@ class LexicalIndex:
 
     def page_lexicon(self, path: str, page: int) -> PageLexicon | None:
         """A page's text as snippets and regions read it (lexicon.py): made the first time the page is met and kept
-        for the LEXICONS_KEPT pages met last (a server's hits: their pages are not read nor analysed again);
+        for the LEXICONS_KEPT pages met last, LEXICON_CHARS_KEPT characters at most (a server's hits: their pages are not
+        read nor analysed again);
         None where the page is not in this index."""
         key = (path, page)
         with self._lock:
@@ -257,14 +264,17 @@ class LexicalIndex:
             if found is not None:
                 self._lexicons.move_to_end(key)
                 return found
+            updates = self._updates
         text = self.page_text(path, page)
         if text is None:
             return None
         made = page_lexicon(text)  # (outside the lock: a thread asking for a page kept does not wait on it)
         with self._lock:
-            self._lexicons[key] = made
-            if len(self._lexicons) > LEXICONS_KEPT:
-                self._lexicons.popitem(last=False)
+            if key not in self._lexicons and updates == self._updates:  # (not a text an update() replaced meanwhile)
+                self._lexicons[key] = made
+                self._kept_chars += len(text)
+            while len(self._lexicons) > LEXICONS_KEPT or self._kept_chars > LEXICON_CHARS_KEPT:
+                self._kept_chars -= len(self._lexicons.popitem(last=False)[1].text)
         return made
 
     def language(self, path: str) -> str | None:

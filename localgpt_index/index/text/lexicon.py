@@ -40,15 +40,25 @@ class PageLexicon:
         """Where token number `token` starts in the tokens joined by single spaces (len(tokens): past the last)."""
         return self.before[token] + token
 
-    def holders(self, part: int) -> list[int]:
-        """The tokens holding part number `part`, in order (found once: one pass over the page in C; a page that
-        repeats a word 25,000 times costs about a millisecond here)."""
-        found = self._holders.get(part)
-        if found is None:
-            held = self.holding[part]
+    def holders(self, parts: list[int]) -> list[list[int]]:
+        """The tokens holding each of `parts` (numbers), each in order: found the first time a query matches a part,
+        for all the parts asked at once (one pass over the page in C, then a step a token that holds one)."""
+        missing = [part for part in dict.fromkeys(parts) if part not in self._holders]
+        if len(missing) == 1:  # (most: a query's word)
+            held = self.holding[missing[0]]
             wanted = held[0].__eq__ if len(held) == 1 else set(held).__contains__
-            found = self._holders[part] = list(compress(range(len(self.keys)), map(wanted, self.keys)))
-        return found
+            self._holders[missing[0]] = list(compress(range(len(self.keys)), map(wanted, self.keys)))
+        elif missing:
+            of_key: dict[str, list[int]] = {}  # each key's parts among the missing
+            for part in missing:
+                for key in self.holding[part]:
+                    of_key.setdefault(key, []).append(part)
+            found: dict[int, list[int]] = {part: [] for part in missing}
+            for index in compress(range(len(self.keys)), map(of_key.__contains__, self.keys)):
+                for part in of_key[self.keys[index]]:
+                    found[part].append(index)
+            self._holders.update(found)
+        return [self._holders[part] for part in parts]
 
 
 def page_lexicon(text: str) -> PageLexicon:
@@ -96,9 +106,13 @@ class QueryTerms:
 
     def matching(self, lexicon: PageLexicon) -> dict[str, set[int]]:
         """Each query term the page holds (the query word, stem or prefix* a token matches, or a phrase), with the
-        tokens that match it. Only the parts that begin with a term's start are analysed (a range each of the
-        page's sorted parts)."""
-        found: dict[str, set[int]] = {}
+        tokens that match it."""
+        return self.matches(lexicon).found
+
+    def matches(self, lexicon: PageLexicon) -> PageMatches:
+        """The query's matches on the page: each term's tokens, and the parts that matched. Only the parts that begin
+        with a term's start are analysed (a range each of the page's sorted parts)."""
+        matched: list[tuple[int, tuple[str, ...]]] = []  # each matching part's number and its terms
         parts = lexicon.parts
         for start in self.starts:
             at = bisect_left(parts, start)
@@ -106,14 +120,18 @@ class QueryTerms:
                 terms = self.known.get(parts[at])
                 if terms is None:
                     terms = self.known[parts[at]] = self._terms(parts[at])
-                for term in terms:
-                    found.setdefault(term, set()).update(lexicon.holders(at))
+                if terms:
+                    matched.append((at, terms))
                 at += 1
+        found: dict[str, set[int]] = {}
+        for (_, terms), holding in zip(matched, lexicon.holders([at for at, _ in matched])):
+            for term in terms:
+                found.setdefault(term, set()).update(holding)
         for name, phrase in self.phrases.items():  # a phrase's words in order (a hyphenated pair: one token)
             held = _phrase_tokens(phrase, found)
             if held:
                 found[name] = held
-        return found
+        return PageMatches(lexicon, found, frozenset(parts[at] for at, _ in matched))
 
     def _terms(self, part: str) -> tuple[str, ...]:
         terms = [part] if part in self.exact else [stem for stem in part_stems(part, self.language) if stem in self.stemmed]
@@ -138,10 +156,12 @@ def _phrase_tokens(phrase: list[str], found: dict[str, set[int]]) -> set[int]:
 
 @dataclass(frozen=True)
 class PageMatches:
-    """A query's matches on one page: the page's lexicon and each matched term's tokens (QueryTerms.matching)."""
+    """A query's matches on one page: the page's lexicon, each matched term's tokens, the parts that matched
+    (QueryTerms.matches)."""
 
     lexicon: PageLexicon
     found: dict[str, set[int]]
+    parts: frozenset[str]  # the page's parts that match (a snippet marks the compounds holding one)
 
 
 class TextSource(Protocol):
@@ -180,5 +200,5 @@ class QueryAnalysis:
         key = (path, page)
         if key not in self._pages:
             lexicon = self.source.page_lexicon(path, page)
-            self._pages[key] = PageMatches(lexicon, self.of(path).matching(lexicon)) if lexicon is not None else None
+            self._pages[key] = self.of(path).matches(lexicon) if lexicon is not None else None
         return self._pages[key]

@@ -2,22 +2,24 @@
 
 A word is matched as the text query matches pages: by its exact token, its stem in the document's language,
 or a prefix (turb*), found in the page's lexicon (lexicon.py; a reader keeps the lexicons of the pages it met
-last, and a hit's regions read the same matches). The snippet is the page's whole words, joined by single
-spaces, from a little before the window of about WIDTH characters that holds the most distinct query terms;
-each matched word between MARK, its punctuation outside. The work per page is bounded: the first MAX_HITS
-matches are looked among, so a page that repeats a query word 25,000 times costs about what any page costs."""
+last, and a hit's regions read the same matches). The snippet is the page's words, joined by single spaces,
+from a little before the window of about WIDTH characters that holds the most distinct query terms (a word
+longer than LONG cut); each compound that holds a matched part between MARK (its punctuation outside; a code
+whole; a Chinese or Japanese character alone). The work per page is bounded: the first MAX_HITS matches are
+looked among, so a page that repeats a query word 25,000 times costs about what any page costs."""
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left, bisect_right
 
-from .lexicon import PageMatches
+from .lexicon import PageMatches, token_parts
+from .tokenize import compound_spans, word_spans
 
 WIDTH = 200
 MAX_HITS = 256  # the matches a snippet is chosen among: the densest window of the page's first ones
 MARK = ("**", "**")  # Markdown bold: what an answerer's prompt or a terminal renders as emphasis
-_MARKED = re.compile(r"\w(?:.*\w)?", re.DOTALL)  # a matched word's part between marks: its first to its last letter or digit
+LONG = WIDTH // 2  # a token is cut to this many characters (a URL, base64, a line of Chinese or Japanese)
+NOTHING: frozenset[str] = frozenset()
 
 
 def snippet(matches: PageMatches, width: int = WIDTH) -> str:
@@ -33,19 +35,39 @@ def snippet(matches: PageMatches, width: int = WIDTH) -> str:
     hits = sorted((index, number) for number, (_, held) in enumerate(terms) for index in sorted(held)[:MAX_HITS])[:MAX_HITS]
     if not hits:
         return _words(tokens, 0, bisect_left(places, width, key=start) - 1)
-    best = _densest([start(index) for index, _ in hits], [number for _, number in hits], len(terms), width)
+    before = lexicon.before
+    best = _densest([before[index] + index for index, _ in hits], [number for _, number in hits], len(terms), width)
     first = bisect_right(places, max(0, start(hits[best][0]) - width // 4), key=start) - 1  # start on a word
     last = min(len(tokens) - 1, max(first, bisect_left(places, start(first) + width, key=start) - 1))
+    last = max(last, hits[best][0])  # (the best hit shown, whatever long token came before it)
     marked = {index for index, _ in hits if first <= index <= last}
-    shown = [_marked(tokens[index]) if index in marked else tokens[index] for index in range(first, last + 1)]
+    shown = [_shown(token, matches.parts if index in marked else NOTHING) if index in marked or len(token) > LONG else token
+             for index, token in enumerate(tokens[first: last + 1], first)]
     return ("… " if first else "") + " ".join(shown) + (" …" if last < len(tokens) - 1 else "")
 
 
-def _marked(token: str) -> str:
-    found = _MARKED.search(token)
-    if found is None:
-        return token
-    return f"{token[:found.start()]}{MARK[0]}{found.group()}{MARK[1]}{token[found.end():]}"
+def _shown(token: str, parts: frozenset[str]) -> str:
+    """A token as a snippet shows it: each of its compounds that holds a matched part (`parts`; none for a token
+    that matches nothing) between MARK; a token longer than LONG cut to LONG characters around its first mark, and marked word
+    by word (a long compound's matched word is what is shown)."""
+    marks: list[tuple[int, int]] = []
+    for start, end in (word_spans(token) if len(token) > LONG else compound_spans(token)) if parts else ():
+        if not parts.isdisjoint(token_parts(token[start:end])):
+            if marks and marks[-1][1] == start:  # (touching: Chinese characters one after the other, one mark)
+                start = marks.pop()[0]
+            marks.append((start, end))
+    lo, hi = 0, len(token)
+    if hi > LONG:
+        lo = max(0, min(marks[0][0] - LONG // 4 if marks else 0, hi - LONG))
+        hi = lo + LONG
+    pieces, at = ["…" if lo else ""], lo
+    for start, end in marks:
+        start, end = max(start, lo), min(end, hi)
+        if start < end:
+            pieces += [token[at:start], MARK[0], token[start:end], MARK[1]]
+            at = end
+    pieces += [token[at:hi], "…" if hi < len(token) else ""]
+    return "".join(pieces)
 
 
 def _densest(starts: list[int], terms: list[int], kinds: int, width: int) -> int:
@@ -68,4 +90,5 @@ def _densest(starts: list[int], terms: list[int], kinds: int, width: int) -> int
 
 def _words(tokens: list[str], first: int, last: int) -> str:
     last = max(first, min(last, len(tokens) - 1))
-    return " ".join(tokens[first: last + 1]) + (" …" if last < len(tokens) - 1 else "")
+    return " ".join([_shown(token, NOTHING) if len(token) > LONG else token for token in tokens[first: last + 1]]) + \
+        (" …" if last < len(tokens) - 1 else "")

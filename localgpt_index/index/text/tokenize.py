@@ -41,7 +41,8 @@ _WORD = rf"[[\p{{L}}\p{{N}}\p{{M}}]--[{_CJK}]]+"
 _COMPOUND = regex.compile(rf"{_WORD}(?:[-_./:,]{_WORD})*|[{_CJK}]", regex.V1)
 _PARTS = regex.compile(_WORD, regex.V1)
 # the same two for ASCII text (most pages), where a word is [a-z0-9]+ (after case folding; A-Z kept for
-# spans, which match the text as it is): the standard library's re runs them about 3x faster than regex's set operations
+# compounds, which snippets find in the text as written): the standard library's re runs them about 3x faster than
+# regex's set operations
 _ASCII_COMPOUND = re.compile(r"[a-zA-Z0-9]+(?:[-_./:,][a-zA-Z0-9]+)*")
 _ASCII_PARTS = re.compile(r"[a-zA-Z0-9]+")
 # letters NFKD does not decompose into a base and a mark (after case folding)
@@ -92,6 +93,16 @@ def exact_tokens(text: str) -> list[str]:
             if len(glued) <= MAX_TOKEN_CHARS:
                 tokens.append(glued)
     return tokens
+
+
+def compound_spans(text: str) -> list[tuple[int, int]]:
+    """Where each compound of `text` as written (not folded) starts and ends: what a snippet marks."""
+    return [found.span() for found in (_ASCII_COMPOUND if text.isascii() else _COMPOUND).finditer(text)]
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """Where each word of `text` as written starts and ends (a compound's words apart)."""
+    return [found.span() for found in (_ASCII_PARTS if text.isascii() else _PARTS).finditer(text)]
 
 
 def stems(tokens: Iterable[str], language: str | None) -> list[str]:
