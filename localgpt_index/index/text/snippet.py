@@ -5,8 +5,9 @@ or a prefix (turb*), found in the page's lexicon (lexicon.py; a reader keeps the
 last, and a hit's regions read the same matches). The snippet is the page's words, joined by single spaces,
 from a little before the window of about WIDTH characters that holds the most distinct query terms (a word
 longer than LONG cut); each compound that holds a matched part between MARK (its punctuation outside; a code
-whole; a Chinese or Japanese character alone). The work per page is bounded: the first MAX_HITS matches are
-looked among, so a page that repeats a query word 25,000 times costs about what any page costs."""
+whole; a Chinese or Japanese character alone). A snippet's own work is bounded: the first MAX_HITS matches are
+looked among, so a page that repeats a query word 25,000 times costs it about what any page costs (the page's
+lexicon, made once a reader, costs its words: docs/hybrid.md has both measured)."""
 
 from __future__ import annotations
 
