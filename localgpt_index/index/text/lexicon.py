@@ -104,13 +104,9 @@ class QueryTerms:
         self.order = {term: rank for rank, term in enumerate(dict.fromkeys(terms))}  # a region's terms in the query's order
         self.known: dict[str, tuple[str, ...]] = {}
 
-    def matching(self, lexicon: PageLexicon) -> dict[str, set[int]]:
-        """Each query term the page holds (the query word, stem or prefix* a token matches, or a phrase), with the
-        tokens that match it."""
-        return self.matches(lexicon).found
-
     def matches(self, lexicon: PageLexicon) -> PageMatches:
-        """The query's matches on the page: each term's tokens, and the parts that matched. Only the parts that begin
+        """The query's matches on the page: each query term the page holds (the query word, stem or prefix* a token
+        matches, or a phrase) with the tokens that match it, and the parts that matched. Only the parts that begin
         with a term's start are analysed (a range each of the page's sorted parts)."""
         matched: list[tuple[int, tuple[str, ...]]] = []  # each matching part's number and its terms
         parts = lexicon.parts
