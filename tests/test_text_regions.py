@@ -189,6 +189,25 @@ def test_lines_of_two_columns_are_not_merged_and_a_wide_gap_cuts_a_line():
     assert _regions("other text", words, QueryTerms(parse("alpha"), None)) == []  # positions of another text: none
 
 
+def test_a_region_s_text_is_its_first_lines_that_fit_or_a_long_line_around_its_match():
+    from localgpt_index.index.text.regions import BEFORE, REGION_WORDS
+
+    prose = [[f"w{line}x{word}" for word in range(10)] + ["budget"] for line in range(8)]  # one block, every line matching
+    text, words = _words(prose)
+    [region] = _regions(text, words, QueryTerms(parse("budget"), None))
+    fit = REGION_WORDS // 11  # whole lines of 11 words
+    assert region.text == " ".join(" ".join(line) for line in prose[:fit]) + " …"
+    assert region.bbox[3] == pytest.approx(0.05 * 8 + 0.02, abs=1e-4)  # the box is still the whole block's
+    long_line = [f"v{word}" for word in range(3 * REGION_WORDS)]
+    long_line[2 * REGION_WORDS] = "budget"
+    text, words = _words([long_line])
+    [region] = _regions(text, words, QueryTerms(parse("budget"), None))
+    shown = region.text.split()
+    assert shown[0] == shown[-1] == "…" and len(shown) == REGION_WORDS + 2 and shown[1 + BEFORE] == "budget"
+    text, words = _words([["budget", *long_line[:REGION_WORDS]]])  # the match first: cut at the end only
+    assert _regions(text, words, QueryTerms(parse("budget"), None))[0].text.split()[::REGION_WORDS] == ["budget", "…"]
+
+
 def _build(docs: Path, index: Path, model: Path, *args: str) -> None:
     result = run_cli("build", str(docs), "--index-dir", str(index), "--model", str(model), *args)
     assert result.exit_code == 0, result.stderr

@@ -40,7 +40,7 @@ class Region:
     source: RegionSource
     score: float
     matched: tuple[str, ...] = ()
-    text: str | None = None  # text regions: the words in the box, in reading order
+    text: str | None = None  # text regions: the words in the box, in reading order (index/text/regions.REGION_WORDS at most)
 
     def to_dict(self) -> dict:
         key = "terms" if self.source == "text" else "tokens"

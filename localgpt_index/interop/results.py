@@ -55,7 +55,7 @@ class HitRegion(_Document):
     score: float = Field(description="text: the matched terms it holds, weighted; visual: the MaxSim share of its tokens")
     terms: list[str] = _absent("text: the query's terms found there (as analysed)")
     tokens: list[str] = _absent("visual: the query's tokens whose best patches it covers")
-    text: str = _absent("text: the words in the box, in reading order")
+    text: str = _absent("text: the words in the box, in reading order (its first lines, 32 words at most; … where cut)")
 
 
 class Hit(_Document):

@@ -5,22 +5,27 @@ query term each matches, is the page's lexicon's business (lexicon.py: the query
 and phrases, as the text query matches pages). The lines holding matches become regions: a line's box is the
 union of its words' boxes (a line is cut where a gap between two words is wider than COLUMN_GAP times
 their height: OCR may read two columns' lines as one), adjacent lines of one block that both match are
-merged, and regions are ranked by the distinct query terms they hold, then by their matches a line. The
-words in a region are its text.
+merged, and regions are ranked by the distinct query terms they hold, then by their matches a line. A
+region's text is its lines' words, REGION_WORDS at most: a merged block of prose gives its first lines (each holds
+a match), a single long line the words around its first match (`…` where cut), so that a table cell or an
+answerer's prompt gets the sentence, not the paragraph.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...core.types import Region
 from ...core.words import NO_LINE, WORD_SCALE, PageWords, neighbour_gaps
-from .lexicon import PageLexicon, PageMatches, QueryTerms
+from .lexicon import PageMatches, QueryTerms
 
 MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps room for visual ones)
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
+REGION_WORDS = 32  # a region's text at most: its first lines, as many as fit
+BEFORE = 4  # the words shown before the first match of a line too long for REGION_WORDS
 
 
 def page_text_regions(matches: PageMatches, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
@@ -33,13 +38,13 @@ def page_text_regions(matches: PageMatches, words: PageWords, query: QueryTerms,
         return []
     pieces = line_pieces(words)
     terms = list(found)
-    ranked = sorted(_groups(found, terms, pieces), key=_score, reverse=True)  # (stable: equal ones in reading order)
-    return [_region(group, terms, lexicon, pieces, query.order) for group in ranked[:limit]]
+    ranked = sorted(_groups(found, terms, pieces), reverse=True)  # best first; equal ones in reading order (-first)
+    return [_region(group, terms, matches, pieces, query.order) for group in ranked[:limit]]
 
 
-# matching lines first..last of one block, merged: (first, last, distinct terms, matches a line, each term's matches);
-# a plain tuple (one is made for every group of matching lines of every hit)
-_Group = tuple[int, int, int, float, list[int]]
+# matching lines first..last of one block, merged: (distinct terms, matches a line, -first, last, each term's matches),
+# so that groups sort by their rank; a plain tuple (one is made for every group of matching lines of every hit)
+_Group = tuple[int, float, int, int, list[int]]
 
 
 def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) -> list[_Group]:
@@ -56,18 +61,13 @@ def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) ->
         if line != last:
             if line != last + 1 or blocks[line] != blocks[last]:
                 if counts:
-                    groups.append((first, last, width - counts.count(0), sum(counts) / (last - first + 1), counts))
+                    groups.append((width - counts.count(0), sum(counts) / (last - first + 1), -first, last, counts))
                 first, counts = line, [0] * width
             last = line
         counts[term] += 1
     if counts:
-        groups.append((first, last, width - counts.count(0), sum(counts) / (last - first + 1), counts))
+        groups.append((width - counts.count(0), sum(counts) / (last - first + 1), -first, last, counts))
     return groups
-
-
-def _score(group: _Group) -> tuple[int, float]:
-    """A group's rank: its distinct terms, then its matches a line."""
-    return group[2], group[3]
 
 
 @dataclass(frozen=True)
@@ -120,18 +120,34 @@ def _line_pieces(words: PageWords) -> LinePieces:
                       known.tolist(), [*at.tolist(), len(known)])
 
 
-def _region(group: _Group, terms: list[str], lexicon: PageLexicon, pieces: LinePieces, order: dict[str, int]) -> Region:
+def _region(group: _Group, terms: list[str], matches: PageMatches, pieces: LinePieces, order: dict[str, int]) -> Region:
     """A group's box (its lines' union), score, terms (in the query's order) and words."""
-    first, last, distinct, density, counts = group
+    distinct, density, first, last, counts = group
+    first = -first
     if first == last:
         x0, y0, x1, y1 = pieces.boxes[first]
-        text = pieces.text(first, lexicon.tokens)
     else:
         left, top, right, bottom = zip(*pieces.boxes[first: last + 1])
         x0, y0, x1, y1 = min(left), min(top), max(right), max(bottom)
-        text = " ".join([pieces.text(piece, lexicon.tokens) for piece in range(first, last + 1)])
     matched = [term for term, count in zip(terms, counts) if count]
     if len(matched) > 1:
         matched.sort(key=order.__getitem__)
+    text = _text(first, last, pieces, matches)
     return Region((x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), "text",
                   round(distinct + density / (density + 1), 4), tuple(matched), text)
+
+
+def _text(first: int, last: int, pieces: LinePieces, matches: PageMatches) -> str:
+    """The words of lines `first`..`last`, REGION_WORDS at most: the first lines that fit (`…` after them where
+    lines are left out); a first line too long alone, its words from BEFORE words before its first match."""
+    starts, tokens = pieces.starts, matches.lexicon.tokens
+    end = bisect_right(starts, starts[first] + REGION_WORDS, first + 1, last + 2) - 1  # lines first..end - 1 fit
+    if end > first:
+        shown = pieces.text(first, tokens) if end == first + 1 else " ".join([pieces.text(piece, tokens) for piece in range(first, end)])
+        return shown + (" …" if end <= last else "")
+    held = pieces.placed[starts[first]: starts[first + 1]]
+    low, high = held[0], held[-1]
+    match = min((index for indexes in matches.found.values() for index in indexes if low <= index <= high), default=low)
+    at = max(0, min(bisect_left(held, match) - BEFORE, len(held) - REGION_WORDS))
+    shown = " ".join([tokens[index] for index in held[at: at + REGION_WORDS]])
+    return ("… " if at else "") + shown + (" …" if at + REGION_WORDS < len(held) or last > first else "")
