@@ -363,23 +363,24 @@ def test_without_text_the_default_is_visual_and_text_mode_is_refused(tmp_path):
 
 
 def test_the_densest_window_is_the_one_every_window_would_find():
-    """snippet's one-pass window (issue 39 #1) picks the first hit of the earliest window holding the most
-    distinct tokens, exactly as trying every window does (the quadratic search it replaced)."""
+    """snippet's one-pass window (issue 39 #1) picks the first hit of the earliest window whose distinct units weigh
+    the most, exactly as trying every window does (the quadratic search it replaced)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from localgpt_index.index.text.snippet import _densest
 
-    def every_window(hits, width):
-        counts = [len({term for start, term in hits[first:] if start < hits[first][0] + width}) for first in range(len(hits))]
-        return counts.index(max(counts))
+    def every_window(hits, weights, width):
+        held = [sum(weights[unit] for unit in {unit for start, unit in hits[first:] if start < hits[first][0] + width})
+                for first in range(len(hits))]
+        return held.index(max(held))
 
     starts = st.lists(st.tuples(st.integers(0, 500), st.integers(0, 3)), min_size=1, max_size=40)
 
     @settings(max_examples=300, deadline=None)
-    @given(starts, st.integers(1, 120))
-    def same(raw, width):
+    @given(starts, st.lists(st.integers(1, 3000), min_size=4, max_size=4), st.integers(1, 120))
+    def same(raw, weights, width):
         hits = sorted(raw)
-        assert _densest([start for start, _ in hits], [term for _, term in hits], 4, width) == every_window(hits, width)
+        assert _densest([start for start, _ in hits], [unit for _, unit in hits], weights, width) == every_window(hits, weights, width)
 
     same()

@@ -152,7 +152,7 @@ def _words(lines: list[list[str]], columns: int = 1) -> tuple[str, PageWords]:
 def _regions(text: str, words: PageWords, terms: QueryTerms):
     """A page's text regions for `terms`, its matches found in its lexicon as a query's are (QueryAnalysis.page)."""
     lexicon = page_lexicon(text)
-    return page_text_regions(terms.matches(lexicon), words, terms)
+    return page_text_regions(terms.matches(lexicon), words)
 
 
 def test_the_line_with_the_most_terms_comes_first_under_the_index_analysis():
@@ -187,6 +187,36 @@ def test_lines_of_two_columns_are_not_merged_and_a_wide_gap_cuts_a_line():
     regions = _regions("left side right side", align("left side right side".split(), found), QueryTerms(parse("right"), None))
     assert regions[0].text == "right side" and regions[0].bbox[0] == pytest.approx(0.6, abs=1e-4)
     assert _regions("other text", words, QueryTerms(parse("alpha"), None)) == []  # positions of another text: none
+
+
+def test_a_question_s_rare_word_outranks_its_common_ones_and_a_word_s_forms_count_once():
+    """A natural question: the line holding "revenue" beats the one holding "the", "was" and "in" (words every page
+    of the index holds), in the regions and in the snippet's window; "revenue" and "revenues" on one line are one
+    of the query's words, not two."""
+    from localgpt_index.index.text.engine import LexicalIndex, LexicalPage
+    from localgpt_index.index.text.lexicon import QueryAnalysis
+    from localgpt_index.index.text.snippet import snippet
+
+    lines = [["the", "plan", "was", "in", "the", "drawer"], ["filler"], ["quarterly", "revenue", "and", "revenues", "grew"],
+             ["filler"] * 40, ["the", "list", "was", "in", "the", "hall"]]
+    text, words = _words(lines)
+    index = LexicalIndex.create(languages=["en"])
+    index.update([], [LexicalPage("/a.pdf", 1, text)] + [LexicalPage(f"/other{n}.pdf", 1, "the cat was in the garden")
+                                                         for n in range(9)])
+    matches = QueryAnalysis(index, "What was the revenue in the third quarter?").page("/a.pdf", 1)
+    regions = page_text_regions(matches, words)
+    assert regions[0].text == "quarterly revenue and revenues grew" and regions[0].matched == ("revenue", "quarter", "revenu")
+    assert regions[0].score > regions[1].score and regions[1].text == "the plan was in the drawer"
+    query = matches.query
+    held = {query.unit[term] for term in regions[0].matched}
+    assert regions[0].score == pytest.approx(sum(query.weights[unit] for unit in held) / sum(query.weights), abs=1e-4)
+    assert "**revenue**" in snippet(matches) and "hall" not in snippet(matches)
+    # one page, every word as rare as the others: each of the question's words counts alike, each once (what and
+    # third, held by no page, weigh nothing)
+    alone = LexicalIndex.create(languages=["en"])
+    alone.update([], [LexicalPage("/a.pdf", 1, text)])
+    regions = page_text_regions(QueryAnalysis(alone, "What was the revenue in the third quarter?").page("/a.pdf", 1), words)
+    assert regions[0].text == "the plan was in the drawer" and regions[0].score == pytest.approx(3 / 5, abs=1e-4)
 
 
 def test_a_region_s_text_is_its_first_lines_that_fit_or_a_long_line_around_its_match():

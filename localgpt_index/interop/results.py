@@ -52,7 +52,8 @@ class HitRegion(_Document):
                                                                      "height, from its top left, as the page is rendered")
     source: Literal["text", "visual"] = Field(description="text: the words holding the query's terms; visual: the patches "
                                                           "the query's tokens matched best")
-    score: float = Field(description="text: the matched terms it holds, weighted; visual: the MaxSim share of its tokens")
+    score: float = Field(description="text: its share of the query's words, each weighed by its rarity in the index (idf); "
+                                     "visual: the MaxSim share of its tokens")
     terms: list[str] = _absent("text: the query's terms found there (as analysed)")
     tokens: list[str] = _absent("visual: the query's tokens whose best patches it covers")
     text: str = _absent("text: the words in the box, in reading order (its first lines, 32 words at most; … where cut)")

@@ -64,7 +64,7 @@ def text_regions(view: View, analysis: QueryAnalysis | None, path: str, page: in
     matches = analysis.page(path, page) if words is not None else None
     if words is None or matches is None:
         return []
-    return page_text_regions(matches, words, analysis.of(path))
+    return page_text_regions(matches, words)
 
 
 def visual_regions(view: View, query_vectors: np.ndarray, query: str, pages: Sequence[tuple[str, int]]) -> list[list[Region]]:

@@ -56,6 +56,7 @@ VOCABULARY: Final = 200_000  # the indexed words a miss's suggestions are looked
 LANGUAGES_KEPT: Final = 65_536  # documents' languages a reader keeps (a bounded cache)
 LEXICONS_KEPT: Final = 1024  # pages' lexicons a reader keeps (about 0.1 MB each for a page of prose: 3,500 characters)
 LEXICON_CHARS_KEPT: Final = 4_000_000  # and their texts' characters at most (a lexicon takes about 25 bytes a character)
+HOLDING_KEPT: Final = 65_536  # tokens whose page counts a reader keeps (idf)
 PREFIX_TERMS: Final = 64  # a prefix (turb*) stands for at most this many indexed words, the most frequent
 
 _SCHEMA = """
@@ -153,6 +154,7 @@ class LexicalIndex:
         self._lexicons: OrderedDict[tuple[str, int], PageLexicon] = OrderedDict()  # the pages met last (page_lexicon)
         self._kept_chars = 0  # their texts' characters
         self._updates = 0  # update() calls (a writer's copy): a lexicon made before the last one is not kept
+        self._holding_pages: dict[str, int] = {}  # the pages holding a token, once asked (idf; a query's search tells them)
         self._lock = threading.Lock()
 
     @classmethod
@@ -240,6 +242,7 @@ class LexicalIndex:
             self._languages = {}
             self._lexicons.clear()
             self._kept_chars = 0
+            self._holding_pages = {}
             self._updates += 1
 
     # -- reading -------------------------------------------------------------------------------------
@@ -330,6 +333,7 @@ class LexicalIndex:
         for token in dict.fromkeys(query.terms + [term for prefix in query.prefixes for term in self._expand(prefix)]):
             postings = np.array(self._db.execute("SELECT doc, count(*) FROM term_hits WHERE term = ? GROUP BY doc", (token,)).fetchall(),
                                 dtype=np.int64).reshape(-1, 2)
+            self._holding_pages[token] = len(postings)
             if not len(postings):
                 continue
             at = np.searchsorted(table.ids, postings[:, 0])
@@ -349,6 +353,19 @@ class LexicalIndex:
             hit = hit[np.fromiter((table.paths[at] in wanted for at in hit), dtype=bool, count=len(hit))]
         order = sorted(hit.tolist(), key=lambda at: (-scores[at], table.paths[at], table.pages[at]))[:n]
         return [TextHit(table.paths[at], int(table.pages[at]), float(scores[at])) for at in order]
+
+    def idf(self, tokens: list[str]) -> dict[str, float]:
+        """Each of `tokens`' BM25 idf here (0: no page holds it), as a query's search weighs it (the counts it read
+        are kept, HOLDING_KEPT tokens at most, so a query's snippets and regions ask nothing more of SQLite)."""
+        with self._lock:
+            pages = len(self._table().ids)
+            if len(self._holding_pages) > HOLDING_KEPT:
+                self._holding_pages = {}
+            for token in tokens:
+                if token not in self._holding_pages:
+                    self._holding_pages[token] = self._holding(token)
+            holding = [self._holding_pages[token] for token in tokens]
+        return {token: float(self.weighting.idf(pages, count)) if count else 0.0 for token, count in zip(tokens, holding)}
 
     def _expand(self, prefix: str) -> list[str]:
         """The indexed words starting with `prefix`, the PREFIX_TERMS held by the most pages."""

@@ -8,6 +8,12 @@ tokenize.py): one of its exact tokens is a query word, or its stem in the docume
 the query's stems, or it starts with a query prefix. Phrase words match as words, and where a phrase's
 words follow each other the phrase is a term of its own. A query's matches on a page are worked out once
 for its snippet and its regions (QueryAnalysis).
+
+Each term stands for one of the query's words (its exact token or a stem of it), prefixes or phrases: its
+unit. A snippet's window and a region are chosen by the units they hold, each weighted by its rarity in the
+index (the BM25 idf of the rarest of its forms the index holds; a phrase, its words' sum): a line holding
+"revenue" beats one holding "the", "in" and "was" for "What was the revenue in the third quarter?", and
+"revenue" and "revenues" on one line are one word of the query, not two.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
+from collections.abc import Mapping
 from itertools import accumulate, compress
 from typing import Protocol
 
@@ -93,7 +100,9 @@ class QueryTerms:
     """A query's terms under one language's analysis, and what each part of a page's tokens seen so far matches:
     made once for a query and shared by its hits (a word met on one page is not analysed again on the next)."""
 
-    def __init__(self, query: TextQuery, language: str | None) -> None:
+    def __init__(self, query: TextQuery, language: str | None, rarity: Mapping[str, float] | None = None) -> None:
+        """`rarity`: each of the query's exact tokens' and stems' idf in the index (QueryAnalysis asks it; None: every
+        unit weighs 1)."""
         self.query, self.language = query, language
         self.exact, self.stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
         # where a matching part begins: a stem keeps its word's start but for its last letter; a glued code's is
@@ -103,6 +112,39 @@ class QueryTerms:
         terms = [*self.phrases, *query.exact, *query.stemmed, *(f"{prefix}*" for prefix in query.prefixes)]
         self.order = {term: rank for rank, term in enumerate(dict.fromkeys(terms))}  # a region's terms in the query's order
         self.known: dict[str, tuple[str, ...]] = {}
+        self.unit, self.weights = self._units(rarity)
+        self._units_of: dict[tuple[str, ...], tuple[list[int], list[float], float]] = {}
+
+    def _units(self, rarity: Mapping[str, float] | None) -> tuple[dict[str, int], list[float]]:
+        """Each term's unit (a query word, with its stems in this language; a prefix; a phrase) and each unit's weight."""
+        query = self.query
+        unit: dict[str, int] = {}
+        weights: list[float] = []
+        for number, word in enumerate(query.exact):
+            forms = [word, *(stem for stem in stems([word], self.language) if stem in self.stemmed)]
+            unit.update((form, number) for form in forms if form not in unit)
+            weights.append(max(rarity.get(form, 0.0) for form in forms) if rarity is not None else 1.0)
+        words = weights[:]
+        for name, phrase in self.phrases.items():
+            unit[name] = len(weights)
+            weights.append(sum(words[query.exact.index(word)] for word in phrase))
+        for prefix in query.prefixes:  # (its words' rarity unknown: as the rarest word's, or 1)
+            unit[f"{prefix}*"] = len(weights)
+            weights.append(max(words, default=0.0) or 1.0)
+        return unit, weights
+
+    def units(self, terms: list[str]) -> tuple[list[int], list[float], float]:
+        """Each of `terms`' unit and its weight (a stem of another language than this one's: a unit of its own, of
+        weight 1), and the weight of all the query's units and these: worked out once for a set of terms (a query's
+        pages mostly match the same ones)."""
+        key = tuple(terms)
+        found = self._units_of.get(key)
+        if found is None:
+            numbers = [self.unit.get(term, len(self.weights) + at) for at, term in enumerate(terms)]
+            weights = [self.weights[number] if number < len(self.weights) else 1.0 for number in numbers]
+            total = sum(self.weights) + sum(weight for number, weight in zip(numbers, weights) if number >= len(self.weights))
+            found = self._units_of[key] = numbers, weights, total
+        return found
 
     def matches(self, lexicon: PageLexicon) -> PageMatches:
         """The query's matches on the page: each query term the page holds (the query word, stem or prefix* a token
@@ -127,7 +169,7 @@ class QueryTerms:
             held = _phrase_tokens(phrase, found)
             if held:
                 found[name] = held
-        return PageMatches(lexicon, found, frozenset(parts[at] for at, _ in matched))
+        return PageMatches(lexicon, found, frozenset(parts[at] for at, _ in matched), self)
 
     def _terms(self, part: str) -> tuple[str, ...]:
         terms = [part] if part in self.exact else [stem for stem in part_stems(part, self.language) if stem in self.stemmed]
@@ -158,6 +200,7 @@ class PageMatches:
     lexicon: PageLexicon
     found: dict[str, set[int]]
     parts: frozenset[str]  # the page's parts that match (a snippet marks the compounds holding one)
+    query: QueryTerms  # the terms matched: their units and weights, their order
 
 
 class TextSource(Protocol):
@@ -168,6 +211,8 @@ class TextSource(Protocol):
     def parse(self, query: str) -> TextQuery: ...
 
     def page_lexicon(self, path: str, page: int) -> PageLexicon | None: ...
+
+    def idf(self, tokens: list[str]) -> dict[str, float]: ...
 
 
 class QueryAnalysis:
@@ -187,8 +232,9 @@ class QueryAnalysis:
             self._languages[path] = self.source.language(path)
         language = self._languages[path]
         if language not in self._terms:
-            self._parsed = self._parsed or self.source.parse(self.query)
-            self._terms[language] = QueryTerms(self._parsed, language)
+            parsed = self._parsed = self._parsed or self.source.parse(self.query)
+            rarity = self.source.idf([*parsed.exact, *stems(parsed.exact, language)])
+            self._terms[language] = QueryTerms(parsed, language, rarity)
         return self._terms[language]
 
     def page(self, path: str, page: int) -> PageMatches | None:

@@ -5,7 +5,8 @@ query term each matches, is the page's lexicon's business (lexicon.py: the query
 and phrases, as the text query matches pages). The lines holding matches become regions: a line's box is the
 union of its words' boxes (a line is cut where a gap between two words is wider than COLUMN_GAP times
 their height: OCR may read two columns' lines as one), adjacent lines of one block that both match are
-merged, and regions are ranked by the distinct query terms they hold, then by their matches a line. A
+merged, and regions are ranked by the query's words (its units: lexicon.py) they hold, each weighted by its
+rarity in the index, then by their matches a line; a region's score is its share of the query's weight. A
 region's text is its lines' words, REGION_WORDS at most: a merged block of prose gives its first lines (each holds
 a match), a single long line the words around its first match (`…` where cut), so that a table cell or an
 answerer's prompt gets the sentence, not the paragraph.
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import compress
 
 import numpy as np
 
 from ...core.types import Region
 from ...core.words import NO_LINE, WORD_SCALE, PageWords, neighbour_gaps
-from .lexicon import PageMatches, QueryTerms
+from .lexicon import PageMatches
 
 MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps room for visual ones)
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
@@ -28,31 +30,35 @@ REGION_WORDS = 32  # a region's text at most: its first lines, as many as fit
 BEFORE = 4  # the words shown before the first match of a line too long for REGION_WORDS
 
 
-def page_text_regions(matches: PageMatches, words: PageWords, query: QueryTerms, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
+def page_text_regions(matches: PageMatches, words: PageWords, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
     """The regions of a query on a page: its matches there (QueryAnalysis.page) placed by the page's word positions
     `words`, best first."""
-    lexicon, found = matches.lexicon, matches.found
+    lexicon, found, query = matches.lexicon, matches.found, matches.query
     if len(lexicon.tokens) != len(words) or not lexicon.tokens:
         return []  # positions of another text (not expected): no regions rather than wrong ones
     if not found:
         return []
     pieces = line_pieces(words)
     terms = list(found)
-    ranked = sorted(_groups(found, terms, pieces), reverse=True)  # best first; equal ones in reading order (-first)
-    return [_region(group, terms, matches, pieces, query.order) for group in ranked[:limit]]
+    units, weights, total = query.units(terms)
+    ranked = sorted(_groups(found, terms, pieces, units, weights), reverse=True)  # best first; equal ones in reading order
+    return [_region(group, terms, matches, pieces, total or 1.0) for group in ranked[:limit]]
 
 
-# matching lines first..last of one block, merged: (distinct terms, matches a line, -first, last, each term's matches),
+# matching lines first..last of one block, merged: (its units' weight, matches a line, -first, last, each term's matches),
 # so that groups sort by their rank; a plain tuple (one is made for every group of matching lines of every hit)
-_Group = tuple[int, float, int, int, list[int]]
+_Group = tuple[float, float, int, int, list[int]]
 
 
-def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) -> list[_Group]:
-    """The lines holding matched tokens (`terms`: `found`'s, in an order), consecutive ones of one block merged, each
-    scored: distinct terms, then matches a line (a long merged block does not win by its length)."""
+def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces, units: list[int], weights: list[float]) -> list[_Group]:
+    """The lines holding matched tokens (`terms`: `found`'s, in an order; each one's unit and weight), consecutive ones
+    of one block merged, each scored: the weight of the distinct units it holds, then its matches a line (a long merged
+    block does not win by its length)."""
     of_token, blocks = pieces.of_token, pieces.blocks
     width = len(terms)
+    alone = len(set(units)) == width  # each term a unit of its own (most queries)
     held = sorted([line * width + term for term, name in enumerate(terms) for index in found[name] if (line := of_token[index]) >= 0])
+    held.append((len(blocks) + 1) * width)  # (past the last line: the last group closes in the loop)
     groups: list[_Group] = []
     first = last = -2
     counts: list[int] = []
@@ -61,13 +67,17 @@ def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces) ->
         if line != last:
             if line != last + 1 or blocks[line] != blocks[last]:
                 if counts:
-                    groups.append((width - counts.count(0), sum(counts) / (last - first + 1), -first, last, counts))
+                    weight = sum(compress(weights, counts)) if alone else _units_weight(counts, units, weights)
+                    groups.append((weight, sum(counts) / (last - first + 1), -first, last, counts))
                 first, counts = line, [0] * width
             last = line
         counts[term] += 1
-    if counts:
-        groups.append((width - counts.count(0), sum(counts) / (last - first + 1), -first, last, counts))
     return groups
+
+
+def _units_weight(counts: list[int], units: list[int], weights: list[float]) -> float:
+    """The weight of the units a group holds (a word and its stem both there: the word once)."""
+    return sum({unit: weight for unit, weight, count in zip(units, weights, counts) if count}.values())
 
 
 @dataclass(frozen=True)
@@ -120,9 +130,10 @@ def _line_pieces(words: PageWords) -> LinePieces:
                       known.tolist(), [*at.tolist(), len(known)])
 
 
-def _region(group: _Group, terms: list[str], matches: PageMatches, pieces: LinePieces, order: dict[str, int]) -> Region:
-    """A group's box (its lines' union), score, terms (in the query's order) and words."""
-    distinct, density, first, last, counts = group
+def _region(group: _Group, terms: list[str], matches: PageMatches, pieces: LinePieces, total: float) -> Region:
+    """A group's box (its lines' union), score (its units' share of the query's weight), terms (in the query's order)
+    and words."""
+    weight, _, first, last, counts = group
     first = -first
     if first == last:
         x0, y0, x1, y1 = pieces.boxes[first]
@@ -131,10 +142,10 @@ def _region(group: _Group, terms: list[str], matches: PageMatches, pieces: LineP
         x0, y0, x1, y1 = min(left), min(top), max(right), max(bottom)
     matched = [term for term, count in zip(terms, counts) if count]
     if len(matched) > 1:
-        matched.sort(key=order.__getitem__)
+        matched.sort(key=matches.query.order.__getitem__)
     text = _text(first, last, pieces, matches)
     return Region((x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), "text",
-                  round(distinct + density / (density + 1), 4), tuple(matched), text)
+                  round(weight / total, 4), tuple(matched), text)
 
 
 def _text(first: int, last: int, pieces: LinePieces, matches: PageMatches) -> str:

@@ -3,11 +3,12 @@
 A word is matched as the text query matches pages: by its exact token, its stem in the document's language,
 or a prefix (turb*), found in the page's lexicon (lexicon.py; a reader keeps the lexicons of the pages it met
 last, and a hit's regions read the same matches). The snippet is the page's words, joined by single spaces,
-from a little before the window of about WIDTH characters that holds the most distinct query terms (a word
-longer than LONG cut); each compound that holds a matched part between MARK (its punctuation outside; a code
-whole; a Chinese or Japanese character alone). A snippet's own work is bounded: the first MAX_HITS matches are
-looked among, so a page that repeats a query word 25,000 times costs it about what any page costs (the page's
-lexicon, made once a reader, costs its words: docs/hybrid.md has both measured)."""
+from a little before the window of about WIDTH characters whose distinct query words weigh the most (a rare
+word more than a common one: lexicon.py; a word longer than LONG cut); each compound that holds a matched
+part between MARK (its punctuation outside; a code whole; a Chinese or Japanese character alone). A snippet's
+own work is bounded: the first MAX_HITS matches are looked among, so a page that repeats a query word 25,000
+times costs it about what any page costs (the page's lexicon, made once a reader, costs its words:
+docs/hybrid.md has both measured)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,11 @@ def snippet(matches: PageMatches, width: int = WIDTH) -> str:
     hits = sorted((index, number) for number, (_, held) in enumerate(terms) for index in sorted(held)[:MAX_HITS])[:MAX_HITS]
     if not hits:
         return _words(tokens, 0, bisect_left(places, width, key=start) - 1)
-    before = lexicon.before
-    best = _densest([before[index] + index for index, _ in hits], [number for _, number in hits], len(terms), width)
+    before, (units, weights, _) = lexicon.before, matches.query.units([term for term, _ in terms])
+    scale = [1] * (max(units) + 1)  # each unit's weight, in whole thousandths (a sliding sum of integers does not drift)
+    for unit, weight in zip(units, weights):
+        scale[unit] = max(1, round(weight * 1000))
+    best = _densest([before[index] + index for index, _ in hits], [units[number] for _, number in hits], scale, width)
     first = bisect_right(places, max(0, start(hits[best][0]) - width // 4), key=start) - 1  # start on a word
     last = min(len(tokens) - 1, max(first, bisect_left(places, start(first) + width, key=start) - 1))
     last = max(last, hits[best][0])  # (the best hit shown, whatever long token came before it)
@@ -71,21 +75,25 @@ def _shown(token: str, parts: frozenset[str]) -> str:
     return "".join(pieces)
 
 
-def _densest(starts: list[int], terms: list[int], kinds: int, width: int) -> int:
-    """The first hit of the earliest window of `width` characters (from a hit's start) holding the most distinct
-    terms (hits in order: each one's start and its term, numbered below `kinds`): one pass with a sliding window
+def _densest(starts: list[int], units: list[int], weights: list[int], width: int) -> int:
+    """The first hit of the earliest window of `width` characters (from a hit's start) whose distinct units weigh the
+    most (hits in order: each one's start and its unit, numbered below len(weights)): one pass with a sliding window
     (a page of one word repeated is linear, not quadratic)."""
-    inside = [0] * kinds  # each term's hits in starts[first:end], the hits starting within the window
-    best, best_count, distinct, end = 0, -1, 0, 0
+    inside = [0] * len(weights)  # each unit's hits in starts[first:end], the hits starting within the window
+    best, best_weight, weight, end = 0, -1, 0, 0
     for first, start in enumerate(starts):
         while end < len(starts) and starts[end] < start + width:
-            distinct += not inside[terms[end]]
-            inside[terms[end]] += 1
+            unit = units[end]
+            if not inside[unit]:
+                weight += weights[unit]
+            inside[unit] += 1
             end += 1
-        if distinct > best_count:
-            best, best_count = first, distinct
-        inside[terms[first]] -= 1
-        distinct -= not inside[terms[first]]
+        if weight > best_weight:
+            best, best_weight = first, weight
+        unit = units[first]
+        inside[unit] -= 1
+        if not inside[unit]:
+            weight -= weights[unit]
     return best
 
 
