@@ -24,7 +24,7 @@ from ..index.scoring.maxsim import best_rows
 from ..ingest.discover import IMAGE, PDF
 from ..ingest.render import PDF_DPI, PagePoints, read_pdf_pages
 from ..models.families import find_family
-from ..models.geometry import PatchGeometry, PatchLayout
+from ..models.geometry import Neighbours, PatchGeometry, PatchLayout
 from ..models.render_size import expected_render_size
 from ..models.resolve import resolve_recorded
 
@@ -75,7 +75,7 @@ def clustered(layouts: Sequence[PatchLayout], pages: Sequence[np.ndarray], query
     return found
 
 
-def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], touching: Sequence[frozenset[int]],
+def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], touching: Neighbours,
            matching: list[tuple[str, int]], total: float) -> list[Region]:
     """A page's hot patches (their boxes, heat and numbers; `touching`: each patch's neighbours in the layout) merged
     into boxes where they touch, best first; `matching`: each asker's token with its best patch. Only the best
@@ -95,13 +95,13 @@ def _boxes(boxes: list[list[float]], heat: list[float], patches: list[int], touc
     return regions
 
 
-def _touching(patches: list[int], touching: Sequence[frozenset[int]]) -> list[list[int]]:
+def _touching(patches: list[int], touching: Neighbours) -> list[list[int]]:
     """The groups of `patches` (their positions in it) that touch, directly or through others (a union-find over
     the layout's neighbours), each in order, ordered by their first."""
     if len(patches) < 2:
         return [[0]] if patches else []
     at = {patch: i for i, patch in enumerate(patches)}
-    pairs = [(i, at[other]) for i, patch in enumerate(patches) for other in touching[patch].intersection(at)]
+    pairs = [(i, at[other]) for i, patch in enumerate(patches) for other in touching[patch] if other in at]
     if not pairs:
         return [[i] for i in range(len(patches))]
     parent = list(range(len(patches)))
