@@ -362,6 +362,17 @@ def test_without_text_the_default_is_visual_and_text_mode_is_refused(tmp_path):
         bare.search_encoded(QueryRequest(queries=["x"], k=3, mode="text"), None)
 
 
+def test_every_hit_that_chose_a_snippet_s_window_is_shown():
+    """The window is scored over the snippet's last three quarters (it starts a quarter before its first hit): two
+    terms 160 characters apart count for a window only where both would be shown, so the snippet is the later
+    place where they stand side by side."""
+    from helpers import page_snippet
+
+    text = "x" * 100 + " alpha " + "y" * 150 + " beta " + "filler " * 60 + "alpha beta"
+    shown = page_snippet(text, "alpha beta")
+    assert "**alpha** **beta**" in shown, shown
+
+
 def test_the_densest_window_is_the_one_every_window_would_find():
     """snippet's one-pass window (issue 39 #1) picks the first hit of the earliest window whose distinct units weigh
     the most, exactly as trying every window does (the quadratic search it replaced)."""

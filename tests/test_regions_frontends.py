@@ -23,9 +23,9 @@ from localgpt_index.core.types import Region
 from localgpt_index.interop.highlight import HEAT, TEXT_OUTLINE, pixel_box
 
 QUERY = "net revenue"
-TEXT = Region((0.55, 0.05, 0.95, 0.15), "text", 2.0, ("net", "revenu"), "net revenue grew 12 %")  # top right
+TEXT = Region((0.55, 0.05, 0.95, 0.15), "text", 0.8, ("net", "revenu"), "net revenue grew 12 %")  # top right
 VISUAL = Region((0.1, 0.6, 0.4, 0.8), "visual", 0.7, ("revenue",))  # bottom left
-TEXT_JSON = {"bbox": [0.55, 0.05, 0.95, 0.15], "source": "text", "score": 2.0, "terms": ["net", "revenu"],
+TEXT_JSON = {"bbox": [0.55, 0.05, 0.95, 0.15], "source": "text", "score": 0.8, "terms": ["net", "revenu"],
              "text": "net revenue grew 12 %"}
 VISUAL_JSON = {"bbox": [0.1, 0.6, 0.4, 0.8], "source": "visual", "score": 0.7, "tokens": ["revenue"]}
 

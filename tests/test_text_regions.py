@@ -208,15 +208,56 @@ def test_a_question_s_rare_word_outranks_its_common_ones_and_a_word_s_forms_coun
     assert regions[0].text == "quarterly revenue and revenues grew" and regions[0].matched == ("revenue", "quarter", "revenu")
     assert regions[0].score > regions[1].score and regions[1].text == "the plan was in the drawer"
     query = matches.query
-    held = {query.unit[term] for term in regions[0].matched}
+    held = {query.unit_of[term] for term in regions[0].matched}
     assert regions[0].score == pytest.approx(sum(query.weights[unit] for unit in held) / sum(query.weights), abs=1e-4)
     assert "**revenue**" in snippet(matches) and "hall" not in snippet(matches)
+    # the snippet's window too: three common words together lose to the rare one alone
+    far = "the plan was in the drawer " + "filler " * 60 + "revenue grew " + "filler " * 60
+    index.update(["/a.pdf"], [LexicalPage("/a.pdf", 1, far)])
+    shown = snippet(QueryAnalysis(index, "What was the revenue in the third quarter?").page("/a.pdf", 1))
+    assert "**revenue**" in shown and "drawer" not in shown
     # one page, every word as rare as the others: each of the question's words counts alike, each once (what and
     # third, held by no page, weigh nothing)
     alone = LexicalIndex.create(languages=["en"])
     alone.update([], [LexicalPage("/a.pdf", 1, text)])
     regions = page_text_regions(QueryAnalysis(alone, "What was the revenue in the third quarter?").page("/a.pdf", 1), words)
     assert regions[0].text == "the plan was in the drawer" and regions[0].score == pytest.approx(3 / 5, abs=1e-4)
+
+
+def test_a_query_word_that_is_another_s_stem_is_a_word_of_its_own():
+    from localgpt_index.index.text.engine import LexicalIndex, LexicalPage
+    from localgpt_index.index.text.lexicon import QueryAnalysis
+
+    text, words = _words([["running", "and", "run"], ["filler"], ["running"]])
+    index = LexicalIndex.create(languages=["en"])
+    index.update([], [LexicalPage("/a.pdf", 1, text), LexicalPage("/b.pdf", 1, "other words")])
+    for query in ("running run", "run running"):
+        regions = page_text_regions(QueryAnalysis(index, query).page("/a.pdf", 1), words)
+        assert regions[0].text == "running and run" and regions[0].score == 1.0, query  # both words: the whole weight
+
+
+def test_a_stem_of_another_language_weighs_its_own_rarity():
+    """A page's word may match a query word's stem in another of the index's languages only (QueryTerms matches the
+    stems of every language the query was parsed in): a unit of its own, weighed by its own idf, not by a flat 1."""
+    query = QueryTerms(parse("alpha delta"), "en", {"alpha": 2.0, "delta": 0.5, "beta": 0.25})
+    assert query.term_units(["alpha", "beta"]) == ([0, 3], [2.0, 0.25], 2.75)  # (its unit: numbered past the query's)
+    assert QueryTerms(parse("alpha"), "en").term_units(["alpha", "beta"]) == ([0, 2], [1.0, 1.0], 2.0)  # no index: each weighs 1
+
+
+def test_a_merged_paragraph_shows_the_line_of_its_rarest_word():
+    """A question's "the" merges every line of a paragraph into one region: its text starts at the line holding
+    "revenue", the word that ranked it, not at the paragraph's first line."""
+    from localgpt_index.index.text.engine import LexicalIndex, LexicalPage
+    from localgpt_index.index.text.lexicon import QueryAnalysis
+
+    lines = [["the", f"w{n}a", f"w{n}b", f"w{n}c", f"w{n}d", f"w{n}e", f"w{n}f", f"w{n}g", f"w{n}h"] for n in range(6)]
+    lines[4][3] = "revenue"
+    text, words = _words(lines)
+    index = LexicalIndex.create(languages=["en"])
+    index.update([], [LexicalPage("/a.pdf", 1, text)] + [LexicalPage(f"/o{n}.pdf", 1, "the cat") for n in range(5)])
+    [region] = page_text_regions(QueryAnalysis(index, "What was the revenue?").page("/a.pdf", 1), words)
+    assert region.matched == ("the", "revenue") and region.bbox[1] == pytest.approx(0.05, abs=1e-4)  # the whole paragraph's box
+    assert region.text == "… " + " ".join(lines[4]) + " " + " ".join(lines[5])  # from "revenue"'s line, as many lines as fit
 
 
 def test_a_region_s_text_is_its_first_lines_that_fit_or_a_long_line_around_its_match():
@@ -236,6 +277,10 @@ def test_a_region_s_text_is_its_first_lines_that_fit_or_a_long_line_around_its_m
     assert shown[0] == shown[-1] == "…" and len(shown) == REGION_WORDS + 2 and shown[1 + BEFORE] == "budget"
     text, words = _words([["budget", *long_line[:REGION_WORDS]]])  # the match first: cut at the end only
     assert _regions(text, words, QueryTerms(parse("budget"), None))[0].text.split()[::REGION_WORDS] == ["budget", "…"]
+    text, words = _words([[*long_line[:REGION_WORDS + 8], "budget"]])  # the match last: the line's last words
+    assert _regions(text, words, QueryTerms(parse("budget"), None))[0].text.split() == ["…", *long_line[9: REGION_WORDS + 8], "budget"]
+    text, words = _words([[*long_line[:REGION_WORDS], "budget"], ["budget", "again"]])  # a long first line of two
+    assert _regions(text, words, QueryTerms(parse("budget"), None))[0].text.split()[-3:] == [long_line[REGION_WORDS - 1], "budget", "…"]
 
 
 def _build(docs: Path, index: Path, model: Path, *args: str) -> None:

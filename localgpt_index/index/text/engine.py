@@ -333,7 +333,7 @@ class LexicalIndex:
         for token in dict.fromkeys(query.terms + [term for prefix in query.prefixes for term in self._expand(prefix)]):
             postings = np.array(self._db.execute("SELECT doc, count(*) FROM term_hits WHERE term = ? GROUP BY doc", (token,)).fetchall(),
                                 dtype=np.int64).reshape(-1, 2)
-            self._holding_pages[token] = len(postings)
+            self._keep_holding(token, len(postings))
             if not len(postings):
                 continue
             at = np.searchsorted(table.ids, postings[:, 0])
@@ -359,13 +359,20 @@ class LexicalIndex:
         are kept, HOLDING_KEPT tokens at most, so a query's snippets and regions ask nothing more of SQLite)."""
         with self._lock:
             pages = len(self._table().ids)
-            if len(self._holding_pages) > HOLDING_KEPT:
-                self._holding_pages = {}
+            holding = {}
             for token in tokens:
-                if token not in self._holding_pages:
-                    self._holding_pages[token] = self._holding(token)
-            holding = [self._holding_pages[token] for token in tokens]
-        return {token: float(self.weighting.idf(pages, count)) if count else 0.0 for token, count in zip(tokens, holding)}
+                count = self._holding_pages.get(token)
+                if count is None:
+                    count = self._holding(token)
+                    self._keep_holding(token, count)
+                holding[token] = count
+        return {token: float(self.weighting.idf(pages, count)) if count else 0.0 for token, count in holding.items()}
+
+    def _keep_holding(self, token: str, pages: int) -> None:
+        """Keep how many pages hold `token` (under the lock), HOLDING_KEPT tokens at most."""
+        if len(self._holding_pages) >= HOLDING_KEPT:
+            self._holding_pages = {}
+        self._holding_pages[token] = pages
 
     def _expand(self, prefix: str) -> list[str]:
         """The indexed words starting with `prefix`, the PREFIX_TERMS held by the most pages."""

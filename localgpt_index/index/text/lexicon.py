@@ -19,9 +19,9 @@ index (the BM25 idf of the rarest of its forms the index holds; a phrase, its wo
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from collections.abc import Mapping
 from itertools import accumulate, compress
 from typing import Protocol
 
@@ -101,8 +101,8 @@ class QueryTerms:
     made once for a query and shared by its hits (a word met on one page is not analysed again on the next)."""
 
     def __init__(self, query: TextQuery, language: str | None, rarity: Mapping[str, float] | None = None) -> None:
-        """`rarity`: each of the query's exact tokens' and stems' idf in the index (QueryAnalysis asks it; None: every
-        unit weighs 1)."""
+        """`rarity`: the idf in the index of each of the query's exact tokens and stems (QueryAnalysis asks it; None:
+        every unit weighs 1)."""
         self.query, self.language = query, language
         self.exact, self.stemmed = set(query.exact), set(query.stemmed) | set(query.exact)
         # where a matching part begins: a stem keeps its word's start but for its last letter; a glued code's is
@@ -112,39 +112,46 @@ class QueryTerms:
         terms = [*self.phrases, *query.exact, *query.stemmed, *(f"{prefix}*" for prefix in query.prefixes)]
         self.order = {term: rank for rank, term in enumerate(dict.fromkeys(terms))}  # a region's terms in the query's order
         self.known: dict[str, tuple[str, ...]] = {}
-        self.unit, self.weights = self._units(rarity)
-        self._units_of: dict[tuple[str, ...], tuple[list[int], list[float], float]] = {}
+        self.rarity = rarity
+        self.unit_of, self.weights = self._unit_weights()
+        self._term_units: dict[tuple[str, ...], tuple[list[int], list[float], float]] = {}
 
-    def _units(self, rarity: Mapping[str, float] | None) -> tuple[dict[str, int], list[float]]:
-        """Each term's unit (a query word, with its stems in this language; a prefix; a phrase) and each unit's weight."""
-        query = self.query
-        unit: dict[str, int] = {}
+    def _unit_weights(self) -> tuple[dict[str, int], list[float]]:
+        """Each term's unit (a query word, with its stems in this language that are no query word; a prefix; a
+        phrase) and each unit's weight (a word's: the idf of the rarest of its forms the index holds)."""
+        query, rarity = self.query, self.rarity
+        unit_of = {word: number for number, word in enumerate(query.exact)}
         weights: list[float] = []
         for number, word in enumerate(query.exact):
-            forms = [word, *(stem for stem in stems([word], self.language) if stem in self.stemmed)]
-            unit.update((form, number) for form in forms if form not in unit)
+            forms = [word, *(stem for stem in stems([word], self.language) if stem in self.stemmed and stem not in self.exact)]
+            for form in forms:
+                unit_of.setdefault(form, number)
             weights.append(max(rarity.get(form, 0.0) for form in forms) if rarity is not None else 1.0)
         words = weights[:]
         for name, phrase in self.phrases.items():
-            unit[name] = len(weights)
+            unit_of[name] = len(weights)
             weights.append(sum(words[query.exact.index(word)] for word in phrase))
         for prefix in query.prefixes:  # (its words' rarity unknown: as the rarest word's, or 1)
-            unit[f"{prefix}*"] = len(weights)
+            unit_of[f"{prefix}*"] = len(weights)
             weights.append(max(words, default=0.0) or 1.0)
-        return unit, weights
+        return unit_of, weights
 
-    def units(self, terms: list[str]) -> tuple[list[int], list[float], float]:
-        """Each of `terms`' unit and its weight (a stem of another language than this one's: a unit of its own, of
-        weight 1), and the weight of all the query's units and these: worked out once for a set of terms (a query's
-        pages mostly match the same ones)."""
+    def term_units(self, terms: list[str]) -> tuple[list[int], list[float], float]:
+        """Each of `terms`' unit and that unit's weight (a stem in another of the index's languages: a unit of its
+        own, weighed by its own idf), and the weight of all the query's units and these: worked out once for a set of
+        terms (a query's pages mostly match the same ones)."""
         key = tuple(terms)
-        found = self._units_of.get(key)
+        found = self._term_units.get(key)
         if found is None:
-            numbers = [self.unit.get(term, len(self.weights) + at) for at, term in enumerate(terms)]
-            weights = [self.weights[number] if number < len(self.weights) else 1.0 for number in numbers]
-            total = sum(self.weights) + sum(weight for number, weight in zip(numbers, weights) if number >= len(self.weights))
-            found = self._units_of[key] = numbers, weights, total
+            count = len(self.weights)
+            units = [self.unit_of.get(term, count + at) for at, term in enumerate(terms)]
+            weights = [self.weights[unit] if unit < count else self._foreign_weight(term) for unit, term in zip(units, terms)]
+            total = sum(self.weights) + sum(weight for unit, weight in zip(units, weights) if unit >= count)
+            found = self._term_units[key] = units, weights, total
         return found
+
+    def _foreign_weight(self, term: str) -> float:
+        return self.rarity.get(term) or 1.0 if self.rarity is not None else 1.0
 
     def matches(self, lexicon: PageLexicon) -> PageMatches:
         """The query's matches on the page: each query term the page holds (the query word, stem or prefix* a token
@@ -233,7 +240,7 @@ class QueryAnalysis:
         language = self._languages[path]
         if language not in self._terms:
             parsed = self._parsed = self._parsed or self.source.parse(self.query)
-            rarity = self.source.idf([*parsed.exact, *stems(parsed.exact, language)])
+            rarity = self.source.idf([*parsed.exact, *parsed.stemmed])  # (its stems in every language: a search read them)
             self._terms[language] = QueryTerms(parsed, language, rarity)
         return self._terms[language]
 

@@ -5,11 +5,12 @@ query term each matches, is the page's lexicon's business (lexicon.py: the query
 and phrases, as the text query matches pages). The lines holding matches become regions: a line's box is the
 union of its words' boxes (a line is cut where a gap between two words is wider than COLUMN_GAP times
 their height: OCR may read two columns' lines as one), adjacent lines of one block that both match are
-merged, and regions are ranked by the query's words (its units: lexicon.py) they hold, each weighted by its
+merged, and regions are ranked by the query's words (its units: lexicon.py) they hold, each weighed by its
 rarity in the index, then by their matches a line; a region's score is its share of the query's weight. A
-region's text is its lines' words, REGION_WORDS at most: a merged block of prose gives its first lines (each holds
-a match), a single long line the words around its first match (`…` where cut), so that a table cell or an
-answerer's prompt gets the sentence, not the paragraph.
+region's text is its lines' words, REGION_WORDS at most: a merged block of prose gives its lines from the one
+where its rarest word matches (a question's "the" may merge a paragraph; its "revenue" is what is shown), a single
+long line the words around that match (`…` where cut), so that a table cell or an answerer's prompt gets the
+sentence, not the paragraph.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from .lexicon import PageMatches
 
 MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps room for visual ones)
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
-REGION_WORDS = 32  # a region's text at most: its first lines, as many as fit
-BEFORE = 4  # the words shown before the first match of a line too long for REGION_WORDS
+REGION_WORDS = 32  # a region's text at most: whole lines, as many as fit
+BEFORE = 4  # the words shown before the match of a line too long for REGION_WORDS
 
 
 def page_text_regions(matches: PageMatches, words: PageWords, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
@@ -40,9 +41,9 @@ def page_text_regions(matches: PageMatches, words: PageWords, limit: int = MAX_T
         return []
     pieces = line_pieces(words)
     terms = list(found)
-    units, weights, total = query.units(terms)
+    units, weights, total = query.term_units(terms)
     ranked = sorted(_groups(found, terms, pieces, units, weights), reverse=True)  # best first; equal ones in reading order
-    return [_region(group, terms, matches, pieces, total or 1.0) for group in ranked[:limit]]
+    return [_region(group, terms, weights, matches, pieces, total or 1.0) for group in ranked[:limit]]
 
 
 # matching lines first..last of one block, merged: (its units' weight, matches a line, -first, last, each term's matches),
@@ -51,7 +52,7 @@ _Group = tuple[float, float, int, int, list[int]]
 
 
 def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces, units: list[int], weights: list[float]) -> list[_Group]:
-    """The lines holding matched tokens (`terms`: `found`'s, in an order; each one's unit and weight), consecutive ones
+    """The lines holding matched tokens (`terms`: `found`'s, in an order; each one's unit and its weight), consecutive ones
     of one block merged, each scored: the weight of the distinct units it holds, then its matches a line (a long merged
     block does not win by its length)."""
     of_token, blocks = pieces.of_token, pieces.blocks
@@ -76,8 +77,10 @@ def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces, un
 
 
 def _units_weight(counts: list[int], units: list[int], weights: list[float]) -> float:
-    """The weight of the units a group holds (a word and its stem both there: the word once)."""
-    return sum({unit: weight for unit, weight, count in zip(units, weights, counts) if count}.values())
+    """The weight of the units a group holds (a word and its stem both there: the word once), summed in the units'
+    order (equal sets sum alike)."""
+    held = {unit: weight for unit, weight, count in zip(units, weights, counts) if count}
+    return sum(held[unit] for unit in sorted(held))
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def _line_pieces(words: PageWords) -> LinePieces:
                       known.tolist(), [*at.tolist(), len(known)])
 
 
-def _region(group: _Group, terms: list[str], matches: PageMatches, pieces: LinePieces, total: float) -> Region:
+def _region(group: _Group, terms: list[str], weights: list[float], matches: PageMatches, pieces: LinePieces, total: float) -> Region:
     """A group's box (its lines' union), score (its units' share of the query's weight), terms (in the query's order)
     and words."""
     weight, _, first, last, counts = group
@@ -143,22 +146,30 @@ def _region(group: _Group, terms: list[str], matches: PageMatches, pieces: LineP
     matched = [term for term, count in zip(terms, counts) if count]
     if len(matched) > 1:
         matched.sort(key=matches.query.order.__getitem__)
-    text = _text(first, last, pieces, matches)
+    starts = pieces.starts
+    if starts[last + 1] - starts[first] <= REGION_WORDS:  # (most: all its words)
+        text = pieces.text(first, matches.lexicon.tokens) if first == last else \
+            " ".join([pieces.text(piece, matches.lexicon.tokens) for piece in range(first, last + 1)])
+    else:
+        heaviest = max(range(len(terms)), key=lambda term: (counts[term] > 0, weights[term], -term))
+        text = _cut(first, last, pieces, matches, terms[heaviest])
     return Region((x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), "text",
                   round(weight / total, 4), tuple(matched), text)
 
 
-def _text(first: int, last: int, pieces: LinePieces, matches: PageMatches) -> str:
-    """The words of lines `first`..`last`, REGION_WORDS at most: the first lines that fit (`…` after them where
-    lines are left out); a first line too long alone, its words from BEFORE words before its first match."""
-    starts, tokens = pieces.starts, matches.lexicon.tokens
-    end = bisect_right(starts, starts[first] + REGION_WORDS, first + 1, last + 2) - 1  # lines first..end - 1 fit
-    if end > first:
-        shown = pieces.text(first, tokens) if end == first + 1 else " ".join([pieces.text(piece, tokens) for piece in range(first, end)])
-        return shown + (" …" if end <= last else "")
-    held = pieces.placed[starts[first]: starts[first + 1]]
-    low, high = held[0], held[-1]
-    match = min((index for indexes in matches.found.values() for index in indexes if low <= index <= high), default=low)
+def _cut(first: int, last: int, pieces: LinePieces, matches: PageMatches, term: str) -> str:
+    """REGION_WORDS of the words of lines `first`..`last`: from the line where `term` (the heaviest the lines hold)
+    first matches, as many whole lines as fit; that line alone too long, its words from BEFORE words before the
+    match. `…` where words are left out."""
+    starts, placed, tokens = pieces.starts, pieces.placed, matches.lexicon.tokens
+    low, high = placed[starts[first]], placed[starts[last + 1] - 1]
+    match = min(index for index in matches.found[term] if low <= index <= high)
+    line = pieces.of_token[match]
+    end = bisect_right(starts, starts[line] + REGION_WORDS, line + 1, last + 2) - 1  # lines line..end - 1 fit
+    if end > line:
+        shown = " ".join([pieces.text(piece, tokens) for piece in range(line, end)])
+        return ("… " if line > first else "") + shown + (" …" if end <= last else "")
+    held = placed[starts[line]: starts[line + 1]]
     at = max(0, min(bisect_left(held, match) - BEFORE, len(held) - REGION_WORDS))
     shown = " ".join([tokens[index] for index in held[at: at + REGION_WORDS]])
-    return ("… " if at else "") + shown + (" …" if at + REGION_WORDS < len(held) or last > first else "")
+    return ("… " if at or line > first else "") + shown + (" …" if at + REGION_WORDS < len(held) or line < last else "")

@@ -25,8 +25,9 @@ NOTHING: frozenset[str] = frozenset()
 
 
 def snippet(matches: PageMatches, width: int = WIDTH) -> str:
-    """About `width` characters of a page's words around the window holding the most distinct query terms,
-    each matched word between MARK; the page's first words if nothing matches; "" for no text."""
+    """About `width` characters of a page's words around the window whose distinct query words weigh the most
+    (the window: the snippet's last three quarters, so every hit that chose it is shown), each matched word between
+    MARK; the page's first words if nothing matches; "" for no text."""
     lexicon, found = matches.lexicon, matches.found
     tokens, start = lexicon.tokens, lexicon.start
     if not tokens:
@@ -37,11 +38,11 @@ def snippet(matches: PageMatches, width: int = WIDTH) -> str:
     hits = sorted((index, number) for number, (_, held) in enumerate(terms) for index in sorted(held)[:MAX_HITS])[:MAX_HITS]
     if not hits:
         return _words(tokens, 0, bisect_left(places, width, key=start) - 1)
-    before, (units, weights, _) = lexicon.before, matches.query.units([term for term, _ in terms])
+    before, (units, weights, _) = lexicon.before, matches.query.term_units([term for term, _ in terms])
     scale = [1] * (max(units) + 1)  # each unit's weight, in whole thousandths (a sliding sum of integers does not drift)
     for unit, weight in zip(units, weights):
         scale[unit] = max(1, round(weight * 1000))
-    best = _densest([before[index] + index for index, _ in hits], [units[number] for _, number in hits], scale, width)
+    best = _densest([before[index] + index for index, _ in hits], [units[number] for _, number in hits], scale, width - width // 4)
     first = bisect_right(places, max(0, start(hits[best][0]) - width // 4), key=start) - 1  # start on a word
     last = min(len(tokens) - 1, max(first, bisect_left(places, start(first) + width, key=start) - 1))
     last = max(last, hits[best][0])  # (the best hit shown, whatever long token came before it)
