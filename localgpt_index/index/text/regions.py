@@ -151,7 +151,7 @@ def _region(group: _Group, terms: list[str], weights: list[float], matches: Page
         text = pieces.text(first, matches.lexicon.tokens) if first == last else \
             " ".join([pieces.text(piece, matches.lexicon.tokens) for piece in range(first, last + 1)])
     else:
-        heaviest = max(range(len(terms)), key=lambda term: (counts[term] > 0, weights[term], -term))
+        heaviest = max(compress(range(len(terms)), counts), key=weights.__getitem__)  # (the first of equal ones)
         text = _cut(first, last, pieces, matches, terms[heaviest])
     return Region((x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), "text",
                   round(weight / total, 4), tuple(matched), text)
