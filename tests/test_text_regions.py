@@ -258,6 +258,13 @@ def test_a_merged_paragraph_shows_the_line_of_its_rarest_word():
     [region] = page_text_regions(QueryAnalysis(index, "What was the revenue?").page("/a.pdf", 1), words)
     assert region.matched == ("the", "revenue") and region.bbox[1] == pytest.approx(0.05, abs=1e-4)  # the whole paragraph's box
     assert region.text == "… " + " ".join(lines[4]) + " " + " ".join(lines[5])  # from "revenue"'s line, as many lines as fit
+    # an earlier "revenue" the positions have no box for (a word poppler gave no line) is no line's
+    lines[2][8] = "revenue"  # (its line's last word: the line is not cut where it is missing)
+    text, words = _words(lines)
+    words.lines[words.lines.tolist().index(2) + 8] = NO_LINE
+    index.update(["/a.pdf"], [LexicalPage("/a.pdf", 1, text)])
+    [region] = page_text_regions(QueryAnalysis(index, "What was the revenue?").page("/a.pdf", 1), words)
+    assert region.text.startswith("… " + " ".join(lines[4]))
 
 
 def test_a_region_s_text_is_its_first_lines_that_fit_or_a_long_line_around_its_match():

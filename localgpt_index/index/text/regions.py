@@ -161,10 +161,10 @@ def _cut(first: int, last: int, pieces: LinePieces, matches: PageMatches, term: 
     """REGION_WORDS of the words of lines `first`..`last`: from the line where `term` (the heaviest the lines hold)
     first matches, as many whole lines as fit; that line alone too long, its words from BEFORE words before the
     match. `…` where words are left out."""
-    starts, placed, tokens = pieces.starts, pieces.placed, matches.lexicon.tokens
+    starts, placed, tokens, of_token = pieces.starts, pieces.placed, matches.lexicon.tokens, pieces.of_token
     low, high = placed[starts[first]], placed[starts[last + 1] - 1]
-    match = min(index for index in matches.found[term] if low <= index <= high)
-    line = pieces.of_token[match]
+    match = min(index for index in matches.found[term] if low <= index <= high and of_token[index] >= 0)  # (a token with no box: no line)
+    line = of_token[match]
     end = bisect_right(starts, starts[line] + REGION_WORDS, line + 1, last + 2) - 1  # lines line..end - 1 fit
     if end > line:
         shown = " ".join([pieces.text(piece, tokens) for piece in range(line, end)])
