@@ -371,6 +371,10 @@ def test_every_hit_that_chose_a_snippet_s_window_is_shown():
     text = "x" * 100 + " alpha " + "y" * 150 + " beta " + "filler " * 60 + "alpha beta"
     shown = page_snippet(text, "alpha beta")
     assert "**alpha** **beta**" in shown, shown
+    # a long word before the window's first hit: the snippet starts on it, earlier, and still shows the whole window
+    text = "filler " * 10 + "w" * 30 + " " + "x" * 40 + " alpha " + "y" * 90 + " " + "z" * 45 + " beta " + "filler " * 10
+    shown = page_snippet(text, "alpha beta")
+    assert "**alpha**" in shown and "**beta**" in shown, shown
 
 
 def test_the_densest_window_is_the_one_every_window_would_find():
@@ -392,6 +396,8 @@ def test_the_densest_window_is_the_one_every_window_would_find():
     @given(starts, st.lists(st.integers(1, 3000), min_size=4, max_size=4), st.integers(1, 120))
     def same(raw, weights, width):
         hits = sorted(raw)
-        assert _densest([start for start, _ in hits], [unit for _, unit in hits], weights, width) == every_window(hits, weights, width)
+        first, end = _densest([start for start, _ in hits], [unit for _, unit in hits], weights, width)
+        assert first == every_window(hits, weights, width)
+        assert end == first + sum(1 for start, _ in hits[first:] if start < hits[first][0] + width)  # the window's hits
 
     same()

@@ -265,6 +265,12 @@ def test_a_merged_paragraph_shows_the_line_of_its_rarest_word():
     index.update(["/a.pdf"], [LexicalPage("/a.pdf", 1, text)])
     [region] = page_text_regions(QueryAnalysis(index, "What was the revenue?").page("/a.pdf", 1), words)
     assert region.text.startswith("… " + " ".join(lines[4]))
+    # a prefix weighs as much as the rarest word: the word's line still comes first
+    lines[1][5] = "alphabet"
+    text, words = _words(lines)
+    index.update(["/a.pdf"], [LexicalPage("/a.pdf", 1, text)])
+    [region] = page_text_regions(QueryAnalysis(index, "the revenue alph*").page("/a.pdf", 1), words)
+    assert region.matched == ("the", "revenue", "alph*") and region.text.startswith("… the w2a")
 
 
 def test_a_region_s_text_is_its_first_lines_that_fit_or_a_long_line_around_its_match():

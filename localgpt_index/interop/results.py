@@ -56,8 +56,8 @@ class HitRegion(_Document):
                                      "visual: the MaxSim share of its tokens")
     terms: list[str] = _absent("text: the query's terms found there (as analysed)")
     tokens: list[str] = _absent("visual: the query's tokens whose best patches it covers")
-    text: str = _absent("text: the words in the box, in reading order, 32 words at most (whole lines from the one holding "
-                        "its rarest query word; … where words are left out)")
+    text: str = _absent("text: the words in the box, in reading order, 32 words at most (past that, whole lines from the "
+                        "one holding its rarest query word; … where words are left out)")
 
 
 class Hit(_Document):

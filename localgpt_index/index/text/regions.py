@@ -7,10 +7,10 @@ union of its words' boxes (a line is cut where a gap between two words is wider 
 their height: OCR may read two columns' lines as one), adjacent lines of one block that both match are
 merged, and regions are ranked by the query's words (its units: lexicon.py) they hold, each weighed by its
 rarity in the index, then by their matches a line; a region's score is its share of the query's weight. A
-region's text is its lines' words, REGION_WORDS at most: a merged block of prose gives its lines from the one
-where its rarest word matches (a question's "the" may merge a paragraph; its "revenue" is what is shown), a single
-long line the words around that match (`…` where cut), so that a table cell or an answerer's prompt gets the
-sentence, not the paragraph.
+region's text is its lines' words, REGION_WORDS at most: past that, a merged block of prose gives its lines from
+the one where its rarest word matches (a question's "the" may merge a paragraph; its "revenue" is what is shown),
+a single long line the words around that match (`…` where cut), so that a table cell or an answerer's prompt
+gets the sentence, not the paragraph.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def _region(group: _Group, terms: list[str], weights: list[float], matches: Page
         text = pieces.text(first, matches.lexicon.tokens) if first == last else \
             " ".join([pieces.text(piece, matches.lexicon.tokens) for piece in range(first, last + 1)])
     else:
-        heaviest = max(compress(range(len(terms)), counts), key=weights.__getitem__)  # (the first of equal ones)
+        # the heaviest held term: a word before a prefix of the same weight, then the first
+        heaviest = max(compress(range(len(terms)), counts), key=lambda term: (weights[term], not terms[term].endswith("*")))
         text = _cut(first, last, pieces, matches, terms[heaviest])
     return Region((x0 / WORD_SCALE, y0 / WORD_SCALE, x1 / WORD_SCALE, y1 / WORD_SCALE), "text",
                   round(weight / total, 4), tuple(matched), text)

@@ -42,10 +42,10 @@ def snippet(matches: PageMatches, width: int = WIDTH) -> str:
     scale = [1] * (max(units) + 1)  # each unit's weight, in whole thousandths (a sliding sum of integers does not drift)
     for unit, weight in zip(units, weights):
         scale[unit] = max(1, round(weight * 1000))
-    best = _densest([before[index] + index for index, _ in hits], [units[number] for _, number in hits], scale, width - width // 4)
+    best, end = _densest([before[index] + index for index, _ in hits], [units[number] for _, number in hits], scale, width - width // 4)
     first = bisect_right(places, max(0, start(hits[best][0]) - width // 4), key=start) - 1  # start on a word
     last = min(len(tokens) - 1, max(first, bisect_left(places, start(first) + width, key=start) - 1))
-    last = max(last, hits[best][0])  # (the best hit shown, whatever long token came before it)
+    last = max(last, hits[end - 1][0])  # (every hit of the window shown, whatever long token came before it)
     marked = {index for index, _ in hits if first <= index <= last}
     shown = [_shown(token, matches.parts if index in marked else NOTHING) if index in marked or len(token) > LONG else token
              for index, token in enumerate(tokens[first: last + 1], first)]
@@ -76,12 +76,12 @@ def _shown(token: str, parts: frozenset[str]) -> str:
     return "".join(pieces)
 
 
-def _densest(starts: list[int], units: list[int], weights: list[int], width: int) -> int:
-    """The first hit of the earliest window of `width` characters (from a hit's start) whose distinct units weigh the
-    most (hits in order: each one's start and its unit, numbered below len(weights)): one pass with a sliding window
-    (a page of one word repeated is linear, not quadratic)."""
+def _densest(starts: list[int], units: list[int], weights: list[int], width: int) -> tuple[int, int]:
+    """The hits first..end - 1 of the earliest window of `width` characters (from a hit's start) whose distinct units
+    weigh the most (hits in order: each one's start and its unit, numbered below len(weights)): one pass with a
+    sliding window (a page of one word repeated is linear, not quadratic)."""
     inside = [0] * len(weights)  # each unit's hits in starts[first:end], the hits starting within the window
-    best, best_weight, weight, end = 0, -1, 0, 0
+    best, best_end, best_weight, weight, end = 0, 1, -1, 0, 0
     for first, start in enumerate(starts):
         while end < len(starts) and starts[end] < start + width:
             unit = units[end]
@@ -90,12 +90,12 @@ def _densest(starts: list[int], units: list[int], weights: list[int], width: int
             inside[unit] += 1
             end += 1
         if weight > best_weight:
-            best, best_weight = first, weight
+            best, best_end, best_weight = first, end, weight
         unit = units[first]
         inside[unit] -= 1
         if not inside[unit]:
             weight -= weights[unit]
-    return best
+    return best, best_end
 
 
 def _words(tokens: list[str], first: int, last: int) -> str:
