@@ -25,6 +25,16 @@ def test_command_reference_matches_help():
     assert status == 0, "docs/cli.md is out of date: run `cog -r docs/cli.md`"
 
 
+def test_the_command_reference_is_the_same_whichever_command_ran_before():
+    """A process that ran `upgrade` (a command imported when run) lists the commands in their declared order all the
+    same: the reference, made from the group's commands, does not move."""
+    from cogapp import Cog
+    from conftest import run_cli
+
+    assert run_cli("upgrade", "--help").exit_code == 0 and run_cli("warm", "--help").exit_code == 0
+    assert Cog().main(["cog", "--check", str(CLI_REFERENCE)]) == 0
+
+
 def test_the_package_map_matches_the_modules():
     from cogapp import Cog
 

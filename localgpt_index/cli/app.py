@@ -151,13 +151,17 @@ class AppGroup(click.Group):
 
     def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
         self._lazy = dict(lazy or {})
+        self._declared = list(self._lazy)
         super().__init__(*args, **kwargs)
 
     @property  # type: ignore[override]  # click.Group.commands, an attribute: read through this property
     def commands(self) -> dict[str, click.Command]:
-        """Every command (the lazy ones imported now: --help, the config file's check, `config`)."""
+        """Every command (the lazy ones imported now: --help, the config file's check, `config`), the lazy ones in the
+        order they were declared whichever ran first (the command reference lists them so)."""
         for name in list(self._lazy):
             self._load(name)
+        for name in self._declared:  # (in place: click adds commands to this very dict)
+            self._commands[name] = self._commands.pop(name)
         return self._commands
 
     @commands.setter
