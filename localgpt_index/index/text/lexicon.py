@@ -151,7 +151,9 @@ class QueryTerms:
         return found
 
     def _foreign_weight(self, term: str) -> float:
-        return self.rarity.get(term) or 1.0 if self.rarity is not None else 1.0
+        if self.rarity is None:
+            return 1.0
+        return self.rarity.get(term) or 1.0  # (not asked, or held by no page: as a unit without an index)
 
     def matches(self, lexicon: PageLexicon) -> PageMatches:
         """The query's matches on the page: each query term the page holds (the query word, stem or prefix* a token
