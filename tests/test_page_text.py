@@ -245,3 +245,37 @@ def test_office_documents_get_the_text_layer_of_their_conversion(corpus, tmp_pat
     assert "Q3" in read["revenue.xlsx"][0] and "134" in read["revenue.xlsx"][0]
     assert "Meeting notes" in read["readme.md"][0] and "hiring plan" in read["readme.md"][0]
     assert read["receipt.png"] == [""]
+
+
+
+def test_a_pdf_costs_one_pdfinfo_whose_page_sizes_tell_the_text_layer_its_turned_pages(tmp_path, monkeypatch, fake_model, appended):
+    """Every process start costs milliseconds of CPU beside the model: a document's one pdfinfo (at its opening) reads
+    every page's size and turn, and its text layer takes which pages are turned from it where a page's few words fit
+    the page either way (as here: pdf_page_texts alone has to ask pdfinfo), with the same words' boxes."""
+    import numpy as np
+    from reportlab.pdfgen import canvas
+
+    from localgpt_index.ingest.text import pdf_page_texts
+
+    pdf = tmp_path / "docs" / "turned.pdf"
+    pdf.parent.mkdir()
+    c = canvas.Canvas(str(pdf), invariant=1)
+    for rotation, x, y in ((0, 20, 400), (90, 72, 100), (0, 72, 100)):  # words that fit the page upright or turned
+        c.setPageSize((612, 792))
+        c.setPageRotation(rotation)
+        c.drawString(x, y, f"turned {rotation} words")
+        c.showPage()
+    c.save()
+    log = _tool_log(tmp_path, monkeypatch, "pdfinfo")
+    alone = pdf_page_texts(pdf, 1, 3)
+    assert len(log.read_text().splitlines()) == 1  # the words alone could not tell
+
+    result = run_cli("build", str(pdf.parent), "--index-dir", str(tmp_path / "idx"), "--model", str(fake_model))
+    assert result.exit_code == 0, result.stderr
+    assert len(log.read_text().splitlines()) == 2  # the build's one
+    built = {page: extra for _, page, extra in appended}
+    assert [built[page]["text"] for page in (1, 2, 3)] == [text for text, _ in alone] == [
+        "turned 0 words", "turned 90 words", "turned 0 words"]
+    for page, (_, words) in enumerate(alone, 1):
+        assert words is not None and np.array_equal(built[page]["words"].boxes, words.boxes), page
+    assert not np.array_equal(alone[0][1].boxes, alone[1][1].boxes)  # the turned page's boxes are its own

@@ -27,7 +27,7 @@ class OpenedDocument:
     pages: int = 0
     converter: str | None = None
     notes: tuple[str, ...] = ()  # what conversion changed (references dropped to stay inside the folder)
-    points: tuple[PagePoints, ...] = ()  # every page's size, where the render size depends on it
+    points: tuple[PagePoints, ...] = ()  # every page's size (a PDF's; none for an image)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from .events import DocumentFailed, DocumentOpened, EngineEvent, OpenedDocument,
 from .ocr import DEFAULT_OCR_LANG, DEFAULT_OCR_TIMEOUT_S, INSTALL_HINT, OCR_MEMORY_MIB, OcrFailed, Tesseract, pages_with_images
 from .ocrbatch import OcrQueue, QueuedPage
 from .opening import FeedSource
-from .render import DEFAULT_RENDER_TIMEOUT_S
+from .render import DEFAULT_RENDER_TIMEOUT_S, PagePoints
 from .text import NO_TEXT, OCR_MIN_CHARS, PageText, has_text_layer, pdf_page_texts, visible_chars
 
 if TYPE_CHECKING:
@@ -348,7 +348,7 @@ class PageTexts:
             if self._closed or number in self._opened:
                 return
             self._opened.add(number)
-            layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last)
+            layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last, document.points or None)
             self._documents[number] = _Document(str(source.path), first, last, layer)
 
     def claim(self, number: int) -> _Claim | None:
@@ -408,14 +408,15 @@ class PageTexts:
 
     # on the text thread and the OCR pool
 
-    def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int) -> _Layer:
+    def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int,
+                    points: Sequence[PagePoints] | None = None) -> _Layer:
         layers: list[tuple[str, PageWords | None]] = [("", None)] * (last - first + 1)
         warning = None
         later = self.settings.later and self.settings.tesseract is not None
         if pdf is not None:
             started = time.perf_counter()
             try:
-                layers = list(pdf_page_texts(pdf, first, last, self.settings.layer_timeout_s))
+                layers = list(pdf_page_texts(pdf, first, last, self.settings.layer_timeout_s, points))
             except DocumentError as exc:
                 warning = f"its text layer could not be read ({exc.reason}); its pages are indexed without it"
             self.timings("text", time.perf_counter() - started)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..core.errors import DocumentError
-from .render import DEFAULT_RENDER_TIMEOUT_S, _page_points, _run_poppler
+from .render import DEFAULT_RENDER_TIMEOUT_S, PagePoints, _page_points, _run_poppler
 
 if TYPE_CHECKING:  # numpy (and core/words, which needs it) are imported where words are read: importing ingest
     import numpy as np  # leaves the process as it was (numpy's import adds warning filters; tests/test_ingest_scope.py)
@@ -88,11 +88,12 @@ def clean_page_text(text: str) -> str:
     return text[:MAX_PAGE_CHARS]
 
 
-def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S
-                   ) -> list[tuple[str, PageWords | None]]:
+def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_RENDER_TIMEOUT_S,
+                   points: Sequence[PagePoints] | None = None) -> list[tuple[str, PageWords | None]]:
     """The text layer of pages first..last (1-based, inclusive), each with its words' boxes (None: not known):
     one pdftotext process (one per TEXT_CHUNK pages), each with `timeout_s`. A DocumentError if pdftotext is
-    missing, too slow, or refuses the file; a page pdftotext gives nothing for is ""."""
+    missing, too slow, or refuses the file; a page pdftotext gives nothing for is "". `points`: every page's
+    size, where the document's opening read them (which pages are turned: no pdfinfo of its own)."""
     texts: list[tuple[str, PageWords | None]] = []
     for start in range(first, last + 1, TEXT_CHUNK):
         end = min(last, start + TEXT_CHUNK - 1)
@@ -102,7 +103,7 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
         pages = [_parsed(page) for page in out.split(b"<page ")[1:][:wanted]]
         sides = [page.turned() for page in pages]
         if any(side is None for side in sides):  # words that fit the page either way: pdfinfo says
-            told = _turned(pdf, start, start + len(pages) - 1, timeout_s)
+            told = _turned(pdf, start, start + len(pages) - 1, timeout_s, points)
             sides = [told[number] if side is None and told else side for number, side in enumerate(sides)]
         texts += [_layer(page, side) for page, side in zip(pages, sides)]
         if len(pages) < wanted:  # a damaged file may give fewer
@@ -110,8 +111,11 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
     return texts
 
 
-def _turned(pdf: Path, first: int, last: int, timeout_s: float) -> list[bool] | None:
-    """Whether each of pages first..last is turned a quarter (/Rotate 90 or 270); None: pdfinfo cannot say."""
+def _turned(pdf: Path, first: int, last: int, timeout_s: float, points: Sequence[PagePoints] | None) -> list[bool] | None:
+    """Whether each of pages first..last is turned a quarter (/Rotate 90 or 270), from `points` (every page's)
+    or pdfinfo; None: pdfinfo cannot say."""
+    if points is not None and len(points) >= last:
+        return [turned for _, _, turned in points[first - 1 : last]]
     try:
         return [turned for _, _, turned in _page_points(pdf, first, last, timeout_s)]
     except DocumentError:
