@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import parsed
 
 PACKAGE = Path(__file__).resolve().parent.parent / "localgpt_index"
 ROOT = "localgpt_index"
@@ -76,7 +77,7 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
 
 def imports_of(module: str, path: Path, modules: dict[str, Path], root: str = ROOT) -> set[str]:
     """The library modules `module` imports, anywhere in its source."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path.read_text())
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):

@@ -46,9 +46,11 @@ def test_every_module_opens_its_docstring_with_a_line_of_its_own():
     """The package map shows each module's first docstring line: it must say what the module is alone."""
     import ast
 
+    from helpers import parsed
+
     cut = []
     for path in sorted((ROOT / "localgpt_index").rglob("*.py")):
-        lines = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n")
+        lines = (ast.get_docstring(parsed(path.read_text())) or "").split("\n")
         if not lines[0].strip() or (len(lines) > 1 and lines[1].strip()):
             cut.append(str(path.relative_to(ROOT)))
     assert cut == [], "no docstring, or its first line runs on into the next"

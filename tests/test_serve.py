@@ -424,3 +424,19 @@ def test_the_service_switches_generations_and_lets_the_old_one_go(fake_model, tm
     del old, in_flight, old_vectors
     gc.collect()
     assert gone() is None
+
+
+def test_a_client_of_a_plain_http_server_loads_no_certificates_and_one_of_https_checks_them(monkeypatch):
+    """`query --server http://...` and the integrations' server source open one client a process: the system's CA
+    bundle (30-70 ms of CPU) is read only where there is a certificate to check."""
+    import ssl
+
+    from localgpt_index.serve.client import ServerClient
+
+    loaded = []
+    original = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", lambda self, *a, **k: loaded.append(a or k) or original(self, *a, **k))
+    ServerClient("http://127.0.0.1:9")
+    assert loaded == []
+    ServerClient("https://127.0.0.1:9")
+    assert loaded
