@@ -185,3 +185,22 @@ def test_folding_of_letters_nfkd_does_not_decompose():
     folded = ["aesir", "ore", "oeuvre", "lodz", "flow", "strasse", "creme", "vx", "424", "vx424"]
     assert exact_tokens("Æsir Øre Œuvre Łódź ﬂow Straße Crème ＶＸ-４２４") == folded
     assert exact_tokens("한국어 हिन्दी") == ["한", "국", "어", "हिन्दी"]  # Hangul recomposed, Devanagari's marks kept
+
+
+def test_the_language_model_is_read_once_a_process_whatever_the_candidates(monkeypatch):
+    """Reading py3langid's model costs about a second of CPU: an index told its languages and another left to
+    detect them share one reading, and each set of candidates still decides among its own."""
+    from py3langid.langid import LanguageIdentifier
+
+    from localgpt_index.index.text import language
+
+    monkeypatch.setattr(language, "_identifiers", {})
+    reads = []
+    original = LanguageIdentifier.from_model_file.__func__
+    monkeypatch.setattr(LanguageIdentifier, "from_model_file", classmethod(lambda cls, *a, **k: reads.append(a) or original(cls, *a, **k)))
+    french = ["Le conseil municipal a voté le budget de la ville pour l'année prochaine après un long débat."]
+    assert language.detect(french, ("de", "fr")) == "fr"
+    assert language.detect(french, ("de", "en")) in ("de", "en")
+    assert language.detect(french) == "fr"
+    assert language.detect(["The council voted on the city's budget for next year after a long debate."], ("de", "en")) == "en"
+    assert len(reads) == 1

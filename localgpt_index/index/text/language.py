@@ -14,9 +14,10 @@ takes the Snowball languages of Tesseract's (`from_ocr_lang`: deu+eng -> de+en).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Collection, Iterable
-from typing import Final
+from typing import Any, Final
 
 from .tokenize import SNOWBALL
 
@@ -33,7 +34,7 @@ SAMPLE_CHARS: Final = 1000  # the document's start: a language shows in its firs
 MIN_LETTERS: Final = 20
 
 _lock = threading.Lock()
-_identifiers: dict[tuple[str, ...], object] = {}
+_identifiers: dict[tuple[str, ...] | None, Any] = {}  # None: the whole model
 
 
 def language_setting(value: str) -> str:
@@ -80,11 +81,15 @@ def detect(texts: Iterable[str], languages: Collection[str] = ()) -> str | None:
 
 
 def _identifier(candidates: tuple[str, ...]):
+    """The detector among `candidates`: the model read once a process (about a second of CPU), each set of
+    candidates a shallow copy of it (set_languages replaces the copy's class columns; the n-gram tables are shared)."""
     with _lock:
         if candidates not in _identifiers:
-            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+            if None not in _identifiers:
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-            identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+                _identifiers[None] = LanguageIdentifier.from_model_file(MODEL_FILE)
+            identifier = copy.copy(_identifiers[None])
             identifier.set_languages(list(candidates))
             _identifiers[candidates] = identifier
         return _identifiers[candidates]
