@@ -1,7 +1,7 @@
 """The fork server the doc examples run `lgpt-index` through (tests/forkserver.py): a forked command behaves as the
 real one run by the shell (output, input, folder, environment, exit code), and where it cannot be forked faithfully
-the client runs the real CLI itself. Preloading the CLI only (no torch): the fast tier, but for a forked server on a
-real port."""
+the client runs the real CLI itself. Preloading the CLI only (no torch). The slow tier, whose doc examples are what the
+fork server is for: a server process and tens of forked commands, about 5 s."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from forkserver import SOCKET_ENV
 from helpers import free_port, wait_until
 
 SERVER = Path(__file__).with_name("forkserver.py")
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -73,7 +74,6 @@ def test_an_environment_the_imports_read_differently_runs_the_real_cli(server, t
     assert "refused ['nosuch']: HF_HOME" in log.read_text() and "forked" not in log.read_text()
 
 
-@pytest.mark.slow  # a server on a real port
 def test_a_forked_server_answers_and_ends_with_exit_0_on_the_sigterm_its_client_gets(server, tmp_path, fake_model):
     """serve, watch and mcp are forked too: the SIGTERM a shell sends the client reaches the command, which ends as
     the real one does (exit 0), and the client with it."""
