@@ -29,6 +29,7 @@ MAX_TEXT_REGIONS = 3  # a hit's text regions at most (query/regions.py keeps roo
 COLUMN_GAP = 1.5  # a gap between two words of a line wider than this many times their height parts two columns
 REGION_WORDS = 32  # a region's text at most: whole lines, as many as fit
 BEFORE = 4  # the words shown before the match of a line too long for REGION_WORDS
+COMMON = 0.1  # a term weighing under this share of the page's heaviest ("the" beside "revenue") makes no region alone
 
 
 def page_text_regions(matches: PageMatches, words: PageWords, limit: int = MAX_TEXT_REGIONS) -> list[Region]:
@@ -58,7 +59,7 @@ def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces, un
     of_token, blocks = pieces.of_token, pieces.blocks
     width = len(terms)
     alone = len(set(units)) == width  # each term a unit of its own (most queries)
-    held = sorted([line * width + term for term, name in enumerate(terms) for index in found[name] if (line := of_token[index]) >= 0])
+    held = _held(found, terms, of_token, weights)
     held.append((len(blocks) + 1) * width)  # (past the last line: the last group closes in the loop)
     groups: list[_Group] = []
     first = last = -2
@@ -74,6 +75,21 @@ def _groups(found: dict[str, set[int]], terms: list[str], pieces: LinePieces, un
             last = line
         counts[term] += 1
     return groups
+
+
+def _held(found: dict[str, set[int]], terms: list[str], of_token: list[int], weights: list[float]) -> list[int]:
+    """Each matched token with a line, as line * len(terms) + term, sorted; a COMMON term's only on the lines a heavier
+    term holds: the lines of a question's "the" neither make regions of their own nor merge a paragraph into one
+    (where every term weighs alike, none is common)."""
+    width, floor = len(terms), COMMON * max(weights)
+    telling = [term for term in range(width) if weights[term] >= floor]
+    held = [line * width + term for term in telling for index in found[terms[term]] if (line := of_token[index]) >= 0]
+    if len(telling) < width:
+        lines = {code // width for code in held}
+        held += [line * width + term for term in range(width) if weights[term] < floor
+                 for index in found[terms[term]] if (line := of_token[index]) in lines]
+    held.sort()
+    return held
 
 
 def _units_weight(counts: list[int], units: list[int], weights: list[float]) -> float:
