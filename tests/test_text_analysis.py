@@ -195,6 +195,7 @@ def test_the_language_model_is_read_once_a_process_whatever_the_candidates(monke
     from localgpt_index.index.text import language
 
     monkeypatch.setattr(language, "_identifiers", {})
+    monkeypatch.setattr(language, "_model", None)
     reads = []
     original = LanguageIdentifier.from_model_file.__func__
     monkeypatch.setattr(LanguageIdentifier, "from_model_file", classmethod(lambda cls, *a, **k: reads.append(a) or original(cls, *a, **k)))

@@ -348,7 +348,7 @@ class PageTexts:
             if self._closed or number in self._opened:
                 return
             self._opened.add(number)
-            layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last, document.points or None)
+            layer = self._layer_pool.submit(self._read_layer, pdf, image, first, last, document.points)
             self._documents[number] = _Document(str(source.path), first, last, layer)
 
     def claim(self, number: int) -> _Claim | None:
@@ -408,8 +408,7 @@ class PageTexts:
 
     # on the text thread and the OCR pool
 
-    def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int,
-                    points: Sequence[PagePoints] | None = None) -> _Layer:
+    def _read_layer(self, pdf: Path | None, image: Path | None, first: int, last: int, points: Sequence[PagePoints]) -> _Layer:
         layers: list[tuple[str, PageWords | None]] = [("", None)] * (last - first + 1)
         warning = None
         later = self.settings.later and self.settings.tesseract is not None

@@ -93,7 +93,8 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
     """The text layer of pages first..last (1-based, inclusive), each with its words' boxes (None: not known):
     one pdftotext process (one per TEXT_CHUNK pages), each with `timeout_s`. A DocumentError if pdftotext is
     missing, too slow, or refuses the file; a page pdftotext gives nothing for is "". `points`: every page's
-    size, where the document's opening read them (which pages are turned: no pdfinfo of its own)."""
+    size, where the document's opening read them (which pages are turned: no pdfinfo of its own; none or too few:
+    pdfinfo asked where the words cannot tell)."""
     texts: list[tuple[str, PageWords | None]] = []
     for start in range(first, last + 1, TEXT_CHUNK):
         end = min(last, start + TEXT_CHUNK - 1)
@@ -114,7 +115,7 @@ def pdf_page_texts(pdf: Path, first: int, last: int, timeout_s: float = DEFAULT_
 def _turned(pdf: Path, first: int, last: int, timeout_s: float, points: Sequence[PagePoints] | None) -> list[bool] | None:
     """Whether each of pages first..last is turned a quarter (/Rotate 90 or 270), from `points` (every page's)
     or pdfinfo; None: pdfinfo cannot say."""
-    if points is not None and len(points) >= last:
+    if points is not None and len(points) >= last:  # (an image's, or a document opened elsewhere: none)
         return [turned for _, _, turned in points[first - 1 : last]]
     try:
         return [turned for _, _, turned in _page_points(pdf, first, last, timeout_s)]

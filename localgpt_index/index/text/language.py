@@ -34,7 +34,8 @@ SAMPLE_CHARS: Final = 1000  # the document's start: a language shows in its firs
 MIN_LETTERS: Final = 20
 
 _lock = threading.Lock()
-_identifiers: dict[tuple[str, ...] | None, Any] = {}  # None: the whole model
+_model: Any = None  # py3langid's, every language: read once a process
+_identifiers: dict[tuple[str, ...], Any] = {}  # each set of candidates': a copy of it
 
 
 def language_setting(value: str) -> str:
@@ -83,13 +84,14 @@ def detect(texts: Iterable[str], languages: Collection[str] = ()) -> str | None:
 def _identifier(candidates: tuple[str, ...]):
     """The detector among `candidates`: the model read once a process (about a second of CPU), each set of
     candidates a shallow copy of it (set_languages replaces the copy's class columns; the n-gram tables are shared)."""
+    global _model
     with _lock:
         if candidates not in _identifiers:
-            if None not in _identifiers:
+            if _model is None:
                 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-                _identifiers[None] = LanguageIdentifier.from_model_file(MODEL_FILE)
-            identifier = copy.copy(_identifiers[None])
+                _model = LanguageIdentifier.from_model_file(MODEL_FILE)
+            identifier = copy.copy(_model)
             identifier.set_languages(list(candidates))
             _identifiers[candidates] = identifier
         return _identifiers[candidates]

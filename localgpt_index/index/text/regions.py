@@ -7,10 +7,10 @@ union of its words' boxes (a line is cut where a gap between two words is wider 
 their height: OCR may read two columns' lines as one), adjacent lines of one block that both match are
 merged, and regions are ranked by the query's words (its units: lexicon.py) they hold, each weighed by its
 rarity in the index, then by their matches a line; a region's score is its share of the query's weight. A
-region's text is its lines' words, REGION_WORDS at most: past that, a merged block of prose gives its lines from
-the one where its rarest word matches (a question's "the" may merge a paragraph; its "revenue" is what is shown),
-a single long line the words around that match (`…` where cut), so that a table cell or an answerer's prompt
-gets the sentence, not the paragraph.
+COMMON word (a question's "the" beside its "revenue") counts only on lines a heavier word holds: its lines
+alone are no region and merge none. A region's text is its lines' words, REGION_WORDS at most: past that, a
+merged block gives its lines from the one where its rarest word matches, a single long line the words around
+that match (`…` where cut), so that a table cell or an answerer's prompt gets the sentence, not the paragraph.
 """
 
 from __future__ import annotations
