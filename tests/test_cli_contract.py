@@ -202,7 +202,8 @@ class FakeServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # (shutdown waits for the loop's next poll: half a second at http.server's default, in every test)
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def answer(self, document, content_type: str = "application/json") -> None:
         self.body = document if isinstance(document, bytes) else json.dumps(document).encode()

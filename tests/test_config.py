@@ -138,15 +138,25 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_file_and_the_key(text, me
     assert f"{tmp_path / 'lgpt-index.toml'}: " in result.stderr and message in result.stderr, result.stderr
 
 
-@pytest.fixture
-def named(fake_model, tmp_path, monkeypatch) -> Path:
-    """An index named `work` (and no other), built with --name given to the group."""
-    monkeypatch.delenv("LGPT_MODEL", raising=False)
-    make_pdf(tmp_path / "docs" / "alpha.pdf", ["alpha one"])
-    result = run_cli("--name", "work", "build", "docs", "--model", str(fake_model))
+@pytest.fixture(scope="module")
+def named_folder(fake_model, tmp_path_factory) -> Path:
+    """A folder with an index named `work` (and no other) in it, built with --name given to the group."""
+    folder = tmp_path_factory.mktemp("named")
+    make_pdf(folder / "docs" / "alpha.pdf", ["alpha one"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.delenv("LGPT_MODEL", raising=False)
+        result = run_cli("--name", "work", "build", "docs", "--model", str(fake_model))
     assert result.exit_code == 0, result.stderr
-    assert (tmp_path / ".lgpt-index" / "work").is_dir() and not (tmp_path / ".lgpt-index" / "default").exists()
-    return tmp_path
+    assert (folder / ".lgpt-index" / "work").is_dir() and not (folder / ".lgpt-index" / "default").exists()
+    return folder
+
+
+@pytest.fixture
+def named(named_folder, monkeypatch) -> Path:
+    """The working folder: `named_folder` (its tests read the index or are refused before they reach it)."""
+    monkeypatch.chdir(named_folder)
+    return named_folder
 
 
 # every command, with what else it needs to reach the index (a bad name is refused there)

@@ -15,6 +15,10 @@ from conftest import run_cli
 from docgen import make_pdf
 from helpers import build_ok
 
+# each test builds and evaluates a corpus of its own (some with the random-weight checkpoint, torch): over a second,
+# the real-component tier
+pytestmark = pytest.mark.slow
+
 FACTS = {  # a fact a page states, a near-miss another page states, and the question that finds the fact
     "invoices/halvorsen.pdf": ("Invoice INV-20417 billed Halvorsen Marine for mooring ropes",
                                "Invoice INV-20471 billed Carrow Marine for mooring ropes",
@@ -120,7 +124,6 @@ def test_hybrid_keeps_what_each_list_alone_finds_when_both_carry_signal(tmp_path
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "eval"
 
 
-@pytest.mark.slow  # the random-weight checkpoint (torch) and Tesseract in a process of its own
 def test_on_the_shipped_set_with_the_random_weight_checkpoint_hybrid_is_as_good_as_text(tmp_path, tiny_model):
     """Today's failure: one picture was the random model's visual rank 1 for every query and won the weighting
     (hybrid nDCG@10 0.70 against 0.99 for text alone)."""
@@ -203,7 +206,6 @@ def test_on_the_multilingual_corpus_without_visual_signal_hybrid_is_as_good_as_t
     assert_hybrid_not_buried(found)
 
 
-@pytest.mark.slow  # the random-weight checkpoint (torch) in a process of its own
 def test_on_the_multilingual_corpus_with_the_random_weight_checkpoint_hybrid_is_as_good_as_text(tmp_path, tiny_model):
     from conftest import run_process
 
