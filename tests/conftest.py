@@ -50,6 +50,17 @@ def pytest_configure(config) -> None:
     import sitecustomize  # noqa: F401  (this folder's: it installs the blocking finder)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_session(tmp_path_factory):
+    """What module and session fixtures do (an index built, a server started: before any test's isolated_env)
+    reaches no user cache either: lgpt-index's (weight digests, visual priors, the checked-record key) and the hub's."""
+    caches = tmp_path_factory.mktemp("session-caches")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(caches / "cache"))
+        patch.setenv("HF_HOME", str(caches / "hf-home"))
+        yield caches
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
     """No hub, no user cache, no inherited index settings, a scratch working folder."""

@@ -4,9 +4,27 @@ a cache: where it cannot be written, build and query work as before, without cac
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+
+import pytest
 
 from conftest import run_cli
 from helpers import make_pdfs, verify_ok
+
+
+@pytest.fixture(scope="module")
+def module_caches() -> dict[str, str | None]:
+    """The caches a module fixture's builds and servers would write to."""
+    return {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "HF_HOME")}
+
+
+def test_the_suites_module_fixtures_write_no_user_cache(module_caches, tmp_path_factory):
+    """Module and session fixtures run before a test's own isolated_env (tests/conftest.py): their caches are the
+    session's, under the suite's temporary folder, not the user's ~/.cache (a visual prior a build, a key...)."""
+    base = tmp_path_factory.getbasetemp()
+    for name, folder in module_caches.items():
+        assert folder is not None and Path(folder).is_relative_to(base), (name, folder)
 
 
 def test_a_cache_folder_that_cannot_be_created_only_means_no_caching(fake_model, tmp_path, monkeypatch):

@@ -39,9 +39,7 @@ def _make_index(root: Path) -> None:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("checked") / "default"
-    with pytest.MonkeyPatch.context() as patch:  # the writers' key: not the user's cache (isolated_env is per test)
-        patch.setenv("XDG_CACHE_HOME", str(root.parent / "cache"))
-        _make_index(root)
+    _make_index(root)  # (the writers' key in the session's cache: tests/conftest.py's isolated_session)
     return root
 
 
