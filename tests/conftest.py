@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,13 +42,29 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 def pytest_configure(config) -> None:
     """The fast tier (-m "not slow") runs without torch, in this process and in every CLI or server
     process it starts: whatever it would import torch for fails the test."""
-    if config.getoption("markexpr").replace(" ", "") != "notslow":
+    if not _fast_tier(config):
         return
     os.environ["PYTHONPATH"] = torchless_path()
     if "torch" in sys.modules:
         raise pytest.UsageError("torch was imported before the fast tier started")
     sys.path.insert(0, str(WITHOUT_TORCH))
     import sitecustomize  # noqa: F401  (this folder's: it installs the blocking finder)
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """The fast tier does not import a test module marked slow as a whole (`pytestmark = pytest.mark.slow`, or a list
+    of marks that begins with it): each xdist worker collects every module, and such a module's imports
+    (LangChain's test kit, Ray) are all it would cost there."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_") or not _fast_tier(config):
+        return None
+    return True if SLOW_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
+
+
+def _fast_tier(config) -> bool:
+    return config.getoption("markexpr").replace(" ", "") == "notslow"
+
+
+SLOW_MODULE = re.compile(r"^pytestmark = \[?pytest\.mark\.slow\b", re.MULTILINE)  # (alone or first of its marks)
 
 
 @pytest.fixture(scope="session", autouse=True)

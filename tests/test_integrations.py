@@ -1,6 +1,10 @@
 """The LangChain and LlamaIndex retrievers (localgpt_index.integrations), through each framework's own
 retriever interface (`invoke` for LangChain, `retrieve` for LlamaIndex), over the Python API (an open
-index, the fake encoder) and over a real `lgpt-index serve` on a real port."""
+index, the fake encoder) and over a real `lgpt-index serve` on a real port. LangChain's own standard suite:
+tests/test_integrations_standard.py.
+
+Each framework is imported where a test uses it (about 2.5 s of CPU for both), not at collection: the other
+xdist worker collects this module too, and runs none of it (`--dist loadfile`)."""
 
 from __future__ import annotations
 
@@ -19,14 +23,8 @@ from PIL import Image
 from helpers import report_index as build_report_index
 from served import Server
 
-from langchain_core.documents import Document  # the test environment has both frameworks
-from langchain_tests.integration_tests import RetrieversIntegrationTests
-from llama_index.core.schema import ImageNode, NodeWithScore, TextNode
-
 from localgpt_index import LgptError, open_index
 from localgpt_index.core.errors import EnvironmentMissing, UsageError
-from localgpt_index.integrations import langchain as lc
-from localgpt_index.integrations import llamaindex as li
 from localgpt_index.integrations.source import PageHit, open_source
 
 QUERY = "report 1 page 0"
@@ -57,13 +55,33 @@ def png_size(data: bytes) -> tuple[int, int]:
         return image.size
 
 
-def langchain_retriever(backend: str, report_index, server, **options) -> lc.LgptRetriever:
+@pytest.fixture(scope="module")
+def lc():
+    """The LangChain adapter (it imports langchain-core)."""
+    from localgpt_index.integrations import langchain
+
+    return langchain
+
+
+@pytest.fixture(scope="module")
+def li():
+    """The LlamaIndex adapter (it imports llama-index-core)."""
+    from localgpt_index.integrations import llamaindex
+
+    return llamaindex
+
+
+def langchain_retriever(backend: str, report_index, server, **options):
+    from localgpt_index.integrations import langchain as lc
+
     if backend == "server":
         return lc.LgptRetriever.from_server(server.url, **options)
     return lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **options)
 
 
-def llamaindex_retriever(backend: str, report_index, server, **options) -> li.LgptRetriever:
+def llamaindex_retriever(backend: str, report_index, server, **options):
+    from localgpt_index.integrations import llamaindex as li
+
     if backend == "server":
         return li.LgptRetriever.from_server(server.url, **options)
     return li.LgptRetriever.from_index(open_index(report_index["index"]), **options)
@@ -72,6 +90,8 @@ def llamaindex_retriever(backend: str, report_index, server, **options) -> li.Lg
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 @pytest.mark.parametrize("backend", ["api", "server"])
 def test_langchain_retriever_invoke(backend, report_index, request):
+    from langchain_core.documents import Document
+
     server = request.getfixturevalue("server") if backend == "server" else None
     retriever = langchain_retriever(backend, report_index, server, k=3)
     documents = retriever.invoke(QUERY)
@@ -101,6 +121,8 @@ def test_langchain_retriever_invoke(backend, report_index, request):
 
 @pytest.mark.parametrize("backend", ["api", "server"])
 def test_llamaindex_retriever_retrieve(backend, report_index, request):
+    from llama_index.core.schema import ImageNode, NodeWithScore, TextNode
+
     server = request.getfixturevalue("server") if backend == "server" else None
     retriever = llamaindex_retriever(backend, report_index, server, similarity_top_k=3)
     nodes = retriever.retrieve(QUERY)
@@ -126,7 +148,7 @@ def _page_png(report_index, metadata: dict, dpi: int) -> bytes:
     return IndexSource(open_index(report_index["index"])).page_png(metadata["sha256"], metadata["page"], dpi)
 
 
-def test_page_text_is_the_content_where_the_index_has_it():
+def test_page_text_is_the_content_where_the_index_has_it(lc, li):
     hit = {"rank": 1, "score": 2.5, "path": "a.pdf", "page": 3, "sha256": "ab" * 32, "kind": "pdf",
            "metadata": {"team": "x"}, "text": "Invoice 4711, due 2026-12-31"}
     page = PageHit.from_hit("invoice", hit)
@@ -148,7 +170,7 @@ def test_text_mode_finds_the_page_by_its_text_and_hands_it_on(backend, report_in
     assert nodes[0].node.metadata["page"] == 2 and nodes[0].node.text == "" and nodes[0].node.metadata["has_text"] is False
 
 
-def test_bad_options_and_an_unreachable_server(report_index):
+def test_bad_options_and_an_unreachable_server(report_index, lc, li):
     for bad in ({"k": 0}, {"dpi": 5000}, {"first_pass": 0}, {"kk": 3}, {"mode": "sideways"}):
         with pytest.raises(UsageError, match="bad retriever option"):
             lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **bad)
@@ -209,9 +231,12 @@ def png_server():
     server.server_close()
 
 
-def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server):
+def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server, lc, li):
     """Issue 39 #9: a 17 KB PNG of 12000x12000 pixels (690 MiB decoded), one of 20000x20000 (PIL's bomb error) and
     one that does not decode are each an LgptError naming the server; a page of a sane size decodes."""
+    from langchain_core.documents import Document
+    from llama_index.core.schema import TextNode
+
     page = Document(page_content="", metadata={"sha256": "ab" * 32, "page": 3})
     for retriever in (lc.LgptRetriever.from_server(png_server.url), li.LgptRetriever.from_server(png_server.url)):
         png_server.body = _png(50, 40)
@@ -314,48 +339,7 @@ def test_options_per_call_and_llamaindex_names(backend, report_index, request):
     assert [(n.node.metadata["path"], n.node.metadata["page"], n.score) for n in nodes.retrieve(QUERY)] == expected(report_index, 2)
 
 
-class TestLangChainStandardSuiteOverTheApi(RetrieversIntegrationTests):
-    """LangChain's own retriever suite (langchain-tests), over an open index and the fake encoder."""
-
-    @pytest.fixture(autouse=True)
-    def _index(self, report_index):
-        self.index = open_index(report_index["index"])
-
-    @property
-    def retriever_constructor(self):
-        return lc.LgptRetriever.from_index  # the constructor users call, taking k as the suite expects
-
-    @property
-    def retriever_constructor_params(self) -> dict:
-        return {"index": self.index}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return QUERY
-
-
-@pytest.mark.slow  # a server on a real port
-class TestLangChainStandardSuiteOverServe(RetrieversIntegrationTests):
-    """LangChain's own retriever suite over a running `lgpt-index serve`."""
-
-    @pytest.fixture(autouse=True)
-    def _server(self, server):
-        self.url = server.url
-
-    @property
-    def retriever_constructor(self):
-        return lc.LgptRetriever.from_server
-
-    @property
-    def retriever_constructor_params(self) -> dict:
-        return {"url": self.url}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return QUERY
-
-
-def test_documents_are_json_serialisable(report_index):
+def test_documents_are_json_serialisable(report_index, lc):
     documents = lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), k=2).invoke(QUERY)
     json.dumps([document.metadata for document in documents])
 
