@@ -95,10 +95,11 @@ def ranked_by_query(index: Path, texts: dict[str, str], tmp_path: Path, *options
             for query_id, answer in zip(texts, answers)}
 
 
-@pytest.fixture
-def shipped_index(tmp_path, fake_model) -> Path:
-    """The shipped set's PDFs and PNGs indexed with the fake encoder (its .docx need LibreOffice: slow tier)."""
-    index = tmp_path / "idx"
+@pytest.fixture(scope="module")
+def shipped_index(tmp_path_factory, fake_model) -> Path:
+    """The shipped set's PDFs and PNGs indexed with the fake encoder (its .docx need LibreOffice: slow tier), once a
+    module: its tests only read it."""
+    index = tmp_path_factory.mktemp("shipped") / "idx"
     build_ok(str(EXAMPLES / "docs"), "--model", str(fake_model), "--index-dir", str(index), "--exclude", "*.docx")
     return index
 
@@ -117,6 +118,7 @@ def assert_same(ours: dict[str, float], theirs: dict[str, float]) -> None:
         assert ours[measure] == pytest.approx(theirs[measure], abs=1e-9), (measure, ours, theirs)
 
 
+@pytest.mark.slow  # builds the shipped set, evaluates it and ranks every question twice: 2.5-3 s, the real-component tier
 def test_eval_numbers_equal_an_independent_computation_on_the_shipped_set(shipped_index, tmp_path):
     texts, qrels = shipped_qrels()
     document = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query", "--first-pass", "4",

@@ -193,6 +193,7 @@ def test_two_writers_exactly_one_proceeds(scenario, tmp_path):
     assert _results(index_dir) == scenario["after"]
 
 
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_lock_wait_and_stale_lock(scenario, tmp_path):
     from localgpt_index.index.local.store import LocalStore
 
