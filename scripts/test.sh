@@ -19,7 +19,4 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 .venv/bin/python -m pytest -m "not slow" -n 2
-# The slowest named: what CI's time goes to. Test by test (--dist load, not the fast tier's loadfile): its tests run
-# for up to a minute each, and with a module's tests together on one worker the tier took 912 s against 872 s
-# (one CI dry run each)
-exec .venv/bin/python -m pytest -m slow -n 2 --dist load --durations=40
+exec .venv/bin/python -m pytest -m slow -n 2 --durations=40  # (the slowest named: what CI's time goes to)

@@ -23,6 +23,7 @@ from docgen import make_corpus  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "localgpt_index" / "schemas"
 WITHOUT_TORCH = Path(__file__).resolve().parent / "without_torch"
+SLOW_MODULE = re.compile(r"^pytestmark = \[?pytest\.mark\.slow\b", re.MULTILINE)  # (alone, or the first of a list)
 
 # The fake model family registers through the family registry's plugin list, in this process
 # and in every CLI, server or Ray worker process the tests start (they inherit the environment).
@@ -52,9 +53,8 @@ def pytest_configure(config) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
-    """The fast tier does not import a test module marked slow as a whole (`pytestmark = pytest.mark.slow`, or a list
-    of marks that begins with it): each xdist worker collects every module, and such a module's imports
-    (LangChain's test kit, Ray) are all it would cost there."""
+    """The fast tier does not import a test module marked slow as a whole (SLOW_MODULE): each xdist worker collects
+    every module, and such a module's imports (LangChain's test kit, Ray) are all it would cost there."""
     if collection_path.suffix != ".py" or not collection_path.name.startswith("test_") or not _fast_tier(config):
         return None
     return True if SLOW_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
@@ -64,31 +64,33 @@ def _fast_tier(config) -> bool:
     return config.getoption("markexpr").replace(" ", "") == "notslow"
 
 
-SLOW_MODULE = re.compile(r"^pytestmark = \[?pytest\.mark\.slow\b", re.MULTILINE)  # (alone or first of its marks)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def isolated_session(tmp_path_factory):
-    """What module and session fixtures do (an index built, a server started: before any test's isolated_env)
-    reaches no user cache either: lgpt-index's (weight digests, visual priors, the checked-record key) and the hub's."""
+    """Module and session fixtures (an index built, a server started) run before any test's isolated_env: they get
+    the same environment, with the session's caches."""
     caches = tmp_path_factory.mktemp("session-caches")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CACHE_HOME", str(caches / "cache"))
-        patch.setenv("HF_HOME", str(caches / "hf-home"))
+        isolate(patch, caches)
         yield caches
 
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
-    """No hub, no user cache, no inherited index settings, a scratch working folder."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # lgpt-index's weight digests
-    for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "LGPT_MODEL", "NO_COLOR"):
-        monkeypatch.delenv(name, raising=False)
+    """A test's own environment (isolate) and a scratch working folder."""
+    isolate(monkeypatch, tmp_path)
     monkeypatch.setenv("LGPT_OCR", "never")  # as set for the session above, should a test have changed it
     monkeypatch.chdir(tmp_path)
+
+
+def isolate(patch: pytest.MonkeyPatch, folder: Path) -> None:
+    """No hub, no user cache (lgpt-index's weight digests, visual priors and checked-record key: under `folder`), no
+    inherited index settings."""
+    patch.setenv("HF_HUB_OFFLINE", "1")
+    patch.setenv("TRANSFORMERS_OFFLINE", "1")
+    patch.setenv("HF_HOME", str(folder / "hf-home"))
+    patch.setenv("XDG_CACHE_HOME", str(folder / "cache"))
+    for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "LGPT_MODEL", "NO_COLOR"):
+        patch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="module")

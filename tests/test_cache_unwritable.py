@@ -21,10 +21,24 @@ def module_caches() -> dict[str, str | None]:
 
 def test_the_suites_module_fixtures_write_no_user_cache(module_caches, tmp_path_factory):
     """Module and session fixtures run before a test's own isolated_env (tests/conftest.py): their caches are the
-    session's, under the suite's temporary folder, not the user's ~/.cache (a visual prior a build, a key...)."""
+    session's, under the suite's temporary folder, not the user's ~/.cache (visual priors, weight digests)."""
     base = tmp_path_factory.getbasetemp()
     for name, folder in module_caches.items():
         assert folder is not None and Path(folder).is_relative_to(base), (name, folder)
+
+
+def test_the_suites_environment_drops_the_users_index_settings(tmp_path):
+    """What the session's fixtures and each test start from (conftest.isolate): a shell's LGPT_INDEX_DIR would have
+    a module fixture's build write into the user's own index."""
+    from conftest import isolate
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "LGPT_MODEL"):
+            patch.setenv(name, "the user's")
+        patch.delenv("HF_HUB_OFFLINE", raising=False)
+        isolate(patch, tmp_path)
+        assert not {"LGPT_INDEX_DIR", "LGPT_INDEX_NAME", "LGPT_MODEL"} & set(os.environ)
+        assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["XDG_CACHE_HOME"] == str(tmp_path / "cache")
 
 
 def test_a_cache_folder_that_cannot_be_created_only_means_no_caching(fake_model, tmp_path, monkeypatch):

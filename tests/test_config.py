@@ -145,7 +145,6 @@ def named_folder(fake_model, tmp_path_factory) -> Path:
     make_pdf(folder / "docs" / "alpha.pdf", ["alpha one"])
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
-        patch.delenv("LGPT_MODEL", raising=False)
         result = run_cli("--name", "work", "build", "docs", "--model", str(fake_model))
     assert result.exit_code == 0, result.stderr
     assert (folder / ".lgpt-index" / "work").is_dir() and not (folder / ".lgpt-index" / "default").exists()

@@ -118,7 +118,7 @@ def assert_same(ours: dict[str, float], theirs: dict[str, float]) -> None:
         assert ours[measure] == pytest.approx(theirs[measure], abs=1e-9), (measure, ours, theirs)
 
 
-@pytest.mark.slow  # builds the shipped set, evaluates it and ranks every question twice: 2.5-3 s, the real-component tier
+@pytest.mark.slow  # evaluates the shipped set and ranks every question twice: 2.5-3 s, the real-component tier
 def test_eval_numbers_equal_an_independent_computation_on_the_shipped_set(shipped_index, tmp_path):
     texts, qrels = shipped_qrels()
     document = eval_json(str(EXAMPLES / "queries.jsonl"), "--index-dir", str(shipped_index), "--per-query", "--first-pass", "4",

@@ -3,8 +3,8 @@ retriever interface (`invoke` for LangChain, `retrieve` for LlamaIndex), over th
 index, the fake encoder) and over a real `lgpt-index serve` on a real port. LangChain's own standard suite:
 tests/test_integrations_standard.py.
 
-Each framework is imported where a test uses it (about 2.5 s of CPU for both), not at collection: the other
-xdist worker collects this module too, and runs none of it (`--dist loadfile`)."""
+Each framework is imported where a test uses it (langchain-core and llama-index-core: about 3 s of CPU), not at
+collection: the other xdist worker collects this module too, and runs none of it (`--dist loadfile`)."""
 
 from __future__ import annotations
 
@@ -53,22 +53,6 @@ def png_size(data: bytes) -> tuple[int, int]:
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     with Image.open(io.BytesIO(data)) as image:
         return image.size
-
-
-@pytest.fixture(scope="module")
-def lc():
-    """The LangChain adapter (it imports langchain-core)."""
-    from localgpt_index.integrations import langchain
-
-    return langchain
-
-
-@pytest.fixture(scope="module")
-def li():
-    """The LlamaIndex adapter (it imports llama-index-core)."""
-    from localgpt_index.integrations import llamaindex
-
-    return llamaindex
 
 
 def langchain_retriever(backend: str, report_index, server, **options):
@@ -148,7 +132,10 @@ def _page_png(report_index, metadata: dict, dpi: int) -> bytes:
     return IndexSource(open_index(report_index["index"])).page_png(metadata["sha256"], metadata["page"], dpi)
 
 
-def test_page_text_is_the_content_where_the_index_has_it(lc, li):
+def test_page_text_is_the_content_where_the_index_has_it():
+    from localgpt_index.integrations import langchain as lc
+    from localgpt_index.integrations import llamaindex as li
+
     hit = {"rank": 1, "score": 2.5, "path": "a.pdf", "page": 3, "sha256": "ab" * 32, "kind": "pdf",
            "metadata": {"team": "x"}, "text": "Invoice 4711, due 2026-12-31"}
     page = PageHit.from_hit("invoice", hit)
@@ -170,7 +157,10 @@ def test_text_mode_finds_the_page_by_its_text_and_hands_it_on(backend, report_in
     assert nodes[0].node.metadata["page"] == 2 and nodes[0].node.text == "" and nodes[0].node.metadata["has_text"] is False
 
 
-def test_bad_options_and_an_unreachable_server(report_index, lc, li):
+def test_bad_options_and_an_unreachable_server(report_index):
+    from localgpt_index.integrations import langchain as lc
+    from localgpt_index.integrations import llamaindex as li
+
     for bad in ({"k": 0}, {"dpi": 5000}, {"first_pass": 0}, {"kk": 3}, {"mode": "sideways"}):
         with pytest.raises(UsageError, match="bad retriever option"):
             lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), **bad)
@@ -231,11 +221,14 @@ def png_server():
     server.server_close()
 
 
-def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server, lc, li):
+def test_a_page_image_from_a_server_is_bounded_before_it_is_decoded(png_server):
     """Issue 39 #9: a 17 KB PNG of 12000x12000 pixels (690 MiB decoded), one of 20000x20000 (PIL's bomb error) and
     one that does not decode are each an LgptError naming the server; a page of a sane size decodes."""
     from langchain_core.documents import Document
     from llama_index.core.schema import TextNode
+
+    from localgpt_index.integrations import langchain as lc
+    from localgpt_index.integrations import llamaindex as li
 
     page = Document(page_content="", metadata={"sha256": "ab" * 32, "page": 3})
     for retriever in (lc.LgptRetriever.from_server(png_server.url), li.LgptRetriever.from_server(png_server.url)):
@@ -339,7 +332,9 @@ def test_options_per_call_and_llamaindex_names(backend, report_index, request):
     assert [(n.node.metadata["path"], n.node.metadata["page"], n.score) for n in nodes.retrieve(QUERY)] == expected(report_index, 2)
 
 
-def test_documents_are_json_serialisable(report_index, lc):
+def test_documents_are_json_serialisable(report_index):
+    from localgpt_index.integrations import langchain as lc
+
     documents = lc.LgptRetriever.from_index(index_dir=str(report_index["index"]), k=2).invoke(QUERY)
     json.dumps([document.metadata for document in documents])
 

@@ -13,8 +13,8 @@ from served import Server
 from localgpt_index import open_index
 from localgpt_index.integrations import langchain as lc
 
-# langchain-tests and langchain-core take about 2.5 s of CPU to import, in every process that collects the module:
-# the real-component tier's (the fast tier does not import a module marked slow as a whole: tests/conftest.py)
+# langchain-tests takes about 2 s of CPU to import, in every process that collects the module: the real-component
+# tier's (the fast tier does not import a module marked slow as a whole: conftest.pytest_ignore_collect)
 pytestmark = pytest.mark.slow
 
 QUERY = "report 1 page 0"
