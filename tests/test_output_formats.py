@@ -254,7 +254,8 @@ def test_copies_over_mcp(copies):
     assert all(hit["copies"] == [] for hit in apart["hits"])
 
 
-@pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
+# LlamaIndex's import (about 2 s of CPU) in a worker that may not otherwise import it: the real-component tier
+@pytest.mark.parametrize("framework", ["langchain", pytest.param("llamaindex", marks=pytest.mark.slow)])
 def test_copies_in_the_retrievers(copies, framework):
     """k=6 gives six pages (LlamaIndex gave fewer: two copies of a page have one node id), the copies in metadata."""
     from localgpt_index import open_index

@@ -162,7 +162,8 @@ def test_the_python_api_gives_regions_when_asked(index):
     assert all(hit.regions is None for hit in plain)
 
 
-@pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
+# LlamaIndex's import (about 2 s of CPU) in a worker that may not otherwise import it: the real-component tier
+@pytest.mark.parametrize("framework", ["langchain", pytest.param("llamaindex", marks=pytest.mark.slow)])
 def test_the_retrievers_put_regions_in_the_metadata(index, framework):
     from localgpt_index import open_index
 
