@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # the ones this process may use
 
 
 def make_corpus(folder: Path, pdfs: int, pages: int, office: bool) -> None:
@@ -322,7 +323,7 @@ def regime_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path, b
         others["byaldi index (bfloat16)"] = theirs_bf16
     batch = us["batch"] or 4
     alone = model_alone(python, model, corpus, us["dtype"], batch)
-    print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores")
+    print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {CORES} cores")
     for label, r in (*runs.items(), *others.items()):
         print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
               f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
@@ -360,6 +361,7 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
     corpus = tmp / f"corpus-scanned-{spec}"
     make_scanned_corpus(corpus, pdfs, pages)
     python, agree = sys.executable, True
+    target = 1.5 if spec == "cpu" else 1.0  # (issue 41: the model-bound checkpoint's default build >= 1.5x byaldi)
     ratios: list[dict] = []
     for round_number in range(1, repeat + 1):
         us = ours(python, corpus, model, tmp / f"idx-scanned-{spec}")
@@ -382,7 +384,7 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
               f"{stages.get('encode', 0.0):.1f} s, waited for text {stages.get('text_wait', 0.0):.2f} s")
         round_ratios = {"whole": them["seconds"] / us["seconds"], "visual": them["seconds"] / us["to_visual"],
                         "never": them["seconds"] / never["seconds"], **scanned_ceilings(us, never, them, alone)}
-        print(f"  against byaldi (float32): default build whole process {round_ratios['whole']:.2f}x (target >= 1.0x); "
+        print(f"  against byaldi (float32): default build whole process {round_ratios['whole']:.2f}x (target >= {target}x); "
               f"time to the visual commit {round_ratios['visual']:.2f}x byaldi's whole index (target >= 5x); "
               f"--ocr never whole process {round_ratios['never']:.2f}x", flush=True)
         print(f"  ceilings, this round: whole process {round_ratios['whole_ceiling']:.2f}x (the default build's "
@@ -399,23 +401,18 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
         ratios.append(round_ratios)
         agree &= us["pages"] == never["pages"] == them["pages"]
     if repeat > 1:
-        print(f"[scanned {spec}] median of {repeat} rounds against byaldi: " + ", ".join(
-            f"{key.replace('_', ' ')} {statistics.median(r[key] for r in ratios):.2f}x"
+        print(f"[scanned {spec}] median of {repeat} rounds against byaldi (min-max): " + ", ".join(
+            f"{key.replace('_', ' ')} {statistics.median(r[key] for r in ratios):.2f}x "
+            f"({min(r[key] for r in ratios):.2f}x-{max(r[key] for r in ratios):.2f}x)"
             for key in ("whole", "whole_ceiling", "visual", "visual_ceiling", "pipeline_ceiling", "never")))
     return agree
 
 
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def scanned_ceilings(us: dict, never: dict, them: dict, alone: float) -> dict:
-    """The most the scanned bench's ratios can be on this machine, from the same round's runs (byaldi's whole
-    index over the least time each could take):
-    - whole process: the default build does its CPU seconds (its own and its children's: OCR, renders) on
-      CORES cores, and at least what its --ocr never build does;
-    - the visual commit: OCR beside the encoder can at best cost it nothing, leaving the --ocr never build's
-      visual commit; and no pipeline gets past the model's load (imports and weights, as byaldi's) and then
-      the model alone on every page (`alone` pages/s, pages prepared beforehand)."""
+    """byaldi's whole index over the least time each of the scanned bench's measures could take, from this round's runs:
+    the whole process no less than the default build's CPU seconds (its own and its children's) over CORES, nor than
+    its --ocr never build; the visual commit no sooner than the --ocr never build's (OCR beside the encoder costing it
+    nothing); and no pipeline sooner than the model's load (as the build reports it) then the model alone on every page."""
     fastest = max(us["cpu"] / CORES, never["seconds"])
     return {"whole_ceiling": them["seconds"] / fastest, "visual_ceiling": them["seconds"] / never["to_visual"],
             "pipeline_ceiling": them["seconds"] / (never["load"] + us["pages"] / alone)}
@@ -435,7 +432,7 @@ def baseline_round(heading: str, spec: str, model: str, corpus: Path, tmp: Path,
     turn = ROUND % len(runs)
     done = {name: run() for name, run in runs[turn:] + runs[:turn]}
     us, pixels, before = done["default"], done["pixels"], done["baseline"]
-    print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {os.cpu_count()} cores, load average "
+    print(f"{heading} {spec} checkpoint, {us['pages']} pages, CPU, {CORES} cores, load average "
           f"{os.getloadavg()[0]:.1f}; order {', '.join(done)}")
     for label, r in ((f"lgpt-index build ({us['dtype']})", us), ("this tree --text never", pixels),
                      (f"baseline ({baseline.name.removeprefix('baseline-')})", before)):
@@ -494,7 +491,7 @@ def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, rep
             runs.append((f"baseline {baseline.name.removeprefix('baseline-')}",
                          ours(python, corpus, model, tmp / f"idx-{family}-baseline", pythonpath=str(baseline), dtype=dtype)))
         print(f"[{family}] round {round_number}/{repeat}: bench geometry (768 image tokens a page), {us['pages']} pages, "
-              f"CPU {us['dtype']} both, {os.cpu_count()} cores")
+              f"CPU {us['dtype']} both, {CORES} cores")
         for label, r in runs:
             print(f"  {label:<19} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
                   f"(model load {r['load']:.1f} s), peak RSS {r['rss']:.0f} MiB")
