@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 
@@ -52,3 +53,11 @@ class Server:
         code = self.proc.wait(timeout=60)
         self._drainer.join(timeout=60)  # every line it wrote is in self.lines
         return code
+
+
+def serving(*args: str, env: dict | None = None) -> Iterator[Server]:
+    """A fixture's server (`yield from serving(...)`): ready before the tests, and stopped after them with exit 0."""
+    running = Server(*args, env=env)
+    running.wait_ready()
+    yield running
+    assert running.stop() == 0

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from helpers import report_index as build_report_index
-from served import Server
+from served import serving
 
 from localgpt_index import LgptError, open_index
 from localgpt_index.core.errors import EnvironmentMissing, UsageError
@@ -37,10 +37,7 @@ def report_index(fake_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(report_index):
-    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths")  # paths as the API gives them
-    running.wait_ready()
-    yield running
-    assert running.stop() == 0
+    yield from serving("--index-dir", str(report_index["index"]), "--absolute-paths")  # paths as the API gives them
 
 
 def expected(report_index, k: int, **filters) -> list[tuple[str, int, float]]:

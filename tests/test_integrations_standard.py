@@ -8,7 +8,7 @@ import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from helpers import report_index as build_report_index
-from served import Server
+from served import serving
 
 from localgpt_index import open_index
 from localgpt_index.integrations import langchain as lc
@@ -27,10 +27,7 @@ def report_index(fake_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(report_index):
-    running = Server("--index-dir", str(report_index["index"]))
-    running.wait_ready()
-    yield running
-    assert running.stop() == 0
+    yield from serving("--index-dir", str(report_index["index"]))
 
 
 class TestLangChainStandardSuiteOverTheApi(RetrieversIntegrationTests):

@@ -18,7 +18,7 @@ from conftest import faulty_model, run_cli, torchless, validate, with_torch
 from docgen import make_pdf
 from helpers import report_index as build_report_index
 from helpers import free_port, wait_until
-from served import Server
+from served import Server, serving
 
 pytestmark = torchless  # its processes serve the fake model (but torch_server: with_torch())
 
@@ -31,21 +31,14 @@ def report_index(fake_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(report_index):
     """The module's server, without torch as the fast tier's processes are (NumPy scoring)."""
-    yield from _serving(report_index)
+    yield from serving("--index-dir", str(report_index["index"]), "--absolute-paths")
 
 
 @pytest.fixture(scope="module")
 def torch_server(report_index):
     """A server with torch (unlike this module's other processes): its scorer is the compiled kernel, loaded at
     start, whose answers are held against the CLI's torch path."""
-    yield from _serving(report_index, with_torch())
-
-
-def _serving(report_index, env: dict | None = None):
-    running = Server("--index-dir", str(report_index["index"]), "--absolute-paths", env=env)
-    running.wait_ready()
-    yield running
-    assert running.stop() == 0
+    yield from serving("--index-dir", str(report_index["index"]), "--absolute-paths", env=with_torch())
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier

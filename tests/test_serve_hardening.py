@@ -16,7 +16,7 @@ import pytest
 from conftest import faulty_model, run_cli, torchless
 from docgen import make_pdf
 from helpers import report_index as build_report_index
-from served import Server
+from served import Server, serving
 
 pytestmark = torchless  # its processes serve the fake model
 
@@ -398,10 +398,7 @@ def test_with_a_token_any_host_but_no_foreign_origin(hardening_index):
 
 @pytest.fixture(scope="module")
 def server_plain(hardening_index):
-    running = Server("--index-dir", str(hardening_index["index"]))
-    running.wait_ready()
-    yield running
-    assert running.stop() == 0
+    yield from serving("--index-dir", str(hardening_index["index"]))
 
 
 # 8. log lines cannot be forged; a token that is not ASCII matches
