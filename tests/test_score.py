@@ -3,6 +3,8 @@ and NumPy paths against each other (the fast tier, without torch, takes the NumP
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,34 @@ def test_best_rows_by_torch_and_by_numpy_agree(rows, monkeypatch):
     np.testing.assert_array_equal(by_numpy[0], at)
     np.testing.assert_allclose(by_numpy[1], top, rtol=1e-5)
     assert len(by_torch) == 1
+
+
+@pytest.mark.slow  # imports torch
+def test_a_small_product_is_numpys_on_vectors_torch_widened_and_a_long_one_torchs(monkeypatch):
+    """A query's hits on a small model (16 patches a page): torch widens the float16 vectors (F16C), NumPy multiplies;
+    few tokens over many rows (a small product of many vectors) go to torch's thread, not to NumPy's slow widening."""
+    rng = np.random.default_rng(7)
+    pages, query, rows = [_unit(rng, 29).astype(np.float16) for _ in range(10)], _unit(rng, 20), np.arange(3, 19)
+    widen, torch_rows, widened, by_torch = score_module._widened, score_module._best_rows_torch, [], []
+    monkeypatch.setattr(score_module, "_widened", lambda block: widened.append(block.shape) or widen(block))
+    monkeypatch.setattr(score_module, "_best_rows_torch", lambda *args: by_torch.append(1) or torch_rows(*args))
+    at, top = best_rows(query, pages, rows)
+    assert widened == [(160, 128)] and not by_torch
+    expected_at, expected_top = _best_rows_reference(query, pages, rows)
+    np.testing.assert_array_equal(at, expected_at)
+    np.testing.assert_allclose(top, expected_top, rtol=1e-5)
+    long_pages, rows = [_unit(rng, 1037).astype(np.float16) for _ in range(10)], np.arange(13, 1037)
+    for page in long_pages:
+        page.flags.writeable = False  # (as a memory-mapped index's: torch's warning about it reaches nobody)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = best_rows(query[:2], long_pages, rows)  # 20,480 similarities of 1.3 M values
+        second = best_rows(query[2:5], long_pages[::-1], rows)  # (the thread's buffers again, under other values)
+    assert by_torch == [1, 1] and len(widened) == 1
+    for (at, top), asked, pages in ((first, query[:2], long_pages), (second, query[2:5], long_pages[::-1])):
+        expected_at, expected_top = _best_rows_reference(asked, pages, rows)
+        np.testing.assert_array_equal(at, expected_at)
+        np.testing.assert_allclose(top, expected_top, rtol=1e-5)
 
 
 @pytest.mark.slow  # imports torch (the scorer's threads)

@@ -279,6 +279,9 @@ def _maxsim_numpy(queries: Sequence[np.ndarray], vectors: np.ndarray, offsets: n
 # Similarities (pages x rows x tokens) from which best_rows multiplies with torch: below it, torch's per-call
 # cost and a scorer thread's hand-off are more than NumPy's whole product (a fake model's 16 patches a page).
 TORCH_SIMILARITIES = 1 << 16
+# Float16 values that torch widens on the caller's thread for NumPy's product: F16C, and one go below torch's
+# parallel grain (32,768 elements: no thread team), where NumPy's own widening takes ten times as long
+WIDEN_INLINE = 1 << 15
 
 
 def best_rows(query: np.ndarray, pages: Sequence[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -287,25 +290,61 @@ def best_rows(query: np.ndarray, pages: Sequence[np.ndarray], rows: np.ndarray) 
     positions in `rows`, (pages, tokens) float32). For a few pages at a time (a query's hits: query/patches): on a
     thread with torch where it can be imported (float16 widened by F16C: NumPy's widening alone costs
     more than torch's whole product; a thread of its own, not the scorer's: a server's next pass may be on those),
-    by NumPy otherwise or where the product is small."""
+    by NumPy where the product is small (its vectors widened by torch, WIDEN_INLINE) or torch cannot be imported."""
     if not len(pages) or not len(rows) or not len(query):
         return np.zeros((len(pages), len(query)), dtype=np.int64), np.zeros((len(pages), len(query)), dtype=np.float32)
     runs = rows[-1] - rows[0] + 1 == len(rows) and bool(np.all(np.diff(rows) == 1))  # (an image's tokens: one run)
-    taken = np.stack([page[rows[0]: rows[-1] + 1] for page in pages] if runs else [page[rows] for page in pages])
-    if taken.size // taken.shape[-1] * len(query) < TORCH_SIMILARITIES or not torch_available():
-        sims = taken.reshape(-1, taken.shape[-1]).astype(np.float32) @ np.asarray(query, dtype=np.float32).T
-        sims = sims.reshape(len(pages), len(rows), len(query))
-        return sims.argmax(axis=1), sims.max(axis=1)
-    return rows_pool().submit(_best_rows_torch, query, taken).result()
+    parts = [page[rows[0]: rows[-1] + 1] for page in pages] if runs else [page[rows] for page in pages]
+    torch = torch_available()
+    if torch and (len(pages) * len(rows) * len(query) >= TORCH_SIMILARITIES or len(pages) * len(rows) * query.shape[1] > WIDEN_INLINE):
+        return rows_pool().submit(_best_rows_torch, query, parts).result()
+    block = np.concatenate(parts)
+    sims = (_widened(block) if torch else block.astype(np.float32)) @ np.asarray(query, dtype=np.float32).T
+    sims = sims.reshape(len(pages), len(rows), len(query))
+    return sims.argmax(axis=1), sims.max(axis=1)
 
 
-def _best_rows_torch(query: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _widened(block: np.ndarray) -> np.ndarray:
     import torch
 
-    block = torch.from_numpy(taken.reshape(-1, taken.shape[-1])).float()
-    sims = torch.mm(torch.from_numpy(np.asarray(query, dtype=np.float32)), block.T)  # tokens first: the faster product here
-    top, at = sims.view(len(query), *taken.shape[:2]).max(dim=2)  # (the first of equal maxima, as NumPy's argmax)
-    return at.T.numpy(), top.T.numpy()
+    return torch.from_numpy(block).float().numpy()
+
+
+# best_rows' buffers kept on its thread, up to this many bytes: the pages' vectors widened, and their similarities.
+# A fresh buffer of a few MB is memory the kernel maps page by page on first touch, and that took longer than the
+# product (2 ms a query's 10 hits of 1,024 patches, on a 2-core VM)
+ROWS_BUFFER_BYTES = 32 << 20
+_rows_buffers = threading.local()
+
+
+def _best_rows_torch(query: np.ndarray, parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+
+    count, dim = sum(len(part) for part in parts), parts[0].shape[1]
+    block, sims = _buffer("block", count * dim).view(count, dim), _buffer("sims", count * len(query)).view(len(query), count)
+    at = 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # a read-only map: only read
+        for part in parts:  # widened into the kept buffer, page by page: no stacked copy
+            block[at: at + len(part)].copy_(torch.from_numpy(part))
+            at += len(part)
+    torch.mm(torch.from_numpy(np.asarray(query, dtype=np.float32)), block.T, out=sims)  # tokens first: the faster product here
+    top, found = sims.view(len(query), len(parts), -1).max(dim=2)  # (the first of equal maxima, as NumPy's argmax)
+    return found.T.numpy(), top.T.numpy()
+
+
+def _buffer(name: str, size: int):
+    """A float32 tensor of `size` values: the part of one kept on this thread (grown as needed, up to
+    ROWS_BUFFER_BYTES), or a new one past that."""
+    import torch
+
+    if size * 4 > ROWS_BUFFER_BYTES:
+        return torch.empty(size, dtype=torch.float32)
+    kept = getattr(_rows_buffers, name, None)
+    if kept is None or len(kept) < size:
+        kept = torch.empty(size, dtype=torch.float32)
+        setattr(_rows_buffers, name, kept)
+    return kept[:size]
 
 
 ROWS_FIRST_FROM = 64  # query tokens from which (rows x tokens) products run faster (measured on a 2-core x86 CPU)
