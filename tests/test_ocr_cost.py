@@ -99,6 +99,30 @@ def test_the_library_reads_where_it_has_the_language_and_the_command_elsewhere()
     assert Tesseract(found.path, found.languages).command("page.tif", "eng")[0] == found.path
 
 
+def test_the_library_process_imports_tesserocr_from_where_this_process_finds_it(tmp_path, monkeypatch):
+    """A tesserocr only PYTHONPATH names (`pip install --target`, as on a machine whose image lacks it): the
+    library's process is isolated (`python -I`: no PYTHONPATH), so it is told that folder, and reads with it."""
+    site, tessdata = tmp_path / "site", tmp_path / "tessdata"
+    site.mkdir()
+    tessdata.mkdir()
+    (tessdata / "eng.traineddata").write_bytes(b"")
+    (site / "tesserocr.py").write_text(
+        "class PyTessBaseAPI:\n"
+        "    def __init__(self, path, lang, psm): pass\n"
+        "    def __enter__(self): return self\n"
+        "    def __exit__(self, *exc): return False\n"
+        "    def SetImageFile(self, picture): pass\n"
+        "    def GetUTF8Text(self): return 'read by ' + __file__\n"
+        "    def GetTSVText(self, page): return ''\n")
+    monkeypatch.delitem(sys.modules, "tesserocr", raising=False)
+    monkeypatch.syspath_prepend(str(site))
+    found = Tesseract.find()
+    assert found is not None and found.library == str(site)
+    command = Tesseract(found.path, found.languages, str(tessdata), found.library).command(str(tmp_path / "page.tif"), "eng")
+    done = subprocess.run(command, capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.decode() == f"read by {site / 'tesserocr.py'}\x1e", done.stderr
+
+
 def test_the_commands_rows_go_to_the_page_they_name_and_its_text_between_form_feeds():
     """`tesseract LIST stdout txt tsv` writes a page's TSV rows, then a form feed (but the first page's), then
     its text: the second page's rows come before the form feed that opens its text."""

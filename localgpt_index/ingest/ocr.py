@@ -21,6 +21,7 @@ every OCR process instead (docs/performance.md, "OCR scheduling").
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -61,6 +62,15 @@ TESSLIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tesslib.py")
 _SHELL = "/bin/sh"  # runs the tool under its limit (`ulimit -v`, then exec): found without PATH
 
 
+def _import_folder(spec: importlib.machinery.ModuleSpec | None) -> str | None:
+    """The folder on sys.path that a module (`spec`: a package or a single file) is imported from."""
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return os.path.dirname(next(iter(spec.submodule_search_locations)))
+    return os.path.dirname(spec.origin) if spec.origin else None
+
+
 class OcrFailed(Exception):
     """One page could not be read: it keeps its vectors, without OCR text."""
 
@@ -72,11 +82,14 @@ class OcrFailed(Exception):
 @dataclass(frozen=True)
 class Tesseract:
     """An installed Tesseract and the languages it has; with `tessdata` (its language folder, where
-    tesserocr is installed), pages are read by its library in a process of ours (tesslib.py)."""
+    tesserocr is installed), pages are read by its library in a process of ours (tesslib.py), which imports
+    it from `library`: the folder this process finds it in (that process is isolated, `python -I`: a folder
+    PYTHONPATH names, as `pip install --target` leaves, is not on its path otherwise)."""
 
     path: str
     languages: tuple[str, ...]
     tessdata: str | None = None
+    library: str | None = None
 
     @classmethod
     def find(cls, timeout_s: float = 30.0) -> Tesseract | None:
@@ -92,15 +105,16 @@ class Tesseract:
             return None
         lines = (done.stdout or done.stderr).decode("utf-8", "replace").splitlines()
         named = re.search(r'"(.+)"', lines[0]) if lines else None  # the first line names the folder
-        tessdata = named.group(1) if named and importlib.util.find_spec("tesserocr") else None
-        return cls(path, tuple(line.strip() for line in lines[1:] if line.strip()), tessdata)
+        spec = importlib.util.find_spec("tesserocr")
+        tessdata = named.group(1) if named and spec is not None else None
+        return cls(path, tuple(line.strip() for line in lines[1:] if line.strip()), tessdata, _import_folder(spec) if tessdata else None)
 
     def command(self, source: str, lang: str, listing: bool = False) -> list[str]:
         """The process that reads `source`, a picture or (`listing`) a file naming one a line, and writes
         its text to stdout: tesslib.py where the library has every language of `lang`, else `tesseract`."""
         folder = self.tessdata
         if folder and all(os.path.isfile(os.path.join(folder, f"{part}.traineddata")) for part in lang.split("+") if part):
-            return [sys.executable, "-I", TESSLIB, folder, lang, PSM, *(["--list"] if listing else []), source]
+            return [sys.executable, "-I", TESSLIB, self.library or "", folder, lang, PSM, *(["--list"] if listing else []), source]
         return [self.path, source, "stdout", "-l", lang, "--psm", PSM, "txt", "tsv"]  # (command_pages: both renderers' output)
 
     def check_language(self, lang: str) -> None:

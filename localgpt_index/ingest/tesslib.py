@@ -1,7 +1,8 @@
 """Tesseract's library (tesserocr) run as a process that answers like the `tesseract` command.
 
-Run by file name (`python -I tesslib.py TESSDATA LANG PSM [--list] SOURCE`), it imports nothing of
-the package: ocr.py starts it where the `tesseract` command would run, under the same bounds (its
+Run by file name (`python -I tesslib.py LIBRARY TESSDATA LANG PSM [--list] SOURCE`), it imports nothing of
+the package (LIBRARY: the folder the caller imports tesserocr from, put first on its path; "": its own
+site-packages): ocr.py starts it where the `tesseract` command would run, under the same bounds (its
 address-space limit, its process group, the page's deadline), and ocrbatch.py follows it the same
 way: with --list, SOURCE names one picture a line, each page is said on stderr as it starts
 ("Page N : FILE") and its text is written to stdout when done, after a form feed but the first's.
@@ -17,7 +18,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    tessdata, lang, psm, *rest = argv
+    library, tessdata, lang, psm, *rest = argv
+    if library:
+        sys.path.insert(0, library)
     listing = rest[:1] == ["--list"]
     source = rest[-1]
     try:
