@@ -15,6 +15,7 @@ is for lgpt-index).
     python scripts/bench_build.py --only scanned           # the scanned corpus alone: default, --ocr never, byaldi,
                                                            # and the ceilings this machine sets (same round)
     python scripts/bench_build.py --only scanned-cpu       # 16 image-only PDFs x 5 pages on the model-bound checkpoint
+    python scripts/bench_build.py --only scanned-full --device cuda   # on a GPU: 40 x 5 on a full-size ColPali (3B)
     python scripts/bench_build.py --only cpu
     python scripts/bench_build.py --only cpu --repeat 5            # 5 rounds, and the median ratios
     python scripts/bench_build.py --baseline e3a3eed       # also each regime with that commit's lgpt-index
@@ -121,7 +122,7 @@ from localgpt_index.models.loaders import byaldi_visible_path
 from localgpt_index.models.resolve import resolve_model
 ref = resolve_model(sys.argv[1])
 with byaldi_visible_path(ref.path, ref.family) as path:
-    rag = RAGMultiModalModel.from_pretrained(path, device="cpu", verbose=0, index_root=sys.argv[3])
+    rag = RAGMultiModalModel.from_pretrained(path, device=sys.argv[5], verbose=0, index_root=sys.argv[3])
 rag.model.model = rag.model.model.to(getattr(torch, sys.argv[4]))  # byaldi hard-codes bfloat16
 loaded = time.perf_counter()
 rag.index(input_path=sys.argv[2], index_name="bench", store_collection_with_index=False, overwrite=True)
@@ -162,7 +163,7 @@ from localgpt_index.models.loading import open_probed_encoder
 from localgpt_index.models.resolve import ModelSpec, resolve_model
 from localgpt_index.ingest.render import render_pdf_pages
 from localgpt_index.models.tuning import cpu_threads
-encoder = open_probed_encoder(resolve_model(sys.argv[1]), ModelSpec(dtype=sys.argv[3]), batch_size=int(sys.argv[4]))
+encoder = open_probed_encoder(resolve_model(sys.argv[1]), ModelSpec(device=sys.argv[5], dtype=sys.argv[3]), batch_size=int(sys.argv[4]))
 pdfs = sorted(Path(sys.argv[2]).glob("*.pdf"))[:4]
 pages = [encoder.prepare_page(page) for pdf in pdfs for page in render_pdf_pages(pdf, encoder.render_size, 1, 5)]
 with cpu_threads(encoder):
@@ -217,6 +218,7 @@ def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> 
 
 
 BATCH_SIZE: int | None = None  # --batch-size: every lgpt-index build (this tree's and the baseline's) uses it
+DEVICE = "cpu"  # --device: where every system's model runs (byaldi's, lgpt-index's, the model alone)
 BASELINE_ONLY = False  # --baseline-only: no byaldi, no model alone; this tree (default, --text never) and the baseline
 ROUND = 0
 
@@ -230,7 +232,7 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
                "sys.exit(r.returncode)",
                python, "-c", OURS, "build", str(docs), "--model", model, "--index-dir", str(index), "--json", "-q",
                *(["--dtype", dtype] if dtype != "auto" else []),
-               *(["--batch-size", str(BATCH_SIZE)] if BATCH_SIZE else []), *extra]
+               *(["--batch-size", str(BATCH_SIZE)] if BATCH_SIZE else []), *(["--device", DEVICE] if DEVICE != "cpu" else []), *extra]
     # `python -c` puts the working directory first on sys.path: a baseline runs from its own tree
     seconds, out, err = run(command, env=env, cwd=pythonpath)
     lines = out.strip().splitlines()
@@ -253,7 +255,7 @@ def ours(python: str, docs: Path, model: str, index: Path, pythonpath: str | Non
 def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = None, dtype: str = "float32") -> dict:
     """byaldi's index, or with `family` colpali-engine's plain loop, in `dtype`."""
     script = ([python, "-c", ENGINE, model, str(docs), family, dtype] if family
-              else [python, "-c", BYALDI, model, str(docs), str(out), dtype])
+              else [python, "-c", BYALDI, model, str(docs), str(out), dtype, DEVICE])
     command = [python, "-c", "import sys, resource, subprocess; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
                "print(r.stdout.strip()); print('RSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)",
                *script]
@@ -267,7 +269,7 @@ def theirs(python: str, docs: Path, model: str, out: Path, family: str | None = 
 
 def model_alone(python: str, model: str, docs: Path, dtype: str, batch: int) -> float:
     """Pages/s of the model alone (MODEL_ALONE), in a process of its own."""
-    _, out, _ = run([python, "-c", MODEL_ALONE, model, str(docs), dtype, str(batch)])
+    _, out, _ = run([python, "-c", MODEL_ALONE, model, str(docs), dtype, str(batch), DEVICE])
     result = json.loads(out.strip().splitlines()[-1])
     return result["pages"] / result["seconds"]
 
@@ -357,23 +359,25 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
     the ceilings this machine sets, measured in the same round (scanned_ceilings)."""
     from localgpt_index.testing.checkpoints import make_checkpoint
 
-    model = str(make_checkpoint(tmp / f"{spec}-colpali", spec))
+    full = {"dtype": "bfloat16", "device": DEVICE} if spec == "full" else {}  # (3B parameters: made where they will run)
+    model = str(make_checkpoint(tmp / f"{spec}-colpali", spec, **full))
     corpus = tmp / f"corpus-scanned-{spec}"
     make_scanned_corpus(corpus, pdfs, pages)
     python, agree = sys.executable, True
     target = 1.5 if spec == "cpu" else 1.0  # (issue 41: the model-bound checkpoint's default build >= 1.5x byaldi)
+    their_dtype = "float32" if DEVICE == "cpu" else "bfloat16"  # (byaldi's own on a GPU)
     ratios: list[dict] = []
     for round_number in range(1, repeat + 1):
         us = ours(python, corpus, model, tmp / f"idx-scanned-{spec}")
         never = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-never", extra=("--ocr", "never"))
-        them = theirs(python, corpus, model, tmp / f"byaldi-scanned-{spec}")
+        them = theirs(python, corpus, model, tmp / f"byaldi-scanned-{spec}", dtype=their_dtype)
         alone = model_alone(python, model, corpus, never["dtype"], never["batch"] or 4)
-        runs = {f"lgpt-index build ({us['dtype']})": us, "lgpt-index --ocr never": never, "byaldi index (float32)": them}
+        runs = {f"lgpt-index build ({us['dtype']})": us, "lgpt-index --ocr never": never, f"byaldi index ({their_dtype})": them}
         if baseline is not None:
             runs["baseline build"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline", pythonpath=str(baseline))
             runs["baseline --ocr never"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline-never",
                                                 pythonpath=str(baseline), extra=("--ocr", "never"))
-        print(f"[scanned {spec}] round {round_number}/{repeat}: {us['pages']} image-only pages ({pdfs} PDFs), CPU, "
+        print(f"[scanned {spec}] round {round_number}/{repeat}: {us['pages']} image-only pages ({pdfs} PDFs), {DEVICE}, "
               f"{CORES} cores, load average {os.getloadavg()[0]:.1f}")
         for label, r in runs.items():
             print(f"  {label:<29} whole process {r['seconds']:6.1f} s, {r['loaded_rate']:6.2f} pages/s once loaded "
@@ -382,9 +386,11 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
         print(f"  default build: visual commit at {us['to_visual']:.1f} s, text commit at {us['to_text'] or float('nan'):.1f} s "
               f"(from its process's start); text {us['text']}; OCR {stages.get('ocr', 0.0):.1f} busy s, encode "
               f"{stages.get('encode', 0.0):.1f} s, waited for text {stages.get('text_wait', 0.0):.2f} s")
+        print(f"  the encoder, pages/s while it encodes: {encoder_rate(us):.2f} with OCR beside it (the default build), "
+              f"{encoder_rate(never):.2f} without (--ocr never); the model alone {alone:.2f}")
         round_ratios = {"whole": them["seconds"] / us["seconds"], "visual": them["seconds"] / us["to_visual"],
                         "never": them["seconds"] / never["seconds"], **scanned_ceilings(us, never, them, alone)}
-        print(f"  against byaldi (float32): default build whole process {round_ratios['whole']:.2f}x (target >= {target}x); "
+        print(f"  against byaldi ({their_dtype}): default build whole process {round_ratios['whole']:.2f}x (target >= {target}x); "
               f"time to the visual commit {round_ratios['visual']:.2f}x byaldi's whole index (target >= 5x); "
               f"--ocr never whole process {round_ratios['never']:.2f}x", flush=True)
         print(f"  ceilings, this round: whole process {round_ratios['whole_ceiling']:.2f}x (the default build's "
@@ -406,6 +412,11 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
             f"({min(r[key] for r in ratios):.2f}x-{max(r[key] for r in ratios):.2f}x)"
             for key in ("whole", "whole_ceiling", "visual", "visual_ceiling", "pipeline_ceiling", "never")))
     return agree
+
+
+def encoder_rate(build: dict) -> float:
+    """A build's pages over its encoder's busy seconds (stage_seconds.encode)."""
+    return build["pages"] / max(build["encode"], 1e-9)
 
 
 def scanned_ceilings(us: dict, never: dict, them: dict, alone: float) -> dict:
@@ -512,9 +523,14 @@ def family_regime(family: str, tmp: Path, dtype: str, baseline: Path | None, rep
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["cpu", "bench", "scanned", "scanned-cpu"], default=None,
+    parser.add_argument("--only", choices=["cpu", "bench", "scanned", "scanned-cpu", "scanned-full"], default=None,
                         help="scanned: 40 image-only PDFs x 5 pages (OCR on every page) on the bench checkpoint; "
-                             "scanned-cpu: 16 x 5 on the model-bound one")
+                             "scanned-cpu: 16 x 5 on the model-bound one; scanned-full: 40 x 5 on a full-size ColPali "
+                             "(PaliGemma-3B's widths, random weights: for a GPU, with --device cuda)")
+    parser.add_argument("--pdfs", type=int, default=None, metavar="N",
+                        help="the scanned regimes' corpus: N image-only PDFs of 5 pages (default: 40, scanned-cpu 16)")
+    parser.add_argument("--device", default="cpu", help="where every system's model runs: cpu (default) or cuda; byaldi in "
+                        "float32 on a CPU, in its own bfloat16 on a GPU")
     parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
     parser.add_argument("--baseline", default=None, metavar="REF",
                         help="a git commit whose lgpt-index also builds each regime's corpus (or --family's)")
@@ -527,8 +543,8 @@ def main() -> None:
     parser.add_argument("--baseline-only", action="store_true",
                         help="with --baseline: only lgpt-index builds (this tree, this tree --text never, the baseline), no byaldi")
     args = parser.parse_args()
-    global BATCH_SIZE, BASELINE_ONLY
-    BATCH_SIZE, BASELINE_ONLY = args.batch_size, args.baseline_only
+    global BATCH_SIZE, BASELINE_ONLY, DEVICE
+    BATCH_SIZE, BASELINE_ONLY, DEVICE = args.batch_size, args.baseline_only, args.device
     agree = True
     with tempfile.TemporaryDirectory(prefix="lgpt-bench-") as tmp:
         tmp = Path(tmp)
@@ -545,9 +561,11 @@ def main() -> None:
             if args.only in (None, "bench"):
                 agree &= regime("pipeline-bound", "bench", 40, 5, True, tmp, baseline, args.repeat)
             if args.only in (None, "scanned"):
-                agree &= scanned_regime("bench", 40, 5, tmp, baseline, args.repeat)
+                agree &= scanned_regime("bench", args.pdfs or 40, 5, tmp, baseline, args.repeat)
             if args.only in (None, "scanned-cpu"):
-                agree &= scanned_regime("cpu", 16, 5, tmp, baseline, args.repeat)
+                agree &= scanned_regime("cpu", args.pdfs or 16, 5, tmp, baseline, args.repeat)
+            if args.only == "scanned-full":
+                agree &= scanned_regime("full", args.pdfs or 40, 5, tmp, baseline, args.repeat)
         finally:
             if baseline is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], capture_output=True)
