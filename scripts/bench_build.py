@@ -371,7 +371,7 @@ def scanned_regime(spec: str, pdfs: int, pages: int, tmp: Path, baseline: Path |
         us = ours(python, corpus, model, tmp / f"idx-scanned-{spec}")
         never = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-never", extra=("--ocr", "never"))
         them = theirs(python, corpus, model, tmp / f"byaldi-scanned-{spec}", dtype=their_dtype)
-        alone = model_alone(python, model, corpus, never["dtype"], never["batch"] or 4)
+        alone = model_alone(python, model, corpus, never["dtype"], never["batch"] or (4 if DEVICE == "cpu" else 0))  # (0: the device's)
         runs = {f"lgpt-index build ({us['dtype']})": us, "lgpt-index --ocr never": never, f"byaldi index ({their_dtype})": them}
         if baseline is not None:
             runs["baseline build"] = ours(python, corpus, model, tmp / f"idx-scanned-{spec}-baseline", pythonpath=str(baseline))
