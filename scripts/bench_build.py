@@ -529,8 +529,8 @@ def main() -> None:
                              "(PaliGemma-3B's widths, random weights: for a GPU, with --device cuda)")
     parser.add_argument("--pdfs", type=int, default=None, metavar="N",
                         help="the scanned regimes' corpus: N image-only PDFs of 5 pages (default: 40, scanned-cpu 16)")
-    parser.add_argument("--device", default="cpu", help="where every system's model runs: cpu (default) or cuda; byaldi in "
-                        "float32 on a CPU, in its own bfloat16 on a GPU")
+    parser.add_argument("--device", default="cpu", help="the scanned regimes: where every system's model runs, cpu (default) "
+                        "or cuda; byaldi in float32 on a CPU, in its own bfloat16 on a GPU")
     parser.add_argument("--family", default=None, help="only a family's bench geometry against colpali-engine's loop")
     parser.add_argument("--baseline", default=None, metavar="REF",
                         help="a git commit whose lgpt-index also builds each regime's corpus (or --family's)")
@@ -543,6 +543,8 @@ def main() -> None:
     parser.add_argument("--baseline-only", action="store_true",
                         help="with --baseline: only lgpt-index builds (this tree, this tree --text never, the baseline), no byaldi")
     args = parser.parse_args()
+    if args.device != "cpu" and (args.family or args.only not in ("scanned", "scanned-cpu", "scanned-full")):
+        parser.error("--device is for the scanned regimes (--only scanned, scanned-cpu or scanned-full)")
     global BATCH_SIZE, BASELINE_ONLY, DEVICE
     BATCH_SIZE, BASELINE_ONLY, DEVICE = args.batch_size, args.baseline_only, args.device
     agree = True

@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu_scanned.sh fetch     # here, once: what that machine lacks, into .gpu/ (ignored, about 48 MB)
 #   bash scripts/gpu_scanned.sh run       # there (the device tool's run, carry [".gpu"]): unpacks it, then the bench
-#   bash scripts/gpu_scanned.sh run --only scanned --device cpu    # here: the same steps on this machine's CPU
+#   bash scripts/gpu_scanned.sh run --only scanned --device cpu --pdfs 4    # here: the same steps on this CPU
 #
 # fetch: wheels for Python 3.12 (the machine's), the versions this tree is tested with, and Debian's poppler and
 # Tesseract with the libraries their programs load, found by ldd here (glibc, libstdc++, libgcc and zlib left to
@@ -24,6 +24,9 @@ PROGRAMS=(pdftoppm pdftotext pdfinfo tesseract)
 KEEP_THEIRS='^(libc6|libgcc-s1|libstdc\+\+6|zlib1g)$'
 
 fetch() {
+  for program in "${PROGRAMS[@]}"; do
+    command -v "$program" > /dev/null || { echo "gpu_scanned.sh: no $program here (scripts/bootstrap.sh installs it)" >&2; exit 2; }
+  done
   rm -rf "$PARTS" && mkdir -p "$PARTS/whl" "$PARTS/deb"
   local platforms=()
   for tag in manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
@@ -31,18 +34,25 @@ fetch() {
   done
   PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp "${platforms[@]}" -d "$PARTS/whl" "${WHEELS[@]}"
-  local libraries packages
-  libraries=$(for program in "${PROGRAMS[@]}"; do ldd "$(command -v "$program")"; done | awk '/=>/ {print $3}' | sort -u)
-  packages=$( (for library in $libraries; do dpkg -S "*/$(basename "$library")" 2>/dev/null | cut -d: -f1; done
-               for program in "${PROGRAMS[@]}"; do dpkg -S "$(readlink -f "$(command -v "$program")")" | cut -d: -f1; done
-               echo tesseract-ocr-eng) | tr ', ' '\n\n' | grep -v '^$' | sort -u | grep -Ev "$KEEP_THEIRS")
-  (cd "$PARTS/deb" && apt-get download -q=2 $packages)
+  local library owner packages=(tesseract-ocr-eng)
+  for program in "${PROGRAMS[@]}"; do
+    packages+=("$(dpkg -S "$(readlink -f "$(command -v "$program")")" | cut -d: -f1)")
+  done
+  for library in $(for program in "${PROGRAMS[@]}"; do ldd "$(command -v "$program")"; done | awk '/=>/ {print $3}' | sort -u); do
+    # the package holding it (merged /usr: as /lib or /usr/lib), amd64's only
+    owner=$(dpkg -S "*/$(basename "$library")" 2>/dev/null | grep -v '^diversion' | cut -d: -f1 | tr ', ' '\n\n' \
+            | grep -v -e '^$' -e '^lib32' -e '^libx32' | sort -u | head -1) || true
+    [ -n "$owner" ] || { echo "gpu_scanned.sh: $library belongs to no package: not carried" >&2; continue; }
+    packages+=("$owner")
+  done
+  # the archive's versions (a stable release's updates keep their libraries' ABI; the ones installed here may be gone)
+  (cd "$PARTS/deb" && apt-get download -q=2 $(printf '%s\n' "${packages[@]}" | sort -u | grep -Ev "$KEEP_THEIRS"))
   du -sh "$PARTS"/*
 }
 
 run() {
   local root=/tmp/lgpt-root site=/tmp/lgpt-site
-  [ -d "$PARTS/whl" ] || { echo "gpu_scanned.sh: no $PARTS/ here: run 'bash scripts/gpu_scanned.sh fetch' first (and carry it)" >&2; exit 2; }
+  [ -d "$PARTS/whl" ] || { echo "gpu_scanned.sh: no $PARTS/ here: first 'bash scripts/gpu_scanned.sh fetch' (and carry it)" >&2; exit 2; }
   rm -rf "$root" "$site" && mkdir -p "$root/bin"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$PARTS"/whl/*.whl
   for deb in "$PARTS"/deb/*.deb; do dpkg-deb -x "$deb" "$root"; done
@@ -52,7 +62,8 @@ run() {
     chmod +x "$root/bin/$program"
   done
   local tessdata
-  tessdata=$(dirname "$(find "$root/usr/share" -name eng.traineddata | head -1)")
+  tessdata=$(find "$root/usr/share" -name eng.traineddata -printf '%h\n' | head -1)
+  [ -n "$tessdata" ] || { echo "gpu_scanned.sh: no eng.traineddata in $PARTS/deb" >&2; exit 2; }
   export PATH="$root/bin:$PATH" PYTHONPATH="$site:$PWD" TESSDATA_PREFIX="$tessdata" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
   pdftoppm -v 2>&1 | head -1 && tesseract --list-langs 2>&1 | tr '\n' ' ' && echo
   python3 -c "import torch; print('torch', torch.__version__, 'cuda' if torch.cuda.is_available() else 'no cuda',

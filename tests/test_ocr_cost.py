@@ -117,8 +117,8 @@ def test_the_library_process_imports_tesserocr_from_where_this_process_finds_it(
     monkeypatch.delitem(sys.modules, "tesserocr", raising=False)
     monkeypatch.syspath_prepend(str(site))
     found = Tesseract.find()
-    assert found is not None and found.library == str(site)
-    command = Tesseract(found.path, found.languages, str(tessdata), found.library).command(str(tmp_path / "page.tif"), "eng")
+    assert found is not None and found.tesserocr_folder == str(site)
+    command = Tesseract(found.path, found.languages, str(tessdata), found.tesserocr_folder).command(str(tmp_path / "page.tif"), "eng")
     done = subprocess.run(command, capture_output=True, timeout=60)
     assert done.returncode == 0 and done.stdout.decode() == f"read by {site / 'tesserocr.py'}\x1e", done.stderr
 

@@ -127,12 +127,14 @@ def test_a_small_product_is_numpys_on_vectors_torch_widened_and_a_long_one_torch
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         first = best_rows(query[:2], long_pages, rows)  # 20,480 similarities of 1.3 M values
-        second = best_rows(query[2:5], long_pages[::-1], rows)  # (the thread's buffers again, under other values)
+        second = best_rows(query[2:5], long_pages[:6][::-1], rows)  # (the start of the thread's buffers, other values)
     assert by_torch == [1, 1] and len(widened) == 1
-    for (at, top), asked, pages in ((first, query[:2], long_pages), (second, query[2:5], long_pages[::-1])):
+    for (at, top), asked, pages in ((first, query[:2], long_pages), (second, query[2:5], long_pages[:6][::-1])):
         expected_at, expected_top = _best_rows_reference(asked, pages, rows)
         np.testing.assert_array_equal(at, expected_at)
         np.testing.assert_allclose(top, expected_top, rtol=1e-5)
+    with pytest.raises(RuntimeError):  # pages of another length than the layout's: refused, not split wrong
+        best_rows(query[:2], [long_pages[0][:900], *long_pages[1:]], rows)
 
 
 @pytest.mark.slow  # imports torch (the scorer's threads)

@@ -83,13 +83,13 @@ class OcrFailed(Exception):
 class Tesseract:
     """An installed Tesseract and the languages it has; with `tessdata` (its language folder, where
     tesserocr is installed), pages are read by its library in a process of ours (tesslib.py), which imports
-    it from `library`: the folder this process finds it in (that process is isolated, `python -I`: a folder
+    it from `tesserocr_folder`: the folder this process finds it in (that process is isolated, `python -I`: a folder
     PYTHONPATH names, as `pip install --target` leaves, is not on its path otherwise)."""
 
     path: str
     languages: tuple[str, ...]
     tessdata: str | None = None
-    library: str | None = None
+    tesserocr_folder: str | None = None
 
     @classmethod
     def find(cls, timeout_s: float = 30.0) -> Tesseract | None:
@@ -114,7 +114,7 @@ class Tesseract:
         its text to stdout: tesslib.py where the library has every language of `lang`, else `tesseract`."""
         folder = self.tessdata
         if folder and all(os.path.isfile(os.path.join(folder, f"{part}.traineddata")) for part in lang.split("+") if part):
-            return [sys.executable, "-I", TESSLIB, self.library or "", folder, lang, PSM, *(["--list"] if listing else []), source]
+            return [sys.executable, "-I", TESSLIB, self.tesserocr_folder or "", folder, lang, PSM, *(["--list"] if listing else []), source]
         return [self.path, source, "stdout", "-l", lang, "--psm", PSM, "txt", "tsv"]  # (command_pages: both renderers' output)
 
     def check_language(self, lang: str) -> None:

@@ -1,11 +1,12 @@
 """Tesseract's library (tesserocr) run as a process that answers like the `tesseract` command.
 
 Run by file name (`python -I tesslib.py LIBRARY TESSDATA LANG PSM [--list] SOURCE`), it imports nothing of
-the package (LIBRARY: the folder the caller imports tesserocr from, put first on its path; "": its own
-site-packages): ocr.py starts it where the `tesseract` command would run, under the same bounds (its
-address-space limit, its process group, the page's deadline), and ocrbatch.py follows it the same
-way: with --list, SOURCE names one picture a line, each page is said on stderr as it starts
-("Page N : FILE") and its text is written to stdout when done, after a form feed but the first's.
+the package (LIBRARY: the folder the caller imports tesserocr from, put first on its path where it is
+not there already, as a folder PYTHONPATH names; "": its own site-packages): ocr.py starts it where the
+`tesseract` command would run, under the same bounds (its address-space limit, its process group, the
+page's deadline), and ocrbatch.py follows it the same way: with --list, SOURCE names one picture a line,
+each page is said on stderr as it starts ("Page N : FILE") and its text is written to stdout when done,
+after a form feed but the first's.
 Each page's text is followed by a record separator (\x1e) and the same recognition's words with their
 boxes (Tesseract's TSV: GetTSVText, no second OCR), which ocr.py reads into the page's word positions.
 The library reads a page for about a quarter less CPU than Debian's `tesseract` 5.3 (scripts/
@@ -19,7 +20,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     library, tessdata, lang, psm, *rest = argv
-    if library:
+    if library and library not in sys.path:  # (a folder PYTHONPATH named for the caller: first, as there)
         sys.path.insert(0, library)
     listing = rest[:1] == ["--list"]
     source = rest[-1]

@@ -4,7 +4,9 @@ The scorer's threads take the chunks one at a time."""
 
 from __future__ import annotations
 
+import functools
 import threading
+import warnings
 from typing import Callable, NamedTuple, Sequence, Union
 
 import numpy as np
@@ -113,3 +115,24 @@ def page_runs(pages: np.ndarray, offsets: np.ndarray, chunk_rows: int):
         acc += int(n)
     if len(pages):
         yield lo, len(pages)
+
+
+def tensor_of(array: np.ndarray):
+    """`array` as a torch tensor, no copy. A read-only one (a memory-mapped index's vectors, only ever read) makes
+    torch warn, once a process: that once is taken at the first call, silenced, so that no call after it swaps the
+    process's warning filters (warnings.catch_warnings is not thread-safe, and the scorer's threads all come here)."""
+    import torch
+
+    _read_only_warned()
+    return torch.from_numpy(array)
+
+
+@functools.cache
+def _read_only_warned() -> None:
+    import torch
+
+    array = np.zeros(1, dtype=np.float16)
+    array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        torch.from_numpy(array)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .chunks import rows_of
+from .chunks import rows_of, tensor_of
 
 SIM_BYTES = 512 << 20  # similarities (rows x stacked query tokens, float32) of one device chunk, at most
 STREAM_ROWS = 1 << 20  # rows (256 MiB of 128-dim float16) copied to the device at a time when streaming
@@ -278,9 +277,7 @@ class _Staging:
         product) sees the rows, and the next copy into the same landing tensor waits for that work."""
         import torch
 
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # read-only map: only read
-            source = torch.from_numpy(np.ascontiguousarray(host))
+        source = tensor_of(np.ascontiguousarray(host))
         if not self.cuda:
             if into is None:
                 return source

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...core.cpus import SharedPool, available_cpus
-from .chunks import ChunkQueue, Queries, QueryStack, page_runs, plan_chunks
+from .chunks import ChunkQueue, Queries, QueryStack, page_runs, plan_chunks, tensor_of
 from .kernel_policy import KernelPolicy
 
 # Page rows scored at once, at most. A chunk's float16 rows are widened once into a float32 block
@@ -69,10 +68,7 @@ def maxsim(
 
     q_all = torch.from_numpy(np.concatenate([np.asarray(q, dtype=np.float32) for q in queries])).to(device)
     q_all = _padded(q_all)  # zero rows after the tokens: their maxima are in no query's sum
-    with warnings.catch_warnings():
-        # the memory map is read-only and torch says so; nothing here writes to it
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        source = torch.from_numpy(vectors) if isinstance(vectors, np.ndarray) else vectors
+    source = tensor_of(vectors) if isinstance(vectors, np.ndarray) else vectors
     chunk_rows = min(CHUNK_ROWS, max(MIN_CHUNK_ROWS, SIM_ELEMENTS // max(1, len(q_all))))
     chunks = plan_chunks(pages, offsets, chunk_rows)
     # each page's best similarity for each query token, pages first: a chunk's result is one
@@ -295,11 +291,11 @@ def best_rows(query: np.ndarray, pages: Sequence[np.ndarray], rows: np.ndarray) 
         return np.zeros((len(pages), len(query)), dtype=np.int64), np.zeros((len(pages), len(query)), dtype=np.float32)
     runs = rows[-1] - rows[0] + 1 == len(rows) and bool(np.all(np.diff(rows) == 1))  # (an image's tokens: one run)
     parts = [page[rows[0]: rows[-1] + 1] for page in pages] if runs else [page[rows] for page in pages]
-    torch = torch_available()
-    if torch and (len(pages) * len(rows) * len(query) >= TORCH_SIMILARITIES or len(pages) * len(rows) * query.shape[1] > WIDEN_INLINE):
-        return rows_pool().submit(_best_rows_torch, query, parts).result()
+    with_torch = torch_available()
+    if with_torch and (len(pages) * len(rows) * len(query) >= TORCH_SIMILARITIES or len(pages) * len(rows) * query.shape[1] > WIDEN_INLINE):
+        return rows_pool().submit(_best_rows_torch, query, parts, len(rows)).result()
     block = np.concatenate(parts)
-    sims = (_widened(block) if torch else block.astype(np.float32)) @ np.asarray(query, dtype=np.float32).T
+    sims = (_widened(block) if with_torch else block.astype(np.float32)) @ np.asarray(query, dtype=np.float32).T
     sims = sims.reshape(len(pages), len(rows), len(query))
     return sims.argmax(axis=1), sims.max(axis=1)
 
@@ -310,39 +306,35 @@ def _widened(block: np.ndarray) -> np.ndarray:
     return torch.from_numpy(block).float().numpy()
 
 
-# best_rows' buffers kept on its thread, up to this many bytes: the pages' vectors widened, and their similarities.
-# A fresh buffer of a few MB is memory the kernel maps page by page on first touch, and that took longer than the
-# product (2 ms a query's 10 hits of 1,024 patches, on a 2-core VM)
+# best_rows' two buffers kept on its thread (the pages' vectors widened, and their similarities), up to this many
+# bytes each: fresh ones of a few MB are memory the kernel maps page by page as it is first written, and stacking
+# and widening a model-bound query's 10 hits (1,024 patches a page) so took 2.8-3.6 ms, against 2.1-2.4 in these
 ROWS_BUFFER_BYTES = 32 << 20
 _rows_buffers = threading.local()
 
 
-def _best_rows_torch(query: np.ndarray, parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _best_rows_torch(query: np.ndarray, parts: Sequence[np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
-    count, dim = sum(len(part) for part in parts), parts[0].shape[1]
+    count, dim = len(parts) * rows, parts[0].shape[1]
     block, sims = _buffer("block", count * dim).view(count, dim), _buffer("sims", count * len(query)).view(len(query), count)
-    at = 0
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # a read-only map: only read
-        for part in parts:  # widened into the kept buffer, page by page: no stacked copy
-            block[at: at + len(part)].copy_(torch.from_numpy(part))
-            at += len(part)
+    for at, part in enumerate(parts):  # widened into the kept buffer, page by page: no stacked copy
+        block[at * rows: (at + 1) * rows].copy_(tensor_of(part))  # (a page of other rows than `rows`: refused here)
     torch.mm(torch.from_numpy(np.asarray(query, dtype=np.float32)), block.T, out=sims)  # tokens first: the faster product here
-    top, found = sims.view(len(query), len(parts), -1).max(dim=2)  # (the first of equal maxima, as NumPy's argmax)
+    top, found = sims.view(len(query), len(parts), rows).max(dim=2)  # (the first of equal maxima, as NumPy's argmax)
     return found.T.numpy(), top.T.numpy()
 
 
-def _buffer(name: str, size: int):
-    """A float32 tensor of `size` values: the part of one kept on this thread (grown as needed, up to
-    ROWS_BUFFER_BYTES), or a new one past that."""
+def _buffer(name: str, size: int) -> Any:
+    """A float32 tensor of `size` values: the start of one kept on this thread (grown to the next power of two,
+    up to ROWS_BUFFER_BYTES), or a new one past that."""
     import torch
 
     if size * 4 > ROWS_BUFFER_BYTES:
         return torch.empty(size, dtype=torch.float32)
     kept = getattr(_rows_buffers, name, None)
     if kept is None or len(kept) < size:
-        kept = torch.empty(size, dtype=torch.float32)
+        kept = torch.empty(min(1 << (size - 1).bit_length(), ROWS_BUFFER_BYTES // 4), dtype=torch.float32)
         setattr(_rows_buffers, name, kept)
     return kept[:size]
 
