@@ -427,6 +427,11 @@ def test_a_token_that_is_not_ascii_matches(hardening_index):
             right = client.get("/status", headers={"Authorization": "Bearer clé-secrète".encode()})
             wrong = client.get("/status", headers={"Authorization": "Bearer cle-secrete".encode()})
         assert right.status_code == 200 and wrong.status_code == 401
+        # the command line's client sends it as UTF-8 too (httpx refuses a header str that is not ASCII)
+        given = run_cli("query", "report", "-k", "1", "--server", guarded.url, "--token", "clé-secrète", "--json")
+        from_env = run_cli("query", "report", "-k", "1", "--server", guarded.url, "--json", env={"LGPT_SERVE_TOKEN": "clé-secrète"})
+        assert given.exit_code == 0 and from_env.exit_code == 0, given.stderr + from_env.stderr
+        assert json.loads(given.stdout)["queries"][0]["results"] == json.loads(from_env.stdout)["queries"][0]["results"] != []
     finally:
         assert guarded.stop() == 0
 
