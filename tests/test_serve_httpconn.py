@@ -2,7 +2,8 @@
 that reads in callbacks differs from one that reads whole events: a request cut into one-byte
 packets, pipelined requests (their deadlines wait while the one before is answered), a body that
 stops mid-way, the loopback /healthz past the cap sent a byte at a time, the 16 KiB bound on a
-request's line and headers that h11 had and httptools has not, and an install without httptools.
+request's line and headers that h11 had and httptools has not (in pieces or in one packet), what the
+parser refuses answered with the error document, and an install without httptools.
 A real server on a real port, spoken to with raw sockets; the deadlines of test_serve_hardening.py
 hold here too."""
 
@@ -203,10 +204,33 @@ def test_request_headers_past_16_kib_are_refused_with_431_and_the_connection_clo
         status, _, rest = answer.partition(b"\r\n")
         assert status == b"HTTP/1.1 431 Request Header Fields Too Large", answer[:300]
         assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["message"].startswith("request line and headers over 16 KiB")
+    big = b"GET /status HTTP/1.1\r\n" + HOST + b"X-Big: " + b"a" * 20_000 + b"\r\n\r\n"
+    for whole in (big, b"GET /healthz HTTP/1.1\r\n" + HOST + b"\r\n" + big):  # whole, in one packet; behind a small one
+        sock = _connect(plain_server)
+        sock.sendall(whole)
+        answer = _read_to_end(sock)
+        assert answer.count(b"HTTP/1.1 431 Request Header Fields Too Large") == 1 and b'"error"' in answer, answer[:300]
     sock = _connect(plain_server)  # under the bound: answered
     sock.sendall(b"GET /status HTTP/1.1\r\n" + HOST + b"X-Big: " + b"a" * 12_000 + b"\r\n\r\n")
     [(status, answer)] = _read_answers(sock, 1)
     assert status == 200 and answer["pages"] == 5
+    body = b'{"queries": ["report"], "k": 3' + b" " * 40_000 + b"}"  # a body past 16 KiB in the same packet: not headers
+    sock = _connect(plain_server)
+    sock.sendall(b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    [(status, answer)] = _read_answers(sock, 1)
+    assert status == 200 and len(answer["queries"][0]["results"]) == 3
+
+
+@pytest.mark.parametrize("request_bytes", [b"GARBAGE\r\n\r\n", b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: -1\r\n\r\n",
+                                           b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}"],
+                         ids=["request line", "content-length", "length and chunked"])
+def test_what_the_parser_refuses_is_a_400_error_document(plain_server, request_bytes):
+    sock = _connect(plain_server)
+    sock.sendall(request_bytes)
+    status, _, rest = _read_to_end(sock).partition(b"\r\n")
+    head, _, body = rest.partition(b"\r\n\r\n")
+    assert status == b"HTTP/1.1 400 Bad Request" and b"content-type: application/json" in head.lower()
+    assert "not an HTTP/1.1 request" in json.loads(body)["error"]["message"]
 
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier

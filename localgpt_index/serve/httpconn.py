@@ -16,9 +16,14 @@ except ImportError as exc:  # an install without lgpt-index's dependencies (http
                              hint="pip install 'httptools>=0.6.3' (a dependency of lgpt-index: reinstall it)") from None
 
 from .warm import expected_uid, peer_uid
-from .httpguard import MAX_HEADER_BYTES, ConnectionLimits, headers_too_large_response, is_loopback, over_capacity_response
+from .httpguard import (MAX_HEADER_BYTES, ConnectionLimits, headers_too_large_response, is_loopback, over_capacity_response,
+                        raw_error_response)
 
 SPARE_CONNECTIONS = 8  # past the cap: loopback connections given the chance to ask for /healthz
+
+
+class HeadersTooLarge(Exception):
+    """Raised from a parser callback to stop the parser (httptools then raises HttpParserCallbackError)."""
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -41,6 +46,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._armed: tuple[str, int] | None = None  # the part (and which request's) the deadline times
         self._reading, self._number = "headers", 1
         self._header_bytes = 0  # received since the request began, while its headers are not complete
+        self._parsed_bytes = 0  # of its request line and headers, as the parser gave them (_parsed)
         self._over_cap = len(self.connections) >= self.limits.max_connections
         self._pending = b""
         self._one_request = False
@@ -87,11 +93,35 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         self._follow()
 
+    def send_400_response(self, msg: str) -> None:
+        """What the parser refuses (a malformed request line, a bad Content-Length, headers past the limit in
+        one packet), as the error document, not uvicorn's plain text."""
+        self._refuse(headers_too_large_response() if self._parsed_bytes > MAX_HEADER_BYTES
+                     else raw_error_response(400, "not an HTTP/1.1 request this server can read (its request line, "
+                                                  "a header or the body's framing); see the API's documentation"))
+
     # the parser's callbacks (httptools calls them from inside data_received)
 
     def on_message_begin(self) -> None:
         self._begin()  # a pipelined request that begins in the same packet as the end of the one before
+        self._parsed_bytes = 0
         super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._parsed(len(url) + 16)  # (its method and HTTP version, roughly)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._parsed(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def _parsed(self, size: int) -> None:
+        """The request line's and headers' bytes, as the parser hands them over: past MAX_HEADER_BYTES the
+        parser is stopped (the error ends feed_data; send_400_response answers 431), however the bytes were
+        cut into packets (data_received's count cannot see headers that begin and end in one packet)."""
+        self._parsed_bytes += size
+        if self._parsed_bytes > MAX_HEADER_BYTES:
+            raise HeadersTooLarge
 
     def on_headers_complete(self) -> None:
         self._reading, self._header_bytes = "body", 0
