@@ -183,7 +183,9 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_list_documents_cannot_probe_the_indexed_folder(noisy_index):
     """Issue 39 #3: an absolute prefix is one tool error whatever it names (how many documents it matched
-    would rebuild the indexed folder a character at a time); relative prefixes match the names it lists."""
+    would rebuild the indexed folder a character at a time); relative prefixes match the names it lists.
+    get_page's absolute document and a filter that is no KEY=VALUE are one error each too (messages leave the
+    server's folders out: an echo of a guess would say which it names)."""
     docs = str(noisy_index["docs"])
 
     async def scenario():
@@ -191,6 +193,13 @@ def test_list_documents_cannot_probe_the_indexed_folder(noisy_index):
             texts = {error_text(await session.call_tool("list_documents", {"prefix": probe}), noisy_index["work"])
                      for probe in ("/", docs[:2], docs, docs + "/report-1", "/nowhere/at/all")}
             assert len(texts) == 1 and "prefix: an absolute path" in texts.pop()
+            probes = ("/", docs, docs + "/report-1.pdf", "/nowhere/report-1.pdf")  # nor get_page's document, nor a filter
+            texts = {error_text(await session.call_tool("get_page", {"document": probe, "page": 1}), noisy_index["work"])
+                     for probe in probes}
+            assert len(texts) == 1 and "document: an absolute path" in texts.pop()
+            texts = {error_text(await session.call_tool("search", {"query": "q", "filters": [probe + "/x"]}), noisy_index["work"])
+                     for probe in probes}
+            assert len(texts) == 1 and "filters[0]: expected KEY=VALUE" in texts.pop()
             for climbing in ("..", f"../{noisy_index['docs'].name}/report-1", "./report-1"):
                 assert structured(await session.call_tool("list_documents", {"prefix": climbing}))["total"] == 0
             under = structured(await session.call_tool("list_documents", {"prefix": "report-1"}))

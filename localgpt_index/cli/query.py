@@ -79,6 +79,9 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
         raise UsageError("no query: give TEXT or --queries-file.")
     if highlight and not export_dir:
         raise UsageError("--highlight draws on the pages --export-pages DIR writes: give --export-pages too.")
+    from ..core.metadata import parse_filters
+
+    parse_filters(filters)  # a pair without "=" named as given (the request's own check names filters[N]: it is not echoed)
     structured = fmt in ("json", "jsonl")  # the formats that carry a page's text and image
     # the request's fields: a warm service checks them as QueryRequest (pydantic stays out of this process),
     # and where it refuses them the local path below says why
@@ -104,8 +107,6 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
         if keep_warm_s is not None:
             keep_warm(app, keep_warm_s, model_spec, scorer, max_resident)
     if filters and not any(answer["results"] for answer in document["queries"]):
-        from ..core.metadata import parse_filters
-
         shown = " ".join(f"--filter {key}={value}" for key, value in parse_filters(list(filters)).items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
     if export_dir:

@@ -13,6 +13,7 @@ sha256), and pages are rendered from what the index recorded, exactly as `serve`
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -190,6 +191,9 @@ class IndexTools:
 
     def _page_hit(self, document: str, page: int) -> tuple[Any, SearchHit]:
         index = self.current()
+        if not self.policy.absolute and os.path.isabs(document):  # one answer whatever it names: it tells no folder
+            raise UsageError("document: an absolute path; documents are named as list_documents names them (reports/q3.pdf), "
+                             "or by their sha256 (absolute paths are answered only with --absolute-paths).")
         doc = next((d for d in index.documents if document in (self._name(d.path, index), d.sha256)), None)
         if doc is None:
             raise UsageError(f"document {document!r}: not in the index; list_documents names the documents it holds.")

@@ -70,9 +70,12 @@ def _filters(value: Any) -> Any:
     if value is None:
         return {}
     if isinstance(value, (list, tuple)):
-        for item in value:
+        for number, item in enumerate(value):
             if isinstance(item, str):
                 _check_utf8(item, "a filter")
+            key, sep, _ = str(item).partition("=")
+            if not sep or not key:  # (not echoed: a server's messages leave its folders out, so an echo would tell them)
+                raise UsageError(f"filters[{number}]: expected KEY=VALUE, such as team=finance.")
         return parse_filters([str(item) for item in value])
     if isinstance(value, dict):
         for key, item in value.items():
