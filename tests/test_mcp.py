@@ -167,6 +167,9 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
             assert "invalid arguments: page: Input should be greater than or equal to 1 (got 0)." in text
             text = error_text(await session.call_tool("search", {"query": "q", "k": "many"}), work)
             assert "invalid arguments: k: Input should be a valid integer, unable to parse string as an integer (got 'many')." in text
+            for k in (51, 1001, 10**20):  # the tool's own bound, whatever the excess (not the HTTP API's 1,000)
+                text = error_text(await session.call_tool("search", {"query": "q", "k": k}), work)
+                assert f"invalid arguments: k: Input should be less than or equal to 50 (got {k})." in text, text
             text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf"}), work)
             assert text.endswith("invalid arguments: page: Field required.") and "pydantic" not in text
             text = error_text(await session.call_tool("search", {"query": "   "}), work)

@@ -96,7 +96,7 @@ class QuerySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     limits: ClassVar[Limits] = Limits()
 
-    k: int = Field(default=5, ge=1, le=MAX_K, description="pages per query")
+    k: int = Field(default=5, ge=1, description="pages per query")  # at most limits.k (_k: one bound, the front end's)
     filters: Filters = Field(default_factory=dict, description='{"team": "finance"} or ["team=finance"]: all must match')
     first_pass: Annotated[int, Field(ge=1, le=MAX_FIRST_PASS)] | Literal["auto"] | None = Field(
         default=None, description="lossy: score sign codes first, then only the best N pages exactly")
