@@ -242,3 +242,13 @@ def test_without_httptools_serve_says_what_to_install(conn_index, tmp_path):
                        env={"PYTHONPATH": os.pathsep.join([str(hiding), os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 4, done.stderr
     assert "HTTP parser" in done.stderr and "pip install 'httptools" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_without_a_token_an_http_1_0_request_without_host_is_answered_and_a_foreign_host_refused(plain_server):
+    """docs/serving.md: no browser sends a request without Host, so only a foreign Host is a page's (DNS rebinding)."""
+    answers = {}
+    for name, head in (("none", b""), ("foreign", b"Host: rebound.example\r\n"), ("loopback", HOST)):
+        sock = _connect(plain_server)
+        sock.sendall(b"GET /status HTTP/1.0\r\n" + head + b"\r\n")
+        answers[name] = _read_to_end(sock).partition(b"\r\n")[0]
+    assert answers == {"none": b"HTTP/1.1 200 OK", "foreign": b"HTTP/1.1 403 Forbidden", "loopback": b"HTTP/1.1 200 OK"}
