@@ -132,6 +132,18 @@ def test_bad_requests_are_clear_4xx_json(server, case):
     assert error["status"] == status and error["message"] and "Traceback" not in answer.text
 
 
+def test_a_body_that_is_no_request_is_named_as_a_client_writes_it(server):
+    """Where the body stops being JSON, a body that is not UTF-8, a list's item by its index (and the list not also
+    said to be short of items), each in the one error shape."""
+    cases = {b'{"queries": ["q"], "k": }': "body: not JSON (Expecting value, at character 24)",
+             b'{"queries": ["q", 1]}': "queries[1]: Input should be a valid string",
+             b'{"queries": ["\xff"]}': "body: not UTF-8; a JSON body is UTF-8 text"}
+    with server.client() as client:
+        for body, message in cases.items():
+            answer = client.post("/query", content=body, headers={"content-type": "application/json"})
+            assert answer.status_code == 400 and answer.json()["error"]["message"] == message, answer.text
+
+
 def test_the_limits_hold_at_their_bounds_and_answers_are_compact_ascii_json(server):
     """docs/serving.md: 64 queries of 2,048 characters, k up to 1,000, dpi 20 to 600, in and just out;
     answers compact (no spaces after separators) with ASCII escapes; the scoring and readiness headers."""
