@@ -187,6 +187,26 @@ def test_build_and_remove_on_a_damaged_index_stop_and_point_to_rebuild(index, fa
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
 
 
+def test_the_rebuild_a_damaged_index_points_to_keeps_its_model_and_recorded_settings(fake_model, tmp_path):
+    """The hint says `build DOCS --rebuild`: as on a sound index, the model and the settings left out are the
+    index's (its manifest still reads where its vectors are damaged), not the defaults."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    make_pdf(docs / "a.pdf", ["one", "two"])
+    built = run_cli("build", str(docs), "--model", str(fake_model), "--pool-factor", "2", "--text", "never", "--index-dir", str(index))
+    assert built.exit_code == 0, built.stderr
+    before = json.loads(run_cli("status", "--json", "--index-dir", str(index)).stdout)
+    vectors = next((index / "default" / "segments").glob("*.vectors.npy"))
+    data = bytearray(vectors.read_bytes())
+    data[-3] ^= 0xFF
+    vectors.write_bytes(bytes(data))
+    assert run_cli("build", str(docs), "--index-dir", str(index)).exit_code == 1  # damaged: refused, pointing to --rebuild
+    rebuilt = run_cli("build", str(docs), "--rebuild", "--index-dir", str(index))
+    assert rebuilt.exit_code == 0, rebuilt.stderr
+    after = json.loads(run_cli("status", "--json", "--index-dir", str(index)).stdout)
+    assert after["model"] == before["model"] and after["settings"] == before["settings"]
+    assert (after["settings"]["pool_factor"], after["settings"]["text"]) == (2, "never")
+
+
 def test_an_unknown_newer_format_names_the_upgrade(index):
     _tamper(index, lambda data: data.update(format="lgpt-index/9"))
     result = run_cli("status", "--index-dir", str(index))

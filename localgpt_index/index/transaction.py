@@ -211,6 +211,7 @@ class Transaction:
         self.artifacts = tuple(a for a in (registered_artifacts() if artifacts is None else artifacts)
                                if a.name not in backend.unused_artifacts)
         self.base = base
+        self.recorded = base  # what the model and settings are taken from: the base, or a damaged one's manifest (rebuild)
         self.current = base  # the last manifest committed (or the base)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
         self.generation = generation  # the generation HEAD points to now
@@ -400,6 +401,11 @@ class StoreParts(Protocol):
         """The generation a rebuild of a damaged index numbers after."""
         ...
 
+    def recorded_base(self) -> Manifest | None:
+        """A damaged generation's manifest where it still reads (its vectors damaged, say), for what a rebuild keeps
+        of it: the model and the settings it records; None where it does not read either."""
+        ...
+
     def backend(self, base: Manifest | None, rebuild: bool, hold: Hold) -> Backend: ...
 
     def pdf_store(self) -> PdfStore | None: ...
@@ -415,6 +421,7 @@ def open_transaction(parts: StoreParts, wait_s: float, rebuild: bool) -> Iterato
         found = base_or_rebuild(parts.read_base, rebuild)
         base, generation = found if found is not None else (None, parts.damaged_base())
         transaction = Transaction(parts.backend(base, rebuild, hold), hold, base, generation, parts.pdf_store())
+        transaction.recorded = base if found is not None else parts.recorded_base()
         transaction.recover()
         with discarding(transaction):
             yield transaction

@@ -75,10 +75,10 @@ def build_index(
 
     with store.begin(options.wait_s, rebuild=options.rebuild) as txn:
         base = txn.base
-        model = choose_model(base, options)
+        model = choose_model(txn.recorded, options)  # (a rebuild of a damaged index keeps its model and settings)
         report.model = model.to_dict()
         check_model(base, model, options, store)
-        options = replace(options, settings=options.settings.settled(base, options.rebuild, store.location))
+        options = replace(options, settings=options.settings.settled(txn.recorded, options.rebuild, store.location))
         check_visual_tokens_supported(model, options.settings.max_visual_tokens)
         tesseract = _text_reader(options.settings)  # a language Tesseract lacks: exit 4 before any work
         started = time.perf_counter()

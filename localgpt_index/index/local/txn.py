@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...core.errors import IndexProblem
 from ..artifacts import blob_names
 from ..format.checksums import CHECK_BLOCK, rechecksum
 from ..format.disk import disk
@@ -171,6 +172,12 @@ class LocalParts:
 
     def damaged_base(self) -> int:
         return self.store._highest_generation()
+
+    def recorded_base(self) -> Manifest | None:
+        try:
+            return self.store.read_manifest()
+        except IndexProblem:
+            return None
 
     def backend(self, base: Manifest | None, rebuild: bool, hold: object) -> LocalBackend:
         return LocalBackend(self.store, self.upgrade)

@@ -469,6 +469,12 @@ class QdrantParts:
     def damaged_base(self) -> int:
         return 0  # a rebuild writes a new physical collection anyway
 
+    def recorded_base(self) -> Manifest | None:
+        try:
+            return self.store.read_manifest(self.physical) if self.physical else None
+        except IndexProblem:
+            return None
+
     def backend(self, base: Manifest | None, rebuild: bool, hold: object) -> QdrantBackend:
         return QdrantBackend(self.store, self.physical, base, rebuild, self.lease)
 
