@@ -71,6 +71,13 @@ def test_text_never_reads_no_text_and_the_index_answers_as_one_without_page_text
     assert "lexical" in manifest.artifacts and all("text" in seg.parts for seg in manifest.segments.values())
     assert json.loads(_query(tmp_path / "full").stdout)["mode"] == "hybrid"
 
+    # the text query's refusal says what gives the pixels-only index its text, and that does
+    assert "build DOCS --rebuild --text auto" in text.stderr, text.stderr
+    rebuilt = run_cli("build", str(docs), "--index-dir", str(index), "--rebuild", "--text", "auto")
+    assert rebuilt.exit_code == 0, rebuilt.stderr
+    answered = _query(index, "--mode", "text")
+    assert answered.exit_code == 0 and json.loads(answered.stdout)["queries"][0]["results"], answered.stderr
+
 
 def test_text_never_with_ocr_auto_or_always_is_a_usage_error_before_any_work(tmp_path, fake_model, monkeypatch):
     docs = tmp_path / "docs"

@@ -94,7 +94,8 @@ def choose_mode(asked: Mode | None, lexical: LexicalIndex | None, location: str)
         return "hybrid" if lexical is not None and lexical.has_pages() else "visual"
     if asked != "visual" and lexical is None:
         raise IndexProblem(f"{location} holds no page text, so --mode {asked} cannot answer.",
-                           hint="Query with --mode visual, or rebuild the index with this version (build --rebuild) to add page text.")
+                           hint="Query with --mode visual, or rebuild the index with page text: `lgpt-index build DOCS --rebuild "
+                                "--text auto` (an index built with --text never keeps it without --text auto).")
     return asked
 
 
