@@ -71,6 +71,23 @@ def test_remove_ignore_sticks_across_builds_and_escapes_the_name(fake_model, tmp
     assert indexed(Path("idx"), docs) == {"a.png", "team/[draft] #1 x.png"}
 
 
+def test_remove_ignore_that_no_ignore_file_can_hold_changes_nothing_and_the_indexed_folder_itself_is_said(fake_model, tmp_path):
+    """A name with a line break, or the file system's root: refused before anything is removed (the index and
+    the ignore file as they were). The indexed folder itself goes into the ignore file above it, which its own
+    builds do not read: said so."""
+    docs = tmp_path / "docs"
+    tree(docs, ["a.png", "b.png", "new\nline.png"])
+    build_ok(str(docs), "--model", str(fake_model), "--index-dir", "idx")
+    before = indexed(Path("idx"), docs)
+    for paths in ([str(docs / "a.png"), str(docs / "new\nline.png")], ["/"]):
+        result = run_cli("remove", "--ignore", *paths, "--index-dir", "idx")
+        assert result.exit_code == 2 and "Nothing was removed" in result.stderr.replace("nothing was", "Nothing was"), result.stderr
+        assert indexed(Path("idx"), docs) == before and not (docs / ".lgptignore").exists()
+    result = run_cli("remove", "--ignore", str(docs), "--index-dir", "idx")
+    assert result.exit_code == 0 and (tmp_path / ".lgptignore").read_text() == "/docs/\n"
+    assert f"a build of {docs} does not read {tmp_path / '.lgptignore'}" in result.stderr, result.stderr
+
+
 def test_remove_without_ignore_says_the_file_comes_back_with_the_next_build(fake_model, tmp_path):
     docs = tmp_path / "docs"
     tree(docs, ["a.png", "b.png"])

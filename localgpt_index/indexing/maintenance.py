@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..core.errors import DocumentError, IndexProblem
+from ..core.errors import DocumentError, IndexProblem, UsageError
 from ..core.files import sha256_file
 from ..core.words import PageWords
 from ..core.failpoints import failpoint
@@ -34,7 +34,7 @@ from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_
 from ..index.text.artifact import LEXICAL, TEXT, current, needs_words, read_text_part
 from ..index.text.words import WORDS, words_part
 from ..index.transaction import Transaction
-from ..ingest.ignore import add_ignored
+from ..ingest.ignore import add_ignored, ignore_line
 from ..ingest.text import pdf_page_texts
 
 
@@ -81,6 +81,8 @@ def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float
             return report
         report.removed = sorted(drop)
         report.pages_removed = sum(d.pages for d in manifest.documents if d.path in drop)
+        documents = [*manifest.documents, *manifest.in_progress]
+        ignoring = _ignore_plan(os.path.commonpath([os.path.dirname(d.path) for d in documents]), targets, drop) if ignore else []
         new = txn.commit(
             [d for d in manifest.documents if d.path not in drop],
             manifest.model,
@@ -89,20 +91,34 @@ def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float
             [d for d in manifest.in_progress if d.path not in drop],
         )
         report.generation = new.generation
-    if ignore:
-        folders = [os.path.dirname(d.path) for d in [*manifest.documents, *manifest.in_progress]]
-        _ignore_paths(report, os.path.commonpath(folders), targets)
+    for root, rel, is_dir in ignoring:
+        report.ignore_file = add_ignored(root, rel, is_dir)
+        report.ignored.append(rel + ("/" if is_dir else ""))
     return report
 
 
-def _ignore_paths(report: RemoveReport, tree: str, targets: list[str]) -> None:
-    """Add `targets` to the ignore file of `tree` (of its parent for a target that is the tree itself)."""
+def _ignore_plan(tree: str, targets: list[str], removed: set[str]) -> list[tuple[str, str, bool]]:
+    """Where each of `targets` is added (the ignore file's folder, the path relative to it, whether a folder): the
+    ignore file of `tree`, the indexed folder; a target that is the tree or a folder above it, in its parent's. Worked
+    out before anything is removed: a path no ignore file can hold (a line break, the file system's root) changes
+    nothing."""
+    plan = []
     for target in targets:
-        root = os.path.dirname(target) if target == tree else tree
-        is_dir = not any(path == target for path in report.removed)
+        is_dir = target not in removed
+        root = tree
+        if target == tree or tree.startswith(target.rstrip(os.sep) + os.sep):
+            root = os.path.dirname(target.rstrip(os.sep))
+            if root == target.rstrip(os.sep) or not root:
+                raise UsageError(f"--ignore {target}: the file system's root has no folder above it to hold an ignore file; "
+                                 "nothing was removed.", hint="Remove without --ignore, or name the folders to keep out.")
         rel = os.path.relpath(target, root).replace(os.sep, "/")
-        report.ignore_file = add_ignored(root, rel, is_dir)
-        report.ignored.append(rel + ("/" if is_dir else ""))
+        try:
+            ignore_line(rel, is_dir)
+        except UsageError as exc:
+            raise UsageError(f"{exc.message} Nothing was removed.", hint="Remove it without --ignore, or --ignore the folder "
+                                                                          "that holds it.") from None
+        plan.append((root, rel, is_dir))
+    return plan
 
 
 @dataclass
