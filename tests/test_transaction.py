@@ -440,6 +440,22 @@ def test_identical_files_are_embedded_once(fake_model, tmp_path):
     assert len(spans) == 1 and len(_manifest(index).documents) == 3
 
 
+def test_identical_files_that_fail_each_fail_by_their_own_path(fake_model, tmp_path):
+    """docs/building.md: each bad document is reported with its path; a copy of one (the same bytes, read once) too."""
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    docs.mkdir()
+    (docs / "c1.pdf").write_bytes(b"%PDF-1.4\ngarbage\n")
+    shutil.copy(docs / "c1.pdf", docs / "c2.pdf")
+    (docs / "z1.pdf").write_bytes(b"")
+    (docs / "z2.txt").write_bytes(b"")
+    (docs / "a.txt").write_text("fine")
+    _, report = build_json(docs, index, "--model", str(fake_model))
+    assert report["documents_seen"] == 5 and report["indexed"] == 1 and report["failed"] == 4
+    failed = {Path(f["path"]).name: f["stage"] for f in report["failures"]}
+    assert failed == {"c1.pdf": "render", "c2.pdf": "render", "z1.pdf": "discover", "z2.txt": "discover"}
+    assert {Path(f.path).name for f in _manifest(index).failures} == set(failed)
+
+
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_ctrl_c_during_a_build_over_a_committed_generation_leaves_that_generation(fake_model, tmp_path):
     """docs/building.md: Ctrl-C ends a build with exit 1 and the index at its last commit (here the previous

@@ -118,15 +118,16 @@ class Catalog:
         self.in_progress: dict[str, Document] = {e.file.path: e.resume for e in plan.embed if e.resume and not once}
         self.failures: list[Failure] = []
 
-    def failed(self, embed: Embed, exc: DocumentError) -> Failure:
-        failure = Failure(path=embed.file.path, stage=exc.stage, reason=exc.reason[:2000],
-                          environment=isinstance(exc, MissingConverter))
-        self.failures.append(failure)
+    def failed(self, embed: Embed, exc: DocumentError) -> list[Failure]:
+        """The failures of a document and of its twins (the same bytes under other paths: each fails as it did)."""
+        failures = []
         for path in [embed.file.path, *[twin.path for twin, _, _ in embed.twins]]:
+            failures.append(Failure(path=path, stage=exc.stage, reason=exc.reason[:2000], environment=isinstance(exc, MissingConverter)))
             self.in_progress.pop(path, None)
             if path in self.documents and self.documents[path].sha256 != embed.sha256:
                 del self.documents[path]  # the old content of a file whose new content failed
-        return failure
+        self.failures += failures
+        return failures
 
     def complete(self, state: DocProgress, segment_id: str | None, scan_started_ns: int) -> None:
         doc = state.document(segment_id, scan_started_ns)
@@ -270,8 +271,9 @@ class CommitPolicy:
         self.states.pop(number, None)
         self.gone.add(number)
         self.discard(number)
-        self.report.failed += 1
-        self.report.failures.append(self.catalog.failed(self.plan.embed[number], exc))
+        failures = self.catalog.failed(self.plan.embed[number], exc)
+        self.report.failed += len(failures)
+        self.report.failures += failures
         if self.progress:
             self.progress.advance("documents")
 
