@@ -440,6 +440,17 @@ def test_identical_files_are_embedded_once(fake_model, tmp_path):
     assert len(spans) == 1 and len(_manifest(index).documents) == 3
 
 
+def test_a_first_build_that_finds_no_document_says_no_index_was_created(fake_model, tmp_path):
+    """Not "up to date": there is no index to be up to date (status and query then say so), and no model work."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.xyz").write_text("a kind no converter reads")
+    result = run_cli("build", str(tmp_path / "empty"), "--model", str(fake_model), "--index-dir", str(tmp_path / "idx"))
+    assert result.exit_code == 0 and "up to date" not in result.stderr, result.stderr
+    assert f"No document to index in {tmp_path / 'empty'} (1 file skipped): no index was created." in result.stderr
+    status = run_cli("status", "--index-dir", str(tmp_path / "idx"))
+    assert status.exit_code == 1 and "no index at" in status.stderr
+
+
 def test_identical_files_that_fail_each_fail_by_their_own_path(fake_model, tmp_path):
     """docs/building.md: each bad document is reported with its path; a copy of one (the same bytes, read once) too."""
     docs, index = tmp_path / "docs", tmp_path / "idx"

@@ -134,9 +134,13 @@ def _up_to_date(txn: Transaction, options: BuildOptions, report: BuildReport, lo
     built again from the stored page text (the commit's lexical artifact), the vectors as they are."""
     base = txn.base
     report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
+    if base is None:  # (a first build that found nothing: no generation to commit, so no index)
+        skipped = f" ({report.skipped} file{'s' if report.skipped > 1 else ''} skipped)" if report.skipped else ""
+        log(f"No document to index in {report.source}{skipped}: no index was created.")
+        return
     log("Index is up to date: no document changed, no model work done.")
     language = options.settings.recorded()["language"]
-    if base is None or not base.documents or base.settings.language == language:
+    if not base.documents or base.settings.language == language:
         return
     manifest = txn.commit(base.documents, base.model, base.settings.model_copy(update={"language": language}),
                           base.failures, base.in_progress)
