@@ -124,8 +124,10 @@ def test_stored_pdfs_are_named_by_their_content_and_an_aborted_rebuild_leaves_th
     before = (index / "default" / stored.pdf).read_bytes()
 
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
-    result, _ = build_json(docs, index, "--rebuild", "--strict")  # converts again (other bytes), then aborts
+    pages = _manifest(index).page_count
+    result, report = build_json(docs, index, "--rebuild", "--strict")  # converts again (other bytes), then aborts
     assert result.exit_code == 1
+    assert (report["committed"], report["generation"], report["pages_total"]) == (False, 1, pages)  # the index as it stands
     verify_ok(index)
     assert (index / "default" / stored.pdf).read_bytes() == before
     assert sorted(p.name for p in (index / "default" / "pdf").iterdir()) == [Path(stored.pdf).name]  # nothing staged is left

@@ -75,6 +75,7 @@ def build_index(
 
     with store.begin(options.wait_s, rebuild=options.rebuild) as txn:
         base = txn.base
+        report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)  # until a commit
         model = choose_model(txn.recorded, options)  # (a rebuild of a damaged index keeps its model and settings)
         report.model = model.to_dict()
         check_model(base, model, options, store)
@@ -133,7 +134,6 @@ def _up_to_date(txn: Transaction, options: BuildOptions, report: BuildReport, lo
     """No document changed: nothing encoded. With another --language than the index records, the text index
     built again from the stored page text (the commit's lexical artifact), the vectors as they are."""
     base = txn.base
-    report.pages_total, report.generation = (base.page_count, base.generation) if base else (0, None)
     if base is None:  # (a first build that found nothing: no generation to commit, so no index)
         skipped = f" ({report.skipped} file{'s' if report.skipped > 1 else ''} skipped)" if report.skipped else ""
         log(f"No document to index in {report.source}{skipped}: no index was created.")
