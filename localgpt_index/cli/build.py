@@ -56,6 +56,9 @@ def build(app: Application, docs, **given) -> None:
     if (docs is None) != given["text_only"]:
         raise UsageError("--text-only reads what the index holds: no DOCS" if docs else "Missing argument 'DOCS'.",
                          hint="`lgpt-index build DOCS`, or `lgpt-index build --text-only`")
+    if given["text_only"] and (alien := [flag for flag in ("rebuild", "rehash") if given[flag]]):
+        raise UsageError(f"{', '.join('--' + flag for flag in alien)}: not with --text-only, which reads the pending text of the "
+                         "index as it is (no document is read again).", hint="`lgpt-index build DOCS --rebuild` embeds everything again.")
     with app.terminal.progress() as progress:  # said from the first second: the imports and opening the index take some
         stage(progress, "starting")
         from ..indexing.run import build_index
