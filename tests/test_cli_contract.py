@@ -417,20 +417,21 @@ def test_ls_has_a_header_and_its_json_does_not(built):
     validate(document, "documents")
 
 
-def _into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess:
+def _into_a_closed_pipe(*args: str, stream: str = "stdout") -> subprocess.CompletedProcess:
     """The CLI writing into a pipe whose reader is gone before it writes (what `| head -1` leaves once head
-    has its line): deterministic, where a real `head` races the writer."""
+    has its line): deterministic, where a real `head` races the writer. `stream`: which of its outputs; the other
+    is read."""
     import os
 
     read, write = os.pipe()
     os.close(read)
+    outputs = {"stdout": write, "stderr": subprocess.PIPE} if stream == "stdout" else {"stdout": subprocess.PIPE, "stderr": write}
     try:
-        process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], stdout=write, stderr=subprocess.PIPE,
-                                   text=True)
+        process = subprocess.Popen([sys.executable, "-m", "localgpt_index", *args], text=True, **outputs)
     finally:
         os.close(write)
-    _, stderr = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(args, process.returncode, "", stderr)
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(args, process.returncode, out or "", err or "")
 
 
 @pytest.mark.slow  # processes of its own (a pipe's reader gone): over a second, the real-component tier
@@ -444,3 +445,18 @@ def test_a_closed_pipe_ends_every_command_quietly(command, fake_model, tmp_path)
     result = _into_a_closed_pipe(*command, *where)
     assert result.returncode == 141, result.stderr  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
     assert result.stderr == "", result.stderr  # no "internal error", no traceback, no "Exception ignored"
+
+
+@pytest.mark.slow  # processes of its own (a pipe's reader gone): over a second, the real-component tier
+def test_a_closed_pipe_on_stderr_is_the_same_quiet_141(fake_model, tmp_path):
+    """`verify 2>&1 >/dev/null | true`: a message's reader gone ends the command as a C tool's SIGPIPE would (141,
+    not 1, which is verify's damage; a usage error's too), nothing moved onto stdout; a command that writes no
+    message keeps its own status."""
+    make_pdf(tmp_path / "docs" / "invoice.pdf", ["invoice total due"])
+    index = ("--index-dir", str(tmp_path / "idx"))
+    assert run_cli("build", str(tmp_path / "docs"), "--model", str(fake_model), *index).exit_code == 0
+    for command in (("verify", *index), ("ls", "--bogus", *index)):
+        result = _into_a_closed_pipe(*command, stream="stderr")
+        assert result.returncode == 141 and result.stdout == "", (command, result.returncode, result.stdout)
+    status = _into_a_closed_pipe("status", *index, stream="stderr")
+    assert status.returncode == 0 and "documents   1" in status.stdout

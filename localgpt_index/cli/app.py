@@ -188,7 +188,11 @@ class AppGroup(click.Group):
         try:
             return super().main(*args, **kwargs)
         except SystemExit as exc:
-            if exc.code == ExitCode.FAILURE and stdout_closed():
+            if exc.code == ExitCode.FAILURE and pipe_closed():
+                end_on_closed_pipe()
+            raise
+        except BrokenPipeError:  # (a usage error Click shows on a closed stderr: past its own guard)
+            if pipe_closed():
                 end_on_closed_pipe()
             raise
 
@@ -221,7 +225,7 @@ class AppGroup(click.Group):
         except KeyboardInterrupt:
             app.interrupted()
         except BrokenPipeError as exc:  # `lgpt-index ... | head -1`: the reader went away
-            if not stdout_closed():
+            if not pipe_closed():
                 app.internal_error(exc)
             end_on_closed_pipe()
         except (click.exceptions.Exit, click.Abort):  # --help, ctx.exit(): not failures
@@ -265,25 +269,33 @@ class AppCommand(click.Command):
 CLOSED_PIPE = 128 + 13  # what a shell reports for a writer SIGPIPE ended (`yes | head -1` under pipefail)
 
 
-def stdout_closed() -> bool:
-    """Whether the reader of stdout went away: a pipe whose other end is closed polls as an error."""
+def pipe_closed() -> bool:
+    """Whether the reader of stdout, or of stderr (`verify 2>&1 >/dev/null | true`), went away."""
+    return _closed(sys.stdout) or _closed(sys.stderr)
+
+
+def end_on_closed_pipe() -> NoReturn:
+    """Stop quietly, as a writer into `head` does: no message, the conventional status (141), and stdout (and a
+    closed stderr) pointed at /dev/null so that Python's own flush at exit does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    if _closed(sys.stderr):
+        os.dup2(devnull, sys.stderr.fileno())
+    sys.exit(CLOSED_PIPE)
+
+
+def _closed(stream: Any) -> bool:
+    """Whether `stream`'s reader went away: a pipe whose other end is closed polls as an error."""
     import select
 
     try:
         poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        poller.register(stream.fileno(), select.POLLOUT)
         return any(event & select.POLLERR for _, event in poller.poll(0))
-    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is no file
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or the stream is no file
         return False
-
-
-def end_on_closed_pipe() -> NoReturn:
-    """Stop quietly, as a writer into `head` does: no message, the conventional status (141), and stdout
-    pointed at /dev/null so that Python's own flush at exit does not fail again."""
-    import os
-
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    sys.exit(CLOSED_PIPE)
 
 
 def _setter(attribute: str, value: Any):
