@@ -221,9 +221,10 @@ def test_request_headers_past_16_kib_are_refused_with_431_and_the_connection_clo
     assert status == 200 and len(answer["queries"][0]["results"]) == 3
 
 
-@pytest.mark.parametrize("request_bytes", [b"GARBAGE\r\n\r\n", b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: -1\r\n\r\n",
-                                           b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}"],
-                         ids=["request line", "content-length", "length and chunked"])
+@pytest.mark.parametrize("request_bytes", [
+    b"GARBAGE\r\n\r\n", b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: -1\r\n\r\n",
+    b"POST /query HTTP/1.1\r\n" + HOST + b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}"],
+    ids=["request line", "content-length", "length and chunked"])
 def test_what_the_parser_refuses_is_a_400_error_document(plain_server, request_bytes):
     sock = _connect(plain_server)
     sock.sendall(request_bytes)

@@ -27,8 +27,8 @@ def status(app: Application) -> None:
     click.echo(f"index       {data['index']} (generation {m.generation})")
     click.echo(f"documents   {data['documents']}, pages {data['pages']}, vectors {data['vectors']}")
     text = data["text"]
-    unknown = (f", {text['unknown']} with no stored text (built before page text or with --text never; `build DOCS --rebuild --text auto` reads it)"
-               if text["unknown"] else "")
+    unknown = (f", {text['unknown']} with no stored text (built before page text or with --text never; "
+               "`build DOCS --rebuild --text auto` reads it)" if text["unknown"] else "")
     pending = (f", {text['pending']} with their text pending (searchable by their pixels; `build --text-only` reads it)"
                if text["pending"] else "")
     click.echo(f"text        {text['layer']} pages from their text layer, {text['ocr']} by OCR, {text['none']} without text"
