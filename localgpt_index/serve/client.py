@@ -23,7 +23,7 @@ class ServerClient:
             raise UsageError(f"--server {url}: expected an http:// or https:// URL.")
         self.url = url.rstrip("/")
         # as UTF-8 bytes: httpx refuses a str header that is not ASCII, and the server compares the token's UTF-8
-        headers = {"Authorization": f"Bearer {token}".encode("utf-8", "surrogateescape")} if token else {}
+        headers = {b"Authorization": f"Bearer {token}".encode("utf-8", "surrogateescape")} if token else {}
         # plain http has no certificate to check: loading the system's CA bundle for it costs 30-70 ms a client
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, verify=self.url.startswith("https://"))
 
