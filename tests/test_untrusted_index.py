@@ -192,7 +192,7 @@ def test_the_rebuild_a_damaged_index_points_to_keeps_its_model_and_recorded_sett
     index's (its manifest still reads where its vectors are damaged), not the defaults."""
     docs, index = tmp_path / "docs", tmp_path / "idx"
     make_pdf(docs / "a.pdf", ["one", "two"])
-    built = run_cli("build", str(docs), "--model", str(fake_model), "--pool-factor", "2", "--text", "never", "--index-dir", str(index))
+    built = run_cli("build", str(docs), "--model", str(fake_model), "--ocr", "never", "--language", "de", "--index-dir", str(index))
     assert built.exit_code == 0, built.stderr
     before = json.loads(run_cli("status", "--json", "--index-dir", str(index)).stdout)
     vectors = next((index / "default" / "segments").glob("*.vectors.npy"))
@@ -204,7 +204,7 @@ def test_the_rebuild_a_damaged_index_points_to_keeps_its_model_and_recorded_sett
     assert rebuilt.exit_code == 0, rebuilt.stderr
     after = json.loads(run_cli("status", "--json", "--index-dir", str(index)).stdout)
     assert after["model"] == before["model"] and after["settings"] == before["settings"]
-    assert (after["settings"]["pool_factor"], after["settings"]["text"]) == (2, "never")
+    assert (after["settings"]["ocr"], after["settings"]["language"]) == ("never", "de")
 
 
 def test_an_unknown_newer_format_names_the_upgrade(index):
