@@ -172,6 +172,12 @@ def test_name_on_the_group_reaches_every_command(command, named):
     assert result.exit_code == 2 and "index name 'no good!'" in result.stderr, result.stderr
 
 
+def test_an_empty_name_is_refused_and_an_empty_environment_variable_is_unset(named):
+    result = run_cli("--name", "", "status")
+    assert result.exit_code == 2 and "index name ''" in result.stderr, result.stderr
+    assert run_cli("status", env={"LGPT_INDEX_NAME": ""}).stderr == run_cli("status").stderr
+
+
 @pytest.mark.parametrize("command", [["status"], ["ls"], ["verify"], ["query", "alpha", "--mode", "text"], ["upgrade"],
                                      ["doctor"], ["config"]])
 def test_name_on_the_group_opens_that_index(command, named):
