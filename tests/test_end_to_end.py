@@ -115,7 +115,10 @@ def test_queries_file_and_missing_query(built, tmp_path):
     result = run_cli("query", "first", "--queries-file", str(queries), "-k", "1", "--index-dir", str(built["index_dir"]), "--json")
     assert [q["query"] for q in json.loads(result.stdout)["queries"]] == ["first", "revenue", "invoice total"]
     empty = run_cli("query", "--index-dir", str(built["index_dir"]))
-    assert empty.exit_code == 2 and "no query" in empty.stderr
+    assert empty.exit_code == 2 and "no query: give TEXT or --queries-file." in empty.stderr
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    blank = run_cli("query", "--queries-file", str(tmp_path / "blank.txt"), "--index-dir", str(built["index_dir"]))
+    assert blank.exit_code == 2 and f"no query: --queries-file {tmp_path / 'blank.txt'} holds none" in blank.stderr
 
 
 def test_status_json(built):

@@ -76,7 +76,8 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
     fmt = chosen_format(app.output_format, app.as_json)
     texts = list(text) + (read_queries_file(queries_file) if queries_file else [])
     if not texts:
-        raise UsageError("no query: give TEXT or --queries-file.")
+        raise UsageError(f"no query: --queries-file {queries_file} holds none (one a line)." if queries_file
+                         else "no query: give TEXT or --queries-file.")
     if highlight and not export_dir:
         raise UsageError("--highlight draws on the pages --export-pages DIR writes: give --export-pages too.")
     from ..core.metadata import parse_filters
