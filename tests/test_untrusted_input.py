@@ -249,6 +249,23 @@ def test_a_missing_stored_pdf_under_export_pages(fake_model, tmp_path, unstable_
     assert result.exit_code == 1 and "is missing" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_export_pages_refuses_the_index_and_leaves_no_page_of_an_earlier_export(fake_model, tmp_path):
+    """Nothing written inside the index folder; an export into the folder of an earlier one leaves only its own
+    pages (the earlier manifest's others removed, a file of the user's kept)."""
+    docs, index, pages = tmp_path / "docs", tmp_path / "idx", tmp_path / "pages"
+    for n in range(3):
+        make_pdf(docs / f"r{n}.pdf", [f"report {n}"])
+    build_json(docs, index, "--model", str(fake_model))
+    inside = run_cli("query", "report", "--export-pages", str(index / "default" / "pngs"), "--index-dir", str(index))
+    assert inside.exit_code == 2 and "inside the index" in inside.stderr and not (index / "default" / "pngs").exists()
+    assert run_cli("query", "report", "-k", "3", "--export-pages", str(pages), "--index-dir", str(index)).exit_code == 0
+    (pages / "mine.png").write_bytes(b"the user's")
+    assert len(list(pages.glob("q01-r*.png"))) == 3
+    assert run_cli("query", "report", "-k", "1", "--export-pages", str(pages), "--index-dir", str(index)).exit_code == 0
+    listed = [entry["image"] for entry in json.loads((pages / "manifest.json").read_text())["queries"][0]["results"]]
+    assert sorted(p.name for p in pages.glob("*.png")) == sorted([*listed, "mine.png"]) and len(listed) == 1
+
+
 def test_two_identical_files_are_embedded_once(fake_model, tmp_path):
     docs = tmp_path / "docs"
     original = make_pdf(docs / "a.pdf", ["same", "bytes"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -13,7 +15,7 @@ from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
 from .formats import format_option
 from .options import EXIT_CODES, INDEX_MODEL_HELP, display_path, index_options, model_options, scoring_options
-from .warm import ask_warm, keep_warm, warm_options
+from .warm import ask_warm, keep_warm, local_root, warm_options
 
 if TYPE_CHECKING:
     from ..models.resolve import ModelSpec
@@ -80,6 +82,8 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
                          else "no query: give TEXT or --queries-file.")
     if highlight and not export_dir:
         raise UsageError("--highlight draws on the pages --export-pages DIR writes: give --export-pages too.")
+    if export_dir and not server and (root := local_root(app)) is not None and _within(export_dir, root):
+        raise UsageError(f"--export-pages {export_dir}: inside the index ({root}); choose a folder outside it.")
     from ..core.metadata import parse_filters
 
     parse_filters(filters)  # a pair without "=" named as given (the request's own check names filters[N]: it is not echoed)
@@ -111,8 +115,6 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
         shown = " ".join(f"--filter {key}={value}" for key, value in parse_filters(list(filters)).items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
     if export_dir:
-        from pathlib import Path
-
         from ..interop.pages import export_pages
 
         if highlight:  # drawn here, from the hit's regions, whoever rendered the page (this index or a server)
@@ -190,6 +192,12 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
         origin = f"--server {server}" if from_option else f"$LGPT_SERVER ({server})"
         raise UsageError(f"{', '.join(given)} cannot be used with {origin}: the server answers from the index and model it serves.",
                          hint="Drop them, or query the index here without --server (unset LGPT_SERVER).")
+
+
+def _within(path: str, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies inside it, links followed."""
+    real = os.path.realpath(folder)
+    return os.path.commonpath([os.path.realpath(path), real]) == real
 
 
 def read_queries_file(path: str) -> list[str]:

@@ -137,7 +137,8 @@ def export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], by
 
 def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], bytes]) -> Path:
     """The pages are staged in a hidden folder inside `out` and take their names once every page came, the
-    manifest last: a page that cannot be had (a server's answer that is not a PNG) leaves nothing behind."""
+    manifest last: a page that cannot be had (a server's answer that is not a PNG) leaves nothing behind. The
+    pages an earlier export's manifest there named and this one did not write are removed."""
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     manifest: dict = {"version": 1, "dpi": dpi, "queries": []}
     stage: Path | None = None
@@ -153,9 +154,13 @@ def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], b
                 entries.append({**{k: v for k, v in hit.items() if k != "image_base64"}, "image": name})
             manifest["queries"].append({"query": answer["query"], "results": entries})
         (stage / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=True))
+        earlier = _exported(out / "manifest.json")
         for name in sorted(os.listdir(stage), key=lambda n: n == "manifest.json"):  # the manifest last
             os.replace(stage / name, out / name)
         stage.rmdir()
+        written = {entry["image"] for answer in manifest["queries"] for entry in answer["results"]}
+        for name in earlier - written:  # an earlier export's page this one did not write: not left as if it had
+            (out / name).unlink(missing_ok=True)
     except BaseException:
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
@@ -164,6 +169,19 @@ def _export_pages(document: dict, out: Path, dpi: int, fetch: Callable[[dict], b
                 folder.rmdir()
         raise
     return out / "manifest.json"
+
+
+_EXPORTED = re.compile(r"q\d{2,}-r\d{2,}-[A-Za-z0-9._-]*-p\d+\.png")  # the names _export_pages gives
+
+
+def _exported(manifest: Path) -> set[str]:
+    """The page images an export's manifest names (none where there is no such manifest, or it is not one)."""
+    try:
+        data = json.loads(manifest.read_text())
+        names = {entry["image"] for answer in data["queries"] for entry in answer["results"]}
+    except (OSError, ValueError, TypeError, KeyError):
+        return set()
+    return {name for name in names if isinstance(name, str) and _EXPORTED.fullmatch(name)}
 
 
 def local_page(index: Pages, dpi: int) -> Callable[[dict], bytes]:
