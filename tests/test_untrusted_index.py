@@ -187,24 +187,46 @@ def test_build_and_remove_on_a_damaged_index_stop_and_point_to_rebuild(index, fa
     assert run_cli("verify", "--index-dir", str(index)).exit_code == 0
 
 
-def test_the_rebuild_a_damaged_index_points_to_keeps_its_model_and_recorded_settings(fake_model, tmp_path):
+@pytest.mark.parametrize("store", ["local", "qdrant"])
+def test_the_rebuild_a_damaged_index_points_to_keeps_its_model_and_recorded_settings(fake_model, tmp_path, store):
     """The hint says `build DOCS --rebuild`: as on a sound index, the model and the settings left out are the
-    index's (its manifest still reads where its vectors are damaged), not the defaults."""
-    docs, index = tmp_path / "docs", tmp_path / "idx"
+    index's (its manifest still reads where its vectors are damaged, or a Qdrant store's points were deleted
+    behind its back), not the defaults."""
+    docs = tmp_path / "docs"
     make_pdf(docs / "a.pdf", ["one", "two"])
-    built = run_cli("build", str(docs), "--model", str(fake_model), "--ocr", "never", "--language", "de", "--index-dir", str(index))
+    url = f"qdrant+path://{tmp_path / 'qd'}/docs"
+    where = ("--index-dir", str(tmp_path / "idx")) if store == "local" else ("--store", url)
+    built = run_cli("build", str(docs), "--model", str(fake_model), "--ocr", "never", "--language", "de", *where)
     assert built.exit_code == 0, built.stderr
-    before = json.loads(run_cli("status", "--json", "--index-dir", str(index)).stdout)
-    vectors = next((index / "default" / "segments").glob("*.vectors.npy"))
-    data = bytearray(vectors.read_bytes())
-    data[-3] ^= 0xFF
-    vectors.write_bytes(bytes(data))
-    assert run_cli("build", str(docs), "--index-dir", str(index)).exit_code == 1  # damaged: refused, pointing to --rebuild
-    rebuilt = run_cli("build", str(docs), "--rebuild", "--index-dir", str(index))
+    before = json.loads(run_cli("status", "--json", *where).stdout)
+    _damage(store, tmp_path, url, docs / "a.pdf")
+    refused = run_cli("build", str(docs), *where)  # damaged: refused, pointing to --rebuild
+    assert refused.exit_code == 1 and "--rebuild" in refused.stderr, refused.stderr
+    rebuilt = run_cli("build", str(docs), "--rebuild", *where)
     assert rebuilt.exit_code == 0, rebuilt.stderr
-    after = json.loads(run_cli("status", "--json", "--index-dir", str(index)).stdout)
+    after = json.loads(run_cli("status", "--json", *where).stdout)
     assert after["model"] == before["model"] and after["settings"] == before["settings"]
     assert (after["settings"]["ocr"], after["settings"]["language"]) == ("never", "de")
+
+
+def _damage(store: str, tmp_path: Path, url: str, document: Path) -> None:
+    """A local index's vectors flipped, or a Qdrant store's points of `document` deleted by another client."""
+    if store == "local":
+        vectors = next((tmp_path / "idx" / "default" / "segments").glob("*.vectors.npy"))
+        data = bytearray(vectors.read_bytes())
+        data[-3] ^= 0xFF
+        vectors.write_bytes(bytes(data))
+        return
+    from qdrant_client import models
+
+    from localgpt_index.index.open import open_store
+
+    opened = open_store(url)
+    try:
+        opened.client.delete(opened.physical(), points_selector=models.FilterSelector(filter=models.Filter(must=[
+            models.FieldCondition(key="path", match=models.MatchValue(value=str(document)))])))
+    finally:
+        opened.close()
 
 
 def test_an_unknown_newer_format_names_the_upgrade(index):

@@ -29,6 +29,7 @@ from ..format.manifest import FORMAT, REBUILD_HINT, Document, Manifest, Segment,
 from ..format.pdfstore import PdfStore
 from ..transaction import SegmentSink, Transaction, kept
 from .blobs import QdrantBlobs
+from .catalog import check_count
 from .ids import (
     CHUNK_CHARS,
     HEAD_ID,
@@ -464,6 +465,8 @@ class QdrantParts:
 
     def read_base(self) -> tuple[Manifest | None, int]:
         base = self.store.read_manifest(self.physical) if self.physical else None
+        if base is not None:  # points deleted behind the index's back: damage here too, as for a reader
+            check_count(self.store, self.physical, base)
         return base, base.generation if base else 0
 
     def damaged_base(self) -> int:
