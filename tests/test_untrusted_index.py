@@ -200,8 +200,9 @@ def test_the_rebuild_a_damaged_index_points_to_keeps_its_model_and_recorded_sett
     assert built.exit_code == 0, built.stderr
     before = json.loads(run_cli("status", "--json", *where).stdout)
     _damage(store, tmp_path, url, docs / "a.pdf")
-    refused = run_cli("build", str(docs), *where)  # damaged: refused, pointing to --rebuild
-    assert refused.exit_code == 1 and "--rebuild" in refused.stderr, refused.stderr
+    for command in (("build", str(docs)), ("remove", str(docs / "a.pdf"))):  # damaged: refused, pointing to --rebuild
+        refused = run_cli(*command, *where)
+        assert refused.exit_code == 1 and "damaged" in refused.stderr and "--rebuild" in refused.stderr, refused.stderr
     rebuilt = run_cli("build", str(docs), "--rebuild", *where)
     assert rebuilt.exit_code == 0, rebuilt.stderr
     after = json.loads(run_cli("status", "--json", *where).stdout)
