@@ -445,3 +445,14 @@ def test_a_client_of_a_plain_http_server_loads_no_certificates_and_one_of_https_
     assert loaded == []
     ServerClient("https://127.0.0.1:9")
     assert loaded
+
+
+@pytest.mark.timeout(60)  # linear: well under a second; the quadratic pass it replaced: about 20 minutes here
+def test_a_request_of_many_bad_items_names_the_first_ones_in_time_linear_in_them():
+    """One body can hold hundreds of thousands of refused items: their message is worked out in one pass over
+    them (a quadratic one held the event loop for hours), and names the first three."""
+    from localgpt_index.query.request import problems
+
+    errors = [{"type": "string_type", "loc": ("body", "queries", n), "msg": "Input should be a valid string"} for n in range(100_000)]
+    errors.append({"type": "too_short", "loc": ("body", "queries"), "msg": "Tuple should have at least 1 item"})
+    assert problems(errors, whole="body") == "; ".join(f"queries[{n}]: Input should be a valid string" for n in range(3))

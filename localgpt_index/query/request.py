@@ -12,6 +12,7 @@ queries; MCP: one query, k at most 50; neither decides "auto" for a remote index
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar
 
@@ -182,10 +183,28 @@ def validated(model: type[Settings], what: str, **fields: Any) -> Settings:
     try:
         return model(**fields)
     except ValidationError as exc:
-        raise UsageError(f"{what} ({problems(exc)}).") from None
+        raise UsageError(f"{what} ({problems(exc.errors())}).") from None
 
 
-def problems(exc: Any) -> str:
-    """The first few of a ValidationError's complaints, each with where it is (`k: Input should be ...`)."""
-    found = [f"{'.'.join(map(str, error['loc'])) or 'request'}: {error['msg']}" for error in exc.errors()[:3]]
+def problems(errors: Sequence[Mapping[str, Any]], whole: str = "request") -> str:
+    """A ValidationError's first few complaints on one line, each field named as a client writes it (`queries[1]:
+    ...`; `whole`: the request itself; a body that is no JSON: where it stops). A field whose part has a complaint
+    of its own is not named too (a list whose item is refused is not also said to be short of items)."""
+    located = [(tuple(part for part in error.get("loc", ()) if part != "body"), error) for error in errors]
+    parents = {where[:depth] for where, _ in located for depth in range(len(where))}
+    found: list[str] = []
+    for where, error in located:
+        if where in parents:
+            continue
+        if error.get("type") == "json_invalid":
+            at = f", at character {where[0]}" if where and isinstance(where[0], int) else ""
+            found.append(f"{whole}: not JSON ({(error.get('ctx') or {}).get('error', 'a decode error')}{at})")
+        else:
+            name = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where).lstrip(".") or whole
+            found.append(f"{name}: {error.get('msg', 'invalid')}")
+        if len(found) == MAX_PROBLEMS:
+            break
     return "; ".join(found)
+
+
+MAX_PROBLEMS = 3  # a message names this many, the first ones

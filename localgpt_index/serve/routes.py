@@ -4,7 +4,7 @@ Each endpoint answers with the CLI's own document (interop.reports), published a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +23,7 @@ from ..interop.results import QueryDocument
 from .httpguard import PathPolicy
 from ..interop.highlight import highlighted_png
 from ..interop.pages import CANNOT_RENDER
-from ..query.request import MAX_QUERY_CHARS
+from ..query.request import MAX_QUERY_CHARS, problems
 from .images import PageImages, highlight_regions
 from .schemas import ErrorDocument, QueryBody, error_response, json_response
 from .batcher import QueryBatcher
@@ -47,7 +47,7 @@ def install_handlers(app: FastAPI, policy: PathPolicy) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
-        return error_response(400, validation_message(exc.errors()))
+        return error_response(400, problems(exc.errors(), whole="body"))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -55,24 +55,6 @@ def install_handlers(app: FastAPI, policy: PathPolicy) -> None:
         if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):  # (FastAPI: "error parsing the body")
             detail = "body: not UTF-8; a JSON body is UTF-8 text"
         return error_response(exc.status_code, policy.message(detail), exc.headers)
-
-
-def validation_message(errors: Sequence[dict]) -> str:
-    """A request's problems as one line naming each field as a client writes it (`queries[0]: ...`; a body
-    that is no JSON: where it stops), three at most; a problem of a field whose part has its own is left out
-    (a list whose item is refused is not also said to be short of items)."""
-    located = [(tuple(p for p in error.get("loc", ()) if p != "body"), error) for error in errors]
-    problems = []
-    for where, error in located:
-        if any(len(other) > len(where) and other[:len(where)] == where for other, _ in located):
-            continue
-        if error.get("type") == "json_invalid":
-            at = f", at character {where[0]}" if where and isinstance(where[0], int) else ""
-            problems.append(f"body: not JSON ({(error.get('ctx') or {}).get('error', 'a decode error')}{at})")
-            continue
-        name = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where).lstrip(".") or "body"
-        problems.append(f"{name}: {error.get('msg', 'invalid')}")
-    return "; ".join(problems[:3])
 
 
 def install_routes(app: FastAPI, service: IndexService, batcher: QueryBatcher, policy: PathPolicy) -> None:
