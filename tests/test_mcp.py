@@ -160,7 +160,7 @@ def test_stdio_errors_are_tool_errors_with_the_clis_messages(noisy_index):
     async def scenario():
         async with mcp_session("--index-dir", index) as (session, faults):
             text = error_text(await session.call_tool("get_page", {"document": "../../etc/passwd", "page": 1}), work)
-            assert "document '../../etc/passwd': not in the index" in text
+            assert "document: not in the index (its name is not repeated back)" in text
             text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 4}), work)
             assert "page 4 out of range: report-1.pdf has 3 page(s)" in text
             text = error_text(await session.call_tool("get_page", {"document": "report-1.pdf", "page": 0}), work)
@@ -200,9 +200,16 @@ def test_list_documents_cannot_probe_the_indexed_folder(noisy_index):
             texts = {error_text(await session.call_tool("get_page", {"document": probe, "page": 1}), noisy_index["work"])
                      for probe in probes}
             assert len(texts) == 1 and "document: an absolute path" in texts.pop()
+            for shape in (" {}", "./{}"):  # not absolute, yet holding the path: not repeated back either
+                texts = {error_text(await session.call_tool("get_page", {"document": shape.format(probe), "page": 1}),
+                                    noisy_index["work"]) for probe in probes}
+                assert len(texts) == 1 and "document: not in the index" in texts.pop()
             texts = {error_text(await session.call_tool("search", {"query": "q", "filters": [probe + "/x"]}), noisy_index["work"])
                      for probe in probes}
             assert len(texts) == 1 and "filters[0]: expected KEY=VALUE" in texts.pop()
+            for probe in (docs, "/nowhere/at/all"):  # a value echoed as the client sent it, never rewritten by the policy
+                text = error_text(await session.call_tool("search", {"query": "q", "first_pass": probe}), None)
+                assert f"first_pass: '{probe}' is not a number of candidate pages" in text, text
             for climbing in ("..", f"../{noisy_index['docs'].name}/report-1", "./report-1"):
                 assert structured(await session.call_tool("list_documents", {"prefix": climbing}))["total"] == 0
             under = structured(await session.call_tool("list_documents", {"prefix": "report-1"}))

@@ -439,6 +439,20 @@ def test_a_token_that_is_not_ascii_matches(hardening_index):
 # 7. answers name documents relative to the folder they were indexed from; no secret is echoed
 
 @pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
+def test_an_error_about_a_value_is_the_same_whatever_folder_the_value_names(server_plain, hardening_index):
+    """Messages leave the server's folders out: a request's value repeated back through that rewriting would say
+    which folder a guess named (the real one came back shortened), so a refused filter or query is not repeated."""
+    docs = str(hardening_index["docs"])
+    shapes = ('{{"queries": ["q"], "filters": ["{}/x"]}}', '{{"queries": ["q"], "filters": ["{}/\\udcff=x"]}}',
+              '{{"queries": ["q"], "filters": {{"team": "{}/\\udcff"}}}}', '{{"queries": ["{}/\\udcff"]}}')
+    with server_plain.client() as client:
+        for shape in shapes:
+            said = {client.post("/query", content=shape.format(probe), headers={"content-type": "application/json"}).text
+                    for probe in (docs, "/nowhere/at/all")}
+            assert len(said) == 1 and '"status": 400' in said.pop(), (shape, said)
+
+
+@pytest.mark.slow  # processes, servers or tools of its own: over a second, the real-component tier
 def test_answers_and_errors_carry_no_absolute_path_unless_asked(server_plain, hardening_index, fake_model):
     from conftest import validate
 

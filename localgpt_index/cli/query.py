@@ -10,7 +10,7 @@ import click
 
 from ..core.types import FUSIONS, MODES
 from ..query.fusion import RRF_K
-from ..query.bounds import DPI, MAX_K, MAX_RRF_K
+from ..query.bounds import DPI, MAX_K, MAX_RRF_K, check_utf8
 from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
 from .formats import format_option
@@ -86,7 +86,11 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
         raise UsageError(f"--export-pages {export_dir}: inside the index ({root}); choose a folder outside it.")
     from ..core.metadata import parse_filters
 
-    parse_filters(filters)  # a pair without "=" named as given (the request's own check names filters[N]: it is not echoed)
+    for number, given in enumerate(texts, 1):  # named with their bytes here (the request's own checks do not echo them)
+        check_utf8(given, f"query {number}", shown=True)
+    for pair in filters:
+        check_utf8(pair, "--filter", shown=True)
+    parse_filters(filters)
     structured = fmt in ("json", "jsonl")  # the formats that carry a page's text and image
     # the request's fields: a warm service checks them as QueryRequest (pydantic stays out of this process),
     # and where it refuses them the local path below says why

@@ -196,7 +196,8 @@ class IndexTools:
                              "or by their sha256 (absolute paths are answered only with --absolute-paths).")
         doc = next((d for d in index.documents if document in (self._name(d.path, index), d.sha256)), None)
         if doc is None:
-            raise UsageError(f"document {document!r}: not in the index; list_documents names the documents it holds.")
+            raise UsageError("document: not in the index (its name is not repeated back); list_documents names the "
+                             "documents it holds.")
         if not 1 <= page <= doc.pages:
             raise UsageError(f"page {page} out of range: {self._name(doc.path, index)} has {doc.pages} page(s).")
         return index, SearchHit(0, 0.0, doc.path, page, doc.sha256, doc.kind)

@@ -20,7 +20,7 @@ from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError, WithJsonSchema
 
 from .._version import __version__
-from ..core.errors import LgptError, UsageError
+from ..core.errors import LgptError
 from ..query.bounds import MAX_QUERY_CHARS
 from ..serve.httpguard import printable, redact
 from .backend import IndexTools
@@ -53,7 +53,8 @@ def create_server(tools: IndexTools, lifespan=None) -> MCPServer:
         try:
             request = SearchArguments.model_validate({"queries": [query], "with_text": True, **arguments})
         except ValidationError as exc:  # past the types the SDK checked: the request's own limits, said as the SDK says its own
-            raise UsageError(plain_argument_problems(str(exc))) from None
+            # (as it is: the policy's rewriting of the folders it knows, applied to the values echoed, would tell them)
+            raise ToolError(plain_argument_problems(str(exc))) from None
         answer, images = await tools.search(request)
         return _result(answer, images)
 
@@ -148,6 +149,8 @@ def _tool_errors(tools: IndexTools):
         async def wrapper(*args, **kwargs):
             try:
                 return await function(*args, **kwargs)
+            except ToolError:
+                raise
             except LgptError as exc:
                 message = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
                 raise ToolError(tools.policy.message(message)) from None

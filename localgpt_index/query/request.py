@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from ..core.errors import UsageError
 from ..core.metadata import parse_filters
 from ..core.types import Fusion, Mode
-from .bounds import DPI, MAX_FIRST_PASS, MAX_K, MAX_QUERY_CHARS, MAX_RRF_K
+from .bounds import DPI, MAX_FIRST_PASS, MAX_K, MAX_QUERY_CHARS, MAX_RRF_K, check_utf8
 from .fusion import RRF_K
 
 AUTO: Final = "auto"  # first_pass: the index decides (codes.plan); a local index only
@@ -50,20 +50,8 @@ def check_query_text(text: object, place: str) -> str:
 
         raise UsageError(f"{place} is {len(text):,} characters long; queries are limited to {MAX_QUERY_CHARS:,} "
                          f"characters ({MAX_QUERY_TOKENS} tokens, what the model reads).")
-    _check_utf8(text, place)
+    check_utf8(text, place)
     return text
-
-
-def _check_utf8(text: str, place: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        try:
-            shown = text.encode("utf-8", "surrogateescape")  # the bytes a command line gave
-        except UnicodeEncodeError:
-            shown = text.encode("utf-8", "backslashreplace")  # a lone surrogate escape from JSON
-        raise UsageError(f"{place} is not UTF-8 text ({shown!r}).",
-                         hint="Check the terminal's or the script's encoding (the locale): queries are UTF-8 text.") from None
 
 
 def _filters(value: Any) -> Any:
@@ -73,7 +61,7 @@ def _filters(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         for number, item in enumerate(value):
             if isinstance(item, str):
-                _check_utf8(item, "a filter")
+                check_utf8(item, f"filters[{number}]")
             key, sep, _ = str(item).partition("=")
             if not sep or not key:  # (not echoed: a server's messages leave its folders out, so an echo would tell them)
                 raise UsageError(f"filters[{number}]: expected KEY=VALUE, such as team=finance.")
@@ -83,7 +71,7 @@ def _filters(value: Any) -> Any:
             if not key:
                 raise UsageError("filters: a key may not be empty.")
             if isinstance(key, str) and isinstance(item, str):
-                _check_utf8(f"{key}={item}", "a filter")
+                check_utf8(f"{key}={item}", "filters (a key or its value)")
     return value
 
 
