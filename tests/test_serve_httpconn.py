@@ -104,7 +104,8 @@ def test_a_request_cut_into_one_byte_packets_is_answered_as_a_whole(plain_server
         expected = client.post("/query", json={"queries": ["report 1 page 0"], "k": 3}).json()
     sock = _connect(plain_server)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for request in (_query("report 1 page 0"), b"GET /status HTTP/1.1\r\n" + HOST + b"\r\n"):  # the second: kept alive
+    long_target = b"GET /status?pad=" + b"a" * 1_500 + b" HTTP/1.1\r\n" + HOST + b"\r\n"  # its target: 1,500 parser callbacks
+    for request in (_query("report 1 page 0"), b"GET /status HTTP/1.1\r\n" + HOST + b"\r\n", long_target):  # kept alive
         for byte in request:
             sock.send(bytes([byte]))
             time.sleep(0.001)  # pacing, not a wait: so that the server reads the bytes one by one

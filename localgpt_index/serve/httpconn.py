@@ -104,11 +104,11 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._begin()  # a pipelined request that begins in the same packet as the end of the one before
-        self._parsed_bytes = 0
+        self._parsed_bytes = 16  # its method and HTTP version, roughly
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
-        self._parsed(len(url) + 16)  # (its method and HTTP version, roughly)
+        self._parsed(len(url))  # (called once a packet the target spans)
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
