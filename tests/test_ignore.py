@@ -71,21 +71,29 @@ def test_remove_ignore_sticks_across_builds_and_escapes_the_name(fake_model, tmp
     assert indexed(Path("idx"), docs) == {"a.png", "team/[draft] #1 x.png"}
 
 
-def test_remove_ignore_that_no_ignore_file_can_hold_changes_nothing_and_the_indexed_folder_itself_is_said(fake_model, tmp_path):
-    """A name with a line break, or the file system's root: refused before anything is removed (the index and
-    the ignore file as they were). The indexed folder itself goes into the ignore file above it, which its own
-    builds do not read: said so."""
+def test_remove_ignore_that_no_ignore_file_can_hold_changes_nothing_and_the_indexed_folder_itself_is_said(fake_model, tmp_path,
+                                                                                                         monkeypatch):
+    """A name with a line break, the file system's root, an ignore file that cannot be written: refused before
+    anything is removed (the index and the ignore files as they were). The indexed folder itself goes into the
+    ignore file above it, which its own builds do not read: said so, each ignore file written on its own line."""
     docs = tmp_path / "docs"
     tree(docs, ["a.png", "b.png", "new\nline.png"])
     build_ok(str(docs), "--model", str(fake_model), "--index-dir", "idx")
     before = indexed(Path("idx"), docs)
-    for paths in ([str(docs / "a.png"), str(docs / "new\nline.png")], ["/"]):
-        result = run_cli("remove", "--ignore", *paths, "--index-dir", "idx")
-        assert result.exit_code == 2 and "Nothing was removed" in result.stderr.replace("nothing was", "Nothing was"), result.stderr
+    for paths, code in (([str(docs / "a.png"), str(docs / "new\nline.png")], 2), (["/"], 2), ([str(docs)], 1)):
+        with monkeypatch.context() as patch:
+            if code == 1:  # the folder above the indexed one not writable (as root, no mode bits say so: told here)
+                access = os.access
+                patch.setattr(os, "access", lambda path, mode, **kw: os.fspath(path) != str(tmp_path) and access(path, mode, **kw))
+            result = run_cli("remove", "--ignore", *paths, "--index-dir", str(tmp_path / "idx"))
+        assert result.exit_code == code and "Nothing was removed." in result.stderr, result.stderr
         assert indexed(Path("idx"), docs) == before and not (docs / ".lgptignore").exists()
-    result = run_cli("remove", "--ignore", str(docs), "--index-dir", "idx")
+    result = run_cli("remove", "--ignore", str(docs), str(docs / "a.png"), "--index-dir", "idx")
     assert result.exit_code == 0 and (tmp_path / ".lgptignore").read_text() == "/docs/\n"
-    assert f"a build of {docs} does not read {tmp_path / '.lgptignore'}" in result.stderr, result.stderr
+    assert (docs / ".lgptignore").read_text() == "/a.png\n"
+    assert f"added to {tmp_path / '.lgptignore'}: docs/\n" in result.stderr and f"added to {docs / '.lgptignore'}: a.png\n" in result.stderr
+    said = f"a build of the indexed folder does not read {tmp_path / '.lgptignore'}"
+    assert said in result.stderr and result.stderr.count("does not read") == 1, result.stderr
 
 
 def test_remove_without_ignore_says_the_file_comes_back_with_the_next_build(fake_model, tmp_path):

@@ -50,13 +50,12 @@ def remove(app: Application, paths, ignore, wait_s) -> None:
     for path in report.not_found:
         app.terminal.warn(f"not in the index: {display_path(path)}")
     app.terminal.info(f"{len(report.removed)} documents ({report.pages_removed} pages) removed from {report.index}")
-    if report.ignore_file:
-        app.terminal.info(f"added to {display_path(report.ignore_file)}: {', '.join(report.ignored)}")
-        held, tree = os.path.dirname(report.ignore_file), os.path.commonpath([os.path.dirname(path) for path in known])
-        if tree.startswith(held.rstrip(os.sep) + os.sep):  # the indexed folder itself (or one above it) was ignored
-            app.terminal.warn(f"a build of {display_path(tree)} does not read {display_path(report.ignore_file)}: it keeps them "
-                              f"out of builds of {display_path(held)} or a folder above it.")
-    elif any(os.path.exists(path) for path in report.removed):
+    for written, patterns in report.ignored.items():
+        app.terminal.info(f"added to {display_path(written)}: {', '.join(patterns)}")
+        if written in report.ignored_above:  # the indexed folder itself (or one above it), ignored in the folder above
+            app.terminal.warn(f"a build of the indexed folder does not read {display_path(written)}: it keeps them out of "
+                              f"builds of {display_path(os.path.dirname(written))} or a folder above it.")
+    if not report.ignored and any(os.path.exists(path) for path in report.removed):
         app.terminal.warn("the files are still in their folder: the next build or watch indexes them again; "
                           "`remove --ignore` (or a .lgptignore pattern) keeps them out.")
     sys.exit(int(ExitCode.OK if report.removed else ExitCode.FAILURE))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..core.errors import DocumentError, IndexProblem, UsageError
+from ..core.errors import DocumentError, IndexProblem, LgptError, UsageError
 from ..core.files import sha256_file
 from ..core.words import PageWords
 from ..core.failpoints import failpoint
@@ -34,7 +34,7 @@ from ..index.scoring.codes.artifact import CODES, NAME, READABLE, VERSION, with_
 from ..index.text.artifact import LEXICAL, TEXT, current, needs_words, read_text_part
 from ..index.text.words import WORDS, words_part
 from ..index.transaction import Transaction
-from ..ingest.ignore import add_ignored, ignore_line
+from ..ingest.ignore import IGNORE_FILE, add_ignored, ignore_line
 from ..ingest.text import pdf_page_texts
 
 
@@ -57,8 +57,8 @@ class RemoveReport:
     removed: list[str] = field(default_factory=list)
     not_found: list[str] = field(default_factory=list)
     pages_removed: int = 0
-    ignore_file: str | None = None  # with ignore: the .lgptignore the paths were added to
-    ignored: list[str] = field(default_factory=list)  # with ignore: the patterns added
+    ignored: dict[str, list[str]] = field(default_factory=dict)  # with ignore: each .lgptignore written, the patterns added
+    ignored_above: list[str] = field(default_factory=list)  # those of them above the indexed folder (its builds read none)
 
 
 def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float = 0.0, ignore: bool = False) -> RemoveReport:
@@ -81,8 +81,8 @@ def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float
             return report
         report.removed = sorted(drop)
         report.pages_removed = sum(d.pages for d in manifest.documents if d.path in drop)
-        documents = [*manifest.documents, *manifest.in_progress]
-        ignoring = _ignore_plan(os.path.commonpath([os.path.dirname(d.path) for d in documents]), targets, drop) if ignore else []
+        tree = os.path.commonpath([os.path.dirname(d.path) for d in [*manifest.documents, *manifest.in_progress]])
+        ignoring = _ignore_plan(tree, targets, drop) if ignore else []
         new = txn.commit(
             [d for d in manifest.documents if d.path not in drop],
             manifest.model,
@@ -92,16 +92,18 @@ def remove_documents(store: Store, paths: list[str | os.PathLike], wait_s: float
         )
         report.generation = new.generation
     for root, rel, is_dir in ignoring:
-        report.ignore_file = add_ignored(root, rel, is_dir)
-        report.ignored.append(rel + ("/" if is_dir else ""))
+        written = add_ignored(root, rel, is_dir)
+        report.ignored.setdefault(written, []).append(rel + ("/" if is_dir else ""))
+        if root != tree and written not in report.ignored_above:
+            report.ignored_above.append(written)
     return report
 
 
 def _ignore_plan(tree: str, targets: list[str], removed: set[str]) -> list[tuple[str, str, bool]]:
     """Where each of `targets` is added (the ignore file's folder, the path relative to it, whether a folder): the
     ignore file of `tree`, the indexed folder; a target that is the tree or a folder above it, in its parent's. Worked
-    out before anything is removed: a path no ignore file can hold (a line break, the file system's root) changes
-    nothing."""
+    out before anything is removed: a path no ignore file can hold (a line break, the file system's root), or an
+    ignore file that cannot be written, changes nothing."""
     plan = []
     for target in targets:
         is_dir = target not in removed
@@ -109,14 +111,18 @@ def _ignore_plan(tree: str, targets: list[str], removed: set[str]) -> list[tuple
         if target == tree or tree.startswith(target.rstrip(os.sep) + os.sep):
             root = os.path.dirname(target.rstrip(os.sep))
             if root == target.rstrip(os.sep) or not root:
-                raise UsageError(f"--ignore {target}: the file system's root has no folder above it to hold an ignore file; "
-                                 "nothing was removed.", hint="Remove without --ignore, or name the folders to keep out.")
+                raise UsageError(f"--ignore {target}: the file system's root has no folder above it to hold an ignore file. "
+                                 "Nothing was removed.", hint="Remove without --ignore, or name the folders to keep out.")
         rel = os.path.relpath(target, root).replace(os.sep, "/")
         try:
             ignore_line(rel, is_dir)
         except UsageError as exc:
             raise UsageError(f"{exc.message} Nothing was removed.", hint="Remove it without --ignore, or --ignore the folder "
                                                                           "that holds it.") from None
+        file = os.path.join(root, IGNORE_FILE)
+        if not os.access(file if os.path.exists(file) else root, os.W_OK):
+            raise LgptError(f"--ignore {target}: {file} cannot be written here. Nothing was removed.",
+                                  hint="Remove without --ignore, or add the pattern to an ignore file you can write.")
         plan.append((root, rel, is_dir))
     return plan
 
