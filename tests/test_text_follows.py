@@ -148,9 +148,12 @@ def test_build_text_only_takes_no_docs_and_builds_need_them(tmp_path, fake_model
     result = run_cli("build", "--text-only", str(tmp_path), "--index-dir", str(tmp_path / "idx"))
     assert result.exit_code == 2 and "--text-only" in result.stderr
     assert run_cli("build", "--index-dir", str(tmp_path / "idx")).exit_code == 2
-    for flag in ("--rebuild", "--rehash"):  # work on DOCS that --text-only would not do: refused, not ignored
+    for flag in ("--rebuild", "--rehash", "--strict"):  # work on DOCS that --text-only would not do: refused, not ignored
         result = run_cli("build", "--text-only", flag, "--index-dir", str(tmp_path / "idx"))
         assert result.exit_code == 2 and f"{flag}: not with --text-only" in result.stderr, result.stderr
+    (tmp_path / "lgpt-index.toml").write_text("[build]\nstrict = true\n")  # a project's default: no request of this run
+    os.chdir(tmp_path)
+    assert "not with --text-only" not in run_cli("build", "--text-only", "--index-dir", str(tmp_path / "idx")).stderr
 
 
 @pytest.mark.slow  # a build in a process of its own, killed with SIGKILL: over a second

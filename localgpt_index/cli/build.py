@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .app import AppCommand, Application, output_options
 from .defaults import TuningOption
@@ -56,9 +57,12 @@ def build(app: Application, docs, **given) -> None:
     if (docs is None) != given["text_only"]:
         raise UsageError("--text-only reads what the index holds: no DOCS" if docs else "Missing argument 'DOCS'.",
                          hint="`lgpt-index build DOCS`, or `lgpt-index build --text-only`")
-    if given["text_only"] and (alien := [flag for flag in ("rebuild", "rehash") if given[flag]]):
-        raise UsageError(f"{', '.join('--' + flag for flag in alien)}: not with --text-only, which reads the pending text of the "
-                         "index as it is (no document is read again).", hint="`lgpt-index build DOCS --rebuild` embeds everything again.")
+    context = click.get_current_context()  # (on the command line: a config file's default is no request of this run)
+    unread = [name for name in ("rebuild", "rehash", "strict") if context.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    if given["text_only"] and unread:
+        raise UsageError(f"{', '.join('--' + flag for flag in unread)}: not with --text-only, which reads the pending text of "
+                         "the index as it is (no document is read again).",
+                         hint="`lgpt-index build DOCS --rebuild` embeds everything again." if given["rebuild"] else None)
     with app.terminal.progress() as progress:  # said from the first second: the imports and opening the index take some
         stage(progress, "starting")
         from ..indexing.run import build_index

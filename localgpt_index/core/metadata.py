@@ -74,12 +74,15 @@ def metadata_for(path: str | Path, root: str | Path, rules: Rules) -> dict[str, 
     return found
 
 
-def parse_filters(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+def parse_filters(pairs: tuple[str, ...] | list[str], place: str | None = None) -> dict[str, str]:
+    """`KEY=VALUE` pairs as a dict; one that is not is a UsageError naming it as the command line took it, or by
+    `place` and its position (`filters[0]`: a server's request, whose value is not repeated back)."""
     filters = {}
-    for pair in pairs:
+    for number, pair in enumerate(pairs):
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--filter {pair}: expected KEY=VALUE.")
+            raise UsageError(f"{place}[{number}]: expected KEY=VALUE, such as team=finance." if place
+                             else f"--filter {pair}: expected KEY=VALUE.")
         filters[key] = value
     return filters
 

@@ -206,12 +206,13 @@ class Transaction:
     never committed is discarded when the transaction ends (`discard_staged`)."""
 
     def __init__(self, backend: Backend, hold: Hold, base: Manifest | None, generation: int,
-                 pdfs: PdfStore | None, artifacts: Sequence[Artifact] | None = None) -> None:
+                 pdfs: PdfStore | None, artifacts: Sequence[Artifact] | None = None, recorded: Manifest | None = None) -> None:
+        """`recorded`: a damaged generation's manifest that still reads, where there is no base (a rebuild)."""
         self.backend, self.hold, self.pdfs = backend, hold, pdfs
         self.artifacts = tuple(a for a in (registered_artifacts() if artifacts is None else artifacts)
                                if a.name not in backend.unused_artifacts)
         self.base = base
-        self.recorded = base  # what the model and settings are taken from: the base, or a damaged one's manifest (rebuild)
+        self.recorded = base if base is not None else recorded  # the model and settings are taken from it
         self.current = base  # the last manifest committed (or the base)
         self.previous: Manifest | None = None  # the generation before `current` (a slow reader may still be on it)
         self.generation = generation  # the generation HEAD points to now
@@ -420,8 +421,8 @@ def open_transaction(parts: StoreParts, wait_s: float, rebuild: bool) -> Iterato
     with parts.hold(wait_s) as hold:
         found = base_or_rebuild(parts.read_base, rebuild)
         base, generation = found if found is not None else (None, parts.damaged_base())
-        transaction = Transaction(parts.backend(base, rebuild, hold), hold, base, generation, parts.pdf_store())
-        transaction.recorded = base if found is not None else parts.recorded_base()
+        transaction = Transaction(parts.backend(base, rebuild, hold), hold, base, generation, parts.pdf_store(),
+                                  recorded=parts.recorded_base() if found is None else None)
         transaction.recover()
         with discarding(transaction):
             yield transaction

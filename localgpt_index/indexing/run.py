@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from ..core.cpus import short_openmp_spin
 from ..core.failpoints import failpoint
 from ..core.terminal import ProgressSink, stage
-from ..index.format.manifest import ModelInfo, Settings
+from ..index.format.manifest import Manifest, ModelInfo, Settings
 from ..index.protocols import Store
 from ..index.transaction import Transaction
 from ..index.text.artifact import TEXT
@@ -75,7 +75,7 @@ def build_index(
 
     with store.begin(options.wait_s, rebuild=options.rebuild) as txn:
         base = txn.base
-        report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)  # until a commit
+        _as_it_stands(report, base)  # until a commit
         model = choose_model(txn.recorded, options)  # (a rebuild of a damaged index keeps its model and settings)
         report.model = model.to_dict()
         check_model(base, model, options, store)
@@ -112,6 +112,11 @@ def build_index(
     return report
 
 
+def _as_it_stands(report: BuildReport, base: Manifest | None) -> None:
+    """The report names the index as it is (its generation, its pages): a build that commits nothing leaves it so."""
+    report.generation, report.pages_total = (base.generation, base.page_count) if base is not None else (None, 0)
+
+
 def _discovered(report: BuildReport, found: Discovery) -> None:
     report.documents_seen = len(found.files)
     report.skipped = len(found.skipped)
@@ -123,7 +128,7 @@ def _text_only(store: Store, options: BuildOptions, report: BuildReport, timer: 
     """`build --text-only`: the pending text of the index read (OCR, as its settings say) and committed; no model."""
     with store.begin(options.wait_s) as txn:
         base = txn.base
-        report.generation, report.pages_total = (base.generation, base.page_count) if base else (None, 0)
+        _as_it_stands(report, base)
         if base is not None:
             options = replace(options, settings=options.settings.settled(base, False, store.location))
             _text_after(txn, options, _text_reader(options.settings), report, timer, log)

@@ -62,10 +62,7 @@ def _filters(value: Any) -> Any:
         for number, item in enumerate(value):
             if isinstance(item, str):
                 check_utf8(item, f"filters[{number}]")
-            key, sep, _ = str(item).partition("=")
-            if not sep or not key:  # (not echoed: a server's messages leave its folders out, so an echo would tell them)
-                raise UsageError(f"filters[{number}]: expected KEY=VALUE, such as team=finance.")
-        return parse_filters([str(item) for item in value])
+        return parse_filters([str(item) for item in value], place="filters")
     if isinstance(value, dict):
         for key, item in value.items():
             if not key:

@@ -464,7 +464,9 @@ class QdrantParts:
             yield LeaseHold(lease)
 
     def read_base(self) -> tuple[Manifest | None, int]:
-        base = self.store.read_manifest(self.physical) if self.physical else None
+        if not self.physical:
+            return None, 0
+        base = self.store.read_manifest(self.physical)
         if base is not None:  # points deleted behind the index's back: damage here too, as for a reader
             check_count(self.store, self.physical, base)
         return base, base.generation if base else 0
