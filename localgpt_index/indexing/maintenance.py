@@ -122,7 +122,7 @@ def _ignore_plan(tree: str, targets: list[str], removed: set[str]) -> list[tuple
         file = os.path.join(root, IGNORE_FILE)
         if not os.access(file if os.path.exists(file) else root, os.W_OK):
             raise LgptError(f"--ignore {target}: {file} cannot be written here. Nothing was removed.",
-                                  hint="Remove without --ignore, or add the pattern to an ignore file you can write.")
+                            hint="Remove without --ignore, or add the pattern to an ignore file you can write.")
         plan.append((root, rel, is_dir))
     return plan
 
