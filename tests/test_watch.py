@@ -878,3 +878,25 @@ def test_a_watcher_stopped_before_its_background_thread_starts_never_starts_it(t
     watcher.start_background()
     assert watcher.stop(wait_s=1) and not (tmp_path / "idx").exists() and seen == []
     assert not any(thread.name == "lgpt-watch" for thread in threading.enumerate())
+
+
+def test_events_unavailable_for_a_reason_other_than_a_limit_give_no_limit_advice(tmp_path):
+    """A name the events' decoder cannot read (a file name that is not UTF-8) is no inotify limit: polling takes
+    over, and the reason does not tell the user to raise one."""
+    from localgpt_index.core.failpoints import set_hook
+    from localgpt_index.watch.source import EventSource
+
+    def undecodable(name: str) -> None:
+        if name == "watch.native":
+            raise RuntimeError(f'Unable to decode path "{tmp_path}/caf\\xE9.txt" to string')
+
+    armed: queue.Queue = queue.Queue()
+    set_hook(undecodable)
+    try:
+        source = EventSource(tmp_path, lambda paths: None, lambda *state: armed.put(state), lambda *why: armed.put(why))
+        source.start()
+        polling, reason = armed.get(timeout=GUARD_S)
+        source.stop()
+    finally:
+        set_hook(None)
+    assert polling is True and "Unable to decode path" in reason and "max_user_watches" not in reason, reason

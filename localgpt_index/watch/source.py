@@ -11,6 +11,7 @@ so and polls instead, and asks for one full build, since changes made meanwhile 
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable
@@ -67,7 +68,7 @@ class EventSource:
                     self.on_failed(f"{self.root}: cannot watch, even by polling: {_why(exc)}", int(ExitCode.ENVIRONMENT))
                     break
                 self.polling = True
-                reason = f"file system events unavailable ({_why(exc)}): polling every {POLL_DELAY_MS} ms; {LIMIT_HINT}"
+                reason = f"file system events unavailable ({_why(exc)}): polling every {POLL_DELAY_MS} ms; {_advice(exc)}"
                 self.on_changes({str(self.root): False})  # what changed meanwhile: a full build finds it
         self.armed.set()
 
@@ -95,6 +96,15 @@ def forced_by_environment() -> bool:
     """$WATCHFILES_FORCE_POLLING, as watchfiles reads it (set, and not false/disable/disabled)."""
     value = os.environ.get("WATCHFILES_FORCE_POLLING", "")
     return bool(value) and value.lower() not in {"false", "disable", "disabled"}
+
+
+def _advice(exc: BaseException) -> str:
+    """What to do about events being unavailable: a limit reached (inotify's watches or instances, open files) is
+    raised; any other cause (a name the events' decoder cannot read) is no limit's."""
+    limit = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EMFILE, errno.ENFILE)
+    if limit or any(word in str(exc).lower() for word in ("max_user", "too many open files", "no space left")):
+        return LIMIT_HINT
+    return "pass --poll to start by polling"
 
 
 def _why(exc: BaseException) -> str:
