@@ -900,3 +900,23 @@ def test_events_unavailable_for_a_reason_other_than_a_limit_give_no_limit_advice
     finally:
         set_hook(None)
     assert polling is True and "Unable to decode path" in reason and "max_user_watches" not in reason, reason
+
+
+def test_ignored_changes_right_after_ignored_ones_are_not_said_again(tmp_path, fake_model):
+    """`watch --json > docs/watch.log`: each event written changes an ignored file, whose event was written, and so
+    on, about ten a second. An ignored batch after another is not said again; one after a kept batch is."""
+    from localgpt_index.indexing.options import BuildOptions
+    from localgpt_index.index.open import open_store
+    from localgpt_index.models.resolve import ModelSpec
+    from localgpt_index.watch.watcher import Watcher
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    seen: list = []
+    watcher = Watcher(docs, open_store(index_dir=str(tmp_path / "idx")), BuildOptions(model=ModelSpec(str(fake_model))), seen.append)
+    (docs / "watch.log").write_text("{}")  # (a file of no kind the index reads: ignored)
+    picture(docs / "a.png", 1)
+    log, kept = str(docs / "watch.log"), str(docs / "a.png")
+    for batch in ({log: False}, {log: False}, {log: False}, {kept: False}, {log: False}, {log: False}):
+        watcher._changes(batch)
+    assert [(event.paths, event.ignored) for event in seen] == [((), 1), ((kept,), 0), ((), 1)]

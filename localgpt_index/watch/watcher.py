@@ -101,6 +101,7 @@ class Watcher:
         self._lifecycle = threading.Lock()  # start_background (often on a thread of its own) against stop
         self._stopped = False
         self.scope: ProcessScope | None = None
+        self._ignored_last = False  # the last batch of changes was all ignored (said once)
 
     # the events of the folder (the source's thread)
 
@@ -109,7 +110,9 @@ class Watcher:
 
     def _changes(self, changes: dict[str, bool]) -> None:
         kept = tuple(sorted(path for path, deleted in changes.items() if self.filter(path, deleted)))
-        self.on_event(ChangesSeen(kept, len(changes) - len(kept)))
+        if kept or not self._ignored_last:  # (an ignored batch right after another is not said again: a log the
+            self.on_event(ChangesSeen(kept, len(changes) - len(kept)))  # watcher writes into its folder made one an event)
+        self._ignored_last = not kept
         if kept:
             self.pending.add(kept)
 
