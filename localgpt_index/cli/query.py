@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,15 +81,18 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
                          else "no query: give TEXT or --queries-file.")
     if highlight and not export_dir:
         raise UsageError("--highlight draws on the pages --export-pages DIR writes: give --export-pages too.")
-    if export_dir and not server and (root := local_root(app)) is not None and _within(export_dir, root):
-        raise UsageError(f"--export-pages {export_dir}: inside the index ({root}); choose a folder outside it.")
+    if export_dir and not server and (root := local_root(app)) is not None:
+        from ..index.format.files import inside  # (an export is never asked of a warm service: no pydantic spared)
+
+        if inside(root, Path(export_dir, "page.png")):  # (its pages would be: the folder is the index or inside it)
+            raise UsageError(f"--export-pages {export_dir}: inside the index ({root}); choose a folder outside it.")
     from ..core.metadata import parse_filters
 
     for number, given in enumerate(texts, 1):  # named with their bytes here (the request's own checks do not echo them)
         check_utf8(given, f"query {number}", shown=True)
     for pair in filters:
         check_utf8(pair, "--filter", shown=True)
-    parse_filters(filters)
+    parsed_filters = parse_filters(filters)
     structured = fmt in ("json", "jsonl")  # the formats that carry a page's text and image
     # the request's fields: a warm service checks them as QueryRequest (pydantic stays out of this process),
     # and where it refuses them the local path below says why
@@ -116,7 +118,7 @@ def query(app: Application, text, queries_file, filters, export_dir, highlight, 
         if keep_warm_s is not None:
             keep_warm(app, keep_warm_s, model_spec, scorer, max_resident)
     if filters and not any(answer["results"] for answer in document["queries"]):
-        shown = " ".join(f"--filter {key}={value}" for key, value in parse_filters(list(filters)).items())
+        shown = " ".join(f"--filter {key}={value}" for key, value in parsed_filters.items())
         app.terminal.info(f"hint: no document matches {shown}; `lgpt-index ls` shows the documents' metadata.")
     if export_dir:
         from ..interop.pages import export_pages
@@ -196,12 +198,6 @@ def _refuse_local_options(ctx: click.Context, server: str) -> None:
         origin = f"--server {server}" if from_option else f"$LGPT_SERVER ({server})"
         raise UsageError(f"{', '.join(given)} cannot be used with {origin}: the server answers from the index and model it serves.",
                          hint="Drop them, or query the index here without --server (unset LGPT_SERVER).")
-
-
-def _within(path: str, folder: Path) -> bool:
-    """Whether `path` is `folder` or lies inside it, links followed."""
-    real = os.path.realpath(folder)
-    return os.path.commonpath([os.path.realpath(path), real]) == real
 
 
 def read_queries_file(path: str) -> list[str]:
